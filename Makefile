@@ -1,0 +1,59 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Each sets itself up.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= out/demo
+CACHE_DIR ?= .cache
+# A folder of plain-text books for the demo's books stage; empty skips that stage.
+BOOKS ?= $(wildcard ../shared/data/books/gutenberg)
+# The real English Wikipedia excerpt that ships inside the gensim 4.4.0 wheel.
+GENSIM_WHEEL_MEMBER := gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2
+WIKI_EXCERPT := $(CACHE_DIR)/enwiki-excerpt.xml.bz2
+WIKI_DUMP ?= $(WIKI_EXCERPT)
+
+.PHONY: setup test demo lint bench constraints clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.py constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[gcp,dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m ruff check pipelines wordpiece pretrain finetune schemas tests benchmarks
+	$(PY) -m pytest -n 2 --dist loadfile
+
+lint: $(STAMP)
+	$(PY) -m ruff check pipelines wordpiece pretrain finetune schemas tests benchmarks
+	$(PY) -m ruff format --check pipelines wordpiece pretrain finetune schemas tests benchmarks
+
+$(WIKI_EXCERPT): | $(STAMP)
+	mkdir -p $(CACHE_DIR)/wheel
+	$(PY) -m pip download --quiet --no-deps gensim==4.4.0 --only-binary=:all: --python-version 3.11 -d $(CACHE_DIR)/wheel
+	$(PY) -c "import glob, sys, zipfile; w = sorted(glob.glob('$(CACHE_DIR)/wheel/gensim-4.4.0-*.whl'))[0]; open('$@', 'wb').write(zipfile.ZipFile(w).read('$(GENSIM_WHEEL_MEMBER)'))"
+
+demo: $(STAMP) $(WIKI_DUMP)
+	@echo "== 1/3 pipelines wikipedia: $(WIKI_DUMP)"
+	$(VENV)/bin/pipelines wikipedia --input $(WIKI_DUMP) --output $(DEMO_DIR)/corpus/wiki --num-shards 4 --overwrite
+	@if [ -n "$(BOOKS)" ]; then \
+	  echo "== 2/3 pipelines books: $(BOOKS)"; \
+	  $(VENV)/bin/pipelines books --input '$(BOOKS)/*.txt' --output $(DEMO_DIR)/corpus/books --num-shards 2 --overwrite; \
+	else \
+	  echo "== 2/3 pipelines books: skipped (no books folder; run 'make demo BOOKS=path/to/folder/of/txt')"; \
+	fi
+	@echo "== 3/3 pipelines corpus"
+	$(VENV)/bin/pipelines corpus --input $(DEMO_DIR)/corpus/wiki $(if $(BOOKS),--input $(DEMO_DIR)/corpus/books) \
+	  --output $(DEMO_DIR)/corpus/all --validation-fraction 0.05 --test-fraction 0.05 --num-shards 2 --overwrite
+	$(VENV)/bin/pipelines show $(DEMO_DIR)/corpus/all
+
+bench: $(STAMP) $(WIKI_EXCERPT)
+	$(PY) benchmarks/corpus.py --wiki $(WIKI_EXCERPT)
+
+constraints: $(STAMP)
+	@echo "edit setup.py, then: $(PY) -m pip freeze --exclude-editable > constraints.txt (keep torch==2.13.0)"
+
+clean:
+	rm -rf $(VENV) $(CACHE_DIR) out

@@ -1,0 +1,1 @@
+"""Fine-tuning pre-trained BERT on GLUE, SQuAD and SWAG."""

@@ -1,0 +1,81 @@
+"""``pipelines books``: a folder or glob of plain-text books into documents, one per book.
+
+Graph: book files → reshuffle → read, decode and clean each book (one ``Outcome`` per file)
+→ ``WriteStageOutput``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import apache_beam as beam
+
+from pipelines import io
+from pipelines.books.clean import BookRejected, clean_book
+from pipelines.config import BooksConfig
+from pipelines.stage import Outcome, WriteStageOutput, document_outcome, dropped_outcome, reject_outcome
+from pipelines.text import content_hash, count_words, paragraphs_to_sentences
+
+SOURCE = "books"
+
+
+def _title_from_path(path: str) -> str:
+    stem = path.rsplit("/", 1)[-1]
+    return stem.rsplit(".", 1)[0] if "." in stem else stem
+
+
+def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
+    """Clean one book file into a document, or say why it was dropped or rejected."""
+    name = path.rsplit("/", 1)[-1]
+    try:
+        book = clean_book(data, name)
+    except BookRejected as err:
+        excerpt = data[:200].decode("utf-8", errors="replace")
+        return reject_outcome(
+            source=SOURCE, origin=path, record_id=name, reason=err.reason, detail=err.detail, excerpt=excerpt
+        )
+    sentences = paragraphs_to_sentences(book.paragraphs)
+    if not sentences:
+        return dropped_outcome("empty_after_cleaning")
+    num_words = count_words(sentences)
+    if num_words < min_document_words:
+        return dropped_outcome("too_short")
+    return document_outcome({
+        "doc_id": content_hash(sentences),
+        "source": SOURCE,
+        "origin": path,
+        "title": book.title or _title_from_path(path),
+        "page_id": None,
+        "revision_id": None,
+        "sentences": sentences,
+        "num_sentences": len(sentences),
+        "num_words": num_words,
+        "num_chars": sum(len(s) for s in sentences),
+    })
+
+
+def read_book_outcome(path: str, min_document_words: int) -> Outcome:
+    """Read one book file and clean it; an unreadable file is a reject, never a crash."""
+    try:
+        data = io.read_bytes(path)
+    except Exception as err:  # Any filesystem error: the book is rejected, the others go on.
+        return reject_outcome(
+            source=SOURCE, origin=path, record_id=path.rsplit("/", 1)[-1], reason="unreadable",
+            detail=f"{type(err).__name__}: {err}"[:500],
+        )
+    return book_outcome(path, data, min_document_words)
+
+
+def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> None:
+    """Add the books stage to ``pipeline`` for already-expanded input ``files``."""
+    paths = pipeline | "Book files" >> beam.Create(files) | "Spread books" >> beam.Reshuffle()
+    outcomes = paths | "Clean books" >> beam.Map(read_book_outcome, config.min_document_words)
+    books_read = (
+        paths
+        | "Count books" >> beam.combiners.Count.Globally()
+        | "Books tally" >> beam.Map(lambda n: Counter(records_in=n))
+    )
+    _ = outcomes | "Write" >> WriteStageOutput(
+        output=config.output, producer="pipelines books", params=config.params(),
+        num_shards=config.num_shards, namespace="pipelines.books", extra_tallies=[books_read],
+    )

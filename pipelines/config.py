@@ -1,0 +1,120 @@
+"""Typed, validated configurations of the corpus stages.
+
+Each config checks every field when it is created and raises one ``ValueError`` listing all
+problems, so a bad flag fails before any pipeline is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def _check(problems: list[str]) -> None:
+    if problems:
+        raise ValueError("invalid configuration: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Options shared by ``pipelines wikipedia`` and ``pipelines books``."""
+
+    inputs: tuple[str, ...]
+    output: str
+    num_shards: int = 16
+    min_document_words: int = 8
+    overwrite: bool = False
+
+    def problems(self) -> list[str]:
+        """Every problem with the options, as sentences naming the flag."""
+        problems = []
+        if not self.inputs:
+            problems.append("--input is required (a file, a glob or a bucket URL; repeatable)")
+        if not self.output:
+            problems.append("--output is required")
+        if self.num_shards < 1:
+            problems.append(f"--num-shards must be at least 1, got {self.num_shards}")
+        if self.min_document_words < 0:
+            problems.append(f"--min-document-words must be 0 or more, got {self.min_document_words}")
+        return problems
+
+    def __post_init__(self) -> None:
+        _check(self.problems())
+
+    def params(self) -> dict[str, Any]:
+        """The parameters recorded in the manifest (inputs as given)."""
+        data = asdict(self)
+        data.pop("overwrite")
+        data["inputs"] = list(self.inputs)
+        return data
+
+
+@dataclass(frozen=True)
+class WikipediaConfig(SourceConfig):
+    """``pipelines wikipedia``: pages-articles dumps to documents."""
+
+    streams_per_range: int = 20
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.streams_per_range < 1:
+            problems.append(f"--streams-per-range must be at least 1, got {self.streams_per_range}")
+        return problems
+
+
+@dataclass(frozen=True)
+class BooksConfig(SourceConfig):
+    """``pipelines books``: plain-text books to documents."""
+
+    min_document_words: int = 100
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """``pipelines corpus``: merge, de-duplicate and split document outputs."""
+
+    inputs: tuple[str, ...]
+    output: str
+    validation_fraction: float = 0.01
+    test_fraction: float = 0.01
+    near_duplicate_threshold: float = 0.8
+    shingle_words: int = 5
+    minhash_bands: int = 20
+    minhash_rows: int = 6
+    num_shards: int = 16
+    overwrite: bool = False
+    split_seed: str = field(default="corpus-split-v1")
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.inputs:
+            problems.append("--input is required (a completed wikipedia/books output; repeatable)")
+        if not self.output:
+            problems.append("--output is required")
+        for name in ("validation_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                problems.append(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
+        if self.validation_fraction + self.test_fraction >= 1.0:
+            problems.append("--validation-fraction plus --test-fraction must leave some training data")
+        if not 0.0 < self.near_duplicate_threshold <= 1.0:
+            problems.append(f"--near-duplicate-threshold must be in (0, 1], got {self.near_duplicate_threshold}")
+        if self.shingle_words < 1:
+            problems.append(f"--shingle-words must be at least 1, got {self.shingle_words}")
+        if self.minhash_bands < 1 or self.minhash_rows < 1:
+            problems.append("--minhash-bands and --minhash-rows must be at least 1")
+        if self.num_shards < 1:
+            problems.append(f"--num-shards must be at least 1, got {self.num_shards}")
+        _check(problems)
+
+    @property
+    def num_permutations(self) -> int:
+        """MinHash signature length: bands × rows."""
+        return self.minhash_bands * self.minhash_rows
+
+    def params(self) -> dict[str, Any]:
+        """The parameters recorded in the manifest."""
+        data = asdict(self)
+        data.pop("overwrite")
+        data["inputs"] = list(self.inputs)
+        return data

@@ -1,0 +1,100 @@
+"""Exact and near-duplicate detection, as pure functions the Beam graph wires together.
+
+Exact duplicates share a ``doc_id`` (it hashes the normalised sentences), so one of each
+group is kept: the first in ``document_sort_key`` order.
+
+Near duplicates: each document becomes the set of its lower-cased ``shingle_words``-word
+shingles; a MinHash signature of ``bands × rows`` permutations estimates Jaccard similarity,
+and locality-sensitive hashing puts two documents in a common bucket when all ``rows`` values
+of some band agree. With 20 bands of 6 rows, a pair at Jaccard 0.8 shares a bucket with
+probability 1 − (1 − 0.8⁶)²⁰ ≈ 0.996, a pair at 0.5 with ≈ 0.27, and every candidate is then
+checked against ``threshold`` on the full signature. The rule that decides who goes is
+order-free: a document is dropped when some document with a smaller ``doc_id`` in one of its
+buckets is estimated at least ``threshold`` similar. (A chain A~B~C drops B and C even if A
+and C differ; that errs toward removing near-copies, as MinHash de-duplication usually does.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+MINHASH_SEED = 1
+MAX_BUCKET_COMPARISONS = 100
+"""In a very large bucket each document is compared with at most this many smaller ids."""
+
+
+def shingles(sentences: Sequence[str], shingle_words: int) -> set[bytes]:
+    """The document's lower-cased word n-grams (the whole text when shorter than n words)."""
+    words = " ".join(sentences).lower().split()
+    if len(words) <= shingle_words:
+        return {" ".join(words).encode("utf-8")}
+    return {" ".join(words[i : i + shingle_words]).encode("utf-8") for i in range(len(words) - shingle_words + 1)}
+
+
+_MERSENNE_PRIME = np.uint64((1 << 61) - 1)
+_CHUNK_SHINGLES = 4096
+
+
+@lru_cache(maxsize=4)
+def _permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded coefficients of the universal hashes ``(a·h + b) mod (2⁶¹ − 1)``."""
+    rng = np.random.default_rng(MINHASH_SEED)
+    a = rng.integers(1, 1 << 32, size=num_perm, dtype=np.uint64)
+    b = rng.integers(0, 1 << 32, size=num_perm, dtype=np.uint64)
+    return a, b
+
+
+def _shingle_hashes(items: set[bytes]) -> np.ndarray:
+    return np.array(
+        sorted(int.from_bytes(hashlib.blake2b(item, digest_size=4).digest(), "little") for item in items),
+        dtype=np.uint64,
+    )
+
+
+def minhash_signature(sentences: Sequence[str], shingle_words: int, num_perm: int) -> np.ndarray:
+    """A ``num_perm``-long uint32 MinHash signature of the document's shingles (seeded, stable).
+
+    Shingles hash to 32 bits; with 32-bit coefficients ``a·h + b`` stays below 2⁶⁴, so the
+    arithmetic is exact in uint64 before the modulus.
+    """
+    a, b = _permutations(num_perm)
+    hashes = _shingle_hashes(shingles(sentences, shingle_words))
+    signature = np.full(num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)
+    for start in range(0, len(hashes), _CHUNK_SHINGLES):
+        chunk = hashes[start : start + _CHUNK_SHINGLES, None]
+        signature = np.minimum(signature, ((chunk * a + b) % _MERSENNE_PRIME).min(axis=0))
+    return (signature & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[str]:
+    """One LSH bucket key per band: the band number and a hash of its rows."""
+    return [
+        f"{band}:{hashlib.blake2b(signature[band * rows : (band + 1) * rows].tobytes(), digest_size=12).hexdigest()}"
+        for band in range(bands)
+    ]
+
+
+def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """The share of signature positions where two MinHash signatures agree."""
+    return float(np.mean(a == b))
+
+
+def near_duplicates_in_bucket(
+    members: Iterable[tuple[str, np.ndarray]], threshold: float
+) -> list[tuple[str, str, float]]:
+    """``(doc_id, kept_doc_id, similarity)`` for each member near a member with a smaller id."""
+    ordered = sorted(members, key=lambda m: m[0])
+    found = []
+    for i, (doc_id, signature) in enumerate(ordered):
+        for other_id, other_signature in ordered[max(0, i - MAX_BUCKET_COMPARISONS) : i]:
+            if other_id == doc_id:
+                continue
+            similarity = estimated_jaccard(signature, other_signature)
+            if similarity >= threshold:
+                found.append((doc_id, other_id, similarity))
+                break
+    return found

@@ -1,0 +1,116 @@
+"""``pipelines corpus``: merge document outputs, remove exact and near duplicates, split.
+
+Graph: every shard of every input manifest → read rows (checksums verified) → group by
+``doc_id`` (exact duplicates: keep one) → MinHash signature per kept document → LSH band
+buckets → near-duplicate marks → join marks with documents by ``doc_id`` → assign each
+survivor a split by a hash of its id → ``WriteStageOutput`` with one folder per split.
+No step holds the corpus on one worker: the joins are keyed shuffles.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import apache_beam as beam
+
+from pipelines import io
+from pipelines.config import CorpusConfig
+from pipelines.corpus.dedup import band_keys, minhash_signature, near_duplicates_in_bucket
+from pipelines.corpus.split import assign_split
+from pipelines.stage import (
+    DOCUMENT,
+    Outcome,
+    WriteStageOutput,
+    document_outcome,
+    document_sort_key,
+    dropped_outcome,
+)
+from schemas import DOCUMENTS, Manifest
+
+
+def read_document_shard(shard: tuple[str, str]) -> list[dict]:
+    """Read one documents shard, refusing it if its checksum differs from the manifest."""
+    path, expected_sha256 = shard
+    data = io.read_bytes(path)
+    if io.sha256_hex(data) != expected_sha256:
+        raise io.InputError(f"{path}: checksum differs from its manifest; the input was modified or damaged")
+    return DOCUMENTS.read_ipc(data, source=path).to_pylist()
+
+
+def keep_one_of_each(element: tuple[str, list[dict]]) -> list[Outcome]:
+    """Of documents sharing a ``doc_id``, keep the first in sort order and drop the others."""
+    _, rows = element
+    rows = sorted(rows, key=document_sort_key)
+    return [document_outcome(rows[0])] + [dropped_outcome("exact_duplicate") for _ in rows[1:]]
+
+
+def mark_or_keep(element: tuple[str, dict[str, list]]) -> Outcome:
+    """Join a document with its near-duplicate mark (if any)."""
+    _, grouped = element
+    (row,) = grouped["document"]
+    return dropped_outcome("near_duplicate") if grouped["near"] else document_outcome(row)
+
+
+def input_shards(manifests: list[tuple[str, Manifest]]) -> list[tuple[str, str]]:
+    """``(path, sha256)`` of every data shard of the inputs, in a stable order."""
+    return sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
+
+
+def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
+    """Add the corpus stage to ``pipeline`` over completed document outputs."""
+    bands, rows_per_band = config.minhash_bands, config.minhash_rows
+    rows = (
+        pipeline
+        | "Input shards" >> beam.Create(input_shards(manifests))
+        | "Spread shards" >> beam.Reshuffle()
+        | "Read shards" >> beam.FlatMap(read_document_shard)
+    )
+    documents_read = (
+        rows
+        | "Count documents" >> beam.combiners.Count.Globally()
+        | "Documents tally" >> beam.Map(lambda n: Counter(records_in=n))
+    )
+    exact = (
+        rows
+        | "Key by id" >> beam.Map(lambda r: (r["doc_id"], r))
+        | "Group by id" >> beam.GroupByKey()
+        | "Exact duplicates" >> beam.FlatMap(keep_one_of_each)
+    )
+    unique = exact | "Unique" >> beam.Filter(lambda o: o.kind == DOCUMENT) | "Unique rows" >> beam.Map(
+        lambda o: (o.row["doc_id"], o.row)
+    )
+    exact_dropped = exact | "Exact dropped" >> beam.Filter(lambda o: o.kind != DOCUMENT)
+    near = (
+        unique
+        | "MinHash" >> beam.MapTuple(
+            lambda doc_id, row: (doc_id, minhash_signature(row["sentences"], config.shingle_words,
+                                                           config.num_permutations))
+        )
+        | "Band keys" >> beam.FlatMapTuple(
+            lambda doc_id, sig: [(key, (doc_id, sig)) for key in band_keys(sig, bands, rows_per_band)]
+        )
+        | "Group by band" >> beam.GroupByKey()
+        | "Compare in bucket" >> beam.FlatMapTuple(
+            lambda _, members: near_duplicates_in_bucket(members, config.near_duplicate_threshold)
+        )
+        | "Key mark" >> beam.Map(lambda found: (found[0], found[1]))
+        | "One mark per document" >> beam.CombinePerKey(min)
+    )
+    survivors = (
+        {"document": unique, "near": near}
+        | "Join marks" >> beam.CoGroupByKey()
+        | "Near duplicates" >> beam.Map(mark_or_keep)
+    )
+
+    def split_of(row: dict) -> str:
+        return assign_split(row["doc_id"], config.validation_fraction, config.test_fraction, config.split_seed)
+
+    _ = (
+        (exact_dropped, survivors)
+        | "All outcomes" >> beam.Flatten()
+        | "Write" >> WriteStageOutput(
+            output=config.output, producer="pipelines corpus", params=config.params(),
+            num_shards=config.num_shards, namespace="pipelines.corpus", extra_tallies=[documents_read],
+            split_of=split_of,
+        )
+    )

@@ -1,0 +1,137 @@
+"""File access for the pipelines through Beam's filesystems (local paths, gs://, s3://, ...).
+
+Everything here runs both at pipeline construction (on the launching machine) and inside
+workers, so paths are always URLs understood by ``apache_beam.io.filesystems.FileSystems``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from schemas import COMPLETED_FILE, MANIFEST_FILE, Manifest, ManifestError, completed_marker
+
+SPLITS = ("train", "validation", "test")
+"""Split folder names of a corpus output."""
+
+_KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", COMPLETED_FILE)
+_KNOWN_OUTPUT_DIRS = ("all", "rejects", *SPLITS)
+
+
+class InputError(ValueError):
+    """An input is missing, empty or unusable; the message names it and says what to do."""
+
+
+class OutputError(ValueError):
+    """An output cannot be written (exists and is complete, or is not writable)."""
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts the way the base's filesystem does (``/`` for local and buckets)."""
+    return FileSystems.join(base.rstrip("/"), *parts)
+
+
+def exists(path: str) -> bool:
+    """Whether a file exists."""
+    return FileSystems.exists(path)
+
+
+def read_bytes(path: str) -> bytes:
+    """Read a whole file, uncompressed."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def open_binary(path: str):
+    """Open a file for binary reading without Beam's transparent decompression."""
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a whole file (bucket objects appear atomically when closed)."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(data)
+
+
+def sha256_hex(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def expand_inputs(patterns: Iterable[str]) -> list[str]:
+    """Expand glob patterns into a sorted, de-duplicated list of files; fail if one matches nothing."""
+    files: set[str] = set()
+    for pattern in patterns:
+        try:
+            matched = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        except Exception as err:  # Beam raises BeamIOError/ValueError/OSError depending on the filesystem.
+            raise InputError(f"--input {pattern}: cannot list files ({err})") from None
+        matched = [m for m in matched if not m.endswith("/")]
+        if not matched:
+            raise InputError(f"--input {pattern}: no file matches this path or pattern")
+        files.update(matched)
+    return sorted(files)
+
+
+def file_size(path: str) -> int:
+    """Size of one file in bytes."""
+    return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+
+
+def is_completed(output: str) -> bool:
+    """Whether ``output`` holds a finished stage output (the ``COMPLETED`` marker)."""
+    return exists(join(output, COMPLETED_FILE))
+
+
+def prepare_output(output: str, overwrite: bool) -> None:
+    """Make ``output`` ready to receive a stage's files, before the pipeline starts.
+
+    Refuses a completed output unless ``overwrite``; removes the files a previous (finished or
+    interrupted) run of a stage left there, and nothing else; checks the folder is writable.
+    """
+    if is_completed(output) and not overwrite:
+        raise OutputError(
+            f"--output {output}: already holds a completed output; pass --overwrite to replace it"
+        )
+    stale = [join(output, name) for name in _KNOWN_OUTPUT_FILES if exists(join(output, name))]
+    for folder in _KNOWN_OUTPUT_DIRS:
+        pattern = join(output, folder, "*")
+        stale.extend(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    # The marker goes first, so an interrupted clean-up never leaves a "completed" husk.
+    stale.sort(key=lambda path: not path.endswith(COMPLETED_FILE))
+    if stale:
+        FileSystems.delete(stale)
+    probe = join(output, f".write-probe-{uuid.uuid4().hex}")
+    try:
+        write_bytes(probe, b"")
+        FileSystems.delete([probe])
+    except Exception as err:  # Any filesystem error means the same thing to the user.
+        raise OutputError(f"--output {output}: cannot write there ({type(err).__name__}: {err})") from None
+
+
+def load_manifest(folder: str, expected_format: str) -> Manifest:
+    """Read a completed stage output's manifest, refusing an incomplete or foreign one."""
+    marker_path = join(folder, COMPLETED_FILE)
+    manifest_path = join(folder, MANIFEST_FILE)
+    if not exists(marker_path):
+        raise InputError(
+            f"{folder}: not a completed stage output (no {COMPLETED_FILE} marker); "
+            "run the stage that writes it, or let an interrupted run finish"
+        )
+    try:
+        text = read_bytes(manifest_path).decode("utf-8")
+    except Exception as err:
+        raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
+    if read_bytes(marker_path).decode("utf-8") != completed_marker(text):
+        raise InputError(f"{folder}: {COMPLETED_FILE} does not match {MANIFEST_FILE}; the output was modified")
+    try:
+        manifest = Manifest.from_json(text, manifest_path)
+    except ManifestError as err:
+        raise InputError(str(err)) from None
+    if manifest.format != expected_format:
+        raise InputError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
+    return manifest

@@ -1,0 +1,90 @@
+"""Running a corpus stage: options, output preparation, execution and the user-facing summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+
+from pipelines import io
+from schemas import STATS_FILE, SchemaError
+
+DEFAULT_RUNNER = "DirectRunner"
+_OUR_ERRORS = ("InputError", "OutputError", "SchemaError", "ManifestError", "DumpError")
+_LOG = logging.getLogger(__name__)
+
+
+class StageFailed(RuntimeError):
+    """A pipeline failed while running; the message is the most useful single line."""
+
+
+def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    """Beam options from the pass-through arguments, with DirectRunner as the default runner."""
+    options = PipelineOptions(beam_args)
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = DEFAULT_RUNNER
+    return options
+
+
+def is_dry_run(options: PipelineOptions) -> bool:
+    """Whether the runner only builds the job (Dataflow ``--dry_run``), writing nothing."""
+    return bool(options.view_as(TestOptions).dry_run)
+
+
+def explain_failure(err: BaseException) -> str:
+    """The line of a (possibly runner-wrapped) exception a user can act on."""
+    text = str(err)
+    for name in _OUR_ERRORS:
+        match = re.search(rf"{name}: (.+)", text)
+        if match:
+            return match.group(1).strip()
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else 'no message'}"
+
+
+def run_stage(
+    build: Callable[[beam.Pipeline, Any, Any], None], config: Any, inputs: Any, beam_args: list[str]
+) -> dict[str, Any] | None:
+    """Prepare the output, build and run one stage; return its ``stats.json`` (None for a dry run)."""
+    options = pipeline_options(beam_args)
+    dry_run = is_dry_run(options)
+    if not dry_run:
+        io.prepare_output(config.output, config.overwrite)
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline, config, inputs)
+    try:
+        result = pipeline.run()
+        state = result.wait_until_finish()
+    except (io.InputError, io.OutputError, SchemaError) as err:
+        raise StageFailed(str(err)) from err
+    except Exception as err:  # The runner wraps worker errors in its own types.
+        _LOG.debug("pipeline failed", exc_info=True)
+        raise StageFailed(explain_failure(err)) from err
+    if dry_run:
+        return None
+    if state not in (beam.runners.runner.PipelineState.DONE, None):
+        raise StageFailed(f"the pipeline ended in state {state}; see the runner's logs")
+    return json.loads(io.read_bytes(io.join(config.output, STATS_FILE)))
+
+
+def summary_lines(stats: dict[str, Any], output: str, record_name: str) -> list[str]:
+    """A short human summary of a stage's ``stats.json``."""
+    lines = [
+        f"{record_name} read: {stats['records_in']:,}",
+        f"documents written: {stats['documents_out']:,} "
+        f"({stats['sentences']:,} sentences, {stats['words']:,} words)",
+    ]
+    for key in ("dropped", "rejected", "file_errors"):
+        for reason, count in stats[key].items():
+            lines.append(f"  {key.replace('_', ' ')}: {reason}: {count:,}")
+    for split, count in stats.get("splits", {}).items():
+        lines.append(f"  split {split}: {count:,} documents")
+    lines.append(f"counts reconcile: {'yes' if stats['reconciles'] else 'NO'}")
+    lines.append(f"output: {output}")
+    return lines

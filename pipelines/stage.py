@@ -1,0 +1,233 @@
+"""What every corpus stage shares: outcomes, deterministic shard writing, and the finish.
+
+A stage maps each record it reads to one ``Outcome``. ``WriteStageOutput`` then writes the
+documents as sorted Arrow shards (shard chosen by a hash of the document id, rows sorted, so
+the bytes do not depend on runner, workers or bundles), the rejects beside them, and last
+``stats.json``, ``manifest.json`` and the ``COMPLETED`` marker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from pipelines import io
+from pipelines.stats import build_stats, document_tally, sum_tallies
+from schemas import (
+    COMPLETED_FILE,
+    DOCUMENTS,
+    MANIFEST_FILE,
+    REJECTS,
+    STATS_FILE,
+    Manifest,
+    RecordFormat,
+    ShardEntry,
+    completed_marker,
+)
+from schemas.rejects import EXCERPT_CHARS
+
+DOCUMENT = "document"
+DROPPED = "dropped"
+REJECTED = "rejected"
+FILE_ERROR = "file_error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one input record: a document row, or a drop/reject reason (with a row)."""
+
+    kind: str
+    reason: str = ""
+    row: dict[str, Any] | None = None
+
+
+def document_outcome(row: dict[str, Any]) -> Outcome:
+    """A record that became a document."""
+    return Outcome(DOCUMENT, "", row)
+
+
+def dropped_outcome(reason: str) -> Outcome:
+    """A record dropped by a filter; counted under ``stats.json``'s ``dropped``."""
+    return Outcome(DROPPED, reason)
+
+
+def reject_outcome(
+    *, source: str, origin: str, record_id: str, reason: str, detail: str, title: str | None = None,
+    excerpt: str | None = None, kind: str = REJECTED,
+) -> Outcome:
+    """A record (or, with ``kind=FILE_ERROR``, a whole file) that could not be used, kept aside."""
+    row = {
+        "source": source,
+        "origin": origin,
+        "record_id": record_id,
+        "title": title,
+        "reason": reason,
+        "detail": detail,
+        "excerpt": excerpt[:EXCERPT_CHARS] if excerpt else None,
+    }
+    return Outcome(kind, reason, row)
+
+
+def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:
+    """The tally an outcome contributes to ``stats.json``."""
+    if outcome.kind == DOCUMENT:
+        return document_tally(outcome.row["sentences"], split)
+    key = "file_errors" if outcome.kind == FILE_ERROR else outcome.kind
+    return Counter({f"{key}/{outcome.reason}": 1})
+
+
+class CountOutcomes(beam.DoFn):
+    """Pass outcomes through, counting each in a Beam counter named after its reason."""
+
+    def __init__(self, namespace: str):
+        self._namespace = namespace
+
+    def process(self, outcome: Outcome):
+        name = "documents_out" if outcome.kind == DOCUMENT else f"{outcome.kind}_{outcome.reason}"
+        Metrics.counter(self._namespace, name).inc()
+        yield outcome
+
+
+def shard_index(key: str, num_shards: int) -> int:
+    """Which shard a key goes to: a stable hash, independent of Python's hash seed."""
+    return int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:16], 16) % num_shards
+
+
+def shard_name(split: str, index: int, num_shards: int) -> str:
+    """Relative path of one shard file."""
+    return f"{split}/part-{index:05d}-of-{num_shards:05d}.arrow"
+
+
+def document_sort_key(row: dict[str, Any]) -> tuple:
+    """A total order on document rows (ties on doc_id are exact duplicates from different places)."""
+    return (
+        row["doc_id"], row["source"], row["origin"], row.get("page_id") or -1, row.get("title") or "",
+        row.get("revision_id") or -1,
+    )
+
+
+def reject_sort_key(row: dict[str, Any]) -> tuple:
+    """A total order on reject rows."""
+    return (row["origin"], row["record_id"], row["reason"], row["detail"], row.get("title") or "")
+
+
+def _write_shard(
+    element: tuple[int, list], output: str, split: str, num_shards: int, fmt: RecordFormat,
+    sort_key: Callable[[dict], tuple],
+) -> dict[str, Any]:
+    index, rows = element
+    rows = sorted((r for r in rows if r is not None), key=sort_key)
+    relative = shard_name(split, index, num_shards)
+    path = io.join(output, relative)
+    data = fmt.to_ipc_bytes(fmt.to_table(rows, source=path), source=path)
+    io.write_bytes(path, data)
+    return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
+
+
+class WriteShards(beam.PTransform):
+    """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each."""
+
+    def __init__(
+        self, output: str, split: str, num_shards: int, fmt: RecordFormat,
+        shard_key: Callable[[dict], str], sort_key: Callable[[dict], tuple],
+    ):
+        super().__init__()
+        self._output, self._split, self._num_shards = output, split, num_shards
+        self._fmt, self._shard_key, self._sort_key = fmt, shard_key, sort_key
+
+    def expand(self, rows):
+        n, key = self._num_shards, self._shard_key
+        keyed = rows | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
+        # One placeholder per shard, so that every shard file exists even when empty.
+        placeholders = rows.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
+        return (
+            (keyed, placeholders)
+            | "Merge" >> beam.Flatten()
+            | "Group by shard" >> beam.GroupByKey()
+            | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt, self._sort_key)
+        )
+
+
+def _finish(
+    _, output: str, producer: str, params: dict[str, Any], entries: list[dict], tally: Counter,
+    counted_in: str,
+) -> dict[str, Any]:
+    stats = build_stats(tally, counted_in)
+    data = [ShardEntry(**e) for e in entries if e["format"] == DOCUMENTS.name]
+    rejects = [ShardEntry(**e) for e in entries if e["format"] == REJECTS.name]
+    manifest = Manifest(DOCUMENTS.name, DOCUMENTS.version, producer, params, tuple(data), tuple(rejects))
+    manifest_json = manifest.to_json()
+    io.write_bytes(io.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
+    io.write_bytes(io.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
+    io.write_bytes(io.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
+    return stats
+
+
+class WriteStageOutput(beam.PTransform):
+    """Write a stage's outcomes: document shards per split, rejects, stats, manifest, marker.
+
+    ``split_of(row)`` names a document's split (a corpus output); without it every document
+    goes to the single split ``all``. ``extra_tallies`` add counts measured elsewhere in the
+    graph (the records read, for reconciliation).
+    """
+
+    def __init__(
+        self, *, output: str, producer: str, params: dict[str, Any], num_shards: int, namespace: str,
+        extra_tallies=(), split_of: Callable[[dict], str] | None = None, counted_in: str = "records_in",
+    ):
+        super().__init__()
+        self._output, self._producer, self._params = output, producer, params
+        self._num_shards, self._namespace = num_shards, namespace
+        self._extra_tallies, self._split_of, self._counted_in = tuple(extra_tallies), split_of, counted_in
+
+    def expand(self, outcomes):
+        outcomes = outcomes | "Count" >> beam.ParDo(CountOutcomes(self._namespace))
+        split_of = self._split_of
+        documents = outcomes | "Documents" >> beam.Filter(lambda o: o.kind == DOCUMENT)
+        entries = []
+        splits = io.SPLITS if split_of else ("all",)
+        for split in splits:
+            rows = documents | f"Rows {split}" >> beam.Map(lambda o: o.row)
+            if split_of:
+                rows = rows | f"Only {split}" >> beam.Filter(lambda r, s=split: split_of(r) == s)
+            entries.append(
+                rows | f"Write {split}" >> WriteShards(
+                    self._output, split, self._num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
+                )
+            )
+        reject_rows = (
+            outcomes
+            | "Rejects" >> beam.Filter(lambda o: o.kind in (REJECTED, FILE_ERROR))
+            | "Reject rows" >> beam.Map(lambda o: o.row)
+        )
+        num_reject_shards = max(1, self._num_shards // 16)
+        entries.append(
+            reject_rows | "Write rejects" >> WriteShards(
+                self._output, "rejects", num_reject_shards, REJECTS,
+                lambda r: f"{r['origin']}\t{r['record_id']}", reject_sort_key,
+            )
+        )
+        tallies = outcomes | "Tally" >> beam.Map(
+            lambda o: outcome_tally(o, split_of(o.row) if split_of and o.kind == DOCUMENT else None)
+        )
+        total = (
+            (tallies, *self._extra_tallies)
+            | "All tallies" >> beam.Flatten()
+            | "Sum tallies" >> beam.CombineGlobally(sum_tallies)
+        )
+        all_entries = entries | "All shards" >> beam.Flatten()
+        return (
+            outcomes.pipeline
+            | "Finish" >> beam.Create([None])
+            | "Write manifest" >> beam.Map(
+                _finish, self._output, self._producer, self._params,
+                beam.pvalue.AsList(all_entries), beam.pvalue.AsSingleton(total), self._counted_in,
+            )
+        )

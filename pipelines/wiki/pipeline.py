@@ -1,0 +1,160 @@
+"""``pipelines wikipedia``: pages-articles dumps into clean documents.
+
+Graph: dump files → read tasks (a multistream file with its index becomes many byte ranges of
+bz2 streams; any other file is one task) → reshuffle → stream-parse pages → reshuffle →
+clean each page (one ``Outcome`` per page) → ``WriteStageOutput``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import apache_beam as beam
+
+from pipelines import io
+from pipelines.config import WikipediaConfig
+from pipelines.stage import FILE_ERROR, Outcome, WriteStageOutput, document_outcome, dropped_outcome, reject_outcome
+from pipelines.text import content_hash, count_words, paragraphs_to_sentences
+from pipelines.wiki.dump import (
+    DumpError,
+    RawPage,
+    index_path_for,
+    iter_pages,
+    iter_range_pages,
+    plan_stream_ranges,
+    read_stream_offsets,
+)
+from pipelines.wiki.wikitext import clean_wikitext
+
+SOURCE = "wikipedia"
+ARTICLE_NAMESPACE = 0
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """One unit of reading: a whole file (``start is None``) or a byte range of bz2 streams."""
+
+    path: str
+    start: int | None = None
+    end: int | None = None
+
+
+def is_index_file(path: str) -> bool:
+    """Whether a path is a multistream index rather than a dump."""
+    name = path.rsplit("/", 1)[-1]
+    return "-index" in name and ".txt" in name
+
+
+def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
+    """Split a multistream dump with an index into stream ranges; read any other file whole."""
+    try:
+        index_path = index_path_for(path)
+    except ValueError:  # Not named like a multistream dump: there is no index to look for.
+        return [ReadTask(path)]
+    if not io.exists(index_path):
+        return [ReadTask(path)]
+    with io.open_binary(index_path) as index:
+        offsets = read_stream_offsets(index)
+    if not offsets:
+        return [ReadTask(path)]
+    ranges = plan_stream_ranges(offsets, io.file_size(path), streams_per_range)
+    return [ReadTask(path, start, end) for start, end in ranges]
+
+
+def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
+    """Yield the pages of one read task; a corrupt file ends in one file-error outcome."""
+    num_pages = 0
+    try:
+        with io.open_binary(task.path) as f:
+            pages = iter_pages(f) if task.start is None else iter_range_pages(f, task.start, task.end)
+            for page in pages:
+                num_pages += 1
+                yield page
+    except DumpError as err:
+        where = "" if task.start is None else f" (bytes {task.start}-{task.end})"
+        yield reject_outcome(
+            source=SOURCE, origin=task.path, record_id="file", reason=err.reason, kind=FILE_ERROR,
+            detail=f"{err.detail}{where}; the {num_pages} pages before it were kept",
+        )
+
+
+def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome:
+    """Clean one page into a document, or say why it was dropped or rejected."""
+    if page.redirect_title is not None:
+        return dropped_outcome("redirect")
+    if page.ns != ARTICLE_NAMESPACE:
+        return dropped_outcome("not_article_namespace")
+    try:
+        cleaned = clean_wikitext(page.text, page.title)
+        sentences = paragraphs_to_sentences(cleaned.paragraphs)
+    except Exception as err:  # A parser failure on one page must never stop the file.
+        return reject_outcome(
+            source=SOURCE, origin=origin, record_id=str(page.page_id), title=page.title, reason="parse_error",
+            detail=f"{type(err).__name__}: {err}"[:500], excerpt=page.text,
+        )
+    if cleaned.is_disambiguation:
+        return dropped_outcome("disambiguation")
+    if not sentences:
+        return dropped_outcome("empty_after_cleaning")
+    num_words = count_words(sentences)
+    if num_words < min_document_words:
+        return dropped_outcome("too_short")
+    return document_outcome({
+        "doc_id": content_hash(sentences),
+        "source": SOURCE,
+        "origin": origin,
+        "title": page.title,
+        "page_id": page.page_id,
+        "revision_id": page.revision_id,
+        "sentences": sentences,
+        "num_sentences": len(sentences),
+        "num_words": num_words,
+        "num_chars": sum(len(s) for s in sentences),
+    })
+
+
+class _ReadPages(beam.DoFn):
+    """Read a task's pages, keyed by origin file; file errors go to a tagged output."""
+
+    FILE_ERRORS = "file_errors"
+
+    def process(self, task: ReadTask):
+        for item in read_task(task):
+            if isinstance(item, Outcome):
+                _LOG.error("%s: %s", task.path, item.row["detail"])
+                yield beam.pvalue.TaggedOutput(self.FILE_ERRORS, item)
+            else:
+                yield task.path, item
+
+
+def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) -> None:
+    """Add the Wikipedia stage to ``pipeline`` for already-expanded input ``files``."""
+    dumps = [f for f in files if not is_index_file(f)]
+    read = (
+        pipeline
+        | "Dump files" >> beam.Create(dumps)
+        | "Plan reads" >> beam.FlatMap(plan_reads, config.streams_per_range)
+        | "Spread reads" >> beam.Reshuffle()
+        | "Read pages" >> beam.ParDo(_ReadPages()).with_outputs(_ReadPages.FILE_ERRORS, main="pages")
+    )
+    pages = read.pages | "Spread pages" >> beam.Reshuffle()
+    outcomes = pages | "Clean pages" >> beam.MapTuple(
+        lambda origin, page: page_outcome(page, origin, config.min_document_words)
+    )
+    pages_read = (
+        pages
+        | "Count pages" >> beam.combiners.Count.Globally()
+        | "Pages tally" >> beam.Map(lambda n: Counter(records_in=n))
+    )
+    _ = (
+        (outcomes, read[_ReadPages.FILE_ERRORS])
+        | "All outcomes" >> beam.Flatten()
+        | "Write" >> WriteStageOutput(
+            output=config.output, producer="pipelines wikipedia", params=config.params(),
+            num_shards=config.num_shards, namespace="pipelines.wikipedia", extra_tallies=[pages_read],
+        )
+    )

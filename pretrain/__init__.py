@@ -1,0 +1,1 @@
+"""The BERT pre-training trainer (PyTorch, CUDA AMP, torchrun)."""

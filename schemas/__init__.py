@@ -1,0 +1,35 @@
+"""On-disk formats shared by every stage: Arrow record formats, manifests, markers.
+
+This package imports pyarrow only (never Beam or torch), so any stage and any outside
+reader can depend on it.
+"""
+
+from schemas.documents import DOCUMENTS
+from schemas.formats import RecordFormat, SchemaError
+from schemas.manifest import (
+    COMPLETED_FILE,
+    MANIFEST_FILE,
+    STATS_FILE,
+    Manifest,
+    ManifestError,
+    ShardEntry,
+    completed_marker,
+)
+from schemas.rejects import REJECTS
+
+FORMATS: dict[str, RecordFormat] = {f.name: f for f in (DOCUMENTS, REJECTS)}
+
+__all__ = [
+    "COMPLETED_FILE",
+    "DOCUMENTS",
+    "FORMATS",
+    "MANIFEST_FILE",
+    "REJECTS",
+    "STATS_FILE",
+    "Manifest",
+    "ManifestError",
+    "RecordFormat",
+    "SchemaError",
+    "ShardEntry",
+    "completed_marker",
+]

@@ -1,0 +1,100 @@
+"""Versioned Arrow record formats: one definition used by every writer and every reader.
+
+A ``RecordFormat`` names an Arrow schema and a version. Writers build tables with
+``to_table`` (validated before a byte is written) and serialise them with ``to_ipc_bytes``;
+readers use ``read_ipc`` which checks the format name, version and schema of the file and
+names the file in every error.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+FORMAT_KEY = b"format"
+VERSION_KEY = b"format_version"
+
+
+class SchemaError(ValueError):
+    """Data does not match its declared format; the message names the file and the problem."""
+
+
+RowCheck = Callable[[pa.Table], list[str]]
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """An Arrow schema with a name and a version, plus row-level checks."""
+
+    name: str
+    version: int
+    fields: tuple[pa.Field, ...]
+    row_checks: tuple[RowCheck, ...] = field(default=())
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema, with the format name and version in its metadata."""
+        return pa.schema(
+            list(self.fields),
+            metadata={FORMAT_KEY: self.name.encode(), VERSION_KEY: str(self.version).encode()},
+        )
+
+    def to_table(self, rows: Iterable[Mapping[str, Any]], source: str = "<rows>") -> pa.Table:
+        """Build a validated table from row dicts (missing nullable fields become null)."""
+        rows = list(rows)
+        columns = {f.name: [row.get(f.name) for row in rows] for f in self.fields}
+        try:
+            table = pa.table(columns, schema=self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise SchemaError(f"{source}: rows do not fit the {self.name} v{self.version} schema: {err}") from None
+        self.validate(table, source)
+        return table
+
+    def validate(self, table: pa.Table, source: str) -> None:
+        """Raise ``SchemaError`` unless ``table`` has exactly this schema and passes the row checks."""
+        metadata = table.schema.metadata or {}
+        found_name = metadata.get(FORMAT_KEY, b"").decode()
+        found_version = metadata.get(VERSION_KEY, b"").decode()
+        if found_name != self.name:
+            raise SchemaError(f"{source}: expected a '{self.name}' file, found format '{found_name or 'unknown'}'")
+        if found_version != str(self.version):
+            raise SchemaError(
+                f"{source}: '{self.name}' format version {found_version or 'unknown'} is not supported "
+                f"(this code reads version {self.version}); regenerate the file with this version"
+            )
+        if not table.schema.equals(self.schema, check_metadata=False):
+            raise SchemaError(
+                f"{source}: columns do not match the '{self.name}' v{self.version} schema: "
+                f"expected {self.schema.to_string(show_schema_metadata=False)!r}, "
+                f"found {table.schema.to_string(show_schema_metadata=False)!r}"
+            )
+        problems = [problem for check in self.row_checks for problem in check(table)]
+        for f in self.fields:
+            if not f.nullable and table.column(f.name).null_count:
+                problems.append(f"column '{f.name}' has {table.column(f.name).null_count} nulls")
+        if problems:
+            raise SchemaError(f"{source}: invalid '{self.name}' rows: " + "; ".join(problems))
+
+    def to_ipc_bytes(self, table: pa.Table, source: str) -> bytes:
+        """Validate and serialise ``table`` as an Arrow IPC file (deterministic bytes)."""
+        self.validate(table, source)
+        sink = io.BytesIO()
+        options = ipc.IpcWriteOptions(compression="zstd")
+        with ipc.new_file(sink, table.schema, options=options) as writer:
+            writer.write_table(table, max_chunksize=1024)
+        return sink.getvalue()
+
+    def read_ipc(self, data: bytes | BinaryIO, source: str) -> pa.Table:
+        """Read and validate an Arrow IPC file written by ``to_ipc_bytes``."""
+        buffer = pa.py_buffer(data) if isinstance(data, bytes) else data
+        try:
+            table = ipc.open_file(buffer).read_all()
+        except (pa.ArrowInvalid, OSError) as err:
+            raise SchemaError(f"{source}: not a readable Arrow IPC file ({err})") from None
+        self.validate(table, source)
+        return table

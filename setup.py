@@ -1,0 +1,46 @@
+"""Packaging for the BERT pre-training system.
+
+Dataflow workers install the code through ``--setup_file ./setup.py``; the
+``gcp`` extra pulls in Beam's Google Cloud I/O, the ``dev`` extra the tools the
+tests need. CI installs with ``-c constraints.txt`` so every version is pinned.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="bert-pretraining",
+    version="0.1.0",
+    description="Pre-train BERT-style encoders: Beam corpus pipelines, WordPiece, sharded examples, "
+    "a streaming PyTorch trainer and fine-tuning.",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pipelines*", "wordpiece*", "pretrain*", "finetune*", "schemas*"]),
+    install_requires=[
+        "apache-beam>=2.77,<3",
+        "pyarrow>=15",
+        "tokenizers>=0.20",
+        "torch>=2.4",
+        "fsspec>=2024.1",
+        "gcsfs>=2024.1",
+        "click>=8.1",
+        # Wikitext parsing (a real parser instead of regexes).
+        "mwparserfromhell>=0.6.6",
+        # Sentence segmentation with no run-time download; see docs/sentence-segmentation.md.
+        "blingfire>=0.1.8",
+        # Encoding detection for books that are neither UTF-8 nor UTF-16.
+        "charset-normalizer>=3",
+        "numpy>=1.24",
+        "tqdm>=4.66",
+    ],
+    extras_require={
+        "gcp": ["apache-beam[gcp]>=2.77,<3"],
+        "dev": ["pytest>=8", "pytest-xdist>=3", "ruff>=0.6", "gcp-storage-emulator>=2024.1"],
+    },
+    entry_points={
+        "console_scripts": [
+            "pipelines=pipelines.cli:main",
+            "wordpiece=wordpiece.cli:main",
+            "pretrain=pretrain.cli:main",
+            "finetune=finetune.cli:main",
+        ]
+    },
+)
