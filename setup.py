@@ -32,7 +32,7 @@ setup(
         "tqdm>=4.66",
     ],
     extras_require={
-        "gcp": ["apache-beam[gcp]>=2.77,<3"],
+        "gcp": ["apache-beam[gcp]>=2.77,<3", "build>=1"],
         "dev": ["pytest>=8", "pytest-xdist>=3", "ruff>=0.6", "gcp-storage-emulator>=2024.1"],
     },
     entry_points={

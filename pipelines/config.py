@@ -45,6 +45,7 @@ class SourceConfig:
         """The parameters recorded in the manifest (inputs as given)."""
         data = asdict(self)
         data.pop("overwrite")
+        data.pop("output")
         data["inputs"] = list(self.inputs)
         return data
 
@@ -116,5 +117,6 @@ class CorpusConfig:
         """The parameters recorded in the manifest."""
         data = asdict(self)
         data.pop("overwrite")
+        data.pop("output")
         data["inputs"] = list(self.inputs)
         return data

@@ -1,0 +1,94 @@
+"""Pure functions behind `pipelines corpus`: splits, MinHash near-duplicates, stats, configs."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from pipelines.config import CorpusConfig, WikipediaConfig
+from pipelines.corpus.dedup import (
+    band_keys,
+    estimated_jaccard,
+    minhash_signature,
+    near_duplicates_in_bucket,
+    shingles,
+)
+from pipelines.corpus.split import assign_split
+from pipelines.stats import bucket_label, build_stats, document_tally
+from pipelines.text import content_hash
+
+
+def test_split_is_a_function_of_the_id_alone():
+    ids = [content_hash([str(i)]) for i in range(20000)]
+    splits = Counter(assign_split(i, 0.1, 0.05, "salt") for i in ids)
+    assert abs(splits["validation"] / 20000 - 0.1) < 0.01
+    assert abs(splits["test"] / 20000 - 0.05) < 0.01
+    # Adding documents never moves old ones: the assignment only reads the id.
+    assert [assign_split(i, 0.1, 0.05, "salt") for i in ids[:50]] == [
+        assign_split(i, 0.1, 0.05, "salt") for i in ids[:50]
+    ]
+    assert assign_split(ids[0], 0.0, 0.0, "salt") == "train"
+
+
+def test_shingles_short_and_long():
+    assert shingles(["A b"], 5) == {b"a b"}
+    assert shingles(["a b c", "d e f"], 5) == {b"a b c d e", b"b c d e f"}
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    vocabulary = [f"w{i}" for i in range(5000)]
+    return [rng.choice(vocabulary) for _ in range(n)]
+
+
+def test_minhash_estimates_jaccard_and_is_deterministic():
+    rng = random.Random(0)
+    base = _words(rng, 2000)
+    edited = list(base)
+    for i in rng.sample(range(len(edited)), 20):  # 1% of words changed: ~95% of 5-gram shingles survive
+        edited[i] = "CHANGED"
+    a = minhash_signature([" ".join(base)], 5, 120)
+    b = minhash_signature([" ".join(edited)], 5, 120)
+    c = minhash_signature([" ".join(_words(rng, 2000))], 5, 120)
+    sa, sb = shingles([" ".join(base)], 5), shingles([" ".join(edited)], 5)
+    true_jaccard = len(sa & sb) / len(sa | sb)
+    assert abs(estimated_jaccard(a, b) - true_jaccard) < 0.12
+    assert estimated_jaccard(a, c) < 0.05
+    assert np.array_equal(a, minhash_signature([" ".join(base)], 5, 120))
+    assert a.dtype == np.uint32 and a.shape == (120,)
+    shared_bands = set(band_keys(a, 20, 6)) & set(band_keys(b, 20, 6))
+    assert shared_bands and not set(band_keys(a, 20, 6)) & set(band_keys(c, 20, 6))
+
+
+def test_near_duplicates_keep_the_smallest_id_whatever_the_order():
+    sig = np.arange(10, dtype=np.uint32)
+    other = np.arange(10, dtype=np.uint32) + 100
+    members = [("b", sig), ("a", sig), ("c", other), ("d", sig.copy())]
+    found = near_duplicates_in_bucket(members, 0.8)
+    assert found == [("b", "a", 1.0), ("d", "a", 1.0)]
+    assert near_duplicates_in_bucket(list(reversed(members)), 0.8) == found
+
+
+def test_stats_reconcile_and_histograms():
+    tally = document_tally(["one two three.", "four."], split="train")
+    tally.update({"records_in": 3, "dropped/redirect": 1, "rejected/parse_error": 1, "file_errors/truncated_input": 1})
+    stats = build_stats(tally)
+    assert stats["records_in"] == 3 and stats["documents_out"] == 1 and stats["reconciles"]
+    assert stats["histograms"]["sentence_words"] == {"1": 1, "2-3": 1}
+    assert stats["splits"] == {"train": 1} and stats["file_errors"] == {"truncated_input": 1}
+    tally["records_in"] += 1
+    assert not build_stats(tally)["reconciles"]
+    assert [bucket_label(n) for n in (0, 1, 2, 3, 4, 7, 8, 1000)] == ["0", "1", "2-3", "2-3", "4-7", "4-7", "8-15",
+                                                                       "512-1023"]
+
+
+def test_configs_list_every_problem_at_once():
+    with pytest.raises(ValueError) as err:
+        CorpusConfig(inputs=(), output="", validation_fraction=0.6, test_fraction=0.5, num_shards=0)
+    message = str(err.value)
+    for flag in ("--input", "--output", "--test-fraction", "leave some training data", "--num-shards"):
+        assert flag in message
+    with pytest.raises(ValueError, match="--streams-per-range"):
+        WikipediaConfig(inputs=("x",), output="o", streams_per_range=0)
