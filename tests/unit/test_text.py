@@ -25,3 +25,9 @@ def test_content_hash_is_stable_and_order_sensitive():
     assert content_hash(["a", "b"]) != content_hash(["b", "a"])
     assert content_hash(["a b"]) != content_hash(["a", "b"])
     assert len(content_hash(["x"])) == 32
+
+
+def test_repairs_title_and_speech_tag_splits():
+    assert split_sentences('"Oh!" said Ann. The shop was closed. Mr. Gray walked home.') == [
+        '"Oh!" said Ann.', "The shop was closed.", "Mr. Gray walked home."
+    ]
