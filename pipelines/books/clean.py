@@ -1,0 +1,410 @@
+"""Clean one plain-text book (BooksCorpus / Project Gutenberg style) into prose paragraphs.
+
+Pure functions, no Beam. ``clean_book`` runs: ``decode_book`` -> ``normalize_newlines`` ->
+``strip_gutenberg`` (header, footer, licence) -> ``split_blocks`` (blank-line separated lines)
+-> ``drop_table_of_contents`` -> ``unwrap_lines`` (one line per paragraph) -> drop paragraphs
+that ``is_boilerplate`` or ``is_heading``. Every heuristic errs on the side of keeping text:
+a stray heading costs little, lost prose more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import charset_normalizer
+
+
+class BookRejected(Exception):
+    """A book that cannot be used; ``reason`` is a snake_case code, ``detail`` says why."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class CleanBook:
+    """A cleaned book: its prose paragraphs (one line each) and what was removed.
+
+    Header and footer lines are those ``strip_gutenberg`` cut (credits included); TOC lines
+    those of contents lists and of a title page before one; heading paragraphs include
+    separators and illustration markers; boilerplate paragraphs include everything cut after
+    ``THE END`` or a transcriber's note at the very end.
+    """
+
+    title: str | None
+    paragraphs: list[str]
+    encoding: str
+    num_header_lines: int = 0
+    num_footer_lines: int = 0
+    num_toc_lines: int = 0
+    num_heading_paragraphs: int = 0
+    num_boilerplate_paragraphs: int = 0
+
+
+@dataclass(frozen=True)
+class GutenbergParts:
+    """What ``strip_gutenberg`` returns: the body text, the title and the lines taken away."""
+
+    body: str
+    title: str | None
+    num_header_lines: int
+    num_footer_lines: int
+
+
+MAX_CONTROL_SHARE = 0.01
+"""Decoded text with more than this share of control characters is taken for binary data."""
+
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+_BOMS = [
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+]
+
+
+def _sniff_utf16(data: bytes) -> str:
+    """BOM-less UTF-16: NUL bytes in (almost) only the odd (LE) or only the even (BE) positions."""
+    sample = data[: 1 << 14]
+    pairs = max(len(sample) // 2, 1)
+    even, odd = sample[0 : 2 * pairs : 2].count(0), sample[1 : 2 * pairs : 2].count(0)
+    if odd >= 0.3 * pairs and even <= 0.02 * pairs:
+        return "utf-16-le"
+    return "utf-16-be" if even >= 0.3 * pairs and odd <= 0.02 * pairs else ""
+
+
+def _decode_legacy(data: bytes) -> tuple[str, str]:
+    """Decode bytes that are not UTF-8: Western (cp1252/latin-1) unless another script is clear.
+
+    cp1252 is preferred when bytes 0x80-0x9F occur (curly quotes and dashes there, C1 controls
+    in latin-1). charset-normalizer's guess is taken only when most non-ASCII letters it decodes
+    to are not Latin (Cyrillic, Greek, CJK): between Latin code pages its guesses on short or
+    mostly-ASCII text are unreliable (it calls Latin-1 German cp1250) and English dominates.
+    """
+    western = "cp1252" if re.search(rb"[\x80-\x9f]", data) else "latin-1"
+    try:
+        western_text = data.decode(western)
+    except UnicodeDecodeError:  # 0x81, 0x8D, 0x8F, 0x90 and 0x9D are unassigned in cp1252
+        western, western_text = "latin-1", data.decode("latin-1")
+    try:
+        match = charset_normalizer.from_bytes(data).best()
+        guess = match.encoding if match is not None and not match.encoding.startswith("utf") else None
+        text = data.decode(guess) if guess else ""
+    except Exception:  # noqa: BLE001 - a third-party detector must never make a book crash
+        return western_text, western
+    letters = [c for c in text if ord(c) > 127 and c.isalpha()]
+    non_latin = sum(not unicodedata.name(c, "").startswith("LATIN") for c in letters)
+    return (text, guess) if guess and non_latin > len(letters) / 2 else (western_text, western)
+
+
+def decode_book(data: bytes, name: str = "<book>") -> tuple[str, str]:
+    """Decode a book's bytes; return ``(text, encoding)`` or raise ``BookRejected``.
+
+    A BOM (UTF-32, UTF-8, UTF-16) decides; else NUL bytes mean BOM-less UTF-16 when they sit in
+    the odd or the even positions only, binary otherwise; else strict UTF-8; else
+    ``_decode_legacy``. Text with more than ``MAX_CONTROL_SHARE`` control characters is binary;
+    the few control characters of accepted text are removed.
+    """
+    if not data.strip():
+        raise BookRejected("empty", f"{name}: no bytes or only whitespace")
+    bom, encoding = next(((b, e) for b, e in _BOMS if data.startswith(b)), (b"", ""))
+    try:
+        if bom:
+            text = data[len(bom) :].decode(encoding.removesuffix("-sig"))
+        elif b"\x00" in data:
+            if not (encoding := _sniff_utf16(data)):
+                raise BookRejected("binary", f"{name}: NUL bytes and not UTF-16")
+            text = data.decode(encoding)
+        else:
+            text, encoding = data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError as exc:
+        if bom:
+            raise BookRejected("undecodable", f"{name}: {encoding} BOM but {exc.reason}") from None
+        if b"\x00" in data:
+            raise BookRejected("binary", f"{name}: NUL bytes and not UTF-16") from None
+        text, encoding = _decode_legacy(data)
+    controls = len(_CONTROL_RE.findall(text))
+    if controls > MAX_CONTROL_SHARE * len(text):
+        raise BookRejected("binary", f"{name}: {controls} control characters in {len(text)}")
+    text = _CONTROL_RE.sub("", text).lstrip("\ufeff")
+    if not text.strip():
+        raise BookRejected("empty", f"{name}: no text after decoding as {encoding}")
+    return text, encoding
+
+
+def normalize_newlines(text: str) -> str:
+    """CRLF, CR, form and vertical feeds and U+2028 become ``\\n``; U+2029 a blank line."""
+    return re.sub(r"[\r\f\v\u2028]", "\n", text.replace("\r\n", "\n").replace("\u2029", "\n\n"))
+
+
+_I = re.IGNORECASE
+_START_RE = re.compile(
+    r"^\s*(\*{3}\s*START\s+OF\s+(THE|THIS)\s+PROJECT\s+GUTENBERG|\*?END\*?\s*THE\s+SMALL\s+PRINT)", _I
+)
+_END_RE = re.compile(r"^\s*(\*{3}\s*)?END\s+OF\s+(THE\s+|THIS\s+)?PROJECT\s+GUTENBERG", _I)
+_TITLE_RE = re.compile(r"^\s*Title:\s*(\S.*?)\s*$", _I)
+_CREDITS_RE = re.compile(
+    r"^\s*((e-?text|e-?book|html\s+version)\s+)?(produced|prepared|transcribed)\s+by\b", _I
+)
+MAX_CREDIT_LINES = 6
+"""A "Produced by" paragraph longer than this (blank lines lost) loses only its first line."""
+
+
+def strip_gutenberg(text: str) -> GutenbergParts:
+    """Remove the Project Gutenberg header, footer and licence from ``text`` (``\\n`` line ends).
+
+    The header ends at the last ``*** START OF THE/THIS PROJECT GUTENBERG ...`` or
+    ``*END*THE SMALL PRINT!`` line before the footer, which starts at the first later
+    ``*** END OF ...`` or ``End of (the) Project Gutenberg('s) ...`` line. "Produced by ..."
+    paragraphs right after the header go with it. The title is the header's ``Title:`` line
+    (with indented continuation lines). Without markers nothing is removed.
+    """
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if _START_RE.match(line)]
+    ends = [i for i, line in enumerate(lines) if _END_RE.match(line) and i > (starts or [-1])[0]]
+    footer = ends[0] if ends else len(lines)
+    header_end = max((i for i in starts if i < footer), default=-1)
+    title = None
+    for i, line in enumerate(lines[: max(header_end, 0)]):
+        if match := _TITLE_RE.match(line):
+            more = itertools.takewhile(lambda s: re.match(r"\s+\S", s), lines[i + 1 : header_end])
+            title = " ".join([match.group(1), *(s.strip() for s in more)])
+            break
+    start = header_end + 1
+    while 0 < start < footer:
+        while start < footer and not lines[start].strip():
+            start += 1
+        if start >= footer or not _CREDITS_RE.match(lines[start]):
+            break
+        end = next((j for j in range(start, footer) if not lines[j].strip()), footer)
+        start = end if end - start <= MAX_CREDIT_LINES else start + 1
+    return GutenbergParts("\n".join(lines[start:footer]), title, start, len(lines) - footer)
+
+
+REFLOW_MIN_LINES = 30
+"""Text whose blocks average this many lines or more has lost its blank lines between paragraphs."""
+
+
+def _split_reflowed(block: list[str]) -> list[list[str]]:
+    """Split a block of a text without blank lines where a paragraph evidently ended.
+
+    Wrapping fills a line until the next word does not fit, so a line that left room for the
+    next line's first word (width: 90th percentile of line lengths) ended a paragraph if it ends
+    a sentence (``.!?:`` before closing quotes) or is under half the width. Only used on texts
+    without blank lines: hand-wrapped paragraphs would be split at sentence ends.
+    """
+    width = sorted(map(len, block))[int(0.9 * (len(block) - 1))]
+    out: list[list[str]] = [[]]
+    for line, following in zip(block, [*block[1:], ""], strict=True):
+        out[-1].append(line)
+        fits = bool(following) and len(line) + 1 + len(following.split()[0]) <= width
+        if fits and (re.search(r"[.!?:][\"'”’)]*$", line) or len(line) <= width / 2):
+            out.append([])
+    return [b for b in out if b]
+
+
+def split_blocks(text: str) -> list[list[str]]:
+    """Split text into blocks of stripped, non-blank lines separated by blank lines.
+
+    When the blocks average ``REFLOW_MIN_LINES`` lines or more (the blank lines were lost, one
+    paragraph runs into the next), every block is split by ``_split_reflowed``.
+    """
+    chunks = re.split(r"\n[ \t]*(?:\n[ \t]*)+", text)
+    blocks = [b for b in ([s.strip() for s in c.split("\n") if s.strip()] for c in chunks) if b]
+    if blocks and sum(map(len, blocks)) >= REFLOW_MIN_LINES * len(blocks):
+        return [part for block in blocks for part in _split_reflowed(block)]
+    return blocks
+
+
+_ILLUSTRATION_RE = re.compile(r"\[Illustrations?\b[^\]]*\]", _I)
+
+
+def unwrap_lines(lines: list[str]) -> str:
+    """Join a block's lines into one paragraph, whitespace collapsed, ``[Illustration]`` removed.
+
+    Lines are joined with a space, except after a hyphen or dash that directly follows a
+    non-space character: ``word-`` + ``word`` gives ``word-word``. Hyphens are never dropped,
+    since line-end hyphens in these texts are mostly real compounds.
+    """
+    parts = lines[:1]
+    for previous, line in itertools.pairwise(lines):
+        glued = previous.endswith(("-", "–", "—")) and previous[-2:-1].strip() and line[:1].isalnum()
+        parts.append(line if glued else " " + line)
+    return " ".join(_ILLUSTRATION_RE.sub(" ", "".join(parts)).split())
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """The paragraphs of ``text`` (blocks from ``split_blocks``), each unwrapped onto one line."""
+    return [p for p in map(unwrap_lines, split_blocks(text)) if p]
+
+
+_CONTENTS_RE = re.compile(r"^(table\s+of\s+)?contents\W*$", _I)
+_KEYWORDS = r"(?i:chapter|book|part|volume|vol\.|letter|stave|canto|section|adventure|act|scene)"
+_NUMBER = r"([IVXLCDM]+|[ivxlcdm]+|\d+|(?i:the\s+\w+|one|two|three|four|five|six|seven|eight|nine|ten|last))"
+_TOC_ENTRY_RE = re.compile(rf"^({_KEYWORDS}\b|[IVXLCDM]+\.(\s|$)|\d{{1,3}}\.(\s|$))")
+_HEADING_RE = re.compile(rf"^{_KEYWORDS}\s+{_NUMBER}\b(?=$|\s*[.:–—-]|\s+[A-Z\"'(_“‘])")
+_ROMAN_RE = re.compile(r"^[IVXLCDM]+(\.\s|\.?$)")
+_SMALL_WORDS = {"a", "an", "the", "of", "and", "or", "in", "on", "to", "by", "for", "with", "at", "from"}
+
+
+def _ends_sentence(text: str) -> bool:
+    """Ends (before closing quotes, brackets, ``_``, ``*``) with ``. ! ? … : ,`` or a dash.
+
+    Not with a semicolon, which ends split titles (``Frankenstein;``) far more often than prose.
+    """
+    return text.rstrip("\"'”’»)]_* ").endswith(tuple(".!?…:,-–—"))
+
+
+def _upper_share(text: str) -> float:
+    letters = [c for c in text if c.isalpha()]
+    return sum(c.isupper() for c in letters) / len(letters) if len(letters) >= 2 else 0.0
+
+
+def _is_toc_block(block: list[str]) -> bool:
+    """Contents entries: lines like ``CHAPTER ...``, ``IV. ...``, ``Title ... 123``, short titles
+    (at most 60 characters, no sentence end or upper-case); or a wrapped entry (up to 4 lines,
+    the first an entry)."""
+
+    def entry(line: str) -> bool:
+        if len(line) > 100:
+            return False
+        if _TOC_ENTRY_RE.match(line) or re.search(r"\S\s+\d{1,4}$", line):
+            return True
+        return len(line) <= 60 and (not _ends_sentence(line) or _upper_share(line) >= 0.8)
+
+    wrapped = len(block) <= 4 and _TOC_ENTRY_RE.match(block[0]) and max(map(len, block)) <= 100
+    return bool(wrapped) or all(map(entry, block))
+
+
+FRONT_MATTER_MAX_WORDS = 150
+"""Fewer words than this before a book's contents list are its title page (publisher, dedication)."""
+
+
+def _is_short_line(block: list[str]) -> bool:
+    return len(block) == 1 and len(block[0]) <= 60
+
+
+def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], int]:
+    """Drop tables of contents; return the remaining blocks and the number of lines dropped.
+
+    (1) A ``CONTENTS`` / ``TABLE OF CONTENTS`` heading and at least two entries after it: the
+    list runs on over entry blocks (``_is_toc_block``) and single lines of at most 60 characters
+    (a list of illustrations with captions ending in ! or ?), and ends at its last entry block,
+    so short lines after it (dialogue) are kept. (2) Without a heading, a block of three or more
+    lines that each start like ``CHAPTER ...`` or ``IV. ...``. Text before a contents list of
+    fewer than ``FRONT_MATTER_MAX_WORDS`` words is a title page and is dropped with it.
+    """
+    out: list[list[str]] = []
+    removed = i = 0
+    while i < len(blocks):
+        block, end = blocks[i], i
+        if _CONTENTS_RE.match(block[0]) and (len(block) == 1 or _is_toc_block(block[1:])):
+            j = end = i + 1
+            while j < len(blocks) and (_is_toc_block(blocks[j]) or _is_short_line(blocks[j])):
+                j += 1
+                end = j if _is_toc_block(blocks[j - 1]) else end
+            end = end if len(block) + end - i >= 4 else i
+        elif len(block) >= 3 and all(map(_TOC_ENTRY_RE.match, block)):
+            end = i + 1
+        if end > i:
+            if sum(len(" ".join(b).split()) for b in out) < FRONT_MATTER_MAX_WORDS:
+                removed += sum(map(len, out))  # a title page before the list goes with it
+                out = []
+            removed += sum(map(len, blocks[i:end]))
+            i = end
+        else:
+            out.append(block)
+            i += 1
+    return out, removed
+
+
+def is_heading(paragraph: str) -> bool:
+    """True for a heading or other non-prose paragraph (one unwrapped line).
+
+    Dropped: text without letters (``* * *``, ``1919``); mostly upper-case text without
+    quotation marks or a final ! or ?, of at most 20 words, or 8 if it ends a sentence
+    (``PREFACE.``, ``THE GREAT WAR``); and, among
+    paragraphs of at most 12 words, ``[...]`` editorial notes, numbered headings (``CHAPTER IV.``,
+    ``Book the First--...``, ``Letter 3``, ``II. A Title``), and text with no sentence-ending
+    punctuation that is Title Case or at most three words (``By Jane Austen``, ``by``).
+    """
+    words = paragraph.split()
+    if not any(c.isalpha() for c in paragraph):
+        return True
+    limit = 8 if _ends_sentence(paragraph) else 20
+    if len(words) <= limit and not re.search('["“”‘]', paragraph) and _upper_share(paragraph) >= 0.8:
+        return not paragraph.rstrip("_*").endswith(("!", "?"))
+    if len(words) > 12 or len(paragraph) > 100:
+        return False
+    if (paragraph.startswith("[") and paragraph.endswith("]")) or _HEADING_RE.match(paragraph):
+        return True
+    if _ROMAN_RE.match(paragraph) and (len(words) == 1 or not _ends_sentence(paragraph)):
+        return True
+    if _ends_sentence(paragraph):
+        return False
+    significant = [w.lstrip("\"'“‘(_") for w in words if w.lower().strip("_") not in _SMALL_WORDS]
+    return len(words) <= 3 or sum(w[:1].isupper() for w in significant) >= 2 / 3 * len(significant)
+
+
+_BOILERPLATE_RE = re.compile(
+    r"project\s+gutenberg|gutenberg-tm|gutenberg\.(org|net)|pglaf|distributed\s+proofread|\be-?texts?\b"
+    r"|transcriber['’]?s\s+notes?\b|corrected\s+by\s+the\s+(e-?text\s+)?transcriber",
+    _I,
+)
+_COPYRIGHT_RE = re.compile(r"^\W*(copyright\b|all\s+rights\s+reserved)", _I)
+TAIL_SHARE = 0.05
+"""In this last share of the blocks, ``THE END`` or boilerplate drops everything from there on
+(publishers' advertisements, a transcriber's list of corrections)."""
+_THE_END_RE = re.compile(r"^\W*(the\s+end|finis)\W*$", _I)
+
+
+def is_boilerplate(paragraph: str) -> bool:
+    """True for Project Gutenberg or transcriber text left in the body, or a short copyright line."""
+    if _COPYRIGHT_RE.match(paragraph) and len(paragraph.split()) <= 40:
+        return True
+    return bool(_BOILERPLATE_RE.search(paragraph))
+
+
+def clean_book(data: bytes, name: str, *, min_words: int = 0) -> CleanBook:
+    """Clean one book file into prose paragraphs; raise ``BookRejected`` for unusable input.
+
+    Reasons: ``binary``, ``undecodable``, ``empty`` (from ``decode_book``, or no prose paragraph
+    left) and ``too_short`` (fewer than ``min_words`` words of prose; 0 disables the check).
+    """
+    text, encoding = decode_book(data, name)
+    parts = strip_gutenberg(normalize_newlines(text))
+    blocks, num_toc_lines = drop_table_of_contents(split_blocks(parts.body))
+    paragraphs: list[str] = []
+    headings = boilerplate = 0
+    for index, paragraph in enumerate(map(unwrap_lines, blocks)):
+        if index >= (1 - TAIL_SHARE) * len(blocks) and (
+            _THE_END_RE.match(paragraph) or is_boilerplate(paragraph)
+        ):
+            boilerplate += len(blocks) - index
+            break
+        if is_boilerplate(paragraph):
+            boilerplate += 1
+        elif not paragraph or is_heading(paragraph):
+            headings += 1
+        else:
+            paragraphs.append(paragraph)
+    if not paragraphs:
+        raise BookRejected("empty", f"{name}: no prose paragraphs left after cleaning")
+    if (words := sum(len(p.split()) for p in paragraphs)) < min_words:
+        raise BookRejected("too_short", f"{name}: {words} words of prose, fewer than {min_words}")
+    return CleanBook(
+        title=parts.title,
+        paragraphs=paragraphs,
+        encoding=encoding,
+        num_header_lines=parts.num_header_lines,
+        num_footer_lines=parts.num_footer_lines,
+        num_toc_lines=num_toc_lines,
+        num_heading_paragraphs=headings,
+        num_boilerplate_paragraphs=boilerplate,
+    )

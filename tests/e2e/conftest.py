@@ -1,0 +1,56 @@
+"""Running the real commands in-process, and reading their outputs back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import main
+from schemas import DOCUMENTS, REJECTS, Manifest
+
+FAST_RUNNER = ["--runner", "FnApiRunner"]
+
+
+def run_cli(*args: str, expect: int = 0):
+    """Run ``pipelines ARGS`` in-process; check the exit code; return the click result."""
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == expect, f"exit {result.exit_code}\n{result.output}"
+    return result
+
+
+def read_output(folder: Path) -> tuple[Manifest, dict, dict[str, pa.Table]]:
+    """The manifest, stats and per-split documents of a completed output."""
+    manifest = Manifest.from_json((folder / "manifest.json").read_text(), "manifest.json")
+    stats = json.loads((folder / "stats.json").read_text())
+    tables: dict[str, list[pa.Table]] = {}
+    for shard in manifest.shards:
+        tables.setdefault(shard.split, []).append(DOCUMENTS.read_ipc((folder / shard.path).read_bytes(), shard.path))
+    return manifest, stats, {split: pa.concat_tables(t) for split, t in tables.items()}
+
+
+def read_rejects(folder: Path) -> list[dict]:
+    """Every reject row of an output."""
+    rows = []
+    for shard in sorted((folder / "rejects").glob("*.arrow")):
+        rows.extend(REJECTS.read_ipc(shard.read_bytes(), str(shard)).to_pylist())
+    return rows
+
+
+def shard_bytes(folder: Path) -> dict[str, bytes]:
+    """Every Arrow file of an output by relative path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.arrow"))}
+
+
+@pytest.fixture(scope="session")
+def wiki_output(tmp_path_factory) -> Path:
+    """`pipelines wikipedia` on the real enwiki excerpt, run once for the session."""
+    from tests.conftest import ENWIKI_EXCERPT, require
+
+    dump = require(ENWIKI_EXCERPT)
+    out = tmp_path_factory.mktemp("wiki") / "out"
+    run_cli("wikipedia", "--input", str(dump), "--output", str(out), "--num-shards", "4", *FAST_RUNNER)
+    return out
