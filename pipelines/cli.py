@@ -16,7 +16,11 @@ from pipelines import io
 from pipelines.config import BooksConfig, CorpusConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
 
-_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": ["-h", "--help"]}
+_PASS_THROUGH = {
+    "ignore_unknown_options": True,
+    "allow_extra_args": True,
+    "help_option_names": ["-h", "--help"],
+}
 
 
 def _fail(message: str) -> None:
@@ -35,7 +39,9 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     for line in summary_lines(stats, config.output, record_name):
         click.echo(line)
     for reason, count in stats["file_errors"].items():
-        click.echo(f"error: {count} input file(s) ended early ({reason}); see {config.output}/rejects", err=True)
+        click.echo(
+            f"error: {count} input file(s) ended early ({reason}); see {config.output}/rejects", err=True
+        )
     if stats["file_errors"]:
         sys.exit(1)
 
@@ -68,25 +74,47 @@ def main(verbose: bool) -> None:
     command runs on Dataflow with --runner DataflowRunner --project P --region R
     --temp_location gs://b/tmp --setup_file ./setup.py.
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _source_options(func):
     func = click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")(func)
-    func = click.option("--num-shards", type=int, default=16, show_default=True,
-                        help="Arrow files to write; aim for 100-500 MB each at scale.")(func)
+    func = click.option(
+        "--num-shards",
+        type=int,
+        default=16,
+        show_default=True,
+        help="Arrow files to write; aim for 100-500 MB each at scale.",
+    )(func)
     func = click.option("--output", required=True, help="Folder or bucket URL for the documents.")(func)
-    func = click.option("--input", "inputs", multiple=True, required=True,
-                        help="File, glob or bucket URL; repeat for several.")(func)
+    func = click.option(
+        "--input",
+        "inputs",
+        multiple=True,
+        required=True,
+        help="File, glob or bucket URL; repeat for several.",
+    )(func)
     return func
 
 
 @main.command(context_settings=_PASS_THROUGH)
 @_source_options
-@click.option("--streams-per-range", type=int, default=20, show_default=True,
-              help="Multistream dumps: bz2 streams (100 pages each) per parallel read task.")
-@click.option("--min-document-words", type=int, default=8, show_default=True,
-              help="Drop articles with fewer words after cleaning (counted as too_short).")
+@click.option(
+    "--streams-per-range",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Multistream dumps: bz2 streams (100 pages each) per parallel read task.",
+)
+@click.option(
+    "--min-document-words",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Drop articles with fewer words after cleaning (counted as too_short).",
+)
 @click.pass_context
 def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min_document_words):
     """Clean pages-articles dumps (.xml.bz2, multistream or not, or plain .xml) into documents.
@@ -97,16 +125,27 @@ def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min
     """
     from pipelines.wiki.pipeline import build
 
-    config = _config(WikipediaConfig, inputs=inputs, output=output, num_shards=num_shards,
-                     overwrite=overwrite, streams_per_range=streams_per_range,
-                     min_document_words=min_document_words)
+    config = _config(
+        WikipediaConfig,
+        inputs=inputs,
+        output=output,
+        num_shards=num_shards,
+        overwrite=overwrite,
+        streams_per_range=streams_per_range,
+        min_document_words=min_document_words,
+    )
     _run(build, config, _expand(inputs), ctx.args, "pages")
 
 
 @main.command(context_settings=_PASS_THROUGH)
 @_source_options
-@click.option("--min-document-words", type=int, default=100, show_default=True,
-              help="Drop books with fewer words after cleaning (counted as too_short).")
+@click.option(
+    "--min-document-words",
+    type=int,
+    default=100,
+    show_default=True,
+    help="Drop books with fewer words after cleaning (counted as too_short).",
+)
 @click.pass_context
 def books(ctx, inputs, output, num_shards, overwrite, min_document_words):
     """Clean plain-text books (one book per file) into documents, one document per book.
@@ -116,31 +155,55 @@ def books(ctx, inputs, output, num_shards, overwrite, min_document_words):
     """
     from pipelines.books.pipeline import build
 
-    config = _config(BooksConfig, inputs=inputs, output=output, num_shards=num_shards, overwrite=overwrite,
-                     min_document_words=min_document_words)
+    config = _config(
+        BooksConfig,
+        inputs=inputs,
+        output=output,
+        num_shards=num_shards,
+        overwrite=overwrite,
+        min_document_words=min_document_words,
+    )
     _run(build, config, _expand(inputs), ctx.args, "books")
 
 
 @main.command(context_settings=_PASS_THROUGH)
-@click.option("--input", "inputs", multiple=True, required=True,
-              help="A completed `pipelines wikipedia` or `pipelines books` output; repeat for several.")
+@click.option(
+    "--input",
+    "inputs",
+    multiple=True,
+    required=True,
+    help="A completed `pipelines wikipedia` or `pipelines books` output; repeat for several.",
+)
 @click.option("--output", required=True, help="Folder or bucket URL for train/, validation/, test/.")
 @click.option("--validation-fraction", type=float, default=0.01, show_default=True)
 @click.option("--test-fraction", type=float, default=0.01, show_default=True)
-@click.option("--near-duplicate-threshold", type=float, default=0.8, show_default=True,
-              help="Estimated Jaccard similarity of word 5-gram sets above which a document is a near duplicate.")
+@click.option(
+    "--near-duplicate-threshold",
+    type=float,
+    default=0.8,
+    show_default=True,
+    help="Estimated Jaccard similarity of word 5-gram sets above which a document is a near duplicate.",
+)
 @click.option("--num-shards", type=int, default=16, show_default=True, help="Arrow files per split.")
 @click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")
 @click.pass_context
-def corpus(ctx, inputs, output, validation_fraction, test_fraction, near_duplicate_threshold, num_shards,
-           overwrite):
+def corpus(
+    ctx, inputs, output, validation_fraction, test_fraction, near_duplicate_threshold, num_shards, overwrite
+):
     """Merge document outputs, remove exact and near duplicates, and split by document-id hash."""
     from pipelines.corpus.pipeline import build
     from schemas import DOCUMENTS
 
-    config = _config(CorpusConfig, inputs=inputs, output=output, validation_fraction=validation_fraction,
-                     test_fraction=test_fraction, near_duplicate_threshold=near_duplicate_threshold,
-                     num_shards=num_shards, overwrite=overwrite)
+    config = _config(
+        CorpusConfig,
+        inputs=inputs,
+        output=output,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+        near_duplicate_threshold=near_duplicate_threshold,
+        num_shards=num_shards,
+        overwrite=overwrite,
+    )
     try:
         manifests = [(folder, io.load_manifest(folder, DOCUMENTS.name)) for folder in inputs]
     except io.InputError as err:

@@ -99,7 +99,9 @@ class CorpusConfig:
         if self.validation_fraction + self.test_fraction >= 1.0:
             problems.append("--validation-fraction plus --test-fraction must leave some training data")
         if not 0.0 < self.near_duplicate_threshold <= 1.0:
-            problems.append(f"--near-duplicate-threshold must be in (0, 1], got {self.near_duplicate_threshold}")
+            problems.append(
+                f"--near-duplicate-threshold must be in (0, 1], got {self.near_duplicate_threshold}"
+            )
         if self.shingle_words < 1:
             problems.append(f"--shingle-words must be at least 1, got {self.shingle_words}")
         if self.minhash_bands < 1 or self.minhash_rows < 1:

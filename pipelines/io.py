@@ -127,7 +127,9 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
     except Exception as err:
         raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
     if read_bytes(marker_path).decode("utf-8") != completed_marker(text):
-        raise InputError(f"{folder}: {COMPLETED_FILE} does not match {MANIFEST_FILE}; the output was modified")
+        raise InputError(
+            f"{folder}: {COMPLETED_FILE} does not match {MANIFEST_FILE}; the output was modified"
+        )
     try:
         manifest = Manifest.from_json(text, manifest_path)
     except ManifestError as err:

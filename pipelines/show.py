@@ -34,6 +34,8 @@ def describe(folder: str, num_samples: int = 3, num_sentences: int = 3) -> list[
     for i, doc in enumerate(iter_documents(folder)):
         if i == num_samples:
             break
-        lines.append(f"- {doc['title']!r} ({doc['source']}, {doc['num_sentences']} sentences, id {doc['doc_id']})")
+        lines.append(
+            f"- {doc['title']!r} ({doc['source']}, {doc['num_sentences']} sentences, id {doc['doc_id']})"
+        )
         lines.extend(f"    | {sentence}" for sentence in doc["sentences"][:num_sentences])
     return lines

@@ -59,8 +59,15 @@ def dropped_outcome(reason: str) -> Outcome:
 
 
 def reject_outcome(
-    *, source: str, origin: str, record_id: str, reason: str, detail: str, title: str | None = None,
-    excerpt: str | None = None, kind: str = REJECTED,
+    *,
+    source: str,
+    origin: str,
+    record_id: str,
+    reason: str,
+    detail: str,
+    title: str | None = None,
+    excerpt: str | None = None,
+    kind: str = REJECTED,
 ) -> Outcome:
     """A record (or, with ``kind=FILE_ERROR``, a whole file) that could not be used, kept aside."""
     row = {
@@ -108,7 +115,11 @@ def shard_name(split: str, index: int, num_shards: int) -> str:
 def document_sort_key(row: dict[str, Any]) -> tuple:
     """A total order on document rows (ties on doc_id are exact duplicates from different places)."""
     return (
-        row["doc_id"], row["source"], row["origin"], row.get("page_id") or -1, row.get("title") or "",
+        row["doc_id"],
+        row["source"],
+        row["origin"],
+        row.get("page_id") or -1,
+        row.get("title") or "",
         row.get("revision_id") or -1,
     )
 
@@ -119,7 +130,11 @@ def reject_sort_key(row: dict[str, Any]) -> tuple:
 
 
 def _write_shard(
-    element: tuple[int, list], output: str, split: str, num_shards: int, fmt: RecordFormat,
+    element: tuple[int, list],
+    output: str,
+    split: str,
+    num_shards: int,
+    fmt: RecordFormat,
     sort_key: Callable[[dict], tuple],
 ) -> dict[str, Any]:
     index, rows = element
@@ -135,8 +150,13 @@ class WriteShards(beam.PTransform):
     """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each."""
 
     def __init__(
-        self, output: str, split: str, num_shards: int, fmt: RecordFormat,
-        shard_key: Callable[[dict], str], sort_key: Callable[[dict], tuple],
+        self,
+        output: str,
+        split: str,
+        num_shards: int,
+        fmt: RecordFormat,
+        shard_key: Callable[[dict], str],
+        sort_key: Callable[[dict], tuple],
     ):
         super().__init__()
         self._output, self._split, self._num_shards = output, split, num_shards
@@ -156,7 +176,12 @@ class WriteShards(beam.PTransform):
 
 
 def _finish(
-    _, output: str, producer: str, params: dict[str, Any], entries: list[dict], tally: Counter,
+    _,
+    output: str,
+    producer: str,
+    params: dict[str, Any],
+    entries: list[dict],
+    tally: Counter,
     counted_in: str,
 ) -> dict[str, Any]:
     stats = build_stats(tally, counted_in)
@@ -179,8 +204,16 @@ class WriteStageOutput(beam.PTransform):
     """
 
     def __init__(
-        self, *, output: str, producer: str, params: dict[str, Any], num_shards: int, namespace: str,
-        extra_tallies=(), split_of: Callable[[dict], str] | None = None, counted_in: str = "records_in",
+        self,
+        *,
+        output: str,
+        producer: str,
+        params: dict[str, Any],
+        num_shards: int,
+        namespace: str,
+        extra_tallies=(),
+        split_of: Callable[[dict], str] | None = None,
+        counted_in: str = "records_in",
     ):
         super().__init__()
         self._output, self._producer, self._params = output, producer, params
@@ -198,7 +231,9 @@ class WriteStageOutput(beam.PTransform):
             if split_of:
                 rows = rows | f"Only {split}" >> beam.Filter(lambda r, s=split: split_of(r) == s)
             entries.append(
-                rows | f"Write {split}" >> WriteShards(
+                rows
+                | f"Write {split}"
+                >> WriteShards(
                     self._output, split, self._num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
                 )
             )
@@ -209,9 +244,15 @@ class WriteStageOutput(beam.PTransform):
         )
         num_reject_shards = max(1, self._num_shards // 16)
         entries.append(
-            reject_rows | "Write rejects" >> WriteShards(
-                self._output, "rejects", num_reject_shards, REJECTS,
-                lambda r: f"{r['origin']}\t{r['record_id']}", reject_sort_key,
+            reject_rows
+            | "Write rejects"
+            >> WriteShards(
+                self._output,
+                "rejects",
+                num_reject_shards,
+                REJECTS,
+                lambda r: f"{r['origin']}\t{r['record_id']}",
+                reject_sort_key,
             )
         )
         tallies = outcomes | "Tally" >> beam.Map(
@@ -226,8 +267,14 @@ class WriteStageOutput(beam.PTransform):
         return (
             outcomes.pipeline
             | "Finish" >> beam.Create([None])
-            | "Write manifest" >> beam.Map(
-                _finish, self._output, self._producer, self._params,
-                beam.pvalue.AsList(all_entries), beam.pvalue.AsSingleton(total), self._counted_in,
+            | "Write manifest"
+            >> beam.Map(
+                _finish,
+                self._output,
+                self._producer,
+                self._params,
+                beam.pvalue.AsList(all_entries),
+                beam.pvalue.AsSingleton(total),
+                self._counted_in,
             )
         )

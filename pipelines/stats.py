@@ -82,7 +82,8 @@ def build_stats(tally: Mapping[str, int], counted_in: str = "records_in") -> dic
         "words": flat.pop("words", 0),
         "characters": flat.pop("characters", 0),
         "histograms": {
-            name: dict(sorted(h.items(), key=lambda kv: _bucket_sort_key(kv[0]))) for name, h in histograms.items()
+            name: dict(sorted(h.items(), key=lambda kv: _bucket_sort_key(kv[0])))
+            for name, h in histograms.items()
         },
     }
     if nested["splits"]:

@@ -29,9 +29,7 @@ def _is_removed_char(ch: str) -> bool:
     return category == "Cf"
 
 
-_REMOVED_TRANSLATION = {
-    cp: None for cp in range(0x110000) if _is_removed_char(chr(cp))
-}
+_REMOVED_TRANSLATION = {cp: None for cp in range(0x110000) if _is_removed_char(chr(cp))}
 
 
 def normalize_text(text: str) -> str:

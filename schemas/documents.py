@@ -33,7 +33,9 @@ def _check_rows(table: pa.Table) -> list[str]:
     problems = []
     bad_ids = [d for d in table.column("doc_id").to_pylist() if d is not None and not _DOC_ID_RE.match(d)]
     if bad_ids:
-        problems.append(f"{len(bad_ids)} doc_id values are not 32 lowercase hex chars (first: {bad_ids[0]!r})")
+        problems.append(
+            f"{len(bad_ids)} doc_id values are not 32 lowercase hex chars (first: {bad_ids[0]!r})"
+        )
     lengths = pc.list_value_length(table.column("sentences")).fill_null(0)
     if not pc.all(pc.equal(lengths, table.column("num_sentences").cast(pa.int32()))).as_py() and len(table):
         problems.append("num_sentences differs from the length of sentences")

@@ -51,7 +51,9 @@ class RecordFormat:
         try:
             table = pa.table(columns, schema=self.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            raise SchemaError(f"{source}: rows do not fit the {self.name} v{self.version} schema: {err}") from None
+            raise SchemaError(
+                f"{source}: rows do not fit the {self.name} v{self.version} schema: {err}"
+            ) from None
         self.validate(table, source)
         return table
 
@@ -61,7 +63,9 @@ class RecordFormat:
         found_name = metadata.get(FORMAT_KEY, b"").decode()
         found_version = metadata.get(VERSION_KEY, b"").decode()
         if found_name != self.name:
-            raise SchemaError(f"{source}: expected a '{self.name}' file, found format '{found_name or 'unknown'}'")
+            raise SchemaError(
+                f"{source}: expected a '{self.name}' file, found format '{found_name or 'unknown'}'"
+            )
         if found_version != str(self.version):
             raise SchemaError(
                 f"{source}: '{self.name}' format version {found_version or 'unknown'} is not supported "

@@ -7,14 +7,18 @@ from pathlib import Path
 import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-ENWIKI_EXCERPT = SHARED_DATA / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+ENWIKI_EXCERPT = (
+    SHARED_DATA / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+)
 GUTENBERG = SHARED_DATA / "books" / "gutenberg"
 
 
 def require(path: Path) -> Path:
     """Skip the calling test when a piece of ../shared/data is absent (fresh machines)."""
     if not path.exists():
-        pytest.skip(f"real test data not present: {path} (../shared/data is only beside the project checkout)")
+        pytest.skip(
+            f"real test data not present: {path} (../shared/data is only beside the project checkout)"
+        )
     return path
 
 

@@ -40,18 +40,20 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
     num_words = count_words(sentences)
     if num_words < min_document_words:
         return dropped_outcome("too_short")
-    return document_outcome({
-        "doc_id": content_hash(sentences),
-        "source": SOURCE,
-        "origin": path,
-        "title": book.title or _title_from_path(path),
-        "page_id": None,
-        "revision_id": None,
-        "sentences": sentences,
-        "num_sentences": len(sentences),
-        "num_words": num_words,
-        "num_chars": sum(len(s) for s in sentences),
-    })
+    return document_outcome(
+        {
+            "doc_id": content_hash(sentences),
+            "source": SOURCE,
+            "origin": path,
+            "title": book.title or _title_from_path(path),
+            "page_id": None,
+            "revision_id": None,
+            "sentences": sentences,
+            "num_sentences": len(sentences),
+            "num_words": num_words,
+            "num_chars": sum(len(s) for s in sentences),
+        }
+    )
 
 
 def read_book_outcome(path: str, min_document_words: int) -> Outcome:
@@ -60,7 +62,10 @@ def read_book_outcome(path: str, min_document_words: int) -> Outcome:
         data = io.read_bytes(path)
     except Exception as err:  # Any filesystem error: the book is rejected, the others go on.
         return reject_outcome(
-            source=SOURCE, origin=path, record_id=path.rsplit("/", 1)[-1], reason="unreadable",
+            source=SOURCE,
+            origin=path,
+            record_id=path.rsplit("/", 1)[-1],
+            reason="unreadable",
             detail=f"{type(err).__name__}: {err}"[:500],
         )
     return book_outcome(path, data, min_document_words)
@@ -76,6 +81,10 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         | "Books tally" >> beam.Map(lambda n: Counter(records_in=n))
     )
     _ = outcomes | "Write" >> WriteStageOutput(
-        output=config.output, producer="pipelines books", params=config.params(),
-        num_shards=config.num_shards, namespace="pipelines.books", extra_tallies=[books_read],
+        output=config.output,
+        producer="pipelines books",
+        params=config.params(),
+        num_shards=config.num_shards,
+        namespace="pipelines.books",
+        extra_tallies=[books_read],
     )

@@ -32,7 +32,9 @@ def shingles(sentences: Sequence[str], shingle_words: int) -> set[bytes]:
     words = " ".join(sentences).lower().split()
     if len(words) <= shingle_words:
         return {" ".join(words).encode("utf-8")}
-    return {" ".join(words[i : i + shingle_words]).encode("utf-8") for i in range(len(words) - shingle_words + 1)}
+    return {
+        " ".join(words[i : i + shingle_words]).encode("utf-8") for i in range(len(words) - shingle_words + 1)
+    }
 
 
 _MERSENNE_PRIME = np.uint64((1 << 61) - 1)

@@ -76,21 +76,28 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         | "Group by id" >> beam.GroupByKey()
         | "Exact duplicates" >> beam.FlatMap(keep_one_of_each)
     )
-    unique = exact | "Unique" >> beam.Filter(lambda o: o.kind == DOCUMENT) | "Unique rows" >> beam.Map(
-        lambda o: (o.row["doc_id"], o.row)
+    unique = (
+        exact
+        | "Unique" >> beam.Filter(lambda o: o.kind == DOCUMENT)
+        | "Unique rows" >> beam.Map(lambda o: (o.row["doc_id"], o.row))
     )
     exact_dropped = exact | "Exact dropped" >> beam.Filter(lambda o: o.kind != DOCUMENT)
     near = (
         unique
-        | "MinHash" >> beam.MapTuple(
-            lambda doc_id, row: (doc_id, minhash_signature(row["sentences"], config.shingle_words,
-                                                           config.num_permutations))
+        | "MinHash"
+        >> beam.MapTuple(
+            lambda doc_id, row: (
+                doc_id,
+                minhash_signature(row["sentences"], config.shingle_words, config.num_permutations),
+            )
         )
-        | "Band keys" >> beam.FlatMapTuple(
+        | "Band keys"
+        >> beam.FlatMapTuple(
             lambda doc_id, sig: [(key, (doc_id, sig)) for key in band_keys(sig, bands, rows_per_band)]
         )
         | "Group by band" >> beam.GroupByKey()
-        | "Compare in bucket" >> beam.FlatMapTuple(
+        | "Compare in bucket"
+        >> beam.FlatMapTuple(
             lambda _, members: near_duplicates_in_bucket(members, config.near_duplicate_threshold)
         )
         | "Key mark" >> beam.Map(lambda found: (found[0], found[1]))
@@ -103,14 +110,21 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
     )
 
     def split_of(row: dict) -> str:
-        return assign_split(row["doc_id"], config.validation_fraction, config.test_fraction, config.split_seed)
+        return assign_split(
+            row["doc_id"], config.validation_fraction, config.test_fraction, config.split_seed
+        )
 
     _ = (
         (exact_dropped, survivors)
         | "All outcomes" >> beam.Flatten()
-        | "Write" >> WriteStageOutput(
-            output=config.output, producer="pipelines corpus", params=config.params(),
-            num_shards=config.num_shards, namespace="pipelines.corpus", extra_tallies=[documents_read],
+        | "Write"
+        >> WriteStageOutput(
+            output=config.output,
+            producer="pipelines corpus",
+            params=config.params(),
+            num_shards=config.num_shards,
+            namespace="pipelines.corpus",
+            extra_tallies=[documents_read],
             split_of=split_of,
         )
     )

@@ -16,7 +16,14 @@ import apache_beam as beam
 
 from pipelines import io
 from pipelines.config import WikipediaConfig
-from pipelines.stage import FILE_ERROR, Outcome, WriteStageOutput, document_outcome, dropped_outcome, reject_outcome
+from pipelines.stage import (
+    FILE_ERROR,
+    Outcome,
+    WriteStageOutput,
+    document_outcome,
+    dropped_outcome,
+    reject_outcome,
+)
 from pipelines.text import content_hash, count_words, paragraphs_to_sentences
 from pipelines.wiki.dump import (
     DumpError,
@@ -77,7 +84,11 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     except DumpError as err:
         where = "" if task.start is None else f" (bytes {task.start}-{task.end})"
         yield reject_outcome(
-            source=SOURCE, origin=task.path, record_id="file", reason=err.reason, kind=FILE_ERROR,
+            source=SOURCE,
+            origin=task.path,
+            record_id="file",
+            reason=err.reason,
+            kind=FILE_ERROR,
             detail=f"{err.detail}{where}; the {num_pages} pages before it were kept",
         )
 
@@ -93,8 +104,13 @@ def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome
         sentences = paragraphs_to_sentences(cleaned.paragraphs)
     except Exception as err:  # A parser failure on one page must never stop the file.
         return reject_outcome(
-            source=SOURCE, origin=origin, record_id=str(page.page_id), title=page.title, reason="parse_error",
-            detail=f"{type(err).__name__}: {err}"[:500], excerpt=page.text,
+            source=SOURCE,
+            origin=origin,
+            record_id=str(page.page_id),
+            title=page.title,
+            reason="parse_error",
+            detail=f"{type(err).__name__}: {err}"[:500],
+            excerpt=page.text,
         )
     if cleaned.is_disambiguation:
         return dropped_outcome("disambiguation")
@@ -103,18 +119,20 @@ def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome
     num_words = count_words(sentences)
     if num_words < min_document_words:
         return dropped_outcome("too_short")
-    return document_outcome({
-        "doc_id": content_hash(sentences),
-        "source": SOURCE,
-        "origin": origin,
-        "title": page.title,
-        "page_id": page.page_id,
-        "revision_id": page.revision_id,
-        "sentences": sentences,
-        "num_sentences": len(sentences),
-        "num_words": num_words,
-        "num_chars": sum(len(s) for s in sentences),
-    })
+    return document_outcome(
+        {
+            "doc_id": content_hash(sentences),
+            "source": SOURCE,
+            "origin": origin,
+            "title": page.title,
+            "page_id": page.page_id,
+            "revision_id": page.revision_id,
+            "sentences": sentences,
+            "num_sentences": len(sentences),
+            "num_words": num_words,
+            "num_chars": sum(len(s) for s in sentences),
+        }
+    )
 
 
 class _ReadPages(beam.DoFn):
@@ -153,8 +171,13 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
     _ = (
         (outcomes, read[_ReadPages.FILE_ERRORS])
         | "All outcomes" >> beam.Flatten()
-        | "Write" >> WriteStageOutput(
-            output=config.output, producer="pipelines wikipedia", params=config.params(),
-            num_shards=config.num_shards, namespace="pipelines.wikipedia", extra_tallies=[pages_read],
+        | "Write"
+        >> WriteStageOutput(
+            output=config.output,
+            producer="pipelines wikipedia",
+            params=config.params(),
+            num_shards=config.num_shards,
+            namespace="pipelines.wikipedia",
+            extra_tallies=[pages_read],
         )
     )

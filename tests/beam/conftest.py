@@ -46,10 +46,12 @@ DISAMBIGUATION = "'''Beta''' may refer to:\n* [[Beta (letter)]]\n* [[Beta (finan
 @pytest.fixture
 def small_dump() -> bytes:
     """Five pages: an article, a redirect, a talk-namespace page, a disambiguation page, a stub."""
-    return dump_bytes([
-        page_xml(1, "Alpha", ARTICLE),
-        page_xml(2, "Alfa", "#REDIRECT [[Alpha]]", redirect="Alpha"),
-        page_xml(3, "Talk:Alpha", "Some discussion of the article that is long enough to keep.", ns=1),
-        page_xml(4, "Beta", DISAMBIGUATION),
-        page_xml(5, "Gamma", "Gamma is."),
-    ])
+    return dump_bytes(
+        [
+            page_xml(1, "Alpha", ARTICLE),
+            page_xml(2, "Alfa", "#REDIRECT [[Alpha]]", redirect="Alpha"),
+            page_xml(3, "Talk:Alpha", "Some discussion of the article that is long enough to keep.", ns=1),
+            page_xml(4, "Beta", DISAMBIGUATION),
+            page_xml(5, "Gamma", "Gamma is."),
+        ]
+    )

@@ -26,21 +26,36 @@ def test_wikipedia_pages_to_outcomes(pipeline, small_dump, tmp_path):
         | beam.Create([ReadTask(str(path))])
         | beam.ParDo(_ReadPages()).with_outputs(_ReadPages.FILE_ERRORS, main="pages")
     )
-    outcomes = read.pages | beam.MapTuple(lambda origin, page: page_outcome(page, origin, min_document_words=8))
-    assert_that(_kinds(outcomes), equal_to([
-        ("document", "", "Alpha"),
-        ("dropped", "redirect", None),
-        ("dropped", "not_article_namespace", None),
-        ("dropped", "disambiguation", None),
-        ("dropped", "too_short", None),
-    ]))
+    outcomes = read.pages | beam.MapTuple(
+        lambda origin, page: page_outcome(page, origin, min_document_words=8)
+    )
+    assert_that(
+        _kinds(outcomes),
+        equal_to(
+            [
+                ("document", "", "Alpha"),
+                ("dropped", "redirect", None),
+                ("dropped", "not_article_namespace", None),
+                ("dropped", "disambiguation", None),
+                ("dropped", "too_short", None),
+            ]
+        ),
+    )
     assert_that(read[_ReadPages.FILE_ERRORS], equal_to([]), label="no file errors")
     sentences = outcomes | beam.Filter(lambda o: o.kind == DOCUMENT) | beam.Map(lambda o: o.row["sentences"])
-    assert_that(sentences, equal_to([[
-        "Alpha is a letter of the Greek alphabet.",
-        "It is used in many places and has a long history of use in science.",
-        "It came from the Phoenician letter aleph.",
-    ]]), label="clean sentences")
+    assert_that(
+        sentences,
+        equal_to(
+            [
+                [
+                    "Alpha is a letter of the Greek alphabet.",
+                    "It is used in many places and has a long history of use in science.",
+                    "It came from the Phoenician letter aleph.",
+                ]
+            ]
+        ),
+        label="clean sentences",
+    )
     pipeline.run()
 
 
@@ -74,14 +89,25 @@ def test_books_to_outcomes(pipeline, tmp_path):
 def _row(doc_id_text: str, source: str, origin: str) -> dict:
     sentences = [doc_id_text]
     return {
-        "doc_id": content_hash(sentences), "source": source, "origin": origin, "title": origin,
-        "page_id": None, "revision_id": None, "sentences": sentences, "num_sentences": 1,
-        "num_words": len(doc_id_text.split()), "num_chars": len(doc_id_text),
+        "doc_id": content_hash(sentences),
+        "source": source,
+        "origin": origin,
+        "title": origin,
+        "page_id": None,
+        "revision_id": None,
+        "sentences": sentences,
+        "num_sentences": 1,
+        "num_words": len(doc_id_text.split()),
+        "num_chars": len(doc_id_text),
     }
 
 
 def test_exact_duplicates_keep_the_first_in_sort_order(pipeline):
-    rows = [_row("Same text.", "books", "b.txt"), _row("Same text.", "books", "a.txt"), _row("Other.", "books", "c")]
+    rows = [
+        _row("Same text.", "books", "b.txt"),
+        _row("Same text.", "books", "a.txt"),
+        _row("Other.", "books", "c"),
+    ]
     outcomes = (
         pipeline
         | beam.Create(rows)
@@ -90,9 +116,16 @@ def test_exact_duplicates_keep_the_first_in_sort_order(pipeline):
         | beam.FlatMap(keep_one_of_each)
         | beam.Map(lambda o: (o.kind, o.reason, (o.row or {}).get("origin")))
     )
-    assert_that(outcomes, equal_to([
-        ("document", "", "a.txt"), ("dropped", "exact_duplicate", None), ("document", "", "c"),
-    ]))
+    assert_that(
+        outcomes,
+        equal_to(
+            [
+                ("document", "", "a.txt"),
+                ("dropped", "exact_duplicate", None),
+                ("document", "", "c"),
+            ]
+        ),
+    )
     pipeline.run()
 
 
@@ -101,21 +134,29 @@ def test_near_duplicate_marks_join_with_documents(pipeline):
     documents = pipeline | "docs" >> beam.Create([(a["doc_id"], a), (b["doc_id"], b)])
     marks = pipeline | "marks" >> beam.Create([(b["doc_id"], a["doc_id"])])
     joined = {"document": documents, "near": marks} | beam.CoGroupByKey() | beam.Map(mark_or_keep)
-    assert_that(joined | beam.Map(lambda o: (o.kind, o.reason)),
-                equal_to([("document", ""), ("dropped", "near_duplicate")]))
+    assert_that(
+        joined | beam.Map(lambda o: (o.kind, o.reason)),
+        equal_to([("document", ""), ("dropped", "near_duplicate")]),
+    )
     pipeline.run()
 
 
 def test_write_shards_writes_every_shard_sorted(pipeline, tmp_path):
     rows = [_row(f"Document number {i}.", "books", f"{i}.txt") for i in range(20)]
-    entries = pipeline | beam.Create(rows) | WriteShards(
-        str(tmp_path), "all", 3, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
+    entries = (
+        pipeline
+        | beam.Create(rows)
+        | WriteShards(str(tmp_path), "all", 3, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
     )
-    assert_that(entries | beam.Map(lambda e: e["path"]), equal_to(
-        [f"all/part-0000{i}-of-00003.arrow" for i in range(3)]
-    ))
-    assert_that(entries | beam.Map(lambda e: e["num_rows"]) | beam.CombineGlobally(sum), equal_to([20]),
-                label="all rows")
+    assert_that(
+        entries | beam.Map(lambda e: e["path"]),
+        equal_to([f"all/part-0000{i}-of-00003.arrow" for i in range(3)]),
+    )
+    assert_that(
+        entries | beam.Map(lambda e: e["num_rows"]) | beam.CombineGlobally(sum),
+        equal_to([20]),
+        label="all rows",
+    )
     pipeline.run()
     for shard in sorted((tmp_path / "all").iterdir()):
         ids = ipc.open_file(str(shard)).read_all().column("doc_id").to_pylist()

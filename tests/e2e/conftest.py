@@ -28,7 +28,9 @@ def read_output(folder: Path) -> tuple[Manifest, dict, dict[str, pa.Table]]:
     stats = json.loads((folder / "stats.json").read_text())
     tables: dict[str, list[pa.Table]] = {}
     for shard in manifest.shards:
-        tables.setdefault(shard.split, []).append(DOCUMENTS.read_ipc((folder / shard.path).read_bytes(), shard.path))
+        tables.setdefault(shard.split, []).append(
+            DOCUMENTS.read_ipc((folder / shard.path).read_bytes(), shard.path)
+        )
     return manifest, stats, {split: pa.concat_tables(t) for split, t in tables.items()}
 
 

@@ -23,9 +23,12 @@ def test_counts_reconcile_with_the_dump(wiki_output):
     assert stats["dropped"]["redirect"] == 100
     disambiguation = stats["dropped"]["disambiguation"]
     assert disambiguation >= 1
-    articles_out = 106 - disambiguation - sum(
-        n for reason, n in stats["dropped"].items() if reason not in ("redirect", "disambiguation")
-    ) - sum(stats["rejected"].values())
+    articles_out = (
+        106
+        - disambiguation
+        - sum(n for reason, n in stats["dropped"].items() if reason not in ("redirect", "disambiguation"))
+        - sum(stats["rejected"].values())
+    )
     assert stats["documents_out"] == articles_out == tables["all"].num_rows
     assert stats["reconciles"] and not stats["file_errors"]
     assert stats["sentences"] == sum(tables["all"].column("num_sentences").to_pylist())
@@ -34,7 +37,9 @@ def test_counts_reconcile_with_the_dump(wiki_output):
 def test_no_markup_survives_in_any_sentence(wiki_output):
     _, _, tables = read_output(wiki_output)
     offending = [
-        s for doc in tables["all"].column("sentences").to_pylist() for s in doc
+        s
+        for doc in tables["all"].column("sentences").to_pylist()
+        for s in doc
         if any(m in s for m in MARKUP) or s.startswith(BAD_STARTS)
     ]
     assert offending == []
@@ -42,7 +47,9 @@ def test_no_markup_survives_in_any_sentence(wiki_output):
 
 def test_page_metadata_is_kept(wiki_output):
     _, _, tables = read_output(wiki_output)
-    rows = {r["title"]: r for r in tables["all"].select(["title", "page_id", "revision_id", "source"]).to_pylist()}
+    rows = {
+        r["title"]: r for r in tables["all"].select(["title", "page_id", "revision_id", "source"]).to_pylist()
+    }
     assert all(r["page_id"] and r["revision_id"] and r["source"] == "wikipedia" for r in rows.values())
     assert "AccessibleComputing" not in rows  # page 10 is a redirect
 
@@ -50,8 +57,21 @@ def test_page_metadata_is_kept(wiki_output):
 def test_two_worker_processes_write_identical_bytes(wiki_output, tmp_path):
     dump = require(ENWIKI_EXCERPT)
     out = tmp_path / "two"
-    run_cli("wikipedia", "--input", str(dump), "--output", str(out), "--num-shards", "4",
-            "--runner", "DirectRunner", "--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
+    run_cli(
+        "wikipedia",
+        "--input",
+        str(dump),
+        "--output",
+        str(out),
+        "--num-shards",
+        "4",
+        "--runner",
+        "DirectRunner",
+        "--direct_num_workers",
+        "2",
+        "--direct_running_mode",
+        "multi_processing",
+    )
     assert shard_bytes(out) == shard_bytes(wiki_output)
     assert (out / "manifest.json").read_text() == (wiki_output / "manifest.json").read_text()
     assert (out / "stats.json").read_text() == (wiki_output / "stats.json").read_text()
@@ -60,8 +80,18 @@ def test_two_worker_processes_write_identical_bytes(wiki_output, tmp_path):
 def test_multistream_ranges_give_the_same_documents(wiki_output, tmp_path):
     dump, index = build_multistream(require(ENWIKI_EXCERPT), tmp_path / "ms", pages_per_stream=10)
     out = tmp_path / "out"
-    run_cli("wikipedia", "--input", str(dump), "--output", str(out), "--num-shards", "4", "--streams-per-range", "3",
-            *FAST_RUNNER)
+    run_cli(
+        "wikipedia",
+        "--input",
+        str(dump),
+        "--output",
+        str(out),
+        "--num-shards",
+        "4",
+        "--streams-per-range",
+        "3",
+        *FAST_RUNNER,
+    )
     _, stats, tables = read_output(out)
     _, whole_stats, whole = read_output(wiki_output)
     columns = ["doc_id", "title", "page_id", "revision_id", "sentences"]
@@ -88,7 +118,7 @@ def test_malformed_xml_is_a_file_error_naming_the_file(tmp_path):
     xml = bz2.decompress(require(ENWIKI_EXCERPT).read_bytes()).decode("utf-8")
     position = xml.index("</page>", len(xml) // 2)
     broken = tmp_path / "broken.xml"
-    broken.write_text(xml[:position] + xml[position + len("</page>"):], encoding="utf-8")
+    broken.write_text(xml[:position] + xml[position + len("</page>") :], encoding="utf-8")
     out = tmp_path / "out"
     run_cli("wikipedia", "--input", str(broken), "--output", str(out), *FAST_RUNNER, expect=1)
     (reject,) = read_rejects(out)
@@ -96,8 +126,9 @@ def test_malformed_xml_is_a_file_error_naming_the_file(tmp_path):
 
 
 def test_a_glob_matching_nothing_fails_before_running(tmp_path):
-    result = run_cli("wikipedia", "--input", str(tmp_path / "nothing-*.bz2"), "--output", str(tmp_path / "o"),
-                     expect=2)
+    result = run_cli(
+        "wikipedia", "--input", str(tmp_path / "nothing-*.bz2"), "--output", str(tmp_path / "o"), expect=2
+    )
     assert "no file matches this path or pattern" in result.output
     assert not (tmp_path / "o").exists()
 
@@ -113,6 +144,13 @@ def test_a_completed_output_is_refused_unless_overwritten(wiki_output, tmp_path)
 def test_an_unwritable_output_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    result = run_cli("wikipedia", "--input", str(require(ENWIKI_EXCERPT)), "--output", str(blocker / "out"),
-                     *FAST_RUNNER, expect=2)
+    result = run_cli(
+        "wikipedia",
+        "--input",
+        str(require(ENWIKI_EXCERPT)),
+        "--output",
+        str(blocker / "out"),
+        *FAST_RUNNER,
+        expect=2,
+    )
     assert result.output.startswith(f"error: --output {blocker / 'out'}: cannot write there")

@@ -73,15 +73,25 @@ def test_near_duplicates_keep_the_smallest_id_whatever_the_order():
 
 def test_stats_reconcile_and_histograms():
     tally = document_tally(["one two three.", "four."], split="train")
-    tally.update({"records_in": 3, "dropped/redirect": 1, "rejected/parse_error": 1, "file_errors/truncated_input": 1})
+    tally.update(
+        {"records_in": 3, "dropped/redirect": 1, "rejected/parse_error": 1, "file_errors/truncated_input": 1}
+    )
     stats = build_stats(tally)
     assert stats["records_in"] == 3 and stats["documents_out"] == 1 and stats["reconciles"]
     assert stats["histograms"]["sentence_words"] == {"1": 1, "2-3": 1}
     assert stats["splits"] == {"train": 1} and stats["file_errors"] == {"truncated_input": 1}
     tally["records_in"] += 1
     assert not build_stats(tally)["reconciles"]
-    assert [bucket_label(n) for n in (0, 1, 2, 3, 4, 7, 8, 1000)] == ["0", "1", "2-3", "2-3", "4-7", "4-7", "8-15",
-                                                                       "512-1023"]
+    assert [bucket_label(n) for n in (0, 1, 2, 3, 4, 7, 8, 1000)] == [
+        "0",
+        "1",
+        "2-3",
+        "2-3",
+        "4-7",
+        "4-7",
+        "8-15",
+        "512-1023",
+    ]
 
 
 def test_configs_list_every_problem_at_once():

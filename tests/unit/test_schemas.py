@@ -12,8 +12,16 @@ from schemas import DOCUMENTS, REJECTS, Manifest, ManifestError, SchemaError, Sh
 
 def _doc(**overrides):
     row = {
-        "doc_id": "0" * 32, "source": "books", "origin": "b.txt", "title": None, "page_id": None,
-        "revision_id": None, "sentences": ["One.", "Two."], "num_sentences": 2, "num_words": 2, "num_chars": 8,
+        "doc_id": "0" * 32,
+        "source": "books",
+        "origin": "b.txt",
+        "title": None,
+        "page_id": None,
+        "revision_id": None,
+        "sentences": ["One.", "Two."],
+        "num_sentences": 2,
+        "num_words": 2,
+        "num_chars": 8,
     }
     row.update(overrides)
     return row
@@ -55,8 +63,12 @@ def test_reading_another_format_or_version_names_the_file():
 
 
 def test_a_table_with_other_columns_is_refused():
-    table = pa.table({"doc_id": ["0" * 32]}, schema=pa.schema([("doc_id", pa.string())], metadata={
-        b"format": b"documents", b"format_version": b"1"}))
+    table = pa.table(
+        {"doc_id": ["0" * 32]},
+        schema=pa.schema(
+            [("doc_id", pa.string())], metadata={b"format": b"documents", b"format_version": b"1"}
+        ),
+    )
     with pytest.raises(SchemaError, match="columns do not match"):
         DOCUMENTS.validate(table, "odd.arrow")
 
@@ -70,11 +82,14 @@ def test_manifest_round_trip_and_marker():
     assert completed_marker(text) == completed_marker(text) != completed_marker(text + " ")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{", "not valid JSON"),
-    ('{"manifest_version": 7}', "manifest version 7"),
-    ('{"manifest_version": 1, "format": "documents"}', "malformed manifest"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{", "not valid JSON"),
+        ('{"manifest_version": 7}', "manifest version 7"),
+        ('{"manifest_version": 1, "format": "documents"}', "malformed manifest"),
+    ],
+)
 def test_bad_manifests_are_refused(text, message):
     with pytest.raises(ManifestError, match=message):
         Manifest.from_json(text, "m.json")

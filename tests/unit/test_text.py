@@ -13,7 +13,11 @@ def test_normalize_text_nfc_controls_and_whitespace():
 
 def test_split_sentences_keeps_abbreviations_together():
     text = "Mr. Smith went to Washington on Jan. 5. He said hi! Then he left."
-    assert split_sentences(text) == ["Mr. Smith went to Washington on Jan. 5.", "He said hi!", "Then he left."]
+    assert split_sentences(text) == [
+        "Mr. Smith went to Washington on Jan. 5.",
+        "He said hi!",
+        "Then he left.",
+    ]
 
 
 def test_paragraphs_to_sentences_drops_stray_punctuation():
@@ -29,5 +33,7 @@ def test_content_hash_is_stable_and_order_sensitive():
 
 def test_repairs_title_and_speech_tag_splits():
     assert split_sentences('"Oh!" said Ann. The shop was closed. Mr. Gray walked home.') == [
-        '"Oh!" said Ann.', "The shop was closed.", "Mr. Gray walked home."
+        '"Oh!" said Ann.',
+        "The shop was closed.",
+        "Mr. Gray walked home.",
     ]

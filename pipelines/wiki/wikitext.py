@@ -1,0 +1,423 @@
+"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia.
+
+"We extract only the text passages and ignore lists, tables, and headers": the page is parsed
+with mwparserfromhell and a walker renders only what a reader sees as running prose.
+
+* Dropped: headings, list lines (``*``, ``#``, ``;``, ``:``), tables, references and footnotes,
+  galleries, files/images (captions included), categories, interlanguage links, comments, magic
+  words, templates not in ``_TEMPLATES`` (infoboxes, navboxes, citations, IPA, ...) and the
+  contents of the non-prose tags in ``_DROPPED_TAGS``. ``<math>`` and ``{{math}}`` are replaced
+  by *nothing* (no placeholder): a placeholder would become a frequent fake word.
+* Kept: link text (``[[a|b]]`` → b, ``[[a]]s`` → as; namespace and interwiki prefixes are not
+  shown), titles of bracketed external links (bare URLs are dropped), bold/italic text, the
+  contents of inline HTML; ``<br>`` becomes a space and HTML entities are unescaped.
+* Templates that carry prose are rendered by ``_TEMPLATES``. ``{{nihongo}}`` keeps the English
+  text only (the kanji and romaji are dropped); ``{{lang-xx}}`` keeps the text without the
+  "French:" label; ``{{convert}}`` keeps the input value and unit (``10 km``), not the conversion.
+
+A paragraph is a run of prose lines; lines still made of markup are dropped with whatever they
+break, and paragraphs shorter than ``MIN_PARAGRAPH_CHARS`` or without a letter are removed.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mwparserfromhell
+from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Template, Text, Wikilink
+from mwparserfromhell.wikicode import Wikicode
+
+from pipelines.text import normalize_text
+
+MAX_DEPTH = 40
+"""Nesting depth (links in templates in tags ...) beyond which content is dropped, not walked."""
+
+MIN_PARAGRAPH_CHARS = 8
+"""Shorter paragraphs are debris (a lone "(, )" left by dropped templates), not prose."""
+
+_DROP_LINE = "\x00"  # Emitted for list markers and headings: the line holding it is not prose.
+_QUOTE = "\ue000"  # One apostrophe of a bold/italic run, resolved per line like MediaWiki does.
+_QUOTE_RUN_RE = re.compile(r"'{2,}")
+_QUOTE_MARK_RE = re.compile(_QUOTE + "+")
+_MAGIC_WORD_RE = re.compile(r"__[A-Za-z]{3,24}__")
+_BOLD_LINE_RE = re.compile(_QUOTE + r"{3,}[^" + _QUOTE + "]*" + _QUOTE + r"{3,}\W*")  # A pseudo-heading.
+# Debris of dropped templates: "X (; born 1947)" → "X (born 1947)", "Y (, )" and "[]" → "", "a ." → "a.".
+_DEBRIS_RES = [(re.compile(r"\((?:\s*[,;:]|\s)+"), "("), (re.compile(r"(?:\s*[,;:]|\s)+\)"), ")")]
+_DEBRIS_RES += [(re.compile(r"\s*(?:\(\s*\)|\[\s*\])"), ""), (re.compile(r"\s+([.,])(?=\s|$)"), r"\1")]
+_DEBRIS_RES.append((re.compile(r"</[A-Za-z][A-Za-z0-9]*\s*>"), ""))  # Closing tags that opened nothing.
+_INTERLANGUAGE_RE = re.compile(r"[a-z]{2,3}(?:-[a-z]{1,8})*|simple")
+_MARKUP_LINE_STARTS = ("|", "!", "{|", "|}", "{{", "}}", "=", "*", "#", ":", ";")
+_LEFTOVER_MARKUP = ("{{", "}}", "[[", "]]", "{|", "|}", "<ref", "<!--", "&nbsp;", "thumb|")
+_LEFTOVER_MARKUP += ("Category:", "File:", "Image:", "__TOC__")
+
+# Links into these namespaces (also as named in a few other languages) are not text.
+_HIDDEN_NAMESPACES = frozenset(
+    "file image media category datei bild kategorie kategori fichier catégorie archivo imagen categoría"
+    " immagine categoria ficheiro arquivo imagem bestand afbeelding categorie plik grafika kategoria fil"
+    " lêer файл изображение картинка категория".split()
+)
+# Prefixes not shown in a link's text: [[:Category:X]] → X, [[wikt:word]] → word.
+_SHOWN_PREFIXES = frozenset(
+    "file image media category wikt wiktionary w wikipedia s wikisource b wikibooks q wikiquote n"
+    " wikinews v wikiversity voy species c commons d wikidata m meta mw".split()
+)
+_DROPPED_TAGS = frozenset(
+    "ref references math syntaxhighlight source pre code timeline imagemap score hiero chem ce gallery"
+    " table tr td th caption ul ol dl templatedata templatestyles mapframe maplink graph inputbox"
+    " categorytree includeonly indicator section charinsert style script".split()
+)
+_LINE_TAGS = frozenset({"li", "dt", "dd"})  # List items: drop the line they are on.
+_BLOCK_TAGS = frozenset({"p", "div", "blockquote", "center", "poem", "hr"})
+
+_DISAMBIGUATION_TEMPLATES = frozenset(
+    {"disambiguation", "disambig", "dab", "disamb", "hndis", "geodis", "numberdis", "mil-unit-dis"}
+    | {"roaddis", "callsigndis", "shipindex dab", "mathdab", "dab cleanup", "disambig-cleanup", "dab-cleanup"}
+)
+_MONTHS = "January February March April May June July August September October November December".split()
+
+
+@dataclass(frozen=True)
+class CleanedPage:
+    """The prose of one page and what the cleaner saw on the way."""
+
+    paragraphs: list[str]
+    is_disambiguation: bool
+    num_templates_rendered: int
+    num_templates_dropped: int
+
+
+def _normalise_name(name: str) -> str:
+    """Template names compare case-insensitively, with ``_`` and runs of spaces as one space."""
+    name = " ".join(name.replace("_", " ").split()).lower()
+    return name[9:].lstrip() if name.startswith("template:") else name
+
+
+class _Args:
+    """The arguments of one template call, rendered on demand (positional ones 1-based)."""
+
+    def __init__(self, walker: _Walker, template: Template, depth: int, first: str | None) -> None:
+        self._walker, self._depth = walker, depth
+        shift = 0 if first is None else 1  # {{formatnum:1234|R}}: "1234" is argument 1.
+        self._values: dict[str, Wikicode | str] = {} if first is None else {"1": first.strip()}
+        for param in template.params:
+            key = str(param.name).strip()
+            self._values[key if param.showkey else str(int(key) + shift)] = param.value
+
+    def __getitem__(self, key: int | str) -> str:
+        value = self._values.get(str(key), "")
+        return value if isinstance(value, str) else self._walker.render(value, self._depth + 1).strip()
+
+    def positionals(self) -> list[str]:
+        count = next(i for i in range(1, len(self._values) + 2) if str(i) not in self._values)
+        return [self[i] for i in range(1, count)]
+
+
+Renderer = Callable[[_Args], str]
+_RANGES = {"-": "–", "–": "–", "to": " to ", "and": " and ", "or": " or ", "x": " × ", "by": " by "}
+_RANGES |= {"+/-": " ± ", "±": " ± ", "to(-)": " to ", "and(-)": " and ", "&": " & ", ",": ", "}
+_UNITS = {"km2": "km²", "m2": "m²", "sqmi": "sq mi", "ft2": "sq ft", "sqft": "sq ft", "m3": "m³"}
+_UNITS |= {"km3": "km³", "C": "°C", "F": "°F", "cuft": "cu ft", "acre": "acres"}
+_NUMBER_RE = re.compile(r"[-+−]?[\d,]*\.?\d+")
+
+
+def _convert(a: _Args) -> str:
+    """``{{convert|5|-|7|km|mi}}`` → "5–7 km", ``{{convert|5|ft|6|in}}`` → "5 ft 6 in"."""
+    pos = a.positionals()
+    if not pos:
+        return ""
+    out, i = _with_commas(pos[0]), 1
+    while i + 1 < len(pos) and pos[i] in _RANGES:
+        out, i = out + _RANGES[pos[i]] + _with_commas(pos[i + 1]), i + 2
+    if i < len(pos):
+        out += " " + _UNITS.get(pos[i], pos[i])
+        if i + 2 < len(pos) and _NUMBER_RE.fullmatch(pos[i + 1]) and not _NUMBER_RE.fullmatch(pos[i + 2]):
+            out += f" {pos[i + 1]} {_UNITS.get(pos[i + 2], pos[i + 2])}"
+    return out
+
+
+def _format_date(year: str, month: str, day: str, day_first: bool) -> str:
+    if month.isdigit() and 1 <= int(month) <= 12:
+        month = _MONTHS[int(month) - 1]
+    day = day.lstrip("0")
+    if not month:
+        return year
+    if not day:
+        return f"{month} {year}"
+    return f"{day} {month} {year}" if day_first else f"{month} {day}, {year}"
+
+
+def _date(a: _Args) -> str:
+    """``{{birth date|1900|1|2}}`` → "January 2, 1900" (``df=y``: "2 January 1900")."""
+    return _format_date(a[1], a[2], a[3], a["df"].lower() in ("y", "yes"))
+
+
+def _as_of(a: _Args) -> str:
+    """``{{as of|2010|5|3}}`` → "As of 3 May 2010" (``df=US``: "May 3, 2010"; ``lc=y``: "as of")."""
+    if a["alt"]:
+        return a["alt"]
+    lead = "as of" if a["lc"].lower() in ("y", "yes", "on", "true") else "As of"
+    return f"{lead} {_format_date(a[1], a[2], a[3], a['df'].lower() != 'us')}"
+
+
+def _frac(a: _Args) -> str:
+    """``{{frac|3|1|2}}`` → "3 1/2", ``{{frac|1|2}}`` → "1/2", ``{{frac|4}}`` → "1/4"."""
+    pos = a.positionals()
+    if len(pos) >= 3:
+        return f"{pos[0]} {pos[1]}/{pos[2]}"
+    return "/".join(pos) if len(pos) == 2 else f"1/{pos[0]}" if pos else ""
+
+
+def _with_commas(number: str) -> str:
+    """``1234567.5`` → "1,234,567.5" as ``{{formatnum}}`` and ``{{convert}}`` show it; else as is."""
+    if not re.fullmatch(r"-?\d+(\.\d+)?", number):
+        return number
+    whole, dot, fraction = number.partition(".")
+    return f"{int(whole):,}{dot}{fraction}"
+
+
+def _text(value: str) -> Renderer:
+    return lambda a: value
+
+
+def _arg(n: int) -> Renderer:
+    return lambda a: a[n]
+
+
+def _block(a: _Args) -> str:
+    return f"\n\n{a['text'] or a['quote'] or a[1]}\n\n"
+
+
+# Template names ("|" between aliases; normalised, see ``_normalise_name``) → renderer. None and
+# names not here are dropped (infoboxes, citations, navboxes, hatnotes ...). Names ending in ":"
+# are parser functions; "lang-xx" is rendered by "lang-*".
+_TEMPLATES: dict[str, Renderer | None] = {
+    # Numbers and units.
+    "convert|cvt": _convert,
+    "frac|sfrac": _frac,
+    "formatnum:": lambda a: _with_commas(a[1]),
+    "val": lambda a: a[1] + (f" {a['u']}" if a["u"] else ""),
+    "us$|usd": lambda a: f"US${a[1]}",
+    "gbp|£": lambda a: f"£{a[1]}",
+    "€": lambda a: f"€{a[1]}",
+    # Dates.
+    "circa|c.": lambda a: "c. " + "–".join(a.positionals()[:2]),
+    "as of": _as_of,
+    "birth date|death date|birth date and age|death date and age|start date|end date": _date,
+    # Wrappers whose first argument is the text.
+    "nowrap|nobr|small|smaller|big|larger|em|strong|sc|smallcaps|sup|sub": _arg(1),
+    "abbr|vanchor|visible anchor|nihongo2|lang-*": _arg(1),
+    "angbr|grapheme|gpm": lambda a: f"⟨{a[1]}⟩",
+    "lang|script": _arg(2),
+    "transl": lambda a: (a.positionals() or [""])[-1],
+    "nihongo": lambda a: a[1] or a[3] or a[2],
+    "sic|not a typo|chem": lambda a: "".join(a.positionals()),
+    "lc:": lambda a: a[1].lower(),
+    "uc:": lambda a: a[1].upper(),
+    "lcfirst:": lambda a: a[1][:1].lower() + a[1][1:],
+    "ucfirst:": lambda a: a[1][:1].upper() + a[1][1:],
+    # Quotations are prose of their own paragraph.
+    "quote|blockquote|cquote|quotation": _block,
+    # Punctuation helpers.
+    "ndash|en dash|dash": _text("–"),
+    "mdash|em dash|mdashb": _text("—"),
+    "snd|spnd|sndash|spaced ndash|spaced en dash": _text(" – "),
+    "spaced mdash|smdash": _text(" — "),
+    "nbsp|thinsp|sp": _text(" "),
+    "shy|zwsp|wbr": _text(""),
+    "'": _text("'"),
+    "'s": _text("'s"),
+    '"': _text('"'),
+    "' \"": _text("'\""),
+    "\" '": _text("\"'"),
+    # Dropped on purpose (listed to document the choice; unknown templates are dropped too).
+    "math|mvar|ipa|respell|pronunciation|audio|efn|sfn|refn|reflist|rp|citation needed": None,
+}
+_RENDERERS = {name: renderer for names, renderer in _TEMPLATES.items() for name in names.split("|")}
+
+
+def _resolve_quotes(line: str) -> str:
+    """Remove bold/italic apostrophe runs from one line, keeping the literal apostrophes.
+
+    As MediaWiki's doQuotes: ``''''`` is ``'`` + bold, runs over five keep the extras, and when
+    both italics and bolds are odd in number one bold run is read as ``'`` + italics, so
+    ``''Foo'''s`` is "Foo's".
+    """
+    runs = list(_QUOTE_MARK_RE.finditer(line))
+    kept = [len(m.group()) - 3 if len(m.group()) == 4 else max(0, len(m.group()) - 5) for m in runs]
+    markup = [len(m.group()) - k for m, k in zip(runs, kept, strict=True)]
+    italics, bolds = sum(n in (2, 5) for n in markup), sum(n in (3, 5) for n in markup)
+    if italics % 2 and bolds % 2:
+        choices: dict[str, int] = {}
+        for i, m in enumerate(runs):
+            if markup[i] == 3:
+                before = line[max(0, m.start() - 2) : m.start()].rjust(2)
+                kind = "space" if before[1] == " " else "single" if before[0] == " " else "multi"
+                choices.setdefault(kind, i)
+        chosen = choices.get("single", choices.get("multi", choices.get("space")))
+        if chosen is not None:
+            kept[chosen] += 1
+    parts, last = [], 0
+    for m, k in zip(runs, kept, strict=True):
+        parts += [line[last : m.start()], "'" * k]
+        last = m.end()
+    return "".join(parts) + line[last:]
+
+
+class _Walker:
+    """Renders a parsed page to text with ``_DROP_LINE`` marks; counts the templates it meets."""
+
+    def __init__(self) -> None:
+        self.rendered = 0
+        self.dropped = 0
+
+    def render(self, code: Wikicode, depth: int = 0, literal: bool = False) -> str:
+        if depth > MAX_DEPTH:
+            return ""
+        parts = []
+        for node in code.nodes:
+            if isinstance(node, Text):
+                value = node.value
+                if not literal and "''" in value:
+                    value = _QUOTE_RUN_RE.sub(lambda m: _QUOTE * len(m.group()), value)
+                if depth == 0 and "\n " in value:  # Lines starting with a space are preformatted.
+                    value = value.replace("\n ", "\n" + _DROP_LINE)
+                if "__" in value:
+                    value = _MAGIC_WORD_RE.sub("", value)
+                parts.append(value)
+            elif isinstance(node, Wikilink):
+                parts.append(self._link(node, depth))
+            elif isinstance(node, Template):
+                parts.append(self._template(node, depth))
+            elif isinstance(node, Tag):
+                parts.append(self._tag(node, depth, literal))
+            elif isinstance(node, HTMLEntity):
+                parts.append(node.normalize())
+            elif isinstance(node, ExternalLink):
+                parts.append(self.render(node.title, depth + 1) if node.brackets and node.title else "")
+            elif isinstance(node, Heading):
+                parts.append(_DROP_LINE)
+            # Comments and template arguments ({{{1}}}) render as nothing.
+        return "".join(parts)
+
+    def _link(self, node: Wikilink, depth: int) -> str:
+        target = str(node.title).strip()
+        inline = target.startswith(":")  # [[:Category:X]] links to the category instead.
+        shown = target[1:].lstrip() if inline else target
+        prefix, colon, rest = shown.partition(":")
+        namespace = _normalise_name(prefix) if colon else ""
+        language = (
+            bool(colon) and namespace not in _SHOWN_PREFIXES and bool(_INTERLANGUAGE_RE.fullmatch(prefix))
+        )
+        if not inline and (namespace in _HIDDEN_NAMESPACES or language):
+            return ""  # Files, categories and interlanguage links are not text.
+        if node.text is not None:
+            text = self.render(node.text, depth + 1)
+            if text.strip():
+                return text
+            shown = re.sub(r"\s*\([^()]*\)$", "", shown)  # The pipe trick: [[Paris (band)|]] → Paris.
+        if namespace in _SHOWN_PREFIXES or language:
+            shown = rest.strip()
+        return html.unescape(shown.replace("_", " ")).lstrip("#")
+
+    def _template(self, node: Template, depth: int) -> str:
+        name = self.render(node.name, depth + 1)
+        key = _normalise_name(name)
+        first = None
+        if ":" in key:  # A parser function: {{formatnum:1234}}, {{DEFAULTSORT:...}}.
+            key = key.partition(":")[0] + ":"
+            first = name.partition(":")[2]
+        renderer = _RENDERERS.get("lang-*" if key.startswith("lang-") else key)
+        if renderer is None:
+            self.dropped += 1
+            return ""
+        self.rendered += 1
+        return renderer(_Args(self, node, depth, first))
+
+    def _tag(self, node: Tag, depth: int, literal: bool) -> str:
+        name = str(node.tag).strip().lower()
+        if name in _LINE_TAGS:
+            return _DROP_LINE
+        if name == "br":
+            return " "
+        if name in _DROPPED_TAGS or node.self_closing or node.contents is None:
+            return "\n\n" if name in _BLOCK_TAGS else ""
+        inner = self.render(node.contents, depth + 1, literal or name == "nowiki")
+        return f"\n\n{inner}\n\n" if name in _BLOCK_TAGS else inner
+
+
+def _is_prose_line(line: str) -> bool:
+    if not line or _DROP_LINE in line or line.startswith(_MARKUP_LINE_STARTS):
+        return False
+    if _QUOTE in line and _BOLD_LINE_RE.fullmatch(line):
+        return False
+    return not any(markup in line for markup in _LEFTOVER_MARKUP)
+
+
+def _finish_paragraph(lines: list[str]) -> str:
+    """One paragraph from its lines, or "" when what is left is debris or still markup."""
+    paragraph = " ".join(_resolve_quotes(line) if _QUOTE in line else line for line in lines)
+    for pattern, replacement in _DEBRIS_RES:
+        paragraph = pattern.sub(replacement, paragraph)
+    paragraph = normalize_text(paragraph)
+    if len(paragraph) < MIN_PARAGRAPH_CHARS or not any(c.isalpha() for c in paragraph):
+        return ""
+    return paragraph if _is_prose_line(paragraph) else ""
+
+
+def _paragraphs(rendered: str) -> list[str]:
+    """Split rendered text into paragraphs: runs of prose lines, anything else ends one."""
+    paragraphs, current = [], []
+    for line in rendered.split("\n") + [""]:
+        line = line.strip()
+        if _is_prose_line(line):
+            current.append(line)
+        elif current:
+            paragraphs.append(_finish_paragraph(current))
+            current = []
+    return [paragraph for paragraph in paragraphs if paragraph]
+
+
+def _is_disambiguation_template(name: str) -> bool:
+    name = _normalise_name(name)
+    return name in _DISAMBIGUATION_TEMPLATES or name.endswith("disambiguation")
+
+
+def is_disambiguation(wikicode_or_text: Wikicode | str, title: str) -> bool:
+    """Whether a page is a disambiguation page.
+
+    True when its title ends with "(disambiguation)", when a top-level template is a
+    disambiguation template (``{{disambiguation}}``, ``{{hndis}}``, ``{{geodis}}``, ... or any
+    name ending in "disambiguation") or when it has the ``__DISAMBIG__`` magic word.
+    """
+    if title.strip().endswith("(disambiguation)"):
+        return True
+    code = wikicode_or_text
+    if not isinstance(code, Wikicode):
+        code = mwparserfromhell.parse(str(code), skip_style_tags=True)
+    for node in code.nodes:
+        if isinstance(node, Template) and _is_disambiguation_template(str(node.name)):
+            return True
+        if isinstance(node, Text) and "__DISAMBIG__" in node.value:
+            return True
+    return False
+
+
+def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
+    """Turn one page's wikitext into prose paragraphs (see the module docstring for the rules).
+
+    Each paragraph is one line normalised by ``normalize_text``. Parser errors from
+    mwparserfromhell propagate; the caller records the page as a reject.
+    """
+    wikitext = wikitext.replace(_DROP_LINE, "").replace(_QUOTE, "")  # Our two marks must not occur.
+    code = mwparserfromhell.parse(wikitext, skip_style_tags=True)
+    walker = _Walker()
+    paragraphs = _paragraphs(walker.render(code))
+    return CleanedPage(
+        paragraphs=paragraphs,
+        is_disambiguation=is_disambiguation(code, title),
+        num_templates_rendered=walker.rendered,
+        num_templates_dropped=walker.dropped,
+    )
