@@ -15,8 +15,11 @@ with mwparserfromhell and a walker renders only what a reader sees as running pr
   text only (the kanji and romaji are dropped); ``{{lang-xx}}`` keeps the text without the
   "French:" label; ``{{convert}}`` keeps the input value and unit (``10 km``), not the conversion.
 
-A paragraph is a run of prose lines; lines still made of markup are dropped with whatever they
-break, and paragraphs shorter than ``MIN_PARAGRAPH_CHARS`` or without a letter are removed.
+A paragraph is a run of prose lines. Lines that are not prose end one and are dropped: list
+items, headings, preformatted lines (leading space), bold-only pseudo-headings and lines still
+holding markup. Paragraphs shorter than ``MIN_PARAGRAPH_CHARS`` or without a letter are removed.
+Templates met by the walker count as rendered (a renderer in ``_TEMPLATES``) or dropped; those
+inside dropped material (references, infobox arguments) are never visited and not counted.
 """
 
 from __future__ import annotations

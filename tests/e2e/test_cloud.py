@@ -1,0 +1,88 @@
+"""Bucket paths and Dataflow: every pipeline builds as a Dataflow job, and runs against a local GCS emulator."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ENWIKI_EXCERPT, GUTENBERG, require
+from tests.e2e.conftest import FAST_RUNNER, run_cli
+from tests.multistream import build_multistream
+
+pytestmark = pytest.mark.slow
+
+DATAFLOW_DRY_RUN = [
+    "--runner", "DataflowRunner", "--project", "bert-project", "--region", "us-central1",
+    "--temp_location", "gs://bert-bucket/tmp", "--dry_run=True",
+    "--setup_file", str(Path(__file__).resolve().parents[2] / "setup.py"),
+]
+
+
+@pytest.mark.parametrize("command", ["wikipedia", "books", "corpus"])
+def test_every_pipeline_builds_as_a_dataflow_job(command, wiki_output):
+    inputs = {
+        "wikipedia": str(require(ENWIKI_EXCERPT)),
+        "books": f"{require(GUTENBERG)}/*.txt",
+        "corpus": str(wiki_output),
+    }[command]
+    result = run_cli(command, "--input", inputs, "--output", f"gs://bert-bucket/{command}", *DATAFLOW_DRY_RUN)
+    assert "dry run: the job was built and not submitted" in result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def gcs_emulator(monkeypatch):
+    """A local GCS emulator for the test; Beam's gs:// filesystem talks to it anonymously."""
+    port = _free_port()
+    emulator = Path(sys.executable).parent / "gcp-storage-emulator"
+    process = subprocess.Popen(
+        [str(emulator), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    pytest.fail("the GCS emulator did not start")
+                time.sleep(0.2)
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(project="test", credentials=AnonymousCredentials())
+        client.create_bucket("bert-bucket")
+        yield client.bucket("bert-bucket")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.mark.emulator
+def test_wikipedia_and_corpus_on_bucket_paths(gcs_emulator, tmp_path):
+    assert os.environ["STORAGE_EMULATOR_HOST"]
+    dump, index = build_multistream(require(ENWIKI_EXCERPT), tmp_path, pages_per_stream=50)
+    for path in (dump, index):
+        gcs_emulator.blob(f"dumps/{path.name}").upload_from_filename(str(path))
+    run_cli("wikipedia", "--input", "gs://bert-bucket/dumps/*-multistream.xml.bz2",
+            "--output", "gs://bert-bucket/corpus/wiki", "--num-shards", "2", *FAST_RUNNER)
+    run_cli("corpus", "--input", "gs://bert-bucket/corpus/wiki", "--output", "gs://bert-bucket/corpus/all",
+            "--num-shards", "2", *FAST_RUNNER)
+    names = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
+    assert {"corpus/wiki/COMPLETED", "corpus/all/COMPLETED", "corpus/all/train/part-00000-of-00002.arrow"} <= names
+    result = run_cli("show", "gs://bert-bucket/corpus/all")
+    assert "pipelines corpus" in result.output
