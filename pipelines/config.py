@@ -102,8 +102,8 @@ class CorpusConfig:
             problems.append(
                 f"--near-duplicate-threshold must be in (0, 1], got {self.near_duplicate_threshold}"
             )
-        if self.shingle_words < 1:
-            problems.append(f"--shingle-words must be at least 1, got {self.shingle_words}")
+        if not 1 <= self.shingle_words <= 64:
+            problems.append(f"--shingle-words must be between 1 and 64, got {self.shingle_words}")
         if self.minhash_bands < 1 or self.minhash_rows < 1:
             problems.append("--minhash-bands and --minhash-rows must be at least 1")
         if self.num_shards < 1:

@@ -13,6 +13,7 @@ import apache_beam as beam
 from pipelines import io
 from pipelines.books.clean import BookRejected, clean_book
 from pipelines.config import BooksConfig
+from pipelines.progress import ShowProgress
 from pipelines.stage import Outcome, WriteStageOutput, document_outcome, dropped_outcome, reject_outcome
 from pipelines.text import content_hash, count_words, paragraphs_to_sentences
 
@@ -73,7 +74,12 @@ def read_book_outcome(path: str, min_document_words: int) -> Outcome:
 
 def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> None:
     """Add the books stage to ``pipeline`` for already-expanded input ``files``."""
-    paths = pipeline | "Book files" >> beam.Create(files) | "Spread books" >> beam.Reshuffle()
+    paths = (
+        pipeline
+        | "Book files" >> beam.Create(files)
+        | "Spread books" >> beam.Reshuffle()
+        | "Progress" >> beam.ParDo(ShowProgress("pipelines books: cleaning", "books"))
+    )
     outcomes = paths | "Clean books" >> beam.Map(read_book_outcome, config.min_document_words)
     books_read = (
         paths

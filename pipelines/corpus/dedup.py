@@ -27,18 +27,41 @@ MAX_BUCKET_COMPARISONS = 100
 """In a very large bucket each document is compared with at most this many smaller ids."""
 
 
-def shingles(sentences: Sequence[str], shingle_words: int) -> set[bytes]:
-    """The document's lower-cased word n-grams (the whole text when shorter than n words)."""
+def _word_hashes(words: list[str]) -> np.ndarray:
+    """A 32-bit hash per word, computed once per distinct word."""
+    distinct: dict[str, int] = {}
+    for word in words:
+        if word not in distinct:
+            distinct[word] = int.from_bytes(
+                hashlib.blake2b(word.encode("utf-8"), digest_size=4).digest(), "little"
+            )
+    return np.fromiter((distinct[w] for w in words), dtype=np.uint64, count=len(words))
+
+
+def shingle_hashes(sentences: Sequence[str], shingle_words: int) -> np.ndarray:
+    """Distinct 32-bit hashes of the document's lower-cased word n-grams (the whole text when shorter).
+
+    A shingle's hash is a polynomial in its words' hashes, computed for all shingles at once.
+    """
     words = " ".join(sentences).lower().split()
+    hashes = _word_hashes(words)
     if len(words) <= shingle_words:
-        return {" ".join(words).encode("utf-8")}
-    return {
-        " ".join(words[i : i + shingle_words]).encode("utf-8") for i in range(len(words) - shingle_words + 1)
-    }
+        return np.unique(
+            np.array([int(np.sum(hashes * _SHINGLE_MULTIPLIERS[: len(words)]) & _MASK_32)], dtype=np.uint64)
+        )
+    count = len(words) - shingle_words + 1
+    combined = np.zeros(count, dtype=np.uint64)
+    for k in range(shingle_words):
+        combined = (combined + hashes[k : k + count] * _SHINGLE_MULTIPLIERS[k]) & _MASK_32
+    return np.unique(combined)
 
 
 _MERSENNE_PRIME = np.uint64((1 << 61) - 1)
+_MASK_32 = np.uint64(0xFFFFFFFF)
 _CHUNK_SHINGLES = 4096
+_SHINGLE_MULTIPLIERS = (
+    np.random.default_rng(MINHASH_SEED + 1).integers(1, 1 << 32, size=64, dtype=np.uint64) | 1
+)
 
 
 @lru_cache(maxsize=4)
@@ -50,13 +73,6 @@ def _permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def _shingle_hashes(items: set[bytes]) -> np.ndarray:
-    return np.array(
-        sorted(int.from_bytes(hashlib.blake2b(item, digest_size=4).digest(), "little") for item in items),
-        dtype=np.uint64,
-    )
-
-
 def minhash_signature(sentences: Sequence[str], shingle_words: int, num_perm: int) -> np.ndarray:
     """A ``num_perm``-long uint32 MinHash signature of the document's shingles (seeded, stable).
 
@@ -64,12 +80,12 @@ def minhash_signature(sentences: Sequence[str], shingle_words: int, num_perm: in
     arithmetic is exact in uint64 before the modulus.
     """
     a, b = _permutations(num_perm)
-    hashes = _shingle_hashes(shingles(sentences, shingle_words))
+    hashes = shingle_hashes(sentences, shingle_words)
     signature = np.full(num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)
     for start in range(0, len(hashes), _CHUNK_SHINGLES):
         chunk = hashes[start : start + _CHUNK_SHINGLES, None]
         signature = np.minimum(signature, ((chunk * a + b) % _MERSENNE_PRIME).min(axis=0))
-    return (signature & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return (signature & _MASK_32).astype(np.uint32)
 
 
 def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[str]:

@@ -17,6 +17,7 @@ from pipelines import io
 from pipelines.config import CorpusConfig
 from pipelines.corpus.dedup import band_keys, minhash_signature, near_duplicates_in_bucket
 from pipelines.corpus.split import assign_split
+from pipelines.progress import ShowProgress
 from pipelines.stage import (
     DOCUMENT,
     Outcome,
@@ -64,6 +65,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         | "Input shards" >> beam.Create(input_shards(manifests))
         | "Spread shards" >> beam.Reshuffle()
         | "Read shards" >> beam.FlatMap(read_document_shard)
+        | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
     )
     documents_read = (
         rows

@@ -16,6 +16,7 @@ import apache_beam as beam
 
 from pipelines import io
 from pipelines.config import WikipediaConfig
+from pipelines.progress import ShowProgress
 from pipelines.stage import (
     FILE_ERROR,
     Outcome,
@@ -159,7 +160,11 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
         | "Spread reads" >> beam.Reshuffle()
         | "Read pages" >> beam.ParDo(_ReadPages()).with_outputs(_ReadPages.FILE_ERRORS, main="pages")
     )
-    pages = read.pages | "Spread pages" >> beam.Reshuffle()
+    pages = (
+        read.pages
+        | "Spread pages" >> beam.Reshuffle()
+        | "Progress" >> beam.ParDo(ShowProgress("pipelines wikipedia: cleaning", "pages"))
+    )
     outcomes = pages | "Clean pages" >> beam.MapTuple(
         lambda origin, page: page_outcome(page, origin, config.min_document_words)
     )
