@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[gcp,dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[gcp,train,dev]'
 	touch $(STAMP)
 
 test: $(STAMP)

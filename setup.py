@@ -1,8 +1,8 @@
 """Packaging for the BERT pre-training system.
 
 Dataflow workers install the code through ``--setup_file ./setup.py``; the
-``gcp`` extra pulls in Beam's Google Cloud I/O, the ``dev`` extra the tools the
-tests need. CI installs with ``-c constraints.txt`` so every version is pinned.
+``gcp`` extra pulls in Beam's Google Cloud I/O, ``train`` torch for the trainer
+and fine-tuning, ``dev`` the tools the tests need. CI installs with ``-c constraints.txt`` so every version is pinned.
 """
 
 from setuptools import find_packages, setup
@@ -18,7 +18,6 @@ setup(
         "apache-beam>=2.77,<3",
         "pyarrow>=15",
         "tokenizers>=0.20",
-        "torch>=2.4",
         "fsspec>=2024.1",
         "gcsfs>=2024.1",
         "click>=8.1",
@@ -32,6 +31,9 @@ setup(
         "tqdm>=4.66",
     ],
     extras_require={
+        # torch is only for pretrain/ and finetune/: Dataflow workers, which install this package
+        # through --setup_file, never download a multi-GB torch build.
+        "train": ["torch>=2.4"],
         "gcp": ["apache-beam[gcp]>=2.77,<3", "build>=1"],
         "dev": ["pytest>=8", "pytest-xdist>=3", "ruff>=0.6", "gcp-storage-emulator>=2024.1"],
     },

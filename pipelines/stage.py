@@ -46,11 +46,13 @@ class Outcome:
     kind: str
     reason: str = ""
     row: dict[str, Any] | None = None
+    counts: dict[str, int] | None = None
+    """Extra counts for ``stats.json`` (for example templates rendered and dropped)."""
 
 
-def document_outcome(row: dict[str, Any]) -> Outcome:
-    """A record that became a document."""
-    return Outcome(DOCUMENT, "", row)
+def document_outcome(row: dict[str, Any], counts: dict[str, int] | None = None) -> Outcome:
+    """A record that became a document, with optional extra counts for ``stats.json``."""
+    return Outcome(DOCUMENT, "", row, counts)
 
 
 def dropped_outcome(reason: str) -> Outcome:
@@ -85,7 +87,9 @@ def reject_outcome(
 def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:
     """The tally an outcome contributes to ``stats.json``."""
     if outcome.kind == DOCUMENT:
-        return document_tally(outcome.row["sentences"], split)
+        tally = document_tally(outcome.row["sentences"], split)
+        tally.update(outcome.counts or {})
+        return tally
     key = "file_errors" if outcome.kind == FILE_ERROR else outcome.kind
     return Counter({f"{key}/{outcome.reason}": 1})
 

@@ -132,7 +132,11 @@ def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome
             "num_sentences": len(sentences),
             "num_words": num_words,
             "num_chars": sum(len(s) for s in sentences),
-        }
+        },
+        counts={
+            "templates_rendered": cleaned.num_templates_rendered,
+            "templates_dropped": cleaned.num_templates_dropped,
+        },
     )
 
 
