@@ -18,8 +18,31 @@ with mwparserfromhell and a walker renders only what a reader sees as running pr
 A paragraph is a run of prose lines. Lines that are not prose end one and are dropped: list
 items, headings, preformatted lines (leading space), bold-only pseudo-headings and lines still
 holding markup. Paragraphs shorter than ``MIN_PARAGRAPH_CHARS`` or without a letter are removed.
-Templates met by the walker count as rendered (a renderer in ``_TEMPLATES``) or dropped; those
-inside dropped material (references, infobox arguments) are never visited and not counted.
+Templates count as rendered (a renderer in ``_TEMPLATES``) or dropped (cut by the pre-pass or met
+by the walker); those inside dropped material (references, infobox arguments, tables) are not
+counted.
+
+Speed. Building mwparserfromhell's tree in Python took ~85% of the time, mostly for material then
+thrown away (references, citation templates, infoboxes, tables). Two steps avoid it:
+
+1. ``_prepass`` cuts out what the walker would drop anyway, before parsing, with linear regex and
+   ``str.find`` scans and no tree: comments; the tags in ``_CUT_TAGS`` (a tag runs to the next
+   closing tag of its name, as in MediaWiki); file, category and interlanguage links (brackets
+   balanced within the paragraph); templates without a renderer; line-start ``{| tables |}``;
+   then list lines that hold only text and links (whatever the cuts left of them).
+   Braces pair up as in MediaWiki's preprocessor: a run of ``{`` opens one element, a run of
+   ``}`` closes the innermost ones, two braces for a template and three for a ``{{{parameter}}}``.
+   A construct is cut only once its end is found: unterminated markup is left to the parser,
+   which treats it as before. Templates with a renderer or a name that is not plain text
+   (``{{lang-{{{1}}}|...}}``) and parameters are kept, but what is nested in them is still cut.
+   Each cut leaves ``_GAP``, which the walker deletes from the text it renders; it keeps the
+   text on either side apart as the removed node did (a line starting after a cut template is
+   not a list item or a preformatted line).
+2. ``_parse`` runs mwparserfromhell's tokenizer on what is left and, before building the tree,
+   ``_plain_links`` turns each link whose target and text are plain text into one text token.
+
+Together they make cleaning 3-4x faster (``benchmarks/wikitext_speed.py``). The output is the same
+except where mwparserfromhell had failed on markup that the pre-pass now cuts (less debris).
 """
 
 from __future__ import annotations
@@ -31,6 +54,8 @@ from dataclasses import dataclass
 
 import mwparserfromhell
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Template, Text, Wikilink
+from mwparserfromhell.parser import Builder, CTokenizer, tokens
+from mwparserfromhell.parser.tokenizer import Tokenizer
 from mwparserfromhell.wikicode import Wikicode
 
 from pipelines.text import normalize_text
@@ -43,12 +68,14 @@ MIN_PARAGRAPH_CHARS = 8
 
 _DROP_LINE = "\x00"  # Emitted for list markers and headings: the line holding it is not prose.
 _QUOTE = "\ue000"  # One apostrophe of a bold/italic run, resolved per line like MediaWiki does.
+_GAP = "\ue001"  # Left by the pre-pass where it cut something out; the walker deletes it.
+_NOT_PLAIN_RE = re.compile("''|__|\n|" + _GAP)  # Text the walker changes: links with it are built.
 _QUOTE_RUN_RE = re.compile(r"'{2,}")
 _QUOTE_MARK_RE = re.compile(_QUOTE + "+")
 _MAGIC_WORD_RE = re.compile(r"__[A-Za-z]{3,24}__")
 _BOLD_LINE_RE = re.compile(_QUOTE + r"{3,}[^" + _QUOTE + "]*" + _QUOTE + r"{3,}\W*")  # A pseudo-heading.
 # Debris of dropped templates: "X (; born 1947)" → "X (born 1947)", "Y (, )" and "[]" → "", "a ." → "a.".
-_DEBRIS_RES = [(re.compile(r"\((?:\s*[,;:]|\s)+"), "("), (re.compile(r"(?:\s*[,;:]|\s)+\)"), ")")]
+_DEBRIS_RES = [(re.compile(r"\((?:\s*[,;:]|\s)+"), "("), (re.compile(r"[\s,;:]+\)"), ")")]
 _DEBRIS_RES += [(re.compile(r"\s*(?:\(\s*\)|\[\s*\])"), ""), (re.compile(r"\s+([.,])(?=\s|$)"), r"\1")]
 _DEBRIS_RES.append((re.compile(r"</[A-Za-z][A-Za-z0-9]*\s*>"), ""))  # Closing tags that opened nothing.
 _INTERLANGUAGE_RE = re.compile(r"[a-z]{2,3}(?:-[a-z]{1,8})*|simple")
@@ -67,11 +94,12 @@ _SHOWN_PREFIXES = frozenset(
     "file image media category wikt wiktionary w wikipedia s wikisource b wikibooks q wikiquote n"
     " wikinews v wikiversity voy species c commons d wikidata m meta mw".split()
 )
-_DROPPED_TAGS = frozenset(
+# Tags whose content is dropped (or raw) and that do not nest: the pre-pass cuts them out.
+_CUT_TAGS = frozenset(
     "ref references math syntaxhighlight source pre code timeline imagemap score hiero chem ce gallery"
-    " table tr td th caption ul ol dl templatedata templatestyles mapframe maplink graph inputbox"
-    " categorytree includeonly indicator section charinsert style script".split()
+    " templatedata templatestyles mapframe maplink graph inputbox categorytree indicator section charinsert".split()
 )
+_DROPPED_TAGS = _CUT_TAGS | frozenset("table tr td th caption ul ol dl includeonly style script".split())
 _LINE_TAGS = frozenset({"li", "dt", "dd"})  # List items: drop the line they are on.
 _BLOCK_TAGS = frozenset({"p", "div", "blockquote", "center", "poem", "hr"})
 
@@ -94,7 +122,7 @@ class CleanedPage:
 
 def _normalise_name(name: str) -> str:
     """Template names compare case-insensitively, with ``_`` and runs of spaces as one space."""
-    name = " ".join(name.replace("_", " ").split()).lower()
+    name = " ".join(name.replace("_", " ").replace(_GAP, "").split()).lower()
     return name[9:].lstrip() if name.startswith("template:") else name
 
 
@@ -106,7 +134,7 @@ class _Args:
         shift = 0 if first is None else 1  # {{formatnum:1234|R}}: "1234" is argument 1.
         self._values: dict[str, Wikicode | str] = {} if first is None else {"1": first.strip()}
         for param in template.params:
-            key = str(param.name).strip()
+            key = str(param.name).replace(_GAP, "").strip()
             self._values[key if param.showkey else str(int(key) + shift)] = param.value
 
     def __getitem__(self, key: int | str) -> str:
@@ -241,6 +269,193 @@ _TEMPLATES: dict[str, Renderer | None] = {
 _RENDERERS = {name: renderer for names, renderer in _TEMPLATES.items() for name in names.split("|")}
 
 
+def _renderer(name: str) -> tuple[Renderer | None, str | None]:
+    """The renderer of a template by its name (None: dropped) and, for a parser function, the text
+    after the colon (``{{formatnum:1234}}``: "1234")."""
+    key = _normalise_name(name)
+    first = None
+    if ":" in key:  # A parser function: {{formatnum:1234}}, {{DEFAULTSORT:...}}.
+        key = key.partition(":")[0] + ":"
+        first = name.partition(":")[2]
+    return _RENDERERS.get("lang-*" if key.startswith("lang-") else key), first
+
+
+def _link_target(target: str) -> tuple[bool, str, str, str, bool]:
+    """(hidden, shown, namespace, rest, language) of a link target: files, categories and
+    interlanguage links are hidden (not text), ``[[:Category:X]]`` is shown."""
+    inline = target.startswith(":")  # [[:Category:X]] links to the category instead.
+    shown = target[1:].lstrip() if inline else target
+    prefix, colon, rest = shown.partition(":")
+    namespace = _normalise_name(prefix) if colon else ""
+    language = bool(colon) and namespace not in _SHOWN_PREFIXES and bool(_INTERLANGUAGE_RE.fullmatch(prefix))
+    return not inline and (namespace in _HIDDEN_NAMESPACES or language), shown, namespace, rest, language
+
+
+def _link_text(target: str, text: str | None) -> str:
+    """What a link shows: its rendered ``text`` (None: no "|"), else its target without namespace
+    or interwiki prefix ("" for hidden links)."""
+    hidden, shown, namespace, rest, language = _link_target(target)
+    if hidden:
+        return ""  # Files, categories and interlanguage links are not text.
+    if text is not None:
+        if text.strip():
+            return text
+        shown = re.sub(r"\s*\([^()]*\)$", "", shown)  # The pipe trick: [[Paris (band)|]] → Paris.
+    if namespace in _SHOWN_PREFIXES or language:
+        shown = rest.strip()
+    return html.unescape(shown.replace("_", " ")).lstrip("#")
+
+
+# --- The pre-pass: cut out what the walker would drop, before parsing (see the module docstring).
+
+# Every alternative starts with a literal character, so that the search skips fast to the next one.
+_CUT_RE = re.compile(
+    r"<!--|\{\{*|\}\}*|\[\[[^|{}\[\]<\n:]*:|<("
+    + "|".join(sorted(_CUT_TAGS | {"nowiki"}, key=len, reverse=True))
+    + r")(?=[\s/>])",
+    re.IGNORECASE,
+)
+_CLOSE_TAG_RES = {name: re.compile(rf"</{name}\s*>", re.IGNORECASE) for name in _CUT_TAGS | {"nowiki"}}
+_NAME_RE = re.compile(r"[^|{}\[\]<>]*")  # A template name that is plain text.
+_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_BRACKET_RE = re.compile(r"[\[\]]")
+_PLAIN = r"[^\n{}<>\[\]]*"
+# A list line (after "\n") holding nothing that could go on over the next line: plain text and links
+# (and no __DISAMBIG__, which ``is_disambiguation`` looks for).
+_LIST_LINE_RE = re.compile(
+    rf"\n[*#:;](?![^\n]*__DISAMBIG__){_PLAIN}(?:(?:\[\[{_PLAIN}\]\]|\[{_PLAIN}\]){_PLAIN})*(?=\n|$)"
+)
+
+
+def _at_line_start(text: str, i: int) -> bool:
+    """Whether ``text[i]`` starts a line, after at most one space (as for tables in mwparserfromhell)."""
+    return i == 0 or text[i - 1] == "\n" or (text[i - 1] in " \t" and (i == 1 or text[i - 2] == "\n"))
+
+
+def _template_name(text: str, start: int, end: int) -> str | None:
+    """The name of the template whose arguments are ``text[start:end]``; None when it is not plain
+    text (it holds a template, link or tag; except a parser function's) or not a valid name for
+    mwparserfromhell (empty, or text on two lines), which then reads the braces as text."""
+    match = _NAME_RE.match(text, start, end)
+    name, stop = match.group(), match.end()
+    if stop < end and text[stop] != "|":
+        if text.startswith("<!--", stop):  # {{Infobox <!-- comment -->|...}}
+            inner = _COMMENT_RE.sub("", text[start:end])
+            match = _NAME_RE.match(inner)
+            if match.end() < len(inner) and inner[match.end()] != "|":
+                return None
+            name = match.group()
+        elif text[stop] != "{" or ":" not in _normalise_name(name):  # {{#if:{{{1|}}}|...}}: "#if:".
+            return None
+    return name if name.strip() and "\n" not in name.strip() else None
+
+
+def _bracket_pairs(text: str, start: int, end: int) -> dict[int, int]:
+    """Where each "[" in ``text[start:end]`` that closes there is closed (the index after its "]")."""
+    pairs, opened = {}, []
+    for bracket in _BRACKET_RE.finditer(text, start, end):
+        if bracket.group() == "[":
+            opened.append(bracket.start())
+        elif opened:
+            pairs[opened.pop()] = bracket.end()
+    return pairs
+
+
+def _close_braces(
+    text: str, at: int, count: int, stack: list[list[int]], cuts: list[tuple[int, int, str | None]]
+) -> None:
+    """Match a run of ``count`` closing braces at ``text[at]`` against the open elements on ``stack``
+    (``[start, braces left]``, 0 braces for a table), as MediaWiki's preprocessor does: the
+    innermost element takes three braces (a parameter) or two (a template); a lone brace is text."""
+    if stack and stack[-1][1] == 0 and text[at - 1] == "|" and _at_line_start(text, at - 1):
+        cuts.append((stack.pop()[0], at + 1, None))  # The "|}" ending a table.
+        at, count = at + 1, count - 1
+    while count >= 2:
+        inner = len(stack) - 1
+        while inner >= 0 and stack[inner][1] == 0:  # Tables left open inside a template end with it.
+            inner -= 1
+        if inner < 0:
+            return
+        del stack[inner + 1 :]
+        element = stack[-1]
+        matched = min(count, element[1], 3)
+        start, end = element[0] + element[1] - matched, at + matched
+        element[1] -= matched
+        if element[1] < 2:
+            stack.pop()
+        at, count = end, count - matched
+        if matched == 3:  # A {{{parameter}}} of a template page: left to the walker.
+            continue
+        name = _template_name(text, start + 2, end - 2)
+        if name is not None and _renderer(name)[0] is None:
+            cuts.append((start, end, name))
+
+
+def _prepass(text: str) -> tuple[str, int, bool]:
+    """Cut out what the walker would drop (see the module docstring), leaving ``_GAP`` in its place.
+
+    Returns the text, the number of templates cut (not counting those inside other cuts) and
+    whether one of them was a disambiguation template.
+    """
+    cuts: list[tuple[int, int, str | None]] = []  # (start, end, template name or None)
+    stack: list[list[int]] = []  # Open brace elements and tables, see _close_braces.
+    unclosed: set[str] = set()  # Closing tags, "-->" and ">" not found after some position.
+    paragraph_end, brackets = 0, {}  # Where the paragraph of the last hidden link ends; its brackets.
+    pos = 0
+    while match := _CUT_RE.search(text, pos):
+        start, pos = match.span()
+        token = match.group()
+        end: int | None = None
+        if token[0] == "{":
+            if len(token) > 1:
+                stack.append([start, len(token)])
+            elif text.startswith("|", pos) and _at_line_start(text, start):
+                stack.append([start, 0])  # "{|" opening a table.
+        elif token[0] == "}":
+            _close_braces(text, start, len(token), stack, cuts)
+        elif token[0] == "[":
+            if _link_target(token[2:].strip())[0]:  # [[File:, [[Category:, [[de:
+                if start >= paragraph_end:  # Links end within their paragraph here.
+                    paragraph_end = text.find("\n\n", start)
+                    paragraph_end = len(text) if paragraph_end < 0 else paragraph_end
+                    brackets = _bracket_pairs(text, start, paragraph_end)
+                end = brackets.get(start)
+        elif token == "<!--":
+            end = -1 if "-->" in unclosed else text.find("-->", pos)
+            end = None if end < 0 else end + 3
+            if end is None:
+                unclosed.add("-->")
+        else:
+            name = match.group(1).lower()
+            gt = -1 if ">" in unclosed else text.find(">", pos)
+            if gt < 0:
+                unclosed.add(">")
+                continue
+            if text[gt - 1] == "/":
+                end = gt + 1
+            elif name not in unclosed and (close := _CLOSE_TAG_RES[name].search(text, gt + 1)):
+                end = close.end()
+            else:
+                unclosed.add(name)
+            if end is not None and name == "nowiki":  # Kept as is, but not scanned.
+                pos, end = end, None
+        if end is not None:
+            cuts.append((start, end, None))
+            pos = end
+    parts, last, dropped, disambiguation = [], 0, 0, False
+    for start, end, name in sorted(cuts, key=lambda cut: (cut[0], -cut[1])):
+        if start < last:  # Inside a cut already made.
+            continue
+        parts += [text[last:start], _GAP]
+        last = end
+        if name is not None:
+            dropped += 1
+            disambiguation = disambiguation or _is_disambiguation_template(name)
+    parts.append(text[last:])
+    text = _LIST_LINE_RE.sub("\n", "\n" + "".join(parts))[1:]  # The walker drops list lines.
+    return text, dropped, disambiguation
+
+
 def _resolve_quotes(line: str) -> str:
     """Remove bold/italic apostrophe runs from one line, keeping the literal apostrophes.
 
@@ -289,7 +504,7 @@ class _Walker:
                     value = value.replace("\n ", "\n" + _DROP_LINE)
                 if "__" in value:
                     value = _MAGIC_WORD_RE.sub("", value)
-                parts.append(value)
+                parts.append(value.replace(_GAP, "") if _GAP in value else value)
             elif isinstance(node, Wikilink):
                 parts.append(self._link(node, depth))
             elif isinstance(node, Template):
@@ -306,33 +521,13 @@ class _Walker:
         return "".join(parts)
 
     def _link(self, node: Wikilink, depth: int) -> str:
-        target = str(node.title).strip()
-        inline = target.startswith(":")  # [[:Category:X]] links to the category instead.
-        shown = target[1:].lstrip() if inline else target
-        prefix, colon, rest = shown.partition(":")
-        namespace = _normalise_name(prefix) if colon else ""
-        language = (
-            bool(colon) and namespace not in _SHOWN_PREFIXES and bool(_INTERLANGUAGE_RE.fullmatch(prefix))
-        )
-        if not inline and (namespace in _HIDDEN_NAMESPACES or language):
-            return ""  # Files, categories and interlanguage links are not text.
-        if node.text is not None:
-            text = self.render(node.text, depth + 1)
-            if text.strip():
-                return text
-            shown = re.sub(r"\s*\([^()]*\)$", "", shown)  # The pipe trick: [[Paris (band)|]] → Paris.
-        if namespace in _SHOWN_PREFIXES or language:
-            shown = rest.strip()
-        return html.unescape(shown.replace("_", " ")).lstrip("#")
+        target = str(node.title).replace(_GAP, "").strip()
+        if _link_target(target)[0]:
+            return ""  # Hidden: its text is not rendered (nor its templates counted).
+        return _link_text(target, None if node.text is None else self.render(node.text, depth + 1))
 
     def _template(self, node: Template, depth: int) -> str:
-        name = self.render(node.name, depth + 1)
-        key = _normalise_name(name)
-        first = None
-        if ":" in key:  # A parser function: {{formatnum:1234}}, {{DEFAULTSORT:...}}.
-            key = key.partition(":")[0] + ":"
-            first = name.partition(":")[2]
-        renderer = _RENDERERS.get("lang-*" if key.startswith("lang-") else key)
+        renderer, first = _renderer(self.render(node.name, depth + 1))
         if renderer is None:
             self.dropped += 1
             return ""
@@ -349,6 +544,45 @@ class _Walker:
             return "\n\n" if name in _BLOCK_TAGS else ""
         inner = self.render(node.contents, depth + 1, literal or name == "nowiki")
         return f"\n\n{inner}\n\n" if name in _BLOCK_TAGS else inner
+
+
+def _plain_links(tokenlist: list[tokens.Token]) -> list[tokens.Token]:
+    """Replace the tokens of each link whose target and text are plain text by one text token of
+    what ``_Walker._link`` would render for it, so that the builder makes no tree for it.
+
+    Only where the walker would treat that text as it is (no quotes, magic words or newlines).
+    """
+    kinds = [type(token) for token in tokenlist]
+    text_kind, close, separator = tokens.Text, tokens.WikilinkClose, tokens.WikilinkSeparator
+    out: list[tokens.Token] = []
+    last = 0
+    for i in [i for i, kind in enumerate(kinds) if kind is tokens.WikilinkOpen]:
+        if kinds[i + 1] is not text_kind:  # A closing token follows: the indexes below exist.
+            continue
+        if kinds[i + 2] is close:
+            text, end = None, i + 3
+        elif kinds[i + 2] is separator and kinds[i + 3] is close:
+            text, end = "", i + 4
+        elif kinds[i + 2] is separator and kinds[i + 3] is text_kind and kinds[i + 4] is close:
+            text, end = tokenlist[i + 3]["text"], i + 5
+        else:
+            continue
+        target = tokenlist[i + 1]["text"]
+        if _NOT_PLAIN_RE.search(target) or (text and _NOT_PLAIN_RE.search(text)):
+            continue
+        shown = _link_text(target.strip(), text)
+        if not _NOT_PLAIN_RE.search(shown):
+            out += tokenlist[last:i]
+            out.append(tokens.Text(text=shown))
+            last = end
+    out += tokenlist[last:]
+    return out
+
+
+def _parse(wikitext: str) -> Wikicode:
+    """``mwparserfromhell.parse(wikitext, skip_style_tags=True)``, with plain links made text."""
+    tokenizer = CTokenizer() if CTokenizer is not None else Tokenizer()
+    return Builder().build(_plain_links(tokenizer.tokenize(wikitext, 0, True)))
 
 
 def _is_prose_line(line: str) -> bool:
@@ -414,13 +648,16 @@ def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
     Each paragraph is one line normalised by ``normalize_text``. Parser errors from
     mwparserfromhell propagate; the caller records the page as a reject.
     """
-    wikitext = wikitext.replace(_DROP_LINE, "").replace(_QUOTE, "")  # Our two marks must not occur.
-    code = mwparserfromhell.parse(wikitext, skip_style_tags=True)
+    for mark in (_DROP_LINE, _QUOTE, _GAP):  # Our marks must not occur.
+        if mark in wikitext:
+            wikitext = wikitext.replace(mark, "")
+    wikitext, cut_templates, cut_disambiguation = _prepass(wikitext)
+    code = _parse(wikitext)
     walker = _Walker()
     paragraphs = _paragraphs(walker.render(code))
     return CleanedPage(
         paragraphs=paragraphs,
-        is_disambiguation=is_disambiguation(code, title),
+        is_disambiguation=cut_disambiguation or is_disambiguation(code, title),
         num_templates_rendered=walker.rendered,
-        num_templates_dropped=walker.dropped,
+        num_templates_dropped=cut_templates + walker.dropped,
     )

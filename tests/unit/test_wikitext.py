@@ -13,7 +13,16 @@ import mwparserfromhell
 import pytest
 
 from pipelines.text import normalize_text, paragraphs_to_sentences
-from pipelines.wiki.wikitext import CleanedPage, clean_wikitext, is_disambiguation
+from pipelines.wiki.wikitext import (
+    _GAP,
+    CleanedPage,
+    _paragraphs,
+    _parse,
+    _prepass,
+    _Walker,
+    clean_wikitext,
+    is_disambiguation,
+)
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wiki"
 WTF_DIR = DATA / "wtf_wikipedia_wikitext"
@@ -252,6 +261,7 @@ DAB_BODY = "'''Mercury''' may refer to:\n* [[Mercury (planet)]]\n* [[Mercury (el
         "{{Letter-number combination disambiguation}}",
         "{{Airport_disambiguation}}",
         "__DISAMBIG__",
+        "* __DISAMBIG__",
     ],
 )
 def test_disambiguation_templates(template: str) -> None:
@@ -383,6 +393,146 @@ def test_paragraphs_are_single_normalised_lines() -> None:
         assert paragraph == normalize_text(paragraph) and "\n" not in paragraph
 
 
+# --- The pre-pass and plain links (speed; the output must not change) ---------------------------
+
+
+def cut(wikitext: str) -> str:
+    """What the pre-pass leaves of ``wikitext``, with "#" where it cut something out."""
+    return _prepass(wikitext)[0].replace(_GAP, "#")
+
+
+@pytest.mark.parametrize(
+    ("wikitext", "expected"),
+    [
+        # Comments, also holding braces and brackets; one never closed is left as it is.
+        ("a<!-- {{x}} } ]] -->b", "a#b"),
+        ("a<!-- never closed {{x}} b", "a<!-- never closed # b"),
+        # References with attributes (">" ends the opening tag, as in MediaWiki), self-closing.
+        (
+            'A.<ref name="a">{{cite web|url=x}}</ref> B.<ref name=b/> C.<ref name="c" /> D.<REF>x</Ref > E.',
+            "A.# B.# C.# D.# E.",
+        ),
+        ('A.<ref name="a>b">x</ref> B.', "A.# B."),
+        ("A.<ref>never closed {{cite}} B.", "A.<ref>never closed # B."),
+        ("<ref name=a", "<ref name=a"),
+        ("A<references/>B<references>\n* x\n</references>C<refx>d</refx>", "A#B#C<refx>d</refx>"),
+        ("a <math>\\{x</math> b <gallery>\nA.jpg|c\n</gallery> c <code>{{x}}</code> d", "a # b # c # d"),
+        # <nowiki> is kept and not looked into.
+        (
+            "<nowiki>{{x}}</nowiki> {{y}} <nowiki/>{{z}} <nowiki>{{open",
+            "<nowiki>{{x}}</nowiki> # <nowiki/># <nowiki>{{open",
+        ),
+        # Templates: nested, kept with a renderer (what they hold is still cut), parser functions.
+        ("a {{Infobox|x={{convert|1|km}}|y={{b|{{c}}}}}} b", "a # b"),
+        ("{{nowrap|a{{efn|b}}c}}", "{{nowrap|a#c}}"),
+        ("{{#if:{{{1|}}}|a|b}}x{{DEFAULTSORT:Foo}}y{{formatnum:1234}}", "#x#y{{formatnum:1234}}"),
+        ("{{Infobox <!-- c|d -->\n|a=b}}", "#"),
+        ("{{lang-{{{1}}}|x}}", "{{lang-{{{1}}}|x}}"),  # The name is not plain text: left to the walker.
+        ("{{\nInfobox\n|a=b}}", "#"),
+        ("{{}} {{ |x}} {{a\nb|c}} {{a>b}}", "{{}} {{ |x}} {{a\nb|c}} {{a>b}}"),  # Not templates.
+        # Triple braces are parameters: kept, but not mistaken for the end of a template.
+        ("{{Infobox|name={{{1|{{PAGENAME}}}}}}} x", "# x"),
+        ("{{{1|{{x}}}}}", "{{{1|#}}}"),
+        ("{{{{{x}}}}}", "{{{{{x}}}}}"),
+        # Unbalanced braces: nothing after them is lost.
+        ("{{a|{{b}} rest of the page", "{{a|# rest of the page"),
+        ("text }} more {{ x", "text }} more {{ x"),
+        ("{{a|b}}}", "#}"),
+        # Tables start and end a line (after at most one space); nested, in templates, unterminated.
+        ("a\n{|\n|x {{y}}\n|}\nb", "a\n#\nb"),
+        (" {|\n|a\n |}\nz", " #\nz"),
+        ("{|\n|\n{|\n|a\n|}\n|b\n|}\nc", "#\nc"),
+        ("{{Infobox|x=\n{|\n|a\n|}\n}}z", "#z"),
+        ("{{a|\n{|\n|x\n|}}}z", "#z"),
+        ("{{a|\n{|\n|x\n}}z", "#z"),
+        ("{{quote|\n{|\n|a\n|}\nq}}", "{{quote|\n#\nq}}"),
+        ("{|\n|a\nprose", "{|\n|a\nprose"),
+        ("a {| b |}", "a {| b |}"),
+        # Files (captions with links), categories, interlanguage links; other links are kept.
+        ("a [[File:X.jpg|thumb|A [[b|c]] [http://x y] caption]] b", "a # b"),
+        ("[[Category:X]]\n[[de:Y]]\n[[Image:Z.png]]", "#\n#\n#"),
+        ("[[:Category:X]] [[Foo: bar]] [[wikt:x]]", "[[:Category:X]] [[Foo: bar]] [[wikt:x]]"),
+        ("[[File:X.jpg|a [[b]] c\n\nrest]]", "[[File:X.jpg|a [[b]] c\n\nrest]]"),
+        ("[[File:X.jpg|a", "[[File:X.jpg|a"),
+        # List lines holding only text and links, after the other cuts; not those that may go on.
+        (
+            "Prose.\n* a [[b|c]] [http://x y] {{cite|z}}<ref>r</ref>\n# n\n: d\n; t : u\nMore.",
+            "Prose.\n\n\n\n\nMore.",
+        ),
+        ("* first\ntext\n*\n#", "\ntext\n\n"),
+        ("* a [[b|c\nd]] e", "* a [[b|c\nd]] e"),
+        ("* a <span>b\nc</span>", "* a <span>b\nc</span>"),
+        ("* {{nowrap|a\nb}}", "* {{nowrap|a\nb}}"),
+        ("{{x}}* not a list", "#* not a list"),
+    ],
+)
+def test_prepass_cuts(wikitext: str, expected: str) -> None:
+    assert cut(wikitext) == expected
+
+
+def test_prepass_nested_file_links() -> None:
+    assert cut("[[File:" * 3000 + "]]" * 2999) == "[[File:#"  # The first one never closes.
+
+
+def test_prepass_counts_and_disambiguation() -> None:
+    assert _prepass("{{Infobox|a={{b}}}} x {{c}} {{nowrap|{{d}}}} {{convert|1|km}}")[1:] == (3, False)
+    assert _prepass("x\n{{Disambiguation|geo}}")[1:] == (1, True)
+    assert _prepass("x\n<ref>{{Disambiguation}}</ref>")[1:] == (0, False)
+
+
+@pytest.mark.parametrize(
+    "wikitext",
+    [
+        "<!--" * 3000,
+        "<ref>" * 3000 + "<ref" * 3000,
+        "<nowiki>" * 3000,
+        "{{" * 3000 + "}" * 3001,
+        "}}" * 3000 + "{{" * 3000,
+        "{|\n" * 3000,
+        "\n|}" * 3000,
+        "[[File:" * 3000,
+        "[[File:" * 3000 + "]",
+    ],
+)
+def test_prepass_unterminated_constructs(wikitext: str) -> None:
+    """Unterminated markup is left as it is (quickly), for the parser."""
+    start = time.perf_counter()
+    assert cut(wikitext) == wikitext
+    assert time.perf_counter() - start < 2
+
+
+def test_cut_leaves_lines_as_they_were() -> None:
+    """A line starting after a cut is not a preformatted line, as before the cut."""
+    wikitext = "Prose here.\n{{Infobox|a=b}} More prose on this line.\n<!-- c --> And this one."
+    assert paragraphs(wikitext) == ["Prose here. More prose on this line. And this one."]
+
+
+LINKS = [
+    "[[a|b]] [[c]]s [[d|]] [[Paris (band)|]] [[e| ]] [[Foo_bar#x|y]] [[#History]] [[a&amp;b]]",
+    "[[:Category:X]] [[wikt:dog]] [[de:Berlin]] [[:de:Berlin|Berlin]] [[File:X.jpg]] [[w:c:x]]",
+    "[[a|''b'']] ''[[c|d]]'' '[[e|'f']]' [[g''h]] [[Foo__bar]] [[__NOTOC__]] [[a|b\nc]] x",
+    "A [[b|{{nowrap|c}}]] [[d|<small>e</small>]] [[f|g &amp; h]] [http://x [[y|z]]] {{nowrap|[[u|v]]}}",
+]
+
+
+@pytest.mark.parametrize("wikitext", LINKS)
+def test_plain_links_render_as_links(wikitext: str) -> None:
+    full_tree = mwparserfromhell.parse(wikitext, skip_style_tags=True)
+    assert _Walker().render(_parse(wikitext)) == _Walker().render(full_tree)
+
+
+def test_plain_links_are_not_built() -> None:
+    assert _parse("[[a|b]] [[c]] [[d|''e'']]").filter_wikilinks() == ["[[d|''e'']]"]
+
+
+def test_prepass_and_plain_links_keep_real_pages(wtf_pages: dict[str, CleanedPage]) -> None:
+    """On real pages the output is that of the walker on mwparserfromhell's whole tree."""
+    for f in sorted(WTF_DIR.glob("*.txt")):
+        wikitext = f.read_text(encoding="utf-8")
+        expected = _paragraphs(_Walker().render(mwparserfromhell.parse(wikitext, skip_style_tags=True)))
+        assert wtf_pages[f.stem].paragraphs == expected, f.stem
+
+
 # --- Real pages ----------------------------------------------------------------------------------
 
 
@@ -499,8 +649,3 @@ def test_wtf_hand_checked_sentences(wtf_pages: dict[str, CleanedPage]) -> None:
     )
     toronto = wtf_pages["toronto"].paragraphs
     assert toronto[0].startswith("Toronto is the most populous city in Canada")
-
-
-def test_enwiki_speed(enwiki: Run) -> None:
-    """A loose floor so that a pathological slowdown shows: the excerpt cleans at ~0.6 MB/s on one core."""
-    assert enwiki.megabytes / enwiki.seconds > 0.1
