@@ -49,11 +49,20 @@ demo: $(STAMP) $(WIKI_DUMP)
 	  --output $(DEMO_DIR)/corpus/all --validation-fraction 0.05 --test-fraction 0.05 --num-shards 2 --overwrite
 	$(VENV)/bin/pipelines show $(DEMO_DIR)/corpus/all
 
-bench: $(STAMP) $(WIKI_EXCERPT)
-	$(PY) benchmarks/corpus.py --wiki $(WIKI_EXCERPT)
+# WikiExtractor (AGPL) lives in its own venv and runs as a separate program, never imported.
+WX_VENV ?= .venv-wikiextractor
+$(WX_VENV)/.installed:
+	$(PYTHON) -m venv $(WX_VENV)
+	$(WX_VENV)/bin/python -m pip install --quiet wikiextractor==3.1.0
+	touch $@
+
+bench: $(STAMP) $(WIKI_EXCERPT) $(WX_VENV)/.installed
+	$(PY) benchmarks/corpus.py --wiki $(WIKI_EXCERPT) --wikiextractor $(WX_VENV)/bin/python
+	$(PY) benchmarks/wikitext_speed.py
+	$(PY) benchmarks/sentence_segmentation.py
 
 constraints: $(STAMP)
 	@echo "edit setup.py, then: $(PY) -m pip freeze --exclude-editable > constraints.txt (keep torch==2.13.0)"
 
 clean:
-	rm -rf $(VENV) $(CACHE_DIR) out
+	rm -rf $(VENV) $(WX_VENV) $(CACHE_DIR) out

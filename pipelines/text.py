@@ -7,7 +7,6 @@ All functions here are pure: the Wikipedia and books cleaners produce paragraphs
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
@@ -16,7 +15,6 @@ import blingfire
 # Characters removed outright: C0/C1 controls other than whitespace, and format characters
 # (Unicode category Cf: soft hyphen, zero-width space/joiners, bidi marks, BOM) that carry no
 # text and would otherwise become invisible [UNK]s or split words in two.
-_WHITESPACE_RE = re.compile(r"\s+")
 
 MIN_SENTENCE_CHARS = 2
 """Sentences shorter than this (after normalisation) are dropped: stray punctuation or bullets."""
@@ -40,7 +38,7 @@ def normalize_text(text: str) -> str:
     """
     text = unicodedata.normalize("NFC", text)
     text = text.translate(_REMOVED_TRANSLATION)
-    return _WHITESPACE_RE.sub(" ", text).strip()
+    return " ".join(text.split())
 
 
 _TITLES = frozenset(
@@ -83,11 +81,12 @@ def split_sentences(paragraph: str) -> list[str]:
     return [s for s in _repair_splits([p for p in pieces if p]) if len(s) >= MIN_SENTENCE_CHARS]
 
 
-def paragraphs_to_sentences(paragraphs: Iterable[str]) -> list[str]:
-    """Normalise each paragraph and concatenate their sentences in order."""
+def paragraphs_to_sentences(paragraphs: Iterable[str], normalized: bool = False) -> list[str]:
+    """Concatenate the paragraphs' sentences in order, normalising each paragraph first
+    unless the caller says they already are (``normalized=True``)."""
     sentences: list[str] = []
     for paragraph in paragraphs:
-        sentences.extend(split_sentences(normalize_text(paragraph)))
+        sentences.extend(split_sentences(paragraph if normalized else normalize_text(paragraph)))
     return sentences
 
 

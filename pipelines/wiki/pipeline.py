@@ -102,7 +102,7 @@ def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome
         return dropped_outcome("not_article_namespace")
     try:
         cleaned = clean_wikitext(page.text, page.title)
-        sentences = paragraphs_to_sentences(cleaned.paragraphs)
+        sentences = paragraphs_to_sentences(cleaned.paragraphs, normalized=True)
     except Exception as err:  # A parser failure on one page must never stop the file.
         return reject_outcome(
             source=SOURCE,
