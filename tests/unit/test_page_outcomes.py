@@ -1,0 +1,41 @@
+"""One page in, exactly one outcome out: documents, drops and rejects of `pipelines wikipedia`."""
+
+from __future__ import annotations
+
+from pipelines.wiki import pipeline as wiki
+from pipelines.wiki.dump import RawPage
+
+
+def _page(text: str, **overrides) -> RawPage:
+    fields = {"title": "T", "ns": 0, "page_id": 7, "revision_id": 70, "redirect_title": None, "text": text}
+    fields.update(overrides)
+    return RawPage(**fields)
+
+
+def test_a_parser_failure_becomes_a_reject_with_the_page(monkeypatch):
+    def explode(text, title):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(wiki, "clean_wikitext", explode)
+    outcome = wiki.page_outcome(_page("Some '''text'''."), "dump.xml.bz2", 8)
+    assert (outcome.kind, outcome.reason) == ("rejected", "parse_error")
+    assert outcome.row["record_id"] == "7" and outcome.row["origin"] == "dump.xml.bz2"
+    assert outcome.row["detail"] == "RecursionError: maximum recursion depth exceeded"
+    assert outcome.row["excerpt"] == "Some '''text'''."
+
+
+def test_drop_reasons_in_order():
+    assert wiki.page_outcome(_page("#REDIRECT [[X]]", redirect_title="X", ns=4), "d", 8).reason == "redirect"
+    assert wiki.page_outcome(_page("Talk text.", ns=1), "d", 8).reason == "not_article_namespace"
+    assert wiki.page_outcome(_page("* only\n* a list"), "d", 8).reason == "empty_after_cleaning"
+    assert wiki.page_outcome(_page("Too short here."), "d", 8).reason == "too_short"
+
+
+def test_a_document_carries_its_page_and_template_counts():
+    outcome = wiki.page_outcome(
+        _page("Alpha is {{convert|10|km|mi}} long.{{Infobox x|a=b}} It has many words in it today."), "d", 8
+    )
+    assert outcome.kind == "document"
+    assert outcome.row["sentences"] == ["Alpha is 10 km long.", "It has many words in it today."]
+    assert (outcome.row["page_id"], outcome.row["revision_id"], outcome.row["title"]) == (7, 70, "T")
+    assert outcome.counts == {"templates_rendered": 1, "templates_dropped": 1}
