@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from schemas import COMPLETED_FILE, MANIFEST_FILE, Manifest, ManifestError, completed_marker
+from schemas import COMPLETED_FILE, MANIFEST_FILE, Manifest, ManifestError, verify_completed
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -117,23 +117,11 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
     """Read a completed stage output's manifest, refusing an incomplete or foreign one."""
     marker_path = join(folder, COMPLETED_FILE)
     manifest_path = join(folder, MANIFEST_FILE)
-    if not exists(marker_path):
-        raise InputError(
-            f"{folder}: not a completed stage output (no {COMPLETED_FILE} marker); "
-            "run the stage that writes it, or let an interrupted run finish"
-        )
+    marker = read_bytes(marker_path).decode("utf-8") if exists(marker_path) else None
     try:
-        text = read_bytes(manifest_path).decode("utf-8")
-    except Exception as err:
-        raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
-    if read_bytes(marker_path).decode("utf-8") != completed_marker(text):
-        raise InputError(
-            f"{folder}: {COMPLETED_FILE} does not match {MANIFEST_FILE}; the output was modified"
-        )
-    try:
-        manifest = Manifest.from_json(text, manifest_path)
+        text = read_bytes(manifest_path).decode("utf-8") if marker is not None else ""
+        return verify_completed(text, marker, folder, expected_format)
     except ManifestError as err:
         raise InputError(str(err)) from None
-    if manifest.format != expected_format:
-        raise InputError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
-    return manifest
+    except OSError as err:
+        raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None

@@ -14,10 +14,12 @@ from schemas.manifest import (
     ManifestError,
     ShardEntry,
     completed_marker,
+    verify_completed,
 )
 from schemas.rejects import REJECTS
+from schemas.word_counts import WORD_COUNTS
 
-FORMATS: dict[str, RecordFormat] = {f.name: f for f in (DOCUMENTS, REJECTS)}
+FORMATS: dict[str, RecordFormat] = {f.name: f for f in (DOCUMENTS, REJECTS, WORD_COUNTS)}
 
 __all__ = [
     "COMPLETED_FILE",
@@ -26,10 +28,12 @@ __all__ = [
     "MANIFEST_FILE",
     "REJECTS",
     "STATS_FILE",
+    "WORD_COUNTS",
     "Manifest",
     "ManifestError",
     "RecordFormat",
     "SchemaError",
     "ShardEntry",
     "completed_marker",
+    "verify_completed",
 ]

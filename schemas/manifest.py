@@ -95,3 +95,26 @@ class Manifest:
 def completed_marker(manifest_json: str) -> str:
     """The content of ``COMPLETED`` for a manifest: its SHA-256 on one line."""
     return hashlib.sha256(manifest_json.encode("utf-8")).hexdigest() + "\n"
+
+
+def verify_completed(
+    manifest_text: str, marker_text: str | None, folder: str, expected_format: str
+) -> Manifest:
+    """Check a stage output's marker against its manifest and return the manifest.
+
+    ``marker_text`` is the content of ``COMPLETED`` (None when the file is missing). Errors name
+    the folder and say what to do.
+    """
+    if marker_text is None:
+        raise ManifestError(
+            f"{folder}: not a completed stage output (no {COMPLETED_FILE} marker); "
+            "run the stage that writes it, or let an interrupted run finish"
+        )
+    if marker_text != completed_marker(manifest_text):
+        raise ManifestError(
+            f"{folder}: {COMPLETED_FILE} does not match {MANIFEST_FILE}; the output was modified"
+        )
+    manifest = Manifest.from_json(manifest_text, f"{folder}/{MANIFEST_FILE}")
+    if manifest.format != expected_format:
+        raise ManifestError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
+    return manifest

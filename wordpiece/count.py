@@ -1,0 +1,139 @@
+"""The distributed part of vocabulary training: a Beam pipeline that counts words.
+
+Graph: the corpus shards of the chosen splits → read documents (checksums verified) → per
+document, count its words after BERT normalisation and pre-tokenisation (``pre_tokenize``,
+the same components the tokenizer uses) → sum per word across the corpus (a combiner) →
+shard by a hash of the word → sorted ``word_counts`` Arrow files. Counts for the learning
+splits and for the measurement split are written side by side, so training and its
+statistics never read the text again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from schemas import DOCUMENTS, WORD_COUNTS, Manifest
+from wordpiece.tokenizer import pre_tokenize
+
+COUNTS_FOLDER = "word_counts"
+
+
+class CorpusError(ValueError):
+    """The corpus is missing, incomplete or damaged; the message names it."""
+
+
+def read_bytes(path: str) -> bytes:
+    """Read a whole file through Beam's filesystems (local or bucket)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a whole file through Beam's filesystems."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(data)
+
+
+def read_documents(shard: tuple[str, str]) -> list[list[str]]:
+    """The sentences of every document in one corpus shard, refusing a damaged shard."""
+    path, expected_sha256 = shard
+    data = read_bytes(path)
+    if hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise CorpusError(f"{path}: checksum differs from its manifest; the corpus was modified or damaged")
+    return DOCUMENTS.read_ipc(data, source=path).column("sentences").to_pylist()
+
+
+def document_word_counts(sentences: list[str], cased: bool) -> list[tuple[str, int]]:
+    """How often each pre-tokenised word occurs in one document."""
+    counts: Counter = Counter()
+    for sentence in sentences:
+        counts.update(pre_tokenize(sentence, cased))
+    return list(counts.items())
+
+
+def counts_shard_name(group: str, index: int, num_shards: int) -> str:
+    """Relative path of one counts shard."""
+    return f"{COUNTS_FOLDER}/{group}-{index:05d}-of-{num_shards:05d}.arrow"
+
+
+def _shard_of(word: str, num_shards: int) -> int:
+    return int(hashlib.sha256(word.encode("utf-8")).hexdigest()[:16], 16) % num_shards
+
+
+def _write_counts(element, output: str, group: str, num_shards: int) -> str:
+    index, items = element
+    rows = sorted((item for item in items if item is not None), key=lambda wc: wc[0])
+    relative = counts_shard_name(group, index, num_shards)
+    path = FileSystems.join(output, relative)
+    table = WORD_COUNTS.to_table(({"word": w, "count": c} for w, c in rows), source=path)
+    write_bytes(path, WORD_COUNTS.to_ipc_bytes(table, source=path))
+    return relative
+
+
+class CountWords(beam.PTransform):
+    """Corpus shards ``(path, sha256)`` → ``(word, count)`` summed over the whole corpus."""
+
+    def __init__(self, cased: bool):
+        super().__init__()
+        self._cased = cased
+
+    def expand(self, shards):
+        cased = self._cased
+        return (
+            shards
+            | "Spread shards" >> beam.Reshuffle()
+            | "Read documents" >> beam.FlatMap(read_documents)
+            | "Count in document" >> beam.FlatMap(document_word_counts, cased)
+            | "Sum per word" >> beam.CombinePerKey(sum)
+        )
+
+
+class WriteCounts(beam.PTransform):
+    """Write ``(word, count)`` pairs into exactly ``num_shards`` sorted files; emit their paths."""
+
+    def __init__(self, output: str, group: str, num_shards: int):
+        super().__init__()
+        self._output, self._group, self._num_shards = output, group, num_shards
+
+    def expand(self, counts):
+        n = self._num_shards
+        keyed = counts | "Key by shard" >> beam.Map(lambda wc: (_shard_of(wc[0], n), wc))
+        placeholders = counts.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
+        return (
+            (keyed, placeholders)
+            | "Merge" >> beam.Flatten()
+            | "Group by shard" >> beam.GroupByKey()
+            | "Write" >> beam.Map(_write_counts, self._output, self._group, n)
+        )
+
+
+def corpus_shards(folder: str, manifest: Manifest, splits: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(path, sha256)`` of the corpus shards of the given splits, in a stable order."""
+    return sorted(
+        (FileSystems.join(folder, s.path), s.sha256) for split in splits for s in manifest.shards_for(split)
+    )
+
+
+def build(
+    pipeline: beam.Pipeline,
+    *,
+    corpus: str,
+    manifest: Manifest,
+    groups: dict[str, tuple[str, ...]],
+    cased: bool,
+    output: str,
+    num_shards: int,
+) -> None:
+    """Count words for each group of splits (for example ``learn`` and ``measure``)."""
+    for group, splits in groups.items():
+        _ = (
+            pipeline
+            | f"{group}: shards" >> beam.Create(corpus_shards(corpus, manifest, splits))
+            | f"{group}: count" >> CountWords(cased)
+            | f"{group}: write" >> WriteCounts(output, group, num_shards)
+        )

@@ -1,0 +1,327 @@
+"""``wordpiece train``: learn a BERT-layout WordPiece vocabulary from a corpus, at any size.
+
+1. A Beam pipeline (``count.py``) counts pre-tokenised words in the learning splits and in
+   the measurement split, writing ``word_counts/`` shards.
+2. The vocabulary is learned from those counts with the ``tokenizers`` WordPiece trainer,
+   never from the text: memory grows with the number of distinct words, not corpus size.
+3. The learned pieces are laid out as the released BERT vocabularies are (``vocab_layout``),
+   written as ``vocab.txt`` and ``tokenizer.json``, and measured on the measurement split.
+
+Feeding counts: ``tokenizers`` has no public API that takes word counts, so each distinct word
+is fed as whitespace-joined repeats (at most ``FEED_REPEATS`` per string) to a trainer whose
+pre-tokenizer only splits on whitespace and whose normaliser is off: the trainer's own word
+counts equal ours exactly. The cost is a pass in Rust over the total word count (tens of
+millions of words per second), with memory bounded by one string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import resource
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from schemas import (
+    COMPLETED_FILE,
+    DOCUMENTS,
+    MANIFEST_FILE,
+    STATS_FILE,
+    WORD_COUNTS,
+    Manifest,
+    ManifestError,
+    ShardEntry,
+    completed_marker,
+    verify_completed,
+)
+from wordpiece import count as counting
+from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, write_bytes
+from wordpiece.tokenizer import SPECIAL_TOKENS, build_tokenizer, validate_vocab
+
+FEED_REPEATS = 4_096
+RELEASED_NUM_UNUSED = 994
+"""The released BERT vocabularies hold [unused0] … [unused993]."""
+UNUSED_BEFORE_UNK = 99
+"""In the released layout, [unused0..98] sit between [PAD] and [UNK]; the rest follow [MASK]."""
+SPLITS = ("train", "validation", "test")
+OUTPUT_FILES = (MANIFEST_FILE, STATS_FILE, "vocab.txt", "tokenizer.json")
+LEARN, MEASURE = "learn", "measure"
+
+
+class TrainingError(ValueError):
+    """Options and data that cannot give a valid vocabulary; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Options of ``wordpiece train``, validated on creation (every problem at once)."""
+
+    corpus: str
+    output: str
+    vocab_size: int = 30_522
+    cased: bool = False
+    min_frequency: int = 2
+    limit_alphabet: int = 1_000
+    num_unused: int = RELEASED_NUM_UNUSED
+    splits: tuple[str, ...] = ("train",)
+    measure_split: str = "validation"
+    num_count_shards: int = 8
+    overwrite: bool = False
+    params_version: int = field(default=1)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.corpus:
+            problems.append("--corpus is required (a completed `pipelines corpus` output)")
+        if not self.output:
+            problems.append("--output is required")
+        reserved = len(SPECIAL_TOKENS) + self.num_unused
+        if self.vocab_size <= reserved:
+            problems.append(
+                f"--vocab-size {self.vocab_size} leaves no room for pieces after {len(SPECIAL_TOKENS)} special "
+                f"tokens and --num-unused {self.num_unused}"
+            )
+        if self.min_frequency < 1:
+            problems.append(f"--min-frequency must be at least 1, got {self.min_frequency}")
+        if self.limit_alphabet < 1:
+            problems.append(f"--limit-alphabet must be at least 1, got {self.limit_alphabet}")
+        if self.num_unused < 0:
+            problems.append(f"--num-unused must be 0 or more, got {self.num_unused}")
+        unknown = [s for s in (*self.splits, self.measure_split) if s not in SPLITS]
+        if unknown or not self.splits:
+            problems.append(f"--split takes {', '.join(SPLITS)}; got {', '.join(unknown) or 'none'}")
+        if self.num_count_shards < 1:
+            problems.append(f"--num-count-shards must be at least 1, got {self.num_count_shards}")
+        if problems:
+            raise ValueError("invalid configuration: " + "; ".join(problems))
+
+    def params(self) -> dict[str, Any]:
+        """Parameters recorded in the manifest."""
+        data = asdict(self)
+        for key in ("output", "overwrite"):
+            data.pop(key)
+        data["splits"] = list(self.splits)
+        return data
+
+
+def vocab_layout(pieces: Iterable[str], num_unused: int) -> list[str]:
+    """The released BERT layout: [PAD], [unused0..98], [UNK], [CLS], [SEP], [MASK], the other
+    [unusedN], then the learned characters, their ## forms and the pieces in merge order."""
+    unused = [f"[unused{i}]" for i in range(num_unused)]
+    head = [
+        "[PAD]",
+        *unused[:UNUSED_BEFORE_UNK],
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *unused[UNUSED_BEFORE_UNK:],
+    ]
+    taken = set(head)
+    return head + [p for p in pieces if p not in taken]
+
+
+def read_counts(output: str, group: str) -> Iterator[tuple[str, int]]:
+    """All ``(word, count)`` pairs of one group, in word order (a merge of the sorted shards)."""
+    pattern = FileSystems.join(output, COUNTS_FOLDER, f"{group}-*.arrow")
+    paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+    def shard_rows(path: str) -> Iterator[tuple[str, int]]:
+        table = WORD_COUNTS.read_ipc(read_bytes(path), source=path)
+        yield from zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
+
+    return heapq.merge(*(shard_rows(p) for p in paths))
+
+
+@dataclass(frozen=True)
+class Alphabet:
+    """The characters the vocabulary keeps, chosen deterministically from the counts."""
+
+    kept: tuple[str, ...]
+    """At most ``limit_alphabet`` characters: the most frequent, ties broken by code point."""
+    continuing: tuple[str, ...]
+    """Kept characters that occur inside a word (they get a ``##`` piece), by code point."""
+    num_distinct: int
+
+
+def alphabet_of(counts: Iterable[tuple[str, int]], limit: int) -> Alphabet:
+    """Choose the alphabet from word counts (the trainer's own choice breaks ties at random)."""
+    frequency: dict[str, int] = {}
+    inside: set[str] = set()
+    for word, count in counts:
+        for position, ch in enumerate(word):
+            frequency[ch] = frequency.get(ch, 0) + count
+            if position:
+                inside.add(ch)
+    kept = sorted(sorted(frequency, key=lambda ch: (-frequency[ch], ch))[:limit])
+    return Alphabet(tuple(kept), tuple(ch for ch in kept if ch in inside), len(frequency))
+
+
+def _feed(counts: Iterable[tuple[str, int]]) -> Iterator[str]:
+    for word, count in counts:
+        while count > 0:
+            repeats = min(count, FEED_REPEATS)
+            yield " ".join([word] * repeats)
+            count -= repeats
+
+
+def learn_pieces(
+    counts: Iterable[tuple[str, int]], alphabet: Alphabet, config: TrainConfig, num_pieces: int
+) -> list[str]:
+    """WordPiece characters and pieces learned from word counts, deterministically.
+
+    The trainer numbers symbols as it meets them in a hash map, and breaks ties between equally
+    frequent merges by those numbers, so on its own it gives different vocabularies in different
+    processes. Declaring every symbol up front (the kept characters as the initial alphabet, their
+    ``##`` forms as leading tokens) fixes the numbering, and with it every merge.
+    """
+    learner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    learner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=num_pieces,
+        min_frequency=config.min_frequency,
+        limit_alphabet=len(alphabet.kept),
+        initial_alphabet=list(alphabet.kept),
+        special_tokens=[f"##{ch}" for ch in alphabet.continuing],
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    learner.train_from_iterator(_feed(counts), trainer=trainer)
+    vocab = learner.get_vocab()
+    ordered = sorted(vocab, key=vocab.__getitem__)
+    # Characters first, then their ## forms, then the learned pieces in merge order.
+    continuing = ordered[: len(alphabet.continuing)]
+    rest = ordered[len(alphabet.continuing) :]
+    chars = [p for p in rest if p in set(alphabet.kept)]
+    return chars + continuing + [p for p in rest if p not in set(alphabet.kept)]
+
+
+def measure(tokenizer: Tokenizer, counts: Iterable[tuple[str, int]]) -> dict[str, Any]:
+    """[UNK] rate and pieces per word of a vocabulary over counted words (each word tokenised once)."""
+    unk_id = tokenizer.token_to_id("[UNK]")
+    words = pieces = unknown_pieces = unknown_words = 0
+    for word, count in counts:
+        ids = [t.id for t in tokenizer.model.tokenize(word)]
+        words += count
+        pieces += count * len(ids)
+        unknown = ids.count(unk_id)
+        unknown_pieces += count * unknown
+        unknown_words += count * bool(unknown)
+    return {
+        "words": words,
+        "pieces_per_word": pieces / words if words else None,
+        "unk_piece_rate": unknown_pieces / pieces if pieces else None,
+        "unk_word_rate": unknown_words / words if words else None,
+    }
+
+
+def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
+    """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats, manifest."""
+    start = time.perf_counter()
+    alphabet = alphabet_of(read_counts(config.output, LEARN), config.limit_alphabet)
+    if not alphabet.kept:
+        raise TrainingError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
+    num_pieces = config.vocab_size - len(SPECIAL_TOKENS) - config.num_unused
+    kept_alphabet = len(alphabet.kept) + len(alphabet.continuing)
+    if num_pieces < kept_alphabet:
+        raise TrainingError(
+            f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and ## forms plus "
+            f"{len(SPECIAL_TOKENS) + config.num_unused} special and unused tokens need at least "
+            f"{kept_alphabet + len(SPECIAL_TOKENS) + config.num_unused}; raise --vocab-size or lower "
+            "--limit-alphabet/--num-unused"
+        )
+    pieces = learn_pieces(read_counts(config.output, LEARN), alphabet, config, num_pieces)
+    vocab = vocab_layout(pieces, config.num_unused)
+    validate_vocab(vocab, "learned vocabulary")
+    tokenizer = build_tokenizer(vocab, config.cased)
+    train_s = time.perf_counter() - start
+
+    vocab_bytes = ("\n".join(vocab) + "\n").encode("utf-8")
+    tokenizer_bytes = tokenizer.to_str(pretty=True).encode("utf-8")
+    stats = {
+        "vocab_size": len(vocab),
+        "num_pieces_learned": len(pieces),
+        "cased": config.cased,
+        "learned_from": list(config.splits),
+        "distinct_words": sum(1 for _ in read_counts(config.output, LEARN)),
+        "alphabet_size": len(alphabet.kept),
+        "distinct_characters": alphabet.num_distinct,
+        "measured_on": config.measure_split,
+        **measure(tokenizer, read_counts(config.output, MEASURE)),
+        "learn_s": round(train_s, 3),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    files = {
+        "vocab.txt": (vocab_bytes, "vocab", len(vocab)),
+        "tokenizer.json": (tokenizer_bytes, "tokenizer", len(vocab)),
+    }
+    entries = []
+    for name, (data, fmt, rows) in files.items():
+        write_bytes(FileSystems.join(config.output, name), data)
+        entries.append(ShardEntry(name, fmt, "", rows, len(data), _sha256(data)))
+    manifest = Manifest("wordpiece", 1, "wordpiece train", config.params(), tuple(entries))
+    manifest_json = manifest.to_json()
+    write_bytes(FileSystems.join(config.output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode())
+    write_bytes(FileSystems.join(config.output, MANIFEST_FILE), manifest_json.encode())
+    write_bytes(FileSystems.join(config.output, COMPLETED_FILE), completed_marker(manifest_json).encode())
+    return stats
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _load_corpus_manifest(corpus: str) -> Manifest:
+    marker_path = FileSystems.join(corpus, COMPLETED_FILE)
+    try:
+        marker = read_bytes(marker_path).decode("utf-8") if FileSystems.exists(marker_path) else None
+        text = (
+            read_bytes(FileSystems.join(corpus, MANIFEST_FILE)).decode("utf-8") if marker is not None else ""
+        )
+        return verify_completed(text, marker, corpus, DOCUMENTS.name)
+    except (ManifestError, OSError) as err:
+        raise CorpusError(f"--corpus {err}") from None
+
+
+def _prepare_output(config: TrainConfig) -> None:
+    if FileSystems.exists(FileSystems.join(config.output, COMPLETED_FILE)) and not config.overwrite:
+        raise TrainingError(
+            f"--output {config.output}: already holds a completed vocabulary; pass --overwrite"
+        )
+    stale = [FileSystems.join(config.output, name) for name in (COMPLETED_FILE, *OUTPUT_FILES)]
+    stale = [path for path in stale if FileSystems.exists(path)]
+    stale += [
+        m.path
+        for m in FileSystems.match([FileSystems.join(config.output, COUNTS_FOLDER, "*")])[0].metadata_list
+    ]
+    if stale:
+        FileSystems.delete(stale)
+
+
+def train(config: TrainConfig, beam_args: list[str]) -> dict[str, Any]:
+    """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json."""
+    manifest = _load_corpus_manifest(config.corpus)
+    _prepare_output(config)
+    options = PipelineOptions(beam_args)
+    if not options.view_as(StandardOptions).runner:
+        options.view_as(StandardOptions).runner = "DirectRunner"
+    pipeline = beam.Pipeline(options=options)
+    counting.build(
+        pipeline,
+        corpus=config.corpus,
+        manifest=manifest,
+        groups={LEARN: config.splits, MEASURE: (config.measure_split,)},
+        cased=config.cased,
+        output=config.output,
+        num_shards=config.num_count_shards,
+    )
+    pipeline.run().wait_until_finish()
+    return learn_vocabulary(config)
