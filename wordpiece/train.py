@@ -306,7 +306,7 @@ def _prepare_output(config: TrainConfig) -> None:
         FileSystems.delete(stale)
 
 
-def train(config: TrainConfig, beam_args: list[str]) -> dict[str, Any]:
+def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any]:
     """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json."""
     manifest = _load_corpus_manifest(config.corpus)
     _prepare_output(config)

@@ -56,3 +56,33 @@ def wiki_output(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wiki") / "out"
     run_cli("wikipedia", "--input", str(dump), "--output", str(out), "--num-shards", "4", *FAST_RUNNER)
     return out
+
+
+@pytest.fixture(scope="session")
+def corpus_output(wiki_output, tmp_path_factory) -> Path:
+    """`pipelines corpus` over the enwiki excerpt's documents, 10% validation and 10% test."""
+    out = tmp_path_factory.mktemp("corpus") / "out"
+    run_cli(
+        "corpus",
+        "--input",
+        str(wiki_output),
+        "--output",
+        str(out),
+        "--validation-fraction",
+        "0.1",
+        "--test-fraction",
+        "0.1",
+        "--num-shards",
+        "2",
+        *FAST_RUNNER,
+    )
+    return out
+
+
+def run_wordpiece(*args: str, expect: int = 0):
+    """Run ``wordpiece ARGS`` in-process; check the exit code; return the click result."""
+    from wordpiece.cli import main as wordpiece_main
+
+    result = CliRunner().invoke(wordpiece_main, list(args), catch_exceptions=False)
+    assert result.exit_code == expect, f"exit {result.exit_code}\n{result.output}"
+    return result

@@ -33,7 +33,9 @@ def books_folder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def books_output(books_folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("books-out") / "out"
-    run_cli("books", "--input", f"{books_folder}/*.txt", "--output", str(out), "--num-shards", "2", *FAST_RUNNER)
+    run_cli(
+        "books", "--input", f"{books_folder}/*.txt", "--output", str(out), "--num-shards", "2", *FAST_RUNNER
+    )
     return out
 
 
@@ -49,8 +51,22 @@ def test_books_become_documents_and_the_binary_file_a_reject(books_output):
 
 def test_corpus_dedups_splits_and_reconciles(books_output, wiki_output, tmp_path):
     out = tmp_path / "all"
-    run_cli("corpus", "--input", str(wiki_output), "--input", str(books_output), "--output", str(out),
-            "--validation-fraction", "0.1", "--test-fraction", "0.1", "--num-shards", "2", *FAST_RUNNER)
+    run_cli(
+        "corpus",
+        "--input",
+        str(wiki_output),
+        "--input",
+        str(books_output),
+        "--output",
+        str(out),
+        "--validation-fraction",
+        "0.1",
+        "--test-fraction",
+        "0.1",
+        "--num-shards",
+        "2",
+        *FAST_RUNNER,
+    )
     manifest, stats, tables = read_output(out)
     _, wiki_stats, _ = read_output(wiki_output)
     assert stats["records_in"] == wiki_stats["documents_out"] + 5
@@ -58,15 +74,29 @@ def test_corpus_dedups_splits_and_reconciles(books_output, wiki_output, tmp_path
     assert stats["reconciles"] and stats["documents_out"] == sum(t.num_rows for t in tables.values())
     ids = {split: set(t.column("doc_id").to_pylist()) for split, t in tables.items()}
     assert set(ids) == {"train", "validation", "test"}
-    assert not (ids["train"] & ids["validation"] or ids["train"] & ids["test"] or ids["validation"] & ids["test"])
+    assert not (
+        ids["train"] & ids["validation"] or ids["train"] & ids["test"] or ids["validation"] & ids["test"]
+    )
     assert stats["splits"] == {split: len(v) for split, v in ids.items()}
     assert manifest.producer == "pipelines corpus"
 
     # Adding data never moves old documents: a corpus of the wiki output alone puts every
     # document in the same split as before.
     alone = tmp_path / "wiki-only"
-    run_cli("corpus", "--input", str(wiki_output), "--output", str(alone),
-            "--validation-fraction", "0.1", "--test-fraction", "0.1", "--num-shards", "2", *FAST_RUNNER)
+    run_cli(
+        "corpus",
+        "--input",
+        str(wiki_output),
+        "--output",
+        str(alone),
+        "--validation-fraction",
+        "0.1",
+        "--test-fraction",
+        "0.1",
+        "--num-shards",
+        "2",
+        *FAST_RUNNER,
+    )
     _, _, alone_tables = read_output(alone)
     for split, table in alone_tables.items():
         assert set(table.column("doc_id").to_pylist()) <= ids[split]
@@ -75,7 +105,9 @@ def test_corpus_dedups_splits_and_reconciles(books_output, wiki_output, tmp_path
 def test_corpus_is_deterministic_and_refuses_incomplete_inputs(books_output, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     for out in (first, second):
-        run_cli("corpus", "--input", str(books_output), "--output", str(out), "--num-shards", "2", *FAST_RUNNER)
+        run_cli(
+            "corpus", "--input", str(books_output), "--output", str(out), "--num-shards", "2", *FAST_RUNNER
+        )
     assert shard_bytes(first) == shard_bytes(second)
     incomplete = tmp_path / "incomplete"
     shutil.copytree(books_output, incomplete)

@@ -18,9 +18,17 @@ from tests.multistream import build_multistream
 pytestmark = pytest.mark.slow
 
 DATAFLOW_DRY_RUN = [
-    "--runner", "DataflowRunner", "--project", "bert-project", "--region", "us-central1",
-    "--temp_location", "gs://bert-bucket/tmp", "--dry_run=True",
-    "--setup_file", str(Path(__file__).resolve().parents[2] / "setup.py"),
+    "--runner",
+    "DataflowRunner",
+    "--project",
+    "bert-project",
+    "--region",
+    "us-central1",
+    "--temp_location",
+    "gs://bert-bucket/tmp",
+    "--dry_run=True",
+    "--setup_file",
+    str(Path(__file__).resolve().parents[2] / "setup.py"),
 ]
 
 
@@ -48,7 +56,8 @@ def gcs_emulator(monkeypatch):
     emulator = Path(sys.executable).parent / "gcp-storage-emulator"
     process = subprocess.Popen(
         [str(emulator), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     try:
@@ -78,11 +87,31 @@ def test_wikipedia_and_corpus_on_bucket_paths(gcs_emulator, tmp_path):
     dump, index = build_multistream(require(ENWIKI_EXCERPT), tmp_path, pages_per_stream=50)
     for path in (dump, index):
         gcs_emulator.blob(f"dumps/{path.name}").upload_from_filename(str(path))
-    run_cli("wikipedia", "--input", "gs://bert-bucket/dumps/*-multistream.xml.bz2",
-            "--output", "gs://bert-bucket/corpus/wiki", "--num-shards", "2", *FAST_RUNNER)
-    run_cli("corpus", "--input", "gs://bert-bucket/corpus/wiki", "--output", "gs://bert-bucket/corpus/all",
-            "--num-shards", "2", *FAST_RUNNER)
+    run_cli(
+        "wikipedia",
+        "--input",
+        "gs://bert-bucket/dumps/*-multistream.xml.bz2",
+        "--output",
+        "gs://bert-bucket/corpus/wiki",
+        "--num-shards",
+        "2",
+        *FAST_RUNNER,
+    )
+    run_cli(
+        "corpus",
+        "--input",
+        "gs://bert-bucket/corpus/wiki",
+        "--output",
+        "gs://bert-bucket/corpus/all",
+        "--num-shards",
+        "2",
+        *FAST_RUNNER,
+    )
     names = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
-    assert {"corpus/wiki/COMPLETED", "corpus/all/COMPLETED", "corpus/all/train/part-00000-of-00002.arrow"} <= names
+    assert {
+        "corpus/wiki/COMPLETED",
+        "corpus/all/COMPLETED",
+        "corpus/all/train/part-00000-of-00002.arrow",
+    } <= names
     result = run_cli("show", "gs://bert-bucket/corpus/all")
     assert "pipelines corpus" in result.output
