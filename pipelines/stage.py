@@ -20,6 +20,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines import io
 from pipelines.stats import build_stats, document_tally, sum_tallies
+from pipelines.text import content_hash, count_words
 from schemas import (
     COMPLETED_FILE,
     DOCUMENTS,
@@ -53,6 +54,41 @@ class Outcome:
 def document_outcome(row: dict[str, Any], counts: dict[str, int] | None = None) -> Outcome:
     """A record that became a document, with optional extra counts for ``stats.json``."""
     return Outcome(DOCUMENT, "", row, counts)
+
+
+def sentences_outcome(
+    sentences: list[str], min_document_words: int, counts: dict[str, int] | None = None, **fields: Any
+) -> Outcome:
+    """A cleaned record's sentences as a document, or dropped when empty or too short.
+
+    ``fields`` are the row's metadata (``source``, ``origin``, ``title``, ``page_id``, ...);
+    the id and the counts are derived from the sentences.
+    """
+    if not sentences:
+        return dropped_outcome("empty_after_cleaning")
+    num_words = count_words(sentences)
+    if num_words < min_document_words:
+        return dropped_outcome("too_short")
+    row = {"title": None, "page_id": None, "revision_id": None, **fields}
+    row.update(
+        doc_id=content_hash(sentences),
+        sentences=sentences,
+        num_sentences=len(sentences),
+        num_words=num_words,
+        num_chars=sum(len(s) for s in sentences),
+    )
+    return document_outcome(row, counts)
+
+
+class CountRecords(beam.PTransform):
+    """How many records a stage read, as a ``records_in`` tally: what ``stats.json`` reconciles against."""
+
+    def expand(self, records):
+        return (
+            records
+            | "Count" >> beam.combiners.Count.Globally()
+            | "As tally" >> beam.Map(lambda n: Counter(records_in=n))
+        )
 
 
 def dropped_outcome(reason: str) -> Outcome:

@@ -6,16 +6,14 @@ Graph: book files → reshuffle → read, decode and clean each book (one ``Outc
 
 from __future__ import annotations
 
-from collections import Counter
-
 import apache_beam as beam
 
 from pipelines import io
 from pipelines.books.clean import BookRejected, clean_book
 from pipelines.config import BooksConfig
 from pipelines.progress import ShowProgress
-from pipelines.stage import Outcome, WriteStageOutput, document_outcome, dropped_outcome, reject_outcome
-from pipelines.text import content_hash, count_words, paragraphs_to_sentences
+from pipelines.stage import CountRecords, Outcome, WriteStageOutput, reject_outcome, sentences_outcome
+from pipelines.text import paragraphs_to_sentences
 
 SOURCE = "books"
 
@@ -35,25 +33,12 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
         return reject_outcome(
             source=SOURCE, origin=path, record_id=name, reason=err.reason, detail=err.detail, excerpt=excerpt
         )
-    sentences = paragraphs_to_sentences(book.paragraphs)
-    if not sentences:
-        return dropped_outcome("empty_after_cleaning")
-    num_words = count_words(sentences)
-    if num_words < min_document_words:
-        return dropped_outcome("too_short")
-    return document_outcome(
-        {
-            "doc_id": content_hash(sentences),
-            "source": SOURCE,
-            "origin": path,
-            "title": book.title or _title_from_path(path),
-            "page_id": None,
-            "revision_id": None,
-            "sentences": sentences,
-            "num_sentences": len(sentences),
-            "num_words": num_words,
-            "num_chars": sum(len(s) for s in sentences),
-        }
+    return sentences_outcome(
+        paragraphs_to_sentences(book.paragraphs),
+        min_document_words,
+        source=SOURCE,
+        origin=path,
+        title=book.title or _title_from_path(path),
     )
 
 
@@ -81,11 +66,7 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         | "Progress" >> beam.ParDo(ShowProgress("pipelines books: cleaning", "books"))
     )
     outcomes = paths | "Clean books" >> beam.Map(read_book_outcome, config.min_document_words)
-    books_read = (
-        paths
-        | "Count books" >> beam.combiners.Count.Globally()
-        | "Books tally" >> beam.Map(lambda n: Counter(records_in=n))
-    )
+    books_read = paths | "Count books" >> CountRecords()
     _ = outcomes | "Write" >> WriteStageOutput(
         output=config.output,
         producer="pipelines books",

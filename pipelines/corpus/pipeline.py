@@ -9,8 +9,6 @@ No step holds the corpus on one worker: the joins are keyed shuffles.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import apache_beam as beam
 
 from pipelines import io
@@ -20,6 +18,7 @@ from pipelines.corpus.split import assign_split
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
     DOCUMENT,
+    CountRecords,
     Outcome,
     WriteStageOutput,
     document_outcome,
@@ -67,11 +66,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         | "Read shards" >> beam.FlatMap(read_document_shard)
         | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
     )
-    documents_read = (
-        rows
-        | "Count documents" >> beam.combiners.Count.Globally()
-        | "Documents tally" >> beam.Map(lambda n: Counter(records_in=n))
-    )
+    documents_read = rows | "Count documents" >> CountRecords()
     exact = (
         rows
         | "Key by id" >> beam.Map(lambda r: (r["doc_id"], r))

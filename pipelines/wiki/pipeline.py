@@ -8,7 +8,6 @@ clean each page (one ``Outcome`` per page) → ``WriteStageOutput``.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,13 +18,14 @@ from pipelines.config import WikipediaConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
     FILE_ERROR,
+    CountRecords,
     Outcome,
     WriteStageOutput,
-    document_outcome,
     dropped_outcome,
     reject_outcome,
+    sentences_outcome,
 )
-from pipelines.text import content_hash, count_words, paragraphs_to_sentences
+from pipelines.text import paragraphs_to_sentences
 from pipelines.wiki.dump import (
     DumpError,
     RawPage,
@@ -115,28 +115,18 @@ def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome
         )
     if cleaned.is_disambiguation:
         return dropped_outcome("disambiguation")
-    if not sentences:
-        return dropped_outcome("empty_after_cleaning")
-    num_words = count_words(sentences)
-    if num_words < min_document_words:
-        return dropped_outcome("too_short")
-    return document_outcome(
-        {
-            "doc_id": content_hash(sentences),
-            "source": SOURCE,
-            "origin": origin,
-            "title": page.title,
-            "page_id": page.page_id,
-            "revision_id": page.revision_id,
-            "sentences": sentences,
-            "num_sentences": len(sentences),
-            "num_words": num_words,
-            "num_chars": sum(len(s) for s in sentences),
-        },
+    return sentences_outcome(
+        sentences,
+        min_document_words,
         counts={
             "templates_rendered": cleaned.num_templates_rendered,
             "templates_dropped": cleaned.num_templates_dropped,
         },
+        source=SOURCE,
+        origin=origin,
+        title=page.title,
+        page_id=page.page_id,
+        revision_id=page.revision_id,
     )
 
 
@@ -172,11 +162,7 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
     outcomes = pages | "Clean pages" >> beam.MapTuple(
         lambda origin, page: page_outcome(page, origin, config.min_document_words)
     )
-    pages_read = (
-        pages
-        | "Count pages" >> beam.combiners.Count.Globally()
-        | "Pages tally" >> beam.Map(lambda n: Counter(records_in=n))
-    )
+    pages_read = pages | "Count pages" >> CountRecords()
     _ = (
         (outcomes, read[_ReadPages.FILE_ERRORS])
         | "All outcomes" >> beam.Flatten()
