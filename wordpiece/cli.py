@@ -237,6 +237,9 @@ def train(
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         _fail(f"{type(err).__name__}: {lines[-1] if lines else 'no message'}")
+    if stats is None:
+        click.echo("dry run: the counting job was built and not submitted; nothing was written")
+        return
     click.echo(
         f"vocabulary: {stats['vocab_size']:,} tokens ({stats['num_pieces_learned']:,} learned from "
         f"{stats['distinct_words']:,} distinct words of {'+'.join(stats['learned_from'])})"

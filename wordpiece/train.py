@@ -27,7 +27,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from schemas import (
@@ -306,11 +306,16 @@ def _prepare_output(config: TrainConfig) -> None:
         FileSystems.delete(stale)
 
 
-def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any]:
-    """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json."""
+def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any] | None:
+    """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json.
+
+    With Dataflow's ``--dry_run=True`` the counting job is only built, and None is returned.
+    """
     manifest = _load_corpus_manifest(config.corpus)
-    _prepare_output(config)
     options = PipelineOptions(beam_args)
+    dry_run = bool(options.view_as(TestOptions).dry_run)
+    if not dry_run:
+        _prepare_output(config)
     if not options.view_as(StandardOptions).runner:
         options.view_as(StandardOptions).runner = "DirectRunner"
     pipeline = beam.Pipeline(options=options)
@@ -324,4 +329,4 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
         num_shards=config.num_count_shards,
     )
     pipeline.run().wait_until_finish()
-    return learn_vocabulary(config)
+    return None if dry_run else learn_vocabulary(config)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ENWIKI_EXCERPT, GUTENBERG, require
-from tests.e2e.conftest import FAST_RUNNER, run_cli
+from tests.e2e.conftest import FAST_RUNNER, run_cli, run_wordpiece
 from tests.multistream import build_multistream
 
 pytestmark = pytest.mark.slow
@@ -41,6 +41,13 @@ def test_every_pipeline_builds_as_a_dataflow_job(command, wiki_output):
     }[command]
     result = run_cli(command, "--input", inputs, "--output", f"gs://bert-bucket/{command}", *DATAFLOW_DRY_RUN)
     assert "dry run: the job was built and not submitted" in result.output
+
+
+def test_wordpiece_train_builds_as_a_dataflow_job(corpus_output):
+    result = run_wordpiece(
+        "train", "--corpus", str(corpus_output), "--output", "gs://bert-bucket/vocab", *DATAFLOW_DRY_RUN
+    )
+    assert "dry run: the counting job was built and not submitted" in result.output
 
 
 def _free_port() -> int:
@@ -82,7 +89,7 @@ def gcs_emulator(monkeypatch):
 
 
 @pytest.mark.emulator
-def test_wikipedia_and_corpus_on_bucket_paths(gcs_emulator, tmp_path):
+def test_wikipedia_corpus_and_vocabulary_on_bucket_paths(gcs_emulator, tmp_path):
     assert os.environ["STORAGE_EMULATOR_HOST"]
     dump, index = build_multistream(require(ENWIKI_EXCERPT), tmp_path, pages_per_stream=50)
     for path in (dump, index):
@@ -115,3 +122,19 @@ def test_wikipedia_and_corpus_on_bucket_paths(gcs_emulator, tmp_path):
     } <= names
     result = run_cli("show", "gs://bert-bucket/corpus/all")
     assert "pipelines corpus" in result.output
+    run_wordpiece(
+        "train",
+        "--corpus",
+        "gs://bert-bucket/corpus/all",
+        "--output",
+        "gs://bert-bucket/vocab",
+        "--vocab-size",
+        "3000",
+        "--num-unused",
+        "10",
+        "--num-count-shards",
+        "2",
+        *FAST_RUNNER,
+    )
+    names = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
+    assert {"vocab/vocab.txt", "vocab/tokenizer.json", "vocab/stats.json", "vocab/COMPLETED"} <= names
