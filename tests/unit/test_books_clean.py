@@ -29,8 +29,8 @@ from pipelines.books.clean import (
     strip_gutenberg,
     unwrap_lines,
 )
+from tests.conftest import SHARED_DATA, require
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 GUTENBERG = SHARED_DATA / "books" / "gutenberg"
 BOTCHAN = SHARED_DATA / "books" / "sentencepiece_botchan.txt"
 
@@ -577,14 +577,6 @@ SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)_]*$")
 TOC_ENTRY = re.compile(r"^(CHAPTER|Chapter|LETTER|Letter|BOOK|Book)\s+[IVXLC\d]+\b|\s\d{1,3}$")
 
 
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(
-            f"real test data not present: {path} (../shared/data is only beside the project checkout)"
-        )
-    return path
-
-
 @functools.cache
 def _real(path: Path) -> tuple[CleanBook, str]:
     """The cleaned book and its decoded text with all whitespace collapsed."""
@@ -598,14 +590,14 @@ def _key(text: str) -> str:
 
 @pytest.mark.parametrize("stem", REAL_BOOKS)
 def test_real_book_encoding_and_title(stem: str) -> None:
-    book, _ = _real(_require(GUTENBERG / f"{stem}.txt"))
+    book, _ = _real(require(GUTENBERG / f"{stem}.txt"))
     assert book.encoding == ("latin-1" if stem in LATIN1_BOOKS else "utf-8-sig")
     assert book.title is not None and _key(book.title).startswith(_key(stem.split("_")[0]))
 
 
 @pytest.mark.parametrize("stem", REAL_BOOKS)
 def test_real_book_has_no_licence_or_markup(stem: str) -> None:
-    book, _ = _real(_require(GUTENBERG / f"{stem}.txt"))
+    book, _ = _real(require(GUTENBERG / f"{stem}.txt"))
     assert len(book.paragraphs) > 500
     assert book.num_header_lines > 10 and book.num_footer_lines > 300
     for paragraph in book.paragraphs:
@@ -617,7 +609,7 @@ def test_real_book_has_no_licence_or_markup(stem: str) -> None:
 
 @pytest.mark.parametrize("stem", REAL_BOOKS)
 def test_real_book_starts_and_ends_with_the_novel(stem: str) -> None:
-    book, flat = _real(_require(GUTENBERG / f"{stem}.txt"))
+    book, flat = _real(require(GUTENBERG / f"{stem}.txt"))
     first, last = book.paragraphs[0], book.paragraphs[-1]
     assert not re.search(r"licen[cs]e|ebook|produced by|gutenberg", first, re.IGNORECASE)
     assert any(len(p.split()) >= 20 and SENTENCE_END.search(p) for p in book.paragraphs[:3])
@@ -632,7 +624,7 @@ def test_real_book_starts_and_ends_with_the_novel(stem: str) -> None:
 
 @pytest.mark.parametrize("stem", REAL_BOOKS)
 def test_real_book_contents_and_headings_are_removed(stem: str) -> None:
-    book, _ = _real(_require(GUTENBERG / f"{stem}.txt"))
+    book, _ = _real(require(GUTENBERG / f"{stem}.txt"))
     assert book.num_toc_lines >= MIN_TOC_LINES.get(stem, 0)
     assert book.num_heading_paragraphs >= 12  # every novel here has a dozen chapters or more
     short = [p for p in book.paragraphs if len(p.split()) <= 12]
@@ -640,8 +632,8 @@ def test_real_book_contents_and_headings_are_removed(stem: str) -> None:
 
 
 def test_dracula_and_alice_contents() -> None:
-    dracula, _ = _real(_require(GUTENBERG / "Dracula_345.txt"))
-    alice, _ = _real(_require(GUTENBERG / "Alice-s-Adventures-in-Wonderland_11.txt"))
+    dracula, _ = _real(require(GUTENBERG / "Dracula_345.txt"))
+    alice, _ = _real(require(GUTENBERG / "Alice-s-Adventures-in-Wonderland_11.txt"))
     # Dracula lists 27 chapters, each a "CHAPTER n" block and a "title ... page" block.
     assert dracula.num_toc_lines >= 2 * 27
     # This edition of Alice has no contents list: nothing is taken for one, all 12 chapter
@@ -650,7 +642,7 @@ def test_dracula_and_alice_contents() -> None:
 
 
 def test_botchan_without_blank_lines() -> None:
-    book = clean_book(_require(BOTCHAN).read_bytes(), BOTCHAN.name)
+    book = clean_book(require(BOTCHAN).read_bytes(), BOTCHAN.name)
     assert book.title is not None and "botchan" in book.title.lower()
     assert book.encoding == "utf-8-sig"
     # The file has no blank lines: paragraphs are recovered from the line lengths.

@@ -22,17 +22,12 @@ from pipelines.wiki.dump import (
     plan_stream_ranges,
     read_stream_offsets,
 )
+from tests.conftest import SHARED_DATA, require
 from tests.multistream import build_multistream
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wiki"
+DATA = SHARED_DATA / "wiki"
 ENWIKI = DATA / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 BGWIKI = DATA / "gensim_bgwiki-latest-pages-articles-shortened.xml.bz2"
-
-
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"real dump {path.name} not found under {path.parent}")
-    return path
 
 
 def _read(path: Path) -> list[RawPage]:
@@ -52,12 +47,12 @@ def _collect(pages: object) -> tuple[list[RawPage], DumpError]:
 
 @pytest.fixture(scope="module")
 def enwiki_pages() -> list[RawPage]:
-    return _read(_require(ENWIKI))
+    return _read(require(ENWIKI))
 
 
 @pytest.fixture(scope="module")
 def enwiki_xml() -> bytes:
-    return bz2.decompress(_require(ENWIKI).read_bytes())
+    return bz2.decompress(require(ENWIKI).read_bytes())
 
 
 @pytest.fixture(scope="module", params=[100, 7], ids=["100-per-stream", "7-per-stream"])
@@ -66,7 +61,7 @@ def multistream(
 ) -> tuple[Path, list[int], int]:
     """A multistream copy of the enwiki excerpt: (dump path, stream offsets, pages per stream)."""
     out = tmp_path_factory.mktemp(f"multistream{request.param}")
-    dump, index = build_multistream(_require(ENWIKI), out, pages_per_stream=request.param)
+    dump, index = build_multistream(require(ENWIKI), out, pages_per_stream=request.param)
     assert index_path_for(str(dump)) == str(index)
     with index.open("rb") as f:
         return dump, read_stream_offsets(f), request.param
@@ -142,14 +137,14 @@ def test_unseekable_stream_with_short_reads(enwiki_xml: bytes, enwiki_pages: lis
 
 
 def test_utf16_dump() -> None:
-    pages = _read(_require(BGWIKI))
+    pages = _read(require(BGWIKI))
     assert len(pages) == 3
     assert [p.ns for p in pages] == [0, 4, 4]
     assert all(p.title and p.text and p.revision_id for p in pages)
 
 
 def test_truncated_bz2(enwiki_xml: bytes) -> None:
-    raw = _require(ENWIKI).read_bytes()
+    raw = require(ENWIKI).read_bytes()
     pages, error = _collect(iter_pages(io.BytesIO(raw[: len(raw) // 2])))
     assert 0 < len(pages) < 206
     assert error.reason == "truncated_input"
@@ -215,7 +210,7 @@ def test_corrupt_compressed_data(enwiki_xml: bytes, enwiki_pages: list[RawPage])
     assert error.reason == "corrupt_input"
     # bz2 hands out a block's data before checking its CRC, so damage inside a block usually
     # reaches the XML parser first.
-    raw = _require(ENWIKI).read_bytes()
+    raw = require(ENWIKI).read_bytes()
     middle = len(raw) // 2
     flipped = raw[:middle] + bytes(b ^ 0xFF for b in raw[middle : middle + 16]) + raw[middle + 16 :]
     pages, error = _collect(iter_pages(io.BytesIO(flipped)))

@@ -23,8 +23,9 @@ from pipelines.wiki.wikitext import (
     clean_wikitext,
     is_disambiguation,
 )
+from tests.conftest import SHARED_DATA, require
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wiki"
+DATA = SHARED_DATA / "wiki"
 WTF_DIR = DATA / "wtf_wikipedia_wikitext"
 ENWIKI = DATA / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
@@ -543,14 +544,6 @@ def assert_clean(items: list[str], where: str) -> None:
         assert not item.startswith(FORBIDDEN_STARTS), f"{where}: starts with markup: {item[:200]!r}"
 
 
-def _require(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(
-            f"real Wikipedia data not found at {path} (a shared/data checkout next to the repository)"
-        )
-    return path
-
-
 def read_dump(path: Path) -> list[tuple[str, bool, str]]:
     """(title, is_redirect, wikitext) of every page of a pages-articles XML dump."""
     pages = []
@@ -574,7 +567,7 @@ class Run:
 @pytest.fixture(scope="module")
 def enwiki() -> Run:
     """The non-redirect pages of the enwiki excerpt cleaned, by title, and how long that took."""
-    pages = [(title, text) for title, redirect, text in read_dump(_require(ENWIKI)) if not redirect]
+    pages = [(title, text) for title, redirect, text in read_dump(require(ENWIKI)) if not redirect]
     start = time.perf_counter()
     cleaned = {title: clean_wikitext(text, title) for title, text in pages}
     seconds = time.perf_counter() - start
@@ -583,7 +576,7 @@ def enwiki() -> Run:
 
 @pytest.fixture(scope="module")
 def wtf_pages() -> dict[str, CleanedPage]:
-    files = sorted(_require(WTF_DIR).glob("*.txt"))
+    files = sorted(require(WTF_DIR).glob("*.txt"))
     return {f.stem: clean_wikitext(f.read_text(encoding="utf-8"), f.stem) for f in files}
 
 

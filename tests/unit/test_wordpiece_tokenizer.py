@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from tokenizers import Tokenizer
 
+from tests.conftest import SHARED_DATA, require
 from wordpiece.cli import main
 from wordpiece.tokenizer import (
     MAX_INPUT_CHARS_PER_WORD,
@@ -29,7 +30,6 @@ from wordpiece.tokenizer import (
     validate_vocab,
 )
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 RELEASED_VOCAB = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"
 
 TINY = [*SPECIAL_TOKENS, "hello", "world", "##s", "the", "a", "##b", "b", "c", "##c", "d", "##d", ",", "."]
@@ -280,11 +280,7 @@ HARD_CASES = [
 
 @pytest.fixture(scope="module")
 def released_vocab() -> str:
-    if not RELEASED_VOCAB.exists():
-        pytest.skip(
-            f"real test data not present: {RELEASED_VOCAB} (../shared/data is only beside the checkout)"
-        )
-    return str(RELEASED_VOCAB)
+    return str(require(RELEASED_VOCAB))
 
 
 def reference(vocab_path: str, cased: bool):
