@@ -1,0 +1,1 @@
+"""`pipelines examples`: masked, NSP-paired pre-training examples (in progress: masking so far)."""
