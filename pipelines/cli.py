@@ -211,6 +211,109 @@ def corpus(
     _run(build, config, manifests, ctx.args, "documents")
 
 
+@main.command(context_settings=_PASS_THROUGH)
+@click.option("--corpus", required=True, help="A completed `pipelines corpus` output.")
+@click.option("--vocab", required=True, help="vocab.txt or tokenizer.json (local or bucket URL).")
+@click.option("--output", required=True, help="Folder or bucket URL for the example shards.")
+@click.option(
+    "--split", default="train", show_default=True, type=click.Choice(["train", "validation", "test"])
+)
+@click.option("--cased/--uncased", default=False, show_default=True)
+@click.option("--max-seq-length", type=int, default=128, show_default=True)
+@click.option("--max-predictions-per-seq", type=int, default=20, show_default=True)
+@click.option("--masked-lm-prob", type=float, default=0.15, show_default=True)
+@click.option("--short-seq-prob", type=float, default=0.1, show_default=True)
+@click.option("--dupe-factor", type=int, default=5, show_default=True)
+@click.option("--whole-word-masking", is_flag=True, help="Mask whole words (a word's ## pieces together).")
+@click.option(
+    "--random-token-from-whole-vocab",
+    is_flag=True,
+    help="As the reference: the 10% random replacement may be any token, [PAD] and [unusedN] included.",
+)
+@click.option("--num-shards", type=int, default=256, show_default=True)
+@click.option(
+    "--num-buckets",
+    type=int,
+    default=1024,
+    show_default=True,
+    help="Document buckets for random-next lookups; a bucket's documents meet on one worker.",
+)
+@click.option("--seed", type=int, default=12345, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")
+@click.pass_context
+def examples(
+    ctx,
+    corpus,
+    vocab,
+    output,
+    split,
+    cased,
+    max_seq_length,
+    max_predictions_per_seq,
+    masked_lm_prob,
+    short_seq_prob,
+    dupe_factor,
+    whole_word_masking,
+    random_token_from_whole_vocab,
+    num_shards,
+    num_buckets,
+    seed,
+    overwrite,
+):
+    """Write masked, NSP-paired BERT pre-training examples as sharded Arrow files.
+
+    Semantics of the reference generator (create_pretraining_data.py); every random choice is
+    seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
+    """
+    import hashlib
+
+    from pipelines.examples.masking import MaskingConfig
+    from pipelines.examples.pairs import PairConfig
+    from pipelines.examples.pipeline import ExamplesConfig, build
+    from schemas import DOCUMENTS
+    from wordpiece.tokenizer import VocabError, WordPieceTokenizer
+
+    try:
+        config = ExamplesConfig(
+            corpus=corpus,
+            vocab=vocab,
+            output=output,
+            split=split,
+            cased=cased,
+            dupe_factor=dupe_factor,
+            seed=seed,
+            num_shards=num_shards,
+            num_buckets=num_buckets,
+            pairs=PairConfig(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob),
+            masking=MaskingConfig(
+                masked_lm_prob=masked_lm_prob,
+                max_predictions_per_seq=max_predictions_per_seq,
+                whole_word_masking=whole_word_masking,
+            ),
+            random_token_from_whole_vocab=random_token_from_whole_vocab,
+            overwrite=overwrite,
+        )
+        tokenizer = WordPieceTokenizer.load(vocab, cased=cased)
+        manifest = io.load_manifest(corpus, DOCUMENTS.name)
+    except (ValueError, VocabError, io.InputError) as err:
+        _fail(str(err))
+    vocab_sha256 = hashlib.sha256("\n".join(tokenizer.vocab).encode("utf-8")).hexdigest()
+    try:
+        stats = run_stage(
+            lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256), config, None, ctx.args
+        )
+    except (StageFailed, io.InputError, io.OutputError) as err:
+        _fail(str(err))
+    if stats is None:
+        click.echo("dry run: the job was built and not submitted; nothing was written")
+        return
+    click.echo(
+        f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); random next "
+        f"{stats['random_next_rate']:.3f}, masked {stats['mask_rate']:.3f} of tokens"
+    )
+    click.echo(f"output: {output}")
+
+
 @main.command()
 @click.argument("folder")
 @click.option("--samples", type=int, default=3, show_default=True, help="Documents to show.")

@@ -19,7 +19,7 @@ SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
 
 _KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", COMPLETED_FILE)
-_KNOWN_OUTPUT_DIRS = ("all", "rejects", *SPLITS)
+_KNOWN_OUTPUT_DIRS = ("all", "rejects", "examples", *SPLITS)
 
 
 class InputError(ValueError):

@@ -1,0 +1,114 @@
+"""`pipelines examples` end to end on the enwiki corpus with the released BERT vocabulary."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.dataset as ds
+import pytest
+
+from schemas.examples import examples_format
+from tests.conftest import SHARED_DATA, require
+from tests.e2e.conftest import FAST_RUNNER, read_output, run_cli, shard_bytes
+from wordpiece.tokenizer import WordPieceTokenizer
+
+pytestmark = pytest.mark.slow
+
+ARGS = ("--max-seq-length", "64", "--dupe-factor", "2", "--num-shards", "3", "--num-buckets", "4")
+
+
+@pytest.fixture(scope="module")
+def released_vocab() -> str:
+    return str(require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"))
+
+
+@pytest.fixture(scope="module")
+def examples_output(corpus_output, released_vocab, tmp_path_factory):
+    out = tmp_path_factory.mktemp("examples") / "out"
+    run_cli(
+        "examples",
+        "--corpus",
+        str(corpus_output),
+        "--vocab",
+        released_vocab,
+        "--output",
+        str(out),
+        *ARGS,
+        *FAST_RUNNER,
+    )
+    return out
+
+
+def _rows(folder) -> list[dict]:
+    return ds.dataset(str(folder / "examples"), format="ipc").to_table().to_pylist()
+
+
+def test_examples_are_well_formed_and_statistics_hold(examples_output, released_vocab):
+    rows = _rows(examples_output)  # read with plain pyarrow, none of our code
+    stats = json.loads((examples_output / "stats.json").read_text())
+    assert len(rows) == stats["examples"] > 1000
+    for row in rows:
+        ids, a = row["input_ids"], row["num_tokens_a"]
+        assert len(ids) == row["num_tokens"] <= 64
+        assert ids[0] == 101 and ids[a - 1] == 102 and ids[-1] == 102
+        assert len(row["masked_lm_positions"]) <= 20
+    # n >= 10,000 predictions: a share's standard error is below 0.005, so 0.02 is four of them.
+    assert abs(stats["masked_share_mask"] - 0.8) < 0.02
+    assert abs(stats["masked_share_random"] - 0.1) < 0.02
+    assert abs(stats["masked_share_unchanged"] - 0.1) < 0.02
+    assert 0.13 < stats["mask_rate"] <= 0.16
+    assert 0.5 <= stats["random_next_rate"] < 0.7  # one-sentence chunks are always random next
+
+
+def test_actual_next_pairs_come_from_one_document_in_order(examples_output, corpus_output, released_vocab):
+    tokenizer = WordPieceTokenizer.load(released_vocab, cased=False)
+    _, _, tables = read_output(corpus_output)
+    streams = {}
+    for row in tables["train"].select(["doc_id", "sentences"]).to_pylist():
+        streams[row["doc_id"]] = [t for ids in tokenizer.encode_batch(row["sentences"]) for t in ids]
+
+    def contains(haystack, needle):
+        return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+
+    checked = 0
+    for row in _rows(examples_output)[:400]:
+        ids = list(row["input_ids"])
+        for position, original in zip(row["masked_lm_positions"], row["masked_lm_ids"], strict=True):
+            ids[position] = original
+        a, b = ids[1 : row["num_tokens_a"] - 1], ids[row["num_tokens_a"] : -1]
+        stream = streams[row["doc_id"]]
+        assert contains(stream, a)
+        if row["next_sentence_labels"] == 0:
+            assert contains(stream, b)
+            checked += 1
+    assert checked > 50
+
+
+def test_two_worker_processes_write_identical_shards(
+    examples_output, corpus_output, released_vocab, tmp_path
+):
+    out = tmp_path / "two"
+    run_cli(
+        "examples",
+        "--corpus",
+        str(corpus_output),
+        "--vocab",
+        released_vocab,
+        "--output",
+        str(out),
+        *ARGS,
+        "--runner",
+        "DirectRunner",
+        "--direct_num_workers",
+        "2",
+        "--direct_running_mode",
+        "multi_processing",
+    )
+    assert shard_bytes(out) == shard_bytes(examples_output)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == "examples" and len(manifest["params"]["vocab_sha256"]) == 64
+    sizes = [s["num_rows"] for s in manifest["shards"]]
+    assert max(sizes) / min(sizes) < 1.15  # balanced by hashing
+    fmt = examples_format(30522)
+    for shard in manifest["shards"]:
+        fmt.read_ipc((out / shard["path"]).read_bytes(), shard["path"])
