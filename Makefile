@@ -36,24 +36,28 @@ $(WIKI_EXCERPT): | $(STAMP)
 	$(PY) -c "import glob, sys, zipfile; w = sorted(glob.glob('$(CACHE_DIR)/wheel/gensim-4.4.0-*.whl'))[0]; open('$@', 'wb').write(zipfile.ZipFile(w).read('$(GENSIM_WHEEL_MEMBER)'))"
 
 demo: $(STAMP) $(WIKI_DUMP)
-	@echo "== 1/4 pipelines wikipedia: $(WIKI_DUMP)"
+	@echo "== 1/5 pipelines wikipedia: $(WIKI_DUMP)"
 	$(VENV)/bin/pipelines wikipedia --input $(WIKI_DUMP) --output $(DEMO_DIR)/corpus/wiki --num-shards 4 --overwrite
 	@if [ -n "$(BOOKS)" ]; then \
-	  echo "== 2/4 pipelines books: $(BOOKS)"; \
+	  echo "== 2/5 pipelines books: $(BOOKS)"; \
 	  $(VENV)/bin/pipelines books --input '$(BOOKS)/*.txt' --output $(DEMO_DIR)/corpus/books --num-shards 2 --overwrite; \
 	else \
-	  echo "== 2/4 pipelines books: skipped (no books folder; run 'make demo BOOKS=path/to/folder/of/txt')"; \
+	  echo "== 2/5 pipelines books: skipped (no books folder; run 'make demo BOOKS=path/to/folder/of/txt')"; \
 	fi
-	@echo "== 3/4 pipelines corpus"
+	@echo "== 3/5 pipelines corpus"
 	$(VENV)/bin/pipelines corpus --input $(DEMO_DIR)/corpus/wiki $(if $(BOOKS),--input $(DEMO_DIR)/corpus/books) \
 	  --output $(DEMO_DIR)/corpus/all --validation-fraction 0.05 --test-fraction 0.05 --num-shards 2 --overwrite
 	$(VENV)/bin/pipelines show $(DEMO_DIR)/corpus/all
-	@echo "== 4/4 wordpiece train"
+	@echo "== 4/5 wordpiece train"
 	$(VENV)/bin/wordpiece train --corpus $(DEMO_DIR)/corpus/all --output $(DEMO_DIR)/vocab \
 	  --vocab-size 8000 --num-unused 100 --overwrite
 	echo "The Academy Awards were first presented in 1929 at the Hollywood Roosevelt Hotel." \
 	  | $(VENV)/bin/wordpiece encode --vocab $(DEMO_DIR)/vocab/vocab.txt --uncased --tokens
-	@echo "== done: documents in $(DEMO_DIR)/corpus/all, vocabulary in $(DEMO_DIR)/vocab"
+	@echo "== 5/5 pipelines examples (seq 128)"
+	$(VENV)/bin/pipelines examples --corpus $(DEMO_DIR)/corpus/all --vocab $(DEMO_DIR)/vocab/vocab.txt \
+	  --output $(DEMO_DIR)/shards/seq128 --max-seq-length 128 --max-predictions-per-seq 20 --dupe-factor 2 \
+	  --num-shards 8 --num-buckets 16 --seed 12345 --overwrite
+	@echo "== done: documents in $(DEMO_DIR)/corpus/all, vocabulary in $(DEMO_DIR)/vocab, shards in $(DEMO_DIR)/shards/seq128"
 
 # WikiExtractor (AGPL) lives in its own venv and runs as a separate program, never imported.
 WX_VENV ?= .venv-wikiextractor
