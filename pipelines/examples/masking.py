@@ -78,13 +78,17 @@ def mask_tokens(
     With whole-word masking a word is taken whole or not at all, as in the reference.
     """
     groups = candidate_groups(tokens, special, config.whole_word_masking)
-    rng.shuffle(groups)
     num_to_predict = min(config.max_predictions_per_seq, max(1, round(len(ids) * config.masked_lm_prob)))
     output = list(ids)
     chosen: list[int] = []
-    for group in groups:
+    # Visit the groups in random order, drawing the order lazily (a partial Fisher-Yates shuffle:
+    # the same distribution as shuffling them all, as the reference does, without the cost).
+    for k in range(len(groups)):
         if len(chosen) >= num_to_predict:
             break
+        j = rng.randrange(k, len(groups))
+        groups[k], groups[j] = groups[j], groups[k]
+        group = groups[k]
         if len(chosen) + len(group) > num_to_predict:
             continue
         for position in group:
