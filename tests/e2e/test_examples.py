@@ -112,3 +112,19 @@ def test_two_worker_processes_write_identical_shards(
     fmt = examples_format(30522)
     for shard in manifest["shards"]:
         fmt.read_ipc((out / shard["path"]).read_bytes(), shard["path"])
+
+
+def test_hf_datasets_reads_the_shards_without_our_code(examples_output, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    files = sorted(str(p) for p in (examples_output / "examples").glob("*.arrow"))
+    loaded = datasets.load_dataset("arrow", data_files=files, split="train", cache_dir=str(tmp_path))
+    stats = json.loads((examples_output / "stats.json").read_text())
+    assert loaded.num_rows == stats["examples"]
+    assert set(loaded.column_names) >= {
+        "input_ids",
+        "masked_lm_positions",
+        "masked_lm_ids",
+        "next_sentence_labels",
+    }
