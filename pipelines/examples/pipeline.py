@@ -115,6 +115,7 @@ class _Tokenize(beam.DoFn):
             yield row["doc_id"], sentences
         else:
             beam.metrics.Metrics.counter("pipelines.examples", "documents_without_tokens").inc()
+            yield beam.pvalue.TaggedOutput("skipped", Counter(documents_without_tokens=1))
 
 
 def draw_request(
@@ -148,6 +149,7 @@ def _plans(element, config: ExamplesConfig, bucket_sizes: dict[int, int]):
             request = draw_request(plan, own_bucket, bucket_sizes, config.seed)
             if request is None:
                 beam.metrics.Metrics.counter("pipelines.examples", "pairs_without_other_document").inc()
+                yield beam.pvalue.TaggedOutput("skipped", Counter(pairs_without_other_document=1))
                 continue
             bucket, index = request
             yield bucket, (index, plan)
@@ -237,6 +239,11 @@ def _stats(tally: Counter) -> dict[str, Any]:
     predictions = tally["predictions"]
     histogram = {k.split("/", 1)[1]: v for k, v in tally.items() if k.startswith("hist/")}
     return {
+        "documents_used": tally["documents_used"],
+        "skipped": {
+            "documents_without_tokens": tally["documents_without_tokens"],
+            "pairs_without_other_document": tally["pairs_without_other_document"],
+        },
         "examples": examples,
         "random_next_rate": tally["random_next"] / examples if examples else None,
         "mask_rate": predictions / tally["tokens"] if tally["tokens"] else None,
@@ -276,13 +283,16 @@ def build(
         | "Corpus shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
         | "Read documents" >> beam.FlatMap(_read_rows)
-        | "Tokenise" >> beam.ParDo(_Tokenize(config.vocab, config.cased))
+        | "Tokenise"
+        >> beam.ParDo(_Tokenize(config.vocab, config.cased)).with_outputs("skipped", main="documents")
     )
+    skipped_documents = documents.skipped
+    documents = documents.documents
     bucketed = documents | "Bucket" >> beam.Map(lambda d: (bucket_of(d[0], config.num_buckets), d))
     bucket_sizes = bucketed | "Bucket sizes" >> beam.combiners.Count.PerKey()
     planned = documents | "Plan pairs" >> beam.FlatMap(
         _plans, config, beam.pvalue.AsDict(bucket_sizes)
-    ).with_outputs("ready", main="requests")
+    ).with_outputs("ready", "skipped", main="requests")
     fulfilled = (
         {"documents": bucketed, "requests": planned.requests}
         | "Meet by bucket" >> beam.CoGroupByKey()
@@ -302,7 +312,17 @@ def build(
         lambda r: f"{r['doc_id']}\x1f{r['dupe_index']}\x1f{r['_pair']}",
         lambda r: (r["doc_id"], r["dupe_index"], r["_pair"]),
     )
-    tally = rows | "Tally" >> beam.Map(example_tally) | "Sum" >> beam.CombineGlobally(_sum_counters)
+    documents_used = documents | "Count documents" >> beam.combiners.Count.Globally()
+    tally = (
+        (
+            rows | "Tally" >> beam.Map(example_tally),
+            skipped_documents,
+            planned.skipped,
+            documents_used | "Documents tally" >> beam.Map(lambda n: Counter(documents_used=n)),
+        )
+        | "All tallies" >> beam.Flatten()
+        | "Sum" >> beam.CombineGlobally(_sum_counters)
+    )
     _ = (
         pipeline
         | "Finish output" >> beam.Create([None])

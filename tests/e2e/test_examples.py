@@ -47,6 +47,7 @@ def test_examples_are_well_formed_and_statistics_hold(examples_output, released_
     rows = _rows(examples_output)  # read with plain pyarrow, none of our code
     stats = json.loads((examples_output / "stats.json").read_text())
     assert len(rows) == stats["examples"] > 1000
+    assert stats["documents_used"] > 50 and stats["skipped"]["pairs_without_other_document"] == 0
     for row in rows:
         ids, a = row["input_ids"], row["num_tokens_a"]
         assert len(ids) == row["num_tokens"] <= 64
@@ -128,3 +129,46 @@ def test_hf_datasets_reads_the_shards_without_our_code(examples_output, tmp_path
         "masked_lm_ids",
         "next_sentence_labels",
     }
+
+
+def test_a_one_document_corpus_counts_the_pairs_it_cannot_make(released_vocab, tmp_path):
+    book = tmp_path / "books" / "story.txt"
+    book.parent.mkdir()
+    book.write_text(
+        " ".join(f"This is sentence number {i} of one invented story." for i in range(400)) + "\n"
+    )
+    run_cli(
+        "books", "--input", str(book), "--output", str(tmp_path / "docs"), "--num-shards", "1", *FAST_RUNNER
+    )
+    run_cli(
+        "corpus",
+        "--input",
+        str(tmp_path / "docs"),
+        "--output",
+        str(tmp_path / "corpus"),
+        "--validation-fraction",
+        "0",
+        "--test-fraction",
+        "0",
+        "--num-shards",
+        "1",
+        *FAST_RUNNER,
+    )
+    out = tmp_path / "examples"
+    run_cli(
+        "examples",
+        "--corpus",
+        str(tmp_path / "corpus"),
+        "--vocab",
+        released_vocab,
+        "--output",
+        str(out),
+        "--num-shards",
+        "1",
+        "--num-buckets",
+        "2",
+        *FAST_RUNNER,
+    )
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["documents_used"] == 1 and stats["skipped"]["pairs_without_other_document"] > 0
+    assert stats["examples"] > 0 and stats["random_next_rate"] == 0.0
