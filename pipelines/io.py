@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from schemas import COMPLETED_FILE, MANIFEST_FILE, Manifest, ManifestError, verify_completed
+from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -125,3 +125,13 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
         raise InputError(str(err)) from None
     except OSError as err:
         raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
+
+
+def read_document_shard(shard: tuple[str, str], columns: list[str] | None = None) -> list[dict]:
+    """Rows of one documents shard ``(path, sha256)``, refused if its checksum differs from the manifest."""
+    path, expected_sha256 = shard
+    data = read_bytes(path)
+    if sha256_hex(data) != expected_sha256:
+        raise InputError(f"{path}: checksum differs from its manifest; the input was modified or damaged")
+    table = DOCUMENTS.read_ipc(data, source=path)
+    return (table.select(columns) if columns else table).to_pylist()

@@ -25,16 +25,7 @@ from pipelines.stage import (
     document_sort_key,
     dropped_outcome,
 )
-from schemas import DOCUMENTS, Manifest
-
-
-def read_document_shard(shard: tuple[str, str]) -> list[dict]:
-    """Read one documents shard, refusing it if its checksum differs from the manifest."""
-    path, expected_sha256 = shard
-    data = io.read_bytes(path)
-    if io.sha256_hex(data) != expected_sha256:
-        raise io.InputError(f"{path}: checksum differs from its manifest; the input was modified or damaged")
-    return DOCUMENTS.read_ipc(data, source=path).to_pylist()
+from schemas import Manifest
 
 
 def keep_one_of_each(element: tuple[str, list[dict]]) -> list[Outcome]:
@@ -63,7 +54,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         pipeline
         | "Input shards" >> beam.Create(input_shards(manifests))
         | "Spread shards" >> beam.Reshuffle()
-        | "Read shards" >> beam.FlatMap(read_document_shard)
+        | "Read shards" >> beam.FlatMap(io.read_document_shard)
         | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
     )
     documents_read = rows | "Count documents" >> CountRecords()

@@ -19,7 +19,6 @@ Graph (no worker ever holds the corpus):
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -42,7 +41,6 @@ from pipelines.stage import WriteShards, shard_index
 from pipelines.stats import bucket_label
 from schemas import (
     COMPLETED_FILE,
-    DOCUMENTS,
     MANIFEST_FILE,
     STATS_FILE,
     Manifest,
@@ -282,7 +280,7 @@ def build(
         pipeline
         | "Corpus shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
-        | "Read documents" >> beam.FlatMap(_read_rows)
+        | "Read documents" >> beam.FlatMap(io.read_document_shard, ["doc_id", "sentences"])
         | "Tokenise"
         >> beam.ParDo(_Tokenize(config.vocab, config.cased)).with_outputs("skipped", main="documents")
     )
@@ -338,11 +336,3 @@ def _sum_counters(counters) -> Counter:
     for c in counters:
         total.update(c)
     return total
-
-
-def _read_rows(shard: tuple[str, str]) -> list[dict]:
-    path, expected = shard
-    data = io.read_bytes(path)
-    if hashlib.sha256(data).hexdigest() != expected:
-        raise io.InputError(f"{path}: checksum differs from its manifest; the corpus was modified or damaged")
-    return DOCUMENTS.read_ipc(data, source=path).select(["doc_id", "sentences"]).to_pylist()
