@@ -215,6 +215,14 @@ class WriteShards(beam.PTransform):
         )
 
 
+def write_completion(output: str, stats: dict[str, Any], manifest: Manifest) -> None:
+    """Write ``stats.json``, ``manifest.json`` and, last, the ``COMPLETED`` marker of an output."""
+    manifest_json = manifest.to_json()
+    io.write_bytes(io.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
+    io.write_bytes(io.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
+    io.write_bytes(io.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
+
+
 def _finish(
     _,
     output: str,
@@ -228,10 +236,7 @@ def _finish(
     data = [ShardEntry(**e) for e in entries if e["format"] == DOCUMENTS.name]
     rejects = [ShardEntry(**e) for e in entries if e["format"] == REJECTS.name]
     manifest = Manifest(DOCUMENTS.name, DOCUMENTS.version, producer, params, tuple(data), tuple(rejects))
-    manifest_json = manifest.to_json()
-    io.write_bytes(io.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
-    io.write_bytes(io.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
-    io.write_bytes(io.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
+    write_completion(output, stats, manifest)
     return stats
 
 

@@ -19,7 +19,6 @@ Graph (no worker ever holds the corpus):
 from __future__ import annotations
 
 import bisect
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -37,17 +36,13 @@ from pipelines.examples.pairs import (
     take_random_b,
     truncate_pair,
 )
-from pipelines.stage import WriteShards, shard_index
-from pipelines.stats import bucket_label
+from pipelines.stage import WriteShards, shard_index, write_completion
+from pipelines.stats import bucket_label, sum_tallies
 from schemas import (
-    COMPLETED_FILE,
-    MANIFEST_FILE,
-    STATS_FILE,
     Manifest,
     ShardEntry,
-    completed_marker,
 )
-from schemas.examples import examples_format
+from schemas.examples import EXAMPLES_VERSION, examples_format
 from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 
 
@@ -259,15 +254,12 @@ def _stats(tally: Counter) -> dict[str, Any]:
 
 
 def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
-    fmt_name = "examples"
     stats = _stats(tally)
     shards = tuple(ShardEntry(**e) for e in entries)
     params = {**config.params(), "vocab_sha256": vocab_sha256}
-    manifest = Manifest(fmt_name, examples_format(1).version, "pipelines examples", params, shards)
-    text = manifest.to_json()
-    io.write_bytes(io.join(config.output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode())
-    io.write_bytes(io.join(config.output, MANIFEST_FILE), text.encode())
-    io.write_bytes(io.join(config.output, COMPLETED_FILE), completed_marker(text).encode())
+    write_completion(
+        config.output, stats, Manifest("examples", EXAMPLES_VERSION, "pipelines examples", params, shards)
+    )
     return stats
 
 
@@ -319,7 +311,7 @@ def build(
             documents_used | "Documents tally" >> beam.Map(lambda n: Counter(documents_used=n)),
         )
         | "All tallies" >> beam.Flatten()
-        | "Sum" >> beam.CombineGlobally(_sum_counters)
+        | "Sum" >> beam.CombineGlobally(sum_tallies)
     )
     _ = (
         pipeline
@@ -329,10 +321,3 @@ def build(
             _finish_output, config, vocab_sha256, beam.pvalue.AsList(entries), beam.pvalue.AsSingleton(tally)
         )
     )
-
-
-def _sum_counters(counters) -> Counter:
-    total: Counter = Counter()
-    for c in counters:
-        total.update(c)
-    return total
