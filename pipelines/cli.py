@@ -230,6 +230,11 @@ def corpus(
     is_flag=True,
     help="As the reference: the 10% random replacement may be any token, [PAD] and [unusedN] included.",
 )
+@click.option(
+    "--no-masking",
+    is_flag=True,
+    help="Write unmasked pairs (empty masked_lm_* columns) for trainers that mask dynamically.",
+)
 @click.option("--num-shards", type=int, default=256, show_default=True)
 @click.option(
     "--num-buckets",
@@ -255,6 +260,7 @@ def examples(
     dupe_factor,
     whole_word_masking,
     random_token_from_whole_vocab,
+    no_masking,
     num_shards,
     num_buckets,
     seed,
@@ -291,6 +297,7 @@ def examples(
                 whole_word_masking=whole_word_masking,
             ),
             random_token_from_whole_vocab=random_token_from_whole_vocab,
+            apply_masking=not no_masking,
             overwrite=overwrite,
         )
         tokenizer = WordPieceTokenizer.load(vocab, cased=cased)
@@ -307,9 +314,10 @@ def examples(
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
+    masked = f"masked {stats['mask_rate']:.3f} of tokens" if stats["masking"] else "not masked"
     click.echo(
         f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); random next "
-        f"{stats['random_next_rate']:.3f}, masked {stats['mask_rate']:.3f} of tokens"
+        f"{stats['random_next_rate']:.3f}, {masked}"
     )
     click.echo(f"output: {output}")
 

@@ -1,14 +1,26 @@
-"""Masked-LM selection, as the reference generator's ``create_masked_lm_predictions`` does it.
+"""Masked-LM selection, as the reference generator's ``create_masked_lm_predictions`` does it,
+for a batch of sequences at once.
 
-Every random choice comes from the generator passed in, which the caller seeds from data
-identity (seed, document, dupe pass, instance), so the result never depends on a worker.
+Every random choice is a hash of the sequence's 64-bit key (which the caller draws from a
+generator seeded by data identity) and a counter, so a sequence is masked the same whatever
+batch it is in and whichever worker runs it.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.examples.pairs import hashed_uniforms
+
+# Streams of ``hashed_uniforms``: one per kind of decision.
+STREAM_CHOOSE = 11
+STREAM_MASK = 12
+STREAM_KEEP = 13
+STREAM_RANDOM_ID = 14
+STREAM_WORD_ORDER = 15
 
 
 @dataclass(frozen=True)
@@ -37,67 +49,160 @@ class MaskingConfig:
 
 
 @dataclass(frozen=True)
-class Masked:
-    """A masked sequence and what the model must predict."""
+class MaskingVocab:
+    """What masking needs to know about the vocabulary, as arrays indexed by id."""
 
-    input_ids: list[int]
-    positions: list[int]
-    labels: list[int]
+    mask_id: int
+    special: np.ndarray
+    """True for ids that are never masked ([CLS], [SEP], ...)."""
+    continuation: np.ndarray
+    """True for ``##`` pieces (they join the word before them under whole-word masking)."""
+    random_ids: np.ndarray
+    """The pool the 10% random replacements are drawn from."""
+
+    @classmethod
+    def build(cls, tokens: Sequence[str], special: frozenset[str], random_ids: Sequence[int]) -> MaskingVocab:
+        """Tables for the vocabulary ``tokens`` (in id order)."""
+        return cls(
+            mask_id=tokens.index("[MASK]"),
+            special=np.array([t in special for t in tokens], dtype=bool),
+            continuation=np.array([t.startswith("##") for t in tokens], dtype=bool),
+            random_ids=np.asarray(random_ids, dtype=np.int64),
+        )
 
 
-def candidate_groups(tokens: Sequence[str], special: frozenset[str], whole_word: bool) -> list[list[int]]:
-    """Positions that may be masked, grouped by word when ``whole_word`` (a ``##`` piece joins
-    the group before it); special tokens are never candidates."""
-    groups: list[list[int]] = []
-    for position, token in enumerate(tokens):
-        if token in special:
-            continue
-        if whole_word and groups and token.startswith("##") and groups[-1][-1] == position - 1:
-            groups[-1].append(position)
-        else:
-            groups.append([position])
-    return groups
+@dataclass(frozen=True)
+class MaskedBatch:
+    """A batch of masked sequences (flat, as the input) and what the model must predict."""
+
+    input_ids: np.ndarray
+    positions: np.ndarray
+    """Predicted positions, relative to their sequence, grouped by sequence, ascending in each."""
+    labels: np.ndarray
+    """The original ids at ``positions``."""
+    num_predictions: np.ndarray
+    """How many of ``positions`` belong to each sequence."""
+    num_to_mask: np.ndarray
+    """Per sequence, how many predictions became [MASK]."""
+    num_unchanged: np.ndarray
+    """Per sequence, how many predictions kept their token."""
 
 
-def mask_tokens(
-    ids: Sequence[int],
-    tokens: Sequence[str],
-    *,
-    config: MaskingConfig,
-    mask_id: int,
-    random_ids: Sequence[int],
-    special: frozenset[str],
-    rng: random.Random,
-) -> Masked:
-    """Choose up to ``max_predictions_per_seq`` positions (``masked_lm_prob`` of the sequence,
-    rounded, at least one) and replace them 80% [MASK], 10% a random id from ``random_ids``,
-    10% unchanged.
+def _num_to_predict(lengths: np.ndarray, config: MaskingConfig) -> np.ndarray:
+    # np.rint rounds half to even, as the reference's Python 3 round().
+    wanted = np.rint(lengths * config.masked_lm_prob).astype(np.int64)
+    return np.minimum(config.max_predictions_per_seq, np.maximum(1, wanted))
 
-    ``random_ids`` is the pool of replacement tokens: by default the caller passes the real
-    tokens (no special or [unusedN] entries); the reference draws from the whole vocabulary.
-    With whole-word masking a word is taken whole or not at all, as in the reference.
+
+def _choose_subsets(
+    keys: np.ndarray, num_candidates: np.ndarray, num_wanted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A uniformly random subset of ``num_wanted[i]`` of ``range(num_candidates[i])`` per sequence.
+
+    Robert Floyd's algorithm, one step for all sequences at a time: the same distribution as
+    the reference's shuffle of every candidate followed by taking the first ones.
+    Returns ``(owner, index)`` of the chosen candidates.
     """
-    groups = candidate_groups(tokens, special, config.whole_word_masking)
-    num_to_predict = min(config.max_predictions_per_seq, max(1, round(len(ids) * config.masked_lm_prob)))
-    output = list(ids)
-    chosen: list[int] = []
-    # Visit the groups in random order, drawing the order lazily (a partial Fisher-Yates shuffle:
-    # the same distribution as shuffling them all, as the reference does, without the cost).
-    for k in range(len(groups)):
-        if len(chosen) >= num_to_predict:
-            break
-        j = rng.randrange(k, len(groups))
-        groups[k], groups[j] = groups[j], groups[k]
-        group = groups[k]
-        if len(chosen) + len(group) > num_to_predict:
+    take = np.minimum(num_wanted, num_candidates)
+    steps = int(take.max(initial=0))
+    picks = np.full((len(keys), max(steps, 1)), -1, dtype=np.int64)
+    for step in range(steps):
+        active = np.flatnonzero(step < take)
+        bound = num_candidates[active] - take[active] + step  # draw from range(bound + 1)
+        drawn = (
+            hashed_uniforms(keys[active], np.full(len(active), step), STREAM_CHOOSE) * (bound + 1)
+        ).astype(np.int64)
+        seen = (picks[active, :step] == drawn[:, None]).any(axis=1)
+        picks[active, step] = np.where(seen, bound, drawn)
+    owner, column = np.nonzero(picks >= 0)
+    return owner, picks[owner, column]
+
+
+def _choose_whole_words(
+    keys: np.ndarray,
+    candidates: np.ndarray,
+    cand_owner: np.ndarray,
+    group_start: np.ndarray,
+    num_wanted: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Whole-word selection: visit each sequence's words in a random order, taking a word whole
+    when it still fits, until enough positions are chosen (the reference's loop)."""
+    group_id = np.cumsum(group_start) - 1
+    num_groups = int(group_id[-1]) + 1 if len(group_id) else 0
+    group_owner = cand_owner[group_start]
+    group_first = np.flatnonzero(group_start)
+    group_size = np.diff(np.append(group_first, len(candidates)))
+    order_key = hashed_uniforms(keys[group_owner], np.arange(num_groups), STREAM_WORD_ORDER)
+    order = np.lexsort((order_key, group_owner))
+    owners, indexes = [], []
+    group_owner_l, size_l, first_l = group_owner.tolist(), group_size.tolist(), group_first.tolist()
+    wanted_l = num_wanted.tolist()
+    taken: dict[int, int] = {}
+    for g in order.tolist():
+        seq = group_owner_l[g]
+        have = taken.get(seq, 0)
+        if have >= wanted_l[seq] or have + size_l[g] > wanted_l[seq]:
             continue
-        for position in group:
-            chosen.append(position)
-            if rng.random() < config.mask_share:
-                output[position] = mask_id
-            elif rng.random() < 0.5:
-                output[position] = ids[position]
-            else:
-                output[position] = random_ids[rng.randrange(len(random_ids))]
-    chosen.sort()
-    return Masked(output, chosen, [ids[p] for p in chosen])
+        taken[seq] = have + size_l[g]
+        owners.extend([seq] * size_l[g])
+        indexes.extend(range(first_l[g], first_l[g] + size_l[g]))
+    return np.asarray(owners, dtype=np.int64), np.asarray(indexes, dtype=np.int64)
+
+
+def mask_batch(
+    ids: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    keys: np.ndarray,
+    config: MaskingConfig,
+    vocab: MaskingVocab,
+) -> MaskedBatch:
+    """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch.
+
+    Of each sequence, ``masked_lm_prob`` of its length (rounded, at least one, at most
+    ``max_predictions_per_seq``) non-special positions are chosen at random and replaced 80%
+    [MASK], 10% a random id from ``vocab.random_ids``, 10% unchanged. With whole-word masking
+    a word (a token and the ``##`` pieces after it) is taken whole or not at all.
+    """
+    num_sequences = len(starts)
+    owner_of_token = np.repeat(np.arange(num_sequences), lengths)
+    candidate = ~vocab.special[ids]
+    candidates = np.flatnonzero(candidate)  # flat positions
+    cand_owner = owner_of_token[candidates]
+    num_candidates = np.bincount(cand_owner, minlength=num_sequences)
+    cand_first = np.cumsum(num_candidates) - num_candidates
+    num_wanted = _num_to_predict(lengths, config)
+    if config.whole_word_masking:
+        previous = candidates - 1
+        joins = (
+            vocab.continuation[ids[candidates]]
+            & (previous >= 0)
+            & candidate[np.maximum(previous, 0)]
+            & (owner_of_token[np.maximum(previous, 0)] == cand_owner)
+        )
+        owner, flat_index = _choose_whole_words(keys, candidates, cand_owner, ~joins, num_wanted)
+        chosen = candidates[flat_index]
+    else:
+        owner, index = _choose_subsets(keys, num_candidates, num_wanted)
+        chosen = candidates[cand_first[owner] + index]
+    # Grouped by sequence, ascending positions in each.
+    order = np.lexsort((chosen, owner))
+    owner, chosen = owner[order], chosen[order]
+    counters = chosen - starts[owner]  # the position, so each draw belongs to one position
+    to_mask = hashed_uniforms(keys[owner], counters, STREAM_MASK) < config.mask_share
+    keep = ~to_mask & (hashed_uniforms(keys[owner], counters, STREAM_KEEP) < 0.5)
+    replace = ~to_mask & ~keep
+    pool = vocab.random_ids
+    random_index = (hashed_uniforms(keys[owner], counters, STREAM_RANDOM_ID) * len(pool)).astype(np.int64)
+    labels = ids[chosen]
+    output = ids.copy()
+    output[chosen[to_mask]] = vocab.mask_id
+    output[chosen[replace]] = pool[random_index[replace]]
+    return MaskedBatch(
+        input_ids=output,
+        positions=counters,
+        labels=labels,
+        num_predictions=np.bincount(owner, minlength=num_sequences),
+        num_to_mask=np.bincount(owner[to_mask], minlength=num_sequences),
+        num_unchanged=np.bincount(owner[output[chosen] == labels], minlength=num_sequences),
+    )

@@ -3,23 +3,61 @@
 The reference picks the random B from a corpus held in memory. Here a document is planned
 on its own (``plan_pairs``): each pair whose B must come from another document carries a
 request for ``random_b_length`` tokens, which the pipeline fulfils elsewhere with
-``take_random_b``; ``finish_pair`` then truncates and assembles the pair. Every random choice
-comes from a generator made by ``seeded_rng`` from data identity (seed, document, dupe pass,
-pair), so the output never depends on a worker or on the order work arrives in.
+``take_random_b``; ``truncate_pairs`` then trims a batch of pairs at once.
+
+Randomness is a pure function of data identity, never of a worker or of the order work
+arrives in: a document pass draws from a generator seeded by (seed, document, dupe pass)
+(``seeded_generator``), and gives each pair a 64-bit key from it; everything decided later
+about the pair (truncation, masking) is a counter-based hash of that key (``hashed_bits``),
+so a pair comes out the same whatever batch it is finished in.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-import random
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+_POPCOUNT_8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+
+# Streams of ``hashed_bits``: one per kind of decision about a pair.
+STREAM_TRUNCATE_A = 1
+STREAM_TRUNCATE_B = 2
 
 
-def seeded_rng(seed: int, *identity: object) -> random.Random:
+def seeded_generator(seed: int, *identity: object) -> np.random.Generator:
     """A generator seeded from the run's seed and the identity of what it decides."""
     key = "\x1f".join(str(part) for part in (seed, *identity))
-    return random.Random(int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big"))
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "big")))
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijection of uint64 that scatters every input bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MIX_1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MIX_2
+    return x ^ (x >> np.uint64(31))
+
+
+def hashed_bits(keys: np.ndarray, counters: np.ndarray, stream: int) -> np.ndarray:
+    """64 random bits for each (key, counter) of a ``stream``: the same whatever the batch."""
+    salt = (np.uint64(stream) << np.uint64(40)) | counters.astype(np.uint64)
+    return _mix64(keys.astype(np.uint64) + _mix64(salt + _GOLDEN))
+
+
+def hashed_uniforms(keys: np.ndarray, counters: np.ndarray, stream: int) -> np.ndarray:
+    """Uniform floats in [0, 1) from :func:`hashed_bits` (53 bits each)."""
+    return (hashed_bits(keys, counters, stream) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 @dataclass(frozen=True)
@@ -49,18 +87,45 @@ class PairConfig:
         return self.max_seq_length - 3
 
 
-@dataclass(frozen=True)
-class PairPlan:
+class TokenizedDocument(NamedTuple):
+    """A document's token ids, flat, with sentence ``i`` at ``tokens[offsets[i]:offsets[i + 1]]``."""
+
+    doc_id: str
+    tokens: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def num_sentences(self) -> int:
+        """How many (non-empty) sentences the document has."""
+        return len(self.offsets) - 1
+
+
+def tokenized_document(doc_id: str, sentences: Sequence[Sequence[int]]) -> TokenizedDocument:
+    """A :class:`TokenizedDocument` from sentences of ids (empty sentences are left out)."""
+    lengths = [len(s) for s in sentences if s]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(offsets[-1]))
+    return TokenizedDocument(doc_id, tokens, offsets)
+
+
+class PairPlan(NamedTuple):
     """One pair before truncation: A, and either its actual continuation B or a request."""
 
     doc_id: str
     dupe_index: int
     pair_index: int
-    tokens_a: tuple[int, ...]
-    tokens_b: tuple[int, ...]
+    tokens_a: np.ndarray
+    tokens_b: np.ndarray
     """The actual next sentences (label 0); empty when B must be a random span."""
     random_b_length: int
     """Tokens wanted from another document (label 1); 0 for an actual continuation."""
+    key: int
+    """64 random bits that seed every later decision about this pair (truncation, masking)."""
+    document_draw: float
+    """Uniform in [0, 1): which other document B comes from (random next only)."""
+    sentence_draw: float
+    """Uniform in [0, 1): the sentence of that document B starts at (random next only)."""
 
     @property
     def is_random_next(self) -> bool:
@@ -69,9 +134,9 @@ class PairPlan:
 
 
 def plan_pairs(
-    doc_id: str, sentences: Sequence[Sequence[int]], dupe_index: int, config: PairConfig, rng: random.Random
+    document: TokenizedDocument, dupe_index: int, config: PairConfig, rng: np.random.Generator
 ) -> list[PairPlan]:
-    """Cut one document (sentences of token ids) into A/B pairs, the reference's way.
+    """Cut one document into A/B pairs, the reference's way.
 
     Sentences accumulate into a chunk until the target length (``max_seq_length - 3``, or with
     probability ``short_seq_prob`` a random shorter one, drawn once per document and pass); the
@@ -79,60 +144,91 @@ def plan_pairs(
     always when the chunk is one sentence, B will be a random span of another document and the
     chunk's unused sentences are put back.
     """
+    offsets = document.offsets.tolist()
+    num_sentences = len(offsets) - 1
+    # Every chunk takes at least one sentence for good, so there are at most num_sentences
+    # chunks, each with two draws (split point, random next), plus two for the target.
+    draws = rng.random(2 * num_sentences + 2).tolist()
     target = config.max_num_tokens
-    if rng.random() < config.short_seq_prob:
-        target = rng.randint(2, config.max_num_tokens)
-    plans: list[PairPlan] = []
-    chunk: list[Sequence[int]] = []
-    length = 0
-    i = 0
-    while i < len(sentences):
-        chunk.append(sentences[i])
-        length += len(sentences[i])
-        if i == len(sentences) - 1 or length >= target:
-            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
-            tokens_a = tuple(t for s in chunk[:a_end] for t in s)
-            if len(chunk) == 1 or rng.random() < config.random_next_prob:
-                tokens_b: tuple[int, ...] = ()
-                random_b_length = max(1, target - len(tokens_a))
-                i -= len(chunk) - a_end
-            else:
-                tokens_b = tuple(t for s in chunk[a_end:] for t in s)
-                random_b_length = 0
-            plans.append(PairPlan(doc_id, dupe_index, len(plans), tokens_a, tokens_b, random_b_length))
-            chunk, length = [], 0
-        i += 1
+    if draws[0] < config.short_seq_prob:
+        target = 2 + int(draws[1] * (config.max_num_tokens - 1))
+    cuts: list[tuple[int, int, int]] = []  # (first sentence, A's end, B's end) as token offsets
+    draw = 2
+    start = 0
+    while start < num_sentences:
+        # The chunk ends at the first sentence that brings it to the target, or the last one.
+        end = min(bisect.bisect_left(offsets, offsets[start] + target, start + 1), num_sentences)
+        size = end - start
+        a_end = start + 1 + int(draws[draw] * (size - 1)) if size >= 2 else start + 1
+        if size == 1 or draws[draw + 1] < config.random_next_prob:
+            cuts.append((offsets[start], offsets[a_end], offsets[a_end]))
+            start = a_end  # the chunk's unused sentences are put back
+        else:
+            cuts.append((offsets[start], offsets[a_end], offsets[end]))
+            start = end
+        draw += 2
+    keys = rng.integers(0, 1 << 64, size=len(cuts), dtype=np.uint64, endpoint=False).tolist()
+    other = rng.random((len(cuts), 2)).tolist()
+    tokens, empty = document.tokens, document.tokens[:0]
+    plans = []
+    for index, (a_start, a_end, b_end) in enumerate(cuts):
+        random_b_length = max(1, target - (a_end - a_start)) if b_end == a_end else 0
+        plans.append(
+            PairPlan(
+                document.doc_id,
+                dupe_index,
+                index,
+                tokens[a_start:a_end],
+                tokens[a_end:b_end] if b_end > a_end else empty,
+                random_b_length,
+                keys[index],
+                *other[index],
+            )
+        )
     return plans
 
 
-def take_random_b(sentences: Sequence[Sequence[int]], length: int, rng: random.Random) -> list[int]:
-    """From a random sentence of another document, whole sentences until ``length`` tokens."""
-    tokens: list[int] = []
-    for sentence in sentences[rng.randrange(len(sentences)) :]:
-        tokens.extend(sentence)
-        if len(tokens) >= length:
-            break
-    return tokens
+def take_random_b(
+    tokens: np.ndarray, offsets: Sequence[int], length: int, sentence_draw: float
+) -> np.ndarray:
+    """From a random sentence of another document (its ``tokens`` and sentence ``offsets``),
+    whole sentences until ``length`` tokens."""
+    num_sentences = len(offsets) - 1
+    first = int(sentence_draw * num_sentences)
+    # The first sentence end at or past first + length, or the document's end.
+    last = min(bisect.bisect_left(offsets, offsets[first] + length, first + 1), num_sentences)
+    return tokens[offsets[first] : offsets[last]]
 
 
-def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> bool:
-    """Trim the longer side, from the front or the back at random, until the pair fits.
+def _coin_heads(keys: np.ndarray, num_coins: np.ndarray, stream: int) -> np.ndarray:
+    """Heads among ``num_coins[i]`` fair coins of pair ``i`` (64 coins per hashed word)."""
+    words = (num_coins + 63) // 64
+    owner = np.repeat(np.arange(len(keys)), words)
+    word = np.arange(len(owner)) - np.repeat(np.cumsum(words) - words, words)
+    bits = hashed_bits(keys[owner], word, stream)
+    remaining = num_coins[owner] - 64 * word
+    partial = remaining < 64
+    bits[partial] &= (np.uint64(1) << remaining[partial].astype(np.uint64)) - np.uint64(1)
+    heads = _POPCOUNT_8[bits.view(np.uint8)].reshape(-1, 8).sum(axis=1)
+    return np.bincount(owner, weights=heads, minlength=len(keys)).astype(np.int64)
 
-    Works in place; returns whether anything was cut.
+
+def truncate_pairs(
+    len_a: np.ndarray, len_b: np.ndarray, keys: np.ndarray, max_num_tokens: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where each pair's A and B are cut: ``(a_front, a_back, b_front, b_back)`` token counts.
+
+    The reference trims one token at a time from the longer side (B on a tie), from the front
+    or the back by a fair coin, until the pair fits. Which side loses how many tokens follows
+    from the lengths alone; of each side's cuts, the number from the front is the number of
+    heads among as many coins, drawn here from the pair's key.
     """
-    truncated = False
-    while len(tokens_a) + len(tokens_b) > max_num_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
-        truncated = True
-    return truncated
-
-
-def assemble(
-    tokens_a: Sequence[int], tokens_b: Sequence[int], cls_id: int, sep_id: int
-) -> tuple[list[int], int]:
-    """``[CLS] A [SEP] B [SEP]`` and the length of its first segment (``[CLS] A [SEP]``)."""
-    return [cls_id, *tokens_a, sep_id, *tokens_b, sep_id], len(tokens_a) + 2
+    excess = np.maximum(len_a + len_b - max_num_tokens, 0)
+    gap = np.abs(len_a - len_b)
+    first = np.minimum(excess, gap)  # cuts that bring the longer side down to the shorter
+    rest = excess - first  # then alternate, B first
+    cut_a = np.where(len_a > len_b, first, 0) + rest // 2
+    cut_b = np.where(len_a > len_b, 0, first) + rest - rest // 2
+    front_a = _coin_heads(keys, cut_a, STREAM_TRUNCATE_A)
+    front_b = _coin_heads(keys, cut_b, STREAM_TRUNCATE_B)
+    return front_a, cut_a - front_a, front_b, cut_b - front_b

@@ -57,7 +57,7 @@ def test_examples_are_well_formed_and_statistics_hold(examples_output, released_
     assert abs(stats["masked_share_mask"] - 0.8) < 0.02
     assert abs(stats["masked_share_random"] - 0.1) < 0.02
     assert abs(stats["masked_share_unchanged"] - 0.1) < 0.02
-    assert 0.13 < stats["mask_rate"] <= 0.16
+    assert 0.13 < stats["mask_rate"] <= 0.16 and stats["masking"] is True
     assert 0.5 <= stats["random_next_rate"] < 0.7  # one-sentence chunks are always random next
 
 
@@ -106,6 +106,11 @@ def test_two_worker_processes_write_identical_shards(
         "multi_processing",
     )
     assert shard_bytes(out) == shard_bytes(examples_output)
+    png = (out / "length_histogram.png").read_bytes()
+    assert (
+        png.startswith(b"\x89PNG\r\n\x1a\n")
+        and png == (examples_output / "length_histogram.png").read_bytes()
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format"] == "examples" and len(manifest["params"]["vocab_sha256"]) == 64
     sizes = [s["num_rows"] for s in manifest["shards"]]
@@ -172,3 +177,43 @@ def test_a_one_document_corpus_counts_the_pairs_it_cannot_make(released_vocab, t
     stats = json.loads((out / "stats.json").read_text())
     assert stats["documents_used"] == 1 and stats["skipped"]["pairs_without_other_document"] > 0
     assert stats["examples"] > 0 and stats["random_next_rate"] == 0.0
+
+
+def test_no_masking_writes_the_original_pairs(examples_output, corpus_output, released_vocab, tmp_path):
+    out = tmp_path / "unmasked"
+    run_cli(
+        "examples",
+        "--corpus",
+        str(corpus_output),
+        "--vocab",
+        released_vocab,
+        "--output",
+        str(out),
+        *ARGS,
+        "--no-masking",
+        *FAST_RUNNER,
+    )
+    rows, masked = _rows(out), _rows(examples_output)
+    assert len(rows) == len(masked) > 1000
+    for row, twin in zip(rows, masked, strict=True):
+        assert row["masked_lm_positions"] == [] and row["masked_lm_ids"] == []
+        ids, a = row["input_ids"], row["num_tokens_a"]
+        assert ids[0] == 101 and ids[a - 1] == 102 and ids[-1] == 102  # [CLS] A [SEP] B [SEP]
+        assert 101 not in ids[1:] and ids.count(102) == 2 and 103 not in ids  # no [MASK] anywhere
+        # The same pair as the masked run, with the masked positions restored.
+        original = list(twin["input_ids"])
+        for position, label in zip(twin["masked_lm_positions"], twin["masked_lm_ids"], strict=True):
+            original[position] = label
+        assert ids == original and a == twin["num_tokens_a"]
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["masking"] is False and stats["mask_rate"] == 0.0
+    assert (
+        stats["masked_share_mask"] is stats["masked_share_random"] is stats["masked_share_unchanged"] is None
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["params"]["masking"] is False
+    assert (
+        json.loads((examples_output / "manifest.json").read_text())["params"]["masking"]["masked_lm_prob"]
+        == 0.15
+    )
+    assert (out / "length_histogram.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
