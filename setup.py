@@ -29,11 +29,13 @@ setup(
         "charset-normalizer>=3",
         "numpy>=1.24",
         "tqdm>=4.66",
+        # The PNG of the examples length histogram (Agg backend, no display).
+        "matplotlib>=3.8",
     ],
     extras_require={
         # torch is only for pretrain/ and finetune/: Dataflow workers, which install this package
         # through --setup_file, never download a multi-GB torch build.
-        "train": ["torch>=2.4"],
+        "train": ["torch>=2.4", "tensorboard>=2.16", "safetensors>=0.4"],
         "gcp": ["apache-beam[gcp]>=2.77,<3", "build>=1"],
         "dev": ["pytest>=8", "pytest-xdist>=3", "ruff>=0.6", "gcp-storage-emulator>=2024.1", "transformers>=5", "datasets>=3"],
     },
