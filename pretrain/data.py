@@ -1,43 +1,49 @@
 """Stream pre-training batches from an ``examples`` output folder (local path or fsspec URL).
 
-``ExampleShards`` is an ``IterableDataset`` that yields whole batches, so that every rank gets the
-same number of them; use it with ``DataLoader(ds, batch_size=None, num_workers=k)``.
+``ExampleShards`` is an ``IterableDataset`` that yields whole padded batches (see
+:func:`pretrain.collate.collate`), so that every rank gets the same number of them; use it with
+``DataLoader(ds, batch_size=None, num_workers=k)``.
 
 Order. A *unit* is one record batch of one shard. Each epoch permutes the units with a generator
 seeded by ``seed + epoch`` and the rows inside each unit with one seeded by ``(seed, epoch, shard,
-batch)``; the global example sequence is the concatenation. Global batch ``k`` is the ``k``-th
-``batch_size`` slice of that sequence and goes to rank ``k % world_size``; of a rank's batches,
-DataLoader worker ``w`` of ``W`` takes every ``W``-th one, so the batches a rank sees, and their order
-(the DataLoader interleaves workers round-robin), do not depend on the number of workers.
+batch)``; the epoch's global sequence of ``N`` examples is their concatenation. It is cut into
+``world_size × streams`` contiguous *streams* of ``L`` examples each (``L`` a multiple of the batch
+size); rank ``r`` owns streams ``r·streams … r·streams + streams − 1``. A rank's batch ``j`` is the
+``j // streams``-th batch of its stream ``j % streams``. A DataLoader worker reads only its own
+streams (stream ``v`` goes to worker ``(v − start) % workers``), and the DataLoader's round-robin
+over workers returns the batches in exactly the order ``j``: the batches a rank sees and their
+order are the same for any number of workers that divides ``streams``, and every unit is read by
+one rank and one worker (a unit that straddles two streams is read by both). ``streams`` is 8 by
+default, fewer when the data is small (:func:`auto_streams`).
 
-Equal batches per rank. Every rank gets ``batches_per_epoch`` batches. With ``drop_last=True`` the
-examples after the last complete round of ``world_size`` full batches are not seen that epoch
-(``dropped_examples``; which ones changes with the epoch's order). With ``drop_last=False`` the
-sequence is extended by wrapping around to its own start until every rank has the same number of
-full batches (``padded_examples`` repeated examples).
+Equal batches per rank. With ``drop_last=True``, ``L = ⌊N / (world_size·streams·batch)⌋·batch`` and
+the ``dropped_examples`` at the end of the epoch's sequence are not seen that epoch (which ones
+changes each epoch). With ``drop_last=False`` the streams are rounded up instead and wrap around to
+the start of the sequence (``padded_examples`` repeated examples).
 
-Integrity. The folder must hold a ``COMPLETED`` marker matching ``manifest.json``; every shard's size
-is checked and its record-batch row counts are read from the IPC footers at construction (a few
-small reads per shard); a shard's SHA-256 is checked, once per process, before its first unit is
-used. Units are then fetched with ranged reads of just their bytes.
+Integrity. The folder must hold a ``COMPLETED`` marker matching ``manifest.json``; given a
+vocabulary hash, it must equal the manifest's; every shard's size is checked and its record-batch
+row counts are read from the IPC footers at construction (a few small reads per shard); a shard's
+SHA-256 is checked, once per process, before its first unit is used. Units are then fetched with
+ranged reads of just their bytes, ``prefetch`` units ahead on a background thread.
 
-Resume. ``state_dict()`` is ``{"epoch", "batches_done"}``; ``load_state_dict`` before creating the
-iterator makes it skip exactly those batches of this rank without reading their units. The counter
-in ``state_dict`` only sees batches yielded in this process: with DataLoader workers the trainer
-counts the batches it consumed and saves ``{"epoch": epoch, "batches_done": count}`` itself. Call
+Resume. ``state_dict()`` is ``{"epoch", "batches_done", …}``; ``load_state_dict`` before creating
+the iterator makes it skip exactly those batches of this rank without reading units that hold
+only consumed examples. With DataLoader workers the process's own counter does not see the
+batches, so the trainer counts what it consumed and saves :meth:`ExampleShards.state_at`. Call
 ``set_epoch`` before each epoch; do not use ``persistent_workers=True`` (workers would keep the old
-epoch). Dynamic re-masking is not done: batches carry the masks written by ``pipelines examples``.
+epoch).
 
-Known cost. Batches are dealt round-robin, so every rank (and every worker) reads most units to
-use a slice of each: I/O grows with ``world_size × num_workers``. Dealing whole units to ranks and
-workers would read each unit once; that change (and the trainer that uses this reader) comes with
-the pretrain issue.
+Dynamic masking. Given a :class:`pretrain.collate.DynamicMasking`, every batch is re-masked with a
+generator seeded by ``(seed, epoch, stream, batch in stream)``: a fresh choice each epoch, the same
+for any number of workers and after a resume.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import os
 import queue
 import struct
 import threading
@@ -47,14 +53,14 @@ from dataclasses import dataclass
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import torch
 
+from pretrain.collate import Batch, DynamicMasking, collate
 from schemas import MANIFEST_FILE, ManifestError, SchemaError, verify_completed
 from schemas.examples import examples_format
 
-Batch = dict[str, torch.Tensor]
+__all__ = ["Batch", "DynamicMasking", "ExampleShards", "ShardError", "auto_streams", "collate"]
 _MAGIC = b"ARROW1"
 
 
@@ -106,6 +112,14 @@ def _message_rows(meta: bytes) -> int:
     return 0 if length is None else struct.unpack_from("<q", buf, length)[0]
 
 
+def auto_streams(num_examples: int, world_size: int, batch_size: int) -> int:
+    """Streams per rank: 8, or the largest of 4, 2, 1 that still gives every stream 16 batches."""
+    for streams in (8, 4, 2):
+        if num_examples >= world_size * streams * batch_size * 16:
+            return streams
+    return 1
+
+
 class ExampleShards(torch.utils.data.IterableDataset):
     """Batches of BERT pre-training examples for one rank; see the module docstring."""
 
@@ -120,37 +134,71 @@ class ExampleShards(torch.utils.data.IterableDataset):
         shuffle: bool = True,
         drop_last: bool = True,
         split: str | None = None,
+        streams: int | None = None,
+        masking: DynamicMasking | None = None,
+        vocab_sha256: str | None = None,
+        prefetch: int = 2,
+        storage_options: dict | None = None,
     ) -> None:
         if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(
                 f"need batch_size >= 1 and 0 <= rank < world_size, got {batch_size}, {rank}, {world_size}"
             )
+        if (streams is not None and streams < 1) or prefetch < 1:
+            raise ValueError(f"streams and prefetch must be at least 1, got {streams} and {prefetch}")
         self.url, self.batch_size, self.seed = url.rstrip("/"), batch_size, seed
         self.rank, self.world_size, self.shuffle, self.drop_last = rank, world_size, shuffle, drop_last
-        self.fs, root = fsspec.core.url_to_fs(self.url)
-        self._root = root.rstrip("/")
-        manifest_text = self.fs.cat_file(f"{self._root}/{MANIFEST_FILE}").decode("utf-8")
+        self.masking, self.prefetch = masking, prefetch
+        self.storage_options = dict(storage_options or {})
+        self._open_filesystem()
+        manifest_path = f"{self._root}/{MANIFEST_FILE}"
+        if not self.fs.exists(manifest_path):
+            raise ManifestError(
+                f"{self.url}: no {MANIFEST_FILE}; give the output folder of `pipelines examples`"
+            )
+        manifest_text = self.fs.cat_file(manifest_path).decode("utf-8")
         marker_path = f"{self._root}/COMPLETED"
         marker = self.fs.cat_file(marker_path).decode("utf-8") if self.fs.exists(marker_path) else None
-        manifest = verify_completed(manifest_text, marker, self.url, "examples")
-        self.shards = manifest.shards_for(split) if split is not None else list(manifest.shards)
+        self.manifest = verify_completed(manifest_text, marker, self.url, "examples")
+        self.params: dict = dict(self.manifest.params)
+        recorded = self.params.get("vocab_sha256")
+        if vocab_sha256 is not None and recorded != vocab_sha256:
+            raise ManifestError(
+                f"{self.url}/{MANIFEST_FILE}: the shards were written with the vocabulary of SHA-256 "
+                f"{recorded}, not the given one ({vocab_sha256}); use the vocabulary the shards were made with"
+            )
+        self.shards = self.manifest.shards_for(split) if split is not None else list(self.manifest.shards)
         if not self.shards:
             raise ManifestError(f"{self.url}: no examples shards{f' in split {split!r}' if split else ''}")
         self.units: list[_Unit] = []
         self.schema: pa.Schema | None = None
         for index in range(len(self.shards)):
             self._read_footer(index)
-        self.num_examples = sum(u.num_rows for u in self.units)
-        full, partial = divmod(self.num_examples, batch_size)
+        self.num_examples = n = sum(u.num_rows for u in self.units)
+        self.streams = streams or auto_streams(n, world_size, batch_size)
+        total_streams = world_size * self.streams
         if drop_last:
-            self.batches_per_epoch = full // world_size
+            self.stream_rows = n // (total_streams * batch_size) * batch_size
         else:
-            self.batches_per_epoch = -(-(full + (partial > 0)) // world_size)
-        used = self.batches_per_epoch * world_size * batch_size
-        self.dropped_examples = max(0, self.num_examples - used)
-        self.padded_examples = max(0, used - self.num_examples)
+            self.stream_rows = -(-n // (total_streams * batch_size)) * batch_size
+        if self.stream_rows == 0:
+            raise ValueError(
+                f"{self.url}: {n} examples are too few for {world_size} rank(s) × {self.streams} stream(s) "
+                f"of batches of {batch_size}; lower the batch size or the streams per rank"
+            )
+        self.batches_per_epoch = self.streams * self.stream_rows // batch_size
+        used = total_streams * self.stream_rows
+        self.dropped_examples = max(0, n - used)
+        self.padded_examples = max(0, used - n)
         self.epoch, self.batches_done, self._start = 0, 0, 0
         self._verified: set[int] = set()
+
+    def _open_filesystem(self) -> None:
+        """(Re)connect; async filesystems such as gcsfs cannot be used across a fork, so a
+        DataLoader worker opens its own."""
+        self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        self._root = root.rstrip("/")
+        self._pid = os.getpid()
 
     def _path(self, index: int) -> str:
         return f"{self._root}/{self.shards[index].path}"
@@ -212,12 +260,34 @@ class ExampleShards(torch.utils.data.IterableDataset):
         """Select the epoch the next iterator yields, from its first batch."""
         self.epoch, self.batches_done, self._start = epoch, 0, 0
 
+    def state_at(self, batches_done: int, epoch: int | None = None) -> dict[str, int]:
+        """The resume state after this rank consumed ``batches_done`` batches of ``epoch``."""
+        return {
+            "epoch": self.epoch if epoch is None else epoch,
+            "batches_done": batches_done,
+            "batch_size": self.batch_size,
+            "world_size": self.world_size,
+            "streams": self.streams,
+            "num_examples": self.num_examples,
+            "seed": self.seed,
+        }
+
     def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "batches_done"}`` as counted in this process (see the module docstring)."""
-        return {"epoch": self.epoch, "batches_done": self.batches_done}
+        """:meth:`state_at` the batches yielded in this process (see the module docstring)."""
+        return self.state_at(self.batches_done)
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume: the next iterator skips this rank's first ``batches_done`` batches of ``epoch``."""
+        """Resume: the next iterator skips this rank's first ``batches_done`` batches of ``epoch``.
+
+        The order depends on the batch size, world size, streams, data and seed; a state saved
+        under other values of these cannot continue the same order and is refused.
+        """
+        for key in ("batch_size", "world_size", "streams", "num_examples", "seed"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(
+                    f"the saved reader state has {key}={state[key]} but this reader has {getattr(self, key)}: "
+                    "resume with the settings and shards of the interrupted run"
+                )
         if not 0 <= state["batches_done"] <= self.batches_per_epoch:
             raise ValueError(f"batches_done {state['batches_done']} outside 0..{self.batches_per_epoch}")
         self.epoch, self.batches_done = int(state["epoch"]), int(state["batches_done"])
@@ -239,9 +309,14 @@ class ExampleShards(torch.utils.data.IterableDataset):
         )
 
     def _my_batches(self, start: int) -> list[int]:
-        """Rank-local batch indexes for this process, given the resume point ``start``."""
+        """This process's rank-local batch indexes from the resume point ``start``, in order."""
         info = torch.utils.data.get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if self.streams % workers:
+            raise ValueError(
+                f"{workers} DataLoader workers do not divide the {self.streams} streams per rank, so the "
+                f"order would depend on them; use a number of workers that divides {self.streams}"
+            )
         return [j for j in range(start, self.batches_per_epoch) if (j - start) % workers == worker]
 
     # -- reading -----------------------------------------------------------------------------
@@ -284,76 +359,61 @@ class ExampleShards(torch.utils.data.IterableDataset):
             if stop.is_set() or isinstance(item, BaseException):
                 return
 
-    def __iter__(self) -> Iterator[Batch]:
-        order, start = self._epoch_order(), self._start
-        self.batches_done = start
-        units = [self.units[i] for i in order]
+    def _plan(self, units: list[_Unit]) -> tuple[list[tuple[int, int, list]], list[int]]:
+        """Per batch of this process ``(stream, batch in stream, [(visit, row_lo, row_hi)])``, and
+        the unit positions to read in order (a visit is one stream's read of one unit)."""
         starts = np.cumsum([0] + [u.num_rows for u in units]).tolist()
-        plan: list[list[tuple[int, int, int]]] = []  # per batch: (unit visit, row_lo, row_hi)
-        visits: list[int] = []  # positions in `units`, in reading order
-        for j in self._my_batches(start):
-            first = (j * self.world_size + self.rank) * self.batch_size
-            segments, pos, end = [], first, first + self.batch_size
+        plan, visits, current = [], [], {}  # current: stream -> (unit position, visit)
+        for j in self._my_batches(self._start):
+            stream = self.rank * self.streams + j % self.streams
+            index = j // self.streams
+            pos = stream * self.stream_rows + index * self.batch_size
+            end, segments = pos + self.batch_size, []
             while pos < end:
                 wrapped = pos % self.num_examples
                 u = bisect.bisect_right(starts, wrapped) - 1
                 take = min(end - pos, starts[u + 1] - wrapped)
-                if not visits or visits[-1] != u:
+                if current.get(stream, (None,))[0] != u:
+                    current[stream] = (u, len(visits))
                     visits.append(u)
-                segments.append((len(visits) - 1, wrapped - starts[u], wrapped - starts[u] + take))
+                segments.append((current[stream][1], wrapped - starts[u], wrapped - starts[u] + take))
                 pos += take
-            plan.append(segments)
-        loaded: queue.Queue = queue.Queue(maxsize=1)
+            plan.append((stream, index, segments))
+        return plan, visits
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self._pid != os.getpid():
+            self._open_filesystem()
+        units = [self.units[i] for i in self._epoch_order()]
+        self.batches_done = self._start
+        plan, visits = self._plan(units)
+        loaded: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
         thread = threading.Thread(
             target=self._prefetch, args=([units[u] for u in visits], loaded, stop), daemon=True
         )
         thread.start()
         try:
-            current, table = -1, None
-            for segments in plan:
+            tables: dict[int, pa.RecordBatch] = {}  # visit -> rows, while a batch may still need them
+            latest: dict[int, int] = {}  # stream -> its newest visit
+            next_visit = 0
+            for stream, index, segments in plan:
                 pieces = []
                 for visit, lo, hi in segments:
-                    while current < visit:
+                    while next_visit <= visit:
                         table = loaded.get()
                         if isinstance(table, BaseException):
                             raise table
-                        current += 1
-                    pieces.append(table.slice(lo, hi - lo))
+                        tables[next_visit] = table
+                        next_visit += 1
+                    pieces.append(tables[visit].slice(lo, hi - lo))
+                    if latest.get(stream, visit) != visit:
+                        tables.pop(latest[stream], None)
+                    latest[stream] = visit
+                rng = None
+                if self.masking is not None:
+                    rng = np.random.default_rng([self.seed, self.epoch, stream, index, 1])
                 self.batches_done += 1
-                yield collate(pa.Table.from_batches(pieces))
+                yield collate(pa.Table.from_batches(pieces), self.masking, rng)
         finally:
             stop.set()
-
-
-def collate(table: pa.Table) -> Batch:
-    """Pad a table of examples into model tensors (sequence length rounded up to a multiple of 8)."""
-    size = len(table)
-    lengths = table.column("num_tokens").to_numpy().astype(np.int64)
-    width = max(8, -(-int(lengths.max()) // 8) * 8) if size else 8
-    cols = np.arange(width)[None, :]
-    real = cols < lengths[:, None]
-    input_ids = np.zeros((size, width), np.int64)
-    input_ids[real] = table.column("input_ids").combine_chunks().flatten().to_numpy()
-    type_ids = real & (cols >= table.column("num_tokens_a").to_numpy().astype(np.int64)[:, None])
-    positions = table.column("masked_lm_positions").combine_chunks()
-    counts = pc.list_value_length(positions).to_numpy().astype(np.int64)
-    slots = np.arange(int(counts.max()) if size else 0)[None, :] < counts[:, None]
-    mlm_pos = np.zeros(slots.shape, np.int64)
-    mlm_ids = np.zeros(slots.shape, np.int64)
-    mlm_pos[slots] = positions.flatten().to_numpy()
-    mlm_ids[slots] = table.column("masked_lm_ids").combine_chunks().flatten().to_numpy()
-    labels = np.full((size, width), -100, np.int64)
-    labels[np.nonzero(slots)[0], mlm_pos[slots]] = mlm_ids[slots]
-    return {
-        "input_ids": torch.from_numpy(input_ids),
-        "attention_mask": torch.from_numpy(real.astype(np.int64)),
-        "token_type_ids": torch.from_numpy(type_ids.astype(np.int64)),
-        "masked_lm_positions": torch.from_numpy(mlm_pos),
-        "masked_lm_ids": torch.from_numpy(mlm_ids),
-        "masked_lm_weights": torch.from_numpy(slots.astype(np.float32)),
-        "labels": torch.from_numpy(labels),
-        "next_sentence_labels": torch.from_numpy(
-            table.column("next_sentence_labels").to_numpy().astype(np.int64)
-        ),
-    }

@@ -22,6 +22,7 @@ special ids (google-research/bert splits them into ``[``, ``mask``, ``]``). See
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import warnings
@@ -384,6 +385,20 @@ class WordPieceTokenizer:
     def vocab_size(self) -> int:
         """The number of tokens in the vocabulary."""
         return len(self.vocab)
+
+    @property
+    def vocab_sha256(self) -> str:
+        """SHA-256 of the tokens in id order joined by newlines: the identity that example manifests
+        record (``params.vocab_sha256``), equal for a vocab.txt and its tokenizer.json."""
+        return hashlib.sha256("\n".join(self.vocab).encode("utf-8")).hexdigest()
+
+    def replacement_ids(self, whole_vocab: bool = False) -> list[int]:
+        """Ids a masked-LM "random token" may take: every id when ``whole_vocab`` (as the reference
+        generator), else the real tokens only (no :data:`SPECIAL_TOKENS`, no ``[unusedN]``)."""
+        if whole_vocab:
+            return list(range(len(self.vocab)))
+        special = frozenset(SPECIAL_TOKENS)
+        return [i for i, t in enumerate(self.vocab) if t not in special and not t.startswith("[unused")]
 
     def special_ids(self) -> dict[str, int]:
         """Each of :data:`SPECIAL_TOKENS` with its id, e.g. ``{"[PAD]": 0, "[UNK]": 100, ...}``."""

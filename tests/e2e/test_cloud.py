@@ -138,3 +138,46 @@ def test_wikipedia_corpus_and_vocabulary_on_bucket_paths(gcs_emulator, tmp_path)
     )
     names = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
     assert {"vocab/vocab.txt", "vocab/tokenizer.json", "vocab/stats.json", "vocab/COMPLETED"} <= names
+    # examples to the bucket, then streamed back by the trainer's reader (gcsfs finds the
+    # emulator through STORAGE_EMULATOR_HOST), in one process and with two DataLoader workers
+    run_cli(
+        "examples",
+        "--corpus",
+        "gs://bert-bucket/corpus/all",
+        "--vocab",
+        "gs://bert-bucket/vocab/vocab.txt",
+        "--output",
+        "gs://bert-bucket/shards/seq64",
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "3",
+        "--num-buckets",
+        "4",
+        *FAST_RUNNER,
+    )
+    names = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
+    assert {"shards/seq64/COMPLETED", "shards/seq64/examples/part-00002-of-00003.arrow"} <= names
+    _stream_examples_from_bucket(gcs_emulator)
+
+
+def _stream_examples_from_bucket(bucket) -> None:
+    import torch
+
+    from pretrain.data import ExampleShards
+    from wordpiece.tokenizer import WordPieceTokenizer
+
+    vocab = WordPieceTokenizer.load("gs://bert-bucket/vocab/vocab.txt", cased=False)
+    url = "gs://bert-bucket/shards/seq64"
+    ds = ExampleShards(url, batch_size=8, seed=1, streams=2, vocab_sha256=vocab.vocab_sha256)
+    local = list(ds)
+    assert len(local) == len(ds) > 0
+    assert len(local) * 8 == ds.num_examples - ds.dropped_examples
+    for batch in local:
+        assert batch["input_ids"].shape[1] <= 64
+        assert int(batch["input_ids"].max()) < vocab.vocab_size
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert [b["input_ids"].tolist() for b in loader] == [b["input_ids"].tolist() for b in local]
+

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
+import random
+import types
 import uuid
 
 import fsspec
+import numpy as np
 import pyarrow.ipc as ipc
 import pytest
 import torch
 
+from pretrain.collate import DynamicMasking, collate
 from pretrain.data import ExampleShards, ShardError
 from schemas import Manifest, ManifestError, ShardEntry, completed_marker
 from schemas.examples import examples_format
@@ -70,7 +75,9 @@ def folder(tmp_path) -> str:
 
 
 def _uids(batch: dict) -> list[int]:
-    return batch["input_ids"][:, 1].tolist()
+    """Each row's example (token 1; its label when dynamic masking replaced it)."""
+    labels = batch["labels"][:, 1]
+    return torch.where(labels == -100, batch["input_ids"][:, 1], labels).tolist()
 
 
 def _run(ds: ExampleShards, workers: int = 0) -> list[list[int]]:
@@ -80,36 +87,91 @@ def _run(ds: ExampleShards, workers: int = 0) -> list[list[int]]:
     return [_uids(b) for b in loader]
 
 
+def _global_sequence(ds: ExampleShards) -> list[int]:
+    """The epoch's global example sequence, rebuilt from the units the way the reader orders them."""
+    sequence = []
+    for i in ds._epoch_order():
+        unit = ds.units[i]
+        table = ds._read_unit(unit)
+        sequence += [ids[1] for ids in table.column("input_ids").to_pylist()]
+    return sequence
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 @pytest.mark.parametrize("drop_last", [True, False])
-def test_every_example_once_per_epoch_across_ranks(folder, world_size, drop_last):
+@pytest.mark.parametrize("streams", [None, 2])
+def test_every_example_once_per_epoch_across_ranks(folder, world_size, drop_last, streams):
     batch_size, total = 4, sum(SHARD_ROWS)
-    ranks = [
-        _run(ExampleShards(folder, batch_size=batch_size, rank=r, world_size=world_size, drop_last=drop_last))
-        for r in range(world_size)
-    ]
-    ds = ExampleShards(folder, batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+    make = functools.partial(
+        ExampleShards,
+        folder,
+        batch_size=batch_size,
+        world_size=world_size,
+        drop_last=drop_last,
+        streams=streams,
+    )
+    ranks = [_run(make(rank=r)) for r in range(world_size)]
+    ds = make()
     assert all(len(r) == len(ds) == ds.batches_per_epoch for r in ranks)
     seen = [u for batches in ranks for b in batches for u in b]
     assert all(len(b) == batch_size for batches in ranks for b in batches)
     if drop_last:
         assert len(seen) == len(set(seen)) == total - ds.dropped_examples
-        assert ds.dropped_examples < batch_size * world_size
+        assert ds.dropped_examples < batch_size * world_size * ds.streams
     else:
         assert set(seen) == set(range(total))
         assert len(seen) == total + ds.padded_examples
-    # interleaving the ranks' batches gives the global sequence, a permutation of the examples
-    interleaved = [u for j in range(len(ds)) for r in range(world_size) for u in ranks[r][j]]
-    if not drop_last:  # the padding wraps around to the start of the epoch's global sequence
-        assert sorted(interleaved[:total]) == list(range(total))
-        assert interleaved[total:] == interleaved[: ds.padded_examples]
+    # stream s = rank s // streams, batches j with j % streams == s % streams; the streams,
+    # concatenated, are the epoch's global sequence (wrapping around to its start when padded)
+    by_stream = [
+        [u for j, b in enumerate(ranks[s // ds.streams]) if j % ds.streams == s % ds.streams for u in b]
+        for s in range(world_size * ds.streams)
+    ]
+    sequence = _global_sequence(ds)
+    assert sorted(sequence) == list(range(total))
+    assert [u for stream in by_stream for u in stream] == (sequence + sequence)[: len(seen)]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_same_batches_for_any_number_of_workers(folder, rank):
-    runs = [_run(ExampleShards(folder, batch_size=3, seed=5, rank=rank, world_size=2), w) for w in (0, 1, 2)]
+    runs = [
+        _run(ExampleShards(folder, batch_size=3, seed=5, rank=rank, world_size=2, streams=2), w)
+        for w in (0, 1, 2)
+    ]
     assert runs[0] == runs[1] == runs[2]
-    assert len(runs[0]) == 70 // 3 // 2
+    assert len(runs[0]) == 2 * (70 // (2 * 2 * 3))
+
+
+def test_workers_read_disjoint_units(folder, monkeypatch):
+    """Each worker reads only the units of its streams: a unit is read twice only where it
+    straddles two streams."""
+    ds = ExampleShards(folder, batch_size=2, seed=4, streams=4)
+    single = _run(ds)
+    read: dict[int, list[tuple[int, int]]] = {}
+    original = ExampleShards._read_unit
+    worker = types.SimpleNamespace(id=0, num_workers=4)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: worker)
+
+    def spy(self, unit):
+        read.setdefault(worker.id, []).append((unit.shard, unit.batch))
+        return original(self, unit)
+
+    monkeypatch.setattr(ExampleShards, "_read_unit", spy)
+    per_worker = []
+    for w in range(4):
+        worker.id = w
+        per_worker.append(_run(ds))
+    # the DataLoader's round-robin over the workers gives the single-process order
+    assert [per_worker[j % 4][j // 4] for j in range(len(single))] == single
+    counts: dict[tuple[int, int], int] = {}
+    for units in read.values():
+        assert len(units) == len(set(units))
+        for unit in units:
+            counts[unit] = counts.get(unit, 0) + 1
+    assert sum(n - 1 for n in counts.values()) <= 4 - 1  # at most one shared unit per stream boundary
+    with pytest.raises(ValueError, match="3 DataLoader workers do not divide the 4 streams"):
+        worker.id, worker.num_workers = 0, 3
+        _run(ds)
 
 
 def test_epochs_differ_and_seed_repeats(folder):
@@ -134,7 +196,7 @@ def test_resume_skips_consumed_batches_without_reading_them(folder, monkeypatch)
     it = iter(first)
     consumed = [_uids(next(it)) for _ in range(5)]
     state = first.state_dict()
-    assert state == {"epoch": 2, "batches_done": 5} and consumed == expected[:5]
+    assert state["epoch"] == 2 and state["batches_done"] == 5 and consumed == expected[:5]
 
     resumed = ExampleShards(folder, batch_size=4, seed=3, rank=1, world_size=2)
     resumed.load_state_dict(state)
@@ -147,12 +209,22 @@ def test_resume_skips_consumed_batches_without_reading_them(folder, monkeypatch)
 
     monkeypatch.setattr(ExampleShards, "_read_unit", spy)
     assert _run(resumed) == expected[5:]
-    assert _run(resumed, workers=2) == expected[5:]
-    # the resume point is global example (5 * 2 + 1) * 4 = 44: units ending before it are not read
+    # one stream per rank of L = 32 examples: rank 1 owns global examples [32, 64) and resumes
+    # at 32 + 5 * 4 = 52, so exactly the units overlapping [52, 64) are read
+    assert resumed.streams == 1 and resumed.stream_rows == 32
     order = [resumed.units[i] for i in resumed._epoch_order()]
     ends = torch.tensor([u.num_rows for u in order]).cumsum(0).tolist()
-    before = {(u.shard, u.batch) for u, end in zip(order, ends, strict=True) if end <= 44}
-    assert before and not before & set(read)
+    starts = [end - u.num_rows for u, end in zip(order, ends, strict=True)]
+    needed = [
+        (u.shard, u.batch) for u, lo, hi in zip(order, starts, ends, strict=True) if hi > 52 and lo < 64
+    ]
+    assert read == needed
+
+
+def test_resume_state_from_other_settings_is_refused(folder):
+    state = ExampleShards(folder, batch_size=4, world_size=2).state_at(3)
+    with pytest.raises(ValueError, match="world_size=2 but this reader has 1"):
+        ExampleShards(folder, batch_size=4).load_state_dict(state)
 
 
 def test_padding_and_token_types(folder):
@@ -181,7 +253,7 @@ def test_padding_and_token_types(folder):
 
 def test_memory_filesystem_with_workers():
     url = _write_folder(f"memory://ex-{uuid.uuid4().hex}")
-    ds = ExampleShards(url, batch_size=7, seed=9)
+    ds = ExampleShards(url, batch_size=7, seed=9, streams=2)
     assert _run(ds, 2) == _run(ds) and len(_run(ds)) == 10
 
 
@@ -216,3 +288,130 @@ def test_row_counts_from_footers_match_pyarrow(folder):
         reader = ipc.open_file(f)
         sizes = [reader.get_batch(k).num_rows for k in range(reader.num_record_batches)]
     assert [u.num_rows for u in ds.units if u.shard == 0] == sizes == [7, 7, 7, 2]
+
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"] + [f"w{i}" for i in range(994)]
+
+
+def _original_ids(uid: int) -> list[int]:
+    """The unmasked tokens of :func:`_row` (its masked_lm_ids are what the masks replaced)."""
+    row = _row(uid)
+    ids = list(row["input_ids"])
+    for p, token in zip(row["masked_lm_positions"], row["masked_lm_ids"], strict=True):
+        ids[p] = token
+    return ids
+
+
+def test_dynamic_masking_restores_then_masks_afresh(folder):
+    masking = DynamicMasking.from_vocab(VOCAB, masked_lm_prob=0.3, max_predictions_per_seq=3)
+    assert masking.mask_id == 4 and masking.cls_id == 2 and 5 not in masking.replacement_ids.tolist()
+    ds = ExampleShards(folder, batch_size=5, seed=2, masking=masking, streams=2)
+    epoch0 = list(ds)
+    for batch in epoch0:
+        for i, uid in enumerate(_uids(batch)):
+            original, n = _original_ids(uid), _row(uid)["num_tokens"]
+            weights = batch["masked_lm_weights"][i]
+            m = int(weights.sum())
+            assert m == min(3, max(1, round(n * 0.3)), n - 2)
+            positions = batch["masked_lm_positions"][i, :m].tolist()
+            assert positions == sorted(set(positions)) and all(0 < p < n and p != n - 1 for p in positions)
+            assert batch["masked_lm_ids"][i, :m].tolist() == [original[p] for p in positions]
+            labels = batch["labels"][i]
+            assert (labels != -100).sum() == m and labels[positions].tolist() == [
+                original[p] for p in positions
+            ]
+            unmasked = [p for p in range(n) if p not in positions]
+            assert batch["input_ids"][i, unmasked].tolist() == [original[p] for p in unmasked]
+    # the same masks for any number of workers; new ones the next epoch
+    assert [b["input_ids"].tolist() for b in _iter_loader(ds, 2)] == [b["input_ids"].tolist() for b in epoch0]
+    ds.set_epoch(1)
+
+    def masks(batches):
+        return {
+            uid: tuple(b["masked_lm_positions"][i].tolist())
+            for b in batches
+            for i, uid in enumerate(_uids(b))
+        }
+
+    first, second = masks(epoch0), masks(list(ds))
+    common = first.keys() & second.keys()
+    assert len(common) > 20 and sum(first[u] != second[u] for u in common) > len(common) // 3
+
+
+def _iter_loader(ds, workers):
+    return list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+
+
+def test_dynamic_masking_80_10_10():
+    """38,000 choices: each share within 0.01 (more than 4 standard deviations)."""
+    rng = random.Random(0)
+    rows = []
+    for uid in range(2000):
+        ids = [2] + [6 + rng.randrange(994) for _ in range(126)] + [3]
+        rows.append(
+            {
+                "input_ids": ids,
+                "masked_lm_positions": [],
+                "masked_lm_ids": [],
+                "next_sentence_labels": 0,
+                "num_tokens_a": 60,
+                "num_tokens": 128,
+                "doc_id": str(uid),
+                "dupe_index": 0,
+            }
+        )
+    table = FMT.to_table(rows)
+    masking = DynamicMasking.from_vocab(VOCAB)
+    batch = collate(table, masking, np.random.default_rng(7))
+    weights = batch["masked_lm_weights"].bool()
+    assert weights.sum(1).eq(19).all()  # round(128 * 0.15) = 19
+    positions, originals = batch["masked_lm_positions"][weights], batch["masked_lm_ids"][weights]
+    rows_of = weights.nonzero()[:, 0]
+    now = batch["input_ids"][rows_of, positions]
+    masked = (now == 4).float().mean().item()
+    same = (now == originals).float().mean().item()
+    assert abs(masked - 0.8) < 0.01 and abs(same - 0.1) < 0.01
+    assert now[(now != 4) & (now != originals)].ge(6).all()  # random tokens are real tokens
+    with pytest.raises(ValueError, match="seeded generator"):
+        collate(table, masking)
+
+
+def test_vocabulary_must_match_the_manifest(folder):
+    ExampleShards(folder, batch_size=4, vocab_sha256="0" * 64)
+    with pytest.raises(ManifestError, match=r"manifest\.json: the shards were written with the vocabulary"):
+        ExampleShards(folder, batch_size=4, vocab_sha256="1" * 64)
+
+
+def test_folder_without_manifest_is_refused(tmp_path):
+    with pytest.raises(ManifestError, match="no manifest.json"):
+        ExampleShards(str(tmp_path), batch_size=4)
+
+
+def test_too_few_examples_for_the_streams(folder):
+    with pytest.raises(ValueError, match="70 examples are too few for 2 rank"):
+        ExampleShards(folder, batch_size=8, world_size=2, streams=8)
+
+
+def test_dynamic_masking_of_short_rows_beside_long_ones():
+    """A short row's few masks are chosen among its own tokens even when a long row wants 20."""
+    rows = [
+        {
+            "input_ids": [2] + [6 + (k * 7 + n) % 900 for k in range(n - 2)] + [3],
+            "masked_lm_positions": [],
+            "masked_lm_ids": [],
+            "next_sentence_labels": 0,
+            "num_tokens_a": 1,
+            "num_tokens": n,
+            "doc_id": str(n),
+            "dupe_index": 0,
+        }
+        for n in [128, 5, 6, 9, 128, 3]
+    ]
+    table = FMT.to_table(rows)
+    for seed in range(30):
+        batch = collate(table, DynamicMasking.from_vocab(VOCAB), np.random.default_rng(seed))
+        counts = batch["masked_lm_weights"].sum(1).long().tolist()
+        assert counts == [19, 1, 1, 1, 19, 1]
+        for i, n in enumerate([128, 5, 6, 9, 128, 3]):
+            positions = batch["masked_lm_positions"][i, : counts[i]]
+            assert positions.gt(0).all() and positions.lt(n - 1).all()
