@@ -1,16 +1,151 @@
-"""``pretrain``: command-line entry point of the ``pretrain`` package."""
+"""``pretrain``: train BERT (MLM + NSP) from example shards; ``pretrain export``: to transformers' format."""
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
 import click
 
+from pretrain.config import OPTIMIZERS, PRECISIONS
+from pretrain.model import PRESETS
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+_EPILOG = """\b
+Examples:
+  pretrain --shards gs://b/shards/seq128 --config base --output gs://b/runs/base \\
+      --global-batch-size 256 --max-steps 900000 --lr 1e-4 --warmup-steps 10000 --precision bf16
+  pretrain --shards gs://b/shards/seq512 --resume gs://b/runs/base --max-steps 1000000   # phase 2
+  torchrun --nnodes 2 --nproc_per_node 8 -m pretrain --shards ... --output gs://b/runs/base ...
+  pretrain export --checkpoint gs://b/runs/base --format hf --output out/hf-base
+"""
+
+
+@click.group(
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=_EPILOG,
+)
+@click.option("--shards", help="A `pipelines examples` output (local folder or gs://, s3:// URL).")
+@click.option("--output", help="Run folder for checkpoints, metrics.jsonl, TensorBoard and plots.")
+@click.option(
+    "--config",
+    type=click.Choice(list(PRESETS)),
+    default=None,
+    help="Model size (layers/hidden: tiny 2/128 … base 12/768, large 24/1024). Default base; "
+    "taken from the checkpoint with --resume/--init-from.",
+)
+@click.option(
+    "--global-batch-size",
+    type=int,
+    default=256,
+    show_default=True,
+    help="Examples per optimizer step, all ranks.",
+)
+@click.option(
+    "--micro-batch-size", type=int, help="Examples per rank per forward pass (gradient accumulation)."
+)
+@click.option("--max-steps", type=int, default=1000, show_default=True)
+@click.option("--lr", type=float, default=1e-4, show_default=True, help="Peak learning rate.")
+@click.option("--warmup-steps", type=int, default=100, show_default=True)
+@click.option(
+    "--decay-power", type=float, default=1.0, show_default=True, help="1 = linear decay to 0 at --max-steps."
+)
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True)
+@click.option("--weight-decay", type=float, default=0.01, show_default=True)
+@click.option("--max-grad-norm", type=float, default=1.0, show_default=True, help="0 disables clipping.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
+@click.option(
+    "--seed", type=int, default=12345, show_default=True, help="Seeds weights, data order, dropout."
+)
+@click.option(
+    "--save-steps", type=int, default=1000, show_default=True, help="Checkpoint every N optimizer steps."
+)
+@click.option("--keep-checkpoints", type=int, default=3, show_default=True)
+@click.option("--log-steps", type=int, default=50, show_default=True)
+@click.option("--validation-shards", help="Held-out shards (e.g. `pipelines examples --split validation`).")
+@click.option(
+    "--eval-steps", type=int, default=0, show_default=True, help="Evaluate every N steps (0: at the end)."
+)
+@click.option("--eval-batches", type=int, default=50, show_default=True, help="Validation batches per rank.")
+@click.option("--resume", help="Continue the run in this folder from its newest complete checkpoint.")
+@click.option(
+    "--init-from", help="Start from weights: an HF-format BERT folder, a checkpoint or a run folder."
+)
+@click.option("--vocab", help="vocab.txt / tokenizer.json; default: the one the shards were made with.")
+@click.option("--max-seq-length", type=int, help="Refuse shards made with another length.")
+@click.option("--dynamic-masking", is_flag=True, help="Re-mask every batch (new masks each epoch).")
+@click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
+@click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
+@click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option("--quiet", is_flag=True, help="Warnings and errors only.")
+@click.option("--rank-report", hidden=True, help="Folder for per-rank weight/example digests (tests).")
+@click.pass_context
+def main(ctx, quiet, compile_, **options) -> None:
     """Pre-train BERT (MLM + NSP) from example shards on local or bucket paths.
 
-    Its commands are built in the pretrain issue; this release ships none yet.
+    Streams the shards written by `pipelines examples`, trains with AMP (bf16, or fp16 with loss
+    scaling) on one GPU, many (torchrun) or CPU, and writes atomic checkpoints that resume exactly.
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    from pretrain.config import TrainConfig
+    from pretrain.train import TrainingError, train
+
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(
+        level=logging.WARNING if quiet or rank else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    if not options["shards"]:
+        raise click.UsageError("--shards is required (or a command: pretrain export --help)")
+    try:
+        cfg = TrainConfig(compile=compile_, **options)
+        train(cfg)
+    except TrainingError as err:
+        raise click.ClickException(str(err)) from None
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@main.command()
+@click.option(
+    "--checkpoint", required=True, help="A checkpoint folder, or a run folder (its newest checkpoint)."
+)
+@click.option("--format", "fmt", type=click.Choice(["hf"]), default="hf", show_default=True)
+@click.option(
+    "--output", required=True, help="Folder (or URL) for config.json, model.safetensors, vocab.txt."
+)
+def export(checkpoint, fmt, output) -> None:
+    """Write a checkpoint in transformers' format (BertForPreTraining.from_pretrained loads it)."""
+    import json
+
+    import fsspec
+
+    from pretrain import checkpoint as ckpt
+    from pretrain.hf import export_hf
+    from pretrain.model import BertForPreTraining
+
+    try:
+        found = ckpt.resolve(checkpoint)
+    except ckpt.CheckpointError as err:
+        raise click.ClickException(str(err)) from None
+    model = BertForPreTraining.from_pretrained(found.url)
+    state = ckpt.load_torch(f"{found.url}/{ckpt.TRAINER_STATE}")
+    export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not state.get("cased", False))
+    fs, root = fsspec.core.url_to_fs(output)
+    fs.pipe_file(
+        f"{root.rstrip('/')}/pretraining.json",
+        json.dumps(
+            {"checkpoint": found.url, "step": state["step"], "tokens_seen": state["tokens_seen"]}, indent=1
+        ).encode(),
+    )
+    click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+"""The trainer's settings: one typed, validated record, saved in every checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from pretrain.model import PRESETS
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "lamb")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything ``pretrain`` needs to know; :meth:`problems` lists what is wrong, all at once."""
+
+    shards: str
+    output: str
+    config: str | None = None
+    """A model size (``tiny`` … ``large``), used when not starting from --init-from or --resume."""
+    global_batch_size: int = 256
+    micro_batch_size: int | None = None
+    """Examples per rank per forward pass; None: global / world size (no accumulation)."""
+    max_steps: int = 1000
+    lr: float = 1e-4
+    warmup_steps: int = 100
+    decay_power: float = 1.0
+    optimizer: str = "adamw"
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    max_grad_norm: float = 1.0
+    precision: str = "bf16"
+    seed: int = 12345
+    save_steps: int = 1000
+    keep_checkpoints: int = 3
+    log_steps: int = 50
+    eval_steps: int = 0
+    """Evaluate on --validation-shards every N steps (0: at the end only)."""
+    eval_batches: int = 50
+    validation_shards: str | None = None
+    resume: str | None = None
+    init_from: str | None = None
+    vocab: str | None = None
+    """The vocabulary (vocab.txt or tokenizer.json); by default the one the shards were made with."""
+    dynamic_masking: bool = False
+    num_workers: int = 2
+    streams: int | None = None
+    compile: bool = False
+    dropout: float | None = None
+    max_seq_length: int | None = None
+    """If given, must equal the shards' max_seq_length (a guard for phase-2 command lines)."""
+    rank_report: str | None = None
+    """A local folder where every rank writes a digest of its weights and examples (for tests)."""
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.config is not None and self.config not in PRESETS:
+            found.append(f"--config must be one of {', '.join(PRESETS)}, got {self.config!r}")
+        if self.precision not in PRECISIONS:
+            found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.optimizer not in OPTIMIZERS:
+            found.append(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        for name in ("global_batch_size", "max_steps", "save_steps", "log_steps", "eval_batches"):
+            if getattr(self, name) < 1:
+                found.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            found.append(f"--micro-batch-size must be at least 1, got {self.micro_batch_size}")
+        for name in ("warmup_steps", "eval_steps", "num_workers", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                found.append(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        if self.lr <= 0:
+            found.append(f"--lr must be positive, got {self.lr}")
+        if self.max_grad_norm < 0:
+            found.append(f"--max-grad-norm must not be negative, got {self.max_grad_norm}")
+        if self.resume and self.init_from:
+            found.append(
+                "--resume continues a run (weights, optimizer, data position); --init-from starts "
+                "a new run from weights: give one of them"
+            )
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            found.append(f"--dropout must be in [0, 1), got {self.dropout}")
+        return found
+
+    def accumulation(self, world_size: int) -> tuple[int, int]:
+        """(micro batch size, accumulation steps) for ``world_size`` ranks, or ValueError."""
+        per_rank, rest = divmod(self.global_batch_size, world_size)
+        if rest:
+            raise ValueError(
+                f"--global-batch-size {self.global_batch_size} is not divisible by the {world_size} ranks"
+            )
+        micro = self.micro_batch_size or per_rank
+        steps, rest = divmod(per_rank, micro)
+        if rest or steps == 0:
+            raise ValueError(
+                f"--micro-batch-size {micro} must divide the per-rank batch {per_rank} "
+                f"(--global-batch-size {self.global_batch_size} over {world_size} ranks)"
+            )
+        return micro, steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

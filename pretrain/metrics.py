@@ -1,0 +1,150 @@
+"""Training metrics: JSONL and TensorBoard on rank 0, MFU, and PNG plots at the end of a run.
+
+``metrics.jsonl`` holds one JSON object per logging step (``"split": "train"``) or evaluation
+(``"split": "validation"``). On resume, records after the checkpoint's step are dropped, so the
+file always describes the training that the checkpoints hold. Bucket outputs are written from a
+local mirror at every flush (a bucket object cannot be appended to).
+
+MFU = achieved model FLOPs / the GPU's peak dense FLOPs for the precision, with model FLOPs per
+token from :func:`pretrain.model.training_flops_per_token` at the batch's padded length and
+counting real (non-padding) tokens only; reported for the GPUs in :data:`PEAK_TFLOPS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import fsspec
+
+# Dense tensor-core peak TFLOP/s per GPU: (bf16/fp16, tf32) from the vendors' data sheets (SXM parts).
+PEAK_TFLOPS = {
+    "H200": (989.0, 494.0),
+    "H100": (989.0, 494.0),
+    "A100": (312.0, 156.0),
+    "L40S": (362.0, 183.0),
+    "L4": (121.0, 60.0),
+    "A10": (125.0, 62.5),
+    "V100": (125.0, 15.7),
+    "T4": (65.0, 8.1),
+}
+
+
+def peak_flops(device_name: str, precision: str) -> float | None:
+    """Peak FLOP/s of a known GPU (matched by name) for a precision, else None."""
+    for key, (half, tf32) in PEAK_TFLOPS.items():
+        if key in device_name.upper():
+            return (tf32 if precision == "fp32" else half) * 1e12
+    return None
+
+
+class MetricsLog:
+    """Rank 0's metrics: ``metrics.jsonl`` and TensorBoard events under the run folder."""
+
+    def __init__(self, output: str, resume_step: int | None) -> None:
+        self.output = output.rstrip("/")
+        self.fs, self.root = fsspec.core.url_to_fs(self.output)
+        self.local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
+        self.records: list[dict] = []
+        path = f"{self.root}/metrics.jsonl"
+        if resume_step is not None and self.fs.exists(path):
+            lines = self.fs.cat_file(path).decode("utf-8").splitlines()
+            self.records = [r for r in map(json.loads, filter(None, lines)) if r["step"] <= resume_step]
+        self._mirror = None if self.local else tempfile.mkdtemp(prefix="pretrain-tb-")
+        board = f"{self.root}/tensorboard" if self.local else self._mirror
+        self.board_dir = board
+        self._writer = None
+        self._resume_step = resume_step
+
+    def _board(self):
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = None if self._resume_step is None else self._resume_step + 1
+            self._writer = SummaryWriter(self.board_dir, purge_step=purge)
+        return self._writer
+
+    def log(self, record: dict) -> None:
+        self.records.append(record)
+        split, step = record.get("split", "train"), record["step"]
+        board = self._board()
+        for key, value in record.items():
+            if key not in ("step", "split") and isinstance(value, (int, float)):
+                board.add_scalar(f"{split}/{key}", value, step)
+
+    def flush(self) -> None:
+        """Write metrics.jsonl (and upload TensorBoard events for a bucket output)."""
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
+        if self.local:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+            tmp = f"{self.root}/metrics.jsonl.tmp"
+            Path(tmp).write_text(text)
+            os.replace(tmp, f"{self.root}/metrics.jsonl")
+        else:
+            self.fs.pipe_file(f"{self.root}/metrics.jsonl", text.encode())
+        if self._writer is not None:
+            self._writer.flush()
+            if self._mirror is not None:
+                for name in os.listdir(self._mirror):
+                    self.fs.put_file(os.path.join(self._mirror, name), f"{self.root}/tensorboard/{name}")
+
+    def close(self) -> None:
+        self.flush()
+        if self._writer is not None:
+            self._writer.close()
+
+    def plot(self) -> list[str]:
+        """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        train = [r for r in self.records if r.get("split", "train") == "train"]
+        valid = [r for r in self.records if r.get("split") == "validation"]
+        panels = [
+            (
+                "loss",
+                [
+                    ("train", train, "loss"),
+                    ("train MLM", train, "mlm_loss"),
+                    ("train NSP", train, "nsp_loss"),
+                    ("validation MLM", valid, "mlm_loss"),
+                ],
+            ),
+            (
+                "accuracy",
+                [
+                    ("train MLM", train, "mlm_accuracy"),
+                    ("train NSP", train, "nsp_accuracy"),
+                    ("validation MLM", valid, "mlm_accuracy"),
+                    ("validation NSP", valid, "nsp_accuracy"),
+                ],
+            ),
+            ("learning rate", [("lr", train, "lr")]),
+            ("throughput (tokens/s)", [("tokens/s", train, "tokens_per_s")]),
+        ]
+        figure, axes = plt.subplots(2, 2, figsize=(11, 7))
+        for axis, (title, series) in zip(axes.flat, panels, strict=True):
+            for label, records, key in series:
+                points = [(r["step"], r[key]) for r in records if key in r]
+                if points:
+                    axis.plot(
+                        *zip(*points, strict=True), label=label, marker="." if len(points) < 30 else None
+                    )
+            axis.set_title(title)
+            axis.set_xlabel("step")
+            if axis.lines:
+                axis.legend(fontsize=8)
+        figure.tight_layout()
+        written = []
+        buffer_path = os.path.join(tempfile.mkdtemp(prefix="pretrain-plot-"), "curves.png")
+        figure.savefig(buffer_path, dpi=100, metadata={"Software": None})
+        plt.close(figure)
+        target = f"{self.root}/plots/curves.png"
+        self.fs.makedirs(f"{self.root}/plots", exist_ok=True)
+        self.fs.put_file(buffer_path, target)
+        written.append(target)
+        return written

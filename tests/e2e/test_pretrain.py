@@ -1,0 +1,231 @@
+"""`pretrain` on shards written by `pipelines examples` from the real enwiki excerpt.
+
+A tiny BERT trains and its MLM loss falls; a run killed with SIGKILL and resumed ends bitwise equal
+to one that never stopped; two DDP processes (gloo) keep identical weights on disjoint data;
+bf16 and fp16 autocast run on CPU; export loads in transformers; bad inputs fail before step 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pretrain.config import TrainConfig
+from pretrain.train import TrainingError, train
+from tests.conftest import SHARED_DATA, require
+from tests.e2e.conftest import FAST_RUNNER, run_cli
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"config": "tiny", "global_batch_size": 16, "precision": "fp32", "num_workers": 0, "log_steps": 5}
+
+
+def _examples(corpus: Path, vocab: str, out: Path, split: str) -> Path:
+    run_cli(
+        "examples", "--corpus", str(corpus), "--vocab", vocab, "--output", str(out), "--split", split,
+        "--max-seq-length", "64", "--dupe-factor", "1", "--num-shards", "2", "--num-buckets", "4",
+        *FAST_RUNNER,
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def vocab() -> str:
+    return str(require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"))
+
+
+@pytest.fixture(scope="module")
+def shards(corpus_output, vocab, tmp_path_factory) -> Path:
+    return _examples(corpus_output, vocab, tmp_path_factory.mktemp("shards") / "seq64", "train")
+
+
+@pytest.fixture(scope="module")
+def validation_shards(corpus_output, vocab, tmp_path_factory) -> Path:
+    return _examples(corpus_output, vocab, tmp_path_factory.mktemp("shards") / "val64", "validation")
+
+
+def _records(run: Path, split: str = "train") -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["split"] == split]
+
+
+def test_tiny_bert_learns_and_writes_its_run(shards, validation_shards, tmp_path):
+    run = tmp_path / "run"
+    cfg = TrainConfig(
+        shards=str(shards), output=str(run), validation_shards=str(validation_shards), max_steps=60,
+        lr=2e-3, warmup_steps=6, save_steps=30, eval_batches=4, eval_steps=30, **TINY,
+    )  # fmt: skip
+    train(cfg)
+    records = _records(run)
+    assert [r["step"] for r in records] == list(range(5, 61, 5))
+    assert records[-1]["mlm_loss"] < records[0]["mlm_loss"] - 1.0
+    seen = [r["tokens_seen"] for r in records]
+    assert seen == sorted(seen) and seen[0] > 5 * 16 * 10  # five steps of 16 examples of 10+ tokens
+    for record in records:
+        assert (
+            0 <= record["data_wait_share"] <= 1 and record["grad_norm"] > 0 and record["skipped_steps"] == 0
+        )
+    # step 10 runs at schedule position 9: past the 6 warm-up steps, decaying linearly to 0 at 60
+    assert records[1]["lr"] == pytest.approx(2e-3 * (60 - 9) / 54)
+    validation = _records(run, "validation")
+    assert [r["step"] for r in validation] == [30, 60]
+    assert validation[-1]["mlm_perplexity"] < validation[0]["mlm_perplexity"]
+    assert all(0 <= r["nsp_accuracy"] <= 1 for r in validation)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-00000030", "step-00000060"]
+    assert (run / "plots" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any(p.name.startswith("events.out.tfevents") for p in (run / "tensorboard").iterdir())
+
+
+def _cli(*args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "pretrain", *args], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs,
+    )  # fmt: skip
+
+
+def _args(shards: Path, run: Path, *extra: str) -> list[str]:
+    return [
+        "--shards", str(shards), "--output", str(run), "--config", "tiny", "--global-batch-size", "8",
+        "--max-steps", "40", "--save-steps", "4", "--keep-checkpoints", "20", "--log-steps", "4",
+        "--precision", "fp32", "--num-workers", "1", "--lr", "1e-3", "--warmup-steps", "4", "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
+    return load_file(run / "checkpoints" / f"step-{step:08d}" / "model.safetensors")
+
+
+def test_sigkill_and_resume_equals_an_uninterrupted_run(shards, tmp_path):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    reference = _cli(*_args(shards, whole))
+    victim = _cli(*_args(shards, broken))
+    marker = broken / "checkpoints" / "step-00000012" / "COMMITTED"
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        assert victim.poll() is None, victim.stdout.read()
+        assert time.monotonic() < deadline, "no checkpoint at step 12"
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL
+    assert not (broken / "checkpoints" / "step-00000040").exists()
+    args = _args(shards, broken)
+    del args[2:4]  # no --output: a resumed run writes into the run it continues
+    resumed = _cli("--resume", str(broken), *args)
+    assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
+    assert reference.wait(timeout=300) == 0, reference.stdout.read()
+    a, b = _weights(whole, 40), _weights(broken, 40)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    trainer = torch.load(broken / "checkpoints" / "step-00000040" / "trainer.pt", weights_only=False)
+    assert trainer["step"] == 40 and trainer["data"]["reader"]["batches_done"] > 0
+    # metrics of the killed run after its checkpoint were dropped: one record per logging step
+    assert [r["step"] for r in _records(broken)] == list(range(4, 41, 4))
+
+
+def test_two_ddp_processes_share_weights_and_split_the_data(shards, tmp_path):
+    run, report = tmp_path / "run", tmp_path / "report"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    args = _args(shards, run, "--rank-report", str(report))
+    args[args.index("--max-steps") + 1] = "6"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*torchrun, "-m", "pretrain", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ranks = [json.loads((report / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+    assert len(ranks[0]["examples"]) == len(ranks[1]["examples"]) == 6 * 4  # 8 per step over 2 ranks
+    assert not set(ranks[0]["examples"]) & set(ranks[1]["examples"])
+    assert (run / "checkpoints" / "step-00000006" / "rng-rank00001.pt").exists()
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_on_cpu(shards, tmp_path, precision):
+    cfg = TrainConfig(shards=str(shards), output=str(tmp_path / precision), max_steps=4, save_steps=4,
+                      **{**TINY, "precision": precision, "global_batch_size": 8, "log_steps": 2})  # fmt: skip
+    record = train(cfg)
+    assert record["step"] == 4 and torch.isfinite(torch.tensor(record["loss"]))
+    if precision == "bf16":
+        assert record["loss_scale"] == 1.0
+    else:  # the scaler starts at 2**16 and halves on every step whose gradients overflow
+        assert 1.0 <= record["loss_scale"] <= 65536.0
+
+
+def test_export_loads_in_transformers_and_seeds_a_new_run(shards, tmp_path):
+    from click.testing import CliRunner
+    from transformers import BertForPreTraining as HFBert
+
+    from pretrain.cli import main
+    from pretrain.model import BertForPreTraining
+
+    run = tmp_path / "run"
+    train(TrainConfig(shards=str(shards), output=str(run), max_steps=5, save_steps=5, **TINY))
+    result = CliRunner().invoke(
+        main, ["export", "--checkpoint", str(run), "--format", "hf", "--output", str(tmp_path / "hf")]
+    )
+    assert result.exit_code == 0, result.output
+    ours = BertForPreTraining.from_pretrained(str(tmp_path / "hf")).eval()
+    theirs, info = HFBert.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    assert not any(info.values())
+    ids = torch.tensor([[101, 7592, 2088, 102, 2023, 2003, 102, 0]])
+    mask = (ids != 0).long()
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 0]])
+    with torch.no_grad():
+        a = ours(ids, types, mask)
+        b = theirs.eval()(input_ids=ids, token_type_ids=types, attention_mask=mask)
+    assert torch.allclose(a.prediction_logits[0, :7], b.prediction_logits[0, :7], atol=1e-5)
+    assert torch.allclose(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5)
+    # an exported folder is a starting point for a new run
+    record = train(TrainConfig(shards=str(shards), output=str(tmp_path / "again"), init_from=str(tmp_path / "hf"),
+                               max_steps=5, save_steps=5, **{**TINY, "config": None}))  # fmt: skip
+    assert record["step"] == 5
+
+
+def test_bad_inputs_fail_before_the_first_step(shards, tmp_path):
+    def fails(match: str, **overrides):
+        cfg = TrainConfig(
+            **{"shards": str(shards), "output": str(tmp_path / "out"), "max_steps": 2, **TINY, **overrides}
+        )
+        with pytest.raises((TrainingError, ValueError), match=match):
+            train(cfg)
+        assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fails("no manifest.json", shards=str(empty))
+    incomplete = tmp_path / "incomplete"
+    incomplete.mkdir()
+    (incomplete / "manifest.json").write_text((shards / "manifest.json").read_text())
+    fails("COMPLETED", shards=str(incomplete))
+    fails("made with 64", max_seq_length=128)
+    other_vocab = tmp_path / "vocab.txt"
+    tokens = (Path(str(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"))).read_text().splitlines()
+    other_vocab.write_text("\n".join(tokens[:-10]) + "\n")
+    fails("not the vocabulary the shards", vocab=str(other_vocab))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    fails("not writable", output=str(blocker / "run"))
+    # a model whose vocabulary or positions do not fit the shards
+    from pretrain.model import BertConfig, BertForPreTraining
+
+    small = BertForPreTraining(BertConfig.preset("tiny", 1000))
+    small.save_pretrained(str(tmp_path / "small-vocab"))
+    fails("vocabulary of 1000 tokens", init_from=str(tmp_path / "small-vocab"), config=None)
+    short = BertForPreTraining(BertConfig.preset("tiny", len(tokens), max_position_embeddings=32))
+    short.save_pretrained(str(tmp_path / "short"))
+    fails("32 positions", init_from=str(tmp_path / "short"), config=None)
+    # a checkpoint of another size
+    train(TrainConfig(shards=str(shards), output=str(tmp_path / "run"), max_steps=2, save_steps=2, **TINY))
+    fails("not --config mini", resume=str(tmp_path / "run"), output=None, config="mini", max_steps=4)
+    fails("already at step 2", resume=str(tmp_path / "run"), output=None, config=None, max_steps=2)
