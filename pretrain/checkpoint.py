@@ -60,6 +60,7 @@ def save_torch(obj: object, url: str) -> None:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     fs, path = _fs(url)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(path, buffer.getvalue())
 
 

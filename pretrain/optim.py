@@ -45,7 +45,7 @@ class Lamb(torch.optim.Optimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.01,
     ) -> None:
-        if lr <= 0 or eps <= 0 or not all(0.0 <= b < 1.0 for b in betas):
+        if lr <= 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"invalid LAMB settings: lr={lr}, betas={betas}, eps={eps}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 

@@ -466,16 +466,8 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                 )
                 counts += [cpu_tokens, batch["input_ids"].shape[0], 1, batch["input_ids"].shape[1]]
                 pending_tokens += cpu_tokens
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm or float("inf"))
-            finite = math.isfinite(float(grad_norm))
-            if cfg.precision == "fp16":
-                scaler.step(optimizer)  # skips the update itself when the gradients are not finite
-            elif finite:
-                optimizer.step()
-            if not finite:
-                skipped += 1
-            scaler.update()
+            grad_norm, applied = apply_gradients(model, optimizer, scaler, cfg.max_grad_norm)
+            skipped += not applied
             lr_used = optimizer.param_groups[0]["lr"]
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -561,6 +553,28 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         if progress is not None:
             progress.close()
     return record
+
+
+def apply_gradients(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    max_grad_norm: float,
+) -> tuple[torch.Tensor, bool]:
+    """Unscale, clip and apply the accumulated gradients unless their norm is not finite.
+
+    Returns the gradient norm (before clipping) and whether the update was applied. With fp16 the
+    scaler also lowers its scale after a skipped step; with bf16/fp32 its ``update`` is a no-op.
+    """
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or float("inf"))
+    applied = math.isfinite(float(grad_norm))
+    if scaler.is_enabled():
+        scaler.step(optimizer)  # skips the update itself when the gradients are not finite
+    elif applied:
+        optimizer.step()
+    scaler.update()
+    return grad_norm, applied
 
 
 def _example_keys(batch: dict) -> list[str]:

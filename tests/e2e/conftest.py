@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -86,3 +90,44 @@ def run_wordpiece(*args: str, expect: int = 0):
     result = CliRunner().invoke(wordpiece_main, list(args), catch_exceptions=False)
     assert result.exit_code == expect, f"exit {result.exit_code}\n{result.output}"
     return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def gcs_emulator(monkeypatch):
+    """A local GCS emulator for the test; Beam's gs:// filesystem talks to it anonymously."""
+    port = _free_port()
+    emulator = Path(sys.executable).parent / "gcp-storage-emulator"
+    process = subprocess.Popen(
+        [str(emulator), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    pytest.fail("the GCS emulator did not start")
+                time.sleep(0.2)
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(project="test", credentials=AnonymousCredentials())
+        client.create_bucket("bert-bucket")
+        import gcsfs
+
+        gcsfs.GCSFileSystem.clear_instance_cache()  # an instance may hold an earlier emulator's address
+        yield client.bucket("bert-bucket")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -48,44 +44,6 @@ def test_wordpiece_train_builds_as_a_dataflow_job(corpus_output):
         "train", "--corpus", str(corpus_output), "--output", "gs://bert-bucket/vocab", *DATAFLOW_DRY_RUN
     )
     assert "dry run: the counting job was built and not submitted" in result.output
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def gcs_emulator(monkeypatch):
-    """A local GCS emulator for the test; Beam's gs:// filesystem talks to it anonymously."""
-    port = _free_port()
-    emulator = Path(sys.executable).parent / "gcp-storage-emulator"
-    process = subprocess.Popen(
-        [str(emulator), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    pytest.fail("the GCS emulator did not start")
-                time.sleep(0.2)
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
-
-        client = storage.Client(project="test", credentials=AnonymousCredentials())
-        client.create_bucket("bert-bucket")
-        yield client.bucket("bert-bucket")
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.mark.emulator

@@ -229,3 +229,41 @@ def test_bad_inputs_fail_before_the_first_step(shards, tmp_path):
     train(TrainConfig(shards=str(shards), output=str(tmp_path / "run"), max_steps=2, save_steps=2, **TINY))
     fails("not --config mini", resume=str(tmp_path / "run"), output=None, config="mini", max_steps=4)
     fails("already at step 2", resume=str(tmp_path / "run"), output=None, config=None, max_steps=2)
+
+
+@pytest.mark.emulator
+def test_train_from_and_checkpoint_to_a_bucket(gcs_emulator, shards, vocab, tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("gs")
+    fs.put(str(shards), "bert-bucket/shards/seq64", recursive=True)
+    fs.put_file(vocab, "bert-bucket/vocab/vocab.txt")
+    common = {**TINY, "vocab": "gs://bert-bucket/vocab/vocab.txt", "save_steps": 3, "log_steps": 3}
+    train(
+        TrainConfig(
+            shards="gs://bert-bucket/shards/seq64", output="gs://bert-bucket/runs/t", max_steps=3, **common
+        )
+    )
+    names = set(fs.find("bert-bucket/runs/t"))
+    assert {
+        "bert-bucket/runs/t/checkpoints/step-00000003/COMMITTED",
+        "bert-bucket/runs/t/checkpoints/step-00000003/model.safetensors",
+        "bert-bucket/runs/t/metrics.jsonl",
+        "bert-bucket/runs/t/plots/curves.png",
+    } <= names
+    assert any("/tensorboard/events.out.tfevents" in n for n in names)
+    record = train(TrainConfig(shards="gs://bert-bucket/shards/seq64", resume="gs://bert-bucket/runs/t",
+                               output=None, max_steps=6, **common))  # fmt: skip
+    assert record["step"] == 6
+    lines = fs.cat_file("bert-bucket/runs/t/metrics.jsonl").decode().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [3, 6]
+    from click.testing import CliRunner
+
+    from pretrain.cli import main
+
+    out = tmp_path / "hf"
+    result = CliRunner().invoke(
+        main, ["export", "--checkpoint", "gs://bert-bucket/runs/t", "--output", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "step 6" in result.output and (out / "vocab.txt").exists() and (out / "model.safetensors").exists()

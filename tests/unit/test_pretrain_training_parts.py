@@ -1,0 +1,143 @@
+"""The trainer's parts: schedule, weight-decay groups, LAMB, skipped steps, checkpoints, metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pretrain import checkpoint as ckpt
+from pretrain.config import TrainConfig
+from pretrain.metrics import MetricsLog, peak_flops
+from pretrain.model import BertConfig, BertForPreTraining
+from pretrain.optim import Lamb, build_optimizer, build_scheduler, parameter_groups, warmup_decay
+from pretrain.train import apply_gradients
+
+
+def test_warmup_then_linear_decay():
+    values = [warmup_decay(s, 4, 12) for s in range(14)]
+    assert values[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert values[4:13] == pytest.approx([1 - k / 8 for k in range(9)])
+    assert values[13] == 0.0
+    assert warmup_decay(8, 4, 12, power=2.0) == pytest.approx(0.25)
+
+
+def test_scheduler_started_mid_run_equals_one_that_ran():
+    def lrs(start: int) -> list[float]:
+        param = torch.nn.Parameter(torch.zeros(1))
+        optimizer = torch.optim.SGD([param], lr=0.5)
+        scheduler = build_scheduler(optimizer, 0.5, 3, 10, start_step=start)
+        out = []
+        for _ in range(start, 10):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return out
+
+    assert lrs(0)[4:] == lrs(4)
+
+
+def test_no_weight_decay_on_biases_and_layer_norms():
+    model = BertForPreTraining(BertConfig.preset("tiny", 100))
+    decay, no_decay = parameter_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(not names[id(p)].endswith("bias") and "LayerNorm" not in names[id(p)] for p in decay["params"])
+    assert any("LayerNorm" in names[id(p)] for p in no_decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.01
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_lamb_step_by_hand():
+    weight = torch.nn.Parameter(torch.tensor([3.0, 4.0]))  # norm 5
+    optimizer = Lamb([weight], lr=0.1, betas=(0.9, 0.999), eps=0.0, weight_decay=0.0)
+    weight.grad = torch.tensor([1.0, -2.0])
+    optimizer.step()
+    # first step: bias-corrected m = g, v = g^2, so the update is sign(g) with norm sqrt(2);
+    # the trust ratio is 5 / sqrt(2), so each coordinate moves by 0.1 * 5 / sqrt(2)
+    step = 0.1 * 5 / 2**0.5
+    assert weight.detach().tolist() == pytest.approx([3.0 - step, 4.0 + step])
+    assert isinstance(build_optimizer("lamb", torch.nn.Linear(2, 2), 1e-3, 0.01), Lamb)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        build_optimizer("sgd", torch.nn.Linear(2, 2), 1e-3, 0.01)
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_non_finite_gradients_are_skipped_and_never_applied(fp16):
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", enabled=fp16)
+    before = [p.detach().clone() for p in model.parameters()]
+    scaler.scale(model(torch.ones(2, 3)).sum()).backward()
+    model.weight.grad[0, 1] = float("nan")
+    norm, applied = apply_gradients(model, optimizer, scaler, 1.0)
+    assert not applied and not torch.isfinite(norm)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    if fp16:
+        assert scaler.get_scale() == 65536.0 / 2  # the scale backs off after an overflow
+    optimizer.zero_grad()
+    scaler.scale(model(torch.ones(2, 3)).sum()).backward()
+    norm, applied = apply_gradients(model, optimizer, scaler, 1.0)
+    assert applied and not torch.equal(before[0], model.weight)
+
+
+def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_path):
+    run = str(tmp_path / "run")
+    for step in (2, 4, 6):
+        url = ckpt.step_url(run, step)
+        ckpt.save_torch({"step": step}, f"{url}/{ckpt.TRAINER_STATE}")
+        if step != 6:
+            ckpt.commit(url, step)
+    assert ckpt.latest(run).step == 4  # 6 has no COMMITTED: a crash while writing it
+    assert ckpt.resolve(run).url.endswith("step-00000004")
+    with pytest.raises(ckpt.CheckpointError, match="not a complete checkpoint"):
+        ckpt.resolve(ckpt.step_url(run, 6))
+    # a file that shrank after the commit makes the checkpoint incomplete
+    (tmp_path / "run/checkpoints/step-00000004/trainer.pt").write_bytes(b"x")
+    assert ckpt.latest(run).step == 2
+    ckpt.commit(ckpt.step_url(run, 4), 4)
+    ckpt.commit(ckpt.step_url(run, 6), 6)
+    removed = ckpt.prune(run, keep=2)
+    assert [r.rsplit("/", 1)[-1] for r in removed] == ["step-00000002"]
+    assert ckpt.load_torch(f"{ckpt.step_url(run, 6)}/{ckpt.TRAINER_STATE}") == {"step": 6}
+    with pytest.raises(ckpt.CheckpointError, match="no complete checkpoint"):
+        ckpt.resolve(str(tmp_path / "elsewhere"))
+
+
+def test_rng_state_round_trip():
+    state = ckpt.rng_state()
+    first = (torch.rand(3), __import__("numpy").random.rand(), __import__("random").random())
+    ckpt.set_rng_state(state)
+    again = (torch.rand(3), __import__("numpy").random.rand(), __import__("random").random())
+    assert torch.equal(first[0], again[0]) and first[1:] == again[1:]
+
+
+def test_metrics_on_resume_drop_records_after_the_checkpoint(tmp_path):
+    log = MetricsLog(str(tmp_path), None)
+    for step in (5, 10, 15):
+        log.log({"step": step, "split": "train", "loss": 1.0 / step})
+    log.close()
+    resumed = MetricsLog(str(tmp_path), resume_step=10)
+    resumed.log({"step": 15, "split": "train", "loss": 0.5})
+    resumed.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in lines] == [(5, 0.2), (10, 0.1), (15, 0.5)]
+    assert resumed.plot()[0].endswith("plots/curves.png")
+
+
+def test_settings_are_checked_all_at_once():
+    cfg = TrainConfig(shards="s", output="o", precision="fp8", global_batch_size=0, resume="r", init_from="i")
+    problems = cfg.problems()
+    assert len(problems) == 3 and any("fp8" in p for p in problems) and any("--resume" in p for p in problems)
+    assert TrainConfig(shards="s", output="o", global_batch_size=256).accumulation(4) == (64, 1)
+    assert TrainConfig(shards="s", output="o", global_batch_size=256, micro_batch_size=16).accumulation(
+        4
+    ) == (16, 4)
+    with pytest.raises(ValueError, match="not divisible by the 3 ranks"):
+        TrainConfig(shards="s", output="o", global_batch_size=256).accumulation(3)
+
+
+def test_peak_flops_of_known_gpus():
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16") == 989e12
+    assert peak_flops("NVIDIA A100-SXM4-40GB", "fp32") == 156e12
+    assert peak_flops("Some Other GPU", "bf16") is None
