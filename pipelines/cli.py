@@ -271,7 +271,6 @@ def examples(
     Semantics of the reference generator (create_pretraining_data.py); every random choice is
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
     """
-    import hashlib
 
     from pipelines.examples.masking import MaskingConfig
     from pipelines.examples.pairs import PairConfig
@@ -304,7 +303,7 @@ def examples(
         manifest = io.load_manifest(corpus, DOCUMENTS.name)
     except (ValueError, VocabError, io.InputError) as err:
         _fail(str(err))
-    vocab_sha256 = hashlib.sha256("\n".join(tokenizer.vocab).encode("utf-8")).hexdigest()
+    vocab_sha256 = tokenizer.vocab_sha256
     try:
         stats = run_stage(
             lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256), config, None, ctx.args

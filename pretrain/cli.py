@@ -14,7 +14,8 @@ from pretrain.model import PRESETS
 _EPILOG = """\b
 Examples:
   pretrain --shards gs://b/shards/seq128 --config base --output gs://b/runs/base \\
-      --global-batch-size 256 --max-steps 900000 --lr 1e-4 --warmup-steps 10000 --precision bf16
+      --global-batch-size 256 --max-steps 900000 --schedule-steps 1000000 --lr 1e-4 \\
+      --warmup-steps 10000 --precision bf16
   pretrain --shards gs://b/shards/seq512 --resume gs://b/runs/base --max-steps 1000000   # phase 2
   torchrun --nnodes 2 --nproc_per_node 8 -m pretrain --shards ... --output gs://b/runs/base ...
   pretrain export --checkpoint gs://b/runs/base --format hf --output out/hf-base
@@ -91,7 +92,7 @@ def main(ctx, quiet, compile_, **options) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from pretrain.config import TrainConfig
-    from pretrain.train import TrainingError, train
+    from pretrain.train import TrainingError, inherit_settings, train
 
     rank = int(os.environ.get("RANK", "0"))
     logging.basicConfig(
@@ -103,6 +104,13 @@ def main(ctx, quiet, compile_, **options) -> None:
         raise click.UsageError("--shards is required (or a command: pretrain export --help)")
     try:
         cfg = TrainConfig(compile=compile_, **options)
+        if cfg.resume:
+            given = {
+                name
+                for name in options
+                if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+            }
+            cfg = inherit_settings(cfg, given)
         train(cfg)
     except TrainingError as err:
         raise click.ClickException(str(err)) from None

@@ -26,6 +26,9 @@ class TrainConfig:
     max_steps: int = 1000
     lr: float = 1e-4
     warmup_steps: int = 100
+    schedule_steps: int | None = None
+    """Steps of the learning-rate schedule (decay reaches 0 there); default --max-steps. Phase 1
+    of BERT's recipe: --max-steps 900000 --schedule-steps 1000000."""
     decay_power: float = 1.0
     optimizer: str = "adamw"
     weight_decay: float = 0.01
@@ -72,6 +75,10 @@ class TrainConfig:
         for name in ("warmup_steps", "eval_steps", "num_workers", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 found.append(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        if self.schedule_steps is not None and self.schedule_steps < self.max_steps:
+            found.append(
+                f"--schedule-steps {self.schedule_steps} must be at least --max-steps {self.max_steps}"
+            )
         if self.lr <= 0:
             found.append(f"--lr must be positive, got {self.lr}")
         if self.max_grad_norm < 0:

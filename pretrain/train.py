@@ -312,7 +312,9 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
             ckpt.set_rng_state(ckpt.load_torch(rng_url))
         except FileNotFoundError:
             log.warning("%s missing (resuming with a different number of ranks?); RNG not restored", rng_url)
-    scheduler = build_scheduler(optimizer, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.decay_power, step)
+    scheduler = build_scheduler(
+        optimizer, cfg.lr, cfg.warmup_steps, cfg.schedule_steps or cfg.max_steps, cfg.decay_power, step
+    )
     if step >= cfg.max_steps:
         raise TrainingError(f"the run is already at step {step}; raise --max-steps above it to continue")
 
@@ -427,10 +429,15 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
     model.train()
     try:
         while step < cfg.max_steps:
-            for index in range(accumulation):
-                waited = time.perf_counter()
-                batch = next(data)
-                wait_s += time.perf_counter() - waited
+            waited = time.perf_counter()
+            step_batches = [next(data) for _ in range(accumulation)]
+            wait_s += time.perf_counter() - waited
+            # the step's loss is the mean over every masked token (and every pair) of the global
+            # batch, however it is split into ranks and micro batches: weigh each micro batch's means
+            masked = [float(b["masked_lm_weights"].sum()) for b in step_batches]
+            pairs = [float(b["next_sentence_labels"].numel()) for b in step_batches]
+            total_masked, total_pairs = _sum(procs, [sum(masked), sum(pairs)])
+            for index, batch in enumerate(step_batches):
                 cpu_tokens = int(batch["attention_mask"].sum())  # on the host: no device sync
                 if seen is not None:
                     seen.extend(_example_keys(batch))
@@ -452,7 +459,11 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                         batch["masked_lm_weights"],
                         batch["next_sentence_labels"],
                     )
-                    scaler.scale(loss.total / accumulation).backward()
+                    share = procs.world_size / max(total_masked, 1.0)  # DDP averages over ranks
+                    objective = loss.mlm_loss * (masked[index] * share) + loss.nsp_loss * (
+                        pairs[index] * procs.world_size / total_pairs
+                    )
+                    scaler.scale(objective).backward()
                 losses += torch.stack(
                     [
                         loss.total.detach().double(),
@@ -500,6 +511,8 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                     "skipped_steps": skipped,
                     "epoch": epoch,
                 }
+                if procs.device.type == "cuda":
+                    record["peak_memory_gb"] = torch.cuda.max_memory_allocated(procs.device) / 2**30
                 if peak is not None:
                     width = totals[10] / micro_steps
                     flops = training_flops_per_token(model.config, int(round(width)))
@@ -658,6 +671,30 @@ def _evaluate(
             record["nsp_accuracy"],
         )
     return record
+
+
+# Settings a resumed run takes from its checkpoint unless given again: everything but the data,
+# the paths and the per-invocation switches.
+_NOT_INHERITED = frozenset(
+    {"shards", "output", "resume", "init_from", "validation_shards", "vocab", "max_seq_length", "rank_report"}
+)
+
+
+def inherit_settings(cfg: TrainConfig, given: set[str]) -> TrainConfig:
+    """``cfg`` with the settings not ``given`` on the command line taken from the checkpoint that
+    ``cfg.resume`` continues, so that ``--resume RUN`` alone continues the run as it was set up."""
+    try:
+        found = ckpt.resolve(cfg.resume)
+    except ckpt.CheckpointError as err:
+        raise TrainingError(str(err)) from None
+    saved = ckpt.load_torch(f"{found.url}/{ckpt.TRAINER_STATE}").get("train_config", {})
+    known = set(TrainConfig.__dataclass_fields__)
+    inherited = {
+        k: v
+        for k, v in saved.items()
+        if k in known and k not in given and k not in _NOT_INHERITED and k != "config"
+    }
+    return replace(cfg, **inherited)
 
 
 def resume_config(cfg: TrainConfig) -> TrainConfig:

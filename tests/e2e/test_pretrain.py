@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from pretrain.config import TrainConfig
+from pretrain.model import BertConfig, BertForPreTraining
 from pretrain.train import TrainingError, train
 from tests.conftest import SHARED_DATA, require
 from tests.e2e.conftest import FAST_RUNNER, run_cli
@@ -120,9 +121,8 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(shards, tmp_path):
     victim.wait()
     assert victim.returncode == -signal.SIGKILL
     assert not (broken / "checkpoints" / "step-00000040").exists()
-    args = _args(shards, broken)
-    del args[2:4]  # no --output: a resumed run writes into the run it continues
-    resumed = _cli("--resume", str(broken), *args)
+    # only the data and the run: every other setting comes from the checkpoint
+    resumed = _cli("--resume", str(broken), "--shards", str(shards), "--quiet")
     assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
     assert reference.wait(timeout=300) == 0, reference.stdout.read()
     a, b = _weights(whole, 40), _weights(broken, 40)
@@ -167,7 +167,6 @@ def test_export_loads_in_transformers_and_seeds_a_new_run(shards, tmp_path):
     from transformers import BertForPreTraining as HFBert
 
     from pretrain.cli import main
-    from pretrain.model import BertForPreTraining
 
     run = tmp_path / "run"
     train(TrainConfig(shards=str(shards), output=str(run), max_steps=5, save_steps=5, **TINY))
@@ -217,8 +216,6 @@ def test_bad_inputs_fail_before_the_first_step(shards, tmp_path):
     blocker.write_text("x")
     fails("not writable", output=str(blocker / "run"))
     # a model whose vocabulary or positions do not fit the shards
-    from pretrain.model import BertConfig, BertForPreTraining
-
     small = BertForPreTraining(BertConfig.preset("tiny", 1000))
     small.save_pretrained(str(tmp_path / "small-vocab"))
     fails("vocabulary of 1000 tokens", init_from=str(tmp_path / "small-vocab"), config=None)
@@ -267,3 +264,37 @@ def test_train_from_and_checkpoint_to_a_bucket(gcs_emulator, shards, vocab, tmp_
     )
     assert result.exit_code == 0, result.output
     assert "step 6" in result.output and (out / "vocab.txt").exists() and (out / "model.safetensors").exists()
+
+
+def test_gradient_accumulation_matches_one_big_batch(shards, tmp_path):
+    """4 micro batches of 4 and one batch of 16 take the same steps: the step's loss is the mean
+    over all its masked tokens, however the batch is split. No dropout; a large Adam epsilon, so
+    that float noise in near-zero gradients is not blown up to whole steps by Adam's division."""
+    # one stream: step k takes examples 16k..16k+15 of the epoch's sequence either way
+    common = {
+        **TINY,
+        "dropout": 0.0,
+        "max_steps": 3,
+        "save_steps": 3,
+        "lr": 1e-3,
+        "streams": 1,
+        "adam_eps": 1e-3,
+    }
+    train(TrainConfig(shards=str(shards), output=str(tmp_path / "big"), **common))
+    train(TrainConfig(shards=str(shards), output=str(tmp_path / "acc"), micro_batch_size=4, **common))
+    big, acc = _weights(tmp_path / "big", 3), _weights(tmp_path / "acc", 3)
+    assert max(float((big[k] - acc[k]).abs().max()) for k in big) < 1e-6
+    fresh = BertForPreTraining(BertConfig.preset("tiny", 30522), seed=12345).state_dict()
+    assert not torch.allclose(fresh["bert.pooler.dense.weight"], big["bert.pooler.dense.weight"])
+
+
+def test_phase_two_continues_the_model_on_other_shards(shards, validation_shards, tmp_path):
+    run = tmp_path / "run"
+    train(TrainConfig(shards=str(shards), output=str(run), max_steps=4, save_steps=4, **TINY))
+    record = train(TrainConfig(shards=str(validation_shards), resume=str(run), output=None, max_steps=8,
+                               save_steps=4, warmup_steps=0, **{**TINY, "config": None}))  # fmt: skip
+    assert record["step"] == 8
+    state = torch.load(run / "checkpoints" / "step-00000008" / "trainer.pt", weights_only=False)
+    assert state["data"]["shards"] == str(validation_shards)
+    assert state["data"]["reader"]["batches_done"] == 4  # the new shards were read from their start
+    assert state["optimizer"]["state"]  # the optimizer's moments came along
