@@ -1,0 +1,394 @@
+"""Run every benchmark, then write ``benchmarks/summary.md``: one table of headline figures and ratios.
+
+    python benchmarks/run_all.py [--only NAME ...] [--summary-only]
+
+Each benchmark script runs as its own subprocess (its own interpreter, so timings and peak memory
+are its own) from the repository root, and writes ``benchmarks/results/NAME.json``. Two scripts
+print rather than write: ``sentence_segmentation.py`` is given ``--json``, and the two lines
+``wikitext_speed.py`` prints are parsed into ``results/wikitext_speed.json`` here. A script that
+does not exist yet (the fine-tuning step) is skipped with a note; one that fails is reported and
+the others still run (exit status 1 at the end).
+
+The summary is rendered from the JSON files only, so ``--summary-only`` rebuilds the same table
+from existing results without running anything. Each row reads its figures from the keys that
+script writes; a JSON without a renderer here gets a generic row (its top-level ``*ratio*`` and
+``*speedup*`` keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+SUMMARY = BENCH_DIR / "summary.md"
+WIKIEXTRACTOR_PYTHON = REPO_ROOT / ".venv-wikiextractor" / "bin" / "python"
+
+Row = tuple[str, str, str, str]
+"""(what, ours, peer, ratio) as Markdown cells."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One script of ``benchmarks/`` and the file its figures end up in."""
+
+    name: str
+    scripts: tuple[str, ...]
+    """Candidate file names in ``benchmarks/``; the first that exists runs."""
+    describe: str
+    args: Callable[[], list[str]] = field(default=lambda: [])
+    parse_stdout: Callable[[str], dict] | None = None
+    """For scripts that only print: turn their output into the result JSON."""
+
+    @property
+    def results(self) -> Path:
+        return RESULTS_DIR / f"{self.name}.json"
+
+    def script(self) -> Path | None:
+        """The script to run, or None when none of the candidates exists yet."""
+        return next((BENCH_DIR / s for s in self.scripts if (BENCH_DIR / s).exists()), None)
+
+
+def _corpus_args() -> list[str]:
+    if WIKIEXTRACTOR_PYTHON.exists():
+        return ["--wikiextractor", str(WIKIEXTRACTOR_PYTHON)]
+    print(f"  note: {WIKIEXTRACTOR_PYTHON} missing ('make bench' installs it): no WikiExtractor ratio")
+    return []
+
+
+def parse_wikitext_speed(stdout: str) -> dict:
+    """The figures ``wikitext_speed.py`` prints, as a dict."""
+    head = re.search(r"(\d+) pages, ([\d.]+) MB of wikitext, median of (\d+) runs: ([\d.]+) s", stdout)
+    rate = re.search(r"([\d.]+) MB/s, ([\d.]+) pages/s", stdout)
+    if not head or not rate:
+        raise ValueError(f"wikitext_speed.py printed no figures:\n{stdout}")
+    return {
+        "pages": int(head[1]),
+        "wikitext_mb": float(head[2]),
+        "repeats": int(head[3]),
+        "median_s": float(head[4]),
+        "mb_per_s": float(rate[1]),
+        "pages_per_s": float(rate[2]),
+    }
+
+
+BENCHMARKS = (
+    Benchmark("corpus", ("corpus.py",), "corpus stages per core; WikiExtractor", _corpus_args),
+    Benchmark(
+        "wikitext_speed", ("wikitext_speed.py",), "clean_wikitext alone", parse_stdout=parse_wikitext_speed
+    ),
+    Benchmark(
+        "sentence_segmentation",
+        ("sentence_segmentation.py",),
+        "segmenter accuracy and speed",
+        lambda: ["--json", str(RESULTS_DIR / "sentence_segmentation.json")],
+    ),
+    Benchmark("tokenization", ("tokenization.py",), "WordPiece tokenisation; BertTokenizerFast"),
+    Benchmark("wordpiece_train", ("wordpiece_train.py",), "vocabulary learning; tokenizers' trainer"),
+    Benchmark("examples", ("examples.py",), "example generation; the reference generator"),
+    Benchmark("reader", ("reader.py",), "the trainer's reader; a pyarrow scan"),
+    Benchmark("train_step", ("train_step.py",), "pre-training step; transformers' BertForPreTraining"),
+    Benchmark(
+        "finetune_step",
+        ("finetune_step.py", "finetune.py"),
+        "fine-tuning step; transformers' BertForSequenceClassification",
+    ),
+)
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+def run_one(bench: Benchmark) -> str:
+    """Run one benchmark as a subprocess; return a one-line outcome."""
+    script = bench.script()
+    if script is None:
+        return f"skipped: no {' or '.join(bench.scripts)} in benchmarks/ yet"
+    command = [sys.executable, str(script), *bench.args()]
+    print(f"== {bench.name}: {' '.join(command)}", flush=True)
+    start = time.perf_counter()
+    if bench.parse_stdout is None:
+        status = subprocess.run(command, cwd=REPO_ROOT).returncode
+        stdout = ""
+    else:
+        done = subprocess.run(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+        status, stdout = done.returncode, done.stdout
+        print(stdout, end="")
+    elapsed = time.perf_counter() - start
+    if status != 0:
+        return f"FAILED (exit status {status}) after {elapsed:.0f} s"
+    if bench.parse_stdout is not None:
+        RESULTS_DIR.mkdir(exist_ok=True)
+        bench.results.write_text(json.dumps(bench.parse_stdout(stdout), indent=2) + "\n")
+    return f"ok in {elapsed:.0f} s"
+
+
+# -- the summary ----------------------------------------------------------------------------------
+
+
+def _n(value: float, digits: int = 3) -> str:
+    """A figure with ``digits`` significant digits and thousands separators."""
+    if value >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _x(ratio: float) -> str:
+    return f"**{ratio:.2f}x**"
+
+
+def rows_corpus(r: dict) -> list[Row]:
+    wiki, rows = r["wikipedia"], []
+    peer, ratio = "— (no WikiExtractor in this run)", "—"
+    if "wikiextractor" in r:
+        peer_rate = wiki["wikitext_mb"] / r["wikiextractor"]["cpu_s"]
+        peer = f"WikiExtractor 3.1.0: {_n(peer_rate)} MB/s per core"
+        ratio = _x(r["speed_ratio_vs_wikiextractor"])
+    rows.append(
+        (
+            "wikipedia: decompress, parse, clean, split sentences (1 core)",
+            f"{_n(wiki['wikitext_mb_per_s_per_core'])} MB/s, {_n(wiki['pages_per_s_per_core'])} pages/s",
+            peer,
+            ratio,
+        )
+    )
+    if "books" in r:
+        books = r["books"]
+        rows.append(
+            (
+                "books: decode, strip, unwrap, split (1 core)",
+                f"{_n(books['mb_per_s_per_core'])} MB/s",
+                "—",
+                "—",
+            )
+        )
+        rows.append(
+            (
+                "corpus: MinHash signatures (1 core)",
+                f"{_n(books['minhash_mb_per_s_per_core'])} MB/s",
+                "—",
+                "—",
+            )
+        )
+    return rows
+
+
+def rows_wikitext_speed(r: dict) -> list[Row]:
+    return [
+        (
+            "`clean_wikitext` alone (1 core)",
+            f"{_n(r['mb_per_s'])} MB/s, {_n(r['pages_per_s'])} pages/s",
+            "—",
+            "—",
+        )
+    ]
+
+
+def rows_sentence_segmentation(r: dict) -> list[Row]:
+    candidates = r["candidates"]
+    ours = candidates.get("project")
+    if ours is None:
+        return [("sentence segmentation", "no 'project' candidate in the results", "—", "—")]
+    peers = {name: c for name, c in candidates.items() if name not in ("project", "blingfire")}
+    figure = f"F1 {ours['scores']['all']['f1']:.3f}, {_n(ours['mb_per_s'])} MB/s"
+    if not peers:
+        return [("sentence segmentation (1 core)", figure, "— (no peer installed)", "—")]
+    name, best = max(peers.items(), key=lambda kv: kv[1]["scores"]["all"]["f1"])
+    peer = f"{name} (most accurate peer): F1 {best['scores']['all']['f1']:.3f}, {_n(best['mb_per_s'])} MB/s"
+    return [
+        ("sentence segmentation (1 core), speed ratio", figure, peer, _x(ours["mb_per_s"] / best["mb_per_s"]))
+    ]
+
+
+def rows_tokenization(r: dict) -> list[Row]:
+    runs, ratios = r["runs"], r["ratio_ours_vs_transformers"]
+    return [
+        (
+            f"WordPiece tokenisation, {mode} (1 core)",
+            f"{_n(runs[f'ours {mode}']['tokens_per_s'])} tokens/s",
+            f"BertTokenizerFast: {_n(runs[f'transformers {mode}']['tokens_per_s'])} tokens/s",
+            _x(ratios[mode]),
+        )
+        for mode in ("batch", "single")
+        if mode in ratios
+    ]
+
+
+def rows_wordpiece_train(r: dict) -> list[Row]:
+    real = r["real_text"]
+    rows = [
+        (
+            f"vocabulary learning on {_n(real['text_mb'])} MB of books",
+            f"{real['learn_from_counts_s']:.2f} s from counts (+ {real['count_s']:.1f} s counting, Beam)",
+            f"tokenizers' trainer on the text: {real['tokenizers_trainer_on_text_s']:.2f} s",
+            _x(real["learn_vs_peer_ratio"]),
+        )
+    ]
+    if r.get("sizes"):
+        big = max(r["sizes"], key=lambda s: s["distinct_words"])
+        rows.append(
+            (
+                f"vocabulary learning, {big['distinct_words']:,} distinct words",
+                f"{big['learn_s']:.0f} s, peak {_n(big['peak_rss_mb'])} MB",
+                "—",
+                "—",
+            )
+        )
+    return rows
+
+
+def rows_examples(r: dict) -> list[Row]:
+    return [
+        (
+            f"example generation, dupe factor {r['dupe_factor']} (1 core)",
+            f"{_n(r['ours_examples_per_s_per_core'])} examples/s, {_n(r['ours_documents_per_s_per_core'])} doc passes/s",
+            f"reference generator's algorithm: {_n(r['reference_examples_per_s_per_core'])} examples/s",
+            _x(r["speedup_vs_reference"]),
+        )
+    ]
+
+
+def rows_reader(r: dict) -> list[Row]:
+    rows = [
+        (
+            f"reader, local disk, batch {r['batch_size']}",
+            f"{_n(r['local']['examples_per_s'])} examples/s",
+            f"plain pyarrow.dataset scan: {_n(r['pyarrow_dataset_scan']['examples_per_s'])} examples/s",
+            _x(r["ours_vs_pyarrow_scan"]),
+        )
+    ]
+    if "local_dynamic_masking" in r:
+        rows.append(
+            (
+                "reader, dynamic re-masking",
+                f"{_n(r['local_dynamic_masking']['examples_per_s'])} examples/s",
+                "—",
+                "—",
+            )
+        )
+    if "gcs_emulator" in r:
+        rows.append(
+            (
+                "reader, gs:// on the local GCS emulator",
+                f"{_n(r['gcs_emulator']['examples_per_s'])} examples/s",
+                "—",
+                "—",
+            )
+        )
+    return rows
+
+
+def rows_train_step(r: dict) -> list[Row]:
+    variants = r["variants"]
+    return [
+        (
+            f"pre-training step, config {r['config']}, batch {r['batch_size']}, fp32 CPU, {r['threads']} threads",
+            f"{_n(variants['ours']['tokens_per_s'])} tokens/s",
+            f"BertForPreTraining, padded to {r['max_seq_length']}: {_n(variants['transformers_pad128']['tokens_per_s'])} tokens/s",
+            _x(r["speedup_vs_transformers_pad128"]),
+        )
+    ]
+
+
+def rows_generic(name: str, r: dict) -> list[Row]:
+    """Top-level ratio and speed-up keys of a results file this script has no renderer for."""
+    ratios = {k: v for k, v in r.items() if isinstance(v, (int, float)) and ("ratio" in k or "speedup" in k)}
+    if not ratios:
+        return [(name, "see the JSON", "—", "—")]
+    return [(name, f"`{k}`", "—", _x(v)) for k, v in ratios.items()]
+
+
+RENDERERS: dict[str, Callable[[dict], list[Row]]] = {
+    "corpus": rows_corpus,
+    "wikitext_speed": rows_wikitext_speed,
+    "sentence_segmentation": rows_sentence_segmentation,
+    "tokenization": rows_tokenization,
+    "wordpiece_train": rows_wordpiece_train,
+    "examples": rows_examples,
+    "reader": rows_reader,
+    "train_step": rows_train_step,
+}
+
+
+def render_summary() -> str:
+    """The Markdown of ``summary.md`` from ``results/*.json`` (no times or dates: same JSON, same text)."""
+    lines = [
+        "# Benchmark summary",
+        "",
+        "Generated by `python benchmarks/run_all.py` from `benchmarks/results/*.json`",
+        "(`--summary-only` re-renders it without running anything). Ratios are ours / the peer,",
+        "measured in the same run of the same script (above 1: ours is faster). The conditions of each",
+        "figure (machine, cores, inputs) are in the script's docstring and in [README.md](README.md).",
+        "",
+        "| benchmark | measured | ours | peer | ratio | results |",
+        "|---|---|---|---|---|---|",
+    ]
+    notes, known = [], set()
+    for bench in BENCHMARKS:
+        known.add(bench.results.name)
+        if not bench.results.exists():
+            if bench.script() is None:
+                notes.append(f"* {bench.name}: no benchmark script yet ({' or '.join(bench.scripts)}).")
+            else:
+                notes.append(
+                    f"* {bench.name}: no results yet; run `python benchmarks/run_all.py --only {bench.name}`."
+                )
+            continue
+        data = json.loads(bench.results.read_text())
+        renderer = RENDERERS.get(bench.name)
+        try:
+            rows = renderer(data) if renderer else rows_generic(bench.name, data)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as err:
+            rows = [(f"unreadable results ({type(err).__name__}: {err})", "—", "—", "—")]
+        for what, ours, peer, ratio in rows:
+            lines.append(
+                f"| {bench.name} | {what} | {ours} | {peer} | {ratio} | `results/{bench.results.name}` |"
+            )
+    for extra in sorted(RESULTS_DIR.glob("*.json")):
+        if extra.name not in known:
+            for what, ours, peer, ratio in rows_generic(extra.stem, json.loads(extra.read_text())):
+                lines.append(
+                    f"| {extra.stem} | {what} | {ours} | {peer} | {ratio} | `results/{extra.name}` |"
+                )
+    if notes:
+        lines += ["", "Not in the table:", "", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    names = [b.name for b in BENCHMARKS]
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="benchmarks: " + ", ".join(names)
+    )
+    parser.add_argument(
+        "--only", action="append", choices=names, metavar="NAME", help="run only this one (repeatable)"
+    )
+    parser.add_argument(
+        "--summary-only", action="store_true", help="re-render summary.md from the existing JSON"
+    )
+    args = parser.parse_args()
+    outcomes = {}
+    if not args.summary_only:
+        for bench in BENCHMARKS:
+            if args.only and bench.name not in args.only:
+                continue
+            outcomes[bench.name] = run_one(bench)
+            print(f"-- {bench.name}: {outcomes[bench.name]}", flush=True)
+    SUMMARY.write_text(render_summary())
+    print(f"wrote {SUMMARY.relative_to(REPO_ROOT)}")
+    for name, outcome in outcomes.items():
+        print(f"  {name}: {outcome}")
+    return 1 if any(o.startswith("FAILED") for o in outcomes.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
