@@ -25,7 +25,10 @@ Integrity. The folder must hold a ``COMPLETED`` marker matching ``manifest.json`
 vocabulary hash, it must equal the manifest's; every shard's size is checked and its record-batch
 row counts are read from the IPC footers at construction (a few small reads per shard); a shard's
 SHA-256 is checked, once per process, before its first unit is used. Units are then fetched with
-ranged reads of just their bytes, ``prefetch`` units ahead on a background thread.
+ranged reads of just their bytes, ``prefetch`` units ahead on a background thread. A read that
+fails with an I/O error (a bucket briefly unreachable) is retried with back-off, ``retries``
+times, and then raises :class:`ShardError`; a retry reads the same bytes, so it never changes the
+data.
 
 Resume. ``state_dict()`` is ``{"epoch", "batches_done", …}``; ``load_state_dict`` before creating
 the iterator makes it skip exactly those batches of this rank without reading units that hold
@@ -43,10 +46,12 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import os
 import queue
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -59,6 +64,8 @@ import torch
 from pretrain.collate import Batch, DynamicMasking, collate
 from schemas import MANIFEST_FILE, ManifestError, SchemaError, verify_completed
 from schemas.examples import examples_format
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Batch", "DynamicMasking", "ExampleShards", "ShardError", "auto_streams", "collate"]
 _MAGIC = b"ARROW1"
@@ -139,6 +146,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
         vocab_sha256: str | None = None,
         prefetch: int = 2,
         storage_options: dict | None = None,
+        retries: int = 6,
     ) -> None:
         if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(
@@ -148,7 +156,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
             raise ValueError(f"streams and prefetch must be at least 1, got {streams} and {prefetch}")
         self.url, self.batch_size, self.seed = url.rstrip("/"), batch_size, seed
         self.rank, self.world_size, self.shuffle, self.drop_last = rank, world_size, shuffle, drop_last
-        self.masking, self.prefetch = masking, prefetch
+        self.masking, self.prefetch, self.retries = masking, prefetch, retries
         self.storage_options = dict(storage_options or {})
         self._open_filesystem()
         manifest_path = f"{self._root}/{MANIFEST_FILE}"
@@ -206,15 +214,13 @@ class ExampleShards(torch.utils.data.IterableDataset):
     def _read_footer(self, index: int) -> None:
         """Check a shard's size and schema and append its units (from the IPC footer only)."""
         entry, path = self.shards[index], self._path(index)
-        try:
-            size = self.fs.size(path)
-        except FileNotFoundError:
-            raise ShardError(f"{path}: shard listed in the manifest is missing") from None
+        size = self._retrying(path, lambda: self.fs.size(path))
         if size != entry.num_bytes:
             raise ShardError(
                 f"{path}: {size} bytes, the manifest says {entry.num_bytes}; truncated or modified"
             )
-        try:
+
+        def read() -> tuple[list, pa.Schema, list[bytes]]:
             tail = self.fs.cat_file(path, start=size - 10, end=size)
             if size < 18 or tail[4:] != _MAGIC or self.fs.cat_file(path, start=0, end=6) != _MAGIC:
                 raise ValueError("no Arrow file magic (truncated?)")
@@ -223,11 +229,16 @@ class ExampleShards(torch.utils.data.IterableDataset):
             blocks = _footer_blocks(footer)
             with self.fs.open(path, "rb") as handle:
                 schema = ipc.open_file(handle).schema
-            metas = self.fs.cat_ranges(
-                [path] * len(blocks), [b[0] for b in blocks], [b[0] + b[1] for b in blocks]
-            )
+            starts, ends = [b[0] for b in blocks], [b[0] + b[1] for b in blocks]
+            metas = self.fs.cat_ranges([path] * len(blocks), starts, ends, on_error="raise")
+            return blocks, schema, metas
+
+        try:
+            blocks, schema, metas = self._retrying(path, read)
             rows = [_message_rows(meta) for meta in metas]
-        except (ValueError, OSError, struct.error, IndexError, pa.ArrowInvalid) as err:
+        except (ValueError, struct.error, IndexError, pa.ArrowInvalid) as err:
+            if isinstance(err, ShardError):
+                raise
             raise ShardError(f"{path}: not a readable Arrow IPC file ({err})") from None
         if sum(rows) != entry.num_rows:
             raise ShardError(f"{path}: {sum(rows)} rows, the manifest says {entry.num_rows}")
@@ -321,15 +332,40 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
     # -- reading -----------------------------------------------------------------------------
 
+    def _retrying(self, what: str, read):
+        """``read()``, retried with exponential back-off (1, 2, 4, … s) on I/O errors other than a
+        missing file — a bucket that is briefly unreachable — up to ``retries`` times; then a
+        :class:`ShardError` naming ``what``. Every attempt reads the same bytes, so a retry never
+        changes the data."""
+        for attempt in range(self.retries + 1):
+            try:
+                return read()
+            except FileNotFoundError:
+                raise ShardError(f"{what}: missing (deleted after the manifest was checked?)") from None
+            except OSError as err:
+                if attempt == self.retries:
+                    raise ShardError(
+                        f"{what}: unreadable after {self.retries + 1} attempts ({err})"
+                    ) from None
+                delay = min(2.0**attempt, 30.0)
+                log.warning("%s: %s; retrying in %.0f s (%d/%d)", what, err, delay, attempt + 1, self.retries)
+                time.sleep(delay)
+                if self._pid == os.getpid():
+                    self.fs.invalidate_cache()
+
     def _verify_shard(self, index: int) -> None:
-        path, digest = self._path(index), hashlib.sha256()
-        with self.fs.open(path, "rb") as handle:
-            while chunk := handle.read(1 << 23):
-                digest.update(chunk)
-        if digest.hexdigest() != self.shards[index].sha256:
-            raise ShardError(
-                f"{path}: SHA-256 {digest.hexdigest()} differs from the manifest's; the shard was modified"
-            )
+        path = self._path(index)
+
+        def digest() -> str:
+            hasher = hashlib.sha256()
+            with self.fs.open(path, "rb") as handle:
+                while chunk := handle.read(1 << 23):
+                    hasher.update(chunk)
+            return hasher.hexdigest()
+
+        found = self._retrying(path, digest)
+        if found != self.shards[index].sha256:
+            raise ShardError(f"{path}: SHA-256 {found} differs from the manifest's; the shard was modified")
         self._verified.add(index)
 
     def _read_unit(self, unit: _Unit) -> pa.RecordBatch:
@@ -337,8 +373,15 @@ class ExampleShards(torch.utils.data.IterableDataset):
         if unit.shard not in self._verified:
             self._verify_shard(unit.shard)
         path = self._path(unit.shard)
+        data = self._retrying(
+            f"{path} (record batch {unit.batch})",
+            lambda: self.fs.cat_file(path, start=unit.offset, end=unit.offset + unit.length),
+        )
+        if len(data) != unit.length:
+            raise ShardError(
+                f"{path}: record batch {unit.batch} is {len(data)} bytes, expected {unit.length}"
+            )
         try:
-            data = self.fs.cat_file(path, start=unit.offset, end=unit.offset + unit.length)
             batch = ipc.read_record_batch(ipc.read_message(pa.py_buffer(data)), self.schema)
         except (OSError, pa.ArrowInvalid) as err:
             raise ShardError(f"{path}: record batch {unit.batch} is unreadable ({err})") from None

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from pretrain import checkpoint as ckpt
 from pretrain.collate import DynamicMasking
 from pretrain.config import TrainConfig
-from pretrain.data import ExampleShards
+from pretrain.data import ExampleShards, ShardError
 from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import (
     BertConfig,
@@ -559,6 +559,11 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
             metrics.plot()
         if cfg.rank_report:
             _write_rank_report(cfg.rank_report, procs, model, seen, step)
+    except ShardError as err:
+        raise TrainingError(
+            f"{err}\nStopped at step {step}; the checkpoints written so far are complete: continue with "
+            f"--resume {output} once the data is reachable"
+        ) from None
     finally:
         data.close()  # shuts the DataLoader's worker processes down
         for signum, handler in previous.items():

@@ -415,3 +415,28 @@ def test_dynamic_masking_of_short_rows_beside_long_ones():
         for i, n in enumerate([128, 5, 6, 9, 128, 3]):
             positions = batch["masked_lm_positions"][i, : counts[i]]
             assert positions.gt(0).all() and positions.lt(n - 1).all()
+
+
+def test_transient_read_errors_are_retried_without_changing_the_data(folder, monkeypatch):
+    expected = _run(ExampleShards(folder, batch_size=5, seed=3))
+    monkeypatch.setattr("pretrain.data.time.sleep", lambda s: None)
+    failures = {"left": 4}
+    original = fsspec.implementations.local.LocalFileSystem.cat_file
+
+    def flaky(self, path, start=None, end=None, **kwargs):
+        if start is not None and failures["left"] > 0:
+            failures["left"] -= 1
+            raise ConnectionResetError("connection reset by peer")
+        return original(self, path, start=start, end=end, **kwargs)
+
+    ds = ExampleShards(folder, batch_size=5, seed=3)
+    monkeypatch.setattr(fsspec.implementations.local.LocalFileSystem, "cat_file", flaky)
+    assert _run(ds) == expected and failures["left"] == 0
+    failures["left"] = 100
+    with pytest.raises(ShardError, match=r"part-00000-of-00003\.arrow: unreadable after 3 attempts"):
+        ExampleShards(folder, batch_size=5, seed=3, retries=2)
+    failures["left"] = 0
+    ds = ExampleShards(folder, batch_size=5, seed=3, retries=2)
+    failures["left"] = 100
+    with pytest.raises(ShardError, match=r"record batch \d+\): unreadable after 3 attempts"):
+        _run(ds)
