@@ -547,7 +547,13 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                 _evaluate(forward, model, validation, cfg, procs, metrics, step)
             stop_now = _sum(procs, [float(stop.requested)])[0] > 0 if procs.world_size > 1 else stop.requested
             if step % cfg.save_steps == 0 or step == cfg.max_steps or stop_now:
-                save(step)
+                try:
+                    save(step)
+                except OSError as err:
+                    raise TrainingError(
+                        f"writing the checkpoint of step {step} to {output} failed ({err}); the checkpoints "
+                        f"committed before it are complete: continue with --resume {output}"
+                    ) from None
             if stop_now:
                 if procs.is_main:
                     log.warning("stopped by a signal at step %d; resume with --resume %s", step, output)

@@ -298,3 +298,80 @@ def test_phase_two_continues_the_model_on_other_shards(shards, validation_shards
     assert state["data"]["shards"] == str(validation_shards)
     assert state["data"]["reader"]["batches_done"] == 4  # the new shards were read from their start
     assert state["optimizer"]["state"]  # the optimizer's moments came along
+
+
+def _start_emulator(port: int, folder: Path) -> subprocess.Popen:
+    """A GCS emulator that keeps its objects on disk in ``folder`` (so a restart keeps them)."""
+    import socket
+
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process
+        except OSError:
+            assert time.monotonic() < deadline and process.poll() is None, "the GCS emulator did not start"
+            time.sleep(0.1)
+
+
+@pytest.mark.emulator
+def test_a_bucket_outage_mid_run_loses_nothing(shards, tmp_path, monkeypatch):
+    """The emulator is stopped for 4 s while a run streams from it and checkpoints to it. The run
+    either rides it out (retries) or stops with a clear error and is resumed; either way its final
+    weights are bitwise those of a run that never saw an outage."""
+    import socket
+
+    import fsspec
+    import gcsfs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = tmp_path / "store"
+    store.mkdir()
+    server = _start_emulator(port, store)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    try:
+        fs = fsspec.filesystem("gs")
+        fs.mkdir("bert-bucket")
+        fs.put(str(shards), "bert-bucket/shards", recursive=True)
+        args = _args(Path("gs://bert-bucket/shards"), Path("x"), "--max-steps", "25", "--save-steps", "5")
+        args[args.index("--output") + 1] = "gs://bert-bucket/runs/outage"
+        args = [a.replace("gs:/bert", "gs://bert") for a in args]
+        reference = tmp_path / "reference"
+        local = [a if a != "gs://bert-bucket/shards" else str(shards) for a in args]
+        local[local.index("--output") + 1] = str(reference)
+        expected = _cli(*local)
+        victim = _cli(*args)
+        deadline = time.monotonic() + 240
+        while not fs.exists("bert-bucket/runs/outage/checkpoints/step-00000010/COMMITTED"):
+            assert victim.poll() is None, victim.stdout.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+            fs.invalidate_cache()
+        server.terminate()
+        server.wait(timeout=10)
+        time.sleep(4)
+        server = _start_emulator(port, store)
+        code = victim.wait(timeout=400)
+        log = victim.stdout.read()
+        if code != 0:  # stopped with a clear error: resume once the bucket is back
+            assert "--resume gs://bert-bucket/runs/outage" in log, log
+            resumed = _cli("--resume", "gs://bert-bucket/runs/outage", "--shards", "gs://bert-bucket/shards")
+            assert resumed.wait(timeout=400) == 0, resumed.stdout.read()
+        assert expected.wait(timeout=400) == 0, expected.stdout.read()
+        fs.invalidate_cache()
+        with fs.open("bert-bucket/runs/outage/checkpoints/step-00000025/model.safetensors", "rb") as f:
+            from safetensors.torch import load as load_bytes
+
+            got = load_bytes(f.read())
+        want = _weights(reference, 25)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
