@@ -13,7 +13,7 @@ setup(
     description="Pre-train BERT-style encoders: Beam corpus pipelines, WordPiece, sharded examples, "
     "a streaming PyTorch trainer and fine-tuning.",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipelines*", "wordpiece*", "pretrain*", "finetune*", "schemas*"]),
+    packages=find_packages(include=["pipelines*", "wordpiece*", "pretrain*", "finetune*", "schemas*", "chain*"]),
     install_requires=[
         "apache-beam>=2.77,<3",
         "pyarrow>=15",

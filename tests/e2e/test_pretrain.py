@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -107,29 +108,39 @@ def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(run / "checkpoints" / f"step-{step:08d}" / "model.safetensors")
 
 
-def test_sigkill_and_resume_equals_an_uninterrupted_run(shards, tmp_path):
+def _kill_after(process: subprocess.Popen, marker: Path, delay: float) -> None:
+    """SIGKILL ``process`` ``delay`` seconds after ``marker`` appears (mid-way between checkpoints)."""
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        assert process.poll() is None, process.stdout.read()
+        assert time.monotonic() < deadline, f"no {marker}"
+        time.sleep(0.02)
+    time.sleep(delay)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+
+def test_sigkill_at_random_steps_and_resume_equals_an_uninterrupted_run(shards, tmp_path):
+    """Killed three times at random points and resumed each time (with only the data and the run
+    given: every other setting comes from the checkpoint), the run ends bitwise equal."""
+    rng = random.Random(20261202)
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     reference = _cli(*_args(shards, whole))
     victim = _cli(*_args(shards, broken))
-    marker = broken / "checkpoints" / "step-00000012" / "COMMITTED"
-    deadline = time.monotonic() + 240
-    while not marker.exists():
-        assert victim.poll() is None, victim.stdout.read()
-        assert time.monotonic() < deadline, "no checkpoint at step 12"
-        time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert victim.returncode == -signal.SIGKILL
-    assert not (broken / "checkpoints" / "step-00000040").exists()
-    # only the data and the run: every other setting comes from the checkpoint
-    resumed = _cli("--resume", str(broken), "--shards", str(shards), "--quiet")
-    assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
+    for checkpoint in sorted(rng.sample([4, 8, 12, 16, 20, 24, 28, 32], 3)):
+        _kill_after(
+            victim, broken / "checkpoints" / f"step-{checkpoint:08d}" / "COMMITTED", rng.uniform(0, 0.3)
+        )
+        assert not (broken / "checkpoints" / "step-00000040").exists()
+        victim = _cli("--resume", str(broken), "--shards", str(shards), "--quiet")
+    assert victim.wait(timeout=300) == 0, victim.stdout.read()
     assert reference.wait(timeout=300) == 0, reference.stdout.read()
     a, b = _weights(whole, 40), _weights(broken, 40)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     trainer = torch.load(broken / "checkpoints" / "step-00000040" / "trainer.pt", weights_only=False)
     assert trainer["step"] == 40 and trainer["data"]["reader"]["batches_done"] > 0
-    # metrics of the killed run after its checkpoint were dropped: one record per logging step
+    # metrics of the killed runs after their checkpoints were dropped: one record per logging step
     assert [r["step"] for r in _records(broken)] == list(range(4, 41, 4))
 
 

@@ -1,0 +1,1 @@
+"""The whole job end to end: every stage as its own process, resumable, with a report."""

@@ -1,0 +1,5 @@
+"""``python -m chain``."""
+
+from chain.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""``python -m chain``: the whole job on real text, resumable, ending with a report."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from chain.plan import ChainConfig, outputs, plan
+from chain.report import build
+from chain.run import ChainError, run_chain
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--workdir", default="out/demo", show_default=True, help="Folder or bucket URL for every output."
+)
+@click.option("--wiki-dump", required=True, help="A pages-articles dump (.xml.bz2), local or a bucket URL.")
+@click.option("--books", help="A folder of plain-text books (*.txt); without it the books stage is skipped.")
+@click.option(
+    "--glue-dir", help="A GLUE task folder to fine-tune on; default: a task derived from the corpus."
+)
+@click.option("--glue-task", default="mrpc", show_default=True, help="The task of --glue-dir.")
+@click.option("--vocab-size", type=int, default=8000, show_default=True)
+@click.option("--model", default="tiny", show_default=True, help="pretrain --config.")
+@click.option("--pretrain-steps", type=int, default=300, show_default=True)
+@click.option("--precision", default="fp32", show_default=True, help="bf16 or fp16 on a GPU.")
+@click.option("--finetune-epochs", type=float, default=3.0, show_default=True)
+@click.option("--seed", type=int, default=12345, show_default=True)
+@click.option(
+    "--beam-option",
+    "beam",
+    multiple=True,
+    help="Passed to every pipeline (e.g. --beam-option=--runner=FnApiRunner).",
+)
+def main(workdir, wiki_dump, books, glue_dir, glue_task, vocab_size, model, pretrain_steps, precision,
+         finetune_epochs, seed, beam) -> None:  # fmt: skip
+    """Run every stage — corpus, vocabulary, shards, pre-training, evaluation, export, fine-tuning —
+    and write WORKDIR/report/report.md and report.html.
+
+    A rerun skips the stages whose output is complete and whose settings did not change, redoes
+    the others and everything after them, and continues an interrupted pre-training run.
+    """
+    cfg = ChainConfig(
+        workdir=workdir.rstrip("/"), wiki_dump=wiki_dump, books=books, glue_dir=glue_dir, glue_task=glue_task,
+        vocab_size=vocab_size, model=model, pretrain_steps=pretrain_steps, precision=precision,
+        finetune_epochs=finetune_epochs, seed=seed, runner=tuple(beam),
+    )  # fmt: skip
+    if not books:
+        click.echo(
+            "(no --books folder: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
+        )
+    try:
+        state = run_chain(plan(cfg), cfg.workdir, log=lambda line: click.echo(line, err=False))
+    except ChainError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    where = outputs(cfg)
+    report = build(where, state, cfg.workdir)
+    total = sum(s.get("seconds", 0) for s in state.values() if isinstance(s, dict))
+    click.echo(f"\n== done in {total:,.0f} s of stage time. Where everything is:")
+    for label, key in (
+        ("documents", "corpus"), ("vocabulary", "vocab"), ("shards", "shards"), ("pre-training run", "run"),
+        ("transformers export", "export"), ("fine-tuning", "finetune"),
+    ):  # fmt: skip
+        click.echo(f"   {label:20s} {where[key]}")
+    click.echo(f"   {'report':20s} {report['html']}  (and report.md)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""The stages of the demo chain and their settings (``ChainConfig``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from chain.run import Stage, exists, read_json, script
+from chain.task import write_task
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    """What the chain runs on and how big it is; the defaults finish in ~10 minutes on 2 cores."""
+
+    workdir: str
+    wiki_dump: str
+    books: str | None = None
+    """A folder of plain-text books (``*.txt``), or None to skip the books stage."""
+    glue_dir: str | None = None
+    """A GLUE task folder to fine-tune on (with ``glue_task``); None derives a task from the corpus."""
+    glue_task: str = "mrpc"
+    vocab_size: int = 8000
+    max_seq_length: int = 128
+    dupe_factor: int = 2
+    model: str = "tiny"
+    pretrain_steps: int = 300
+    batch_size: int = 32
+    precision: str = "fp32"
+    finetune_epochs: float = 3.0
+    finetune_train_examples: int = 1200
+    seed: int = 12345
+    runner: tuple[str, ...] = ()
+    """Beam options for the pipelines (e.g. ``--runner FnApiRunner``)."""
+
+    def url(self, *parts: str) -> str:
+        return "/".join([self.workdir.rstrip("/"), *parts])
+
+
+def _completed(url: str) -> bool:
+    return exists(f"{url}/COMPLETED")
+
+
+def plan(cfg: ChainConfig) -> list[Stage]:
+    """Every stage, in order."""
+    u = cfg.url
+    beam = list(cfg.runner)
+    stages = [
+        Stage(
+            "wikipedia",
+            f"pipelines wikipedia: {cfg.wiki_dump}",
+            u("corpus", "wiki"),
+            [script("pipelines"), "wikipedia", "--input", cfg.wiki_dump, "--output", u("corpus", "wiki"),
+             "--num-shards", "4", "--overwrite", *beam],
+            done=lambda: _completed(u("corpus", "wiki")),
+            fresh=False,
+        ),
+    ]  # fmt: skip
+    corpus_inputs = ["--input", u("corpus", "wiki")]
+    if cfg.books:
+        stages.append(
+            Stage(
+                "books",
+                f"pipelines books: {cfg.books}",
+                u("corpus", "books"),
+                [script("pipelines"), "books", "--input", f"{cfg.books.rstrip('/')}/*.txt",
+                 "--output", u("corpus", "books"), "--num-shards", "2", "--overwrite", *beam],
+                done=lambda: _completed(u("corpus", "books")),
+                fresh=False,
+            )
+        )  # fmt: skip
+        corpus_inputs += ["--input", u("corpus", "books")]
+    stages += [
+        Stage(
+            "corpus",
+            "pipelines corpus: merge, deduplicate, split",
+            u("corpus", "all"),
+            [script("pipelines"), "corpus", *corpus_inputs, "--output", u("corpus", "all"),
+             "--validation-fraction", "0.05", "--test-fraction", "0.05", "--num-shards", "2", "--overwrite", *beam],
+            done=lambda: _completed(u("corpus", "all")),
+            upstream=("wikipedia", "books") if cfg.books else ("wikipedia",),
+            fresh=False,
+        ),
+        Stage(
+            "vocab",
+            f"wordpiece train: {cfg.vocab_size:,} tokens",
+            u("vocab"),
+            [script("wordpiece"), "train", "--corpus", u("corpus", "all"), "--output", u("vocab"),
+             "--vocab-size", str(cfg.vocab_size), "--num-unused", "100", "--overwrite", *beam],
+            done=lambda: _completed(u("vocab")),
+            upstream=("corpus",),
+            fresh=False,
+        ),
+    ]  # fmt: skip
+    shards = u("shards", f"seq{cfg.max_seq_length}")
+    validation = u("shards", f"seq{cfg.max_seq_length}-validation")
+    for name, split, out, dupe, num_shards in (
+        ("examples", "train", shards, cfg.dupe_factor, 8),
+        ("examples-validation", "validation", validation, 1, 2),
+    ):
+        stages.append(
+            Stage(
+                name,
+                f"pipelines examples: {split} shards at {cfg.max_seq_length}",
+                out,
+                [script("pipelines"), "examples", "--corpus", u("corpus", "all"), "--vocab", u("vocab", "vocab.txt"),
+                 "--split", split, "--output", out, "--max-seq-length", str(cfg.max_seq_length),
+                 "--dupe-factor", str(dupe), "--num-shards", str(num_shards), "--num-buckets", "16",
+                 "--seed", str(cfg.seed), "--overwrite", *beam],
+                done=lambda out=out: _completed(out),
+                upstream=("vocab",),
+                fresh=False,
+            )
+        )  # fmt: skip
+    run = u("runs", cfg.model)
+    final = f"{run}/checkpoints/step-{cfg.pretrain_steps:08d}/COMMITTED"
+    pretrain = [
+        script("pretrain"), "--shards", shards, "--validation-shards", validation, "--config", cfg.model,
+        "--output", run, "--global-batch-size", str(cfg.batch_size), "--max-steps", str(cfg.pretrain_steps),
+        "--lr", "1e-3", "--warmup-steps", str(max(1, cfg.pretrain_steps // 10)), "--precision", cfg.precision,
+        "--save-steps", str(max(1, cfg.pretrain_steps // 3)), "--log-steps", str(max(1, cfg.pretrain_steps // 12)),
+        "--eval-steps", str(max(1, cfg.pretrain_steps // 3)), "--eval-batches", "20", "--num-workers", "0",
+        "--seed", str(cfg.seed),
+    ]  # fmt: skip
+
+    def resume_pretrain() -> list[str] | None:
+        if not exists(f"{run}/checkpoints"):
+            return None
+        return [script("pretrain"), "--resume", run, "--shards", shards]
+
+    stages += [
+        Stage(
+            "pretrain",
+            f"pretrain: a {cfg.model} BERT, {cfg.pretrain_steps} steps, evaluated on held-out shards",
+            run,
+            pretrain,
+            done=lambda: exists(final),
+            upstream=("examples", "examples-validation"),
+            resume=resume_pretrain,
+        ),
+        Stage(
+            "export",
+            "pretrain export: transformers' format",
+            u("hf", cfg.model),
+            [script("pretrain"), "export", "--checkpoint", run, "--format", "hf", "--output", u("hf", cfg.model)],
+            done=lambda: exists(u("hf", cfg.model, "model.safetensors")),
+            upstream=("pretrain",),
+        ),
+    ]  # fmt: skip
+    if cfg.glue_dir:
+        data_dir, task = cfg.glue_dir, cfg.glue_task
+    else:
+        data_dir, task = u("tasks", "next-sentence"), "mrpc"
+        stages.append(
+            Stage(
+                "task",
+                "a GLUE-layout task from held-out documents: does B follow A? (MRPC layout)",
+                data_dir,
+                action=lambda: {"task": write_task(u("corpus", "all"), data_dir, seed=cfg.seed)},
+                done=lambda: exists(f"{data_dir}/dev.tsv"),
+                upstream=("corpus",),
+                info={"seed": cfg.seed},
+            )
+        )
+    ft = u("finetune", task if cfg.glue_dir else "next-sentence")
+    stages.append(
+        Stage(
+            "finetune",
+            f"finetune glue --task {task}: {data_dir}",
+            ft,
+            [script("finetune"), "glue", "--task", task, "--data-dir", data_dir, "--checkpoint", run,
+             "--output", ft, "--epochs", str(cfg.finetune_epochs), "--lr", "1e-4", "--batch-size", "32",
+             "--max-seq-length", str(cfg.max_seq_length), "--max-train-examples", str(cfg.finetune_train_examples),
+             "--seed", str(cfg.seed)],
+            done=lambda: exists(f"{ft}/metrics.json"),
+            upstream=("pretrain", *(() if cfg.glue_dir else ("task",))),
+        )
+    )  # fmt: skip
+    return stages
+
+
+def settings(cfg: ChainConfig) -> dict:
+    return asdict(cfg)
+
+
+def outputs(cfg: ChainConfig) -> dict[str, str]:
+    """Where the report finds each stage's results."""
+    u = cfg.url
+    return {
+        "wiki": u("corpus", "wiki"),
+        "books": u("corpus", "books") if cfg.books else "",
+        "corpus": u("corpus", "all"),
+        "vocab": u("vocab"),
+        "shards": u("shards", f"seq{cfg.max_seq_length}"),
+        "validation_shards": u("shards", f"seq{cfg.max_seq_length}-validation"),
+        "run": u("runs", cfg.model),
+        "export": u("hf", cfg.model),
+        "finetune": u("finetune", cfg.glue_task if cfg.glue_dir else "next-sentence"),
+    }
+
+
+__all__ = ["ChainConfig", "outputs", "plan", "read_json", "settings"]

@@ -1,0 +1,65 @@
+"""The whole chain (`python -m chain`) with its work folder on a bucket (the local GCS emulator):
+every stage runs, the report is written, and a rerun skips every complete stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ENWIKI_EXCERPT, require
+
+pytestmark = [pytest.mark.slow, pytest.mark.emulator]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _chain(workdir: str) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable, "-m", "chain", "--workdir", workdir, "--wiki-dump", str(require(ENWIKI_EXCERPT)),
+        "--vocab-size", "3000", "--pretrain-steps", "6", "--finetune-epochs", "1",
+        "--beam-option=--runner=FnApiRunner",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_the_whole_chain_on_a_bucket_and_its_resume(gcs_emulator):
+    import fsspec
+
+    first = _chain("gs://bert-bucket/demo")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    fs = fsspec.filesystem("gs")
+    fs.invalidate_cache()
+    names = set(fs.find("bert-bucket/demo"))
+    for expected in (
+        "corpus/all/COMPLETED", "vocab/vocab.txt", "shards/seq128/COMPLETED", "shards/seq128-validation/COMPLETED",
+        "runs/tiny/checkpoints/step-00000006/COMMITTED", "hf/tiny/model.safetensors", "tasks/next-sentence/dev.tsv",
+        "finetune/next-sentence/metrics.json", "report/report.md", "report/report.html", "report/data_card.png",
+        "report/pretraining_curves.png", "chain.json",
+    ):  # fmt: skip
+        assert f"bert-bucket/demo/{expected}" in names, expected
+    report = fs.cat_file("bert-bucket/demo/report/report.md").decode()
+    for heading in (
+        "## Data card",
+        "## Vocabulary",
+        "## Pre-training examples",
+        "## Pre-training",
+        "## Fine-tuning",
+    ):
+        assert heading in report
+    assert "Time and peak memory per stage" in report
+    state = json.loads(fs.cat_file("bert-bucket/demo/chain.json"))
+    assert all(
+        state[name]["seconds"] > 0 for name in ("wikipedia", "corpus", "vocab", "pretrain", "finetune")
+    )
+
+    again = _chain("gs://bert-bucket/demo")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    headers = [
+        line for line in again.stdout.splitlines() if line.startswith("== ") and "/" in line.split()[1]
+    ]
+    assert headers and all("complete, skipped" in line for line in headers), again.stdout

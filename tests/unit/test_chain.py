@@ -1,0 +1,88 @@
+"""The chain's resume rules, the derived task and the report's HTML, on stand-in stages."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from chain.report import _markdown_to_html
+from chain.run import ChainError, Stage, run_chain
+from chain.task import pairs
+
+
+def _stage(name: str, folder, text: str, upstream: tuple[str, ...] = ()) -> Stage:
+    out = folder / name
+    code = f"import pathlib; p = pathlib.Path({str(out)!r}); p.mkdir(exist_ok=True); (p / 'COMPLETED').write_text({text!r})"
+    return Stage(
+        name, f"stage {name}", str(out), [sys.executable, "-c", code],
+        done=lambda: (out / "COMPLETED").exists(), upstream=upstream,
+    )  # fmt: skip
+
+
+def _plan(folder, b_text: str = "b") -> list[Stage]:
+    return [_stage("a", folder, "a"), _stage("b", folder, b_text, ("a",)), _stage("c", folder, "c", ("b",))]
+
+
+def test_a_rerun_skips_complete_stages_and_redoes_changed_ones(tmp_path):
+    lines: list[str] = []
+    state = run_chain(_plan(tmp_path), str(tmp_path), log=lines.append)
+    assert [n for n in state] == ["a", "b", "c"]
+    assert all(state[n]["seconds"] >= 0 and state[n]["peak_rss_mb"] > 1 for n in state)
+    assert json.loads((tmp_path / "chain.json").read_text()) == state
+
+    lines.clear()
+    again = run_chain(_plan(tmp_path), str(tmp_path), log=lines.append)
+    assert all("complete, skipped" in line for line in lines if line.startswith("=="))
+    assert again == state
+
+    # a stage whose settings changed is redone, and so is everything after it
+    lines.clear()
+    changed = run_chain(_plan(tmp_path, b_text="b2"), str(tmp_path), log=lines.append)
+    skipped = [line.split()[3].rstrip(":") for line in lines if "skipped" in line]
+    assert skipped == ["a"] and changed["c"]["finished"] >= state["c"]["finished"]
+    assert (tmp_path / "b" / "COMPLETED").read_text() == "b2" and changed["b"]["key"] != state["b"]["key"]
+    assert changed["c"]["key"] != state["c"]["key"]  # its upstream ran again
+
+    # an output that went missing is redone even with the same settings
+    (tmp_path / "c" / "COMPLETED").unlink()
+    lines.clear()
+    run_chain(_plan(tmp_path, b_text="b2"), str(tmp_path), log=lines.append)
+    assert [line.split()[3].rstrip(":") for line in lines if "skipped" in line] == ["a", "b"]
+
+
+def test_a_failing_stage_names_its_command(tmp_path):
+    bad = Stage(
+        "bad", "a failing stage", str(tmp_path / "bad"), [sys.executable, "-c", "raise SystemExit(3)"]
+    )
+    with pytest.raises(ChainError, match=r"stage bad failed \(exit 3\): .*SystemExit\(3\)"):
+        run_chain([bad], str(tmp_path), log=lambda line: None)
+    assert json.loads((tmp_path / "chain.json").read_text())["bad"]["failed"] is True
+
+
+def test_derived_pairs_are_balanced_and_negatives_cross_documents():
+    documents = [
+        (f"d{k}", [f"document {k} sentence number {i} has several words" for i in range(12)])
+        for k in range(4)
+    ]
+    rows = pairs(documents, limit=1000, seed=7)
+    assert rows == pairs(documents, limit=1000, seed=7)
+    assert sum(r[0] for r in rows) == len(rows) // 2 == 4 * 11
+    for label, id1, id2, _first, _second in rows:
+        doc1, doc2 = id1.split(":")[0], id2.split(":")[0]
+        if label:
+            assert doc1 == doc2 and int(id2.split(":")[1]) == int(id1.split(":")[1]) + 1
+        else:
+            assert doc1 != doc2
+    assert len(pairs(documents, limit=10, seed=7)) == 10
+    assert pairs(documents[:1], limit=10, seed=7) == []
+
+
+def test_report_markdown_subset_to_html():
+    page = _markdown_to_html("## Data card\n\n| a | `b` |\n|---|---|\n| 1 | x<y |\n\ntext `code`")
+    assert "<h2>Data card</h2>" in page
+    assert (
+        "<table><tr><th>a</th><th><code>b</code></th></tr><tr><td>1</td><td>x&lt;y</td></tr></table>" in page
+    )
+    assert "<p>text <code>code</code></p>" in page
