@@ -8,6 +8,7 @@ clean each page (one ``Outcome`` per page) → ``WriteStageOutput``.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -40,6 +41,12 @@ from pipelines.wiki.wikitext import clean_wikitext
 SOURCE = "wikipedia"
 ARTICLE_NAMESPACE = 0
 _LOG = logging.getLogger(__name__)
+
+MAX_GARBLED_SHARE = 0.01
+"""Page text with more than this share of control characters (binary data) or of U+FFFD
+(bytes that were not UTF-8 before they reached the dump) is rejected rather than cleaned: the
+cleaner would keep most of it as "sentences" of noise. The books stage uses the same share."""
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # Allowed in XML 1.0: only \x7f-\x9f.
 
 
 @dataclass(frozen=True)
@@ -94,12 +101,34 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
         )
 
 
+def garbled_text(text: str) -> tuple[str, str] | None:
+    """``(reason, detail)`` when page text is binary data (``binary``) or was decoded from invalid
+    UTF-8 (``undecodable``), judged by ``MAX_GARBLED_SHARE``; ``None`` for text worth cleaning."""
+    limit = MAX_GARBLED_SHARE * len(text)
+    if (controls := len(_CONTROL_RE.findall(text))) > limit:
+        return "binary", f"{controls} control characters in {len(text)}: binary data, not wikitext"
+    if (replaced := text.count("\ufffd")) > limit:
+        return "undecodable", f"{replaced} U+FFFD in {len(text)} characters: the text was not valid UTF-8"
+    return None
+
+
 def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome:
     """Clean one page into a document, or say why it was dropped or rejected."""
     if page.redirect_title is not None:
         return dropped_outcome("redirect")
     if page.ns != ARTICLE_NAMESPACE:
         return dropped_outcome("not_article_namespace")
+    if garbled := garbled_text(page.text):
+        reason, detail = garbled
+        return reject_outcome(
+            source=SOURCE,
+            origin=origin,
+            record_id=str(page.page_id),
+            title=page.title,
+            reason=reason,
+            detail=detail,
+            excerpt=page.text,
+        )
     try:
         cleaned = clean_wikitext(page.text, page.title)
         sentences = paragraphs_to_sentences(cleaned.paragraphs, normalized=True)

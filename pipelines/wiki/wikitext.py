@@ -73,7 +73,10 @@ _NOT_PLAIN_RE = re.compile("''|__|\n|" + _GAP)  # Text the walker changes: links
 _QUOTE_RUN_RE = re.compile(r"'{2,}")
 _QUOTE_MARK_RE = re.compile(_QUOTE + "+")
 _MAGIC_WORD_RE = re.compile(r"__[A-Za-z]{3,24}__")
-_BOLD_LINE_RE = re.compile(_QUOTE + r"{3,}[^" + _QUOTE + "]*" + _QUOTE + r"{3,}\W*")  # A pseudo-heading.
+# A pseudo-heading: a bold run, text without quotes, a bold run, then only non-word characters.
+# Written so that no run of quotes can be split in more than one way (the obvious
+# Q{3,}[^Q]*Q{3,}\W* backtracks in cubic time on a long run of apostrophes: minutes per page).
+_BOLD_LINE_RE = re.compile(f"{_QUOTE}{{3,}}[^{_QUOTE}]+{_QUOTE}{{3}}\\W*|{_QUOTE}{{6}}\\W*")
 # Debris of dropped templates: "X (; born 1947)" → "X (born 1947)", "Y (, )" and "[]" → "", "a ." → "a.".
 _DEBRIS_RES = [(re.compile(r"\((?:\s*[,;:]|\s)+"), "("), (re.compile(r"[\s,;:]+\)"), ")")]
 _DEBRIS_RES += [(re.compile(r"\s*(?:\(\s*\)|\[\s*\])"), ""), (re.compile(r"\s+([.,])(?=\s|$)"), r"\1")]

@@ -39,3 +39,23 @@ def test_a_document_carries_its_page_and_template_counts():
     assert outcome.row["sentences"] == ["Alpha is 10 km long.", "It has many words in it today."]
     assert (outcome.row["page_id"], outcome.row["revision_id"], outcome.row["title"]) == (7, 70, "T")
     assert outcome.counts == {"templates_rendered": 1, "templates_dropped": 1}
+
+
+def test_binary_and_undecodable_page_text_is_rejected_not_cleaned():
+    prose = "Alpha is a long river in the north of the country, and many people live near it. " * 4
+    binary = "".join(chr(b) for b in range(0x20, 0x100)) * 4  # bytes read as Latin-1: C1 controls
+    outcome = wiki.page_outcome(_page(binary), "d", 8)
+    assert (outcome.kind, outcome.reason) == ("rejected", "binary")
+    assert outcome.row["record_id"] == "7" and outcome.row["detail"].startswith(
+        "132 control characters in 896"
+    )
+    undecodable = prose.replace("i", "\ufffd")  # invalid UTF-8 replaced on the way into the dump
+    outcome = wiki.page_outcome(_page(undecodable), "d", 8)
+    assert (outcome.kind, outcome.reason) == ("rejected", "undecodable")
+    assert outcome.row["excerpt"] == undecodable
+    # A few stray characters (at most 1%) are not garbage: the page is cleaned, controls removed.
+    stray = prose[:100] + "\x85" + prose[100:200] + "\ufffd" + prose[200:]
+    outcome = wiki.page_outcome(_page(stray), "d", 8)
+    assert outcome.kind == "document" and not any("\x85" in s for s in outcome.row["sentences"])
+    # Redirects and other namespaces are dropped before the text is looked at.
+    assert wiki.page_outcome(_page(binary, ns=1), "d", 8).reason == "not_article_namespace"

@@ -502,6 +502,29 @@ def test_prepass_unterminated_constructs(wikitext: str) -> None:
     assert time.perf_counter() - start < 2
 
 
+@pytest.mark.parametrize(
+    ("wikitext", "expected"),
+    [
+        ("'''Early life'''\nHe was born in a small town.", ["He was born in a small town."]),
+        ("'''''Works''''':\nHe wrote many books.", ["He wrote many books."]),
+        ("''''''\nHe wrote many books.", ["He wrote many books."]),
+        ("'''Bold''' opens this line.\nMore.", ["Bold opens this line. More."]),
+    ],
+)
+def test_bold_only_lines_are_pseudo_headings(wikitext: str, expected: list[str]) -> None:
+    assert paragraphs(wikitext) == expected
+
+
+@pytest.mark.parametrize("wikitext", ["'''" * 3000 + "x", "''" * 5000 + "x", "'''a" + "'" * 10000 + "b"])
+def test_long_apostrophe_runs_are_cleaned_quickly(wikitext: str) -> None:
+    """Vandalism such as thousands of apostrophes on a line: the pseudo-heading test once took
+    cubic time on it (minutes for one page); the line is kept as MediaWiki renders it."""
+    start = time.perf_counter()
+    (paragraph,) = paragraphs(wikitext)
+    assert time.perf_counter() - start < 2
+    assert set(paragraph) <= set("'xab") and paragraph.count("'") >= 5000
+
+
 def test_cut_leaves_lines_as_they_were() -> None:
     """A line starting after a cut is not a preformatted line, as before the cut."""
     wikitext = "Prose here.\n{{Infobox|a=b}} More prose on this line.\n<!-- c --> And this one."
