@@ -1,16 +1,302 @@
-"""``finetune``: command-line entry point of the ``finetune`` package."""
+"""``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG; score SQuAD predictions;
+build the results table. Each command parses and validates its flags and calls one library
+function (:func:`finetune.glue.run_glue`, :func:`finetune.swag.run_swag`,
+:func:`finetune.squad.run_squad`, :func:`finetune.squad.evaluate_file`,
+:func:`finetune.report.write_report`)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
 import click
 
+from finetune.common import PRECISIONS, FinetuneError, TrainConfig
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+CHECKPOINT_HELP = (
+    "A `pretrain` run folder (its newest complete checkpoint), a checkpoint folder "
+    "RUN/checkpoints/step-N, or an HF-format BERT folder (config.json, model.safetensors, vocab.txt)."
+)
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run a library function; its user errors become one-line click errors."""
+    _setup_logging()
+    try:
+        return function(*args, **kwargs)
+    except (FinetuneError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _training_options(epochs: float, lr: float, batch_size: int) -> Callable:
+    """The flags every training command shares, with the task's defaults."""
+
+    def decorate(command: Callable) -> Callable:
+        options = [
+            click.option("--checkpoint", required=True, help=CHECKPOINT_HELP),
+            click.option("--output", required=True, help="Folder for metrics.json and predictions."),
+            click.option("--epochs", type=float, default=epochs, show_default=True),
+            click.option(
+                "--lr", type=float, default=lr, show_default=True, help="Peak learning rate (AdamW)."
+            ),
+            click.option("--batch-size", type=int, default=batch_size, show_default=True),
+            click.option(
+                "--seed", type=int, default=42, show_default=True, help="Seeds the head, data order, dropout."
+            ),
+            click.option("--max-seq-length", type=int, default=128, show_default=True),
+            click.option("--warmup-proportion", type=float, default=0.1, show_default=True),
+            click.option("--weight-decay", type=float, default=0.01, show_default=True),
+            click.option(
+                "--precision",
+                type=click.Choice(PRECISIONS),
+                default="auto",
+                show_default=True,
+                help="auto: bf16 (fp16 where unsupported) on GPU, fp32 on CPU.",
+            ),
+            click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, ..."),
+            click.option(
+                "--max-train-examples", type=int, help="Train on the first N training examples (quick runs)."
+            ),
+            click.option(
+                "--max-eval-examples", type=int, help="Evaluate on the first N dev examples (quick runs)."
+            ),
+            click.option(
+                "--cased/--uncased",
+                default=None,
+                help="Tokeniser casing; default: as the checkpoint records (trainer.pt or tokenizer_config.json).",
+            ),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _config(opts: dict[str, Any]) -> TrainConfig:
+    try:
+        return TrainConfig(
+            epochs=opts["epochs"],
+            lr=opts["lr"],
+            batch_size=opts["batch_size"],
+            seed=opts["seed"],
+            warmup_proportion=opts["warmup_proportion"],
+            weight_decay=opts["weight_decay"],
+            precision=opts["precision"],
+            device=opts["device"],
+        )
+    except FinetuneError as err:
+        raise click.UsageError(str(err)) from None
+
+
+@click.group(context_settings=CONTEXT)
 def main() -> None:
-    """Fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG.
+    """Fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG (BERT paper, Section 4).
 
-    Its commands are built in the finetune issue; this release ships none yet.
+    Every training command takes --checkpoint (our `pretrain` output or any HF-format BERT folder)
+    and writes metrics.json and predictions into --output.
     """
+
+
+_GLUE_EPILOG = """\b
+Examples:
+  finetune glue --task mrpc --data-dir glue_data/MRPC --checkpoint out/runs/base --output out/ft/mrpc
+  finetune glue --task mnli --data-dir glue_data/MNLI --checkpoint out/hf-base --output out/ft/mnli \\
+      --diagnostic glue_data/diagnostic/diagnostic.tsv
+  finetune glue --task rte --data-dir glue_data/RTE --checkpoint out/runs/base --output out/ft/rte \\
+      --grid --seeds 5            # the paper's 18 settings x 5 seeds, selected on dev
+  finetune glue --task cola --data-dir glue_data/CoLA --checkpoint out/hf-base --output /tmp/cola \\
+      --max-train-examples 500 --max-eval-examples 200 --epochs 1   # a quick check
+"""
+
+
+@main.command(context_settings=CONTEXT, epilog=_GLUE_EPILOG)
+@click.option(
+    "--task",
+    required=True,
+    type=click.Choice(
+        ["cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"], case_sensitive=False
+    ),
+)
+@click.option(
+    "--data-dir", required=True, help="The task's folder of the GLUE download (train.tsv, dev.tsv, test.tsv)."
+)
+@_training_options(epochs=3.0, lr=2e-5, batch_size=32)
+@click.option(
+    "--grid",
+    is_flag=True,
+    help="The paper's grid: batch {16, 32} x lr {5e-5, 3e-5, 2e-5} x epochs {2, 3, 4}.",
+)
+@click.option(
+    "--seeds", type=int, default=1, show_default=True, help="Runs per setting (seed, seed+1, ...): mean ± sd."
+)
+@click.option("--diagnostic", help="MNLI only: GLUE's diagnostic.tsv, predicted into AX.tsv.")
+@click.option(
+    "--test-predictions/--no-test-predictions",
+    default=True,
+    show_default=True,
+    help="Predict the test files present in --data-dir (GLUE server layout).",
+)
+def glue(
+    task: str,
+    data_dir: str,
+    grid: bool,
+    seeds: int,
+    diagnostic: str | None,
+    test_predictions: bool,
+    **opts: Any,
+) -> None:
+    """Fine-tune on one GLUE task; write metrics.json, dev predictions and the GLUE server's
+    submission files (CoLA.tsv, MNLI-m.tsv, MNLI-mm.tsv, ...) for the test files present."""
+    from finetune.glue import run_glue
+
+    result = _call(
+        run_glue,
+        task,
+        data_dir,
+        opts["checkpoint"],
+        opts["output"],
+        _config(opts),
+        max_seq_length=opts["max_seq_length"],
+        grid=grid,
+        num_seeds=seeds,
+        max_train_examples=opts["max_train_examples"],
+        max_eval_examples=opts["max_eval_examples"],
+        diagnostic_file=diagnostic,
+        cased=opts["cased"],
+        predict_test=test_predictions,
+    )
+    click.echo(
+        json.dumps({"task": result["task"], "dev": result["dev"], "dev_sd": result["dev_sd"]}, indent=2)
+    )
+
+
+_SWAG_EPILOG = """\b
+Examples:
+  finetune swag --data-dir swagaf/data --checkpoint out/runs/base --output out/ft/swag
+  finetune swag --train-file train.csv --dev-file val.csv --checkpoint out/hf-base --output /tmp/swag \\
+      --max-train-examples 2000 --epochs 1
+"""
+
+
+@main.command(context_settings=CONTEXT, epilog=_SWAG_EPILOG)
+@click.option("--data-dir", help="swagaf's data/ folder (train.csv, val.csv, test.csv).")
+@click.option("--train-file", help="Instead of DATA_DIR/train.csv.")
+@click.option("--dev-file", help="Instead of DATA_DIR/val.csv.")
+@click.option("--test-file", help="Instead of DATA_DIR/test.csv (predicted into test_predictions.csv).")
+@_training_options(epochs=3.0, lr=2e-5, batch_size=16)
+def swag(
+    data_dir: str | None, train_file: str | None, dev_file: str | None, test_file: str | None, **opts: Any
+) -> None:
+    """Fine-tune on SWAG (four-way multiple choice); write metrics.json with dev accuracy."""
+    from finetune.swag import run_swag
+
+    result = _call(
+        run_swag,
+        data_dir,
+        opts["checkpoint"],
+        opts["output"],
+        _config(opts),
+        max_seq_length=opts["max_seq_length"],
+        train_file=train_file,
+        dev_file=dev_file,
+        test_file=test_file,
+        max_train_examples=opts["max_train_examples"],
+        max_eval_examples=opts["max_eval_examples"],
+        cased=opts["cased"],
+    )
+    click.echo(json.dumps({"task": "swag", "dev": result["dev"]}, indent=2))
+
+
+_SQUAD_EPILOG = """\b
+Examples:
+  finetune squad --version 1.1 --train-file train-v1.1.json --predict-file dev-v1.1.json \\
+      --checkpoint out/runs/base --output out/ft/squad11 --epochs 3 --lr 5e-5 --batch-size 32
+  finetune squad --version 2.0 --train-file train-v2.0.json --predict-file dev-v2.0.json \\
+      --checkpoint out/hf-base --output out/ft/squad20 --epochs 2 --lr 5e-5 --batch-size 48
+  finetune squad --version 1.1 --predict-file dev-v1.1.json --checkpoint out/ft/squad11/model ...  # predict only
+"""
+
+
+@main.command(context_settings=CONTEXT, epilog=_SQUAD_EPILOG)
+@click.option("--version", "version", required=True, type=click.Choice(["1.1", "2.0"]))
+@click.option("--train-file", help="SQuAD JSON to train on; omit to only predict.")
+@click.option("--predict-file", required=True, help="SQuAD JSON to answer and score (dev-v1.1.json, ...).")
+@click.option("--checkpoint", required=True, help=CHECKPOINT_HELP)
+@click.option(
+    "--output", required=True, help="Folder for predictions.json, nbest_predictions.json, metrics.json."
+)
+@click.option("--epochs", type=float, help="Default: finetune.squad.run_squad's.")
+@click.option("--lr", type=float)
+@click.option("--batch-size", type=int)
+@click.option("--seed", type=int)
+@click.option("--max-seq-length", type=int, help="Default 384.")
+@click.option("--doc-stride", type=int, help="Default 128.")
+@click.option("--max-query-length", type=int, help="Default 64.")
+@click.option("--n-best-size", type=int, help="Default 20.")
+@click.option("--max-answer-length", type=int, help="Default 30.")
+@click.option("--max-train-examples", type=int, help="Train on the first N questions (quick runs).")
+@click.option("--max-predict-examples", type=int, help="Answer the first N questions (quick runs).")
+@click.option("--precision", type=click.Choice(PRECISIONS))
+@click.option("--device")
+def squad(
+    version: str, train_file: str | None, predict_file: str, checkpoint: str, output: str, **opts: Any
+) -> None:
+    """Fine-tune on SQuAD v1.1 or v2.0 and score the predictions with the official metrics (v2.0:
+    at null threshold 0 and at the threshold tuned on the predict file)."""
+    from finetune.squad import run_squad
+
+    given = {k: v for k, v in opts.items() if v is not None}
+    result = _call(run_squad, version, train_file, predict_file, checkpoint, output, **given)
+    shown = {k: v for k, v in result.items() if k not in ("train", "predict", "settings")}
+    click.echo(json.dumps(shown, indent=2))
+
+
+@main.group(context_settings=CONTEXT)
+def evaluate() -> None:
+    """Score prediction files as the official evaluation scripts do."""
+
+
+@evaluate.command(
+    "squad",
+    context_settings=CONTEXT,
+    epilog="\b\nExamples:\n  finetune evaluate squad --version 1.1 --data-file dev-v1.1.json --predictions predictions.json\n"
+    "  finetune evaluate squad --version 2.0 --data-file dev-v2.0.json --predictions predictions.json \\\n"
+    "      --null-odds null_odds.json",
+)
+@click.option("--version", "version", required=True, type=click.Choice(["1.1", "2.0"]))
+@click.option("--data-file", required=True, help="The SQuAD JSON with the gold answers.")
+@click.option("--predictions", required=True, help="JSON: question id -> answer text ('' for no answer).")
+@click.option("--null-odds", help="v2.0: JSON question id -> null odds; adds the best-threshold metrics.")
+def evaluate_squad(version: str, data_file: str, predictions: str, null_odds: str | None) -> None:
+    """Print EM and F1 (v2.0: with the HasAns/NoAns breakdown) as JSON."""
+    from finetune.squad import evaluate_file
+
+    click.echo(json.dumps(_call(evaluate_file, version, data_file, predictions, null_odds), indent=2))
+
+
+@main.command(
+    context_settings=CONTEXT,
+    epilog="\b\nExample:\n  finetune report out/ft/mrpc out/ft/cola out/ft/swag --output out/ft/results",
+)
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--output", required=True, help="Folder for results.md and results.json.")
+@click.option("--label", default="Ours", show_default=True, help="The name of our row.")
+def report(runs: tuple[str, ...], output: str, label: str) -> None:
+    """Put runs' metrics.json beside the paper's numbers (Tables 1-4 layout); print the markdown."""
+    from finetune.report import to_markdown, write_report
+
+    click.echo(to_markdown(_call(write_report, list(runs), output, label)))
 
 
 if __name__ == "__main__":

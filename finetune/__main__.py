@@ -1,0 +1,5 @@
+"""``python -m finetune``: the ``finetune`` command."""
+
+from finetune.cli import main
+
+main()

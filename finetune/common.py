@@ -1,0 +1,548 @@
+"""What every fine-tuning task shares: loading a pre-trained encoder, tokenising, batching, the
+training loop and prediction.
+
+- :func:`load_encoder` takes ``--checkpoint``: a ``pretrain`` run folder (its newest complete
+  checkpoint), one checkpoint folder ``RUN/checkpoints/step-N``, or any HF-format BERT folder
+  (``config.json`` + weights + ``vocab.txt``). It returns an :class:`Encoder`: the ``BertModel``,
+  our :class:`~wordpiece.tokenizer.WordPieceTokenizer` (whose ``.tokenizer`` is a
+  ``tokenizers.Tokenizer`` with character offsets) and the casing.
+- :func:`encode_pair` turns one or two texts into ``[CLS] A [SEP] B [SEP]`` ids, truncating the
+  longer side first as the reference ``_truncate_seq_pair`` does.
+- A *feature* is a ``dict``: ``input_ids`` and ``token_type_ids`` (``list[int]``, or one list per
+  choice for multiple choice) and scalar targets such as ``labels``. :func:`collate` pads to the
+  longest sequence in the batch and adds ``attention_mask``; every key of the batch becomes a
+  keyword argument of the task model's ``forward``, which returns a :class:`TaskOutput`.
+- :class:`SequenceClassifier` (classification, or regression when ``num_labels == 1``) and
+  :class:`MultipleChoice` are the heads of the paper's Figure 4 (a), (b).
+- :func:`fit` trains with AdamW (no decay on biases and LayerNorm), linear warm-up and decay,
+  gradient clipping, AMP on GPU, and data order and dropout seeded from ``TrainConfig.seed``;
+  :func:`predict` runs a model over features in length-sorted batches and returns outputs in the
+  features' order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import fsspec
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from pretrain import checkpoint as ckpt
+from pretrain import hf
+from pretrain.model import BertForPreTraining, BertModel
+from pretrain.optim import build_scheduler, parameter_groups
+from wordpiece.tokenizer import WordPieceTokenizer
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+SEQUENCE_KEYS = ("input_ids", "token_type_ids")
+_STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pretrain run
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what predict passes to a model
+
+
+class FinetuneError(ValueError):
+    """A problem with the user's input (checkpoint, data file, settings); the message names it."""
+
+
+# --- the pre-trained encoder -----------------------------------------------------------------------
+
+
+@dataclass
+class Encoder:
+    """A pre-trained BERT encoder and the tokenizer it was trained with."""
+
+    model: BertModel
+    tokenizer: WordPieceTokenizer
+    cased: bool
+    source: str  # the folder the weights came from (a run folder resolves to its checkpoint)
+
+    @property
+    def max_positions(self) -> int:
+        """The longest sequence the encoder accepts (``max_position_embeddings``)."""
+        return self.model.config.max_position_embeddings
+
+
+def _is_pretrain_output(url: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(url)
+    path = path.rstrip("/")
+    return _STEP_DIR.search(path) is not None or fs.exists(f"{path}/checkpoints")
+
+
+def _read_text(url: str) -> str | None:
+    try:
+        with fsspec.open(url, "r", encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _recorded_casing(folder: str) -> bool | None:
+    """The casing a checkpoint records: ``trainer.pt``'s ``cased`` (ours), else
+    ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
+    trainer = f"{folder}/{ckpt.TRAINER_STATE}"
+    fs, path = fsspec.core.url_to_fs(trainer)
+    if fs.exists(path):
+        if Path(trainer).exists():  # local: memory-map instead of reading the optimizer state
+            state = torch.load(trainer, map_location="cpu", mmap=True, weights_only=False)
+        else:
+            state = ckpt.load_torch(trainer)
+        if isinstance(state, dict) and "cased" in state:
+            return bool(state["cased"])
+    text = _read_text(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}")
+    if text is not None:
+        config = json.loads(text)
+        if "do_lower_case" in config:
+            return not bool(config["do_lower_case"])
+    return None
+
+
+def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -> Encoder:
+    """Load ``--checkpoint``: a ``pretrain`` run folder (newest complete checkpoint), a checkpoint
+    folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder; local or an fsspec URL.
+
+    The folder must hold ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
+    ``vocab.txt``. ``cased=None`` takes the casing the checkpoint records (``trainer.pt`` or
+    ``tokenizer_config.json``'s ``do_lower_case``), else infers it from the vocabulary. A missing
+    pooler (encoder-only checkpoints) is initialised from ``seed``. Raises :class:`FinetuneError`
+    when the folder is incomplete or its ``vocab.txt`` does not match ``config.vocab_size``.
+    """
+    url = checkpoint.rstrip("/")
+    if _is_pretrain_output(url):
+        try:
+            url = ckpt.resolve(url).url
+        except ckpt.CheckpointError as err:
+            raise FinetuneError(str(err)) from None
+    try:
+        model = BertForPreTraining.from_pretrained(url, seed=seed)
+    except ValueError as err:
+        raise FinetuneError(f"--checkpoint {checkpoint}: {err}") from None
+    vocab_url = f"{url}/{hf.VOCAB_FILE}"
+    if _read_text(vocab_url) is None:
+        raise FinetuneError(
+            f"{vocab_url} not found: --checkpoint needs the vocabulary the model was trained with "
+            "(a pretrain checkpoint or an HF BERT folder with vocab.txt)"
+        )
+    if cased is None:
+        cased = _recorded_casing(url)
+    tokenizer = WordPieceTokenizer.load(vocab_url, cased=cased)
+    config = model.config
+    if tokenizer.vocab_size != config.vocab_size:
+        raise FinetuneError(
+            f"{vocab_url} has {tokenizer.vocab_size} tokens but {url}/config.json says vocab_size "
+            f"{config.vocab_size}: the vocabulary is not the one this model was trained with"
+        )
+    return Encoder(model.bert, tokenizer, tokenizer.cased, url)
+
+
+# --- tokenisation ----------------------------------------------------------------------------------
+
+
+def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
+    """Drop tokens from the end of the longer of ``a`` and ``b`` (``b`` on ties) until both fit in
+    ``max_tokens``, as the reference ``_truncate_seq_pair``; returns new lists."""
+    a, b = list(a), list(b)
+    while len(a) + len(b) > max_tokens:
+        (a if len(a) > len(b) else b).pop()
+    return a, b
+
+
+def encode_pair(
+    tokenizer: WordPieceTokenizer, text_a: str, text_b: str | None, max_seq_length: int
+) -> dict[str, list[int]]:
+    """``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` as ``input_ids`` and ``token_type_ids`` (0 for
+    ``[CLS] A [SEP]``, 1 for ``B [SEP]``), truncated to ``max_seq_length`` tokens."""
+    special = tokenizer.special_ids()
+    cls_id, sep_id = special["[CLS]"], special["[SEP]"]
+    a = tokenizer.encode(text_a)
+    if text_b is None:
+        a = a[: max_seq_length - 2]
+        return {"input_ids": [cls_id, *a, sep_id], "token_type_ids": [0] * (len(a) + 2)}
+    a, b = truncate_pair(a, tokenizer.encode(text_b), max_seq_length - 3)
+    return {
+        "input_ids": [cls_id, *a, sep_id, *b, sep_id],
+        "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+    }
+
+
+def check_max_seq_length(max_seq_length: int, encoder: Encoder) -> None:
+    """Refuse a ``--max-seq-length`` the encoder cannot take."""
+    if not 8 <= max_seq_length <= encoder.max_positions:
+        raise FinetuneError(
+            f"--max-seq-length {max_seq_length} must be between 8 and the model's "
+            f"max_position_embeddings ({encoder.max_positions})"
+        )
+
+
+# --- batching --------------------------------------------------------------------------------------
+
+
+def _pad(rows: Sequence[Sequence[int]], length: int, value: int) -> list[list[int]]:
+    return [list(row) + [value] * (length - len(row)) for row in rows]
+
+
+def collate(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Stack features into tensors, padding ``input_ids``/``token_type_ids`` only to the longest
+    sequence in this batch and adding ``attention_mask`` (1 real, 0 padding).
+
+    Sequences are ``list[int]`` (-> ``[batch, length]``) or one list per choice (-> ``[batch,
+    choices, length]``). Other keys are scalars: floats give a float tensor, ints a long tensor.
+    """
+    if not features:
+        raise ValueError("collate needs at least one feature")
+    first = features[0]
+    nested = isinstance(first["input_ids"][0], (list, tuple))
+    rows = (
+        [choice for f in features for choice in f["input_ids"]]
+        if nested
+        else [f["input_ids"] for f in features]
+    )
+    length = max(len(row) for row in rows)
+    batch: dict[str, torch.Tensor] = {}
+    for key in SEQUENCE_KEYS:
+        if key not in first:
+            continue
+        seqs = [choice for f in features for choice in f[key]] if nested else [f[key] for f in features]
+        batch[key] = torch.tensor(_pad(seqs, length, pad_id if key == "input_ids" else 0))
+    batch["attention_mask"] = torch.tensor(_pad([[1] * len(row) for row in rows], length, 0))
+    if nested:
+        num_choices = len(first["input_ids"])
+        batch = {k: v.view(len(features), num_choices, length) for k, v in batch.items()}
+    for key in first:
+        if key in SEQUENCE_KEYS:
+            continue
+        values = [f[key] for f in features]
+        dtype = torch.float32 if any(isinstance(v, float) for v in values) else torch.long
+        batch[key] = torch.tensor(values, dtype=dtype)
+    return batch
+
+
+def _sequence_length(feature: dict[str, Any]) -> int:
+    ids = feature["input_ids"]
+    return max(len(c) for c in ids) if ids and isinstance(ids[0], (list, tuple)) else len(ids)
+
+
+# --- task heads ------------------------------------------------------------------------------------
+
+
+class TaskOutput(NamedTuple):
+    """What a task model returns: ``logits`` (a tensor, or a tuple of tensors such as SQuAD's start
+    and end logits) and ``loss`` (None without targets)."""
+
+    logits: torch.Tensor | tuple[torch.Tensor, ...]
+    loss: torch.Tensor | None = None
+
+
+def _seeded_linear(in_features: int, out_features: int, std: float, seed: int) -> nn.Linear:
+    """A linear layer initialised as BERT's (N(0, std) weights, zero bias) from ``seed`` alone; the
+    global RNG, which ``nn.Linear``'s own initialisation draws from, is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        layer = nn.Linear(in_features, out_features)
+    with torch.no_grad():
+        layer.weight.normal_(0.0, std, generator=torch.Generator().manual_seed(seed))
+        layer.bias.zero_()
+    return layer
+
+
+class SequenceClassifier(nn.Module):
+    """Dropout and a linear layer on the pooled ``[CLS]``; cross-entropy over ``num_labels``, or
+    mean squared error when ``num_labels == 1`` (regression, STS-B)."""
+
+    def __init__(self, encoder: BertModel, num_labels: int, *, seed: int = 0) -> None:
+        super().__init__()
+        config = encoder.config
+        self.bert = encoder
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = _seeded_linear(config.hidden_size, num_labels, config.initializer_range, seed)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> TaskOutput:
+        """Logits ``[batch, num_labels]`` (``[batch]`` for regression) and the loss when ``labels``."""
+        _, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(pooled)).float()
+        if self.num_labels == 1:
+            logits = logits.squeeze(-1)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits, labels.float())
+            else:
+                loss = F.cross_entropy(logits, labels)
+        return TaskOutput(logits, loss)
+
+
+class MultipleChoice(nn.Module):
+    """A score per choice from dropout and a linear layer on each choice's pooled ``[CLS]``;
+    softmax (cross-entropy) over the choices."""
+
+    def __init__(self, encoder: BertModel, *, seed: int = 0) -> None:
+        super().__init__()
+        config = encoder.config
+        self.bert = encoder
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = _seeded_linear(config.hidden_size, 1, config.initializer_range, seed)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> TaskOutput:
+        """``input_ids`` is ``[batch, choices, length]``; logits are ``[batch, choices]``."""
+        batch, choices, length = input_ids.shape
+
+        def flat(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.reshape(batch * choices, length)
+
+        _, pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask))
+        logits = self.classifier(self.dropout(pooled)).float().view(batch, choices)
+        loss = None if labels is None else F.cross_entropy(logits, labels)
+        return TaskOutput(logits, loss)
+
+
+# --- training --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The settings of one fine-tuning run; validated on creation (every problem at once).
+
+    ``precision``: ``auto`` is bf16 on a GPU that supports it, else fp16 (with a gradient scaler)
+    on GPU, and fp32 on CPU. ``device``: ``auto`` is ``cuda`` when available.
+    """
+
+    epochs: float = 3.0
+    lr: float = 2e-5
+    batch_size: int = 32
+    seed: int = 42
+    warmup_proportion: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    eval_batch_size: int = 64
+    precision: str = "auto"
+    device: str = "auto"
+    progress: bool | None = None  # None: progress bars when stderr is a terminal
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.epochs > 0:
+            problems.append(f"--epochs must be positive, got {self.epochs}")
+        if not self.lr > 0:
+            problems.append(f"--lr must be positive, got {self.lr}")
+        if self.batch_size < 1:
+            problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.eval_batch_size < 1:
+            problems.append(f"the evaluation batch size must be at least 1, got {self.eval_batch_size}")
+        if not 0 <= self.warmup_proportion < 1:
+            problems.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
+        if self.weight_decay < 0 or self.max_grad_norm < 0:
+            problems.append("weight decay and max grad norm must not be negative")
+        if self.precision not in PRECISIONS:
+            problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if problems:
+            raise FinetuneError("; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready dict."""
+        return asdict(self)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; any other name as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """The precision actually used: fp32 on CPU; ``auto`` on GPU is bf16 where supported, else fp16."""
+    if device.type != "cuda":
+        return "fp32"
+    if precision == "auto":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return precision
+
+
+def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _show_progress(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else progress
+
+
+def epoch_order(num_features: int, seed: int, epoch: int) -> list[int]:
+    """The shuffled order of epoch ``epoch``: a function of (seed, epoch) only."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_features, generator=generator).tolist()
+
+
+@dataclass
+class TrainResult:
+    """What :func:`fit` reports: steps taken, the loss per epoch, throughput and per-epoch
+    evaluations (when an ``eval_fn`` was given)."""
+
+    steps: int
+    epoch_losses: list[float]
+    train_s: float
+    examples_per_s: float
+    precision: str
+    device: str
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return asdict(self)
+
+
+def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def fit(
+    model: nn.Module,
+    features: Sequence[dict[str, Any]],
+    config: TrainConfig,
+    *,
+    collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
+    eval_fn: Callable[[nn.Module], dict[str, Any]] | None = None,
+) -> TrainResult:
+    """Fine-tune ``model`` (all of it) on ``features`` for ``config.epochs`` epochs.
+
+    AdamW over :func:`pretrain.optim.parameter_groups` (no decay on biases and LayerNorm), a
+    linear warm-up over ``warmup_proportion`` of the steps then linear decay to zero, gradient
+    clipping at ``max_grad_norm``, AMP on GPU (a ``GradScaler`` for fp16). The order of each epoch
+    comes from :func:`epoch_order` and dropout from ``config.seed`` (under ``fork_rng``, so the
+    caller's global RNG is left alone). A fractional ``epochs`` trains on that share of the last
+    epoch. ``eval_fn(model)`` runs after each epoch when given; its dicts land in the result.
+    ``model(**batch)`` must return a :class:`TaskOutput` with a loss. Raises :class:`FinetuneError`
+    when the loss stops being finite.
+    """
+    if not features:
+        raise FinetuneError("no training examples")
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device)
+    model.to(device)
+    steps_per_epoch = math.ceil(len(features) / config.batch_size)
+    max_steps = max(1, math.ceil(steps_per_epoch * config.epochs))
+    warmup_steps = int(max_steps * config.warmup_proportion)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.999), eps=1e-6
+    )
+    scheduler = build_scheduler(optimizer, config.lr, warmup_steps, max_steps)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    devices = [device.index or 0] if device.type == "cuda" else []
+    result = TrainResult(0, [], 0.0, 0.0, precision, str(device))
+    start, seen = time.perf_counter(), 0
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(config.seed)
+        bar = tqdm(
+            total=max_steps, desc="fine-tune", unit="step", disable=not _show_progress(config.progress)
+        )
+        epoch = 0
+        while result.steps < max_steps:
+            model.train()
+            order = epoch_order(len(features), config.seed, epoch)
+            total, count = 0.0, 0
+            for first in range(0, len(order), config.batch_size):
+                if result.steps >= max_steps:
+                    break
+                batch = collate_fn([features[i] for i in order[first : first + config.batch_size]])
+                batch = _to_device(batch, device)
+                with _autocast(device, precision):
+                    loss = model(**batch).loss
+                if loss is None or not torch.isfinite(loss):
+                    raise FinetuneError(
+                        f"the training loss is {loss} at step {result.steps}: lower --lr, or use "
+                        "--precision bf16/fp32"
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if config.max_grad_norm > 0:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                result.steps += 1
+                seen += len(batch["input_ids"])
+                total, count = total + float(loss.detach()), count + 1
+                bar.update(1)
+                bar.set_postfix(loss=f"{total / count:.4f}", epoch=epoch + 1)
+            result.epoch_losses.append(total / max(count, 1))
+            logger.info("epoch %d: mean loss %.4f over %d steps", epoch + 1, result.epoch_losses[-1], count)
+            if eval_fn is not None:
+                result.evaluations.append({"epoch": epoch + 1, **eval_fn(model)})
+            epoch += 1
+        bar.close()
+    result.train_s = time.perf_counter() - start
+    result.examples_per_s = seen / result.train_s if result.train_s > 0 else 0.0
+    return result
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    features: Sequence[dict[str, Any]],
+    *,
+    batch_size: int = 64,
+    device: str = "auto",
+    precision: str = "auto",
+    collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
+    progress: bool | None = None,
+) -> list[Any]:
+    """Run ``model`` in eval mode over ``features``; return one output per feature, in order.
+
+    Each output is that feature's row of ``TaskOutput.logits`` as a float32 CPU tensor (a tuple of
+    rows when the logits are a tuple), still padded to its batch's longest sequence where the logits
+    have a length dimension. Features are batched by length (less padding); only
+    :data:`MODEL_INPUTS` reach the model (targets and bookkeeping keys stay out). Use :func:`stack` for fixed-size logits.
+    """
+    target = resolve_device(device)
+    amp = resolve_precision(precision, target)
+    model.to(target)
+    model.eval()
+    order = sorted(range(len(features)), key=lambda i: _sequence_length(features[i]))
+    outputs: list[Any] = [None] * len(features)
+    batches = range(0, len(order), batch_size)
+    for first in tqdm(batches, desc="predict", unit="batch", disable=not _show_progress(progress)):
+        chosen = order[first : first + batch_size]
+        batch = collate_fn([features[i] for i in chosen])
+        batch = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
+        with _autocast(target, amp):
+            logits = model(**_to_device(batch, target)).logits
+        if isinstance(logits, tuple):
+            rows = list(zip(*(t.float().cpu() for t in logits), strict=True))
+        else:
+            rows = list(logits.float().cpu())
+        for index, row in zip(chosen, rows, strict=True):
+            outputs[index] = row
+    return outputs
+
+
+def stack(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """:func:`predict`'s per-feature rows as one tensor (fixed-size logits such as classification)."""
+    return torch.stack(list(outputs)) if outputs else torch.empty(0)

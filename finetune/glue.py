@@ -1,0 +1,593 @@
+"""GLUE: the official task folders, the official metrics, and the GLUE server's submission files.
+
+Each task's TSV layout is described by a :class:`GlueTask`. Files are UTF-8 (a leading BOM is
+dropped), split on ``\\n`` and then on tabs with no CSV quoting: quote characters are text. Rows are
+split on ``\\n`` only (not ``str.splitlines``, which would also split at form feeds and other
+Unicode line separators that occur inside sentences). A row without a needed column, or with a
+label outside the task's set, is an error naming the file and line.
+
+:func:`run_glue` fine-tunes one task: one run, several seeds (mean ± sd), or the paper's grid
+(Appendix A.3: batch size {16, 32}, learning rate {5e-5, 3e-5, 2e-5}, epochs {2, 3, 4}) selected
+on the dev set; it writes ``metrics.json``, dev predictions and the test submission file(s).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import fsspec
+import torch
+
+from finetune import metrics as M
+from finetune.common import (
+    Encoder,
+    FinetuneError,
+    SequenceClassifier,
+    TrainConfig,
+    check_max_seq_length,
+    encode_pair,
+    fit,
+    load_encoder,
+    predict,
+    stack,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """The layout, labels and metrics of one GLUE task.
+
+    ``columns`` are header names (``text_a``, ``text_b`` or None, ``label``); ``positional`` gives
+    the column names of train/dev files that have no header row (CoLA). ``dev`` and ``test`` map
+    each split's file stem to its name in metrics (dev) or its submission file (test).
+    """
+
+    name: str
+    folder: str
+    labels: tuple[str, ...] | None  # None: regression (STS-B)
+    text_a: str
+    text_b: str | None
+    label: str
+    main_metric: str
+    dev: dict[str, str]
+    test: dict[str, str]
+    test_index: str = "index"
+    positional: tuple[str, ...] | None = None
+
+    @property
+    def num_labels(self) -> int:
+        """Outputs of the head: the number of classes, or 1 for regression."""
+        return 1 if self.labels is None else len(self.labels)
+
+
+BINARY = ("0", "1")
+ENTAILMENT = ("entailment", "not_entailment")
+TASKS: dict[str, GlueTask] = {
+    t.name: t
+    for t in (
+        GlueTask(
+            "cola",
+            "CoLA",
+            BINARY,
+            "sentence",
+            None,
+            "label",
+            "mcc",
+            {"dev": ""},
+            {"test": "CoLA.tsv"},
+            positional=("source", "label", "original_label", "sentence"),
+        ),
+        GlueTask(
+            "sst2", "SST-2", BINARY, "sentence", None, "label", "accuracy", {"dev": ""}, {"test": "SST-2.tsv"}
+        ),
+        GlueTask(
+            "mrpc",
+            "MRPC",
+            BINARY,
+            "#1 String",
+            "#2 String",
+            "Quality",
+            "f1",
+            {"dev": ""},
+            {"test": "MRPC.tsv"},
+        ),
+        GlueTask(
+            "qqp",
+            "QQP",
+            BINARY,
+            "question1",
+            "question2",
+            "is_duplicate",
+            "f1",
+            {"dev": ""},
+            {"test": "QQP.tsv"},
+            test_index="id",
+        ),
+        GlueTask(
+            "stsb",
+            "STS-B",
+            None,
+            "sentence1",
+            "sentence2",
+            "score",
+            "spearman",
+            {"dev": ""},
+            {"test": "STS-B.tsv"},
+        ),
+        GlueTask(
+            "mnli",
+            "MNLI",
+            ("contradiction", "entailment", "neutral"),
+            "sentence1",
+            "sentence2",
+            "gold_label",
+            "matched_accuracy",
+            {"dev_matched": "matched_", "dev_mismatched": "mismatched_"},
+            {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"},
+        ),
+        GlueTask(
+            "qnli",
+            "QNLI",
+            ENTAILMENT,
+            "question",
+            "sentence",
+            "label",
+            "accuracy",
+            {"dev": ""},
+            {"test": "QNLI.tsv"},
+        ),
+        GlueTask(
+            "rte",
+            "RTE",
+            ENTAILMENT,
+            "sentence1",
+            "sentence2",
+            "label",
+            "accuracy",
+            {"dev": ""},
+            {"test": "RTE.tsv"},
+        ),
+        GlueTask(
+            "wnli",
+            "WNLI",
+            BINARY,
+            "sentence1",
+            "sentence2",
+            "label",
+            "accuracy",
+            {"dev": ""},
+            {"test": "WNLI.tsv"},
+        ),
+    )
+}
+DIAGNOSTIC_SUBMISSION = "AX.tsv"  # the diagnostic set, predicted by the MNLI model
+GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}  # paper, Appendix A.3
+
+
+def get_task(name: str) -> GlueTask:
+    """The task called ``name`` (``cola``, ``sst2``, ``mrpc``, ``qqp``, ``stsb``, ``mnli``, ``qnli``,
+    ``rte``, ``wnli``; case and ``-`` ignored)."""
+    key = name.lower().replace("-", "")
+    if key not in TASKS:
+        raise FinetuneError(f"unknown GLUE task {name!r}: choose one of {', '.join(TASKS)}")
+    return TASKS[key]
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GlueExample:
+    """One row: where it came from (``file:line``), its texts, its label (a label string, a float
+    score, or None in test files) and its index (the file's index column, else the row number)."""
+
+    guid: str
+    text_a: str
+    text_b: str | None
+    label: str | float | None
+    index: str
+
+
+def read_tsv(path: str) -> list[tuple[int, list[str]]]:
+    """Every non-empty row of a TSV file as ``(line number, fields)``; no quoting, BOM dropped."""
+    try:
+        with fsspec.open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FinetuneError(f"{path} not found") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise FinetuneError(f"{path}: not UTF-8 (byte {err.start}); GLUE files are UTF-8") from None
+    rows = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
+        if line.strip():
+            rows.append((number, line.split("\t")))
+    return rows
+
+
+def _column_positions(task: GlueTask, header: list[str], wanted: list[str], path: str) -> dict[str, int]:
+    positions = {}
+    for name in wanted:
+        if name not in header:
+            raise FinetuneError(
+                f"{path}:1: the header has no column {name!r} (columns: {', '.join(header)}); "
+                f"is this the {task.folder} file of the official GLUE data?"
+            )
+        positions[name] = header.index(name)
+    return positions
+
+
+def read_split(task: GlueTask, path: str, *, labelled: bool) -> list[GlueExample]:
+    """Read one GLUE file of ``task``: train/dev files (``labelled``) or test files (no labels)."""
+    rows = read_tsv(path)
+    wanted = [task.text_a] + ([task.text_b] if task.text_b else []) + ([task.label] if labelled else [])
+    if task.positional and labelled:
+        positions = {name: task.positional.index(name) for name in wanted}
+    else:
+        if not rows:
+            raise FinetuneError(f"{path}: empty file (expected a header row)")
+        (_, header), rows = rows[0], rows[1:]
+        index_name = task.test_index if not labelled else "index"
+        positions = _column_positions(task, header, wanted, path)
+        if index_name in header:
+            positions["index"] = header.index(index_name)
+    examples = []
+    for row_number, (line, fields) in enumerate(rows):
+        missing = [name for name, at in positions.items() if at >= len(fields)]
+        if missing:
+            raise FinetuneError(
+                f"{path}:{line}: {len(fields)} tab-separated fields, no column {missing[0]!r} "
+                f"(field {positions[missing[0]] + 1})"
+            )
+        label: str | float | None = None
+        if labelled:
+            label = _parse_label(task, fields[positions[task.label]], f"{path}:{line}")
+        index = fields[positions["index"]] if "index" in positions else str(row_number)
+        text_b = fields[positions[task.text_b]] if task.text_b else None
+        examples.append(GlueExample(f"{path}:{line}", fields[positions[task.text_a]], text_b, label, index))
+    return examples
+
+
+def _parse_label(task: GlueTask, value: str, where: str) -> str | float:
+    value = value.strip()
+    if task.labels is None:
+        try:
+            score = float(value)
+        except ValueError:
+            score = float("nan")
+        if not 0.0 <= score <= 5.0:
+            raise FinetuneError(f"{where}: score {value!r} is not a number in [0, 5] ({task.folder})")
+        return score
+    if value not in task.labels:
+        raise FinetuneError(
+            f"{where}: label {value!r} is not one of {', '.join(task.labels)} ({task.folder})"
+        )
+    return value
+
+
+@dataclass
+class GlueData:
+    """A task folder read in full: train, each dev split, each test split present, and the
+    diagnostic set when given."""
+
+    train: list[GlueExample]
+    dev: dict[str, list[GlueExample]]
+    test: dict[str, list[GlueExample]]
+
+
+def _file(data_dir: str, stem: str) -> str:
+    return f"{data_dir.rstrip('/')}/{stem}.tsv"
+
+
+def _exists(url: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.exists(path)
+
+
+def read_task(
+    task: GlueTask, data_dir: str, *, diagnostic_file: str | None = None, with_test: bool = True
+) -> GlueData:
+    """Read ``data_dir`` (the task's folder of the GLUE download: ``train.tsv``, ``dev.tsv`` or
+    MNLI's ``dev_matched.tsv``/``dev_mismatched.tsv``, and the test files when present)."""
+    for stem in ["train", *task.dev]:
+        if not _exists(_file(data_dir, stem)):
+            raise FinetuneError(
+                f"{_file(data_dir, stem)} not found: --data-dir must be the {task.folder} folder of the "
+                "GLUE download (train.tsv, dev.tsv, test.tsv)"
+            )
+    train = read_split(task, _file(data_dir, "train"), labelled=True)
+    dev = {stem: read_split(task, _file(data_dir, stem), labelled=True) for stem in task.dev}
+    test = {}
+    if with_test:
+        test = {
+            stem: read_split(task, _file(data_dir, stem), labelled=False)
+            for stem in task.test
+            if _exists(_file(data_dir, stem))
+        }
+    if diagnostic_file:
+        if task.name != "mnli":
+            raise FinetuneError("--diagnostic is predicted by the MNLI model: use it with --task mnli")
+        test["diagnostic"] = read_split(task, diagnostic_file, labelled=False)
+    return GlueData(train, dev, test)
+
+
+# --- features, metrics, submissions ----------------------------------------------------------------
+
+
+def features(
+    task: GlueTask, examples: Sequence[GlueExample], encoder: Encoder, max_seq_length: int
+) -> list[dict]:
+    """Token ids per example, and ``labels`` (class index, or the score) when labelled."""
+    result = []
+    for example in examples:
+        feature: dict[str, Any] = encode_pair(
+            encoder.tokenizer, example.text_a, example.text_b, max_seq_length
+        )
+        if example.label is not None:
+            if task.labels is None:
+                feature["labels"] = float(example.label)
+            else:
+                feature["labels"] = task.labels.index(str(example.label))
+        result.append(feature)
+    return result
+
+
+def score(
+    task: GlueTask, predictions: Sequence[float], labels: Sequence[float], prefix: str = ""
+) -> dict[str, float]:
+    """The official metrics of ``task``: CoLA Matthews correlation (and accuracy); STS-B Pearson and
+    Spearman; MRPC and QQP F1 and accuracy; the others accuracy. ``prefix`` names MNLI's split."""
+    if task.labels is None:
+        values = {"pearson": M.pearson(predictions, labels), "spearman": M.spearman(predictions, labels)}
+    else:
+        values = {"accuracy": M.accuracy(predictions, labels)}
+        if task.name == "cola":
+            values["mcc"] = M.matthews_corrcoef(predictions, labels)
+        if task.name in ("mrpc", "qqp"):
+            values["f1"] = M.f1(predictions, labels, positive=task.labels.index("1"))
+    return {prefix + k: v for k, v in values.items()}
+
+
+def to_predictions(task: GlueTask, logits: torch.Tensor) -> list:
+    """Class indices (argmax), or scores clipped to [0, 5] for STS-B."""
+    if task.labels is None:
+        return [min(5.0, max(0.0, float(v))) for v in logits]
+    return logits.argmax(-1).tolist()
+
+
+def prediction_strings(task: GlueTask, predictions: Sequence) -> list[str]:
+    """What the GLUE server expects in the prediction column: the label string, or the score."""
+    if task.labels is None:
+        return [f"{p:.3f}" for p in predictions]
+    return [task.labels[p] for p in predictions]
+
+
+def write_submission(path: str, examples: Sequence[GlueExample], predictions: Sequence[str]) -> None:
+    """A GLUE server file: header ``index\\tprediction``, then one row per test example."""
+    lines = ["index\tprediction"] + [f"{e.index}\t{p}" for e, p in zip(examples, predictions, strict=True)]
+    with fsspec.open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def majority_baseline(
+    task: GlueTask, train: Sequence[GlueExample], dev: Sequence[GlueExample]
+) -> dict[str, float]:
+    """The metrics of always predicting the most common training label (mean score for STS-B)."""
+    labels = _label_values(task, dev)
+    if task.labels is None:
+        mean = sum(float(e.label) for e in train) / len(train)
+        return {"mse": sum((mean - y) ** 2 for y in labels) / len(labels)}
+    counts = [sum(e.label == label for e in train) for label in task.labels]
+    majority = counts.index(max(counts))
+    return score(task, [majority] * len(labels), labels)
+
+
+def _label_values(task: GlueTask, examples: Sequence[GlueExample]) -> list:
+    if task.labels is None:
+        return [float(e.label) for e in examples]
+    return [task.labels.index(str(e.label)) for e in examples]
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+def _run_name(config: TrainConfig) -> str:
+    return f"bs{config.batch_size}-lr{config.lr:g}-ep{config.epochs:g}-seed{config.seed}"
+
+
+def _write_json(path: str, obj: Any) -> None:
+    fs, local = fsspec.core.url_to_fs(path)
+    fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(local, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def run_configs(base: TrainConfig, *, grid: bool, num_seeds: int) -> list[list[TrainConfig]]:
+    """The runs to make, grouped by hyper-parameters: each group is one setting over ``num_seeds``
+    seeds (``base.seed``, ``base.seed + 1``, ...); the paper's grid when ``grid``."""
+    if num_seeds < 1:
+        raise FinetuneError(f"--seeds must be at least 1, got {num_seeds}")
+    settings = (
+        [dict(batch_size=b, lr=lr, epochs=e) for b, lr, e in itertools.product(*GRID.values())]
+        if grid
+        else [{}]
+    )
+    return [[replace(base, **s, seed=base.seed + k) for k in range(num_seeds)] for s in settings]
+
+
+def run_glue(
+    task_name: str,
+    data_dir: str,
+    checkpoint: str,
+    output: str,
+    config: TrainConfig,
+    *,
+    max_seq_length: int = 128,
+    grid: bool = False,
+    num_seeds: int = 1,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+    diagnostic_file: str | None = None,
+    cased: bool | None = None,
+    predict_test: bool = True,
+) -> dict[str, Any]:
+    """Fine-tune ``checkpoint`` on one GLUE task and return (and write to ``output/metrics.json``)
+    the dev metrics of the selected setting (mean and sd over seeds), every run's metrics, and the
+    majority-class baseline. The selected setting's best seed predicts the dev set
+    (``dev_predictions.tsv``) and the test files (the GLUE server's ``CoLA.tsv``, ``MNLI-m.tsv``,
+    ...) unless not ``predict_test``. ``max_train_examples`` / ``max_eval_examples`` keep the first N
+    rows (quick runs).
+    """
+    task = get_task(task_name)
+    groups = run_configs(config, grid=grid, num_seeds=num_seeds)
+    data = read_task(task, data_dir, diagnostic_file=diagnostic_file, with_test=predict_test)
+    train = data.train[:max_train_examples] if max_train_examples else data.train
+    dev = {k: (v[:max_eval_examples] if max_eval_examples else v) for k, v in data.dev.items()}
+    encoder = load_encoder(checkpoint, cased=cased)
+    check_max_seq_length(max_seq_length, encoder)
+    train_features = features(task, train, encoder, max_seq_length)
+    dev_features = {k: features(task, v, encoder, max_seq_length) for k, v in dev.items()}
+    pretrained = copy.deepcopy(encoder.model.state_dict())
+    main = task.main_metric
+
+    def evaluate(model: torch.nn.Module, run: TrainConfig) -> tuple[dict[str, float], dict[str, list]]:
+        values, predictions = {}, {}
+        for stem, prefix in task.dev.items():
+            logits = stack(
+                predict(
+                    model,
+                    dev_features[stem],
+                    batch_size=run.eval_batch_size,
+                    device=run.device,
+                    precision=run.precision,
+                    progress=run.progress,
+                )
+            )
+            predictions[stem] = to_predictions(task, logits)
+            values.update(score(task, predictions[stem], _label_values(task, dev[stem]), prefix))
+        return values, predictions
+
+    runs: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    # The best seed of the best setting so far: (dev main metric, weights, dev predictions, name).
+    kept: tuple[float, dict, dict, str] | None = None
+    for group in groups:
+        group_best: tuple[float, dict, dict, str] | None = None
+        group_runs = []
+        for run in group:
+            encoder.model.load_state_dict(pretrained)
+            model = SequenceClassifier(encoder.model, task.num_labels, seed=run.seed)
+            logger.info("%s: training %s on %d examples", task.name, _run_name(run), len(train_features))
+            trained = fit(model, train_features, run)
+            values, predictions = evaluate(model, run)
+            record = {
+                "name": _run_name(run),
+                "config": run.to_dict(),
+                "dev": values,
+                "train": trained.to_dict(),
+            }
+            if len(groups) * len(group) > 1:
+                _write_json(f"{output}/runs/{record['name']}/metrics.json", record)
+            group_runs.append(record)
+            logger.info("%s: %s dev %s", task.name, record["name"], values)
+            if group_best is None or values[main] > group_best[0]:
+                state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                group_best = (values[main], state, predictions, record["name"])
+        runs.extend(group_runs)
+        summary = _summarise(group_runs)
+        if not summaries or summary["dev_mean"][main] > max(s["dev_mean"][main] for s in summaries):
+            kept = group_best
+        summaries.append(summary)
+    selected = max(summaries, key=lambda s: s["dev_mean"][main])
+    assert kept is not None and kept[3] in selected["runs"]
+    model = SequenceClassifier(encoder.model, task.num_labels)
+    model.load_state_dict(kept[1])
+    chosen, dev_predictions = kept[3], kept[2]
+    files = _write_predictions(
+        task, output, model, config, encoder, max_seq_length, dev, dev_predictions, data.test
+    )
+
+    result = {
+        "task": task.name,
+        "checkpoint": encoder.source,
+        "main_metric": main,
+        "dev": selected["dev_mean"],
+        "dev_sd": selected["dev_sd"],
+        "selected": selected["setting"],
+        "selected_run": chosen,
+        "num_seeds": num_seeds,
+        "grid": grid,
+        "settings": summaries,
+        "runs": runs,
+        "majority_baseline": {stem: majority_baseline(task, train, dev[stem]) for stem in dev},
+        "num_examples": {"train": len(train), **{stem: len(v) for stem, v in dev.items()}},
+        "max_seq_length": max_seq_length,
+        "files": files,
+    }
+    _write_json(f"{output}/metrics.json", result)
+    return result
+
+
+def _summarise(group_runs: list[dict[str, Any]]) -> dict[str, Any]:
+    config = group_runs[0]["config"]
+    keys = group_runs[0]["dev"].keys()
+    stats = {k: M.mean_and_sd([r["dev"][k] for r in group_runs]) for k in keys}
+    return {
+        "setting": {k: config[k] for k in ("batch_size", "lr", "epochs")},
+        "runs": [r["name"] for r in group_runs],
+        "dev_mean": {k: v[0] for k, v in stats.items()},
+        "dev_sd": {k: v[1] for k, v in stats.items()},
+    }
+
+
+def _write_predictions(
+    task: GlueTask,
+    output: str,
+    model: torch.nn.Module,
+    config: TrainConfig,
+    encoder: Encoder,
+    max_seq_length: int,
+    dev: dict[str, list[GlueExample]],
+    dev_predictions: dict[str, list],
+    test: dict[str, list[GlueExample]],
+) -> list[str]:
+    fs, root = fsspec.core.url_to_fs(output)
+    fs.makedirs(root, exist_ok=True)
+    written = []
+    for stem, examples in dev.items():
+        name = f"{stem}_predictions.tsv"
+        strings = prediction_strings(task, dev_predictions[stem])
+        lines = ["index\tprediction\tlabel"] + [
+            f"{e.index}\t{p}\t{e.label}" for e, p in zip(examples, strings, strict=True)
+        ]
+        with fs.open(f"{root}/{name}", "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        written.append(name)
+    for stem, examples in test.items():
+        name = DIAGNOSTIC_SUBMISSION if stem == "diagnostic" else task.test[stem]
+        logits = stack(
+            predict(
+                model,
+                features(task, examples, encoder, max_seq_length),
+                batch_size=config.eval_batch_size,
+                device=config.device,
+                precision=config.precision,
+                progress=config.progress,
+            )
+        )
+        write_submission(
+            f"{output.rstrip('/')}/{name}", examples, prediction_strings(task, to_predictions(task, logits))
+        )
+        written.append(name)
+    return written

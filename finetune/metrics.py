@@ -1,0 +1,88 @@
+"""Classification and regression metrics, as GLUE's leaderboard computes them.
+
+Plain Python over lists (no scikit-learn or scipy needed; the tests compare against scipy where it
+is installed). Every function raises ``ValueError`` on inputs of different lengths or no inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def _check(predictions: Sequence, labels: Sequence) -> None:
+    if len(predictions) != len(labels):
+        raise ValueError(f"{len(predictions)} predictions but {len(labels)} labels")
+    if not labels:
+        raise ValueError("no examples to score")
+
+
+def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
+    """The share of predictions equal to their label."""
+    _check(predictions, labels)
+    return sum(p == y for p, y in zip(predictions, labels, strict=True)) / len(labels)
+
+
+def f1(predictions: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
+    """Binary F1 of class ``positive``: 2·TP / (2·TP + FP + FN); 0 when there is no TP."""
+    _check(predictions, labels)
+    pairs = list(zip(predictions, labels, strict=True))
+    tp = sum(p == positive and y == positive for p, y in pairs)
+    fp = sum(p == positive and y != positive for p, y in pairs)
+    fn = sum(p != positive and y == positive for p, y in pairs)
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def matthews_corrcoef(predictions: Sequence[int], labels: Sequence[int]) -> float:
+    """Matthews correlation of binary predictions (0 when a row or column of the confusion matrix is
+    empty, as scikit-learn returns)."""
+    _check(predictions, labels)
+    pairs = list(zip(predictions, labels, strict=True))
+    tp = sum(p == 1 and y == 1 for p, y in pairs)
+    tn = sum(p == 0 and y == 0 for p, y in pairs)
+    fp = sum(p == 1 and y == 0 for p, y in pairs)
+    fn = sum(p == 0 and y == 1 for p, y in pairs)
+    denominator = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return (tp * tn - fp * fn) / denominator if denominator else 0.0
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson's correlation coefficient (0 when either side is constant)."""
+    _check(x, y)
+    n = len(x)
+    mean_x, mean_y = sum(x) / n, sum(y) / n
+    cov = sum((a - mean_x) * (b - mean_y) for a, b in zip(x, y, strict=True))
+    var_x = sum((a - mean_x) ** 2 for a in x)
+    var_y = sum((b - mean_y) ** 2 for b in y)
+    return cov / math.sqrt(var_x * var_y) if var_x > 0 and var_y > 0 else 0.0
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing the mean of their ranks (``scipy.stats.rankdata``'s default)."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    result = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            result[order[k]] = (start + end) / 2 + 1
+        start = end + 1
+    return result
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson's over tie-averaged ranks."""
+    _check(x, y)
+    return pearson(ranks(x), ranks(y))
+
+
+def mean_and_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1; 0 for a single value)."""
+    if not values:
+        raise ValueError("no values")
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

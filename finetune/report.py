@@ -1,0 +1,229 @@
+"""The results table: our runs' ``metrics.json`` beside the paper's numbers, in the layout of the
+BERT paper's Table 1 (GLUE), Table 2/3 (SQuAD v1.1/v2.0) and Table 4 (SWAG); markdown and JSON.
+
+Numbers are percentages (metric × 100). GLUE columns use Table 1's metrics: F1 for QQP and MRPC,
+Spearman for STS-B, Matthews correlation for CoLA, accuracy for the others (MNLI matched /
+mismatched). Our GLUE numbers are dev-set numbers (mean ± sd over seeds); the paper's Table 1
+numbers are GLUE *test*-server numbers, so the two rows are not the same measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import fsspec
+
+GLUE_COLUMNS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
+GLUE_HEADERS = {
+    "mnli": "MNLI-(m/mm)",
+    "qqp": "QQP",
+    "qnli": "QNLI",
+    "sst2": "SST-2",
+    "cola": "CoLA",
+    "stsb": "STS-B",
+    "mrpc": "MRPC",
+    "rte": "RTE",
+}
+# Table 1's metric per task, as keys of our metrics.json "dev" dicts.
+GLUE_METRIC = {
+    "mnli": ("matched_accuracy", "mismatched_accuracy"),
+    "qqp": ("f1",),
+    "qnli": ("accuracy",),
+    "sst2": ("accuracy",),
+    "cola": ("mcc",),
+    "stsb": ("spearman",),
+    "mrpc": ("f1",),
+    "rte": ("accuracy",),
+}
+
+# Devlin et al. (2019), "BERT: Pre-training of Deep Bidirectional Transformers for Language
+# Understanding", Table 1: GLUE *test* set, scored by the GLUE evaluation server. MNLI is
+# matched/mismatched accuracy; QQP and MRPC F1; STS-B Spearman; CoLA Matthews correlation; the
+# rest accuracy. "average" is the paper's Average column (it leaves out WNLI).
+PAPER_GLUE_TEST: dict[str, dict[str, Any]] = {
+    "BERT-BASE": {
+        "mnli": (84.6, 83.4),
+        "qqp": 71.2,
+        "qnli": 90.5,
+        "sst2": 93.5,
+        "cola": 52.1,
+        "stsb": 85.8,
+        "mrpc": 88.9,
+        "rte": 66.4,
+        "average": 79.6,
+    },
+    "BERT-LARGE": {
+        "mnli": (86.7, 85.9),
+        "qqp": 72.1,
+        "qnli": 92.7,
+        "sst2": 94.9,
+        "cola": 60.5,
+        "stsb": 86.5,
+        "mrpc": 89.3,
+        "rte": 70.1,
+        "average": 82.1,
+    },
+}
+# The same paper's *dev* numbers for BERT-BASE: Table 5 (ablation, "BERT_BASE" row; MNLI-m, QNLI,
+# MRPC and SST-2 accuracy: note MRPC is accuracy there, not F1) and BERT-LARGE from Table 6
+# (model size, L=24 H=1024 A=16: MNLI-m, MRPC, SST-2 accuracy). Columns not reported are absent.
+PAPER_GLUE_DEV: dict[str, dict[str, Any]] = {
+    "BERT-BASE": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7},
+    "BERT-LARGE": {"mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
+}
+# Table 4 (SWAG accuracy): BERT-BASE dev 81.6; BERT-LARGE dev 86.6, test 86.3.
+PAPER_SWAG = {"BERT-BASE": {"dev": 81.6}, "BERT-LARGE": {"dev": 86.6, "test": 86.3}}
+# Table 2 (SQuAD v1.1, single model, dev EM/F1) and Table 3 (SQuAD v2.0, single model, dev EM/F1).
+PAPER_SQUAD = {
+    "1.1": {"BERT-BASE": {"exact_match": 80.8, "f1": 88.5}, "BERT-LARGE": {"exact_match": 84.1, "f1": 90.9}},
+    "2.0": {"BERT-LARGE": {"exact_match": 78.7, "f1": 81.9}},
+}
+
+
+def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``metrics.json`` of each run folder (or the file itself)."""
+    found = []
+    for path in paths:
+        url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
+        with fsspec.open(url, "r") as f:
+            found.append({**json.load(f), "_source": url})
+    return found
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else round(100 * value, 1)
+
+
+def _ours(run: dict[str, Any], keys: Sequence[str]) -> tuple[list[float], list[float]]:
+    dev, sd = run.get("dev", {}), run.get("dev_sd", {})
+    return [100 * dev[k] for k in keys], [100 * sd.get(k, 0.0) for k in keys]
+
+
+def _cell(values: Any, sds: Sequence[float] | None = None) -> str:
+    if values is None:
+        return "–"
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    parts = []
+    for i, value in enumerate(values):
+        text = f"{value:.1f}"
+        if sds and sds[i] > 0:
+            text += f" ± {sds[i]:.1f}"
+        parts.append(text)
+    return "/".join(parts)
+
+
+def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[str, Any]:
+    """The tables as a JSON-ready dict: ``glue``, ``swag`` and ``squad`` rows, each with its
+    system, split and values (percentages; ours with ``sd`` over seeds)."""
+    glue_rows: list[dict[str, Any]] = [
+        {"system": name, "split": "test (paper, Table 1)", "values": dict(values)}
+        for name, values in PAPER_GLUE_TEST.items()
+    ]
+    glue_rows += [
+        {"system": name, "split": "dev (paper, Tables 5-6; MRPC accuracy)", "values": dict(values)}
+        for name, values in PAPER_GLUE_DEV.items()
+    ]
+    ours: dict[str, Any] = {}
+    sds: dict[str, Any] = {}
+    swag_rows = [{"system": n, "split": "paper, Table 4", "values": v} for n, v in PAPER_SWAG.items()]
+    squad_rows = [
+        {"system": n, "version": version, "split": "dev (paper)", "values": v}
+        for version, systems in PAPER_SQUAD.items()
+        for n, v in systems.items()
+    ]
+    for run in runs:
+        task = run.get("task")
+        if task in GLUE_METRIC:
+            values, deviations = _ours(run, GLUE_METRIC[task])
+            ours[task] = values if len(values) > 1 else values[0]
+            sds[task] = deviations if len(deviations) > 1 else deviations[0]
+        elif task == "swag":
+            swag_rows.append(
+                {"system": label, "split": "dev", "values": {"dev": 100 * run["dev"]["accuracy"]}}
+            )
+        elif task == "squad":
+            scores = run.get("tuned_threshold") or run
+            em = scores.get("exact_match", scores.get("exact"))
+            em = em / 100 if em is not None and em > 1 else em  # official scripts report percentages
+            f1 = scores.get("f1")
+            f1 = f1 / 100 if f1 is not None and f1 > 1 else f1
+            squad_rows.append(
+                {
+                    "system": label,
+                    "version": run.get("version"),
+                    "split": "dev",
+                    "values": {"exact_match": _percent(em), "f1": _percent(f1)},
+                }
+            )
+    if ours:
+        if all(t in ours for t in GLUE_COLUMNS):
+            flat = [v for t in GLUE_COLUMNS for v in (ours[t] if isinstance(ours[t], list) else [ours[t]])]
+            ours["average"] = sum(flat) / len(flat)
+        glue_rows.append({"system": label, "split": "dev (ours)", "values": ours, "sd": sds})
+    return {"glue": glue_rows, "swag": swag_rows, "squad": squad_rows}
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """The report's tables in markdown, GLUE in Table 1's column order."""
+    lines = [
+        "## GLUE (layout of BERT Table 1)",
+        "",
+        "| System | Split | " + " | ".join(GLUE_HEADERS[t] for t in GLUE_COLUMNS) + " | Average |",
+        "|---|---|" + "---|" * (len(GLUE_COLUMNS) + 1),
+    ]
+    for row in report["glue"]:
+        sd = row.get("sd", {})
+        cells = [_cell(row["values"].get(t), _as_list(sd.get(t))) for t in GLUE_COLUMNS]
+        cells.append(_cell(row["values"].get("average")))
+        lines.append(f"| {row['system']} | {row['split']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## SWAG (layout of BERT Table 4, accuracy)",
+        "",
+        "| System | Dev | Test |",
+        "|---|---|---|",
+    ]
+    for row in report["swag"]:
+        lines.append(
+            f"| {row['system']} | {_cell(row['values'].get('dev'))} | {_cell(row['values'].get('test'))} |"
+        )
+    lines += [
+        "",
+        "## SQuAD (layout of BERT Tables 2-3, dev)",
+        "",
+        "| System | Version | EM | F1 |",
+        "|---|---|---|---|",
+    ]
+    for row in report["squad"]:
+        values = row["values"]
+        lines.append(
+            f"| {row['system']} | {row['version']} | {_cell(values.get('exact_match'))} | {_cell(values.get('f1'))} |"
+        )
+    lines += [
+        "",
+        "Paper rows: Devlin et al. (2019). GLUE Table 1 numbers are from the GLUE test server; ours are "
+        "dev-set numbers (mean ± sd over seeds), so the rows are not the same measurement.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _as_list(value: Any) -> list[float] | None:
+    if value is None:
+        return None
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def write_report(run_folders: Sequence[str], output: str, label: str = "Ours") -> dict[str, Any]:
+    """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``."""
+    report = build_report(read_metrics(run_folders), label)
+    fs, root = fsspec.core.url_to_fs(output)
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(f"{root}/results.json", "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    with fs.open(f"{root}/results.md", "w") as f:
+        f.write(to_markdown(report))
+    return report

@@ -1,0 +1,232 @@
+"""SQuAD's official metrics: exact match and token F1, as ``evaluate-v1.1.py`` and ``evaluate-v2.0.py``.
+
+Both scripts normalise an answer the same way (lower-case, drop ASCII punctuation, drop the articles
+a/an/the, collapse whitespace) and take the maximum over the gold answers. They differ in small
+ways that change numbers, and each is kept here:
+
+- v1.1 counts every question of the data file in the total (a question without a prediction scores
+  0); F1 is 0 when either side is empty after normalisation.
+- v2.0 gives an unanswerable question the single gold answer ``""`` (also a question whose gold
+  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Questions
+  without a prediction are left out of the total. Scores are kept per question id, so a data file
+  that repeats an id scores the last question with that id once. With a null-odds file, a question
+  whose odds exceed ``na_prob_thresh`` (1.0, the script's default) counts as answered ``""``, and
+  ``best_exact`` / ``best_f1`` with their thresholds are the script's threshold search.
+
+The functions take already-parsed objects (the ``data`` list of a SQuAD file, a prediction dict);
+:func:`finetune.squad.evaluate_file` reads the files.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from collections.abc import Iterable, Mapping
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+
+DEFAULT_NA_PROB_THRESH = 1.0
+"""``evaluate-v2.0.py --na-prob-thresh`` default: null odds above it count as predicting no answer."""
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, remove punctuation, remove the articles a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _token_f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
+    common = collections.Counter(prediction_tokens) & collections.Counter(gold_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0.0
+    precision = num_same / len(prediction_tokens)
+    recall = num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match_v1(prediction: str, gold: str) -> float:
+    """1.0 when the normalised strings are equal, else 0.0 (``evaluate-v1.1.py``)."""
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1_v1(prediction: str, gold: str) -> float:
+    """Token F1 of the normalised strings; 0.0 when either is empty (``evaluate-v1.1.py``)."""
+    return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
+
+
+def exact_match_v2(prediction: str, gold: str) -> float:
+    """Same as v1.1: 1.0 when the normalised strings are equal (``evaluate-v2.0.py``)."""
+    return exact_match_v1(prediction, gold)
+
+
+def f1_v2(prediction: str, gold: str) -> float:
+    """Token F1; when either side is empty, 1.0 if both are and 0.0 otherwise (``evaluate-v2.0.py``)."""
+    prediction_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
+    if not prediction_tokens or not gold_tokens:
+        return float(prediction_tokens == gold_tokens)
+    return _token_f1(prediction_tokens, gold_tokens)
+
+
+def _questions(data: Iterable[Mapping]) -> Iterable[Mapping]:
+    for article in data:
+        for paragraph in article["paragraphs"]:
+            yield from paragraph["qas"]
+
+
+def evaluate_v1(data: Iterable[Mapping], predictions: Mapping[str, str]) -> dict[str, float]:
+    """``{"exact_match", "f1"}`` in percent, exactly as ``evaluate-v1.1.py``.
+
+    ``data`` is the ``data`` list of a SQuAD file; ``predictions`` maps question id to answer text.
+    """
+    exact_match = f1 = 0.0
+    total = 0
+    for qa in _questions(data):
+        total += 1
+        if qa["id"] not in predictions:
+            continue  # Scores 0, as the official script ("Unanswered question ... will receive score 0").
+        golds = [answer["text"] for answer in qa["answers"]]
+        prediction = predictions[qa["id"]]
+        exact_match += max((exact_match_v1(prediction, g) for g in golds), default=0.0)
+        f1 += max((f1_v1(prediction, g) for g in golds), default=0.0)
+    if total == 0:
+        raise ValueError("the data has no questions to score")
+    return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
+
+
+def has_answer_by_id(data: Iterable[Mapping]) -> dict[str, bool]:
+    """Question id -> whether it has gold answers (``make_qid_to_has_ans``; the last repeat wins)."""
+    return {qa["id"]: bool(qa["answers"]) for qa in _questions(data)}
+
+
+def raw_scores_v2(
+    data: Iterable[Mapping], predictions: Mapping[str, str]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per question id: exact and F1 of its prediction, before any null threshold (``get_raw_scores``).
+
+    Questions without a prediction are absent from both dicts.
+    """
+    exact: dict[str, float] = {}
+    f1: dict[str, float] = {}
+    for qa in _questions(data):
+        qid = qa["id"]
+        golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
+        if qid not in predictions:
+            continue
+        prediction = predictions[qid]
+        exact[qid] = max(exact_match_v2(prediction, g) for g in golds)
+        f1[qid] = max(f1_v2(prediction, g) for g in golds)
+    return exact, f1
+
+
+def apply_null_threshold(
+    scores: Mapping[str, float],
+    null_odds: Mapping[str, float],
+    has_answer: Mapping[str, bool],
+    threshold: float,
+) -> dict[str, float]:
+    """Scores with each question whose null odds exceed ``threshold`` counted as answered ``""``."""
+    return {
+        qid: (float(not has_answer[qid]) if null_odds[qid] > threshold else score)
+        for qid, score in scores.items()
+    }
+
+
+def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: list[str]) -> dict[str, float]:
+    total = len(qids)
+    return {
+        "exact": 100.0 * sum(exact[q] for q in qids) / total,
+        "f1": 100.0 * sum(f1[q] for q in qids) / total,
+        "total": total,
+    }
+
+
+def best_threshold(
+    predictions: Mapping[str, str],
+    scores: Mapping[str, float],
+    null_odds: Mapping[str, float],
+    has_answer: Mapping[str, bool],
+) -> tuple[float, float]:
+    """``evaluate-v2.0.py``'s ``find_best_thresh``: (best score in percent, its threshold).
+
+    Starts from "every question answered no-answer" (threshold reported as 0.0, a quirk of the
+    script) and lets questions answer in increasing order of null odds.
+    """
+    current = best = sum(1 for qid in has_answer if not has_answer[qid])
+    threshold = 0.0
+    for qid in sorted(null_odds, key=lambda k: null_odds[k]):
+        if qid not in scores:
+            continue
+        if has_answer[qid]:
+            current += scores[qid]
+        elif predictions[qid]:
+            current -= 1
+        if current > best:
+            best = current
+            threshold = null_odds[qid]
+    return 100.0 * best / len(scores), threshold
+
+
+def evaluate_v2(
+    data: list[Mapping],
+    predictions: Mapping[str, str],
+    null_odds: Mapping[str, float] | None = None,
+    na_prob_thresh: float = DEFAULT_NA_PROB_THRESH,
+) -> dict[str, float]:
+    """``evaluate-v2.0.py``'s output dict: exact, f1, total, HasAns_*/NoAns_* (where such questions
+    exist) and, given ``null_odds``, best_exact, best_exact_thresh, best_f1, best_f1_thresh.
+
+    Differs from the script only where it would crash: a question without a prediction is left
+    out of the HasAns/NoAns breakdowns as it is left out of the total; ``null_odds`` must cover
+    every predicted question (``ValueError`` naming the first missing id).
+    """
+    has_answer = has_answer_by_id(data)
+    exact_raw, f1_raw = raw_scores_v2(data, predictions)
+    if not exact_raw:
+        raise ValueError("no question of the data has a prediction: nothing to score")
+    odds = null_odds if null_odds is not None else {qid: 0.0 for qid in predictions}
+    missing = [qid for qid in exact_raw if qid not in odds]
+    if missing:
+        raise ValueError(f"the null odds have no entry for question {missing[0]!r} ({len(missing)} missing)")
+    exact = apply_null_threshold(exact_raw, odds, has_answer, na_prob_thresh)
+    f1 = apply_null_threshold(f1_raw, odds, has_answer, na_prob_thresh)
+    result: dict[str, float] = _summary(exact, f1, list(exact))
+    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+        qids = [qid for qid, has in has_answer.items() if has is wanted and qid in exact]
+        if qids:
+            result.update({f"{prefix}_{k}": v for k, v in _summary(exact, f1, qids).items()})
+    if null_odds is not None:
+        result["best_exact"], result["best_exact_thresh"] = best_threshold(
+            predictions, exact_raw, odds, has_answer
+        )
+        result["best_f1"], result["best_f1_thresh"] = best_threshold(predictions, f1_raw, odds, has_answer)
+    return result
+
+
+def tune_null_threshold(
+    data: list[Mapping], answers: Mapping[str, str], null_odds: Mapping[str, float]
+) -> float:
+    """The null-odds threshold that maximises F1 on ``data`` when a question is answered ``""`` if
+    its odds exceed the threshold and ``answers[qid]`` (its best non-null answer) otherwise.
+
+    Candidates are the odds values themselves (as ``find_best_thresh``); the smallest one reaching
+    the best F1 wins. Where answering nothing is best, the threshold is 1.0 below the smallest odds
+    (the official search would report 0.0, which need not reproduce its best score).
+    """
+    has_answer = has_answer_by_id(data)
+    _, f1_answered = raw_scores_v2(data, answers)
+    qids = sorted((q for q in f1_answered if q in null_odds), key=lambda q: null_odds[q])
+    if not qids:
+        raise ValueError("no question of the data has both an answer and null odds: cannot tune")
+    current = best = sum(float(not has_answer[q]) for q in qids)
+    threshold = null_odds[qids[0]] - 1.0
+    for i, qid in enumerate(qids):
+        current += f1_answered[qid] - float(not has_answer[qid])
+        if i + 1 < len(qids) and null_odds[qids[i + 1]] == null_odds[qid]:
+            continue  # A threshold answers every question with equal odds at once.
+        if current > best + 1e-12:
+            best, threshold = current, null_odds[qid]
+    return threshold
