@@ -138,4 +138,3 @@ def _stream_examples_from_bucket(bucket) -> None:
         assert int(batch["input_ids"].max()) < vocab.vocab_size
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
     assert [b["input_ids"].tolist() for b in loader] == [b["input_ids"].tolist() for b in local]
-
