@@ -299,6 +299,17 @@ def rows_train_step(r: dict) -> list[Row]:
     ]
 
 
+def rows_finetune_step(r: dict) -> list[Row]:
+    return [
+        (
+            f"fine-tuning step, MiniLM classifier on MRPC pairs, batch {r['batch']}, fp32 CPU, {r['threads']} threads",
+            f"{r['ours_examples_per_s']:.1f} examples/s",
+            f"BertForSequenceClassification, padded to 128: {r['transformers_pad128_examples_per_s']:.1f} examples/s",
+            _x(r["ratio_vs_transformers"]),
+        )
+    ]
+
+
 def rows_generic(name: str, r: dict) -> list[Row]:
     """Top-level ratio and speed-up keys of a results file this script has no renderer for."""
     ratios = {k: v for k, v in r.items() if isinstance(v, (int, float)) and ("ratio" in k or "speedup" in k)}
@@ -316,6 +327,7 @@ RENDERERS: dict[str, Callable[[dict], list[Row]]] = {
     "examples": rows_examples,
     "reader": rows_reader,
     "train_step": rows_train_step,
+    "finetune_step": rows_finetune_step,
 }
 
 
