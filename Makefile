@@ -31,7 +31,7 @@ $(STAMP): setup.py constraints.txt
 
 test: $(STAMP)
 	$(PY) -m ruff check pipelines wordpiece pretrain finetune schemas chain tests benchmarks
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(PY) -m ruff check pipelines wordpiece pretrain finetune schemas chain tests benchmarks

@@ -131,3 +131,31 @@ def gcs_emulator(monkeypatch):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def _examples(corpus: Path, vocab: str, out: Path, split: str) -> Path:
+    run_cli(
+        "examples", "--corpus", str(corpus), "--vocab", vocab, "--output", str(out), "--split", split,
+        "--max-seq-length", "64", "--dupe-factor", "1", "--num-shards", "2", "--num-buckets", "4",
+        *FAST_RUNNER,
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def vocab() -> str:
+    """The released bert-base-uncased vocabulary (for the pre-training tests)."""
+    from tests.conftest import SHARED_DATA, require
+
+    return str(require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"))
+
+
+@pytest.fixture(scope="module")
+def shards(corpus_output, vocab, tmp_path_factory) -> Path:
+    """`pipelines examples` at 64 tokens, dupe factor 1, from the enwiki excerpt's train split."""
+    return _examples(corpus_output, vocab, tmp_path_factory.mktemp("shards") / "seq64", "train")
+
+
+@pytest.fixture(scope="module")
+def validation_shards(corpus_output, vocab, tmp_path_factory) -> Path:
+    return _examples(corpus_output, vocab, tmp_path_factory.mktemp("shards") / "val64", "validation")
