@@ -263,17 +263,15 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    try:
-        reader = ExampleShards(
-            cfg.shards,
-            batch_size=micro,
-            seed=cfg.seed,
-            rank=procs.rank,
-            world_size=procs.world_size,
-            streams=cfg.streams,
-        )
-    except (ValueError, OSError) as err:
-        raise TrainingError(f"--shards {cfg.shards}: {err}") from None
+    def open_shards(option: str, url: str, **settings) -> ExampleShards:
+        try:
+            return ExampleShards(
+                url, batch_size=micro, seed=cfg.seed, rank=procs.rank, world_size=procs.world_size, **settings
+            )
+        except (ValueError, OSError) as err:
+            raise TrainingError(f"{option} {url}: {err}") from None
+
+    reader = open_shards("--shards", cfg.shards, streams=cfg.streams)
     setup = prepare(cfg, reader)
     if cfg.dynamic_masking:
         reader.masking = DynamicMasking.from_vocab(setup.vocab.vocab)
@@ -281,19 +279,10 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
     workers = workers if cfg.num_workers else 0
     validation = None
     if cfg.validation_shards:
-        try:
-            validation = ExampleShards(
-                cfg.validation_shards,
-                batch_size=micro,
-                seed=cfg.seed,
-                rank=procs.rank,
-                world_size=procs.world_size,
-                shuffle=False,
-                streams=1,
-                vocab_sha256=setup.vocab.vocab_sha256,
-            )
-        except (ValueError, OSError) as err:
-            raise TrainingError(f"--validation-shards {cfg.validation_shards}: {err}") from None
+        validation = open_shards(
+            "--validation-shards", cfg.validation_shards, shuffle=False, streams=1,
+            vocab_sha256=setup.vocab.vocab_sha256,
+        )  # fmt: skip
 
     model = setup.model.to(procs.device)
     optimizer = build_optimizer(
