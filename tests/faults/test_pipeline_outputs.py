@@ -102,3 +102,14 @@ def test_books_with_no_documents_are_not_completed_and_corpus_refuses_them(tmp_p
     assert not (out / "COMPLETED").exists()
     refused = run_cli("corpus", "--input", str(out), "--output", str(tmp_path / "corpus"), expect=2)
     assert refused.output.count("\n") == 1 and "no COMPLETED marker" in refused.output
+
+
+def test_a_book_with_one_bad_byte_is_kept_and_the_replacement_counted(tmp_path):
+    books = write_books(tmp_path / "books", count=1)
+    good = (books / "book0.txt").read_bytes()
+    (books / "book0.txt").write_bytes(b"\xef\xbb\xbf" + good[:500] + b"\xff" + good[500:])
+    out = tmp_path / "docs"
+    run_cli("books", "--input", f"{books}/*.txt", "--output", str(out), "--num-shards", "1", *FAST_RUNNER)
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["documents_out"] == 1 and stats["rejected"] == {}
+    assert stats["replaced_characters"] == 1 and stats["books_with_replacements"] == 1
