@@ -15,7 +15,6 @@ LONG_FUNCTIONS = {
     "chain/report.py build": 160,
     "chain/plan.py plan": 136,
     "finetune/squad.py run_squad": 133,
-    "finetune/glue.py run_glue": 111,
 }
 
 
