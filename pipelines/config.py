@@ -24,6 +24,8 @@ class SourceConfig:
     num_shards: int = 16
     min_document_words: int = 8
     overwrite: bool = False
+    allow_file_errors: bool = False
+    """Mark the output COMPLETED although input files ended early (``--allow-file-errors``)."""
 
     def problems(self) -> list[str]:
         """Every problem with the options, as sentences naming the flag."""
