@@ -47,6 +47,7 @@ from pipelines.stats import bucket_label, sum_tallies
 from schemas import (
     Manifest,
     ShardEntry,
+    absolute_reference,
 )
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
@@ -95,6 +96,7 @@ class ExamplesConfig:
         data = asdict(self)
         for key in ("output", "overwrite", "apply_masking"):
             data.pop(key)
+        data["corpus"], data["vocab"] = absolute_reference(self.corpus), absolute_reference(self.vocab)
         if not self.apply_masking:
             data["masking"] = False  # no masking parameter applies
         return data

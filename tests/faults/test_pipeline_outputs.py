@@ -72,7 +72,7 @@ def _examples(corpus: Path, vocab: Path, output: Path, split: str, expect: int):
     )  # fmt: skip
 
 
-def test_an_empty_split_is_one_line_and_no_completed(corpus, tmp_path):
+def test_an_empty_split_is_one_line_and_no_completed(corpus, tmp_path, monkeypatch):
     vocab = write_vocab(tmp_path / "vocab.txt")
     out = tmp_path / "examples"
     result = _examples(corpus, vocab, out, "test", expect=1)
@@ -81,9 +81,15 @@ def test_an_empty_split_is_one_line_and_no_completed(corpus, tmp_path):
     ]
     assert not (out / "COMPLETED").exists() and not (out / "manifest.json").exists()
     assert json.loads((out / "stats.json").read_text())["examples"] == 0
-    # The same output folder then takes a good run without --overwrite (nothing was completed).
-    _examples(corpus, vocab, out, "train", expect=0)
+    # The same output folder then takes a good run without --overwrite (nothing was completed);
+    # given relative paths, the manifest records them absolute (pretrain may start elsewhere).
+    monkeypatch.chdir(tmp_path)
+    _examples(corpus, Path("vocab.txt"), Path("examples"), "train", expect=0)
     assert (out / "COMPLETED").exists()
+    params = json.loads((out / "manifest.json").read_text())["params"]
+    assert params["vocab"] == str(vocab) and params["corpus"] == str(corpus)
+    docs = json.loads((corpus.parent / "docs" / "manifest.json").read_text())["params"]
+    assert docs["inputs"] == [f"{corpus.parent}/books/*.txt"]
 
 
 def test_books_with_no_documents_are_not_completed_and_corpus_refuses_them(tmp_path):
