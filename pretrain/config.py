@@ -6,11 +6,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from pretrain.model import PRESETS
+from pretrain.model import parse_model_size
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
 LR_SCHEDULES = ("transformers", "reference")
+OBJECTIVES = ("mlm", "ltr")
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,12 @@ class TrainConfig:
     shards: str
     output: str
     config: str | None = None
-    """A model size (``tiny`` … ``large``), used when not starting from --init-from or --resume."""
+    """A model size (``tiny`` … ``large``, or ``L/H/A``), used when not starting from --init-from
+    or --resume."""
+    nsp: bool = True
+    """Train the next-sentence head and loss; False (``--no-nsp``): MLM only, NSP labels ignored."""
+    objective: str = "mlm"
+    """``mlm`` (masked LM) or ``ltr`` (causal left-to-right LM on the restored tokens, no NSP)."""
     global_batch_size: int = 256
     micro_batch_size: int | None = None
     """Examples per rank per forward pass; None: global / world size (no accumulation)."""
@@ -65,8 +71,13 @@ class TrainConfig:
 
     def problems(self) -> list[str]:
         found = []
-        if self.config is not None and self.config not in PRESETS:
-            found.append(f"--config must be one of {', '.join(PRESETS)}, got {self.config!r}")
+        if self.config is not None:
+            try:
+                parse_model_size(self.config)
+            except ValueError as err:
+                found.append(f"--config: {err}")
+        if self.objective not in OBJECTIVES:
+            found.append(f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.precision not in PRECISIONS:
             found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.lr_schedule not in LR_SCHEDULES:
@@ -97,6 +108,11 @@ class TrainConfig:
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             found.append(f"--dropout must be in [0, 1), got {self.dropout}")
         return found
+
+    @property
+    def uses_nsp(self) -> bool:
+        """Whether the model has (and trains) the NSP head: not with --no-nsp nor --objective ltr."""
+        return self.nsp and self.objective == "mlm"
 
     def accumulation(self, world_size: int) -> tuple[int, int]:
         """(micro batch size, accumulation steps) for ``world_size`` ranks, or ValueError."""

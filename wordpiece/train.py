@@ -39,6 +39,7 @@ from schemas import (
     Manifest,
     ManifestError,
     ShardEntry,
+    absolute_reference,
     completed_marker,
     verify_completed,
 )
@@ -108,6 +109,7 @@ class TrainConfig:
         data = asdict(self)
         for key in ("output", "overwrite"):
             data.pop(key)
+        data["corpus"] = absolute_reference(self.corpus)
         data["splits"] = list(self.splits)
         return data
 

@@ -42,11 +42,12 @@ from pipelines.examples.pairs import (
     tokenized_document,
     truncate_pairs,
 )
-from pipelines.stage import WriteShards, shard_index, write_completion
+from pipelines.stage import WriteShards, shard_index, write_completion, write_stats
 from pipelines.stats import bucket_label, sum_tallies
 from schemas import (
     Manifest,
     ShardEntry,
+    absolute_reference,
 )
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
@@ -95,6 +96,7 @@ class ExamplesConfig:
         data = asdict(self)
         for key in ("output", "overwrite", "apply_masking"):
             data.pop(key)
+        data["corpus"], data["vocab"] = absolute_reference(self.corpus), absolute_reference(self.vocab)
         if not self.apply_masking:
             data["masking"] = False  # no masking parameter applies
         return data
@@ -415,6 +417,9 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
     stats = _stats(tally, config.apply_masking)
+    if not stats["examples"]:
+        write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
+        return stats
     shards = tuple(ShardEntry(**e) for e in entries)
     params = {**config.params(), "vocab_sha256": vocab_sha256}
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
