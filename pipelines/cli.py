@@ -13,7 +13,7 @@ import sys
 import click
 
 from pipelines import io
-from pipelines.config import BooksConfig, CorpusConfig, WikipediaConfig
+from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
 from pipelines.stage import incomplete_reason
 
@@ -185,6 +185,47 @@ def books(ctx, inputs, output, num_shards, overwrite, allow_file_errors, min_doc
         min_document_words=min_document_words,
     )
     _run(build, config, _expand(inputs), ctx.args, "books")
+
+
+@main.command(context_settings=_PASS_THROUGH)
+@_source_options
+@click.option("--min-document-words", type=int, default=0, show_default=True)
+@click.option(
+    "--validation-fraction", type=float, default=0.0, show_default=True, help="Documents for validation/."
+)
+@click.option("--test-fraction", type=float, default=0.0, show_default=True, help="Documents for test/.")
+@click.pass_context
+def text(
+    ctx,
+    inputs,
+    output,
+    num_shards,
+    overwrite,
+    allow_file_errors,
+    min_document_words,
+    validation_fraction,
+    test_fraction,
+):
+    """Read files in create_pretraining_data.py's input format into a corpus output.
+
+    One sentence per line, a blank line between documents (UTF-8). The output has the
+    train/validation/test layout of `pipelines corpus` (by default everything in train), so
+    `pipelines examples --corpus OUTPUT` takes it. Empty and binary files are rejects.
+    """
+    from pipelines.plaintext.pipeline import build
+
+    config = _config(
+        TextConfig,
+        inputs=inputs,
+        output=output,
+        num_shards=num_shards,
+        overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
+        min_document_words=min_document_words,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+    )
+    _run(build, config, _expand(inputs), ctx.args, "records (documents and rejected files)")
 
 
 @main.command(context_settings=_PASS_THROUGH)
