@@ -282,7 +282,14 @@ def evaluate_squad(version: str, data_file: str, predictions: str, null_odds: st
     """Print EM and F1 (v2.0: with the HasAns/NoAns breakdown) as JSON."""
     from finetune.squad import evaluate_file
 
-    click.echo(json.dumps(_call(evaluate_file, version, data_file, predictions, null_odds), indent=2))
+    result = _call(evaluate_file, version, data_file, predictions, null_odds)
+    if result["unanswered"]:
+        click.echo(
+            f"warning: {result['unanswered']:,} of {result['total']:,} questions in {data_file} have no "
+            f"prediction in {predictions}; each scores 0",
+            err=True,
+        )
+    click.echo(json.dumps(result, indent=2))
 
 
 @main.command(

@@ -13,8 +13,9 @@ import sys
 import click
 
 from pipelines import io
-from pipelines.config import BooksConfig, CorpusConfig, WikipediaConfig
+from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
+from pipelines.stage import incomplete_reason
 
 _PASS_THROUGH = {
     "ignore_unknown_options": True,
@@ -28,6 +29,12 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _fail_run(message: str) -> None:
+    """A run that finished without a usable output: one line, exit 1 (no ``COMPLETED`` written)."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
 def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     try:
         stats = run_stage(build, config, inputs, beam_args)
@@ -38,12 +45,16 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
         return
     for line in summary_lines(stats, config.output, record_name):
         click.echo(line)
+    allowed = getattr(config, "allow_file_errors", False)
     for reason, count in stats["file_errors"].items():
         click.echo(
-            f"error: {count} input file(s) ended early ({reason}); see {config.output}/rejects", err=True
+            f"{'warning' if allowed else 'error'}: {count} input file(s) ended early ({reason}); "
+            f"see {config.output}/rejects",
+            err=True,
         )
-    if stats["file_errors"]:
-        sys.exit(1)
+    reason = incomplete_reason(stats, allowed)
+    if reason is not None:
+        _fail_run(f"--output {config.output}: not marked COMPLETED: {reason}")
 
 
 def _config(cls, **kwargs):
@@ -80,6 +91,12 @@ def main(verbose: bool) -> None:
 
 
 def _source_options(func):
+    func = click.option(
+        "--allow-file-errors",
+        is_flag=True,
+        help="Mark the output COMPLETED although input files ended early (truncated, undecodable); "
+        "without it such a run exits 1 and is not COMPLETED.",
+    )(func)
     func = click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")(func)
     func = click.option(
         "--num-shards",
@@ -116,7 +133,9 @@ def _source_options(func):
     help="Drop articles with fewer words after cleaning (counted as too_short).",
 )
 @click.pass_context
-def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min_document_words):
+def wikipedia(
+    ctx, inputs, output, num_shards, overwrite, allow_file_errors, streams_per_range, min_document_words
+):
     """Clean pages-articles dumps (.xml.bz2, multistream or not, or plain .xml) into documents.
 
     Keeps namespace-0 articles, skips redirects and disambiguation pages, and keeps only prose
@@ -131,6 +150,7 @@ def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min
         output=output,
         num_shards=num_shards,
         overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
         streams_per_range=streams_per_range,
         min_document_words=min_document_words,
     )
@@ -147,7 +167,7 @@ def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min
     help="Drop books with fewer words after cleaning (counted as too_short).",
 )
 @click.pass_context
-def books(ctx, inputs, output, num_shards, overwrite, min_document_words):
+def books(ctx, inputs, output, num_shards, overwrite, allow_file_errors, min_document_words):
     """Clean plain-text books (one book per file) into documents, one document per book.
 
     Detects the encoding, strips Project Gutenberg headers, footers and licence, unwraps
@@ -161,9 +181,51 @@ def books(ctx, inputs, output, num_shards, overwrite, min_document_words):
         output=output,
         num_shards=num_shards,
         overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
         min_document_words=min_document_words,
     )
     _run(build, config, _expand(inputs), ctx.args, "books")
+
+
+@main.command(context_settings=_PASS_THROUGH)
+@_source_options
+@click.option("--min-document-words", type=int, default=0, show_default=True)
+@click.option(
+    "--validation-fraction", type=float, default=0.0, show_default=True, help="Documents for validation/."
+)
+@click.option("--test-fraction", type=float, default=0.0, show_default=True, help="Documents for test/.")
+@click.pass_context
+def text(
+    ctx,
+    inputs,
+    output,
+    num_shards,
+    overwrite,
+    allow_file_errors,
+    min_document_words,
+    validation_fraction,
+    test_fraction,
+):
+    """Read files in create_pretraining_data.py's input format into a corpus output.
+
+    One sentence per line, a blank line between documents (UTF-8). The output has the
+    train/validation/test layout of `pipelines corpus` (by default everything in train), so
+    `pipelines examples --corpus OUTPUT` takes it. Empty and binary files are rejects.
+    """
+    from pipelines.plaintext.pipeline import build
+
+    config = _config(
+        TextConfig,
+        inputs=inputs,
+        output=output,
+        num_shards=num_shards,
+        overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
+        min_document_words=min_document_words,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+    )
+    _run(build, config, _expand(inputs), ctx.args, "records (documents and rejected files)")
 
 
 @main.command(context_settings=_PASS_THROUGH)
@@ -324,6 +386,11 @@ def examples(
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
+    if not stats["examples"]:
+        _fail_run(
+            f"--split {split} of {corpus}: no examples ({stats['documents_used']:,} documents with tokens); "
+            f"{output} is not marked COMPLETED"
+        )
     masked = f"masked {stats['mask_rate']:.3f} of tokens" if stats["masking"] else "not masked"
     click.echo(
         f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); random next "

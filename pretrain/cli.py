@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from pretrain.config import OPTIMIZERS, PRECISIONS
+from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
 
 _EPILOG = """\b
@@ -31,10 +31,24 @@ Examples:
 @click.option("--output", help="Run folder for checkpoints, metrics.jsonl, TensorBoard and plots.")
 @click.option(
     "--config",
-    type=click.Choice(list(PRESETS)),
     default=None,
-    help="Model size (layers/hidden: tiny 2/128 … base 12/768, large 24/1024). Default base; "
-    "taken from the checkpoint with --resume/--init-from.",
+    help=f"Model size: {', '.join(PRESETS)} (layers/hidden: tiny 2/128 … base 12/768, large "
+    "24/1024) or L/H/A (layers/hidden/heads, e.g. 6/512/8). Default base; taken from the "
+    "checkpoint with --resume/--init-from.",
+)
+@click.option(
+    "--no-nsp",
+    "nsp",
+    flag_value=False,
+    default=True,
+    help="MLM only: no next-sentence head, parameters or loss (the shards' NSP labels are ignored).",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="mlm",
+    show_default=True,
+    help="mlm: masked LM; ltr: causal left-to-right LM on the restored tokens (no NSP).",
 )
 @click.option(
     "--global-batch-size",
@@ -51,6 +65,13 @@ Examples:
 @click.option("--warmup-steps", type=int, default=100, show_default=True)
 @click.option(
     "--decay-power", type=float, default=1.0, show_default=True, help="1 = linear decay to 0 at --max-steps."
+)
+@click.option(
+    "--lr-schedule",
+    type=click.Choice(LR_SCHEDULES),
+    default="transformers",
+    show_default=True,
+    help="transformers: decay after warm-up; reference: google-research/bert's polynomial_decay.",
 )
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True)
 @click.option("--weight-decay", type=float, default=0.01, show_default=True)
@@ -160,6 +181,26 @@ def export(checkpoint, fmt, output) -> None:
         ).encode(),
     )
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
+
+
+@main.command()
+@click.option("--config", "size", default="base", show_default=True, help="A preset or L/H/A.")
+@click.option("--vocab-size", type=int, default=30522, show_default=True)
+@click.option("--max-position-embeddings", type=int, default=512, show_default=True)
+@click.option("--no-nsp", "nsp", flag_value=False, default=True, help="Without the NSP head.")
+def params(size, vocab_size, max_position_embeddings, nsp) -> None:
+    """Print the parameter count of a model size (as transformers' BertForPreTraining counts it)."""
+    from pretrain.model import BertConfig, parameter_counts
+
+    try:
+        config = BertConfig.preset(size, vocab_size, max_position_embeddings=max_position_embeddings, nsp=nsp)
+    except ValueError as err:
+        raise click.ClickException(f"--config {size}: {err}") from None
+    counts = parameter_counts(config)
+    shape = f"L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads}"
+    click.echo(f"{size} ({shape}, vocabulary {vocab_size})")
+    for name, value in counts.items():
+        click.echo(f"  {name:<11}{value:>14,}  ({value / 1e6:.1f}M)")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from pretrain.model import (
     BertConfig,
     BertForPreTraining,
     compile_model,
+    left_to_right_batch,
     pretraining_loss,
     training_flops_per_token,
 )
@@ -156,6 +157,11 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
         except ckpt.CheckpointError as err:
             raise TrainingError(str(err)) from None
         model = BertForPreTraining.from_pretrained(resumed_from.url)
+        if (model.config.nsp, model.config.causal) != (cfg.uses_nsp, cfg.objective == "ltr"):
+            raise TrainingError(
+                f"{resumed_from.url} was trained with nsp={model.config.nsp}, causal="
+                f"{model.config.causal}; --resume must keep --objective and --no-nsp as they were"
+            )
         trainer_state = ckpt.load_torch(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
         if cfg.config is not None:
             wanted = BertConfig.preset(cfg.config, vocab.vocab_size)
@@ -171,13 +177,13 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
         with contextlib.suppress(ckpt.CheckpointError):
             source = ckpt.resolve(cfg.init_from).url  # a run folder: its newest checkpoint
         try:
-            model = BertForPreTraining.from_pretrained(source, seed=cfg.seed)
+            model = BertForPreTraining.from_pretrained(source, seed=cfg.seed, **_objective_fields(cfg))
         except (OSError, ValueError) as err:
             raise TrainingError(f"--init-from {cfg.init_from}: {err}") from None
     else:
-        overrides = {}
+        overrides = _objective_fields(cfg)
         if cfg.dropout is not None:
-            overrides = {"hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout}
+            overrides |= {"hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout}
         config = BertConfig.preset(cfg.config or "base", vocab.vocab_size, **overrides)
         model = BertForPreTraining(config, seed=cfg.seed)
 
@@ -192,6 +198,11 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
             f"{model.config.max_position_embeddings} positions"
         )
     return Setup(model, vocab, max_len, trainer_state, resumed_from)
+
+
+def _objective_fields(cfg: TrainConfig) -> dict:
+    """The model-config fields the objective sets: the NSP head, causal attention."""
+    return {"nsp": cfg.uses_nsp, "causal": cfg.objective == "ltr"}
 
 
 def _check_output(output: str) -> None:
@@ -307,7 +318,13 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         except FileNotFoundError:
             log.warning("%s missing (resuming with a different number of ranks?); RNG not restored", rng_url)
     scheduler = build_scheduler(
-        optimizer, cfg.lr, cfg.warmup_steps, cfg.schedule_steps or cfg.max_steps, cfg.decay_power, step
+        optimizer,
+        cfg.lr,
+        cfg.warmup_steps,
+        cfg.schedule_steps or cfg.max_steps,
+        cfg.decay_power,
+        step,
+        schedule=cfg.lr_schedule,
     )
     if step >= cfg.max_steps:
         raise TrainingError(f"the run is already at step {step}; raise --max-steps above it to continue")
@@ -425,11 +442,13 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         while step < cfg.max_steps:
             waited = time.perf_counter()
             step_batches = [next(data) for _ in range(accumulation)]
+            if cfg.objective == "ltr":
+                step_batches = [left_to_right_batch(b) for b in step_batches]
             wait_s += time.perf_counter() - waited
             # the step's loss is the mean over every masked token (and every pair) of the global
             # batch, however it is split into ranks and micro batches: weigh each micro batch's means
             masked = [float(b["masked_lm_weights"].sum()) for b in step_batches]
-            pairs = [float(b["next_sentence_labels"].numel()) for b in step_batches]
+            pairs = [float(b["next_sentence_labels"].numel() * cfg.uses_nsp) for b in step_batches]
             total_masked, total_pairs = _sum(procs, [sum(masked), sum(pairs)])
             for index, batch in enumerate(step_batches):
                 cpu_tokens = int(batch["attention_mask"].sum())  # on the host: no device sync
@@ -445,7 +464,7 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                         batch["input_ids"],
                         batch["token_type_ids"],
                         batch["attention_mask"],
-                        batch["masked_lm_positions"],
+                        batch.get("masked_lm_positions"),
                     )
                     loss = pretraining_loss(
                         outputs,
@@ -455,7 +474,7 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                     )
                     share = procs.world_size / max(total_masked, 1.0)  # DDP averages over ranks
                     objective = loss.mlm_loss * (masked[index] * share) + loss.nsp_loss * (
-                        pairs[index] * procs.world_size / total_pairs
+                        pairs[index] * procs.world_size / max(total_pairs, 1.0)
                     )
                     scaler.scale(objective).backward()
                 losses += torch.stack(
@@ -599,7 +618,10 @@ def _example_keys(batch: dict) -> list[str]:
     """A digest of each example of a batch (its tokens and masks), for the rank report."""
     keys = []
     for ids, mask, positions in zip(
-        batch["input_ids"], batch["attention_mask"], batch["masked_lm_positions"], strict=True
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch.get("masked_lm_positions", batch["masked_lm_ids"]),  # LTR batches have no positions
+        strict=True,
     ):
         data = ids[mask.bool()].numpy().tobytes() + positions.numpy().tobytes()
         keys.append(hashlib.sha256(data).hexdigest()[:16])
@@ -635,13 +657,15 @@ def _evaluate(
     for index, batch in enumerate(loader):
         if index >= cfg.eval_batches:
             break
+        if cfg.objective == "ltr":
+            batch = left_to_right_batch(batch)
         batch = {k: v.to(procs.device) for k, v in batch.items()}
         with _autocast(cfg.precision, procs.device):
             outputs = forward(
                 batch["input_ids"],
                 batch["token_type_ids"],
                 batch["attention_mask"],
-                batch["masked_lm_positions"],
+                batch.get("masked_lm_positions"),
             )
             loss = pretraining_loss(
                 outputs, batch["masked_lm_ids"], batch["masked_lm_weights"], batch["next_sentence_labels"]

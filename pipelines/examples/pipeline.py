@@ -41,11 +41,12 @@ from pipelines.examples.pairs import (
     tokenized_document,
     truncate_pairs,
 )
-from pipelines.stage import WriteShards, shard_index, write_completion
+from pipelines.stage import WriteShards, shard_index, write_completion, write_stats
 from pipelines.stats import bucket_label, sum_tallies
 from schemas import (
     Manifest,
     ShardEntry,
+    absolute_reference,
 )
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
@@ -97,6 +98,7 @@ class ExamplesConfig:
             data.pop(key)
         # What dynamic masking in ``pretrain`` re-applies unless its flags override it.
         data["masking_settings"] = asdict(self.masking)
+        data["corpus"], data["vocab"] = absolute_reference(self.corpus), absolute_reference(self.vocab)
         if not self.apply_masking:
             data["masking"] = False  # these shards carry no masks
         return data
@@ -417,6 +419,9 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
     stats = _stats(tally, config.apply_masking)
+    if not stats["examples"]:
+        write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
+        return stats
     shards = tuple(ShardEntry(**e) for e in entries)
     params = {**config.params(), "vocab_sha256": vocab_sha256}
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
