@@ -73,6 +73,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log Beam's progress and full tracebacks.")
 def main(verbose: bool) -> None:
     """Corpus pipelines: raw Wikipedia dumps and books into clean, split, de-duplicated documents.
