@@ -16,6 +16,7 @@ from pipelines import io
 from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
 from pipelines.stage import incomplete_reason
+from schemas import SchemaError
 
 _PASS_THROUGH = {
     "ignore_unknown_options": True,
@@ -398,7 +399,7 @@ def show(folder, samples):
 
     try:
         lines = describe(folder, num_samples=samples)
-    except io.InputError as err:
+    except (io.InputError, SchemaError) as err:
         _fail(str(err))
     for line in lines:
         click.echo(line)
