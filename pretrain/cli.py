@@ -27,6 +27,7 @@ Examples:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_EPILOG,
 )
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("--shards", help="A `pipelines examples` output (local folder or gs://, s3:// URL).")
 @click.option("--output", help="Run folder for checkpoints, metrics.jsonl, TensorBoard and plots.")
 @click.option(
@@ -61,6 +62,11 @@ Examples:
     "--micro-batch-size", type=int, help="Examples per rank per forward pass (gradient accumulation)."
 )
 @click.option("--max-steps", type=int, default=1000, show_default=True)
+@click.option(
+    "--schedule-steps",
+    type=int,
+    help="Step at which the learning rate reaches 0 (default --max-steps); phase 1 of BERT: 1000000.",
+)
 @click.option("--lr", type=float, default=1e-4, show_default=True, help="Peak learning rate.")
 @click.option("--warmup-steps", type=int, default=100, show_default=True)
 @click.option(

@@ -137,3 +137,19 @@ def test_an_existing_output_is_refused_and_left_as_it_was(corpus, tmp_path):
     again = run_cli("corpus", "--input", str(corpus.parent / "docs"), "--output", str(corpus), expect=2)
     assert "already holds a completed output; pass --overwrite" in again.output
     assert {p: p.read_bytes() for p in corpus.rglob("*") if p.is_file()} == before
+
+
+def test_show_on_a_corrupt_shard_is_one_line(corpus, tmp_path):
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(corpus, damaged)
+    shard = next((damaged / "train").glob("*.arrow"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    run_cli("show", str(corpus))  # the intact original still shows (exit 0)
+    result = run_cli("show", str(damaged), expect=2)
+    assert result.output.strip().splitlines() == [
+        f"error: {shard}: checksum differs from its manifest; the input was modified or damaged"
+    ]
