@@ -521,6 +521,9 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                     "samples_per_s": totals[8] / elapsed,
                     "data_wait_share": totals[11] / procs.world_size / elapsed,
                     "tokens_seen": tokens_seen,
+                    # Since the last record (the step's own batches with --log-steps 1), all ranks:
+                    "tokens": int(tokens),  # non-padding tokens
+                    "masked_tokens": int(totals[4]),  # positions predicted
                     "skipped_steps": skipped,
                     "epoch": epoch,
                 }

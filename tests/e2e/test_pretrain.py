@@ -45,6 +45,9 @@ def test_tiny_bert_learns_and_writes_its_run(shards, validation_shards, tmp_path
     assert records[-1]["mlm_loss"] < records[0]["mlm_loss"] - 1.0
     seen = [r["tokens_seen"] for r in records]
     assert seen == sorted(seen) and seen[0] > 5 * 16 * 10  # five steps of 16 examples of 10+ tokens
+    # tokens and masked_tokens count the window's own batches: their sum is tokens_seen
+    assert [sum(r["tokens"] for r in records[: i + 1]) for i in range(len(records))] == seen
+    assert all(0.1 < r["masked_tokens"] / r["tokens"] < 0.22 for r in records)
     for record in records:
         assert (
             0 <= record["data_wait_share"] <= 1 and record["grad_norm"] > 0 and record["skipped_steps"] == 0
