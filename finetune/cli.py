@@ -73,7 +73,7 @@ def _training_options(epochs: float, lr: float, batch_size: int) -> Callable:
             click.option(
                 "--cased/--uncased",
                 default=None,
-                help="Tokeniser casing; default: as the checkpoint records (trainer.pt or tokenizer_config.json).",
+                help="Tokeniser casing; default: as the checkpoint records (trainer.json or tokenizer_config.json).",
             ),
         ]
         for option in reversed(options):

@@ -31,7 +31,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import fsspec
@@ -91,15 +90,16 @@ def _read_text(url: str) -> str | None:
 
 
 def _recorded_casing(folder: str) -> bool | None:
-    """The casing a checkpoint records: ``trainer.pt``'s ``cased`` (ours), else
-    ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
-    trainer = f"{folder}/{ckpt.TRAINER_STATE}"
-    fs, path = fsspec.core.url_to_fs(trainer)
-    if fs.exists(path):
-        if Path(trainer).exists():  # local: memory-map instead of reading the optimizer state
-            state = torch.load(trainer, map_location="cpu", mmap=True, weights_only=False)
-        else:
-            state = ckpt.load_torch(trainer)
+    """The casing a checkpoint records: ``trainer.json``'s ``cased`` (ours; JSON, never trainer
+    state), else ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
+    text = _read_text(f"{folder}/{ckpt.TRAINER_STATE}.json")
+    if text is not None:
+        try:
+            state = json.loads(text)
+        except ValueError:
+            raise FinetuneError(
+                f"{folder}/{ckpt.TRAINER_STATE}.json: not valid JSON; the checkpoint is damaged"
+            ) from None
         if isinstance(state, dict) and "cased" in state:
             return bool(state["cased"])
     text = _read_text(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}")
@@ -115,7 +115,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
     folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder; local or an fsspec URL.
 
     The folder must hold ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
-    ``vocab.txt``. ``cased=None`` takes the casing the checkpoint records (``trainer.pt`` or
+    ``vocab.txt``. ``cased=None`` takes the casing the checkpoint records (``trainer.json`` or
     ``tokenizer_config.json``'s ``do_lower_case``), else infers it from the vocabulary. A missing
     pooler (encoder-only checkpoints) is initialised from ``seed``. Raises :class:`FinetuneError`
     when the folder is incomplete or its ``vocab.txt`` does not match ``config.vocab_size``.

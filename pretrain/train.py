@@ -156,7 +156,7 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
         except ckpt.CheckpointError as err:
             raise TrainingError(str(err)) from None
         model = BertForPreTraining.from_pretrained(resumed_from.url)
-        trainer_state = ckpt.load_torch(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
+        trainer_state = ckpt.load_state(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
         if cfg.config is not None:
             wanted = BertConfig.preset(cfg.config, vocab.vocab_size)
             got = model.config
@@ -298,7 +298,7 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         step, tokens_seen, skipped = state["step"], state["tokens_seen"], state["skipped_steps"]
         rng_url = f"{setup.resumed_from.url}/{ckpt.rng_file(procs.rank)}"
         try:
-            ckpt.set_rng_state(ckpt.load_torch(rng_url))
+            ckpt.set_rng_state(ckpt.load_state(rng_url))
         except FileNotFoundError:
             log.warning("%s missing (resuming with a different number of ranks?); RNG not restored", rng_url)
     scheduler = build_scheduler(
@@ -381,11 +381,11 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         fs, root = fsspec.core.url_to_fs(url)
         fs.makedirs(root, exist_ok=True)
         _barrier(procs)
-        ckpt.save_torch(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}")
+        ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}")
         if procs.is_main:
             model.save_pretrained(url)
             fs.pipe_file(f"{root}/vocab.txt", ("\n".join(setup.vocab.vocab) + "\n").encode("utf-8"))
-            ckpt.save_torch(
+            ckpt.save_state(
                 {
                     "step": at,
                     "tokens_seen": tokens_seen,
@@ -687,7 +687,7 @@ def inherit_settings(cfg: TrainConfig, given: set[str]) -> TrainConfig:
         found = ckpt.resolve(cfg.resume)
     except ckpt.CheckpointError as err:
         raise TrainingError(str(err)) from None
-    saved = ckpt.load_torch(f"{found.url}/{ckpt.TRAINER_STATE}").get("train_config", {})
+    saved = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}").get("train_config", {})
     known = set(TrainConfig.__dataclass_fields__)
     inherited = {
         k: v
