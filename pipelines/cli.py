@@ -16,6 +16,7 @@ from pipelines import io
 from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
 from pipelines.stage import incomplete_reason
+from schemas import SchemaError
 
 _PASS_THROUGH = {
     "ignore_unknown_options": True,
@@ -72,6 +73,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log Beam's progress and full tracebacks.")
 def main(verbose: bool) -> None:
     """Corpus pipelines: raw Wikipedia dumps and books into clean, split, de-duplicated documents.
@@ -397,7 +399,7 @@ def show(folder, samples):
 
     try:
         lines = describe(folder, num_samples=samples)
-    except io.InputError as err:
+    except (io.InputError, SchemaError) as err:
         _fail(str(err))
     for line in lines:
         click.echo(line)

@@ -27,6 +27,7 @@ Examples:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_EPILOG,
 )
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("--shards", help="A `pipelines examples` output (local folder or gs://, s3:// URL).")
 @click.option("--output", help="Run folder for checkpoints, metrics.jsonl, TensorBoard and plots.")
 @click.option(
