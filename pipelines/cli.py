@@ -13,9 +13,10 @@ import sys
 import click
 
 from pipelines import io
-from pipelines.config import BooksConfig, CorpusConfig, WikipediaConfig
+from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
 from pipelines.stage import incomplete_reason
+from schemas import SchemaError
 
 _PASS_THROUGH = {
     "ignore_unknown_options": True,
@@ -72,6 +73,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log Beam's progress and full tracebacks.")
 def main(verbose: bool) -> None:
     """Corpus pipelines: raw Wikipedia dumps and books into clean, split, de-duplicated documents.
@@ -188,6 +190,47 @@ def books(ctx, inputs, output, num_shards, overwrite, allow_file_errors, min_doc
 
 
 @main.command(context_settings=_PASS_THROUGH)
+@_source_options
+@click.option("--min-document-words", type=int, default=0, show_default=True)
+@click.option(
+    "--validation-fraction", type=float, default=0.0, show_default=True, help="Documents for validation/."
+)
+@click.option("--test-fraction", type=float, default=0.0, show_default=True, help="Documents for test/.")
+@click.pass_context
+def text(
+    ctx,
+    inputs,
+    output,
+    num_shards,
+    overwrite,
+    allow_file_errors,
+    min_document_words,
+    validation_fraction,
+    test_fraction,
+):
+    """Read files in create_pretraining_data.py's input format into a corpus output.
+
+    One sentence per line, a blank line between documents (UTF-8). The output has the
+    train/validation/test layout of `pipelines corpus` (by default everything in train), so
+    `pipelines examples --corpus OUTPUT` takes it. Empty and binary files are rejects.
+    """
+    from pipelines.plaintext.pipeline import build
+
+    config = _config(
+        TextConfig,
+        inputs=inputs,
+        output=output,
+        num_shards=num_shards,
+        overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
+        min_document_words=min_document_words,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+    )
+    _run(build, config, _expand(inputs), ctx.args, "records (documents and rejected files)")
+
+
+@main.command(context_settings=_PASS_THROUGH)
 @click.option(
     "--input",
     "inputs",
@@ -247,6 +290,11 @@ def corpus(
 @click.option("--dupe-factor", type=int, default=5, show_default=True)
 @click.option("--whole-word-masking", is_flag=True, help="Mask whole words (a word's ## pieces together).")
 @click.option(
+    "--mask-share", type=float, default=0.8, show_default=True, help="Of predictions, share -> [MASK]."
+)
+@click.option("--keep-share", type=float, default=0.1, show_default=True, help="Share kept unchanged.")
+@click.option("--random-share", type=float, default=0.1, show_default=True, help="Share -> a random token.")
+@click.option(
     "--random-token-from-whole-vocab",
     is_flag=True,
     help="As the reference: the 10% random replacement may be any token, [PAD] and [unusedN] included.",
@@ -280,6 +328,9 @@ def examples(
     short_seq_prob,
     dupe_factor,
     whole_word_masking,
+    mask_share,
+    keep_share,
+    random_share,
     random_token_from_whole_vocab,
     no_masking,
     num_shards,
@@ -293,10 +344,10 @@ def examples(
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
     """
 
-    from pipelines.examples.masking import MaskingConfig
     from pipelines.examples.pairs import PairConfig
     from pipelines.examples.pipeline import ExamplesConfig, build
     from schemas import DOCUMENTS
+    from wordpiece.masking import MaskingConfig
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
     try:
@@ -315,6 +366,9 @@ def examples(
                 masked_lm_prob=masked_lm_prob,
                 max_predictions_per_seq=max_predictions_per_seq,
                 whole_word_masking=whole_word_masking,
+                mask_share=mask_share,
+                keep_share=keep_share,
+                random_share=random_share,
             ),
             random_token_from_whole_vocab=random_token_from_whole_vocab,
             apply_masking=not no_masking,
@@ -356,7 +410,7 @@ def show(folder, samples):
 
     try:
         lines = describe(folder, num_samples=samples)
-    except io.InputError as err:
+    except (io.InputError, SchemaError) as err:
         _fail(str(err))
     for line in lines:
         click.echo(line)
