@@ -100,6 +100,7 @@ def _config(opts: dict[str, Any]) -> TrainConfig:
 
 
 @click.group(context_settings=CONTEXT)
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 def main() -> None:
     """Fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG (BERT paper, Section 4).
 

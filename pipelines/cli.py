@@ -13,9 +13,10 @@ import sys
 import click
 
 from pipelines import io
-from pipelines.config import BooksConfig, CorpusConfig, WikipediaConfig
+from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
 from pipelines.stage import incomplete_reason
+from schemas import SchemaError
 
 _PASS_THROUGH = {
     "ignore_unknown_options": True,
@@ -72,6 +73,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log Beam's progress and full tracebacks.")
 def main(verbose: bool) -> None:
     """Corpus pipelines: raw Wikipedia dumps and books into clean, split, de-duplicated documents.
@@ -185,6 +187,47 @@ def books(ctx, inputs, output, num_shards, overwrite, allow_file_errors, min_doc
         min_document_words=min_document_words,
     )
     _run(build, config, _expand(inputs), ctx.args, "books")
+
+
+@main.command(context_settings=_PASS_THROUGH)
+@_source_options
+@click.option("--min-document-words", type=int, default=0, show_default=True)
+@click.option(
+    "--validation-fraction", type=float, default=0.0, show_default=True, help="Documents for validation/."
+)
+@click.option("--test-fraction", type=float, default=0.0, show_default=True, help="Documents for test/.")
+@click.pass_context
+def text(
+    ctx,
+    inputs,
+    output,
+    num_shards,
+    overwrite,
+    allow_file_errors,
+    min_document_words,
+    validation_fraction,
+    test_fraction,
+):
+    """Read files in create_pretraining_data.py's input format into a corpus output.
+
+    One sentence per line, a blank line between documents (UTF-8). The output has the
+    train/validation/test layout of `pipelines corpus` (by default everything in train), so
+    `pipelines examples --corpus OUTPUT` takes it. Empty and binary files are rejects.
+    """
+    from pipelines.plaintext.pipeline import build
+
+    config = _config(
+        TextConfig,
+        inputs=inputs,
+        output=output,
+        num_shards=num_shards,
+        overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
+        min_document_words=min_document_words,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+    )
+    _run(build, config, _expand(inputs), ctx.args, "records (documents and rejected files)")
 
 
 @main.command(context_settings=_PASS_THROUGH)
@@ -356,7 +399,7 @@ def show(folder, samples):
 
     try:
         lines = describe(folder, num_samples=samples)
-    except io.InputError as err:
+    except (io.InputError, SchemaError) as err:
         _fail(str(err))
     for line in lines:
         click.echo(line)

@@ -75,6 +75,26 @@ class BooksConfig(SourceConfig):
 
 
 @dataclass(frozen=True)
+class TextConfig(SourceConfig):
+    """``pipelines text``: files in the reference generator's format to a corpus output."""
+
+    min_document_words: int = 0
+    validation_fraction: float = 0.0
+    test_fraction: float = 0.0
+    split_seed: str = field(default="corpus-split-v1")
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        for name in ("validation_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                problems.append(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
+        if self.validation_fraction + self.test_fraction >= 1.0:
+            problems.append("--validation-fraction plus --test-fraction must leave some training data")
+        return problems
+
+
+@dataclass(frozen=True)
 class CorpusConfig:
     """``pipelines corpus``: merge, de-duplicate and split document outputs."""
 

@@ -127,7 +127,9 @@ def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:
         tally.update(outcome.counts or {})
         return tally
     key = "file_errors" if outcome.kind == FILE_ERROR else outcome.kind
-    return Counter({f"{key}/{outcome.reason}": 1})
+    tally = Counter({f"{key}/{outcome.reason}": 1})
+    tally.update(outcome.counts or {})
+    return tally
 
 
 class CountOutcomes(beam.DoFn):

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from pretrain.config import OBJECTIVES, OPTIMIZERS, PRECISIONS
+from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
 
 _EPILOG = """\b
@@ -27,6 +27,7 @@ Examples:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_EPILOG,
 )
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("--shards", help="A `pipelines examples` output (local folder or gs://, s3:// URL).")
 @click.option("--output", help="Run folder for checkpoints, metrics.jsonl, TensorBoard and plots.")
 @click.option(
@@ -65,6 +66,13 @@ Examples:
 @click.option("--warmup-steps", type=int, default=100, show_default=True)
 @click.option(
     "--decay-power", type=float, default=1.0, show_default=True, help="1 = linear decay to 0 at --max-steps."
+)
+@click.option(
+    "--lr-schedule",
+    type=click.Choice(LR_SCHEDULES),
+    default="transformers",
+    show_default=True,
+    help="transformers: decay after warm-up; reference: google-research/bert's polynomial_decay.",
 )
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True)
 @click.option("--weight-decay", type=float, default=0.01, show_default=True)

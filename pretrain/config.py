@@ -10,6 +10,7 @@ from pretrain.model import parse_model_size
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
+LR_SCHEDULES = ("transformers", "reference")
 OBJECTIVES = ("mlm", "ltr")
 
 
@@ -36,6 +37,9 @@ class TrainConfig:
     """Steps of the learning-rate schedule (decay reaches 0 there); default --max-steps. Phase 1
     of BERT's recipe: --max-steps 900000 --schedule-steps 1000000."""
     decay_power: float = 1.0
+    lr_schedule: str = "transformers"
+    """``transformers``: decay from the end of warm-up; ``reference``: google-research/bert's
+    ``polynomial_decay`` from step 0 with the warm-up overriding it (see pretrain/optim.py)."""
     optimizer: str = "adamw"
     weight_decay: float = 0.01
     adam_beta1: float = 0.9
@@ -76,6 +80,8 @@ class TrainConfig:
             found.append(f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.precision not in PRECISIONS:
             found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            found.append(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if self.optimizer not in OPTIMIZERS:
             found.append(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         for name in ("global_batch_size", "max_steps", "save_steps", "log_steps", "eval_batches"):

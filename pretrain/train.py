@@ -313,7 +313,13 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         except FileNotFoundError:
             log.warning("%s missing (resuming with a different number of ranks?); RNG not restored", rng_url)
     scheduler = build_scheduler(
-        optimizer, cfg.lr, cfg.warmup_steps, cfg.schedule_steps or cfg.max_steps, cfg.decay_power, step
+        optimizer,
+        cfg.lr,
+        cfg.warmup_steps,
+        cfg.schedule_steps or cfg.max_steps,
+        cfg.decay_power,
+        step,
+        schedule=cfg.lr_schedule,
     )
     if step >= cfg.max_steps:
         raise TrainingError(f"the run is already at step {step}; raise --max-steps above it to continue")

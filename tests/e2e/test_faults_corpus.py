@@ -256,7 +256,8 @@ def books_folder(tmp_path_factory) -> Path:
         "control-heavy.txt": bytes(b for b in noise if b and b not in b"\t\n\r"),  # no NULs: not UTF-16
         "empty.txt": b"",
         "blank-lines.txt": b"\n \r\n\t\n\n",
-        "utf16-broken.txt": alice_utf16[:20000] + b"\x00\xd8" + alice_utf16[20000:40000],  # a lone surrogate
+        # A lone surrogate every 100 characters: beyond the tolerated share of replacements.
+        "utf16-broken.txt": b"\x00\xd8".join(alice_utf16[i : i + 200] for i in range(0, 40000, 200)),
         "licence-only.txt": _licence_only(alice),
         "a-note.txt": b"Back in ten minutes.\n",
         "utf16-valid.txt": alice_utf16,

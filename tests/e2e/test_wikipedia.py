@@ -113,7 +113,7 @@ def test_a_truncated_dump_keeps_what_it_read_and_says_so(tmp_path):
     refused = run_cli("corpus", "--input", str(out), "--output", str(tmp_path / "corpus"), expect=2)
     assert "no COMPLETED marker" in refused.output and "Traceback" not in refused.output
     # Accepted explicitly, the pages before the cut make a complete output.
-    args = ("--input", str(cut), "--output", str(out), "--allow-file-errors", *FAST_RUNNER)
+    args = ("--input", str(cut), "--output", str(out), "--allow-file-errors", "--overwrite", *FAST_RUNNER)
     result = run_cli("wikipedia", *args)
     assert "warning: 1 input file(s) ended early (truncated_input)" in result.output
     assert (out / "COMPLETED").exists()
