@@ -290,6 +290,11 @@ def corpus(
 @click.option("--dupe-factor", type=int, default=5, show_default=True)
 @click.option("--whole-word-masking", is_flag=True, help="Mask whole words (a word's ## pieces together).")
 @click.option(
+    "--mask-share", type=float, default=0.8, show_default=True, help="Of predictions, share -> [MASK]."
+)
+@click.option("--keep-share", type=float, default=0.1, show_default=True, help="Share kept unchanged.")
+@click.option("--random-share", type=float, default=0.1, show_default=True, help="Share -> a random token.")
+@click.option(
     "--random-token-from-whole-vocab",
     is_flag=True,
     help="As the reference: the 10% random replacement may be any token, [PAD] and [unusedN] included.",
@@ -323,6 +328,9 @@ def examples(
     short_seq_prob,
     dupe_factor,
     whole_word_masking,
+    mask_share,
+    keep_share,
+    random_share,
     random_token_from_whole_vocab,
     no_masking,
     num_shards,
@@ -336,10 +344,10 @@ def examples(
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
     """
 
-    from pipelines.examples.masking import MaskingConfig
     from pipelines.examples.pairs import PairConfig
     from pipelines.examples.pipeline import ExamplesConfig, build
     from schemas import DOCUMENTS
+    from wordpiece.masking import MaskingConfig
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
     try:
@@ -358,6 +366,9 @@ def examples(
                 masked_lm_prob=masked_lm_prob,
                 max_predictions_per_seq=max_predictions_per_seq,
                 whole_word_masking=whole_word_masking,
+                mask_share=mask_share,
+                keep_share=keep_share,
+                random_share=random_share,
             ),
             random_token_from_whole_vocab=random_token_from_whole_vocab,
             apply_masking=not no_masking,

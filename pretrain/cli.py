@@ -62,6 +62,11 @@ Examples:
     "--micro-batch-size", type=int, help="Examples per rank per forward pass (gradient accumulation)."
 )
 @click.option("--max-steps", type=int, default=1000, show_default=True)
+@click.option(
+    "--schedule-steps",
+    type=int,
+    help="Step at which the learning rate reaches 0 (default --max-steps); phase 1 of BERT: 1000000.",
+)
 @click.option("--lr", type=float, default=1e-4, show_default=True, help="Peak learning rate.")
 @click.option("--warmup-steps", type=int, default=100, show_default=True)
 @click.option(
@@ -98,6 +103,12 @@ Examples:
 @click.option("--vocab", help="vocab.txt / tokenizer.json; default: the one the shards were made with.")
 @click.option("--max-seq-length", type=int, help="Refuse shards made with another length.")
 @click.option("--dynamic-masking", is_flag=True, help="Re-mask every batch (new masks each epoch).")
+@click.option("--masked-lm-prob", type=float, help="Dynamic masking: default the shards' setting.")
+@click.option("--max-predictions-per-seq", type=int, help="Dynamic masking: default the shards' setting.")
+@click.option("--whole-word-masking/--no-whole-word-masking", default=None, help="Default: the shards'.")
+@click.option("--mask-share", type=float, help="Dynamic masking: share of predictions -> [MASK].")
+@click.option("--keep-share", type=float, help="Dynamic masking: share kept unchanged.")
+@click.option("--random-share", type=float, help="Dynamic masking: share -> a random token.")
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")

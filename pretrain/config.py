@@ -10,6 +10,14 @@ from pretrain.model import parse_model_size
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
+MASKING_OVERRIDES = (
+    "masked_lm_prob",
+    "max_predictions_per_seq",
+    "whole_word_masking",
+    "mask_share",
+    "keep_share",
+    "random_share",
+)
 LR_SCHEDULES = ("transformers", "reference")
 OBJECTIVES = ("mlm", "ltr")
 
@@ -60,6 +68,13 @@ class TrainConfig:
     vocab: str | None = None
     """The vocabulary (vocab.txt or tokenizer.json); by default the one the shards were made with."""
     dynamic_masking: bool = False
+    masked_lm_prob: float | None = None
+    """Dynamic masking settings: ``None`` takes the one the shards were written with."""
+    max_predictions_per_seq: int | None = None
+    whole_word_masking: bool | None = None
+    mask_share: float | None = None
+    keep_share: float | None = None
+    random_share: float | None = None
     num_workers: int = 2
     streams: int | None = None
     compile: bool = False
@@ -105,9 +120,17 @@ class TrainConfig:
                 "--resume continues a run (weights, optimizer, data position); --init-from starts "
                 "a new run from weights: give one of them"
             )
+        if not self.dynamic_masking:
+            for name in MASKING_OVERRIDES:
+                if getattr(self, name) is not None:
+                    found.append(f"--{name.replace('_', '-')} applies to --dynamic-masking only: add it")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             found.append(f"--dropout must be in [0, 1), got {self.dropout}")
         return found
+
+    def masking_overrides(self) -> dict[str, Any]:
+        """The dynamic-masking settings given on the command line (``None``: from the shards)."""
+        return {name: getattr(self, name) for name in MASKING_OVERRIDES}
 
     @property
     def uses_nsp(self) -> bool:

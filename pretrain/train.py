@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from pretrain import checkpoint as ckpt
-from pretrain.collate import DynamicMasking
+from pretrain.collate import DynamicMasking, masking_from_params
 from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards, ShardError
 from pretrain.metrics import MetricsLog, peak_flops
@@ -285,7 +285,12 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
     reader = open_shards("--shards", cfg.shards, streams=cfg.streams)
     setup = prepare(cfg, reader)
     if cfg.dynamic_masking:
-        reader.masking = DynamicMasking.from_vocab(setup.vocab.vocab)
+        try:
+            settings = masking_from_params(reader.params, **cfg.masking_overrides())
+        except (TypeError, ValueError) as err:
+            raise TrainingError(f"--dynamic-masking with the settings of {cfg.shards}: {err}") from None
+        reader.masking = DynamicMasking.from_vocab(setup.vocab.vocab, settings)
+        log.info("dynamic masking: %s", settings)
     workers = max(w for w in range(1, max(1, cfg.num_workers) + 1) if reader.streams % w == 0)
     workers = workers if cfg.num_workers else 0
     validation = None

@@ -31,7 +31,6 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import io
-from pipelines.examples.masking import MaskingConfig, MaskingVocab, mask_batch
 from pipelines.examples.pairs import (
     PairConfig,
     PairPlan,
@@ -50,6 +49,7 @@ from schemas import (
     absolute_reference,
 )
 from schemas.examples import EXAMPLES_VERSION, examples_format
+from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
 from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 
 LENGTH_HISTOGRAM_FILE = "length_histogram.png"
@@ -96,9 +96,11 @@ class ExamplesConfig:
         data = asdict(self)
         for key in ("output", "overwrite", "apply_masking"):
             data.pop(key)
+        # What dynamic masking in ``pretrain`` re-applies unless its flags override it.
+        data["masking_settings"] = asdict(self.masking)
         data["corpus"], data["vocab"] = absolute_reference(self.corpus), absolute_reference(self.vocab)
         if not self.apply_masking:
-            data["masking"] = False  # no masking parameter applies
+            data["masking"] = False  # these shards carry no masks
         return data
 
 
@@ -135,7 +137,7 @@ class ExampleVocab:
             cls_id=tokens.index("[CLS]"),
             sep_id=tokens.index("[SEP]"),
             unk_id=tokens.index("[UNK]"),
-            masking=MaskingVocab.build(tokens, special, random_ids),
+            masking=MaskingVocab.build(tokens, random_ids),
         )
 
 

@@ -47,3 +47,22 @@ def test_a_failed_run_exits_1_with_one_line(tmp_path):
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert str(missing) in result.output or "no-shards" in result.output
+
+
+def test_every_pretrain_setting_but_the_adam_constants_has_its_flag():
+    from pretrain.config import TrainConfig
+
+    flags = {param.name for param in pretrain_main.params} | {"compile"}
+    fields = set(TrainConfig.__dataclass_fields__) - {"adam_beta1", "adam_beta2", "adam_eps"}
+    assert fields <= flags, f"TrainConfig fields without a pretrain flag: {sorted(fields - flags)}"
+
+
+def test_schedule_steps_reaches_the_config_and_is_checked_there(tmp_path):
+    result = CliRunner().invoke(
+        pretrain_main,
+        ["--shards", str(tmp_path), "--output", str(tmp_path / "run"), "--max-steps", "10"]
+        + ["--schedule-steps", "5"],
+        prog_name="pretrain",
+    )
+    assert result.exit_code == 1
+    assert "--schedule-steps 5 must be at least --max-steps 10" in result.output
