@@ -42,6 +42,11 @@ def _completed(url: str) -> bool:
 
 def plan(cfg: ChainConfig) -> list[Stage]:
     """Every stage, in order."""
+    return [*_corpus_stages(cfg), *_example_stages(cfg), *_pretrain_stages(cfg), *_finetune_stages(cfg)]
+
+
+def _corpus_stages(cfg: ChainConfig) -> list[Stage]:
+    """Wikipedia (and books), the merged corpus, and the vocabulary."""
     u = cfg.url
     beam = list(cfg.runner)
     stages = [
@@ -91,6 +96,14 @@ def plan(cfg: ChainConfig) -> list[Stage]:
             fresh=False,
         ),
     ]  # fmt: skip
+    return stages
+
+
+def _example_stages(cfg: ChainConfig) -> list[Stage]:
+    """Training and validation example shards."""
+    u = cfg.url
+    beam = list(cfg.runner)
+    stages = []
     shards = u("shards", f"seq{cfg.max_seq_length}")
     validation = u("shards", f"seq{cfg.max_seq_length}-validation")
     for name, split, out, dupe, num_shards in (
@@ -111,6 +124,14 @@ def plan(cfg: ChainConfig) -> list[Stage]:
                 fresh=False,
             )
         )  # fmt: skip
+    return stages
+
+
+def _pretrain_stages(cfg: ChainConfig) -> list[Stage]:
+    """Pre-training (resumable from its checkpoints) and the transformers export."""
+    u = cfg.url
+    shards = u("shards", f"seq{cfg.max_seq_length}")
+    validation = u("shards", f"seq{cfg.max_seq_length}-validation")
     run = u("runs", cfg.model)
     final = f"{run}/checkpoints/step-{cfg.pretrain_steps:08d}/COMMITTED"
     pretrain = [
@@ -127,7 +148,7 @@ def plan(cfg: ChainConfig) -> list[Stage]:
             return None
         return [script("pretrain"), "--resume", run, "--shards", shards]
 
-    stages += [
+    return [
         Stage(
             "pretrain",
             f"pretrain: a {cfg.model} BERT, {cfg.pretrain_steps} steps, evaluated on held-out shards",
@@ -146,6 +167,13 @@ def plan(cfg: ChainConfig) -> list[Stage]:
             upstream=("pretrain",),
         ),
     ]  # fmt: skip
+
+
+def _finetune_stages(cfg: ChainConfig) -> list[Stage]:
+    """The GLUE-layout task (derived from the corpus unless ``glue_dir``) and fine-tuning on it."""
+    u = cfg.url
+    run = u("runs", cfg.model)
+    stages = []
     if cfg.glue_dir:
         data_dir, task = cfg.glue_dir, cfg.glue_task
     else:

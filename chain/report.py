@@ -69,12 +69,22 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+Sections = list[tuple[str, str]]
+"""The report's parts in order: (markdown, "md") or (caption, image file name)."""
+
+
 def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
     """Write the report; return the paths of report.md and report.html."""
-    sections: list[tuple[str, str]] = []  # (markdown, kind) kind: "md" or an image file name
+    sections: Sections = []
     images: dict[str, bytes] = {}
+    for add in (_data_card, _vocabulary, _examples, _pretraining, _finetuning):
+        add(outputs, sections, images)
+    _stage_times(state, sections, images)
+    return _write(workdir, sections, images)
 
-    # -- data card ------------------------------------------------------------------------------
+
+def _data_card(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
+    """The documents in, out and dropped per corpus stage, sentence lengths and the split."""
     card_rows, card_labels, card_values = [], [], []
     for name in ("wiki", "books", "corpus"):
         stats = read_json(f"{outputs[name]}/stats.json") if outputs.get(name) else None
@@ -116,7 +126,9 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
             )
         )
 
-    # -- vocabulary -----------------------------------------------------------------------------
+
+def _vocabulary(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
+    """The vocabulary's statistics."""
     vocab = read_json(f"{outputs['vocab']}/stats.json")
     if vocab:
         keys = ["vocab_size", "num_pieces_learned", "cased", "distinct_words", "measured_on", "pieces_per_word",
@@ -130,7 +142,9 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
             )
         )
 
-    # -- examples -------------------------------------------------------------------------------
+
+def _examples(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
+    """The example shards' statistics and length histogram."""
     examples = read_json(f"{outputs['shards']}/stats.json")
     if examples:
         keys = ["examples", "documents_used", "tokens", "random_next_rate", "mask_rate", "masked_share_mask",
@@ -148,7 +162,9 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
             images["example_lengths.png"] = png
             sections.append(("Example lengths (tokens)", "example_lengths.png"))
 
-    # -- pre-training ---------------------------------------------------------------------------
+
+def _pretraining(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
+    """First and last training metrics, held-out evaluations and the curves."""
     records = _metrics(outputs["run"])
     train = [r for r in records if r.get("split") == "train"]
     valid = [r for r in records if r.get("split") == "validation"]
@@ -175,7 +191,9 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
             images["pretraining_curves.png"] = png
             sections.append(("Pre-training curves", "pretraining_curves.png"))
 
-    # -- fine-tuning ----------------------------------------------------------------------------
+
+def _finetuning(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
+    """The fine-tuned task's dev metrics and majority-class baseline."""
     finetune = read_json(f"{outputs['finetune']}/metrics.json")
     if finetune:
         dev = finetune.get("dev", {})
@@ -188,7 +206,9 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
             text += f"\nMajority-class baseline: {json.dumps(baseline)}\n"
         sections.append((text, "md"))
 
-    # -- time and memory ------------------------------------------------------------------------
+
+def _stage_times(state: dict, sections: Sections, images: dict[str, bytes]) -> None:
+    """Wall time and peak memory per stage, from the chain's state."""
     timed = [(name, s) for name, s in state.items() if isinstance(s, dict) and "seconds" in s]
     if timed:
         sections.append(("## Time and peak memory per stage\n\n" + _table(
@@ -200,6 +220,9 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
         )
         sections.append(("Wall time per stage", "stage_times.png"))
 
+
+def _write(workdir: str, sections: Sections, images: dict[str, bytes]) -> dict[str, str]:
+    """Write report.md, the self-contained report.html and the images under ``workdir/report``."""
     title = "# BERT pre-training: the whole chain on real text\n\n"
     title += f"Work folder: `{workdir}`. Every figure below is read from the stages' own outputs.\n"
     markdown = title + "\n" + "\n".join(

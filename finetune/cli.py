@@ -100,6 +100,7 @@ def _config(opts: dict[str, Any]) -> TrainConfig:
 
 
 @click.group(context_settings=CONTEXT)
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 def main() -> None:
     """Fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG (BERT paper, Section 4).
 
@@ -218,6 +219,36 @@ def swag(
     click.echo(json.dumps({"task": "swag", "dev": result["dev"]}, indent=2))
 
 
+_NER_EPILOG = """\b
+Example:
+  finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner --cased
+"""
+
+
+@main.command(context_settings=CONTEXT, epilog=_NER_EPILOG)
+@click.option(
+    "--data-dir", required=True, help="CoNLL-2003 folder: train.txt, valid.txt, test.txt (optional)."
+)
+@_training_options(epochs=3.0, lr=5e-5, batch_size=32)
+def ner(data_dir: str, **opts: Any) -> None:
+    """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2); write metrics.json
+    (entity-level precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
+    from finetune.ner import run_ner
+
+    result = _call(
+        run_ner,
+        data_dir,
+        opts["checkpoint"],
+        opts["output"],
+        _config(opts),
+        max_seq_length=opts["max_seq_length"],
+        max_train_examples=opts["max_train_examples"],
+        max_eval_examples=opts["max_eval_examples"],
+        cased=opts["cased"],
+    )
+    click.echo(json.dumps({"task": "ner", "dev": result["dev"]}, indent=2))
+
+
 _SQUAD_EPILOG = """\b
 Examples:
   finetune squad --version 1.1 --train-file train-v1.1.json --predict-file dev-v1.1.json \\
@@ -282,7 +313,14 @@ def evaluate_squad(version: str, data_file: str, predictions: str, null_odds: st
     """Print EM and F1 (v2.0: with the HasAns/NoAns breakdown) as JSON."""
     from finetune.squad import evaluate_file
 
-    click.echo(json.dumps(_call(evaluate_file, version, data_file, predictions, null_odds), indent=2))
+    result = _call(evaluate_file, version, data_file, predictions, null_odds)
+    if result["unanswered"]:
+        click.echo(
+            f"warning: {result['unanswered']:,} of {result['total']:,} questions in {data_file} have no "
+            f"prediction in {predictions}; each scores 0",
+            err=True,
+        )
+    click.echo(json.dumps(result, indent=2))
 
 
 @main.command(

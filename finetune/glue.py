@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -37,11 +36,12 @@ from finetune.common import (
     predict,
     stack,
 )
+from pretrain.runtime import exists, write_json
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GlueTask:
     """The layout, labels and metrics of one GLUE task.
 
@@ -74,97 +74,105 @@ TASKS: dict[str, GlueTask] = {
     t.name: t
     for t in (
         GlueTask(
-            "cola",
-            "CoLA",
-            BINARY,
-            "sentence",
-            None,
-            "label",
-            "mcc",
-            {"dev": ""},
-            {"test": "CoLA.tsv"},
+            name="cola",
+            folder="CoLA",
+            labels=BINARY,
+            text_a="sentence",
+            text_b=None,
+            label="label",
+            main_metric="mcc",
+            dev={"dev": ""},
+            test={"test": "CoLA.tsv"},
             positional=("source", "label", "original_label", "sentence"),
         ),
         GlueTask(
-            "sst2", "SST-2", BINARY, "sentence", None, "label", "accuracy", {"dev": ""}, {"test": "SST-2.tsv"}
+            name="sst2",
+            folder="SST-2",
+            labels=BINARY,
+            text_a="sentence",
+            text_b=None,
+            label="label",
+            main_metric="accuracy",
+            dev={"dev": ""},
+            test={"test": "SST-2.tsv"},
         ),
         GlueTask(
-            "mrpc",
-            "MRPC",
-            BINARY,
-            "#1 String",
-            "#2 String",
-            "Quality",
-            "f1",
-            {"dev": ""},
-            {"test": "MRPC.tsv"},
+            name="mrpc",
+            folder="MRPC",
+            labels=BINARY,
+            text_a="#1 String",
+            text_b="#2 String",
+            label="Quality",
+            main_metric="f1",
+            dev={"dev": ""},
+            test={"test": "MRPC.tsv"},
         ),
         GlueTask(
-            "qqp",
-            "QQP",
-            BINARY,
-            "question1",
-            "question2",
-            "is_duplicate",
-            "f1",
-            {"dev": ""},
-            {"test": "QQP.tsv"},
+            name="qqp",
+            folder="QQP",
+            labels=BINARY,
+            text_a="question1",
+            text_b="question2",
+            label="is_duplicate",
+            main_metric="f1",
+            dev={"dev": ""},
+            test={"test": "QQP.tsv"},
             test_index="id",
         ),
         GlueTask(
-            "stsb",
-            "STS-B",
-            None,
-            "sentence1",
-            "sentence2",
-            "score",
-            "spearman",
-            {"dev": ""},
-            {"test": "STS-B.tsv"},
+            name="stsb",
+            folder="STS-B",
+            labels=None,
+            text_a="sentence1",
+            text_b="sentence2",
+            label="score",
+            main_metric="spearman",
+            dev={"dev": ""},
+            test={"test": "STS-B.tsv"},
         ),
         GlueTask(
-            "mnli",
-            "MNLI",
-            ("contradiction", "entailment", "neutral"),
-            "sentence1",
-            "sentence2",
-            "gold_label",
-            "matched_accuracy",
-            {"dev_matched": "matched_", "dev_mismatched": "mismatched_"},
-            {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"},
+            name="mnli",
+            folder="MNLI",
+            labels=("contradiction", "entailment", "neutral"),
+            text_a="sentence1",
+            text_b="sentence2",
+            label="gold_label",
+            main_metric="matched_accuracy",
+            dev={"dev_matched": "matched_", "dev_mismatched": "mismatched_"},
+            test={"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"},
         ),
         GlueTask(
-            "qnli",
-            "QNLI",
-            ENTAILMENT,
-            "question",
-            "sentence",
-            "label",
-            "accuracy",
-            {"dev": ""},
-            {"test": "QNLI.tsv"},
+            name="qnli",
+            folder="QNLI",
+            labels=ENTAILMENT,
+            text_a="question",
+            text_b="sentence",
+            label="label",
+            main_metric="accuracy",
+            dev={"dev": ""},
+            test={"test": "QNLI.tsv"},
         ),
         GlueTask(
-            "rte",
-            "RTE",
-            ENTAILMENT,
-            "sentence1",
-            "sentence2",
-            "label",
-            "accuracy",
-            {"dev": ""},
-            {"test": "RTE.tsv"},
+            name="rte",
+            folder="RTE",
+            labels=ENTAILMENT,
+            text_a="sentence1",
+            text_b="sentence2",
+            label="label",
+            main_metric="accuracy",
+            dev={"dev": ""},
+            test={"test": "RTE.tsv"},
         ),
         GlueTask(
-            "wnli",
-            "WNLI",
-            BINARY,
-            "sentence1",
-            "sentence2",
-            "label",
-            "accuracy",
-            {"dev": ""},
-            {"test": "WNLI.tsv"},
+            name="wnli",
+            folder="WNLI",
+            labels=BINARY,
+            text_a="sentence1",
+            text_b="sentence2",
+            label="label",
+            main_metric="accuracy",
+            dev={"dev": ""},
+            test={"test": "WNLI.tsv"},
         ),
     )
 }
@@ -289,18 +297,13 @@ def _file(data_dir: str, stem: str) -> str:
     return f"{data_dir.rstrip('/')}/{stem}.tsv"
 
 
-def _exists(url: str) -> bool:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.exists(path)
-
-
 def read_task(
     task: GlueTask, data_dir: str, *, diagnostic_file: str | None = None, with_test: bool = True
 ) -> GlueData:
     """Read ``data_dir`` (the task's folder of the GLUE download: ``train.tsv``, ``dev.tsv`` or
     MNLI's ``dev_matched.tsv``/``dev_mismatched.tsv``, and the test files when present)."""
     for stem in ["train", *task.dev]:
-        if not _exists(_file(data_dir, stem)):
+        if not exists(_file(data_dir, stem)):
             raise FinetuneError(
                 f"{_file(data_dir, stem)} not found: --data-dir must be the {task.folder} folder of the "
                 "GLUE download (train.tsv, dev.tsv, test.tsv)"
@@ -312,7 +315,7 @@ def read_task(
         test = {
             stem: read_split(task, _file(data_dir, stem), labelled=False)
             for stem in task.test
-            if _exists(_file(data_dir, stem))
+            if exists(_file(data_dir, stem))
         }
     if diagnostic_file:
         if task.name != "mnli":
@@ -405,14 +408,6 @@ def _run_name(config: TrainConfig) -> str:
     return f"bs{config.batch_size}-lr{config.lr:g}-ep{config.epochs:g}-seed{config.seed}"
 
 
-def _write_json(path: str, obj: Any) -> None:
-    fs, local = fsspec.core.url_to_fs(path)
-    fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(local, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
 def run_configs(base: TrainConfig, *, grid: bool, num_seeds: int) -> list[list[TrainConfig]]:
     """The runs to make, grouped by hyper-parameters: each group is one setting over ``num_seeds``
     seeds (``base.seed``, ``base.seed + 1``, ...); the paper's grid when ``grid``."""
@@ -456,76 +451,30 @@ def run_glue(
     dev = {k: (v[:max_eval_examples] if max_eval_examples else v) for k, v in data.dev.items()}
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
-    train_features = features(task, train, encoder, max_seq_length)
-    dev_features = {k: features(task, v, encoder, max_seq_length) for k, v in dev.items()}
-    pretrained = copy.deepcopy(encoder.model.state_dict())
-    main = task.main_metric
-
-    def evaluate(model: torch.nn.Module, run: TrainConfig) -> tuple[dict[str, float], dict[str, list]]:
-        values, predictions = {}, {}
-        for stem, prefix in task.dev.items():
-            logits = stack(
-                predict(
-                    model,
-                    dev_features[stem],
-                    batch_size=run.eval_batch_size,
-                    device=run.device,
-                    precision=run.precision,
-                    progress=run.progress,
-                )
-            )
-            predictions[stem] = to_predictions(task, logits)
-            values.update(score(task, predictions[stem], _label_values(task, dev[stem]), prefix))
-        return values, predictions
-
-    runs: list[dict[str, Any]] = []
-    summaries: list[dict[str, Any]] = []
-    # The best seed of the best setting so far: (dev main metric, weights, dev predictions, name).
-    kept: tuple[float, dict, dict, str] | None = None
-    for group in groups:
-        group_best: tuple[float, dict, dict, str] | None = None
-        group_runs = []
-        for run in group:
-            encoder.model.load_state_dict(pretrained)
-            model = SequenceClassifier(encoder.model, task.num_labels, seed=run.seed)
-            logger.info("%s: training %s on %d examples", task.name, _run_name(run), len(train_features))
-            trained = fit(model, train_features, run)
-            values, predictions = evaluate(model, run)
-            record = {
-                "name": _run_name(run),
-                "config": run.to_dict(),
-                "dev": values,
-                "train": trained.to_dict(),
-            }
-            if len(groups) * len(group) > 1:
-                _write_json(f"{output}/runs/{record['name']}/metrics.json", record)
-            group_runs.append(record)
-            logger.info("%s: %s dev %s", task.name, record["name"], values)
-            if group_best is None or values[main] > group_best[0]:
-                state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-                group_best = (values[main], state, predictions, record["name"])
-        runs.extend(group_runs)
-        summary = _summarise(group_runs)
-        if not summaries or summary["dev_mean"][main] > max(s["dev_mean"][main] for s in summaries):
-            kept = group_best
-        summaries.append(summary)
-    selected = max(summaries, key=lambda s: s["dev_mean"][main])
-    assert kept is not None and kept[3] in selected["runs"]
-    model = SequenceClassifier(encoder.model, task.num_labels)
-    model.load_state_dict(kept[1])
-    chosen, dev_predictions = kept[3], kept[2]
-    files = _write_predictions(
-        task, output, model, config, encoder, max_seq_length, dev, dev_predictions, data.test
+    inputs = _GlueInputs(
+        task,
+        encoder,
+        train,
+        dev,
+        features(task, train, encoder, max_seq_length),
+        {k: features(task, v, encoder, max_seq_length) for k, v in dev.items()},
     )
-
+    runs, summaries, kept = _train_groups(inputs, groups, output)
+    selected = max(summaries, key=lambda s: s["dev_mean"][task.main_metric])
+    assert kept is not None and kept.name in selected["runs"]
+    model = SequenceClassifier(encoder.model, task.num_labels)
+    model.load_state_dict(kept.state)
+    files = _write_predictions(
+        task, output, model, config, encoder, max_seq_length, dev, kept.predictions, data.test
+    )
     result = {
         "task": task.name,
         "checkpoint": encoder.source,
-        "main_metric": main,
+        "main_metric": task.main_metric,
         "dev": selected["dev_mean"],
         "dev_sd": selected["dev_sd"],
         "selected": selected["setting"],
-        "selected_run": chosen,
+        "selected_run": kept.name,
         "num_seeds": num_seeds,
         "grid": grid,
         "settings": summaries,
@@ -535,8 +484,89 @@ def run_glue(
         "max_seq_length": max_seq_length,
         "files": files,
     }
-    _write_json(f"{output}/metrics.json", result)
+    write_json(f"{output}/metrics.json", result)
     return result
+
+
+@dataclass(frozen=True)
+class _GlueInputs:
+    """What every run of one ``run_glue`` call shares: the task, encoder, examples and features."""
+
+    task: GlueTask
+    encoder: Encoder
+    train: list[GlueExample]
+    dev: dict[str, list[GlueExample]]
+    train_features: Any
+    dev_features: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _KeptRun:
+    """One run's dev main metric, weights (on CPU), dev predictions and name."""
+
+    value: float
+    state: dict
+    predictions: dict
+    name: str
+
+
+def _evaluate_dev(
+    inputs: _GlueInputs, model: torch.nn.Module, run: TrainConfig
+) -> tuple[dict[str, float], dict[str, list]]:
+    """Dev metrics (every dev split, prefixed) and dev predictions of one trained model."""
+    task = inputs.task
+    values, predictions = {}, {}
+    for stem, prefix in task.dev.items():
+        logits = stack(
+            predict(
+                model,
+                inputs.dev_features[stem],
+                batch_size=run.eval_batch_size,
+                device=run.device,
+                precision=run.precision,
+                progress=run.progress,
+            )
+        )
+        predictions[stem] = to_predictions(task, logits)
+        values.update(score(task, predictions[stem], _label_values(task, inputs.dev[stem]), prefix))
+    return values, predictions
+
+
+def _train_groups(
+    inputs: _GlueInputs, groups: list[list[TrainConfig]], output: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], _KeptRun | None]:
+    """Train every run of every setting from the same pre-trained weights; return every run's
+    record, each setting's summary, and the best seed of the best setting."""
+    task, encoder = inputs.task, inputs.encoder
+    main = task.main_metric
+    pretrained = copy.deepcopy(encoder.model.state_dict())
+    runs: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    kept: _KeptRun | None = None
+    for group in groups:
+        group_best: _KeptRun | None = None
+        group_runs = []
+        for run in group:
+            encoder.model.load_state_dict(pretrained)
+            model = SequenceClassifier(encoder.model, task.num_labels, seed=run.seed)
+            name = _run_name(run)
+            logger.info("%s: training %s on %d examples", task.name, name, len(inputs.train_features))
+            trained = fit(model, inputs.train_features, run)
+            values, predictions = _evaluate_dev(inputs, model, run)
+            record = {"name": name, "config": run.to_dict(), "dev": values, "train": trained.to_dict()}
+            if len(groups) * len(group) > 1:
+                write_json(f"{output}/runs/{name}/metrics.json", record)
+            group_runs.append(record)
+            logger.info("%s: %s dev %s", task.name, name, values)
+            if group_best is None or values[main] > group_best.value:
+                state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                group_best = _KeptRun(values[main], state, predictions, name)
+        runs.extend(group_runs)
+        summary = _summarise(group_runs)
+        if not summaries or summary["dev_mean"][main] > max(s["dev_mean"][main] for s in summaries):
+            kept = group_best
+        summaries.append(summary)
+    return runs, summaries, kept
 
 
 def _summarise(group_runs: list[dict[str, Any]]) -> dict[str, Any]:

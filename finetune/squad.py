@@ -739,7 +739,8 @@ def evaluate_file(
 ) -> dict[str, Any]:
     """Score a prediction file as the official ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` do.
 
-    v1.1: ``exact_match``, ``f1``. v2.0: ``exact``, ``f1``, ``total``, ``HasAns_*``, ``NoAns_*``,
+    v1.1: ``exact_match``, ``f1``. v2.0: ``exact``, ``f1``, ``HasAns_*``, ``NoAns_*``. Both: ``total``
+    and ``unanswered`` (questions without a prediction, each scored 0). v2.0
     and given ``null_odds_file``, ``best_exact``/``best_f1`` with their thresholds (see
     :mod:`finetune.squad_eval`). Raises :class:`SquadFormatError` naming a malformed file.
     """

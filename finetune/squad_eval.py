@@ -6,9 +6,12 @@ ways that change numbers, and each is kept here:
 
 - v1.1 counts every question of the data file in the total (a question without a prediction scores
   0); F1 is 0 when either side is empty after normalisation.
+- Both results also hold ``total`` (questions scored) and ``unanswered`` (questions of the data
+  file without a prediction, each scored 0).
 - v2.0 gives an unanswerable question the single gold answer ``""`` (also a question whose gold
-  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Questions
-  without a prediction are left out of the total. Scores are kept per question id, so a data file
+  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Unlike the
+  script (which prints "Missing prediction" and leaves the question out of the total, so scores
+  go up), a question without a prediction scores 0 and stays in the total, as in v1.1. Scores are kept per question id, so a data file
   that repeats an id scores the last question with that id once. With a null-odds file, a question
   whose odds exceed ``na_prob_thresh`` (1.0, the script's default) counts as answered ``""``, and
   ``best_exact`` / ``best_f1`` with their thresholds are the script's threshold search.
@@ -78,23 +81,32 @@ def _questions(data: Iterable[Mapping]) -> Iterable[Mapping]:
 
 
 def evaluate_v1(data: Iterable[Mapping], predictions: Mapping[str, str]) -> dict[str, float]:
-    """``{"exact_match", "f1"}`` in percent, exactly as ``evaluate-v1.1.py``.
+    """``{"exact_match", "f1"}`` in percent, exactly as ``evaluate-v1.1.py``, with ``total`` and
+    ``unanswered`` (questions without a prediction, scored 0).
 
     ``data`` is the ``data`` list of a SQuAD file; ``predictions`` maps question id to answer text.
     """
     exact_match = f1 = 0.0
-    total = 0
+    total = unanswered = 0
     for qa in _questions(data):
         total += 1
         if qa["id"] not in predictions:
-            continue  # Scores 0, as the official script ("Unanswered question ... will receive score 0").
+            unanswered += (
+                1  # Scores 0, as the official script ("Unanswered question ... will receive score 0").
+            )
+            continue
         golds = [answer["text"] for answer in qa["answers"]]
         prediction = predictions[qa["id"]]
         exact_match += max((exact_match_v1(prediction, g) for g in golds), default=0.0)
         f1 += max((f1_v1(prediction, g) for g in golds), default=0.0)
     if total == 0:
         raise ValueError("the data has no questions to score")
-    return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
+    return {
+        "exact_match": 100.0 * exact_match / total,
+        "f1": 100.0 * f1 / total,
+        "total": total,
+        "unanswered": unanswered,
+    }
 
 
 def has_answer_by_id(data: Iterable[Mapping]) -> dict[str, bool]:
@@ -155,11 +167,11 @@ def best_threshold(
     Starts from "every question answered no-answer" (threshold reported as 0.0, a quirk of the
     script) and lets questions answer in increasing order of null odds.
     """
-    current = best = sum(1 for qid in has_answer if not has_answer[qid])
+    current = best = sum(1 for qid in has_answer if not has_answer[qid] and qid in predictions)
     threshold = 0.0
     for qid in sorted(null_odds, key=lambda k: null_odds[k]):
-        if qid not in scores:
-            continue
+        if qid not in scores or qid not in predictions:
+            continue  # A question without a prediction scores 0 at every threshold.
         if has_answer[qid]:
             current += scores[qid]
         elif predictions[qid]:
@@ -179,9 +191,9 @@ def evaluate_v2(
     """``evaluate-v2.0.py``'s output dict: exact, f1, total, HasAns_*/NoAns_* (where such questions
     exist) and, given ``null_odds``, best_exact, best_exact_thresh, best_f1, best_f1_thresh.
 
-    Differs from the script only where it would crash: a question without a prediction is left
-    out of the HasAns/NoAns breakdowns as it is left out of the total; ``null_odds`` must cover
-    every predicted question (``ValueError`` naming the first missing id).
+    Differs from the script in counting: a question without a prediction scores 0 and stays in
+    the total and its HasAns/NoAns breakdown (``unanswered`` says how many); ``null_odds`` must
+    cover every predicted question (``ValueError`` naming the first missing id).
     """
     has_answer = has_answer_by_id(data)
     exact_raw, f1_raw = raw_scores_v2(data, predictions)
@@ -191,9 +203,12 @@ def evaluate_v2(
     missing = [qid for qid in exact_raw if qid not in odds]
     if missing:
         raise ValueError(f"the null odds have no entry for question {missing[0]!r} ({len(missing)} missing)")
-    exact = apply_null_threshold(exact_raw, odds, has_answer, na_prob_thresh)
-    f1 = apply_null_threshold(f1_raw, odds, has_answer, na_prob_thresh)
+    unanswered = {qid: 0.0 for qid in has_answer if qid not in exact_raw}
+    exact = {**apply_null_threshold(exact_raw, odds, has_answer, na_prob_thresh), **unanswered}
+    f1 = {**apply_null_threshold(f1_raw, odds, has_answer, na_prob_thresh), **unanswered}
+    exact_raw, f1_raw = {**exact_raw, **unanswered}, {**f1_raw, **unanswered}
     result: dict[str, float] = _summary(exact, f1, list(exact))
+    result["unanswered"] = len(unanswered)
     for prefix, wanted in (("HasAns", True), ("NoAns", False)):
         qids = [qid for qid, has in has_answer.items() if has is wanted and qid in exact]
         if qids:

@@ -13,8 +13,10 @@ import sys
 import click
 
 from pipelines import io
-from pipelines.config import BooksConfig, CorpusConfig, WikipediaConfig
+from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, summary_lines
+from pipelines.stage import incomplete_reason
+from schemas import SchemaError
 
 _PASS_THROUGH = {
     "ignore_unknown_options": True,
@@ -28,6 +30,12 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _fail_run(message: str) -> None:
+    """A run that finished without a usable output: one line, exit 1 (no ``COMPLETED`` written)."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
 def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     try:
         stats = run_stage(build, config, inputs, beam_args)
@@ -38,12 +46,16 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
         return
     for line in summary_lines(stats, config.output, record_name):
         click.echo(line)
+    allowed = getattr(config, "allow_file_errors", False)
     for reason, count in stats["file_errors"].items():
         click.echo(
-            f"error: {count} input file(s) ended early ({reason}); see {config.output}/rejects", err=True
+            f"{'warning' if allowed else 'error'}: {count} input file(s) ended early ({reason}); "
+            f"see {config.output}/rejects",
+            err=True,
         )
-    if stats["file_errors"]:
-        sys.exit(1)
+    reason = incomplete_reason(stats, allowed)
+    if reason is not None:
+        _fail_run(f"--output {config.output}: not marked COMPLETED: {reason}")
 
 
 def _config(cls, **kwargs):
@@ -61,6 +73,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log Beam's progress and full tracebacks.")
 def main(verbose: bool) -> None:
     """Corpus pipelines: raw Wikipedia dumps and books into clean, split, de-duplicated documents.
@@ -80,6 +93,12 @@ def main(verbose: bool) -> None:
 
 
 def _source_options(func):
+    func = click.option(
+        "--allow-file-errors",
+        is_flag=True,
+        help="Mark the output COMPLETED although input files ended early (truncated, undecodable); "
+        "without it such a run exits 1 and is not COMPLETED.",
+    )(func)
     func = click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")(func)
     func = click.option(
         "--num-shards",
@@ -116,7 +135,9 @@ def _source_options(func):
     help="Drop articles with fewer words after cleaning (counted as too_short).",
 )
 @click.pass_context
-def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min_document_words):
+def wikipedia(
+    ctx, inputs, output, num_shards, overwrite, allow_file_errors, streams_per_range, min_document_words
+):
     """Clean pages-articles dumps (.xml.bz2, multistream or not, or plain .xml) into documents.
 
     Keeps namespace-0 articles, skips redirects and disambiguation pages, and keeps only prose
@@ -131,6 +152,7 @@ def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min
         output=output,
         num_shards=num_shards,
         overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
         streams_per_range=streams_per_range,
         min_document_words=min_document_words,
     )
@@ -147,7 +169,7 @@ def wikipedia(ctx, inputs, output, num_shards, overwrite, streams_per_range, min
     help="Drop books with fewer words after cleaning (counted as too_short).",
 )
 @click.pass_context
-def books(ctx, inputs, output, num_shards, overwrite, min_document_words):
+def books(ctx, inputs, output, num_shards, overwrite, allow_file_errors, min_document_words):
     """Clean plain-text books (one book per file) into documents, one document per book.
 
     Detects the encoding, strips Project Gutenberg headers, footers and licence, unwraps
@@ -161,9 +183,51 @@ def books(ctx, inputs, output, num_shards, overwrite, min_document_words):
         output=output,
         num_shards=num_shards,
         overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
         min_document_words=min_document_words,
     )
     _run(build, config, _expand(inputs), ctx.args, "books")
+
+
+@main.command(context_settings=_PASS_THROUGH)
+@_source_options
+@click.option("--min-document-words", type=int, default=0, show_default=True)
+@click.option(
+    "--validation-fraction", type=float, default=0.0, show_default=True, help="Documents for validation/."
+)
+@click.option("--test-fraction", type=float, default=0.0, show_default=True, help="Documents for test/.")
+@click.pass_context
+def text(
+    ctx,
+    inputs,
+    output,
+    num_shards,
+    overwrite,
+    allow_file_errors,
+    min_document_words,
+    validation_fraction,
+    test_fraction,
+):
+    """Read files in create_pretraining_data.py's input format into a corpus output.
+
+    One sentence per line, a blank line between documents (UTF-8). The output has the
+    train/validation/test layout of `pipelines corpus` (by default everything in train), so
+    `pipelines examples --corpus OUTPUT` takes it. Empty and binary files are rejects.
+    """
+    from pipelines.plaintext.pipeline import build
+
+    config = _config(
+        TextConfig,
+        inputs=inputs,
+        output=output,
+        num_shards=num_shards,
+        overwrite=overwrite,
+        allow_file_errors=allow_file_errors,
+        min_document_words=min_document_words,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+    )
+    _run(build, config, _expand(inputs), ctx.args, "records (documents and rejected files)")
 
 
 @main.command(context_settings=_PASS_THROUGH)
@@ -226,6 +290,11 @@ def corpus(
 @click.option("--dupe-factor", type=int, default=5, show_default=True)
 @click.option("--whole-word-masking", is_flag=True, help="Mask whole words (a word's ## pieces together).")
 @click.option(
+    "--mask-share", type=float, default=0.8, show_default=True, help="Of predictions, share -> [MASK]."
+)
+@click.option("--keep-share", type=float, default=0.1, show_default=True, help="Share kept unchanged.")
+@click.option("--random-share", type=float, default=0.1, show_default=True, help="Share -> a random token.")
+@click.option(
     "--random-token-from-whole-vocab",
     is_flag=True,
     help="As the reference: the 10% random replacement may be any token, [PAD] and [unusedN] included.",
@@ -259,6 +328,9 @@ def examples(
     short_seq_prob,
     dupe_factor,
     whole_word_masking,
+    mask_share,
+    keep_share,
+    random_share,
     random_token_from_whole_vocab,
     no_masking,
     num_shards,
@@ -272,10 +344,10 @@ def examples(
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
     """
 
-    from pipelines.examples.masking import MaskingConfig
     from pipelines.examples.pairs import PairConfig
     from pipelines.examples.pipeline import ExamplesConfig, build
     from schemas import DOCUMENTS
+    from wordpiece.masking import MaskingConfig
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
     try:
@@ -294,6 +366,9 @@ def examples(
                 masked_lm_prob=masked_lm_prob,
                 max_predictions_per_seq=max_predictions_per_seq,
                 whole_word_masking=whole_word_masking,
+                mask_share=mask_share,
+                keep_share=keep_share,
+                random_share=random_share,
             ),
             random_token_from_whole_vocab=random_token_from_whole_vocab,
             apply_masking=not no_masking,
@@ -313,6 +388,11 @@ def examples(
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
+    if not stats["examples"]:
+        _fail_run(
+            f"--split {split} of {corpus}: no examples ({stats['documents_used']:,} documents with tokens); "
+            f"{output} is not marked COMPLETED"
+        )
     masked = f"masked {stats['mask_rate']:.3f} of tokens" if stats["masking"] else "not masked"
     click.echo(
         f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); random next "
@@ -330,7 +410,7 @@ def show(folder, samples):
 
     try:
         lines = describe(folder, num_samples=samples)
-    except io.InputError as err:
+    except (io.InputError, SchemaError) as err:
         _fail(str(err))
     for line in lines:
         click.echo(line)

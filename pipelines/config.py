@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from schemas import absolute_reference
+
 
 def _check(problems: list[str]) -> None:
     if problems:
@@ -24,6 +26,8 @@ class SourceConfig:
     num_shards: int = 16
     min_document_words: int = 8
     overwrite: bool = False
+    allow_file_errors: bool = False
+    """Mark the output COMPLETED although input files ended early (``--allow-file-errors``)."""
 
     def problems(self) -> list[str]:
         """Every problem with the options, as sentences naming the flag."""
@@ -42,11 +46,11 @@ class SourceConfig:
         _check(self.problems())
 
     def params(self) -> dict[str, Any]:
-        """The parameters recorded in the manifest (inputs as given)."""
+        """The parameters recorded in the manifest (inputs as absolute paths or URLs)."""
         data = asdict(self)
         data.pop("overwrite")
         data.pop("output")
-        data["inputs"] = list(self.inputs)
+        data["inputs"] = [absolute_reference(path) for path in self.inputs]
         return data
 
 
@@ -68,6 +72,26 @@ class BooksConfig(SourceConfig):
     """``pipelines books``: plain-text books to documents."""
 
     min_document_words: int = 100
+
+
+@dataclass(frozen=True)
+class TextConfig(SourceConfig):
+    """``pipelines text``: files in the reference generator's format to a corpus output."""
+
+    min_document_words: int = 0
+    validation_fraction: float = 0.0
+    test_fraction: float = 0.0
+    split_seed: str = field(default="corpus-split-v1")
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        for name in ("validation_fraction", "test_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                problems.append(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
+        if self.validation_fraction + self.test_fraction >= 1.0:
+            problems.append("--validation-fraction plus --test-fraction must leave some training data")
+        return problems
 
 
 @dataclass(frozen=True)
@@ -120,5 +144,5 @@ class CorpusConfig:
         data = asdict(self)
         data.pop("overwrite")
         data.pop("output")
-        data["inputs"] = list(self.inputs)
+        data["inputs"] = [absolute_reference(path) for path in self.inputs]
         return data

@@ -90,12 +90,21 @@ def is_completed(output: str) -> bool:
 def prepare_output(output: str, overwrite: bool) -> None:
     """Make ``output`` ready to receive a stage's files, before the pipeline starts.
 
-    Refuses a completed output unless ``overwrite``; removes the files a previous (finished or
-    interrupted) run of a stage left there, and nothing else; checks the folder is writable.
+    Refuses a folder that holds anything unless ``overwrite`` (changing nothing); with it,
+    removes the files a previous (finished or interrupted) run of a stage left there, and refuses
+    files no stage writes rather than delete them; checks the folder is writable.
     """
-    if is_completed(output) and not overwrite:
+    present = [m.path for m in FileSystems.match([join(output, "**")])[0].metadata_list]
+    if present and not overwrite:
+        what = (
+            "a completed output" if is_completed(output) else f"{len(present)} file(s) (an unfinished run?)"
+        )
+        raise OutputError(f"--output {output}: already holds {what}; pass --overwrite to replace it")
+    foreign = [path for path in present if not _is_stage_file(output, path)]
+    if foreign:
         raise OutputError(
-            f"--output {output}: already holds a completed output; pass --overwrite to replace it"
+            f"--output {output}: holds files no stage wrote ({foreign[0]}, {len(foreign)} in all); "
+            "choose an empty folder, --overwrite only replaces a stage's own files"
         )
     stale = [join(output, name) for name in _KNOWN_OUTPUT_FILES if exists(join(output, name))]
     for folder in _KNOWN_OUTPUT_DIRS:
@@ -111,6 +120,15 @@ def prepare_output(output: str, overwrite: bool) -> None:
         FileSystems.delete([probe])
     except Exception as err:  # Any filesystem error means the same thing to the user.
         raise OutputError(f"--output {output}: cannot write there ({type(err).__name__}: {err})") from None
+
+
+def _is_stage_file(output: str, path: str) -> bool:
+    """Whether ``path`` (inside ``output``) is a file some stage writes there."""
+    relative = path[len(output.rstrip("/")) :].lstrip("/")
+    head, _, rest = relative.partition("/")
+    if rest:
+        return head in _KNOWN_OUTPUT_DIRS
+    return head in _KNOWN_OUTPUT_FILES or head.startswith(".write-probe-")
 
 
 def load_manifest(folder: str, expected_format: str) -> Manifest:

@@ -127,7 +127,9 @@ def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:
         tally.update(outcome.counts or {})
         return tally
     key = "file_errors" if outcome.kind == FILE_ERROR else outcome.kind
-    return Counter({f"{key}/{outcome.reason}": 1})
+    tally = Counter({f"{key}/{outcome.reason}": 1})
+    tally.update(outcome.counts or {})
+    return tally
 
 
 class CountOutcomes(beam.DoFn):
@@ -215,6 +217,27 @@ class WriteShards(beam.PTransform):
         )
 
 
+def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) -> str | None:
+    """Why a corpus stage's output must not be marked ``COMPLETED``, or None when it may be.
+
+    The one rule for empty and failed runs: an output with an input file that ended early
+    (a truncated dump, an unreadable book) or with no documents at all gets ``stats.json``
+    (to explain what happened) but no manifest and no ``COMPLETED``, and the command exits 1.
+    ``allow_file_errors`` (``--allow-file-errors``) accepts the pages read before a file ended.
+    """
+    if stats["file_errors"] and not allow_file_errors:
+        reasons = ", ".join(f"{reason} ({count})" for reason, count in stats["file_errors"].items())
+        return f"input file(s) ended early: {reasons}"
+    if not stats["documents_out"]:
+        return f"no documents written ({stats['records_in']:,} records read; see stats.json)"
+    return None
+
+
+def write_stats(output: str, stats: dict[str, Any]) -> None:
+    """Write ``stats.json`` alone: what a run that may not be marked ``COMPLETED`` leaves."""
+    io.write_bytes(io.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
+
+
 def write_completion(output: str, stats: dict[str, Any], manifest: Manifest) -> None:
     """Write ``stats.json``, ``manifest.json`` and, last, the ``COMPLETED`` marker of an output."""
     manifest_json = manifest.to_json()
@@ -235,6 +258,9 @@ def _finish(
     stats = build_stats(tally, counted_in)
     data = [ShardEntry(**e) for e in entries if e["format"] == DOCUMENTS.name]
     rejects = [ShardEntry(**e) for e in entries if e["format"] == REJECTS.name]
+    if incomplete_reason(stats, bool(params.get("allow_file_errors"))) is not None:
+        write_stats(output, stats)
+        return stats
     manifest = Manifest(DOCUMENTS.name, DOCUMENTS.version, producer, params, tuple(data), tuple(rejects))
     write_completion(output, stats, manifest)
     return stats

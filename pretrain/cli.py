@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from pretrain.config import OPTIMIZERS, PRECISIONS
+from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
 
 _EPILOG = """\b
@@ -27,14 +27,29 @@ Examples:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_EPILOG,
 )
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("--shards", help="A `pipelines examples` output (local folder or gs://, s3:// URL).")
 @click.option("--output", help="Run folder for checkpoints, metrics.jsonl, TensorBoard and plots.")
 @click.option(
     "--config",
-    type=click.Choice(list(PRESETS)),
     default=None,
-    help="Model size (layers/hidden: tiny 2/128 … base 12/768, large 24/1024). Default base; "
-    "taken from the checkpoint with --resume/--init-from.",
+    help=f"Model size: {', '.join(PRESETS)} (layers/hidden: tiny 2/128 … base 12/768, large "
+    "24/1024) or L/H/A (layers/hidden/heads, e.g. 6/512/8). Default base; taken from the "
+    "checkpoint with --resume/--init-from.",
+)
+@click.option(
+    "--no-nsp",
+    "nsp",
+    flag_value=False,
+    default=True,
+    help="MLM only: no next-sentence head, parameters or loss (the shards' NSP labels are ignored).",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="mlm",
+    show_default=True,
+    help="mlm: masked LM; ltr: causal left-to-right LM on the restored tokens (no NSP).",
 )
 @click.option(
     "--global-batch-size",
@@ -47,10 +62,22 @@ Examples:
     "--micro-batch-size", type=int, help="Examples per rank per forward pass (gradient accumulation)."
 )
 @click.option("--max-steps", type=int, default=1000, show_default=True)
+@click.option(
+    "--schedule-steps",
+    type=int,
+    help="Step at which the learning rate reaches 0 (default --max-steps); phase 1 of BERT: 1000000.",
+)
 @click.option("--lr", type=float, default=1e-4, show_default=True, help="Peak learning rate.")
 @click.option("--warmup-steps", type=int, default=100, show_default=True)
 @click.option(
     "--decay-power", type=float, default=1.0, show_default=True, help="1 = linear decay to 0 at --max-steps."
+)
+@click.option(
+    "--lr-schedule",
+    type=click.Choice(LR_SCHEDULES),
+    default="transformers",
+    show_default=True,
+    help="transformers: decay after warm-up; reference: google-research/bert's polynomial_decay.",
 )
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True)
 @click.option("--weight-decay", type=float, default=0.01, show_default=True)
@@ -76,6 +103,12 @@ Examples:
 @click.option("--vocab", help="vocab.txt / tokenizer.json; default: the one the shards were made with.")
 @click.option("--max-seq-length", type=int, help="Refuse shards made with another length.")
 @click.option("--dynamic-masking", is_flag=True, help="Re-mask every batch (new masks each epoch).")
+@click.option("--masked-lm-prob", type=float, help="Dynamic masking: default the shards' setting.")
+@click.option("--max-predictions-per-seq", type=int, help="Dynamic masking: default the shards' setting.")
+@click.option("--whole-word-masking/--no-whole-word-masking", default=None, help="Default: the shards'.")
+@click.option("--mask-share", type=float, help="Dynamic masking: share of predictions -> [MASK].")
+@click.option("--keep-share", type=float, help="Dynamic masking: share kept unchanged.")
+@click.option("--random-share", type=float, help="Dynamic masking: share -> a random token.")
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")
@@ -154,6 +187,26 @@ def export(checkpoint, fmt, output) -> None:
         ).encode(),
     )
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
+
+
+@main.command()
+@click.option("--config", "size", default="base", show_default=True, help="A preset or L/H/A.")
+@click.option("--vocab-size", type=int, default=30522, show_default=True)
+@click.option("--max-position-embeddings", type=int, default=512, show_default=True)
+@click.option("--no-nsp", "nsp", flag_value=False, default=True, help="Without the NSP head.")
+def params(size, vocab_size, max_position_embeddings, nsp) -> None:
+    """Print the parameter count of a model size (as transformers' BertForPreTraining counts it)."""
+    from pretrain.model import BertConfig, parameter_counts
+
+    try:
+        config = BertConfig.preset(size, vocab_size, max_position_embeddings=max_position_embeddings, nsp=nsp)
+    except ValueError as err:
+        raise click.ClickException(f"--config {size}: {err}") from None
+    counts = parameter_counts(config)
+    shape = f"L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads}"
+    click.echo(f"{size} ({shape}, vocabulary {vocab_size})")
+    for name, value in counts.items():
+        click.echo(f"  {name:<11}{value:>14,}  ({value / 1e6:.1f}M)")
 
 
 if __name__ == "__main__":

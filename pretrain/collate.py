@@ -6,20 +6,23 @@ padded to the batch's longest sequence rounded up to a multiple of 8. With a
 examples`` are masked unless written with ``--no-masking``) and then masks afresh, as RoBERTa
 does: a new choice each epoch instead of the ``dupe_factor`` fixed ones. The choice follows the
 reference generator's rule — ``min(max_predictions, max(1, round(num_tokens × prob)))`` positions
-out of the tokens other than ``[CLS]``/``[SEP]``, 80% ``[MASK]``, 10% a random token, 10%
-unchanged — with draws from the generator the caller passes (seeded by batch identity). Whole-word
-masking is not offered here; write whole-word masks with ``pipelines examples --whole-word-masking``.
+out of the tokens other than ``[CLS]``/``[SEP]``, 80% ``[MASK]``, 10% unchanged, 10% a random token
+by default — with the one rule of :mod:`wordpiece.masking` that ``pipelines examples`` also uses (whole-word
+grouping, the three replacement shares), keyed by draws from the generator the caller passes
+(seeded by batch identity).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+
+from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
 
 Batch = dict[str, torch.Tensor]
 
@@ -28,45 +31,32 @@ Batch = dict[str, torch.Tensor]
 class DynamicMasking:
     """Masked-LM settings for re-masking in the collate; build it with :meth:`from_vocab`."""
 
-    mask_id: int
-    cls_id: int
-    sep_id: int
-    replacement_ids: np.ndarray = field(repr=False)
-    """Ids the 10% "random token" is drawn from (by default the real tokens only)."""
-    masked_lm_prob: float = 0.15
-    max_predictions_per_seq: int = 20
-    mask_share: float = 0.8
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise ValueError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
-        if self.max_predictions_per_seq < 1:
-            raise ValueError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
-        if len(self.replacement_ids) == 0:
-            raise ValueError("replacement_ids is empty")
+    config: MaskingConfig
+    vocab: MaskingVocab = field(repr=False)
 
     @classmethod
     def from_vocab(
-        cls,
-        vocab: Sequence[str],
-        *,
-        masked_lm_prob: float = 0.15,
-        max_predictions_per_seq: int = 20,
-        whole_vocab: bool = False,
+        cls, vocab: Sequence[str], config: MaskingConfig | None = None, *, whole_vocab: bool = False
     ) -> DynamicMasking:
-        """Settings for a vocabulary (tokens in id order, e.g. ``WordPieceTokenizer.vocab``)."""
+        """Settings for a vocabulary (tokens in id order, e.g. ``WordPieceTokenizer.vocab``); the
+        random tokens come from the same pool as ``pipelines examples`` draws them from."""
         from wordpiece.tokenizer import WordPieceTokenizer
 
         tokenizer = WordPieceTokenizer(vocab, cased=True)
-        ids = tokenizer.special_ids()
-        return cls(
-            mask_id=ids["[MASK]"],
-            cls_id=ids["[CLS]"],
-            sep_id=ids["[SEP]"],
-            replacement_ids=np.asarray(tokenizer.replacement_ids(whole_vocab), np.int64),
-            masked_lm_prob=masked_lm_prob,
-            max_predictions_per_seq=max_predictions_per_seq,
-        )
+        pool = tokenizer.replacement_ids(whole_vocab)
+        return cls(config or MaskingConfig(), MaskingVocab.build(list(vocab), pool))
+
+
+def masking_from_params(params: dict, **overrides) -> MaskingConfig:
+    """The masking settings the shards were written with (their manifest's ``masking_settings``,
+    or its ``masking`` for older shards), with the non-``None`` ``overrides`` applied."""
+    recorded = params.get("masking_settings") or params.get("masking") or {}
+    if not isinstance(recorded, dict):
+        recorded = {}
+    known = {f.name for f in fields(MaskingConfig)}
+    settings = {k: v for k, v in recorded.items() if k in known}
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    return MaskingConfig(**settings)
 
 
 def _lists(column: pa.ChunkedArray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,37 +75,19 @@ def _remask(
     masking: DynamicMasking,
     rng: np.random.Generator,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Choose and apply new masks to original ``input_ids`` (in place); return (slots, positions, ids)."""
-    size, width = input_ids.shape
-    eligible = real & (input_ids != masking.cls_id) & (input_ids != masking.sep_id)
-    wanted = np.rint(lengths * masking.masked_lm_prob).astype(np.int64)
-    counts = np.minimum(np.minimum(masking.max_predictions_per_seq, np.maximum(1, wanted)), eligible.sum(1))
-    scores = rng.random((size, width))
-    scores[~eligible] = 2.0  # never chosen before an eligible position
-    most = int(counts.max()) if size else 0
-    # the `most` lowest scores of each row (argpartition), then in score order (a small sort), so
-    # that a row's first `count` columns are its `count` lowest: a uniform random choice
-    chosen_cols = (
-        np.argpartition(scores, most - 1, axis=1)[:, :most] if most else np.zeros((size, 0), np.int64)
-    )
-    by_score = np.argsort(np.take_along_axis(scores, chosen_cols, axis=1), axis=1)
-    chosen_cols = np.take_along_axis(chosen_cols, by_score, axis=1)
-    slots = np.arange(chosen_cols.shape[1])[None, :] < counts[:, None]
-    positions = np.where(slots, chosen_cols, width)  # sort real choices first, by position
-    positions.sort(axis=1)
-    positions = np.where(slots, positions, 0)
-    rows = np.nonzero(slots)[0]
-    cols = positions[slots]
-    original = input_ids[rows, cols]
-    draw = rng.random(len(rows))
-    replaced = original.copy()
-    keep_share = (1.0 - masking.mask_share) / 2.0
-    replaced[draw < masking.mask_share] = masking.mask_id
-    random_slot = draw >= masking.mask_share + keep_share
-    replaced[random_slot] = rng.choice(masking.replacement_ids, size=int(random_slot.sum()))
-    input_ids[rows, cols] = replaced
+    """Mask original ``input_ids`` afresh (in place) with :func:`wordpiece.masking.mask_batch`;
+    return (slots, positions, ids) padded to the most predictions of a row."""
+    size = len(lengths)
+    keys = rng.integers(0, np.iinfo(np.int64).max, size=size, dtype=np.int64).astype(np.uint64)
+    starts = np.cumsum(lengths) - lengths
+    masked = mask_batch(input_ids[real], starts, lengths, keys, masking.config, masking.vocab)
+    input_ids[real] = masked.input_ids
+    most = int(masked.num_predictions.max()) if size else 0
+    slots = np.arange(most)[None, :] < masked.num_predictions[:, None]
+    positions = np.zeros(slots.shape, np.int64)
     ids = np.zeros(slots.shape, np.int64)
-    ids[slots] = original
+    positions[slots] = masked.positions
+    ids[slots] = masked.labels
     return slots, positions, ids
 
 

@@ -6,10 +6,20 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from pretrain.model import PRESETS
+from pretrain.model import parse_model_size
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
+MASKING_OVERRIDES = (
+    "masked_lm_prob",
+    "max_predictions_per_seq",
+    "whole_word_masking",
+    "mask_share",
+    "keep_share",
+    "random_share",
+)
+LR_SCHEDULES = ("transformers", "reference")
+OBJECTIVES = ("mlm", "ltr")
 
 
 @dataclass(frozen=True)
@@ -19,7 +29,12 @@ class TrainConfig:
     shards: str
     output: str
     config: str | None = None
-    """A model size (``tiny`` … ``large``), used when not starting from --init-from or --resume."""
+    """A model size (``tiny`` … ``large``, or ``L/H/A``), used when not starting from --init-from
+    or --resume."""
+    nsp: bool = True
+    """Train the next-sentence head and loss; False (``--no-nsp``): MLM only, NSP labels ignored."""
+    objective: str = "mlm"
+    """``mlm`` (masked LM) or ``ltr`` (causal left-to-right LM on the restored tokens, no NSP)."""
     global_batch_size: int = 256
     micro_batch_size: int | None = None
     """Examples per rank per forward pass; None: global / world size (no accumulation)."""
@@ -30,6 +45,9 @@ class TrainConfig:
     """Steps of the learning-rate schedule (decay reaches 0 there); default --max-steps. Phase 1
     of BERT's recipe: --max-steps 900000 --schedule-steps 1000000."""
     decay_power: float = 1.0
+    lr_schedule: str = "transformers"
+    """``transformers``: decay from the end of warm-up; ``reference``: google-research/bert's
+    ``polynomial_decay`` from step 0 with the warm-up overriding it (see pretrain/optim.py)."""
     optimizer: str = "adamw"
     weight_decay: float = 0.01
     adam_beta1: float = 0.9
@@ -50,6 +68,13 @@ class TrainConfig:
     vocab: str | None = None
     """The vocabulary (vocab.txt or tokenizer.json); by default the one the shards were made with."""
     dynamic_masking: bool = False
+    masked_lm_prob: float | None = None
+    """Dynamic masking settings: ``None`` takes the one the shards were written with."""
+    max_predictions_per_seq: int | None = None
+    whole_word_masking: bool | None = None
+    mask_share: float | None = None
+    keep_share: float | None = None
+    random_share: float | None = None
     num_workers: int = 2
     streams: int | None = None
     compile: bool = False
@@ -61,10 +86,17 @@ class TrainConfig:
 
     def problems(self) -> list[str]:
         found = []
-        if self.config is not None and self.config not in PRESETS:
-            found.append(f"--config must be one of {', '.join(PRESETS)}, got {self.config!r}")
+        if self.config is not None:
+            try:
+                parse_model_size(self.config)
+            except ValueError as err:
+                found.append(f"--config: {err}")
+        if self.objective not in OBJECTIVES:
+            found.append(f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.precision not in PRECISIONS:
             found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            found.append(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if self.optimizer not in OPTIMIZERS:
             found.append(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         for name in ("global_batch_size", "max_steps", "save_steps", "log_steps", "eval_batches"):
@@ -88,9 +120,22 @@ class TrainConfig:
                 "--resume continues a run (weights, optimizer, data position); --init-from starts "
                 "a new run from weights: give one of them"
             )
+        if not self.dynamic_masking:
+            for name in MASKING_OVERRIDES:
+                if getattr(self, name) is not None:
+                    found.append(f"--{name.replace('_', '-')} applies to --dynamic-masking only: add it")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             found.append(f"--dropout must be in [0, 1), got {self.dropout}")
         return found
+
+    def masking_overrides(self) -> dict[str, Any]:
+        """The dynamic-masking settings given on the command line (``None``: from the shards)."""
+        return {name: getattr(self, name) for name in MASKING_OVERRIDES}
+
+    @property
+    def uses_nsp(self) -> bool:
+        """Whether the model has (and trains) the NSP head: not with --no-nsp nor --objective ltr."""
+        return self.nsp and self.objective == "mlm"
 
     def accumulation(self, world_size: int) -> tuple[int, int]:
         """(micro batch size, accumulation steps) for ``world_size`` ranks, or ValueError."""

@@ -22,16 +22,18 @@ import io
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fsspec
 import safetensors.torch
 import torch
-
-if TYPE_CHECKING:
-    from pretrain.model import BertForPreTraining
+from torch import nn
 
 logger = logging.getLogger(__name__)
+
+# The functions below take a ``pretrain.model.BertForPreTraining`` (any module with a ``config``
+# that has ``vocab_size``, ``max_position_embeddings`` and ``to_hf_dict``); this module does not
+# import ``pretrain.model``, which imports it for ``from_pretrained``/``save_pretrained``.
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -101,7 +103,7 @@ def our_name(hf_key: str) -> str:
 
 
 def load_hf_state_dict(
-    model: BertForPreTraining, hf_state: dict[str, torch.Tensor], source: str = "checkpoint"
+    model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint"
 ) -> list[str]:
     """Copy an HF BERT state dict into ``model`` in place; return the names left at their fresh
     initialisation (a missing pooler or heads). Raises ``ValueError`` naming ``source`` and every
@@ -154,7 +156,7 @@ def load_hf_state_dict(
     return missing
 
 
-def to_hf_state_dict(model: BertForPreTraining) -> dict[str, torch.Tensor]:
+def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The tensors transformers' ``BertForPreTraining`` saves: vocabulary rows trimmed, tied decoder
     weight and bias left out; contiguous CPU copies that share no memory."""
     vocab_size = model.config.vocab_size
@@ -168,7 +170,7 @@ def to_hf_state_dict(model: BertForPreTraining) -> dict[str, torch.Tensor]:
     return state
 
 
-def save_hf(model: BertForPreTraining, path: str | os.PathLike) -> None:
+def save_hf(model: nn.Module, path: str | os.PathLike) -> None:
     """Write ``config.json`` and ``model.safetensors`` (transformers' layout) to a folder or URL."""
     fs, root = fsspec.core.url_to_fs(str(path))
     fs.makedirs(root, exist_ok=True)
@@ -181,7 +183,7 @@ def save_hf(model: BertForPreTraining, path: str | os.PathLike) -> None:
 
 
 def export_hf(
-    model: BertForPreTraining,
+    model: nn.Module,
     output: str | os.PathLike,
     vocab_file: str | os.PathLike,
     *,

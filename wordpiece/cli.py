@@ -66,6 +66,7 @@ class _OneLineFormatter(logging.Formatter):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 def main() -> None:
     """Train a WordPiece vocabulary from corpus documents and tokenise exactly as BERT does.
 

@@ -39,6 +39,7 @@ from schemas import (
     Manifest,
     ManifestError,
     ShardEntry,
+    absolute_reference,
     completed_marker,
     verify_completed,
 )
@@ -108,6 +109,7 @@ class TrainConfig:
         data = asdict(self)
         for key in ("output", "overwrite"):
             data.pop(key)
+        data["corpus"] = absolute_reference(self.corpus)
         data["splits"] = list(self.splits)
         return data
 
@@ -292,10 +294,11 @@ def _load_corpus_manifest(corpus: str) -> Manifest:
 
 
 def _prepare_output(config: TrainConfig) -> None:
-    if FileSystems.exists(FileSystems.join(config.output, COMPLETED_FILE)) and not config.overwrite:
-        raise TrainingError(
-            f"--output {config.output}: already holds a completed vocabulary; pass --overwrite"
-        )
+    present = FileSystems.match([FileSystems.join(config.output, "**")])[0].metadata_list
+    if present and not config.overwrite:
+        completed = FileSystems.exists(FileSystems.join(config.output, COMPLETED_FILE))
+        what = "a completed vocabulary" if completed else f"{len(present)} file(s) (an unfinished run?)"
+        raise TrainingError(f"--output {config.output}: already holds {what}; pass --overwrite")
     stale = [FileSystems.join(config.output, name) for name in (COMPLETED_FILE, *OUTPUT_FILES)]
     stale = [path for path in stale if FileSystems.exists(path)]
     stale += [

@@ -13,6 +13,7 @@ import itertools
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import charset_normalizer
 
@@ -39,6 +40,8 @@ class CleanBook:
     title: str | None
     paragraphs: list[str]
     encoding: str
+    replaced_characters: int = 0
+    """Undecodable bytes replaced by U+FFFD (see ``MAX_REPLACED_SHARE``)."""
     num_header_lines: int = 0
     num_footer_lines: int = 0
     num_toc_lines: int = 0
@@ -57,6 +60,9 @@ class GutenbergParts:
 
 
 MAX_CONTROL_SHARE = 0.01
+MAX_REPLACED_SHARE = 0.001
+"""At most this share of a book's characters may be undecodable bytes (replaced by U+FFFD);
+a book with more is rejected ``undecodable`` (or, without a BOM, decoded as a legacy code page)."""
 """Decoded text with more than this share of control characters is taken for binary data."""
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
@@ -103,12 +109,30 @@ def _decode_legacy(data: bytes) -> tuple[str, str]:
     return (text, guess) if guess and non_latin > len(letters) / 2 else (western_text, western)
 
 
-def decode_book(data: bytes, name: str = "<book>") -> tuple[str, str]:
-    """Decode a book's bytes; return ``(text, encoding)`` or raise ``BookRejected``.
+class DecodedBook(NamedTuple):
+    """A decoded book: its text, the encoding and how many undecodable bytes became U+FFFD."""
+
+    text: str
+    encoding: str
+    replaced: int = 0
+
+
+def _decode_replacing(data: bytes, encoding: str) -> tuple[str, int] | None:
+    """``data`` decoded with U+FFFD for undecodable bytes, and how many were replaced; None when
+    more than ``MAX_REPLACED_SHARE`` of the characters would be replacements."""
+    text = data.decode(encoding, errors="replace")
+    replaced = text.count("\ufffd") - data.decode(encoding, errors="ignore").count("\ufffd")
+    return (text, replaced) if replaced <= MAX_REPLACED_SHARE * max(len(text), 1) else None
+
+
+def decode_book(data: bytes, name: str = "<book>") -> DecodedBook:
+    """Decode a book's bytes; return ``(text, encoding, replaced)`` or raise ``BookRejected``.
 
     A BOM (UTF-32, UTF-8, UTF-16) decides; else NUL bytes mean BOM-less UTF-16 when they sit in
-    the odd or the even positions only, binary otherwise; else strict UTF-8; else
-    ``_decode_legacy``. Text with more than ``MAX_CONTROL_SHARE`` control characters is binary;
+    the odd or the even positions only, binary otherwise; else UTF-8; else ``_decode_legacy``.
+    A BOM's encoding or UTF-8 (text with valid multi-byte sequences) tolerates undecodable bytes
+    up to ``MAX_REPLACED_SHARE`` of the characters, each replaced by U+FFFD and counted in
+    ``replaced``; above it a BOM'd book is ``undecodable`` and a BOM-less one legacy-decoded. Text with more than ``MAX_CONTROL_SHARE`` control characters is binary;
     the few control characters of accepted text are removed.
     """
     if not data.strip():
@@ -124,18 +148,34 @@ def decode_book(data: bytes, name: str = "<book>") -> tuple[str, str]:
         else:
             text, encoding = data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError as exc:
+        replaced = 0
         if bom:
-            raise BookRejected("undecodable", f"{name}: {encoding} BOM but {exc.reason}") from None
-        if b"\x00" in data:
+            tolerated = _decode_replacing(data[len(bom) :], encoding.removesuffix("-sig"))
+            if tolerated is None:
+                raise BookRejected(
+                    "undecodable", f"{name}: {encoding} BOM but {exc.reason} (beyond the tolerated share)"
+                ) from None
+            text, replaced = tolerated
+        elif b"\x00" in data:
             raise BookRejected("binary", f"{name}: NUL bytes and not UTF-16") from None
-        text, encoding = _decode_legacy(data)
+        elif (tolerated := _decode_replacing(data, "utf-8")) is not None and re.search(
+            r"[^\x00-\x7f\ufffd]", tolerated[0]
+        ):
+            (text, replaced), encoding = tolerated, "utf-8"
+        else:
+            text, encoding = _decode_legacy(data)
+        return _finish_decoding(text, encoding, replaced, name)
+    return _finish_decoding(text, encoding, 0, name)
+
+
+def _finish_decoding(text: str, encoding: str, replaced: int, name: str) -> DecodedBook:
     controls = len(_CONTROL_RE.findall(text))
     if controls > MAX_CONTROL_SHARE * len(text):
         raise BookRejected("binary", f"{name}: {controls} control characters in {len(text)}")
     text = _CONTROL_RE.sub("", text).lstrip("\ufeff")
     if not text.strip():
         raise BookRejected("empty", f"{name}: no text after decoding as {encoding}")
-    return text, encoding
+    return DecodedBook(text, encoding, replaced)
 
 
 def normalize_newlines(text: str) -> str:
@@ -377,7 +417,7 @@ def clean_book(data: bytes, name: str, *, min_words: int = 0) -> CleanBook:
     Reasons: ``binary``, ``undecodable``, ``empty`` (from ``decode_book``, or no prose paragraph
     left) and ``too_short`` (fewer than ``min_words`` words of prose; 0 disables the check).
     """
-    text, encoding = decode_book(data, name)
+    text, encoding, replaced = decode_book(data, name)
     parts = strip_gutenberg(normalize_newlines(text))
     blocks, num_toc_lines = drop_table_of_contents(split_blocks(parts.body))
     paragraphs: list[str] = []
@@ -402,6 +442,7 @@ def clean_book(data: bytes, name: str, *, min_words: int = 0) -> CleanBook:
         title=parts.title,
         paragraphs=paragraphs,
         encoding=encoding,
+        replaced_characters=replaced,
         num_header_lines=parts.num_header_lines,
         num_footer_lines=parts.num_footer_lines,
         num_toc_lines=num_toc_lines,

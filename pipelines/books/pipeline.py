@@ -39,6 +39,11 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
         source=SOURCE,
         origin=path,
         title=book.title or _title_from_path(path),
+        counts=(
+            {"replaced_characters": book.replaced_characters, "books_with_replacements": 1}
+            if book.replaced_characters
+            else None
+        ),
     )
 
 

@@ -23,9 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX_2 = np.uint64(0x94D049BB133111EB)
+from wordpiece.masking import hashed_bits, hashed_uniforms
+
+__all__ = ["hashed_bits", "hashed_uniforms"]
+
 _POPCOUNT_8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 
 # Streams of ``hashed_bits``: one per kind of decision about a pair.
@@ -38,26 +39,6 @@ def seeded_generator(seed: int, *identity: object) -> np.random.Generator:
     key = "\x1f".join(str(part) for part in (seed, *identity))
     digest = hashlib.sha256(key.encode("utf-8")).digest()
     return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "big")))
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser: a bijection of uint64 that scatters every input bit."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _MIX_1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _MIX_2
-    return x ^ (x >> np.uint64(31))
-
-
-def hashed_bits(keys: np.ndarray, counters: np.ndarray, stream: int) -> np.ndarray:
-    """64 random bits for each (key, counter) of a ``stream``: the same whatever the batch."""
-    salt = (np.uint64(stream) << np.uint64(40)) | counters.astype(np.uint64)
-    return _mix64(keys.astype(np.uint64) + _mix64(salt + _GOLDEN))
-
-
-def hashed_uniforms(keys: np.ndarray, counters: np.ndarray, stream: int) -> np.ndarray:
-    """Uniform floats in [0, 1) from :func:`hashed_bits` (53 bits each)."""
-    return (hashed_bits(keys, counters, stream) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import io
-from pipelines.examples.masking import MaskingConfig, MaskingVocab, mask_batch
 from pipelines.examples.pairs import (
     PairConfig,
     PairPlan,
@@ -42,13 +41,15 @@ from pipelines.examples.pairs import (
     tokenized_document,
     truncate_pairs,
 )
-from pipelines.stage import WriteShards, shard_index, write_completion
+from pipelines.stage import WriteShards, shard_index, write_completion, write_stats
 from pipelines.stats import bucket_label, sum_tallies
 from schemas import (
     Manifest,
     ShardEntry,
+    absolute_reference,
 )
 from schemas.examples import EXAMPLES_VERSION, examples_format
+from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
 from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 
 LENGTH_HISTOGRAM_FILE = "length_histogram.png"
@@ -95,8 +96,11 @@ class ExamplesConfig:
         data = asdict(self)
         for key in ("output", "overwrite", "apply_masking"):
             data.pop(key)
+        # What dynamic masking in ``pretrain`` re-applies unless its flags override it.
+        data["masking_settings"] = asdict(self.masking)
+        data["corpus"], data["vocab"] = absolute_reference(self.corpus), absolute_reference(self.vocab)
         if not self.apply_masking:
-            data["masking"] = False  # no masking parameter applies
+            data["masking"] = False  # these shards carry no masks
         return data
 
 
@@ -133,7 +137,7 @@ class ExampleVocab:
             cls_id=tokens.index("[CLS]"),
             sep_id=tokens.index("[SEP]"),
             unk_id=tokens.index("[UNK]"),
-            masking=MaskingVocab.build(tokens, special, random_ids),
+            masking=MaskingVocab.build(tokens, random_ids),
         )
 
 
@@ -415,6 +419,9 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
     stats = _stats(tally, config.apply_masking)
+    if not stats["examples"]:
+        write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
+        return stats
     shards = tuple(ShardEntry(**e) for e in entries)
     params = {**config.params(), "vocab_sha256": vocab_sha256}
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)

@@ -212,6 +212,7 @@ def test_no_masking_writes_the_original_pairs(examples_output, corpus_output, re
     )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["params"]["masking"] is False
+    assert manifest["params"]["masking_settings"]["max_predictions_per_seq"] == 20  # for dynamic masking
     assert (
         json.loads((examples_output / "manifest.json").read_text())["params"]["masking"]["masked_lm_prob"]
         == 0.15

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import json
 import shutil
 
 import pytest
@@ -106,6 +107,16 @@ def test_a_truncated_dump_keeps_what_it_read_and_says_so(tmp_path):
     out = tmp_path / "out"
     result = run_cli("wikipedia", "--input", str(cut), "--output", str(out), *FAST_RUNNER, expect=1)
     assert "error: 1 input file(s) ended early (truncated_input)" in result.output
+    assert "not marked COMPLETED: input file(s) ended early" in result.output
+    assert not (out / "COMPLETED").exists() and not (out / "manifest.json").exists()
+    assert json.loads((out / "stats.json").read_text())["file_errors"] == {"truncated_input": 1}
+    refused = run_cli("corpus", "--input", str(out), "--output", str(tmp_path / "corpus"), expect=2)
+    assert "no COMPLETED marker" in refused.output and "Traceback" not in refused.output
+    # Accepted explicitly, the pages before the cut make a complete output.
+    args = ("--input", str(cut), "--output", str(out), "--allow-file-errors", "--overwrite", *FAST_RUNNER)
+    result = run_cli("wikipedia", *args)
+    assert "warning: 1 input file(s) ended early (truncated_input)" in result.output
+    assert (out / "COMPLETED").exists()
     _, stats, tables = read_output(out)
     assert stats["file_errors"] == {"truncated_input": 1} and stats["reconciles"]
     assert 0 < stats["records_in"] < 206 and tables["all"].num_rows > 0
@@ -121,6 +132,7 @@ def test_malformed_xml_is_a_file_error_naming_the_file(tmp_path):
     broken.write_text(xml[:position] + xml[position + len("</page>") :], encoding="utf-8")
     out = tmp_path / "out"
     run_cli("wikipedia", "--input", str(broken), "--output", str(out), *FAST_RUNNER, expect=1)
+    assert not (out / "COMPLETED").exists()
     (reject,) = read_rejects(out)
     assert reject["reason"] == "malformed_xml" and reject["origin"].endswith("broken.xml")
 

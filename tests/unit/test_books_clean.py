@@ -40,13 +40,13 @@ SAMPLE = "Grüße from the café — “quoted” text.\r\nSecond line, naïve a
 
 
 def test_utf8_with_bom_and_crlf() -> None:
-    text, encoding = decode_book("\ufeffFirst line.\r\nSecond line.\r\n".encode())
+    text, encoding, _ = decode_book("\ufeffFirst line.\r\nSecond line.\r\n".encode())
     assert (text, encoding) == ("First line.\r\nSecond line.\r\n", "utf-8-sig")
     assert normalize_newlines(text) == "First line.\nSecond line.\n"
 
 
 def test_utf8_without_bom() -> None:
-    assert decode_book(SAMPLE.encode("utf-8")) == (SAMPLE, "utf-8")
+    assert decode_book(SAMPLE.encode("utf-8")) == (SAMPLE, "utf-8", 0)
 
 
 @pytest.mark.parametrize(
@@ -59,36 +59,37 @@ def test_utf8_without_bom() -> None:
     ],
 )
 def test_utf16_and_utf32_with_bom(bom: bytes, codec: str) -> None:
-    assert decode_book(bom + SAMPLE.encode(codec)) == (SAMPLE, codec)
+    assert decode_book(bom + SAMPLE.encode(codec)) == (SAMPLE, codec, 0)
 
 
 @pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
 def test_utf16_without_bom_is_recognised_by_its_nul_bytes(codec: str) -> None:
-    assert decode_book(SAMPLE.encode(codec)) == (SAMPLE, codec)
+    assert decode_book(SAMPLE.encode(codec)) == (SAMPLE, codec, 0)
 
 
 def test_cp1252_curly_quotes_and_dashes() -> None:
     data = b"\x93Come in,\x94 she said \x96 and he did\x85\r\n"
-    assert decode_book(data) == ("“Come in,” she said – and he did…\r\n", "cp1252")
+    assert decode_book(data) == ("“Come in,” she said – and he did…\r\n", "cp1252", 0)
 
 
 def test_latin1_accents() -> None:
     assert decode_book(b"The caf\xe9 served cr\xe8me br\xfbl\xe9e.") == (
         "The café served crème brûlée.",
         "latin-1",
+        0,
     )
 
 
 def test_bytes_unassigned_in_cp1252_fall_back_to_latin1() -> None:
     data = b"\x93Quoted\x94 " + b"plain words " * 40 + b"\x81"
-    text, encoding = decode_book(data)
+    text, encoding, _ = decode_book(data)
     assert encoding == "latin-1"
     assert text.startswith("Quoted plain words") and "\x81" not in text and "\x93" not in text
 
 
 def test_non_latin_legacy_encoding_is_detected() -> None:
     russian = "Это небольшой тест кодировки. Мы проверяем, что русский текст правильно декодируется."
-    text, encoding = decode_book(russian.encode("cp1251"))
+    text, encoding, _ = decode_book(russian.encode("cp1251"))
     assert text == russian
     assert encoding not in {"latin-1", "cp1252", "utf-8"}
 
@@ -649,3 +650,23 @@ def test_botchan_without_blank_lines() -> None:
     assert len(book.paragraphs) > 300 and max(map(len, book.paragraphs)) < 10_000
     assert not any("gutenberg" in p.lower() or "produced by" in p.lower() for p in book.paragraphs)
     assert SENTENCE_END.search(book.paragraphs[0]) and len(book.paragraphs[0].split()) >= 20
+
+
+def test_a_utf8_book_with_a_few_bad_bytes_is_decoded_with_replacement() -> None:
+    good = ("\ufeffCafé society met every evening. " * 200).encode("utf-8")
+    damaged = good[:3000] + b"\xff" + good[3000:]  # one stray byte in 6,000 characters
+    text, encoding, replaced = decode_book(damaged)
+    assert encoding == "utf-8-sig" and replaced == 1 and text.count("\ufffd") == 1
+    assert text.replace("\ufffd", "") == good.decode("utf-8-sig")
+    no_bom = decode_book(damaged[3:])
+    assert no_bom.encoding == "utf-8" and no_bom.replaced == 1  # not mis-read as cp1252
+    book = clean_book(damaged, "damaged.txt")
+    assert book.replaced_characters == 1
+
+
+def test_a_book_beyond_the_replacement_share_is_rejected() -> None:
+    good = ("\ufeffCafé society met every evening. " * 20).encode("utf-8")
+    damaged = b"\xef\xbb\xbf" + b"\xff".join(good[3:][i : i + 100] for i in range(0, len(good) - 3, 100))
+    with pytest.raises(BookRejected, match="beyond the tolerated share") as err:
+        decode_book(damaged, "bad.txt")
+    assert err.value.reason == "undecodable"

@@ -6,16 +6,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.examples.masking import MaskingConfig, MaskingVocab, mask_batch
 from schemas import SchemaError
 from schemas.examples import examples_format, id_type
+from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
 
 MASK_ID = 3
 # A toy vocabulary: 0-4 special, then words ("wN") and continuation pieces ("##wN").
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[MASK]", "[SEP]"] + [
     f"##w{i}" if i % 3 == 0 else f"w{i}" for i in range(5, 3000)
 ]
-VOCAB = MaskingVocab.build(TOKENS, frozenset(TOKENS[:5]), range(1000, 2000))
+VOCAB = MaskingVocab.build(TOKENS, range(1000, 2000), never_masked=frozenset(TOKENS[:5]))
 CLS, SEP = 2, 4
 
 
@@ -115,7 +115,7 @@ def test_replacements_split_80_10_10():
 def test_whole_word_masking_takes_whole_words():
     # [CLS] un ##believ ##able story [SEP]: the words are {1, 2, 3} and {4}.
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[MASK]", "[SEP]", "un", "##believ", "##able", "story"]
-    vocab = MaskingVocab.build(tokens, frozenset(tokens[:5]), range(5, 9))
+    vocab = MaskingVocab.build(tokens, range(5, 9), never_masked=frozenset(tokens[:5]))
     ids = np.array([2, 5, 6, 7, 8, 4], dtype=np.int32)
     seen = set()
     for key in range(200):

@@ -19,6 +19,7 @@ from pretrain.collate import DynamicMasking, collate
 from pretrain.data import ExampleShards, ShardError
 from schemas import Manifest, ManifestError, ShardEntry, completed_marker
 from schemas.examples import examples_format
+from wordpiece.masking import MaskingConfig
 
 FMT = examples_format(1000)
 SHARD_ROWS = (23, 17, 30)  # 70 examples, record batches of at most 7 rows
@@ -303,8 +304,10 @@ def _original_ids(uid: int) -> list[int]:
 
 
 def test_dynamic_masking_restores_then_masks_afresh(folder):
-    masking = DynamicMasking.from_vocab(VOCAB, masked_lm_prob=0.3, max_predictions_per_seq=3)
-    assert masking.mask_id == 4 and masking.cls_id == 2 and 5 not in masking.replacement_ids.tolist()
+    masking = DynamicMasking.from_vocab(VOCAB, MaskingConfig(masked_lm_prob=0.3, max_predictions_per_seq=3))
+    assert (
+        masking.vocab.mask_id == 4 and masking.vocab.special[2] and 5 not in masking.vocab.random_ids.tolist()
+    )
     ds = ExampleShards(folder, batch_size=5, seed=2, masking=masking, streams=2)
     epoch0 = list(ds)
     for batch in epoch0:

@@ -73,6 +73,7 @@ def test_evaluate_v1_takes_max_over_golds_and_counts_missing_as_zero():
     result = evaluate_v1(data, {"q1": "Broncos!", "q2": "Broncos"})
     assert result["exact_match"] == pytest.approx(100 / 3)
     assert result["f1"] == pytest.approx(100 * 1.4 / 3)
+    assert result["total"] == 3 and result["unanswered"] == 1
 
 
 def v2_case() -> tuple[list[dict], dict[str, str], dict[str, float]]:
@@ -96,6 +97,7 @@ def test_evaluate_v2_without_null_odds():
             "NoAns_exact": 50.0,
             "NoAns_f1": 50.0,
             "NoAns_total": 2,
+            "unanswered": 0,
         }
     )
 
@@ -132,7 +134,25 @@ def test_v2_repeated_id_keeps_the_last_question():
         "HasAns_exact": 100.0,
         "HasAns_f1": 100.0,
         "HasAns_total": 1,
+        "unanswered": 0,
     }
+
+
+def test_v2_counts_a_missing_prediction_as_zero_in_the_total():
+    data, predictions, null_odds = v2_case()
+    del predictions["q3"]  # unanswerable: "" would have scored 1
+    result = evaluate_v2(data, predictions)
+    # q1 F1 2/3, q2 1, q3 missing 0, q4 0: out of 4, not 3.
+    assert result["total"] == 4 and result["unanswered"] == 1
+    assert result["exact"] == pytest.approx(25.0)
+    assert result["f1"] == pytest.approx(100 * (2 / 3 + 1) / 4)
+    assert result["NoAns_total"] == 2 and result["NoAns_exact"] == 0.0
+    # With null odds (q3's odds present but no prediction): q3 stays 0 at every threshold.
+    searched = evaluate_v2(data, predictions, null_odds)
+    assert searched["total"] == 4 and searched["unanswered"] == 1
+    # All null over the answered: q4 right (1); then q1 (+2/3, best), q4 (-1), q2 (+1) -> F1 best 5/3 of 4.
+    assert searched["best_f1"] == pytest.approx(100 * (5 / 3) / 4)
+    assert searched["best_f1_thresh"] == -2.0
 
 
 def test_v2_missing_null_odds_is_an_error():
@@ -192,6 +212,8 @@ def test_evaluate_file_round_trip(tmp_path):
     assert evaluate_file("1.1", v1_file, preds) == {
         "exact_match": 50.0,
         "f1": pytest.approx(100 * (5 / 3) / 2),
+        "total": 2,
+        "unanswered": 0,
     }
 
 

@@ -1,5 +1,11 @@
 """Masked-LM selection, as the reference generator's ``create_masked_lm_predictions`` does it,
-for a batch of sequences at once.
+for a batch of sequences at once: the one masking rule of the project.
+
+Both the static writer (``pipelines examples``) and the dynamic collate (``pretrain
+--dynamic-masking``) call :func:`mask_batch`, so the two give the same statistics. It lives in
+``wordpiece/`` because it works on WordPiece ids and vocabularies only, and because
+``wordpiece/`` is the one package that both ``pipelines/`` (Beam) and ``pretrain/`` (torch) may
+import; it needs numpy alone.
 
 Every random choice is a hash of the sequence's 64-bit key (which the caller draws from a
 generator seeded by data identity) and a counter, so a sequence is masked the same whatever
@@ -13,12 +19,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.examples.pairs import hashed_uniforms
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijection of uint64 that scatters every input bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MIX_1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MIX_2
+    return x ^ (x >> np.uint64(31))
+
+
+def hashed_bits(keys: np.ndarray, counters: np.ndarray, stream: int) -> np.ndarray:
+    """64 random bits for each (key, counter) of a ``stream``: the same whatever the batch."""
+    salt = (np.uint64(stream) << np.uint64(40)) | counters.astype(np.uint64)
+    return _mix64(keys.astype(np.uint64) + _mix64(salt + _GOLDEN))
+
+
+def hashed_uniforms(keys: np.ndarray, counters: np.ndarray, stream: int) -> np.ndarray:
+    """Uniform floats in [0, 1) from :func:`hashed_bits` (53 bits each)."""
+    return (hashed_bits(keys, counters, stream) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+NEVER_MASKED = frozenset({"[CLS]", "[SEP]"})
+"""What the reference's ``create_masked_lm_predictions`` skips: only [CLS] and [SEP]."""
 
 # Streams of ``hashed_uniforms``: one per kind of decision.
 STREAM_CHOOSE = 11
 STREAM_MASK = 12
-STREAM_KEEP = 13
 STREAM_RANDOM_ID = 14
 STREAM_WORD_ORDER = 15
 
@@ -31,8 +62,11 @@ class MaskingConfig:
     max_predictions_per_seq: int = 20
     whole_word_masking: bool = False
     mask_share: float = 0.8
-    """Of the chosen positions, this share becomes [MASK]; the rest split evenly into a random
-    token and the unchanged token (80/10/10)."""
+    """Of the chosen positions, the share that becomes [MASK]."""
+    keep_share: float = 0.1
+    """The share that keeps its token."""
+    random_share: float = 0.1
+    """The share that becomes a random token (80/10/10 by default, as the paper)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -42,8 +76,15 @@ class MaskingConfig:
             problems.append(
                 f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}"
             )
-        if not 0.0 <= self.mask_share <= 1.0:
-            problems.append(f"mask_share must be in [0, 1], got {self.mask_share}")
+        shares = (self.mask_share, self.keep_share, self.random_share)
+        for name, value in zip(("mask", "keep", "random"), shares, strict=True):
+            if not 0.0 <= value <= 1.0:
+                problems.append(f"--{name}-share must be in [0, 1], got {value}")
+        if abs(sum(shares) - 1.0) > 1e-9:
+            problems.append(
+                "--mask-share, --keep-share and --random-share must sum to 1, got "
+                f"{self.mask_share} + {self.keep_share} + {self.random_share} = {sum(shares):g}"
+            )
         if problems:
             raise ValueError("invalid configuration: " + "; ".join(problems))
 
@@ -61,11 +102,20 @@ class MaskingVocab:
     """The pool the 10% random replacements are drawn from."""
 
     @classmethod
-    def build(cls, tokens: Sequence[str], special: frozenset[str], random_ids: Sequence[int]) -> MaskingVocab:
-        """Tables for the vocabulary ``tokens`` (in id order)."""
+    def build(
+        cls,
+        tokens: Sequence[str],
+        random_ids: Sequence[int],
+        never_masked: frozenset[str] = NEVER_MASKED,
+    ) -> MaskingVocab:
+        """Tables for the vocabulary ``tokens`` (in id order); ``random_ids`` is the one pool of
+        random replacements, ``never_masked`` the tokens never chosen (the reference's
+        ``[CLS]``/``[SEP]``)."""
+        if not len(random_ids):
+            raise ValueError("the pool of random replacement tokens is empty")
         return cls(
             mask_id=tokens.index("[MASK]"),
-            special=np.array([t in special for t in tokens], dtype=bool),
+            special=np.array([t in never_masked for t in tokens], dtype=bool),
             continuation=np.array([t.startswith("##") for t in tokens], dtype=bool),
             random_ids=np.asarray(random_ids, dtype=np.int64),
         )
@@ -160,8 +210,9 @@ def mask_batch(
     """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch.
 
     Of each sequence, ``masked_lm_prob`` of its length (rounded, at least one, at most
-    ``max_predictions_per_seq``) non-special positions are chosen at random and replaced 80%
-    [MASK], 10% a random id from ``vocab.random_ids``, 10% unchanged. With whole-word masking
+    ``max_predictions_per_seq``) positions other than ``vocab.special`` are chosen at random and
+    replaced: ``mask_share`` [MASK], ``keep_share`` unchanged, ``random_share`` a random id
+    from ``vocab.random_ids`` (80/10/10 by default). With whole-word masking
     a word (a token and the ``##`` pieces after it) is taken whole or not at all.
     """
     num_sequences = len(starts)
@@ -189,9 +240,9 @@ def mask_batch(
     order = np.lexsort((chosen, owner))
     owner, chosen = owner[order], chosen[order]
     counters = chosen - starts[owner]  # the position, so each draw belongs to one position
-    to_mask = hashed_uniforms(keys[owner], counters, STREAM_MASK) < config.mask_share
-    keep = ~to_mask & (hashed_uniforms(keys[owner], counters, STREAM_KEEP) < 0.5)
-    replace = ~to_mask & ~keep
+    draw = hashed_uniforms(keys[owner], counters, STREAM_MASK)
+    to_mask = draw < config.mask_share
+    replace = draw >= config.mask_share + config.keep_share
     pool = vocab.random_ids
     random_index = (hashed_uniforms(keys[owner], counters, STREAM_RANDOM_ID) * len(pool)).astype(np.int64)
     labels = ids[chosen]

@@ -1,0 +1,87 @@
+"""pretrain/optim.py: the reference's polynomial decay, and LAMB's exclusions and foreach step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pretrain.config import TrainConfig
+from pretrain.optim import Lamb, build_scheduler, parameter_groups, reference_decay
+
+
+def test_reference_decay_is_bert_optimization_py():
+    # init_lr * (1 - step / num_train_steps) ** power, overridden by init_lr * step / warmup
+    warmup, total = 4, 20
+    values = [reference_decay(s, warmup, total) for s in range(23)]
+    assert values[:4] == [0.0, 0.25, 0.5, 0.75]
+    assert values[4:21] == pytest.approx([1 - s / total for s in range(4, 21)])
+    assert values[20:] == [0.0, 0.0, 0.0]
+    assert reference_decay(10, 0, 20, power=2.0) == pytest.approx(0.25)
+    assert reference_decay(0, 0, 20) == 1.0
+
+
+def test_scheduler_follows_the_chosen_schedule():
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    scheduler = build_scheduler(optimizer, 2.0, 2, 10, schedule="reference", start_step=5)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2.0 * (1 - 5 / 10))
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2.0 * (1 - 6 / 10))
+    with pytest.raises(ValueError, match="unknown schedule"):
+        build_scheduler(optimizer, 1.0, 0, 10, schedule="cosine")
+    assert any("--lr-schedule" in p for p in TrainConfig(shards="s", output="o", lr_schedule="x").problems())
+
+
+def _lamb_by_hand(weights, grads_seq, lr, wd, adapt, eps=1e-6, betas=(0.9, 0.999)):
+    """The per-tensor loop the foreach step must equal."""
+    out = []
+    for w in weights:
+        w = w.clone()
+        m, v = torch.zeros_like(w), torch.zeros_like(w)
+        for t, grads in enumerate(grads_seq, start=1):
+            g = grads[len(out)]
+            m = betas[0] * m + (1 - betas[0]) * g
+            v = betas[1] * v + (1 - betas[1]) * g * g
+            u = (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps)
+            if adapt:
+                u = u + wd * w
+                wn, un = w.norm(), u.norm()
+                u = u * (wn / un if wn > 0 and un > 0 else 1.0)
+            w = w - lr * u
+        out.append(w)
+    return out
+
+
+def test_lamb_foreach_step_equals_the_per_tensor_loop_and_skips_bias_and_layer_norm():
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.dense = torch.nn.Linear(5, 4)
+    model.LayerNorm = torch.nn.LayerNorm(4)  # named as in the BERT model
+    model.out = torch.nn.Linear(4, 3)
+    groups = parameter_groups(model, 0.1)
+    named = dict(model.named_parameters())
+    no_decay_names = sorted(n for n, p in named.items() if any(p is q for q in groups[1]["params"]))
+    assert no_decay_names == ["LayerNorm.bias", "LayerNorm.weight", "dense.bias", "out.bias"]
+    assert [g["trust_ratio"] for g in groups] == [True, False]
+    before = [[p.detach().clone() for p in g["params"]] for g in groups]
+    optimizer = Lamb(groups, lr=0.05, weight_decay=0.1)
+    grads_seq = [[torch.randn_like(p) for p in model.parameters()] for _ in range(3)]
+    order = list(model.parameters())
+    for grads in grads_seq:
+        for p, g in zip(order, grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+    for group, start, adapt in zip(groups, before, (True, False), strict=True):
+        index = [next(i for i, q in enumerate(order) if q is p) for p in group["params"]]
+        seq = [[grads[i] for i in index] for grads in grads_seq]
+        wd = group["weight_decay"]
+        expected = _lamb_by_hand(start, seq, 0.05, wd, adapt)
+        for p, e in zip(group["params"], expected, strict=True):
+            torch.testing.assert_close(p.detach(), e, rtol=1e-5, atol=1e-6)
+    # a bias's first step is plain Adam: lr * sign(g), not scaled by any trust ratio
+    bias = torch.nn.Parameter(torch.tensor([0.0, 0.0]))
+    opt = Lamb([{"params": [bias], "weight_decay": 0.0, "trust_ratio": False}], lr=0.1, eps=0.0)
+    bias.grad = torch.tensor([3.0, -0.5])
+    opt.step()
+    assert bias.detach().tolist() == pytest.approx([-0.1, 0.1])
