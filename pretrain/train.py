@@ -51,6 +51,7 @@ from pretrain.model import (
     training_flops_per_token,
 )
 from pretrain.optim import build_optimizer, build_scheduler
+from pretrain.runtime import autocast
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
 log = logging.getLogger("pretrain")
@@ -229,13 +230,6 @@ class _Stop:
 
     def __call__(self, signum, frame) -> None:
         self.requested = True
-
-
-def _autocast(precision: str, device: torch.device):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
 
 
 def _data_position(state: dict | None, cfg: TrainConfig) -> dict | None:
@@ -458,7 +452,7 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                 sync = index == accumulation - 1 or procs.world_size == 1
                 with (
                     contextlib.nullcontext() if sync else ddp_model.no_sync(),
-                    _autocast(cfg.precision, procs.device),
+                    autocast(procs.device, cfg.precision),
                 ):
                     outputs = forward(
                         batch["input_ids"],
@@ -660,7 +654,7 @@ def _evaluate(
         if cfg.objective == "ltr":
             batch = left_to_right_batch(batch)
         batch = {k: v.to(procs.device) for k, v in batch.items()}
-        with _autocast(cfg.precision, procs.device):
+        with autocast(procs.device, cfg.precision):
             outputs = forward(
                 batch["input_ids"],
                 batch["token_type_ids"],
