@@ -1,184 +1,176 @@
-"""Example generation per core, against the reference generator's algorithm on the same input.
+"""Example generation side by side with Google's own generator, per CPU-second, same input file.
 
-    python benchmarks/examples.py [--vocab VOCAB.txt] [--dupe-factor 5]
+    python benchmarks/examples.py [--books N] [--dupe-factor 5]
 
-Ours: the stage's own library functions in one process, as its Beam steps call them
-(tokenise each document once, plan every dupe pass and finish the actual-next pairs, fulfil
-the random-next requests bucket by bucket and finish them), over every document of the real
-corpus (the enwiki excerpt's articles and the Gutenberg books, cleaned as `pipelines` does),
-timed on CPU. Writing the Arrow shards is left out.
+The reference: google-research/bert's create_pretraining_data.py and tokenization.py, unmodified,
+as bert-tensorflow 1.0.4 ships them (Google's 2020 release; no whole-word option), under
+tensorflow-cpu in a separate venv (``.venv-reference``, created here when absent) through a
+one-line shim (``benchmarks/reference_shim.py``: ``tensorflow`` -> ``tensorflow.compat.v1``).
+Ours: ``pipelines text`` + ``pipelines examples`` (FnApiRunner), the whole commands.
 
-The reference (google-research/bert's create_pretraining_data.py) cannot run here (it needs
-TensorFlow). It is timed in its two pure-Python parts on the same documents: its tokenizer,
-as transformers' `BertTokenizerLegacy` (a port of the original `tokenization.py`), and its
-instance creation and feature padding, as `reference_generator.py` (our re-implementation of
-that algorithm). Its TFRecord serialisation is left out. Results go to
-`benchmarks/results/examples.json`.
+Input: the Gutenberg books under ../shared/data, cleaned by our books cleaner and written in the
+reference's format (one sentence per line, a blank line between books) to a temp folder; both
+systems read that same file. Parameters: seq 128, max predictions 20, masked LM prob 0.15,
+short-seq prob 0.1, dupe factor 5, seed 12345, bert-base-uncased's vocab.txt.
+
+CPU seconds of each whole command (user + system, child processes included) are measured on
+the full input and on a tiny input (the first 20 lines); the tiny run's CPU time is the fixed
+start-up, subtracted to give the marginal rate. Statistics compared, with the tolerances stated
+in the output: random-next share (+-0.01), masked share of tokens (+-0.01), and the 80/10/10
+split of masked positions (+-0.01 each). Results: ``benchmarks/results/examples.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
+import os
 import resource
+import subprocess
 import sys
-from collections import defaultdict
+import tempfile
 from pathlib import Path
 
 from pipelines.books.pipeline import book_outcome
-from pipelines.examples.pairs import PairConfig
-from pipelines.examples.pipeline import (
-    ExamplesConfig,
-    ExampleVocab,
-    RequestDrawer,
-    bucket_of,
-    fulfil_bucket,
-    plan_document,
-    tokenize_document,
-)
-from pipelines.wiki.dump import iter_pages
-from pipelines.wiki.pipeline import page_outcome
-from wordpiece.tokenizer import WordPieceTokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import reference_generator  # noqa: E402  (a sibling script, not a package)
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-RESULTS = Path(__file__).resolve().parent / "results" / "examples.json"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+REF_VENV = ROOT / ".venv-reference"
+REF_PY = REF_VENV / "bin" / "python"
+RESULTS = ROOT / "benchmarks" / "results" / "examples.json"
+VOCAB = SHARED / "vocab" / "bert-base-uncased_vocab.txt"
+TOLERANCE = 0.01
+REVISION = "google-research/bert create_pretraining_data.py from bert-tensorflow 1.0.4 (2020 release)"
 
 
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+def ensure_reference_venv() -> None:
+    """Create ``.venv-reference`` with tensorflow-cpu and bert-tensorflow 1.0.4 when absent."""
+    if REF_PY.exists():
+        return
+    subprocess.run([sys.executable, "-m", "venv", str(REF_VENV)], check=True)
+    pip = [str(REF_PY), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "tensorflow-cpu", "bert-tensorflow==1.0.4"], check=True)
 
 
-def load_documents() -> list[list[str]]:
-    """The sentences of every document of the real corpus."""
+def child_cpu(command: list[str]) -> float:
+    """Run ``command``; its CPU seconds (user + system, with its own children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def write_input(folder: Path, num_books: int) -> tuple[Path, Path]:
+    """The books in the reference's format, and a tiny file (its first 20 lines)."""
     docs = []
-    dump = SHARED / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-    with open(dump, "rb") as f:
-        for page in iter_pages(f):
-            outcome = page_outcome(page, str(dump), 8)
-            if outcome.kind == "document":
-                docs.append(outcome.row["sentences"])
-    for book in sorted((SHARED / "books" / "gutenberg").glob("*.txt")):
+    for book in sorted((SHARED / "books" / "gutenberg").glob("*.txt"))[:num_books]:
         outcome = book_outcome(str(book), book.read_bytes(), 100)
-        if outcome.kind == "document":
-            docs.append(outcome.row["sentences"])
-    return docs
+        if outcome.row is not None and "sentences" in outcome.row:
+            docs.append("\n".join(outcome.row["sentences"]))
+    full, tiny = folder / "books.txt", folder / "tiny.txt"
+    full.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    lines = full.read_text(encoding="utf-8").splitlines()
+    tiny.write_text("\n".join(lines[:10]) + "\n\n" + "\n".join(lines[10:20]) + "\n", encoding="utf-8")
+    return full, tiny
 
 
-def generate(documents, tokenizer: WordPieceTokenizer, dupe_factor: int) -> int:
-    """Plan, fulfil, truncate and mask every pair in one process; return the example count."""
-    config = ExamplesConfig(
-        corpus="-", vocab="-", output="-", dupe_factor=dupe_factor, pairs=PairConfig(max_seq_length=128)
+def run_reference(text: Path, out: Path, dupe: int) -> float:
+    return child_cpu(
+        [
+            str(REF_PY),
+            str(ROOT / "benchmarks" / "reference_shim.py"),
+            f"--input_file={text}",
+            f"--output_file={out}",
+            f"--vocab_file={VOCAB}",
+            "--do_lower_case=True",
+            "--max_seq_length=128",
+            "--max_predictions_per_seq=20",
+            "--masked_lm_prob=0.15",
+            "--short_seq_prob=0.1",
+            "--random_seed=12345",
+            f"--dupe_factor={dupe}",
+        ]
     )
-    vocab = ExampleVocab.build(tokenizer.vocab, random_token_from_whole_vocab=False)
-    sizes: dict[int, int] = defaultdict(int)
-    buckets: dict[int, list] = defaultdict(list)
-    for document in documents:
-        bucket = bucket_of(document.doc_id, config.num_buckets)
-        sizes[bucket] += 1
-        buckets[bucket].append(document)
-    drawer = RequestDrawer(dict(sizes))
-    requests: dict[int, list] = defaultdict(list)
-    count = 0
-    for document in documents:
-        rows, _, wanted = plan_document(document, config, drawer, vocab)
-        count += len(rows)
-        for bucket, request in wanted:
-            requests[bucket].append(request)
-    for bucket, wanted in requests.items():
-        for rows, _ in fulfil_bucket(buckets[bucket], wanted, config, vocab):
-            count += len(rows)
-    return count
 
 
-def reference(docs: list[list[str]], vocab_file: str, dupe_factor: int) -> tuple[int, float, float, float]:
-    """The reference's tokenisation, instance creation and feature padding: (instances, seconds each)."""
-    from transformers import BertTokenizerLegacy
-
-    legacy = BertTokenizerLegacy(vocab_file=vocab_file, do_lower_case=True)
-    start = _cpu_s()
-    tokenized = [[tokens for tokens in (legacy.tokenize(s) for s in doc) if tokens] for doc in docs]
-    tokenize_s = _cpu_s() - start
-    vocab = dict(legacy.vocab)
-    start = _cpu_s()
-    instances = reference_generator.create_training_instances(
-        tokenized, list(vocab), random.Random(12345), dupe_factor=dupe_factor, max_seq_length=128
+def run_ours(text: Path, work: Path, dupe: int) -> float:
+    env_py = [sys.executable, "-m", "pipelines.cli"]
+    corpus, examples = work / "corpus", work / "examples"
+    runner = ["--runner", "FnApiRunner"]
+    cpu = child_cpu(
+        [*env_py, "text", "--input", str(text), "--output", str(corpus), "--num-shards", "1", *runner]
     )
-    instances_s = _cpu_s() - start
-    start = _cpu_s()
-    for instance in instances:
-        reference_generator.instance_features(instance, vocab, 128, 20)
-    features_s = _cpu_s() - start
-    return len(instances), tokenize_s, instances_s, features_s
+    cpu += child_cpu(
+        [*env_py, "examples", "--corpus", str(corpus), "--vocab", str(VOCAB), "--output", str(examples),
+         "--max-seq-length", "128", "--max-predictions-per-seq", "20", "--dupe-factor", str(dupe),
+         "--seed", "12345", "--num-shards", "8", "--num-buckets", "64", *runner]
+    )  # fmt: skip
+    return cpu
 
 
-def main() -> int:
+def compare(ours: dict, ref: dict) -> dict:
+    """Each statistic side by side, and whether it is within the tolerance."""
+    keys = (
+        "random_next_rate",
+        "mask_rate",
+        "masked_share_mask",
+        "masked_share_random",
+        "masked_share_unchanged",
+    )
+    return {
+        k: {"ours": ours[k], "reference": ref[k], "within": abs(ours[k] - ref[k]) <= TOLERANCE} for k in keys
+    }
+
+
+def main() -> None:
+    """Run both systems on the tiny and full inputs, print and save the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", default=str(SHARED / "vocab" / "bert-base-uncased_vocab.txt"))
+    parser.add_argument("--books", type=int, default=8)
     parser.add_argument("--dupe-factor", type=int, default=5)
     args = parser.parse_args()
-    if not Path(args.vocab).exists() or not (SHARED / "wiki").exists():
-        print(f"benchmark input missing under {SHARED} (and --vocab {args.vocab})", file=sys.stderr)
-        return 2
-    docs = load_documents()
-    tokenizer = WordPieceTokenizer.load(args.vocab, cased=False)
-    tokenizer.tokenizer.encode_special_tokens = True  # as the pipeline
-
-    start = _cpu_s()
-    documents = [tokenize_document(tokenizer, f"doc-{i}", sentences) for i, sentences in enumerate(docs)]
-    tokenize_s = _cpu_s() - start
-    start = _cpu_s()
-    examples = generate(documents, tokenizer, args.dupe_factor)
-    generate_s = _cpu_s() - start
-    ours_s = tokenize_s + generate_s
-
-    ref_examples, ref_tokenize_s, ref_instances_s, ref_features_s = reference(
-        docs, args.vocab, args.dupe_factor
-    )
-    reference_s = ref_tokenize_s + ref_instances_s + ref_features_s
-
+    ensure_reference_venv()
+    os.environ["PYTHONPATH"] = str(ROOT)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        full, tiny = write_input(work, args.books)
+        cpu = {}
+        for name, text in (("tiny", tiny), ("full", full)):
+            cpu[f"reference_{name}"] = run_reference(text, work / f"ref-{name}.tfrecord", args.dupe_factor)
+            (work / name).mkdir()
+            cpu[f"ours_{name}"] = run_ours(text, work / name, args.dupe_factor)
+        ref = json.loads(
+            subprocess.run(
+                [str(REF_PY), str(ROOT / "benchmarks" / "reference_shim.py"), "stats",
+                 str(work / "ref-full.tfrecord"), str(VOCAB)],
+                check=True, capture_output=True, text=True,
+            ).stdout.strip().splitlines()[-1]
+        )  # fmt: skip
+        ours = json.loads((work / "full" / "examples" / "stats.json").read_text())
+        input_mb = full.stat().st_size / 1e6
     result = {
-        "documents": len(docs),
-        "examples": examples,
-        "dupe_factor": args.dupe_factor,
-        "ours_cpu_s": ours_s,
-        "ours_examples_per_s_per_core": examples / ours_s,
-        "ours_documents_per_s_per_core": len(docs) * args.dupe_factor / ours_s,
-        "ours_tokenize_s": tokenize_s,
-        "generate_s": generate_s,
-        "reference_examples": ref_examples,
-        "reference_tokenize_s": ref_tokenize_s,
-        "reference_instances_s": ref_instances_s,
-        "reference_features_s": ref_features_s,
-        "reference_cpu_s": reference_s,
-        "reference_examples_per_s_per_core": ref_examples / reference_s,
-        "speedup_vs_reference": (examples / ours_s) / (ref_examples / reference_s),
-        "speedup_generate_vs_reference": (ref_instances_s + ref_features_s) / generate_s,
-    }
-    print(f"{len(docs)} documents x dupe {args.dupe_factor} -> {examples:,} examples (seq 128)")
-    print(
-        f"ours: {ours_s:.1f} s CPU = {result['ours_examples_per_s_per_core']:.0f} examples/s/core, "
-        f"{result['ours_documents_per_s_per_core']:.1f} document passes/s/core "
-        f"(tokenise {tokenize_s:.1f} s, pairs+masking {generate_s:.1f} s)"
+        "reference_revision": REVISION,
+        "input": f"{args.books} Gutenberg books in the reference format ({input_mb:.2f} MB), one file",
+        "params": {"max_seq_length": 128, "max_predictions_per_seq": 20, "dupe_factor": args.dupe_factor,
+                   "seed": 12345, "vocab": VOCAB.name},
+        "cpu_s": cpu,
+        "reference_examples": ref["examples"],
+        "ours_examples": ours["examples"],
+    }  # fmt: skip
+    for side, n in (("reference", ref["examples"]), ("ours", ours["examples"])):
+        result[f"{side}_examples_per_cpu_s"] = n / cpu[f"{side}_full"]
+        result[f"{side}_marginal_examples_per_cpu_s"] = n / max(
+            1e-9, cpu[f"{side}_full"] - cpu[f"{side}_tiny"]
+        )
+    result["ratio_whole"] = result["ours_examples_per_cpu_s"] / result["reference_examples_per_cpu_s"]
+    result["ratio_marginal"] = (
+        result["ours_marginal_examples_per_cpu_s"] / result["reference_marginal_examples_per_cpu_s"]
     )
-    print(
-        f"reference: {reference_s:.1f} s CPU for {ref_examples:,} instances = "
-        f"{result['reference_examples_per_s_per_core']:.0f} examples/s/core (tokenise {ref_tokenize_s:.1f} s, "
-        f"instances {ref_instances_s:.1f} s, features {ref_features_s:.1f} s; no TFRecord writing)"
-    )
-    print(
-        f"ours is {result['speedup_vs_reference']:.1f}x per core in examples/s "
-        f"(pairs+masking alone {result['speedup_generate_vs_reference']:.1f}x), before Beam spreads it over workers"
-    )
+    result["statistics"] = compare(ours, ref)
+    result["tolerance"] = TOLERANCE
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
-    return 0
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

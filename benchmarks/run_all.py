@@ -94,7 +94,7 @@ BENCHMARKS = (
     ),
     Benchmark("tokenization", ("tokenization.py",), "WordPiece tokenisation; BertTokenizerFast"),
     Benchmark("wordpiece_train", ("wordpiece_train.py",), "vocabulary learning; tokenizers' trainer"),
-    Benchmark("examples", ("examples.py",), "example generation; the reference generator"),
+    Benchmark("examples", ("examples.py",), "example generation; Google's create_pretraining_data.py"),
     Benchmark("reader", ("reader.py",), "the trainer's reader; a pyarrow scan"),
     Benchmark("train_step", ("train_step.py",), "pre-training step; transformers' BertForPreTraining"),
     Benchmark(
@@ -247,12 +247,18 @@ def rows_wordpiece_train(r: dict) -> list[Row]:
 
 
 def rows_examples(r: dict) -> list[Row]:
+    p = r["params"]
+    within = all(v["within"] for v in r["statistics"].values())
     return [
         (
-            f"example generation, dupe factor {r['dupe_factor']} (1 core)",
-            f"{_n(r['ours_examples_per_s_per_core'])} examples/s, {_n(r['ours_documents_per_s_per_core'])} doc passes/s",
-            f"reference generator's algorithm: {_n(r['reference_examples_per_s_per_core'])} examples/s",
-            _x(r["speedup_vs_reference"]),
+            f"example generation, whole command per CPU-second: `pipelines text` + `pipelines examples`, "
+            f"{r['input']}, seq {p['max_seq_length']}, dupe {p['dupe_factor']}",
+            f"{_n(r['ours_examples_per_cpu_s'])} examples/CPU-s "
+            f"({_n(r['ours_marginal_examples_per_cpu_s'])} with start-up subtracted)",
+            f"{r['reference_revision']}: {_n(r['reference_examples_per_cpu_s'])} examples/CPU-s "
+            f"({_n(r['reference_marginal_examples_per_cpu_s'])} with start-up subtracted); statistics "
+            f"{'within' if within else 'NOT within'} ±{r['tolerance']}",
+            f"{_x(r['ratio_whole'])} whole, {_x(r['ratio_marginal'])} marginal",
         )
     ]
 

@@ -73,7 +73,7 @@ def _training_options(epochs: float, lr: float, batch_size: int) -> Callable:
             click.option(
                 "--cased/--uncased",
                 default=None,
-                help="Tokeniser casing; default: as the checkpoint records (trainer.pt or tokenizer_config.json).",
+                help="Tokeniser casing; default: as the checkpoint records (trainer.json or tokenizer_config.json).",
             ),
         ]
         for option in reversed(options):
@@ -217,6 +217,36 @@ def swag(
         cased=opts["cased"],
     )
     click.echo(json.dumps({"task": "swag", "dev": result["dev"]}, indent=2))
+
+
+_NER_EPILOG = """\b
+Example:
+  finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner --cased
+"""
+
+
+@main.command(context_settings=CONTEXT, epilog=_NER_EPILOG)
+@click.option(
+    "--data-dir", required=True, help="CoNLL-2003 folder: train.txt, valid.txt, test.txt (optional)."
+)
+@_training_options(epochs=3.0, lr=5e-5, batch_size=32)
+def ner(data_dir: str, **opts: Any) -> None:
+    """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2); write metrics.json
+    (entity-level precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
+    from finetune.ner import run_ner
+
+    result = _call(
+        run_ner,
+        data_dir,
+        opts["checkpoint"],
+        opts["output"],
+        _config(opts),
+        max_seq_length=opts["max_seq_length"],
+        max_train_examples=opts["max_train_examples"],
+        max_eval_examples=opts["max_eval_examples"],
+        cased=opts["cased"],
+    )
+    click.echo(json.dumps({"task": "ner", "dev": result["dev"]}, indent=2))
 
 
 _SQUAD_EPILOG = """\b

@@ -22,7 +22,6 @@ training loop and prediction.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -31,7 +30,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import fsspec
@@ -44,6 +42,7 @@ from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import build_scheduler, parameter_groups
+from pretrain.runtime import autocast, resolve_device, resolve_precision
 from wordpiece.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
@@ -91,15 +90,16 @@ def _read_text(url: str) -> str | None:
 
 
 def _recorded_casing(folder: str) -> bool | None:
-    """The casing a checkpoint records: ``trainer.pt``'s ``cased`` (ours), else
-    ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
-    trainer = f"{folder}/{ckpt.TRAINER_STATE}"
-    fs, path = fsspec.core.url_to_fs(trainer)
-    if fs.exists(path):
-        if Path(trainer).exists():  # local: memory-map instead of reading the optimizer state
-            state = torch.load(trainer, map_location="cpu", mmap=True, weights_only=False)
-        else:
-            state = ckpt.load_torch(trainer)
+    """The casing a checkpoint records: ``trainer.json``'s ``cased`` (ours; JSON, never trainer
+    state), else ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
+    text = _read_text(f"{folder}/{ckpt.TRAINER_STATE}.json")
+    if text is not None:
+        try:
+            state = json.loads(text)
+        except ValueError:
+            raise FinetuneError(
+                f"{folder}/{ckpt.TRAINER_STATE}.json: not valid JSON; the checkpoint is damaged"
+            ) from None
         if isinstance(state, dict) and "cased" in state:
             return bool(state["cased"])
     text = _read_text(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}")
@@ -115,7 +115,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
     folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder; local or an fsspec URL.
 
     The folder must hold ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
-    ``vocab.txt``. ``cased=None`` takes the casing the checkpoint records (``trainer.pt`` or
+    ``vocab.txt``. ``cased=None`` takes the casing the checkpoint records (``trainer.json`` or
     ``tokenizer_config.json``'s ``do_lower_case``), else infers it from the vocabulary. A missing
     pooler (encoder-only checkpoints) is initialised from ``seed``. Raises :class:`FinetuneError`
     when the folder is incomplete or its ``vocab.txt`` does not match ``config.vocab_size``.
@@ -367,29 +367,6 @@ class TrainConfig:
         return asdict(self)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; any other name as given."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """The precision actually used: fp32 on CPU; ``auto`` on GPU is bf16 where supported, else fp16."""
-    if device.type != "cuda":
-        return "fp32"
-    if precision == "auto":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return precision
-
-
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
 def _show_progress(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else progress
 
@@ -472,7 +449,7 @@ def fit(
                     break
                 batch = collate_fn([features[i] for i in order[first : first + config.batch_size]])
                 batch = _to_device(batch, device)
-                with _autocast(device, precision):
+                with autocast(device, precision):
                     loss = model(**batch).loss
                 if loss is None or not torch.isfinite(loss):
                     raise FinetuneError(
@@ -532,7 +509,7 @@ def predict(
         chosen = order[first : first + batch_size]
         batch = collate_fn([features[i] for i in chosen])
         batch = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
-        with _autocast(target, amp):
+        with autocast(target, amp):
             logits = model(**_to_device(batch, target)).logits
         if isinstance(logits, tuple):
             rows = list(zip(*(t.float().cpu() for t in logits), strict=True))

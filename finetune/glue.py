@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ from finetune.common import (
     predict,
     stack,
 )
+from pretrain.runtime import exists, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -297,18 +297,13 @@ def _file(data_dir: str, stem: str) -> str:
     return f"{data_dir.rstrip('/')}/{stem}.tsv"
 
 
-def _exists(url: str) -> bool:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.exists(path)
-
-
 def read_task(
     task: GlueTask, data_dir: str, *, diagnostic_file: str | None = None, with_test: bool = True
 ) -> GlueData:
     """Read ``data_dir`` (the task's folder of the GLUE download: ``train.tsv``, ``dev.tsv`` or
     MNLI's ``dev_matched.tsv``/``dev_mismatched.tsv``, and the test files when present)."""
     for stem in ["train", *task.dev]:
-        if not _exists(_file(data_dir, stem)):
+        if not exists(_file(data_dir, stem)):
             raise FinetuneError(
                 f"{_file(data_dir, stem)} not found: --data-dir must be the {task.folder} folder of the "
                 "GLUE download (train.tsv, dev.tsv, test.tsv)"
@@ -320,7 +315,7 @@ def read_task(
         test = {
             stem: read_split(task, _file(data_dir, stem), labelled=False)
             for stem in task.test
-            if _exists(_file(data_dir, stem))
+            if exists(_file(data_dir, stem))
         }
     if diagnostic_file:
         if task.name != "mnli":
@@ -413,14 +408,6 @@ def _run_name(config: TrainConfig) -> str:
     return f"bs{config.batch_size}-lr{config.lr:g}-ep{config.epochs:g}-seed{config.seed}"
 
 
-def _write_json(path: str, obj: Any) -> None:
-    fs, local = fsspec.core.url_to_fs(path)
-    fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(local, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
 def run_configs(base: TrainConfig, *, grid: bool, num_seeds: int) -> list[list[TrainConfig]]:
     """The runs to make, grouped by hyper-parameters: each group is one setting over ``num_seeds``
     seeds (``base.seed``, ``base.seed + 1``, ...); the paper's grid when ``grid``."""
@@ -497,7 +484,7 @@ def run_glue(
         "max_seq_length": max_seq_length,
         "files": files,
     }
-    _write_json(f"{output}/metrics.json", result)
+    write_json(f"{output}/metrics.json", result)
     return result
 
 
@@ -568,7 +555,7 @@ def _train_groups(
             values, predictions = _evaluate_dev(inputs, model, run)
             record = {"name": name, "config": run.to_dict(), "dev": values, "train": trained.to_dict()}
             if len(groups) * len(group) > 1:
-                _write_json(f"{output}/runs/{name}/metrics.json", record)
+                write_json(f"{output}/runs/{name}/metrics.json", record)
             group_runs.append(record)
             logger.info("%s: %s dev %s", task.name, name, values)
             if group_best is None or values[main] > group_best.value:

@@ -32,6 +32,7 @@ from finetune.common import (
     predict,
     stack,
 )
+from pretrain.runtime import exists
 
 logger = logging.getLogger(__name__)
 
@@ -118,11 +119,6 @@ def _split_file(data_dir: str | None, given: str | None, split: str) -> str | No
     return f"{data_dir.rstrip('/')}/{SPLIT_FILES[split]}"
 
 
-def _exists(url: str) -> bool:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.exists(path)
-
-
 def run_swag(
     data_dir: str | None,
     checkpoint: str,
@@ -146,7 +142,7 @@ def run_swag(
     if train_path is None or dev_path is None:
         raise FinetuneError("give --data-dir (train.csv, val.csv) or both --train-file and --dev-file")
     test_path = _split_file(data_dir, test_file, "test")
-    if test_path is not None and test_file is None and not _exists(test_path):
+    if test_path is not None and test_file is None and not exists(test_path):
         test_path = None
     train = read_swag(train_path, labelled=True)[:max_train_examples]
     dev = read_swag(dev_path, labelled=True)[:max_eval_examples]

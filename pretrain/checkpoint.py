@@ -5,20 +5,25 @@ Layout of a run folder::
     RUN/checkpoints/step-00001000/
         config.json, model.safetensors   the model, in transformers' layout (``save_pretrained``):
                                          ``BertForPreTraining.from_pretrained`` and export read it
-        trainer.pt                       optimizer, scheduler, grad scaler, step, tokens seen,
-                                         the reader's position, the run's settings
-        rng-rank00000.pt, ...            every rank's RNG states (Python, NumPy, torch CPU, CUDA)
+        trainer.json, trainer.safetensors
+                                         optimizer, scheduler, grad scaler, step, tokens seen,
+                                         the reader's position, the run's settings, casing,
+                                         vocabulary hash: tensors in safetensors, the rest JSON
+        rng-rank00000.json/.safetensors  every rank's RNG states (Python, NumPy, torch CPU, CUDA)
         COMMITTED                        written last, by rank 0, after every rank's files:
-                                         JSON with the step and each file's size
+                                         JSON with the step and each file's size and SHA-256
 
-A checkpoint counts only once ``COMMITTED`` exists and every file has the size it records (a bucket
-has no atomic rename; a local folder gets the same rule). :func:`latest` finds the newest complete
+Nothing is unpickled: a state is split by :func:`save_state` into its tensors (safetensors) and a
+JSON tree that names them. A checkpoint counts only once ``COMMITTED`` exists and every file has the
+size it records (a bucket has no atomic rename; a local folder gets the same rule); :func:`resolve`
+also checks every file's SHA-256 and names the one that differs. Old pickle-based checkpoints
+(``trainer.pt``, ``rng-rank*.pt``) are refused with a one-line error. :func:`latest` finds the newest complete
 one; :func:`prune` keeps the newest ``keep`` and removes incomplete leftovers older than them.
 """
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import random
 import re
@@ -26,10 +31,12 @@ from dataclasses import dataclass
 
 import fsspec
 import numpy as np
+import safetensors.torch
 import torch
 
 COMMITTED = "COMMITTED"
-TRAINER_STATE = "trainer.pt"
+TRAINER_STATE = "trainer"  # trainer.json + trainer.safetensors
+OLD_FORMAT = ("trainer.pt", "rng-rank00000.pt")
 _STEP_DIR = re.compile(r"step-(\d{8,})$")
 
 
@@ -48,7 +55,7 @@ def step_url(run: str, step: int) -> str:
 
 
 def rng_file(rank: int) -> str:
-    return f"rng-rank{rank:05d}.pt"
+    return f"rng-rank{rank:05d}"  # .json + .safetensors
 
 
 def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -56,17 +63,105 @@ def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, path.rstrip("/")
 
 
-def save_torch(obj: object, url: str) -> None:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
+def _encode(obj: object, tensors: dict[str, torch.Tensor]) -> object:
+    """A JSON tree for ``obj``; its tensors and arrays go into ``tensors`` under their tree path."""
+    if isinstance(obj, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = obj.detach().cpu().contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, np.ndarray):
+        key = f"t{len(tensors)}"
+        tensors[key] = torch.from_numpy(obj.astype(np.int64) if obj.dtype == np.uint32 else obj.copy())
+        return {"__ndarray__": key, "dtype": str(obj.dtype)}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, tensors) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode(v, tensors) for v in obj]
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in obj):
+            return {k: _encode(v, tensors) for k, v in obj.items()}
+        return {"__items__": [[_encode(k, tensors), _encode(v, tensors)] for k, v in obj.items()]}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"cannot store a {type(obj).__name__} in a checkpoint")
+
+
+def _decode(tree: object, tensors: dict[str, torch.Tensor]) -> object:
+    if isinstance(tree, list):
+        return [_decode(v, tensors) for v in tree]
+    if not isinstance(tree, dict):
+        return tree
+    if "__tensor__" in tree:
+        return tensors[tree["__tensor__"]]
+    if "__ndarray__" in tree:
+        return tensors[tree["__ndarray__"]].numpy().astype(tree["dtype"])
+    if "__tuple__" in tree:
+        return tuple(_decode(v, tensors) for v in tree["__tuple__"])
+    if "__items__" in tree:
+        return {_decode(k, tensors): _decode(v, tensors) for k, v in tree["__items__"]}
+    return {k: _decode(v, tensors) for k, v in tree.items()}
+
+
+def save_state(obj: object, url: str) -> None:
+    """Write ``obj`` (dicts, lists, tuples, numbers, strings, tensors, arrays) as ``URL.json`` (the
+    tree) and ``URL.safetensors`` (its tensors); nothing in either is code."""
+    tensors: dict[str, torch.Tensor] = {}
+    tree = _encode(obj, tensors)
     fs, path = _fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(path, buffer.getvalue())
+    fs.pipe_file(f"{path}.safetensors", safetensors.torch.save(tensors))
+    fs.pipe_file(f"{path}.json", json.dumps(tree, indent=None).encode())
 
 
-def load_torch(url: str) -> object:
+def load_state(url: str) -> object:
+    """Read what :func:`save_state` wrote; a damaged file is a :class:`CheckpointError` naming it."""
     fs, path = _fs(url)
-    return torch.load(io.BytesIO(fs.cat_file(path)), map_location="cpu", weights_only=False)
+    try:
+        tree = json.loads(fs.cat_file(f"{path}.json"))
+    except ValueError as err:
+        raise CheckpointError(f"{url}.json: not valid JSON ({err}); the checkpoint is damaged") from None
+    try:
+        tensors = safetensors.torch.load(fs.cat_file(f"{path}.safetensors"))
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # safetensors raises its own error types for a bad header
+        raise CheckpointError(f"{url}.safetensors: not a valid safetensors file ({err})") from None
+    try:
+        return _decode(tree, tensors)
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{url}.json: does not match {url}.safetensors ({err})") from None
+
+
+def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(url: str) -> None:
+    """Check every file ``COMMITTED`` lists against its SHA-256; raise naming the first that differs."""
+    fs, path = _fs(url)
+    for name in OLD_FORMAT:
+        if fs.exists(f"{path}/{name}") and not fs.exists(f"{path}/{TRAINER_STATE}.json"):
+            raise CheckpointError(
+                f"{url}: old pickle-based checkpoint ({name}), not read for safety; convert it with a "
+                "trusted older release's `pretrain export` and start a new run with --init-from"
+            )
+    try:
+        record = json.loads(fs.cat_file(f"{path}/{COMMITTED}"))
+        files = record["files"]
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{url}/{COMMITTED}: damaged commit record") from None
+    for name, entry in files.items():
+        want = entry.get("sha256") if isinstance(entry, dict) else None
+        if want is None:
+            raise CheckpointError(f"{url}/{COMMITTED}: no SHA-256 for {name} (written by an older release)")
+        if _sha256(fs, f"{path}/{name}") != want:
+            raise CheckpointError(f"{url}/{name}: content differs from its SHA-256 in {COMMITTED}; damaged")
 
 
 def rng_state() -> dict:
@@ -89,10 +184,10 @@ def set_rng_state(state: dict) -> None:
 
 
 def commit(url: str, step: int) -> None:
-    """Write ``COMMITTED`` listing every file of the checkpoint folder with its size."""
+    """Write ``COMMITTED`` listing every file of the checkpoint folder with its size and SHA-256."""
     fs, path = _fs(url)
     files = {
-        entry["name"].rsplit("/", 1)[-1]: int(entry["size"])
+        entry["name"].rsplit("/", 1)[-1]: {"size": int(entry["size"]), "sha256": _sha256(fs, entry["name"])}
         for entry in fs.ls(path, detail=True)
         if entry["type"] == "file" and not entry["name"].endswith(COMMITTED)
     }
@@ -108,8 +203,11 @@ def is_complete(url: str) -> bool:
     except ValueError:
         return False
     try:
-        return all(fs.size(f"{path}/{name}") == size for name, size in record["files"].items())
-    except FileNotFoundError:
+        return all(
+            fs.size(f"{path}/{name}") == (entry["size"] if isinstance(entry, dict) else entry)
+            for name, entry in record["files"].items()
+        )
+    except (FileNotFoundError, KeyError, TypeError, AttributeError):
         return False
 
 
@@ -141,12 +239,14 @@ def resolve(url: str) -> Checkpoint:
     if match:
         if not is_complete(url):
             raise CheckpointError(f"{url}: not a complete checkpoint (no {COMMITTED} or a file is missing)")
+        verify(url)
         return Checkpoint(url, int(match.group(1)))
     found = latest(url)
     if found is None:
         raise CheckpointError(
             f"{url}: no complete checkpoint under {url}/checkpoints (a run folder written by `pretrain`)"
         )
+    verify(found.url)
     return found
 
 

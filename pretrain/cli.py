@@ -177,7 +177,7 @@ def export(checkpoint, fmt, output) -> None:
     except ckpt.CheckpointError as err:
         raise click.ClickException(str(err)) from None
     model = BertForPreTraining.from_pretrained(found.url)
-    state = ckpt.load_torch(f"{found.url}/{ckpt.TRAINER_STATE}")
+    state = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}")
     export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not state.get("cased", False))
     fs, root = fsspec.core.url_to_fs(output)
     fs.pipe_file(

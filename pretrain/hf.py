@@ -76,7 +76,12 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]
             return f.read()
 
     if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return safetensors.torch.load(read_bytes(SAFETENSORS_FILE)), _join(path, SAFETENSORS_FILE)
+        try:
+            return safetensors.torch.load(read_bytes(SAFETENSORS_FILE)), _join(path, SAFETENSORS_FILE)
+        except safetensors.SafetensorError as err:
+            raise ValueError(
+                f"{_join(path, SAFETENSORS_FILE)}: not a valid safetensors file ({err})"
+            ) from None
     if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
         weight_map = json.loads(read_bytes(SAFETENSORS_INDEX_FILE))["weight_map"]
         state: dict[str, torch.Tensor] = {}

@@ -446,8 +446,10 @@ class BertForPreTraining(nn.Module):
 
         Keys may lack the ``bert.`` prefix (``BertModel`` checkpoints); missing pooler or heads
         (encoder-only checkpoints such as sentence-transformers') are initialised from ``seed``.
-        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head).
+        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head). A ``pretrain``
+        run folder (one with ``checkpoints/``) loads its newest complete checkpoint, as the CLIs do.
         """
+        path = _resolve_run_folder(path)
         config = dataclasses.replace(BertConfig.from_hf_dict(*hf.read_config(path)), **overrides)
         model = cls(config, seed=seed)
         hf.load_hf_state_dict(model, *hf.read_weights(path))
@@ -457,6 +459,20 @@ class BertForPreTraining(nn.Module):
         """Write ``config.json`` and ``model.safetensors`` in transformers' layout (trimmed vocab,
         tied decoder weight left out) to a local folder or fsspec URL."""
         hf.save_hf(self, path)
+
+
+def _resolve_run_folder(path: str | os.PathLike) -> str | os.PathLike:
+    """``path``, or the newest complete checkpoint when ``path`` is a run folder without a
+    ``config.json`` of its own (CheckpointError when none is complete)."""
+    import fsspec
+
+    from pretrain import checkpoint as ckpt
+
+    fs, root = fsspec.core.url_to_fs(str(path))
+    root = root.rstrip("/")
+    if fs.exists(f"{root}/config.json") or not fs.exists(f"{root}/checkpoints"):
+        return path
+    return ckpt.resolve(str(path)).url
 
 
 # --- loss, cost, compile ---------------------------------------------------------------------------

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
@@ -165,7 +164,3 @@ def build_scheduler(
         lambda step: multiplier(step, warmup_steps, max_steps, power),
         last_epoch=start_step - 1,
     )
-
-
-def is_finite(value: torch.Tensor | float) -> bool:
-    return math.isfinite(float(value))

@@ -51,6 +51,7 @@ from pretrain.model import (
     training_flops_per_token,
 )
 from pretrain.optim import build_optimizer, build_scheduler
+from pretrain.runtime import autocast
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
 log = logging.getLogger("pretrain")
@@ -162,7 +163,7 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
                 f"{resumed_from.url} was trained with nsp={model.config.nsp}, causal="
                 f"{model.config.causal}; --resume must keep --objective and --no-nsp as they were"
             )
-        trainer_state = ckpt.load_torch(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
+        trainer_state = ckpt.load_state(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
         if cfg.config is not None:
             wanted = BertConfig.preset(cfg.config, vocab.vocab_size)
             got = model.config
@@ -229,13 +230,6 @@ class _Stop:
 
     def __call__(self, signum, frame) -> None:
         self.requested = True
-
-
-def _autocast(precision: str, device: torch.device):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
 
 
 def _data_position(state: dict | None, cfg: TrainConfig) -> dict | None:
@@ -314,7 +308,7 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         step, tokens_seen, skipped = state["step"], state["tokens_seen"], state["skipped_steps"]
         rng_url = f"{setup.resumed_from.url}/{ckpt.rng_file(procs.rank)}"
         try:
-            ckpt.set_rng_state(ckpt.load_torch(rng_url))
+            ckpt.set_rng_state(ckpt.load_state(rng_url))
         except FileNotFoundError:
             log.warning("%s missing (resuming with a different number of ranks?); RNG not restored", rng_url)
     scheduler = build_scheduler(
@@ -403,11 +397,11 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
         fs, root = fsspec.core.url_to_fs(url)
         fs.makedirs(root, exist_ok=True)
         _barrier(procs)
-        ckpt.save_torch(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}")
+        ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}")
         if procs.is_main:
             model.save_pretrained(url)
             fs.pipe_file(f"{root}/vocab.txt", ("\n".join(setup.vocab.vocab) + "\n").encode("utf-8"))
-            ckpt.save_torch(
+            ckpt.save_state(
                 {
                     "step": at,
                     "tokens_seen": tokens_seen,
@@ -458,7 +452,7 @@ def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
                 sync = index == accumulation - 1 or procs.world_size == 1
                 with (
                     contextlib.nullcontext() if sync else ddp_model.no_sync(),
-                    _autocast(cfg.precision, procs.device),
+                    autocast(procs.device, cfg.precision),
                 ):
                     outputs = forward(
                         batch["input_ids"],
@@ -663,7 +657,7 @@ def _evaluate(
         if cfg.objective == "ltr":
             batch = left_to_right_batch(batch)
         batch = {k: v.to(procs.device) for k, v in batch.items()}
-        with _autocast(cfg.precision, procs.device):
+        with autocast(procs.device, cfg.precision):
             outputs = forward(
                 batch["input_ids"],
                 batch["token_type_ids"],
@@ -719,7 +713,7 @@ def inherit_settings(cfg: TrainConfig, given: set[str]) -> TrainConfig:
         found = ckpt.resolve(cfg.resume)
     except ckpt.CheckpointError as err:
         raise TrainingError(str(err)) from None
-    saved = ckpt.load_torch(f"{found.url}/{ckpt.TRAINER_STATE}").get("train_config", {})
+    saved = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}").get("train_config", {})
     known = set(TrainConfig.__dataclass_fields__)
     inherited = {
         k: v

@@ -58,7 +58,9 @@ class PairConfig:
         if not 0.0 <= self.short_seq_prob <= 1.0:
             problems.append(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
         if not 0.0 <= self.random_next_prob <= 1.0:
-            problems.append(f"--random-next-prob must be in [0, 1], got {self.random_next_prob}")
+            problems.append(
+                f"random_next_prob must be in [0, 1] (there is no flag for it), got {self.random_next_prob}"
+            )
         if problems:
             raise ValueError("invalid configuration: " + "; ".join(problems))
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from pretrain import checkpoint as ckpt
 from pretrain.config import TrainConfig
 from pretrain.model import BertConfig, BertForPreTraining
 from pretrain.train import TrainingError, train
@@ -244,7 +245,7 @@ def test_phase_two_continues_the_model_on_other_shards(shards, validation_shards
     record = train(TrainConfig(shards=str(validation_shards), resume=str(run), output=None, max_steps=8,
                                save_steps=4, warmup_steps=0, **{**TINY, "config": None}))  # fmt: skip
     assert record["step"] == 8
-    state = torch.load(run / "checkpoints" / "step-00000008" / "trainer.pt", weights_only=False)
+    state = ckpt.load_state(str(run / "checkpoints" / "step-00000008" / "trainer"))
     assert state["data"]["shards"] == str(validation_shards)
     assert state["data"]["reader"]["batches_done"] == 4  # the new shards were read from their start
     assert state["optimizer"]["state"]  # the optimizer's moments came along

@@ -81,7 +81,7 @@ def _pretrain_checkpoint(run: Path, step: int, cased: bool, commit: bool = True)
     folder = Path(url)
     tiny_model().save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_torch({"step": step, "cased": cased}, f"{url}/{ckpt.TRAINER_STATE}")
+    ckpt.save_state({"step": step, "cased": cased}, f"{url}/{ckpt.TRAINER_STATE}")
     if commit:
         ckpt.commit(url, step)
     return url

@@ -297,3 +297,19 @@ def test_import_errors_name_the_problem(model, tmp_path):
     state["cls.predictions.decoder.weight"] = torch.zeros(VOCAB, 32)
     with pytest.raises(ValueError, match="untied"):
         hf.load_hf_state_dict(bad, state, "x.safetensors")
+
+
+def test_from_pretrained_resolves_a_run_folder_to_its_newest_complete_checkpoint(tmp_path):
+    from pretrain import checkpoint as ckpt
+
+    run = str(tmp_path / "run")
+    for step, seed in ((10, 1), (20, 2)):
+        BertForPreTraining(tiny_config(), seed=seed).save_pretrained(ckpt.step_url(run, step))
+        ckpt.commit(ckpt.step_url(run, step), step)
+    BertForPreTraining(tiny_config(), seed=3).save_pretrained(ckpt.step_url(run, 30))  # not committed
+    newest = BertForPreTraining(tiny_config(), seed=2).state_dict()
+    loaded = BertForPreTraining.from_pretrained(run).state_dict()
+    assert all(torch.equal(loaded[k], newest[k]) for k in newest)
+    with pytest.raises(ckpt.CheckpointError, match="no complete checkpoint"):
+        (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
+        BertForPreTraining.from_pretrained(str(tmp_path / "empty"))

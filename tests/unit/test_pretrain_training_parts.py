@@ -85,7 +85,7 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
     run = str(tmp_path / "run")
     for step in (2, 4, 6):
         url = ckpt.step_url(run, step)
-        ckpt.save_torch({"step": step}, f"{url}/{ckpt.TRAINER_STATE}")
+        ckpt.save_state({"step": step}, f"{url}/{ckpt.TRAINER_STATE}")
         if step != 6:
             ckpt.commit(url, step)
     assert ckpt.latest(run).step == 4  # 6 has no COMMITTED: a crash while writing it
@@ -93,13 +93,13 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
     with pytest.raises(ckpt.CheckpointError, match="not a complete checkpoint"):
         ckpt.resolve(ckpt.step_url(run, 6))
     # a file that shrank after the commit makes the checkpoint incomplete
-    (tmp_path / "run/checkpoints/step-00000004/trainer.pt").write_bytes(b"x")
+    (tmp_path / "run/checkpoints/step-00000004/trainer.json").write_bytes(b"x")
     assert ckpt.latest(run).step == 2
     ckpt.commit(ckpt.step_url(run, 4), 4)
     ckpt.commit(ckpt.step_url(run, 6), 6)
     removed = ckpt.prune(run, keep=2)
     assert [r.rsplit("/", 1)[-1] for r in removed] == ["step-00000002"]
-    assert ckpt.load_torch(f"{ckpt.step_url(run, 6)}/{ckpt.TRAINER_STATE}") == {"step": 6}
+    assert ckpt.load_state(f"{ckpt.step_url(run, 6)}/{ckpt.TRAINER_STATE}") == {"step": 6}
     with pytest.raises(ckpt.CheckpointError, match="no complete checkpoint"):
         ckpt.resolve(str(tmp_path / "elsewhere"))
 

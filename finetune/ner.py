@@ -1,0 +1,335 @@
+"""Named-entity recognition on the CoNLL-2003 layout (the paper's Section 5.3).
+
+Files are four columns (token, POS, chunk, NER tag), one token a line, a blank line between
+sentences and ``-DOCSTART-`` lines between documents; ``train.txt``, ``valid.txt`` and
+``test.txt`` (optional) in ``--data-dir``. Tags in IOB1 (the original release) or IOB2 are both
+accepted and converted to IOB2 (:func:`to_iob2`). As in the paper, each word is tagged at its
+first sub-token, and each sentence is encoded with as much of its document around it as fits
+(:func:`sentence_features`). Scoring is conlleval's: exact-match entities, precision, recall and
+F1 per type and overall (:func:`score`; tested equal to seqeval's default mode on real data).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from finetune.common import (
+    Encoder,
+    FinetuneError,
+    TaskOutput,
+    TrainConfig,
+    _seeded_linear,
+    check_max_seq_length,
+    fit,
+    load_encoder,
+    predict,
+)
+
+logger = logging.getLogger(__name__)
+
+IGNORE = -100  # label of sub-tokens after the first, context and special tokens
+SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence: its words and their NER tags (IOB2), and where it came from."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...]
+    document: int
+    line: int
+
+
+def to_iob2(tags: Sequence[str]) -> list[str]:
+    """IOB1 (``I-X`` everywhere, ``B-X`` only between two adjacent entities of one type) or IOB2 to
+    IOB2: an ``I-X`` that does not continue an ``X`` entity starts one (``B-X``)."""
+    out: list[str] = []
+    for index, tag in enumerate(tags):
+        if tag.startswith("I-"):
+            previous = out[index - 1] if index else "O"
+            if previous == "O" or previous[2:] != tag[2:]:
+                tag = "B-" + tag[2:]
+        out.append(tag)
+    return out
+
+
+def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """Entities of a tag sequence as conlleval finds them: ``(type, first, last)``; a chunk starts
+    at ``B-X``, or at ``I-X`` after anything but ``X``, and runs over the following ``I-X``."""
+    found, start, kind = set(), None, None
+    for index, tag in enumerate([*to_iob2(tags), "O"]):
+        if tag == "O" or tag.startswith("B-") or (kind is not None and tag[2:] != kind):
+            if kind is not None:
+                found.add((kind, start, index - 1))
+            start, kind = (index, tag[2:]) if tag != "O" else (None, None)
+    return found
+
+
+def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Entity-level precision, recall, F1 and gold count per type and overall (micro), as conlleval."""
+    counts: dict[str, list[int]] = {}  # type -> [correct, predicted, gold]
+    for gold_tags, pred_tags in zip(gold, predicted, strict=True):
+        g, p = entities(gold_tags), entities(pred_tags)
+        for kind, *_ in g | p:
+            counts.setdefault(kind, [0, 0, 0])
+        for kind, *_ in g & p:
+            counts[kind][0] += 1
+        for kind, *_ in p:
+            counts[kind][1] += 1
+        for kind, *_ in g:
+            counts[kind][2] += 1
+
+    def prf(correct: int, n_pred: int, n_gold: int) -> dict[str, float | int]:
+        precision = correct / n_pred if n_pred else 0.0
+        recall = correct / n_gold if n_gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1, "support": n_gold}
+
+    per_type = {kind: prf(*c) for kind, c in sorted(counts.items())}
+    overall = prf(*(sum(c[i] for c in counts.values()) for i in range(3)))
+    return {**overall, "per_type": per_type}
+
+
+def read_conll(path: str) -> list[Sentence]:
+    """Read a CoNLL-2003 file; raise :class:`FinetuneError` naming ``file:line`` for a line that is
+    not four columns or a tag that is not ``O``, ``B-X`` or ``I-X``."""
+    try:
+        with fsspec.open(path, "r", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise FinetuneError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)") from None
+    sentences: list[Sentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    document, first = 0, 0
+
+    def close() -> None:
+        if words:
+            sentences.append(Sentence(tuple(words), tuple(to_iob2(tags)), document, first))
+            words.clear()
+            tags.clear()
+
+    for number, line in enumerate(lines, 1):
+        columns = line.split()
+        if not columns:
+            close()
+            continue
+        if columns[0] == "-DOCSTART-":
+            close()
+            document += 1
+            continue
+        if len(columns) != 4:
+            raise FinetuneError(
+                f"{path}:{number}: expected 4 columns (token POS chunk NER), got {len(columns)}"
+            )
+        tag = columns[3]
+        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
+            raise FinetuneError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
+        if not words:
+            first = number
+        words.append(columns[0])
+        tags.append(tag)
+    close()
+    if not sentences:
+        raise FinetuneError(f"{path}: no sentences")
+    return sentences
+
+
+def _word_pieces(encoder: Encoder, sentences: Sequence[Sentence]) -> list[list[list[int]]]:
+    """Each sentence's words as sub-token ids (an empty encoding becomes ``[UNK]``)."""
+    unk = encoder.tokenizer.special_ids()["[UNK]"]
+    flat = [w for s in sentences for w in s.words]
+    pieces = encoder.tokenizer.encode_batch(flat)
+    out, at = [], 0
+    for s in sentences:
+        out.append([p or [unk] for p in pieces[at : at + len(s.words)]])
+        at += len(s.words)
+    return out
+
+
+def sentence_features(
+    sentences: Sequence[Sentence], encoder: Encoder, labels: Sequence[str], max_seq_length: int
+) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """One feature per sentence: ``[CLS] left context, sentence, right context [SEP]``, the context
+    taken alternately from the neighbouring sentences of the same document (nearest first) until
+    ``max_seq_length`` is full (the paper's "maximal document context"). Only the sentence's first
+    sub-tokens carry labels. Returns the features and, per sentence, the positions of its words
+    (a word truncated away, in a sentence longer than the window, has position -1)."""
+    special = encoder.tokenizer.special_ids()
+    cls_id, sep_id = special["[CLS]"], special["[SEP]"]
+    label_id = {tag: i for i, tag in enumerate(labels)}
+    pieces = _word_pieces(encoder, sentences)
+    flat = [[p for word in words for p in word] for words in pieces]
+    room = max_seq_length - 2
+    features, positions = [], []
+    for index, sentence in enumerate(sentences):
+        ids, word_at, budget = [], [], room
+        for word in pieces[index]:
+            if len(ids) + len(word) > room:
+                word_at.append(-1)
+                continue
+            word_at.append(len(ids))
+            ids.extend(word)
+        budget -= len(ids)
+        left: list[int] = []
+        right: list[int] = []
+        lo, hi = index - 1, index + 1
+        while budget > 0:
+            grew = False
+            if hi < len(sentences) and sentences[hi].document == sentence.document:
+                take = flat[hi][:budget]
+                right.extend(take)
+                budget -= len(take)
+                hi, grew = hi + 1, True
+            if budget > 0 and lo >= 0 and sentences[lo].document == sentence.document:
+                take = flat[lo][-budget:]
+                left[:0] = take
+                budget -= len(take)
+                lo, grew = lo - 1, True
+            if not grew:
+                break
+        offset = 1 + len(left)
+        input_ids = [cls_id, *left, *ids, *right, sep_id]
+        targets = [IGNORE] * len(input_ids)
+        word_at = [p + offset if p >= 0 else -1 for p in word_at]
+        for at, tag in zip(word_at, sentence.tags, strict=True):
+            if at >= 0:
+                targets[at] = label_id.get(tag, IGNORE)
+        features.append({"input_ids": input_ids, "token_type_ids": [0] * len(input_ids), "labels": targets})
+        positions.append(word_at)
+    return features, positions
+
+
+def collate_tokens(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad ids, types and per-token labels (with :data:`IGNORE`) to the batch's longest feature."""
+    length = max(len(f["input_ids"]) for f in features)
+
+    def pad(key: str, value: int) -> torch.Tensor:
+        return torch.tensor([f[key] + [value] * (length - len(f[key])) for f in features])
+
+    batch = {"input_ids": pad("input_ids", pad_id), "token_type_ids": pad("token_type_ids", 0)}
+    batch["attention_mask"] = torch.tensor(
+        [[1] * len(f["input_ids"]) + [0] * (length - len(f["input_ids"])) for f in features]
+    )
+    if "labels" in features[0]:
+        batch["labels"] = pad("labels", IGNORE)
+    return batch
+
+
+class TokenClassifier(nn.Module):
+    """Dropout and a linear layer on every token's last hidden state; cross-entropy over the
+    labelled tokens (labels :data:`IGNORE` elsewhere)."""
+
+    def __init__(self, encoder: nn.Module, num_labels: int, *, seed: int = 0) -> None:
+        super().__init__()
+        config = encoder.config
+        self.bert = encoder
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = _seeded_linear(config.hidden_size, num_labels, config.initializer_range, seed)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> TaskOutput:
+        """Logits ``[batch, length, num_labels]`` and the loss when ``labels``."""
+        sequence, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        logits = self.classifier(self.dropout(sequence)).float()
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE
+            )
+        return TaskOutput(logits, loss)
+
+
+def label_set(sentences: Sequence[Sentence]) -> list[str]:
+    """``O`` then every ``B-X``/``I-X`` of the entity types seen, sorted (both prefixes per type)."""
+    kinds = sorted({t[2:] for s in sentences for t in s.tags if t != "O"})
+    return ["O"] + [f"{p}-{k}" for k in kinds for p in ("B", "I")]
+
+
+def _tag(model: nn.Module, sentences, encoder, labels, max_seq_length, config) -> list[list[str]]:
+    """Predicted IOB2 tags for every word (a word truncated away is tagged ``O``)."""
+    features, positions = sentence_features(sentences, encoder, labels, max_seq_length)
+    outputs = predict(
+        model, features, batch_size=config.eval_batch_size, device=config.device,
+        precision=config.precision, collate_fn=collate_tokens, progress=config.progress,
+    )  # fmt: skip
+    tags = []
+    for logits, word_at in zip(outputs, positions, strict=True):
+        best = logits.argmax(-1).tolist()
+        tags.append(to_iob2([labels[best[p]] if p >= 0 else "O" for p in word_at]))
+    return tags
+
+
+def _write_predictions(fs, path: str, sentences: Sequence[Sentence], predicted) -> None:
+    """conlleval's input: ``word gold predicted`` a line, a blank line after each sentence."""
+    with fs.open(path, "w") as f:
+        for sentence, tags in zip(sentences, predicted, strict=True):
+            for word, gold, pred in zip(sentence.words, sentence.tags, tags, strict=True):
+                f.write(f"{word} {gold} {pred}\n")
+            f.write("\n")
+
+
+def run_ner(
+    data_dir: str,
+    checkpoint: str,
+    output: str,
+    config: TrainConfig,
+    *,
+    max_seq_length: int = 128,
+    max_train_examples: int | None = None,
+    max_eval_examples: int | None = None,
+    cased: bool | None = None,
+) -> dict[str, Any]:
+    """Fine-tune ``checkpoint`` for NER on ``data_dir`` (train.txt; scored on valid.txt and, when
+    present, test.txt) and write ``metrics.json`` and ``{valid,test}_predictions.txt``."""
+    root_url = data_dir.rstrip("/")
+    train = read_conll(f"{root_url}/{SPLIT_FILES['train']}")[:max_train_examples]
+    splits = {"valid": read_conll(f"{root_url}/{SPLIT_FILES['valid']}")[:max_eval_examples]}
+    fs_in, test_path = fsspec.core.url_to_fs(f"{root_url}/{SPLIT_FILES['test']}")
+    if fs_in.exists(test_path):
+        splits["test"] = read_conll(f"{root_url}/{SPLIT_FILES['test']}")[:max_eval_examples]
+    labels = label_set(train)
+    encoder = load_encoder(checkpoint, cased=cased)
+    check_max_seq_length(max_seq_length, encoder)
+    model = TokenClassifier(encoder.model, len(labels), seed=config.seed)
+    features, _ = sentence_features(train, encoder, labels, max_seq_length)
+    trained = fit(model, features, config, collate_fn=collate_tokens)
+    fs, root = fsspec.core.url_to_fs(output)
+    fs.makedirs(root, exist_ok=True)
+    result: dict[str, Any] = {
+        "task": "ner",
+        "checkpoint": encoder.source,
+        "main_metric": "f1",
+        "labels": labels,
+        "config": config.to_dict(),
+        "train": trained.to_dict(),
+        "num_examples": {"train": len(train), **{k: len(v) for k, v in splits.items()}},
+        "max_seq_length": max_seq_length,
+        "files": [],
+    }
+    for name, sentences in splits.items():
+        predicted = _tag(model, sentences, encoder, labels, max_seq_length, config)
+        result[name] = score([s.tags for s in sentences], predicted)
+        _write_predictions(fs, f"{root}/{name}_predictions.txt", sentences, predicted)
+        result["files"].append(f"{name}_predictions.txt")
+        logger.info("ner: %s F1 %.4f", name, result[name]["f1"])
+    result["dev"] = {k: result["valid"][k] for k in ("precision", "recall", "f1")}
+    with fs.open(f"{root}/metrics.json", "w") as f:
+        json.dump(result, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return result

@@ -1,0 +1,52 @@
+"""Run-time helpers that ``pretrain/`` and ``finetune/`` share: the device and precision a run
+uses, the autocast context for that precision, and existence checks and JSON writing on local
+paths or fsspec URLs (``gs://``, ``memory://``, ...)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import fsspec
+import torch
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; any other name as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """The precision actually used: fp32 on CPU; ``auto`` on GPU is bf16 where supported, else fp16."""
+    if device.type != "cuda":
+        return "fp32"
+    if precision == "auto":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return precision
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Mixed precision for ``bf16`` / ``fp16`` on ``device``; nothing for ``fp32``."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def exists(url: str) -> bool:
+    """Whether a local path or fsspec URL exists."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.exists(path)
+
+
+def write_json(url: str, obj: Any) -> None:
+    """Write ``obj`` as indented, key-sorted JSON (plus a newline) to a path or URL, making the
+    parent folder first."""
+    fs, local = fsspec.core.url_to_fs(url)
+    fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(local, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")

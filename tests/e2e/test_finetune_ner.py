@@ -1,0 +1,30 @@
+"""`finetune ner` from the MiniLM weights on real CoNLL-2003 sentences: it learns (entity F1 on
+valid.txt well above zero on a CI budget) and writes metrics.json and CoNLL-format predictions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from finetune.common import TrainConfig
+from finetune.ner import run_ner
+from tests.conftest import SHARED_DATA, require
+
+pytestmark = pytest.mark.slow
+
+
+def test_ner_learns_from_minilm(minilm_folder, tmp_path):
+    data = require(SHARED_DATA / "ner" / "conll2003")
+    config = TrainConfig(epochs=2, lr=2e-4, batch_size=16, seed=1, device="cpu", progress=False)
+    result = run_ner(
+        str(data), str(minilm_folder), str(tmp_path / "ner"), config,
+        max_seq_length=48, max_train_examples=240, max_eval_examples=120,
+    )  # fmt: skip
+    assert result["valid"]["f1"] > 0.15, result["valid"]
+    assert set(result["valid"]["per_type"]) <= {"PER", "LOC", "ORG", "MISC"}
+    saved = json.loads((tmp_path / "ner" / "metrics.json").read_text())
+    assert saved["valid"]["f1"] == result["valid"]["f1"]
+    lines = (tmp_path / "ner" / "valid_predictions.txt").read_text().split("\n\n")
+    assert len([s for s in lines if s.strip()]) == 120
+    assert all(len(line.split()) == 3 for line in lines[0].splitlines())

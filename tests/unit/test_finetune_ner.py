@@ -1,0 +1,98 @@
+"""NER pieces: IOB1 -> IOB2, conlleval's entity scoring (equal to seqeval on real CoNLL-2003
+data), reading the four-column layout, and document context around each sentence."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from finetune.common import FinetuneError
+from finetune.ner import IGNORE, Sentence, entities, label_set, read_conll, score, sentence_features, to_iob2
+from tests.conftest import SHARED_DATA, require
+
+VALID = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
+
+
+def test_iob1_and_iob2_give_the_same_entities():
+    iob1 = ["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG", "I-MISC"]
+    iob2 = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "B-ORG", "B-MISC"]
+    assert to_iob2(iob1) == iob2 and to_iob2(iob2) == iob2
+    assert entities(iob1) == entities(iob2) == {
+        ("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4), ("ORG", 5, 5), ("MISC", 6, 6)
+    }  # fmt: skip
+
+
+def _perturb(tags: list[str], rng: random.Random, kinds: list[str]) -> list[str]:
+    out = list(tags)
+    for i in range(len(out)):
+        r = rng.random()
+        if r < 0.06:
+            out[i] = "O"
+        elif r < 0.12:
+            out[i] = rng.choice(["B-", "I-"]) + rng.choice(kinds)
+    return out
+
+
+def test_scorer_equals_seqeval_on_real_conll():
+    seqeval = pytest.importorskip("seqeval.metrics")
+    sentences = read_conll(str(require(VALID)))
+    assert len(sentences) > 3000 and all(len(s.words) == len(s.tags) for s in sentences)
+    gold = [list(s.tags) for s in sentences]
+    rng = random.Random(0)
+    kinds = ["PER", "LOC", "ORG", "MISC"]
+    predicted = [_perturb(t, rng, kinds) for t in gold]
+    ours = score(gold, predicted)
+    assert ours["f1"] == pytest.approx(seqeval.f1_score(gold, predicted), abs=1e-12)
+    assert ours["precision"] == pytest.approx(seqeval.precision_score(gold, predicted), abs=1e-12)
+    assert ours["recall"] == pytest.approx(seqeval.recall_score(gold, predicted), abs=1e-12)
+    report = seqeval.classification_report(gold, predicted, output_dict=True)
+    for kind in kinds:
+        assert ours["per_type"][kind]["f1"] == pytest.approx(report[kind]["f1-score"], abs=1e-12)
+        assert ours["per_type"][kind]["support"] == report[kind]["support"]
+    assert 0.5 < ours["f1"] < 0.95
+    assert score(gold, gold)["f1"] == 1.0
+
+
+def test_bad_lines_name_the_file_and_line(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP\n")
+    with pytest.raises(FinetuneError, match=r"train.txt:3: expected 4 columns"):
+        read_conll(str(path))
+    path.write_text("EU NNP I-NP X-ORG\n")
+    with pytest.raises(FinetuneError, match=r"train.txt:1: NER tag 'X-ORG'"):
+        read_conll(str(path))
+
+
+class _Tokenizer:
+    """Words map to ids by length: a word of n letters is n sub-tokens (ids 10..)."""
+
+    def special_ids(self):
+        return {"[CLS]": 1, "[SEP]": 2, "[UNK]": 3}
+
+    def encode_batch(self, words):
+        return [[10 + i for i in range(len(w))] for w in words]
+
+
+class _Encoder:
+    tokenizer = _Tokenizer()
+
+
+def test_each_sentence_gets_document_context_and_first_subtoken_labels():
+    doc = [
+        Sentence(("aa", "b"), ("O", "B-PER"), 1, 1),
+        Sentence(("ccc", "d"), ("B-LOC", "O"), 1, 4),
+        Sentence(("ee",), ("O",), 1, 7),
+        Sentence(("ffff",), ("B-ORG",), 2, 10),  # another document: never context
+    ]
+    labels = label_set(doc)
+    features, positions = sentence_features(doc, _Encoder(), labels, max_seq_length=12)
+    middle = features[1]
+    # [CLS] aa b | ccc d | ee [SEP]: 3 + 4 + 2 + 2 = 11 tokens <= 12
+    assert len(middle["input_ids"]) == 11
+    assert positions[1] == [4, 7]
+    assert [i for i, t in enumerate(middle["labels"]) if t != IGNORE] == [4, 7]
+    assert middle["labels"][4] == labels.index("B-LOC") and middle["labels"][7] == labels.index("O")
+    assert len(features[3]["input_ids"]) == 6  # alone in its document
+    tight, _ = sentence_features(doc, _Encoder(), labels, max_seq_length=7)
+    assert len(tight[1]["input_ids"]) == 7  # context cut to fit
