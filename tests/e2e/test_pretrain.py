@@ -249,3 +249,19 @@ def test_phase_two_continues_the_model_on_other_shards(shards, validation_shards
     assert state["data"]["shards"] == str(validation_shards)
     assert state["data"]["reader"]["batches_done"] == 4  # the new shards were read from their start
     assert state["optimizer"]["state"]  # the optimizer's moments came along
+
+
+def test_dynamic_masking_takes_the_shards_settings_and_flags_override_them(shards, tmp_path):
+    run = tmp_path / "dyn"
+    base = {**TINY, "log_steps": 1}
+    train(TrainConfig(shards=str(shards), output=str(run), max_steps=2, dynamic_masking=True, **base))
+    share = [r["masked_tokens"] / r["tokens"] for r in _records(run)]
+    assert all(0.1 < s < 0.22 for s in share)  # the shards' 0.15
+    run2 = tmp_path / "dyn2"
+    train(
+        TrainConfig(
+            shards=str(shards), output=str(run2), max_steps=2, dynamic_masking=True, masked_lm_prob=0.4,
+            max_predictions_per_seq=40, **base,
+        )
+    )  # fmt: skip
+    assert all(r["masked_tokens"] / r["tokens"] > 0.3 for r in _records(run2))
