@@ -98,7 +98,8 @@ def test_two_ddp_processes_share_weights_and_split_the_data(shards, tmp_path):
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert len(ranks[0]["examples"]) == len(ranks[1]["examples"]) == 6 * 4  # 8 per step over 2 ranks
     assert not set(ranks[0]["examples"]) & set(ranks[1]["examples"])
-    assert (run / "checkpoints" / "step-00000006" / "rng-rank00001.pt").exists()
+    step = run / "checkpoints" / "step-00000006"
+    assert (step / "rng-rank00001.json").exists() and (step / "rng-rank00001.safetensors").exists()
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
