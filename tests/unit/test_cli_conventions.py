@@ -7,19 +7,7 @@ import importlib.metadata
 import pytest
 from click.testing import CliRunner
 
-from chain.cli import main as chain_main
-from finetune.cli import main as finetune_main
-from pipelines.cli import main as pipelines_main
-from pretrain.cli import main as pretrain_main
-from wordpiece.cli import main as wordpiece_main
-
-CLIS = {
-    "pipelines": pipelines_main,
-    "wordpiece": wordpiece_main,
-    "pretrain": pretrain_main,
-    "finetune": finetune_main,
-    "chain": chain_main,
-}
+from tests.clis import CLIS
 
 
 @pytest.mark.parametrize("name", sorted(CLIS))
@@ -40,7 +28,7 @@ def test_an_unknown_flag_is_a_usage_error_exit_2(name):
 def test_a_failed_run_exits_1_with_one_line(tmp_path):
     missing = tmp_path / "no-shards"
     result = CliRunner().invoke(
-        pretrain_main,
+        CLIS["pretrain"],
         ["--shards", str(missing), "--output", str(tmp_path / "run"), "--config", "tiny", "--max-steps", "1"],
         prog_name="pretrain",
     )
@@ -52,14 +40,14 @@ def test_a_failed_run_exits_1_with_one_line(tmp_path):
 def test_every_pretrain_setting_but_the_adam_constants_has_its_flag():
     from pretrain.config import TrainConfig
 
-    flags = {param.name for param in pretrain_main.params} | {"compile"}
+    flags = {param.name for param in CLIS["pretrain"].params} | {"compile"}
     fields = set(TrainConfig.__dataclass_fields__) - {"adam_beta1", "adam_beta2", "adam_eps"}
     assert fields <= flags, f"TrainConfig fields without a pretrain flag: {sorted(fields - flags)}"
 
 
 def test_schedule_steps_reaches_the_config_and_is_checked_there(tmp_path):
     result = CliRunner().invoke(
-        pretrain_main,
+        CLIS["pretrain"],
         ["--shards", str(tmp_path), "--output", str(tmp_path / "run"), "--max-steps", "10"]
         + ["--schedule-steps", "5"],
         prog_name="pretrain",

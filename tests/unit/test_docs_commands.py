@@ -17,21 +17,10 @@ import click
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from chain.cli import main as chain_main
-from finetune.cli import main as finetune_main
-from pipelines.cli import main as pipelines_main
-from pretrain.cli import main as pretrain_main
-from wordpiece.cli import main as wordpiece_main
+from tests.clis import CLIS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-CLIS = {
-    "pipelines": pipelines_main,
-    "wordpiece": wordpiece_main,
-    "pretrain": pretrain_main,
-    "finetune": finetune_main,
-    "chain": chain_main,
-}
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 STOP = {"|", "&&", "||", ";", ">", "2>", ">>", "&"}
 
