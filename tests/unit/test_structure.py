@@ -12,7 +12,6 @@ MAX_LINES = 80
 LONG_FUNCTIONS = {
     # grew past 80 with this session's new examples flags (h-c); split it with the next change there
     "pipelines/cli.py examples": 90,
-    "finetune/squad.py run_squad": 133,
 }
 
 
