@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
+from pretrain.config import BATCHING_MODES, LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
 
 _EPILOG = """\b
@@ -109,6 +109,14 @@ Examples:
 @click.option("--mask-share", type=float, help="Dynamic masking: share of predictions -> [MASK].")
 @click.option("--keep-share", type=float, help="Dynamic masking: share kept unchanged.")
 @click.option("--random-share", type=float, help="Dynamic masking: share -> a random token.")
+@click.option(
+    "--batching",
+    type=click.Choice(BATCHING_MODES),
+    default="padded",
+    show_default=True,
+    help="padded: to each batch's longest; bucketed: grouped by length; packed: no padding (varlen).",
+)
+@click.option("--bucket-window", type=int, default=16, show_default=True, help="Batches regrouped by length.")
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")
