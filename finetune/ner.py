@@ -28,6 +28,7 @@ from finetune.common import (
     TaskOutput,
     TrainConfig,
     _seeded_linear,
+    check_casing,
     check_max_seq_length,
     fit,
     load_encoder,
@@ -306,6 +307,7 @@ def run_ner(
     labels = label_set(train)
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
+    check_casing(encoder, [" ".join(s.words) for s in train])
     model = TokenClassifier(encoder.model, len(labels), seed=config.seed)
     features, _ = sentence_features(train, encoder, labels, max_seq_length)
     trained = fit(model, features, config, collate_fn=collate_tokens)

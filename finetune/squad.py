@@ -41,6 +41,7 @@ from finetune.common import (
     FinetuneError,
     TaskOutput,
     TrainConfig,
+    check_casing,
     check_max_seq_length,
     fit,
     load_encoder,
@@ -636,6 +637,7 @@ def run_squad(
     predict_examples = predict_examples[:max_predict_examples]
     encoder = load_encoder(checkpoint, seed=seed)
     check_max_seq_length(max_seq_length, encoder)
+    check_casing(encoder, [e.context for e in train_examples or predict_examples])
     tokenizer = encoder.tokenizer.tokenizer
     window = {
         "max_seq_length": max_seq_length,
