@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from finetune.common import PRECISIONS, FinetuneError, TrainConfig
+from finetune.hidden import FEATURE_CHOICES
 from pretrain.outputs import OutputError, check_output, clear_output
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -253,9 +254,12 @@ def swag(
 
 
 _NER_EPILOG = """\b
-Example:
+Examples:
   finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner --cased
+  finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner-concat \\
+      --features concat-last-4 --cache-features      # feature-based (Table 7): frozen encoder + BiLSTM
 """
+FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM starts from scratch
 
 
 @main.command(context_settings=CONTEXT, epilog=_NER_EPILOG)
@@ -263,11 +267,29 @@ Example:
     "--data-dir", required=True, help="CoNLL-2003 folder: train.txt, valid.txt, test.txt (optional)."
 )
 @_training_options(epochs=3.0, lr=5e-5, batch_size=32)
-def ner(data_dir: str, **opts: Any) -> None:
-    """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2); write metrics.json
-    (entity-level precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
+@click.option(
+    "--features",
+    type=click.Choice(FEATURE_CHOICES),
+    help="Feature-based mode (the paper's Table 7): freeze the encoder and feed these layers to a "
+    f"two-layer BiLSTM (units = the encoder's hidden size) and a classifier; --lr defaults to {FEATURE_LR:g}.",
+)
+@click.option(
+    "--cache-features",
+    is_flag=True,
+    help="With --features: run the frozen encoder over train.txt once and keep its activations in "
+    "memory (tokens x layers x hidden x 4 bytes) instead of once per epoch.",
+)
+def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) -> None:
+    """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2), or with --features
+    train a BiLSTM tagger on the frozen encoder's activations; write metrics.json (entity-level
+    precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
     from finetune.ner import run_ner
 
+    if cache_features and features is None:
+        raise click.UsageError("--cache-features needs --features (the fine-tuned mode trains the encoder)")
+    source = click.get_current_context().get_parameter_source("lr")
+    if features is not None and source == click.core.ParameterSource.DEFAULT:
+        opts["lr"] = FEATURE_LR
     config = _config(opts)
     _prepare_output("ner", opts["output"], opts["overwrite"])
     result = _call(
@@ -280,8 +302,10 @@ def ner(data_dir: str, **opts: Any) -> None:
         max_train_examples=opts["max_train_examples"],
         max_eval_examples=opts["max_eval_examples"],
         cased=opts["cased"],
+        features=features,
+        cache_features=cache_features,
     )
-    click.echo(json.dumps({"task": "ner", "dev": result["dev"]}, indent=2))
+    click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))
 
 
 _SQUAD_EPILOG = """\b

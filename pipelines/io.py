@@ -131,6 +131,15 @@ def _is_stage_file(output: str, path: str) -> bool:
     return head in _KNOWN_OUTPUT_FILES or head.startswith(".write-probe-")
 
 
+def manifest_sha256(folder: str) -> str:
+    """The SHA-256 of a completed output's manifest, as its ``COMPLETED`` marker records it.
+
+    A downstream manifest records it beside the upstream folder's path, so the exact
+    upstream output a stage read is named by content, not only by place.
+    """
+    return read_bytes(join(folder, COMPLETED_FILE)).decode("utf-8").strip()
+
+
 def load_manifest(folder: str, expected_format: str) -> Manifest:
     """Read a completed stage output's manifest, refusing an incomplete or foreign one."""
     marker_path = join(folder, COMPLETED_FILE)

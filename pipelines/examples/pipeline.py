@@ -423,7 +423,11 @@ def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[d
         write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
         return stats
     shards = tuple(ShardEntry(**e) for e in entries)
-    params = {**config.params(), "vocab_sha256": vocab_sha256}
+    params = {
+        **config.params(),
+        "vocab_sha256": vocab_sha256,
+        "corpus_manifest_sha256": io.manifest_sha256(config.corpus),
+    }
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
     io.write_bytes(io.join(config.output, LENGTH_HISTOGRAM_FILE), png)
     write_completion(
