@@ -145,7 +145,10 @@ def clear_output(state: OutputState) -> int:
     for path in ordered:
         with contextlib.suppress(FileNotFoundError):
             fs.rm(path)
-    folders = {p.rsplit("/", 1)[0] for p in state.stale} - {root}
+    folders = set()
+    for path in state.stale:
+        while (path := path.rsplit("/", 1)[0]) != root and path.startswith(root + "/"):
+            folders.add(path)
     for folder in sorted(folders, key=len, reverse=True):  # the deepest first
         with contextlib.suppress(OSError):
             if fs.isdir(folder) and not fs.ls(folder):

@@ -105,7 +105,9 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 def _one_line(output: str) -> str:
-    lines = [line for line in output.splitlines() if line.strip() and not line.startswith(("Usage:", "Try '"))]
+    lines = [
+        line for line in output.splitlines() if line.strip() and not line.startswith(("Usage:", "Try '"))
+    ]
     assert len(lines) == 1, output
     return lines[0]
 
@@ -117,7 +119,10 @@ def test_a_bad_input_is_one_line_and_changes_nothing(index, world, shards):
     before = _snapshot(world)
     result = CliRunner().invoke(CLIS[program], args)
     assert result.exit_code in (1, 2), (name, result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (name, repr(result.exception))
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        name,
+        repr(result.exception),
+    )
     assert "Traceback" not in result.output
     line = _one_line(result.output)
     assert expected.format(root=world) in line, (name, line)
