@@ -1,8 +1,8 @@
-"""``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG; score SQuAD predictions;
-build the results table. Each command parses and validates its flags and calls one library
-function (:func:`finetune.glue.run_glue`, :func:`finetune.swag.run_swag`,
-:func:`finetune.squad.run_squad`, :func:`finetune.squad.evaluate_file`,
-:func:`finetune.report.write_report`)."""
+"""``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD, SWAG and NER; score SQuAD predictions;
+build the results table; write hidden states out. Each command parses and validates its flags and
+calls one library function (:func:`finetune.glue.run_glue`, :func:`finetune.swag.run_swag`,
+:func:`finetune.ner.run_ner`, :func:`finetune.squad.run_squad`, :func:`finetune.squad.evaluate_file`,
+:func:`finetune.report.write_report`, :func:`finetune.extract.extract_features`)."""
 
 from __future__ import annotations
 
@@ -306,6 +306,54 @@ def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) 
         cache_features=cache_features,
     )
     click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))
+
+
+_FEATURES_EPILOG = """\b
+Examples:
+  finetune features --checkpoint out/runs/base --input text.txt --output out/feats --layers -1,-2,-3,-4
+  finetune features --checkpoint out/hf-base --input gs://b/text.txt --output gs://b/feats --layers 0,-1 \\
+      --max-seq-length 512 --batch-size 16 --device cuda
+"""
+
+
+@main.command(context_settings=CONTEXT, epilog=_FEATURES_EPILOG)
+@click.option("--checkpoint", required=True, help=CHECKPOINT_HELP)
+@click.option("--input", "input_file", required=True, help="UTF-8 text, one text a line (local or a URL).")
+@click.option("--output", required=True, help="Folder for features-NNNNN.arrow, manifest.json, COMPLETED.")
+@click.option(
+    "--layers",
+    default="-1,-2,-3,-4",
+    show_default=True,
+    help="Comma-separated layers: -1 the last, -2 the one below, ..., 0 the embeddings.",
+)
+@click.option("--max-seq-length", type=int, default=128, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True, help="Windows per forward pass.")
+@click.option(
+    "--stride",
+    type=int,
+    help="Lines longer than --max-seq-length - 2 pieces are split into windows this many pieces apart "
+    "(default: half a window); each piece keeps the vector from its most-context window.",
+)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, ...")
+@click.option("--cased/--uncased", default=None, help="Tokeniser casing; default: as the checkpoint records.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier `finetune features` run in --output.")
+def features(
+    checkpoint: str, input_file: str, output: str, cased: bool | None, overwrite: bool, **opts: Any
+) -> None:
+    """Write each token's hidden states (the layers asked for) of every line of --input as Arrow
+    rows (line, token, token_index, word_index, layer, vector) with a manifest and COMPLETED: the
+    equivalent of the reference extract_features.py."""
+    from finetune.extract import ExtractSettings, extract_features
+
+    try:
+        settings = ExtractSettings(**opts)
+    except FinetuneError as err:
+        raise click.UsageError(str(err)) from None
+    stats = _call(
+        extract_features, checkpoint, input_file, output, settings, cased=cased, overwrite=overwrite
+    )
+    click.echo(json.dumps(stats, indent=2))
 
 
 _SQUAD_EPILOG = """\b

@@ -17,6 +17,9 @@ Graph (no worker ever holds the corpus):
 6. Examples are written by ``WriteShards`` (shard chosen by a hash of the pair's identity,
    rows sorted), then ``length_histogram.png``, ``stats.json``, ``manifest.json`` (with the
    vocabulary's SHA-256) and ``COMPLETED``.
+
+``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
+packs their full sentences without NSP pairs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import io
+from pipelines.examples.packing import FORMATS, pack_group
 from pipelines.examples.pairs import (
     PairConfig,
     PairPlan,
@@ -77,9 +81,13 @@ class ExamplesConfig:
     """False (``--no-masking``): input_ids are the original tokens and no position is chosen,
     for trainers that mask dynamically."""
     overwrite: bool = False
+    format: str = "pairs"
+    """``pairs``: NSP pairs (BERT); ``packed``: full sentences packed without NSP (packing.py)."""
 
     def __post_init__(self) -> None:
         problems = []
+        if self.format not in FORMATS:
+            problems.append(f"--format takes {', '.join(FORMATS)}, got {self.format}")
         for name in ("corpus", "vocab", "output"):
             if not getattr(self, name):
                 problems.append(f"--{name} is required")
@@ -367,7 +375,26 @@ class _FulfilBucket(_WithVocab):
             yield beam.pvalue.TaggedOutput("tallies", tally)
 
 
-def _stats(tally: Counter, apply_masking: bool) -> dict[str, Any]:
+class _PackGroup(_WithVocab):
+    """A group's documents → its packed examples (``--format packed``)."""
+
+    def process(self, element):
+        group, documents = element
+        config = self._config
+        for rows, tally in pack_group(
+            group,
+            list(documents),
+            seed=config.seed,
+            dupe_factor=config.dupe_factor,
+            max_seq_length=config.pairs.max_seq_length,
+            masking=config.masking if config.apply_masking else None,
+            vocab=self._vocab,
+        ):
+            yield from rows
+            yield beam.pvalue.TaggedOutput("tallies", tally)
+
+
+def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[str, Any]:
     examples = tally["examples"]
     predictions = tally["predictions"]
     histogram = {k.split("/", 1)[1]: v for k, v in tally.items() if k.startswith("hist/")}
@@ -382,14 +409,16 @@ def _stats(tally: Counter, apply_masking: bool) -> dict[str, Any]:
             "pairs_without_other_document": tally["pairs_without_other_document"],
         },
         "examples": examples,
-        "random_next_rate": tally["random_next"] / examples if examples else None,
+        "format": "packed" if packed else "pairs",
+        # Packed examples have no pairs: no random-next rate, no truncation (long sentences split).
+        "random_next_rate": tally["random_next"] / examples if examples and not packed else None,
         "masking": apply_masking,
         "mask_rate": predictions / tally["tokens"] if tally["tokens"] else None,
         # Without masking there is no 80/10/10 split to report: null, not made-up numbers.
         "masked_share_mask": share(tally["masked_to_mask"]),
         "masked_share_unchanged": share(tally["masked_unchanged"]),
         "masked_share_random": share(predictions - tally["masked_to_mask"] - tally["masked_unchanged"]),
-        "truncation_rate": tally["truncated"] / examples if examples else None,
+        "truncation_rate": tally["truncated"] / examples if examples and not packed else None,
         "unk_rate": tally["unk_tokens"] / tally["tokens"] if tally["tokens"] else None,
         "tokens": tally["tokens"],
         "length_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0].split("-")[0]))),
@@ -418,7 +447,10 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 
 def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
-    stats = _stats(tally, config.apply_masking)
+    stats = _stats(tally, config.apply_masking, config.format == "packed")
+    if config.format == "packed":
+        stats["document_separators"] = tally["document_separators"]
+        stats["split_sentences"] = tally["split_sentences"]
     if not stats["examples"]:
         write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
         return stats
@@ -436,6 +468,33 @@ def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[d
     return stats
 
 
+def _pair_rows(documents, config: ExamplesConfig):
+    """NSP pairs: plan per document, random B by bucket; the rows and the tally collections."""
+    bucketed = documents | "Bucket" >> beam.Map(lambda d: (bucket_of(d.doc_id, config.num_buckets), d))
+    bucket_sizes = bucketed | "Bucket sizes" >> beam.combiners.Count.PerKey()
+    planned = documents | "Plan pairs" >> beam.ParDo(
+        _PlanDocument(config), beam.pvalue.AsDict(bucket_sizes)
+    ).with_outputs("rows", "tallies", main="requests")
+    fulfilled = (
+        {"documents": bucketed, "requests": planned.requests}
+        | "Meet by bucket" >> beam.CoGroupByKey()
+        | "Random B" >> beam.ParDo(_FulfilBucket(config)).with_outputs("tallies", main="rows")
+    )
+    rows = (planned.rows, fulfilled.rows) | "All rows" >> beam.Flatten()
+    return rows, (planned.tallies, fulfilled.tallies)
+
+
+def _packed_rows(documents, config: ExamplesConfig):
+    """Packed sentences: a group's documents meet on one worker and are packed there."""
+    packed = (
+        documents
+        | "Group" >> beam.Map(lambda d: (bucket_of(d.doc_id, config.num_buckets), d))
+        | "Meet by group" >> beam.GroupByKey()
+        | "Pack" >> beam.ParDo(_PackGroup(config)).with_outputs("tallies", main="rows")
+    )
+    return packed.rows, (packed.tallies,)
+
+
 def build(
     pipeline: beam.Pipeline, config: ExamplesConfig, manifest: Manifest, vocab_size: int, vocab_sha256: str
 ):
@@ -449,19 +508,10 @@ def build(
         | "Tokenise"
         >> beam.ParDo(_Tokenize(config.vocab, config.cased)).with_outputs("tallies", main="documents")
     )
-    bucketed = documents.documents | "Bucket" >> beam.Map(
-        lambda d: (bucket_of(d.doc_id, config.num_buckets), d)
-    )
-    bucket_sizes = bucketed | "Bucket sizes" >> beam.combiners.Count.PerKey()
-    planned = documents.documents | "Plan pairs" >> beam.ParDo(
-        _PlanDocument(config), beam.pvalue.AsDict(bucket_sizes)
-    ).with_outputs("rows", "tallies", main="requests")
-    fulfilled = (
-        {"documents": bucketed, "requests": planned.requests}
-        | "Meet by bucket" >> beam.CoGroupByKey()
-        | "Random B" >> beam.ParDo(_FulfilBucket(config)).with_outputs("tallies", main="rows")
-    )
-    rows = (planned.rows, fulfilled.rows) | "All rows" >> beam.Flatten()
+    if config.format == "packed":
+        rows, tallies = _packed_rows(documents.documents, config)
+    else:
+        rows, tallies = _pair_rows(documents.documents, config)
     fmt = examples_format(vocab_size)
     entries = rows | "Write" >> WriteShards(
         config.output,
@@ -475,8 +525,7 @@ def build(
     tally = (
         (
             documents.tallies,
-            planned.tallies,
-            fulfilled.tallies,
+            *tallies,
             documents_used | "Documents tally" >> beam.Map(lambda n: Counter(documents_used=n)),
         )
         | "All tallies" >> beam.Flatten()
