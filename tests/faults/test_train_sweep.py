@@ -13,10 +13,8 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-import fsspec
 import pytest
 from click.testing import CliRunner
 
@@ -42,6 +40,7 @@ def world(shards, tmp_path_factory) -> Path:
     (root / "run-foreign" / "NOTES.md").write_text("someone's notes")
     (root / "empty-run" / "checkpoints").mkdir(parents=True)
     (root / "blocker").write_text("a file where a folder should be")
+    (root / "fresh").mkdir()  # an empty output folder: allowed, and it must stay empty
     (root / "incomplete").mkdir()  # shards whose COMPLETED marker is missing
     (root / "incomplete" / "manifest.json").write_text((shards / "manifest.json").read_text())
     for name in ("glue", "squad", "swag", "ner"):
@@ -71,8 +70,8 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
         ("pretrain: --lr nan", f"{pre} --output {{root}}/new --lr nan", "--lr"),
         ("pretrain: --weight-decay -1", f"{pre} --output {{root}}/new --weight-decay -1", "--weight-decay"),
         ("pretrain: --masked-lm-prob 2", f"{pre} --output {{root}}/new --dynamic-masking --masked-lm-prob 2", "--masked-lm-prob"),
-        ("pretrain: shards without COMPLETED", f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/new", "COMPLETED"),
-        ("pretrain: missing vocabulary", f"{pre} --output {{root}}/new --vocab {{root}}/nope.txt", "nope.txt"),
+        ("pretrain: shards without COMPLETED", f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/fresh", "COMPLETED"),
+        ("pretrain: missing vocabulary", f"{pre} --output {{root}}/fresh --vocab {{root}}/nope.txt", "nope.txt"),
         ("pretrain: unwritable output", f"{pre} --output {{root}}/blocker/run", "cannot write"),
         ("export: existing output", "pretrain export --checkpoint {root}/run --output {root}/hf", "already holds"),
         ("export: run folder without a checkpoint", "pretrain export --checkpoint {root}/empty-run --output {root}/new", "no complete checkpoint"),
@@ -147,38 +146,3 @@ def test_a_refused_output_is_one_line_on_stderr_of_a_real_process(program, world
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert "already holds" in _one_line(done.stderr)
     assert _snapshot(world) == before
-
-
-def _temporary(folder: Path) -> list[str]:
-    """The entries of a temporary folder, but torch's per-user kernel cache (``torchinductor_USER``,
-    shared by every run and meant to stay)."""
-    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("torchinductor_"))
-
-
-def test_a_run_leaves_no_temporary_files_on_success_or_failure(shards, tmp_path, monkeypatch):
-    """A tiny run into a bucket (its TensorBoard mirror is local) that succeeds, and one that fails
-    at its second metrics record: the temporary folder holds no more entries than before."""
-    from pretrain.config import TrainConfig
-    from pretrain.metrics import MetricsLog
-    from pretrain.train import train
-
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    tiny = dict(config="tiny", global_batch_size=8, max_steps=2, save_steps=2, log_steps=1, warmup_steps=1,
-                precision="fp32", num_workers=0)  # fmt: skip
-    record = train(TrainConfig(shards=str(shards), output="memory://sweep-temp/ok", **tiny))
-    assert record["step"] == 2 and fsspec.filesystem("memory").exists("/sweep-temp/ok/tensorboard")
-    assert _temporary(scratch) == []
-
-    original = MetricsLog.log
-
-    def failing(self, record):
-        original(self, record)
-        if record["step"] == 2:
-            raise OSError("the bucket went away")
-
-    monkeypatch.setattr(MetricsLog, "log", failing)
-    with pytest.raises(OSError, match="went away"):
-        train(TrainConfig(shards=str(shards), output="memory://sweep-temp/failed", **tiny))
-    assert _temporary(scratch) == []
