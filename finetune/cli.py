@@ -388,6 +388,12 @@ Examples:
 @click.option("--max-predict-examples", type=int, help="Answer the first N questions (quick runs).")
 @click.option("--precision", type=click.Choice(PRECISIONS))
 @click.option("--device")
+@click.option(
+    "--bilstm",
+    is_flag=True,
+    help="Add a randomly initialised BiLSTM between the encoder and the span head (the paper's "
+    "LTR & No NSP + BiLSTM row).",
+)
 def squad(
     version: str,
     train_file: str | None,

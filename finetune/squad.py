@@ -48,6 +48,7 @@ from finetune.common import (
     load_encoder,
     predict,
 )
+from finetune.heads import BiLSTM
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
 from pretrain import hf
 from pretrain.model import BertModel
@@ -437,13 +438,17 @@ class SpanQuestionAnswering(nn.Module):
     giving start and end logits (the paper's Figure 4 (c); transformers' parameter names).
 
     Logits at padding positions are set to -10000, so that neither the loss nor the span search
-    depends on how a batch was padded.
+    depends on how a batch was padded. ``bilstm``: a randomly initialised one-layer BiLSTM (the
+    encoder's hidden size per direction, :class:`finetune.heads.BiLSTM`) between the encoder and
+    ``qa_outputs`` (then ``Linear(2 * hidden, 2)``), the paper's "LTR & No NSP + BiLSTM" (Table 5).
     """
 
-    def __init__(self, encoder: BertModel, *, seed: int = 0) -> None:
+    def __init__(self, encoder: BertModel, *, seed: int = 0, bilstm: bool = False) -> None:
         super().__init__()
         self.bert = encoder
-        self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
+        hidden = encoder.config.hidden_size
+        self.bilstm = BiLSTM(hidden, hidden, num_layers=1, seed=seed + 1) if bilstm else None
+        self.qa_outputs = nn.Linear(2 * hidden if bilstm else hidden, 2)
         with torch.no_grad():
             generator = torch.Generator().manual_seed(seed)
             self.qa_outputs.weight.normal_(0.0, encoder.config.initializer_range, generator=generator)
@@ -459,6 +464,8 @@ class SpanQuestionAnswering(nn.Module):
     ) -> TaskOutput:
         """Start and end logits ``[batch, length]``; with positions, the mean of their cross-entropies."""
         sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        if self.bilstm is not None:
+            sequence_output = self.bilstm(sequence_output, attention_mask)
         logits = self.qa_outputs(sequence_output).float()
         if attention_mask is not None:
             logits = logits.masked_fill(attention_mask[..., None] == 0, -10000.0)
@@ -559,22 +566,30 @@ def save_model(model: SpanQuestionAnswering, encoder_source: str, tokenizer_case
 
 
 def load_span_head(model: SpanQuestionAnswering, checkpoint: str) -> bool:
-    """Copy ``qa_outputs.*`` from the checkpoint's weights into ``model`` when they are there (a
-    folder :func:`save_model` wrote, or a transformers ``BertForQuestionAnswering``); True if so."""
+    """Copy ``qa_outputs.*`` (and ``bilstm.*``) from the checkpoint's weights into ``model`` when
+    they are there (a folder :func:`save_model` wrote, or a transformers
+    ``BertForQuestionAnswering``); True if so."""
     weights, source = hf.read_weights(checkpoint)
-    head = {k.removeprefix("qa_outputs."): v for k, v in weights.items() if k.startswith("qa_outputs.")}
-    if not head:
+    head = {k: v for k, v in weights.items() if k.startswith(("qa_outputs.", "bilstm."))}
+    if not any(k.startswith("qa_outputs.") for k in head):
         return False
+    has_bilstm = any(k.startswith("bilstm.") for k in head)
+    if has_bilstm != (model.bilstm is not None):
+        raise FinetuneError(
+            f"{source}: its span head was trained {'with' if has_bilstm else 'without'} a BiLSTM: "
+            f"{'give' if has_bilstm else 'leave out'} --bilstm to continue from it"
+        )
+    own = {k: v for k, v in model.state_dict().items() if k.startswith(("qa_outputs.", "bilstm."))}
     try:
-        model.qa_outputs.load_state_dict(head)
+        model.load_state_dict({**model.state_dict(), **{k: head[k] for k in own if k in head}})
     except RuntimeError as err:
-        raise FinetuneError(f"{source}: its qa_outputs do not fit this model: {err}") from None
+        raise FinetuneError(f"{source}: its span head does not fit this model: {err}") from None
     return True
 
 
 @dataclasses.dataclass(frozen=True)
 class SquadSettings:
-    """The windowing and answer-search settings of one run (``metrics.json`` records them)."""
+    """The windowing, answer-search and head settings of one run (``metrics.json`` records them)."""
 
     version: str = "1.1"
     max_seq_length: int = 384
@@ -582,6 +597,7 @@ class SquadSettings:
     max_query_length: int = 64
     n_best_size: int = 20
     max_answer_length: int = 30
+    bilstm: bool = False  # a BiLSTM between the encoder and the span head (SpanQuestionAnswering)
 
     def check(self) -> None:
         """Refuse impossible settings before any file is read, naming every problem at once."""
@@ -713,8 +729,10 @@ def run_squad(
     precision: str = "auto",
     device: str = "auto",
     progress: bool | None = None,
+    bilstm: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on ``train_file`` (skipped when None), answer ``predict_file``, score.
+    ``bilstm`` adds a randomly initialised BiLSTM under the span head (:class:`SpanQuestionAnswering`).
 
     Every path may be local or an fsspec URL (``gs://``, ``s3://``). Writes into ``output``:
     ``predictions.json`` (question id -> answer; v2.0 at null threshold 0),
@@ -728,7 +746,7 @@ def run_squad(
     questions of a file (scoring covers only those).
     """
     settings = SquadSettings(
-        version, max_seq_length, doc_stride, max_query_length, n_best_size, max_answer_length
+        version, max_seq_length, doc_stride, max_query_length, n_best_size, max_answer_length, bilstm
     )
     settings.check()
     config = TrainConfig(
@@ -777,7 +795,7 @@ def _run(
     check_max_seq_length(settings.max_seq_length, encoder)
     check_casing(encoder, [e.context for e in train_examples or predict_examples])
     tokenizer = encoder.tokenizer.tokenizer
-    model = SpanQuestionAnswering(encoder.model, seed=config.seed)
+    model = SpanQuestionAnswering(encoder.model, seed=config.seed, bilstm=settings.bilstm)
     head_loaded = load_span_head(model, encoder.source)
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
