@@ -193,14 +193,11 @@ def _objective_fields(cfg: TrainConfig) -> dict:
 
 
 def check_output(output: str) -> None:
-    """Fail early, with one line, when ``--output`` cannot be written (a probe file, removed)."""
-    import fsspec
+    """Fail early, with one line, when ``--output`` cannot be written (a probe file, removed, and
+    any folder made for it: a run that fails before it writes leaves no empty output behind)."""
+    from pretrain.outputs import OutputError, check_writable
 
-    fs, root = fsspec.core.url_to_fs(output)
-    probe = f"{root.rstrip('/')}/.write-test-{os.getpid()}"
     try:
-        fs.makedirs(root, exist_ok=True)
-        fs.pipe_file(probe, b"ok")
-        fs.rm(probe)
-    except (OSError, PermissionError) as err:
-        raise TrainingError(f"--output {output} is not writable: {err}") from None
+        check_writable(output, f"--output {output} is not writable")
+    except OutputError as err:
+        raise TrainingError(str(err)) from None
