@@ -10,7 +10,14 @@ import click
 
 from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
-from pretrain.outputs import EXPORT_FILES, PRETRAIN_FILES, OutputError, check_output, clear_output
+from pretrain.outputs import (
+    EXPORT_FILES,
+    PRETRAIN_FILES,
+    OutputError,
+    OutputState,
+    check_output,
+    clear_output,
+)
 
 _EPILOG = """\b
 Examples:
@@ -147,8 +154,7 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
         problems = cfg.problems()
         if problems:
             raise TrainingError("invalid settings: " + "; ".join(problems))
-        if rank == 0:
-            _prepare_run_folder(cfg, overwrite)
+        earlier = _check_run_folder(cfg, overwrite) if rank == 0 else None
         if cfg.resume:
             given = {
                 name
@@ -156,7 +162,7 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
             }
             cfg = inherit_settings(cfg, given)
-        train(cfg)
+        train(cfg, before_fit=None if earlier is None else lambda: _clear_run_folder(earlier))
     except (TrainingError, OutputError) as err:
         raise click.ClickException(str(err)) from None
     finally:
@@ -166,9 +172,9 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
             dist.destroy_process_group()
 
 
-def _prepare_run_folder(cfg, overwrite: bool) -> None:
-    """Refuse a non-empty --output that this run does not continue (unless --overwrite, which then
-    removes the earlier run's files) and an unwritable one; before any data or model is read."""
+def _check_run_folder(cfg, overwrite: bool) -> OutputState | None:
+    """Refuse a non-empty --output that this run does not continue (unless --overwrite) and an
+    unwritable one, before any data or model is read; return what --overwrite is to remove."""
     output = (cfg.output or cfg.resume or "").rstrip("/")
     if not output:
         raise click.UsageError("--output is required (or --resume RUN, which continues writing into RUN)")
@@ -177,15 +183,19 @@ def _prepare_run_folder(cfg, overwrite: bool) -> None:
         if overwrite:
             raise click.UsageError(f"--overwrite would delete the run that --resume {cfg.resume} continues")
         check_output(output, ("*",), overwrite=True)  # writable; its files are the run's own
-        return
+        return None
     from pretrain.runtime import exists
 
     hint = f"--resume {output}" if exists(f"{output}/checkpoints") else None
-    state = check_output(output, PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
-    removed = clear_output(state)
+    return check_output(output, PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
+
+
+def _clear_run_folder(earlier: OutputState) -> None:
+    """--overwrite: remove the earlier run's files, once every check before step 1 has passed."""
+    removed = clear_output(earlier)
     if removed:
         logging.getLogger("pretrain").warning(
-            "--overwrite: removed %d file(s) of the earlier run in %s", removed, output
+            "--overwrite: removed %d file(s) of the earlier run in %s", removed, earlier.url
         )
 
 

@@ -32,6 +32,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -53,11 +54,17 @@ log = logging.getLogger("pretrain")
 __all__ = ["Processes", "Trainer", "TrainingError", "apply_gradients", "inherit_settings", "train"]
 
 
-def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
+def train(
+    cfg: TrainConfig, procs: Processes | None = None, *, before_fit: Callable[[], None] | None = None
+) -> dict:
     """Run (or continue) pre-training; return the last training metrics record. Temporary files
-    live in one folder for the run, removed at the end on success and on failure."""
+    live in one folder for the run, removed at the end on success and on failure. ``before_fit``
+    runs on rank 0 once every check has passed, just before step 1 (``--overwrite``'s clean-up)."""
     with run_scratch("pretrain-run-") as scratch:
-        return Trainer(resume_config(cfg), procs or init_processes(), scratch=scratch).fit()
+        trainer = Trainer(resume_config(cfg), procs or init_processes(), scratch=scratch)
+        if before_fit is not None and trainer.procs.is_main:
+            before_fit()
+        return trainer.fit()
 
 
 class _Stop:

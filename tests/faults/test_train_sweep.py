@@ -68,6 +68,7 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
     return [
         ("pretrain: existing run folder", f"{pre} --output {{root}}/run", "--resume {root}/run"),
         ("pretrain: --overwrite beside files no run wrote", f"{pre} --output {{root}}/run-foreign --overwrite", "NOTES.md"),
+        ("pretrain: --overwrite, then a missing vocabulary", f"{pre} --output {{root}}/run --overwrite --vocab {{root}}/nope.txt", "nope.txt"),
         ("pretrain: --overwrite with --resume", f"{pre} --resume {{root}}/run --overwrite", "--overwrite"),
         ("pretrain: --lr nan", f"{pre} --output {{root}}/new --lr nan", "--lr"),
         ("pretrain: --weight-decay -1", f"{pre} --output {{root}}/new --weight-decay -1", "--weight-decay"),
