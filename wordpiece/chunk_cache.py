@@ -17,8 +17,10 @@ normaliser and pre-tokeniser is normalised and pre-tokenised here, which for suc
 lower-casing (when the normaliser lower-cases) and splitting into runs of letters and digits and
 single punctuation characters (every other printable ASCII character is punctuation to BERT),
 and its words go to the WordPiece model directly (a word cache again); every other new chunk
-goes through the whole ``Tokenizer``, which costs a few microseconds per call. The cache holds at most ``max_entries`` chunks and starts afresh when
-full, so its memory is bounded whatever the corpus.
+goes through the whole ``Tokenizer``, which costs a few microseconds per call.
+
+The cache holds at most ``max_entries`` chunks (or one batch's distinct chunks, when those alone
+are more) and starts afresh when full, so its memory is bounded whatever the corpus.
 """
 
 from __future__ import annotations
