@@ -17,7 +17,7 @@ normaliser and pre-tokeniser is normalised and pre-tokenised here, which for suc
 lower-casing (when the normaliser lower-cases) and splitting into runs of letters and digits and
 single punctuation characters (every other printable ASCII character is punctuation to BERT),
 and its words go to the WordPiece model directly (a word cache again); every other new chunk
-goes through the whole ``Tokenizer``, which costs a few microseconds per call.
+goes through the whole ``Tokenizer``, which costs a few microseconds per chunk.
 
 The cache holds at most ``max_entries`` chunks (or one batch's distinct chunks, when those alone
 are more) and starts afresh when full, so its memory is bounded whatever the corpus.
@@ -96,8 +96,10 @@ class ChunkCache:
         ids: list[list[int] | None] = [self._plain_ids(c) if plain(c) else None for c in chunks]
         others = [c for c, i in zip(chunks, ids, strict=True) if i is None]
         if others:
-            encoded = iter(self._tokenizer.encode_batch_fast(others, add_special_tokens=False))
-            ids = [next(encoded).ids if i is None else i for i in ids]
+            # One at a time: the batch call's thread pool spins for longer than these take.
+            encode = self._tokenizer.encode
+            encoded = iter([encode(c, add_special_tokens=False).ids for c in others])
+            ids = [next(encoded) if i is None else i for i in ids]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
         first = len(self._index)
