@@ -59,6 +59,7 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
 
 
 def _config(cls, **kwargs):
+    io.use_beam_options(click.get_current_context().args)  # before any input or output is looked at
     try:
         return cls(**kwargs)
     except ValueError as err:
@@ -304,13 +305,23 @@ def corpus(
     is_flag=True,
     help="Write unmasked pairs (empty masked_lm_* columns) for trainers that mask dynamically.",
 )
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["pairs", "packed"]),
+    default="pairs",
+    show_default=True,
+    help="pairs: [CLS] A [SEP] B [SEP] with NSP labels (BERT); packed: full sentences packed to "
+    "--max-seq-length across documents, [SEP] between documents, no NSP (pretrain needs --no-nsp).",
+)
 @click.option("--num-shards", type=int, default=256, show_default=True)
 @click.option(
     "--num-buckets",
     type=int,
     default=1024,
     show_default=True,
-    help="Document buckets for random-next lookups; a bucket's documents meet on one worker.",
+    help="Document buckets for random-next lookups (packed: the packing groups); a bucket's "
+    "documents meet on one worker.",
 )
 @click.option("--seed", type=int, default=12345, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")
@@ -333,12 +344,14 @@ def examples(
     random_share,
     random_token_from_whole_vocab,
     no_masking,
+    format_,
     num_shards,
     num_buckets,
     seed,
     overwrite,
 ):
-    """Write masked, NSP-paired BERT pre-training examples as sharded Arrow files.
+    """Write masked, NSP-paired BERT pre-training examples as sharded Arrow files
+    (or, with --format packed, packed full sentences without NSP).
 
     Semantics of the reference generator (create_pretraining_data.py); every random choice is
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
@@ -350,6 +363,7 @@ def examples(
     from wordpiece.masking import MaskingConfig
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
+    io.use_beam_options(ctx.args)
     try:
         config = ExamplesConfig(
             corpus=corpus,
@@ -373,6 +387,7 @@ def examples(
             random_token_from_whole_vocab=random_token_from_whole_vocab,
             apply_masking=not no_masking,
             overwrite=overwrite,
+            format=format_,
         )
         tokenizer = WordPieceTokenizer.load(vocab, cased=cased)
         manifest = io.load_manifest(corpus, DOCUMENTS.name)
@@ -394,10 +409,11 @@ def examples(
             f"{output} is not marked COMPLETED"
         )
     masked = f"masked {stats['mask_rate']:.3f} of tokens" if stats["masking"] else "not masked"
-    click.echo(
-        f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); random next "
-        f"{stats['random_next_rate']:.3f}, {masked}"
-    )
+    if stats["random_next_rate"] is None:
+        pairing = f"packed, {stats['document_separators']:,} document separators"
+    else:
+        pairing = f"random next {stats['random_next_rate']:.3f}"
+    click.echo(f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); {pairing}, {masked}")
     click.echo(f"output: {output}")
 
 

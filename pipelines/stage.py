@@ -30,6 +30,7 @@ from schemas import (
     Manifest,
     RecordFormat,
     ShardEntry,
+    absolute_reference,
     completed_marker,
 )
 from schemas.rejects import EXCERPT_CHARS
@@ -217,6 +218,42 @@ class WriteShards(beam.PTransform):
         )
 
 
+_HASH_CHUNK = 8 << 20
+
+
+def hash_input(path: str) -> dict[str, Any]:
+    """What a manifest records of one raw input file: absolute path, size and SHA-256.
+
+    Read in chunks (a Wikipedia dump is tens of GB); a file that cannot be read is recorded
+    with the error instead, since the stage itself counts it as a file error or reject.
+    """
+    digest, size = hashlib.sha256(), 0
+    try:
+        with io.open_binary(path) as f:
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+    except Exception as err:  # Any filesystem error: recorded, the stage reports the file itself.
+        return {"path": absolute_reference(path), "error": f"{type(err).__name__}: {err}"[:300]}
+    return {"path": absolute_reference(path), "bytes": size, "sha256": digest.hexdigest()}
+
+
+class HashInputs(beam.PTransform):
+    """One ``hash_input`` record per raw input file, hashed in parallel beside the stage's work."""
+
+    def __init__(self, files: list[str]):
+        super().__init__()
+        self._files = sorted(files)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Input files" >> beam.Create(self._files)
+            | "Spread files" >> beam.Reshuffle()
+            | "Hash files" >> beam.Map(hash_input)
+        )
+
+
 def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) -> str | None:
     """Why a corpus stage's output must not be marked ``COMPLETED``, or None when it may be.
 
@@ -254,8 +291,11 @@ def _finish(
     entries: list[dict],
     tally: Counter,
     counted_in: str,
+    input_files: list[dict],
 ) -> dict[str, Any]:
     stats = build_stats(tally, counted_in)
+    if input_files:
+        params = {**params, "input_files": sorted(input_files, key=lambda f: f["path"])}
     data = [ShardEntry(**e) for e in entries if e["format"] == DOCUMENTS.name]
     rejects = [ShardEntry(**e) for e in entries if e["format"] == REJECTS.name]
     if incomplete_reason(stats, bool(params.get("allow_file_errors"))) is not None:
@@ -271,7 +311,8 @@ class WriteStageOutput(beam.PTransform):
 
     ``split_of(row)`` names a document's split (a corpus output); without it every document
     goes to the single split ``all``. ``extra_tallies`` add counts measured elsewhere in the
-    graph (the records read, for reconciliation).
+    graph (the records read, for reconciliation). ``input_files`` are the raw files the stage
+    read: the manifest records each one's absolute path, size and SHA-256 (``input_files``).
     """
 
     def __init__(
@@ -285,8 +326,10 @@ class WriteStageOutput(beam.PTransform):
         extra_tallies=(),
         split_of: Callable[[dict], str] | None = None,
         counted_in: str = "records_in",
+        input_files: list[str] = (),
     ):
         super().__init__()
+        self._input_files = list(input_files)
         self._output, self._producer, self._params = output, producer, params
         self._num_shards, self._namespace = num_shards, namespace
         self._extra_tallies, self._split_of, self._counted_in = tuple(extra_tallies), split_of, counted_in
@@ -335,6 +378,7 @@ class WriteStageOutput(beam.PTransform):
             | "Sum tallies" >> beam.CombineGlobally(sum_tallies)
         )
         all_entries = entries | "All shards" >> beam.Flatten()
+        hashes = outcomes.pipeline | "Hash inputs" >> HashInputs(self._input_files)
         return (
             outcomes.pipeline
             | "Finish" >> beam.Create([None])
@@ -347,5 +391,6 @@ class WriteStageOutput(beam.PTransform):
                 beam.pvalue.AsList(all_entries),
                 beam.pvalue.AsSingleton(total),
                 self._counted_in,
+                beam.pvalue.AsList(hashes),
             )
         )

@@ -167,6 +167,30 @@ def finish_pairs(
     return columns, tally
 
 
+def columns_from_rows(rows: Sequence[dict]) -> ExampleColumns:
+    """Example rows (dicts of the schema's columns plus :data:`PAIR_COLUMN`, as
+    ``packing.finish_packed`` makes them) as :class:`ExampleColumns`."""
+
+    def flat(name: str, dtype) -> np.ndarray:
+        return np.concatenate([np.asarray(r[name], dtype) for r in rows] or [np.zeros(0, dtype)])
+
+    def each(name: str, dtype) -> np.ndarray:
+        return np.array([r[name] for r in rows], dtype=dtype)
+
+    return ExampleColumns(
+        input_ids=flat("input_ids", np.int32),
+        num_tokens=each("num_tokens", np.int64),
+        positions=flat("masked_lm_positions", np.int64),
+        labels=flat("masked_lm_ids", np.int32),
+        num_predictions=np.array([len(r["masked_lm_positions"]) for r in rows], dtype=np.int64),
+        num_tokens_a=each("num_tokens_a", np.int64),
+        next_sentence_labels=each("next_sentence_labels", np.int8),
+        doc_ids=each("doc_id", object),
+        dupe_index=each("dupe_index", np.int64),
+        pair_index=each(PAIR_COLUMN, np.int64),
+    )
+
+
 def _list_array(values: np.ndarray, lengths: np.ndarray, list_type: pa.ListType) -> pa.ListArray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])

@@ -21,6 +21,9 @@ batches of examples, never one element per pair):
    a hash of the pair's identity) and ``WriteExampleShards`` sorts and writes each shard, then
    ``length_histogram.png``, ``stats.json``, ``manifest.json`` (with the vocabulary's SHA-256)
    and ``COMPLETED``.
+
+``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
+packs their full sentences without NSP pairs.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from pipelines.examples.batches import (
     plan_batch,
     tokenize_documents,
 )
-from pipelines.examples.finish import ExampleColumns, ExampleVocab
+from pipelines.examples.finish import ExampleColumns, ExampleVocab, columns_from_rows
+from pipelines.examples.packing import FORMATS, pack_group
 from pipelines.examples.pairs import PairConfig, TokenizedDocument
 from pipelines.examples.write import WriteExampleShards, shard_pieces
 from pipelines.stage import write_completion, write_stats
@@ -82,9 +86,13 @@ class ExamplesConfig:
     """False (``--no-masking``): input_ids are the original tokens and no position is chosen,
     for trainers that mask dynamically."""
     overwrite: bool = False
+    format: str = "pairs"
+    """``pairs``: NSP pairs (BERT); ``packed``: full sentences packed without NSP (packing.py)."""
 
     def __post_init__(self) -> None:
         problems = []
+        if self.format not in FORMATS:
+            problems.append(f"--format takes {', '.join(FORMATS)}, got {self.format}")
         for name in ("corpus", "vocab", "output"):
             if not getattr(self, name):
                 problems.append(f"--{name} is required")
@@ -200,7 +208,25 @@ def _by_bucket(
     return list(grouped.items())
 
 
-def _stats(tally: Counter, apply_masking: bool) -> dict[str, Any]:
+class _PackGroup(_WithVocab):
+    """A group's documents → its packed examples (``--format packed``)."""
+
+    def process(self, element):
+        group, batches = element
+        config = self._config
+        packed = pack_group(
+            group,
+            [d for batch in batches for d in batch],
+            seed=config.seed,
+            dupe_factor=config.dupe_factor,
+            max_seq_length=config.pairs.max_seq_length,
+            masking=config.masking if config.apply_masking else None,
+            vocab=self._vocab,
+        )
+        yield from self._pieces((columns_from_rows(rows), tally) for rows, tally in packed)
+
+
+def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[str, Any]:
     examples = tally["examples"]
     predictions = tally["predictions"]
     histogram = {k.split("/", 1)[1]: v for k, v in tally.items() if k.startswith("hist/")}
@@ -215,14 +241,16 @@ def _stats(tally: Counter, apply_masking: bool) -> dict[str, Any]:
             "pairs_without_other_document": tally["pairs_without_other_document"],
         },
         "examples": examples,
-        "random_next_rate": tally["random_next"] / examples if examples else None,
+        "format": "packed" if packed else "pairs",
+        # Packed examples have no pairs: no random-next rate, no truncation (long sentences split).
+        "random_next_rate": tally["random_next"] / examples if examples and not packed else None,
         "masking": apply_masking,
         "mask_rate": predictions / tally["tokens"] if tally["tokens"] else None,
         # Without masking there is no 80/10/10 split to report: null, not made-up numbers.
         "masked_share_mask": share(tally["masked_to_mask"]),
         "masked_share_unchanged": share(tally["masked_unchanged"]),
         "masked_share_random": share(predictions - tally["masked_to_mask"] - tally["masked_unchanged"]),
-        "truncation_rate": tally["truncated"] / examples if examples else None,
+        "truncation_rate": tally["truncated"] / examples if examples and not packed else None,
         "unk_rate": tally["unk_tokens"] / tally["tokens"] if tally["tokens"] else None,
         "tokens": tally["tokens"],
         "length_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0].split("-")[0]))),
@@ -251,18 +279,56 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 
 def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
-    stats = _stats(tally, config.apply_masking)
+    stats = _stats(tally, config.apply_masking, config.format == "packed")
+    if config.format == "packed":
+        stats["document_separators"] = tally["document_separators"]
+        stats["split_sentences"] = tally["split_sentences"]
     if not stats["examples"]:
         write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
         return stats
     shards = tuple(ShardEntry(**e) for e in entries)
-    params = {**config.params(), "vocab_sha256": vocab_sha256}
+    params = {
+        **config.params(),
+        "vocab_sha256": vocab_sha256,
+        "corpus_manifest_sha256": io.manifest_sha256(config.corpus),
+    }
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
     io.write_bytes(io.join(config.output, LENGTH_HISTOGRAM_FILE), png)
     write_completion(
         config.output, stats, Manifest("examples", EXAMPLES_VERSION, "pipelines examples", params, shards)
     )
     return stats
+
+
+def _pair_pieces(documents, config: ExamplesConfig, fmt: RecordFormat):
+    """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies."""
+    bucketed = documents | "Bucket" >> beam.FlatMap(_by_bucket, config.num_buckets)
+    bucket_sizes = (
+        bucketed
+        | "Bucket counts" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
+        | "Bucket sizes" >> beam.CombinePerKey(sum)
+    )
+    planned = documents | "Plan pairs" >> beam.ParDo(
+        _PlanBatch(config, fmt), beam.pvalue.AsDict(bucket_sizes)
+    ).with_outputs("pieces", "tallies", main="requests")
+    fulfilled = (
+        {"documents": bucketed, "requests": planned.requests}
+        | "Meet by bucket" >> beam.CoGroupByKey()
+        | "Random B" >> beam.ParDo(_FulfilBucket(config, fmt)).with_outputs("pieces", "tallies")
+    )
+    pieces = (planned.pieces, fulfilled.pieces) | "All pieces" >> beam.Flatten()
+    return pieces, (planned.tallies, fulfilled.tallies)
+
+
+def _packed_pieces(documents, config: ExamplesConfig, fmt: RecordFormat):
+    """Packed sentences: a group's documents meet on one worker and are packed there."""
+    packed = (
+        documents
+        | "Group" >> beam.FlatMap(_by_bucket, config.num_buckets)
+        | "Meet by group" >> beam.GroupByKey()
+        | "Pack" >> beam.ParDo(_PackGroup(config, fmt)).with_outputs("pieces", "tallies")
+    )
+    return packed.pieces, (packed.tallies,)
 
 
 def build(
@@ -278,24 +344,13 @@ def build(
         | "Tokenise"
         >> beam.ParDo(_TokenizeShard(config.vocab, config.cased)).with_outputs("tallies", main="documents")
     )
-    bucketed = documents.documents | "Bucket" >> beam.FlatMap(_by_bucket, config.num_buckets)
-    bucket_sizes = (
-        bucketed
-        | "Bucket counts" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
-        | "Bucket sizes" >> beam.CombinePerKey(sum)
-    )
-    planned = documents.documents | "Plan pairs" >> beam.ParDo(
-        _PlanBatch(config, fmt), beam.pvalue.AsDict(bucket_sizes)
-    ).with_outputs("pieces", "tallies", main="requests")
-    fulfilled = (
-        {"documents": bucketed, "requests": planned.requests}
-        | "Meet by bucket" >> beam.CoGroupByKey()
-        | "Random B" >> beam.ParDo(_FulfilBucket(config, fmt)).with_outputs("pieces", "tallies")
-    )
-    pieces = (planned.pieces, fulfilled.pieces) | "All pieces" >> beam.Flatten()
+    if config.format == "packed":
+        pieces, tallies = _packed_pieces(documents.documents, config, fmt)
+    else:
+        pieces, tallies = _pair_pieces(documents.documents, config, fmt)
     entries = pieces | "Write" >> WriteExampleShards(config.output, "examples", config.num_shards, fmt)
     tally = (
-        (documents.tallies, planned.tallies, fulfilled.tallies)
+        (documents.tallies, *tallies)
         | "All tallies" >> beam.Flatten()
         | "Sum" >> beam.CombineGlobally(sum_tallies)
     )

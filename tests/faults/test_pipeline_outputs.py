@@ -153,3 +153,38 @@ def test_show_on_a_corrupt_shard_is_one_line(corpus, tmp_path):
     assert result.output.strip().splitlines() == [
         f"error: {shard}: checksum differs from its manifest; the input was modified or damaged"
     ]
+
+
+def test_manifests_record_what_they_read_by_hash(corpus):
+    import hashlib
+
+    docs = corpus.parent / "docs"
+    recorded = json.loads((docs / "manifest.json").read_text())["params"]["input_files"]
+    books = sorted((corpus.parent / "books").glob("*.txt"))
+    assert recorded == [
+        {"path": str(p), "bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for p in books
+    ]
+    upstream = json.loads((corpus / "manifest.json").read_text())["params"]["input_manifests"]
+    assert upstream == [{"path": str(docs), "manifest_sha256": (docs / "COMPLETED").read_text().strip()}]
+
+
+def _wordpiece(*args: str, expect: int):
+    from click.testing import CliRunner
+
+    from wordpiece.cli import main
+
+    result = CliRunner().invoke(main, ["train", *args, *FAST_RUNNER], catch_exceptions=False)
+    assert result.exit_code == expect, result.output
+    return result
+
+
+def test_wordpiece_train_leaves_no_counts_when_it_fails_and_keeps_foreign_files(corpus, tmp_path):
+    out = tmp_path / "vocab"
+    failed = _wordpiece("--corpus", str(corpus), "--output", str(out), "--split", "test", expect=2)
+    assert "has no words" in failed.output and failed.output.count("\n") == 1
+    assert not (out / "COMPLETED").exists() and not list(out.rglob("word_counts/*"))
+    (out / "notes.txt").write_text("mine")
+    forced = _wordpiece("--corpus", str(corpus), "--output", str(out), "--overwrite", expect=2)
+    assert "holds files wordpiece train did not write" in forced.output
+    assert (out / "notes.txt").read_text() == "mine"
