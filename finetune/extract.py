@@ -188,8 +188,9 @@ def rows_table(
     return pa.table(columns, schema=fmt.schema)
 
 
-def _read_lines(url: str) -> Iterator[tuple[int, list[str]]]:
-    """The input's lines in chunks ``(first_line, lines)``; errors name the file and line."""
+def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
+    """The input's lines in chunks ``(first_line, lines)``, its bytes fed to ``digest`` (a
+    ``hashlib`` object) on the way; errors name the file and line."""
     try:
         f = fsspec.open(url, "rb").open()
     except FileNotFoundError:
@@ -198,6 +199,7 @@ def _read_lines(url: str) -> Iterator[tuple[int, list[str]]]:
         chunk: list[str] = []
         first = 0
         for number, raw in enumerate(f):
+            digest.update(raw)
             if number == 0:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
             try:
@@ -304,7 +306,8 @@ def extract_features(
     """Write the hidden states of ``settings.layers`` for every token of every line of
     ``input_file`` into ``output`` (``features-NNNNN.arrow``, ``manifest.json``, ``stats.json``,
     then ``COMPLETED``); returns the stats. ``checkpoint`` is any ``--checkpoint`` of
-    :func:`finetune.common.load_encoder`. Refuses a non-empty ``output`` unless ``overwrite``."""
+    :func:`finetune.common.load_encoder`. Refuses a non-empty ``output`` unless ``overwrite``, and
+    bad ``--layers`` / ``--max-seq-length`` before an earlier output is touched."""
     earlier = check_output(output, overwrite)
     encoder = load_encoder(checkpoint, cased=cased)
     config = encoder.model.config
@@ -317,36 +320,16 @@ def extract_features(
         layers = parse_layers(settings.layers, config.num_hidden_layers)
     except ValueError as err:
         raise FinetuneError(str(err)) from None
-    given = [int(part) for part in settings.layers.split(",") if part.strip()]
     clear_output(output, earlier)
-    device = resolve_device(settings.device)
-    encoder.model.to(device).eval()
     fmt = features_format(config.hidden_size)
     writer = _ShardWriter(output, fmt, settings.max_shard_bytes)
-    stats = {"num_lines": 0, "num_empty_lines": 0, "num_pieces": 0, "num_windows": 0, "num_split_lines": 0}
-    stats["max_pieces_in_a_line"] = 0
-    start = time.perf_counter()
-    for first, lines in _read_lines(input_file):
-        plans = plan_lines(encoder, lines, first, settings)
-        states = _encode_windows(encoder, plans, layers, settings, device)
-        vectors = [line_vectors(plan, s) for plan, s in zip(plans, states, strict=True)]
-        writer.add(rows_table(fmt, plans, vectors, given))
-        for plan in plans:
-            stats["num_lines"] += 1
-            stats["num_empty_lines"] += not plan.ids
-            stats["num_pieces"] += len(plan.ids)
-            stats["num_windows"] += len(plan.windows)
-            stats["num_split_lines"] += len(plan.windows) > 1
-            stats["max_pieces_in_a_line"] = max(stats["max_pieces_in_a_line"], len(plan.ids))
-    writer.flush()
-    if not stats["num_lines"]:
-        raise FinetuneError(f"--input {input_file} has no lines: nothing to extract")
-    stats["extract_s"] = round(time.perf_counter() - start, 3)
-    stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
-    stats["num_rows"] = sum(e.num_rows for e in writer.entries)
+    digest = hashlib.sha256()
+    stats = _extract(encoder, input_file, layers, settings, writer, digest)
+    given = [int(part) for part in settings.layers.split(",") if part.strip()]
     params = {
         "checkpoint": encoder.source,
         "input": input_file,
+        "input_sha256": digest.hexdigest(),
         "layers": given,
         "layers_absolute": list(layers),
         "hidden_size": config.hidden_size,
@@ -364,6 +347,49 @@ def extract_features(
         f.write(manifest_json)
     with fs.open(f"{root}/{COMPLETED_FILE}", "w") as f:
         f.write(completed_marker(manifest_json))
+    return stats
+
+
+def _extract(
+    encoder: Encoder,
+    input_file: str,
+    layers: Sequence[int],
+    settings: ExtractSettings,
+    writer: _ShardWriter,
+    digest: Any,
+) -> dict[str, Any]:
+    """Every line of ``input_file`` through the encoder into ``writer``'s shards; the counts."""
+    device = resolve_device(settings.device)
+    encoder.model.to(device).eval()
+    given = [int(part) for part in settings.layers.split(",") if part.strip()]
+    keys = (
+        "num_lines",
+        "num_empty_lines",
+        "num_pieces",
+        "num_windows",
+        "num_split_lines",
+        "max_pieces_in_a_line",
+    )
+    stats: dict[str, Any] = dict.fromkeys(keys, 0)
+    start = time.perf_counter()
+    for first, lines in _read_lines(input_file, digest):
+        plans = plan_lines(encoder, lines, first, settings)
+        states = _encode_windows(encoder, plans, layers, settings, device)
+        vectors = [line_vectors(plan, s) for plan, s in zip(plans, states, strict=True)]
+        writer.add(rows_table(writer.fmt, plans, vectors, given))
+        for plan in plans:
+            stats["num_lines"] += 1
+            stats["num_empty_lines"] += not plan.ids
+            stats["num_pieces"] += len(plan.ids)
+            stats["num_windows"] += len(plan.windows)
+            stats["num_split_lines"] += len(plan.windows) > 1
+            stats["max_pieces_in_a_line"] = max(stats["max_pieces_in_a_line"], len(plan.ids))
+    writer.flush()
+    if not stats["num_lines"]:
+        raise FinetuneError(f"--input {input_file} has no lines: nothing to extract")
+    stats["extract_s"] = round(time.perf_counter() - start, 3)
+    stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
+    stats["num_rows"] = sum(e.num_rows for e in writer.entries)
     logger.info("features: %d lines, %d pieces, %d rows in %.1f s", stats["num_lines"], stats["num_pieces"],
                 stats["num_rows"], stats["extract_s"])  # fmt: skip
     return stats

@@ -32,6 +32,7 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,6 +53,7 @@ from pretrain.data import ExampleShards, ShardError
 from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import compile_model, left_to_right_batch, pretraining_loss, training_flops_per_token
 from pretrain.optim import build_optimizer, build_scheduler
+from pretrain.outputs import run_scratch
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, TrainingError, all_sum, barrier, check_output, init_processes, prepare
 
@@ -60,9 +62,17 @@ log = logging.getLogger("pretrain")
 __all__ = ["Processes", "Trainer", "TrainingError", "apply_gradients", "inherit_settings", "train"]
 
 
-def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
-    """Run (or continue) pre-training; return the last training metrics record."""
-    return Trainer(resume_config(cfg), procs or init_processes()).fit()
+def train(
+    cfg: TrainConfig, procs: Processes | None = None, *, before_fit: Callable[[], None] | None = None
+) -> dict:
+    """Run (or continue) pre-training; return the last training metrics record. Temporary files
+    live in one folder for the run, removed at the end on success and on failure. ``before_fit``
+    runs on rank 0 once every check has passed, just before step 1 (``--overwrite``'s clean-up)."""
+    with run_scratch("pretrain-run-") as scratch:
+        trainer = Trainer(resume_config(cfg), procs or init_processes(), scratch=scratch)
+        if before_fit is not None and trainer.procs.is_main:
+            before_fit()
+        return trainer.fit()
 
 
 class _Stop:
@@ -126,7 +136,7 @@ class Trainer:
     scaler, resume state), then :meth:`fit` runs :meth:`step` until ``--max-steps``, with
     :meth:`log`, :meth:`evaluate` and :meth:`checkpoint` at their intervals."""
 
-    def __init__(self, cfg: TrainConfig, procs: Processes) -> None:
+    def __init__(self, cfg: TrainConfig, procs: Processes, scratch: str | None = None) -> None:
         self.cfg, self.procs = cfg, procs
         self.micro, self.accumulation, self.output = _checked_settings(cfg, procs)
         _seed(cfg.seed + procs.rank)
@@ -138,7 +148,9 @@ class Trainer:
         self._restore_position()
         self._build_forward()
         self.metrics = (
-            MetricsLog(self.output, self.position.step if self.resumed else None) if procs.is_main else None
+            MetricsLog(self.output, self.position.step if self.resumed else None, scratch)
+            if procs.is_main
+            else None
         )
         self._log_start()
         self.peak = (

@@ -4,6 +4,7 @@ their words, long lines are windowed, and the Arrow output round-trips through i
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -79,6 +80,7 @@ def test_vectors_equal_the_models_hidden_states(run, text, tmp_path):
     manifest, table = read_features(str(tmp_path / "out"))
     assert manifest.params["layers"] == [-1, 0, -2] and manifest.params["layers_absolute"] == [3, 0, 2]
     assert manifest.params["checkpoint"].endswith("step-00000005")
+    assert manifest.params["input_sha256"] == hashlib.sha256(text.read_bytes()).hexdigest()
     assert stats["num_lines"] == 4 and stats["num_empty_lines"] == 1 and stats["num_split_lines"] == 0
     rows = table.to_pylist()
     assert sorted({r["layer"] for r in rows}) == [-2, -1, 0]
