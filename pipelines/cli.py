@@ -59,6 +59,7 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
 
 
 def _config(cls, **kwargs):
+    io.use_beam_options(click.get_current_context().args)  # before any input or output is looked at
     try:
         return cls(**kwargs)
     except ValueError as err:
@@ -362,6 +363,7 @@ def examples(
     from wordpiece.masking import MaskingConfig
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
+    io.use_beam_options(ctx.args)
     try:
         config = ExamplesConfig(
             corpus=corpus,

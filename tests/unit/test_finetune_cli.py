@@ -256,7 +256,7 @@ def test_vocab_mismatch_is_refused_by_the_command(tmp_path: Path):
         "--uncased",
         expect=1,
     )
-    assert "has 19 tokens but" in result.output and "vocab_size 20" in result.output
+    assert "has 19 tokens but" in result.output and "have 20 rows" in result.output
 
 
 def test_squad_command_is_wired_to_run_squad(bert_uncased_folder, tmp_path: Path):
