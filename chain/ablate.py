@@ -174,109 +174,127 @@ def _size_name(size: str) -> str:
     return "L" + size.replace("/", "-")
 
 
-def grid(cfg: AblationConfig) -> Grid:
-    """Every run and fine-tune of the preset, and the cells they fill."""
-    p = cfg.preset
-    g = Grid()
-    pretrain_seeds = [cfg.seed + k for k in range(p.pretrain_seeds)]
-    finetune_seeds = [cfg.seed + k for k in range(p.finetune_seeds)]
-    ner_seeds = [cfg.seed + k for k in range(p.ner_seeds)]
+class _Builder:
+    """Adds runs, fine-tunes and cells to a :class:`Grid`, sharing runs that coincide."""
 
-    def add_run(key: str, title: str, seed: int, **kwargs) -> str:
-        name = f"{key}-s{seed}"
-        g.runs.setdefault(name, Run(name, title, seed=seed, **{"config": p.model, **kwargs}))
-        return name
+    def __init__(self, cfg: AblationConfig):
+        self.cfg, self.p, self.g = cfg, cfg.preset, Grid()
+        self.pretrain_seeds = [cfg.seed + k for k in range(self.p.pretrain_seeds)]
+        self.finetune_seeds = [cfg.seed + k for k in range(self.p.finetune_seeds)]
+        self.ner_seeds = [cfg.seed + k for k in range(self.p.ner_seeds)]
+        self.layers = int(self.p.model.split("/")[0])
 
-    def finetunes(
-        run: str,
-        task: str,
-        features: str | None = None,
-        step: int | None = None,
-        seeds: list[int] | None = None,
-    ) -> list[str]:
+    def runs(self, key: str, title: str, **kwargs) -> list[str]:
+        """One run per pre-training seed (``KEY-sSEED``)."""
         names = []
-        for seed in finetune_seeds if seeds is None else seeds:
-            what = task if features is None else f"{task}-{features}"
-            at = step if step is not None else p.steps
-            name = f"{run}/{what}-step{at}-s{seed}"
-            g.finetunes.setdefault(name, FineTune(name, run, task, seed, at, features))
+        for seed in self.pretrain_seeds:
+            name = f"{key}-s{seed}"
+            self.g.runs.setdefault(name, Run(name, title, seed=seed, **{"config": self.p.model, **kwargs}))
             names.append(name)
         return names
 
-    def cell(table: str, row: str, column: str, names: list[str]) -> None:
-        g.cells.append({"table": table, "row": row, "column": column, "finetunes": names})
+    def finetunes(
+        self, runs: list[str], task: str, features: str | None = None, step: int | None = None
+    ) -> list[str]:
+        """Per run, one fine-tune per seed (``RUN/TASK[-FEATURES]-stepN-sSEED``)."""
+        seeds = self.ner_seeds if task == "ner" else self.finetune_seeds
+        at = step if step is not None else self.p.steps
+        what = task if features is None else f"{task}-{features}"
+        names = []
+        for run in runs:
+            for seed in seeds:
+                name = f"{run}/{what}-step{at}-s{seed}"
+                self.g.finetunes.setdefault(name, FineTune(name, run, task, seed, at, features))
+                names.append(name)
+        return names
 
-    def runs_for(key: str, title: str, **kwargs) -> list[str]:
-        return [add_run(key, title, seed, **kwargs) for seed in pretrain_seeds]
+    def cell(self, table: str, row: str, column: str, finetunes: list[str]) -> None:
+        self.g.cells.append({"table": table, "row": row, "column": column, "finetunes": finetunes})
 
-    base = runs_for("base", "BERT_BASE: MLM + NSP", series=True)
-    table5 = {
+    def features_fit(self, features: str | None) -> bool:
+        """Whether a ``--features`` mode fits the base model (the ``-4`` ones need 4 layers)."""
+        return bool(features) and (self.layers >= 4 or not features.endswith("-4"))
+
+
+def _table5(b: _Builder, base: list[str]) -> None:
+    rows = {
         "base": ("BERT_BASE", lambda: base),
-        "no-nsp": ("No NSP", lambda: runs_for("no-nsp", "MLM only", flags=("--no-nsp",))),
+        "no-nsp": ("No NSP", lambda: b.runs("no-nsp", "MLM only", flags=("--no-nsp",))),
         "no-nsp-packed": (
             "No NSP, packed sentences (ours)",
-            lambda: runs_for("no-nsp-packed", "MLM only, packed", shards="packed", flags=("--no-nsp",)),
+            lambda: b.runs("no-nsp-packed", "MLM only, packed", shards="packed", flags=("--no-nsp",)),
         ),
         "ltr": (
             "LTR & No NSP",
-            lambda: runs_for("ltr", "left-to-right LM", flags=("--objective", "ltr"), series=True),
+            lambda: b.runs("ltr", "left-to-right LM", flags=("--objective", "ltr"), series=True),
         ),
     }
-    for key in p.table5_rows:
-        row, make = table5[key]
-        cell("5", row, "task", [f for r in make() for f in finetunes(r, "glue")])
-    g.missing["5"] = [
-        "+ BiLSTM: `finetune glue` has no BiLSTM-on-top option (the paper adds one to the LTR model)",
+    for key in b.p.table5_rows:
+        row, make = rows[key]
+        b.cell("5", row, "task", b.finetunes(make(), "glue"))
+    b.g.missing["5"] = [
+        "+ BiLSTM: the paper adds a BiLSTM to the LTR model when fine-tuning; `finetune squad --bilstm` "
+        "has it, `finetune glue` does not, and the study has no SQuAD column",
         "SQuAD column: the study fine-tunes on the GLUE-layout task only",
     ]
-    for size in p.sizes:
-        runs = base if size == p.model else runs_for(_size_name(size), f"size {size}", config=size)
-        row = size
-        cell("6", row, "task", [f for r in runs for f in finetunes(r, "glue")])
-        g.cells.append({"table": "6", "row": row, "column": "ppl", "runs": runs})
-    layers = int(p.model.split("/")[0])
-    if cfg.ner_dir:
-        cell(
-            "7",
-            "Fine-tuning: BERT_BASE",
-            "ner",
-            [f for r in base for f in finetunes(r, "ner", seeds=ner_seeds)],
-        )
-        g.missing["7"] = ["Fine-tuning: BERT_LARGE (the study pre-trains one base size)"]
-        for features in p.ner_features:
-            if features.endswith("-4") and layers < 4:
-                g.missing["7"].append(
-                    f"Feature-based: {features} (needs 4 layers; the base model has {layers})"
-                )
-                continue
-            cell("7", f"Feature-based: {features}", "ner",
-                 [f for r in base for f in finetunes(r, "ner", features, seeds=ner_seeds)])  # fmt: skip
-    else:
-        g.missing["7"] = ["every row: no --ner-dir (a CoNLL-2003 folder) was given"]
-    for mix in p.masking_mixes:
-        if mix == (0.8, 0.1, 0.1):
-            runs = base
+
+
+def _table6(b: _Builder, base: list[str]) -> None:
+    for size in b.p.sizes:
+        runs = base if size == b.p.model else b.runs(_size_name(size), f"size {size}", config=size)
+        b.cell("6", size, "task", b.finetunes(runs, "glue"))
+        b.g.cells.append({"table": "6", "row": size, "column": "ppl", "runs": runs})
+
+
+def _table7(b: _Builder, base: list[str]) -> None:
+    if not b.cfg.ner_dir:
+        b.g.missing["7"] = ["every row: no --ner-dir (a CoNLL-2003 folder) was given"]
+        return
+    b.cell("7", "Fine-tuning: BERT_BASE", "ner", b.finetunes(base, "ner"))
+    b.g.missing["7"] = ["Fine-tuning: BERT_LARGE (the study pre-trains one base size)"]
+    for features in b.p.ner_features:
+        if b.features_fit(features):
+            b.cell("7", f"Feature-based: {features}", "ner", b.finetunes(base, "ner", features))
         else:
-            runs = runs_for(mix_name(mix), f"masking {mix_name(mix)}", shards=mix_name(mix))
+            b.g.missing["7"].append(
+                f"Feature-based: {features} (needs 4 layers; the base model has {b.layers})"
+            )
+
+
+def _table8(b: _Builder, base: list[str]) -> None:
+    features = b.p.table8_features
+    for mix in b.p.masking_mixes:
+        runs = (
+            base
+            if mix == (0.8, 0.1, 0.1)
+            else b.runs(mix_name(mix), f"masking {mix_name(mix)}", shards=mix_name(mix))
+        )
         row = " / ".join(f"{round(100 * s)}%" for s in mix)
-        cell("8", row, "task", [f for r in runs for f in finetunes(r, "glue")])
-        if cfg.ner_dir:
-            cell("8", row, "ner", [f for r in runs for f in finetunes(r, "ner", seeds=ner_seeds)])
-            if p.table8_features and (layers >= 4 or not p.table8_features.endswith("-4")):
-                cell("8", row, "ner-features",
-                     [f for r in runs for f in finetunes(r, "ner", p.table8_features, seeds=ner_seeds)])  # fmt: skip
-    if cfg.ner_dir and p.table8_features and layers < 4 and p.table8_features.endswith("-4"):
-        g.missing["8"] = [
-            f"NER feature-based column: {p.table8_features} needs 4 layers; the base model has {layers}"
+        b.cell("8", row, "task", b.finetunes(runs, "glue"))
+        if b.cfg.ner_dir:
+            b.cell("8", row, "ner", b.finetunes(runs, "ner"))
+            if b.features_fit(features):
+                b.cell("8", row, "ner-features", b.finetunes(runs, "ner", features))
+    if not b.cfg.ner_dir:
+        b.g.missing["8"] = ["NER columns: no --ner-dir (a CoNLL-2003 folder) was given"]
+    elif features and not b.features_fit(features):
+        b.g.missing["8"] = [
+            f"NER feature-based column: {features} needs 4 layers; the base model has {b.layers}"
         ]
-    elif not cfg.ner_dir:
-        g.missing["8"] = ["NER columns: no --ner-dir (a CoNLL-2003 folder) was given"]
+
+
+def grid(cfg: AblationConfig) -> Grid:
+    """Every run and fine-tune of the preset, and the cells they fill."""
+    b = _Builder(cfg)
+    base = b.runs("base", "BERT_BASE: MLM + NSP", series=True)
+    for table in (_table5, _table6, _table7, _table8):
+        table(b, base)
     for run in ("base", "ltr"):
-        key = f"{run}-s{pretrain_seeds[0]}"
-        if key in g.runs:
-            for step in series_steps(p):
-                cell("fig5", key, str(step), finetunes(key, "glue", step=step))
-    return g
+        key = f"{run}-s{b.pretrain_seeds[0]}"
+        if key in b.g.runs:
+            for step in series_steps(b.p):
+                b.cell("fig5", key, str(step), b.finetunes([key], "glue", step=step))
+    return b.g
 
 
 def series_steps(p: Preset) -> list[int]:
