@@ -438,10 +438,11 @@ def stages(cfg: AblationConfig, g: Grid) -> list[Stage]:
         stage = _example_variant(examples, run.shards, folder, flags)
         variants[run.shards] = (folder, stage.name)
         out.append(stage)
+    # Each run's fine-tunes right after it, so a study stopped early has whole rows.
     for run in g.runs.values():
         shards, upstream = variants[run.shards]
         out.append(_pretrain_stage(cfg, run, shards, where["validation"], upstream))
-    out += [_finetune_stage(cfg, ft, where) for ft in g.finetunes.values()]
+        out += [_finetune_stage(cfg, ft, where) for ft in g.finetunes.values() if ft.run == run.name]
     return out
 
 

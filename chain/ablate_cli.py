@@ -14,6 +14,7 @@ from chain.run import ChainError, run_chain
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option(
     "--workdir", default="out/ablate", show_default=True, help="Folder or bucket URL for every output."
 )
