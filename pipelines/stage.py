@@ -32,6 +32,7 @@ from schemas import (
     ShardEntry,
     completed_marker,
 )
+from schemas.index import shard_index_entry
 from schemas.rejects import EXCERPT_CHARS
 
 DOCUMENT = "document"
@@ -178,6 +179,7 @@ def _write_shard(
     num_shards: int,
     fmt: RecordFormat,
     sort_key: Callable[[dict], tuple],
+    with_index: bool = False,
 ) -> dict[str, Any]:
     index, rows = element
     rows = sorted((r for r in rows if r is not None), key=sort_key)
@@ -185,11 +187,18 @@ def _write_shard(
     path = io.join(output, relative)
     data = fmt.to_ipc_bytes(fmt.to_table(rows, source=path), source=path)
     io.write_bytes(path, data)
-    return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
+    entry = asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
+    if with_index:  # the record batches' byte ranges and hashes, from the bytes just written
+        entry["index"] = shard_index_entry(relative, data)[0]
+    return entry
 
 
 class WriteShards(beam.PTransform):
-    """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each."""
+    """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each.
+
+    With ``with_index`` each dict also holds, under ``"index"``, the shard's
+    ``schemas.index.ShardIndexEntry`` (its record batches' byte ranges, rows and SHA-256).
+    """
 
     def __init__(
         self,
@@ -199,10 +208,12 @@ class WriteShards(beam.PTransform):
         fmt: RecordFormat,
         shard_key: Callable[[dict], str],
         sort_key: Callable[[dict], tuple],
+        with_index: bool = False,
     ):
         super().__init__()
         self._output, self._split, self._num_shards = output, split, num_shards
         self._fmt, self._shard_key, self._sort_key = fmt, shard_key, sort_key
+        self._with_index = with_index
 
     def expand(self, rows):
         n, key = self._num_shards, self._shard_key
@@ -213,7 +224,10 @@ class WriteShards(beam.PTransform):
             (keyed, placeholders)
             | "Merge" >> beam.Flatten()
             | "Group by shard" >> beam.GroupByKey()
-            | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt, self._sort_key)
+            | "Write"
+            >> beam.Map(
+                _write_shard, self._output, self._split, n, self._fmt, self._sort_key, self._with_index
+            )
         )
 
 

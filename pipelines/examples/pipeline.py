@@ -15,8 +15,9 @@ Graph (no worker ever holds the corpus):
 5. ``finish_pairs`` truncates, assembles and (unless ``--no-masking``) masks a batch of pairs
    with array operations; each pair's draws are hashes of its key, so batching changes nothing.
 6. Examples are written by ``WriteShards`` (shard chosen by a hash of the pair's identity,
-   rows sorted), then ``length_histogram.png``, ``stats.json``, ``manifest.json`` (with the
-   vocabulary's SHA-256) and ``COMPLETED``.
+   rows sorted), then ``length_histogram.png``, ``index.json`` (every record batch's byte range,
+   rows and SHA-256, taken from the bytes as they are written; ``schemas.index``), ``stats.json``,
+   ``manifest.json`` (with the vocabulary's SHA-256 and the index's) and ``COMPLETED``.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ from pipelines.stage import WriteShards, shard_index, write_completion, write_st
 from pipelines.stats import bucket_label, sum_tallies
 from schemas import (
     Manifest,
+    RecordFormat,
     ShardEntry,
     absolute_reference,
 )
 from schemas.examples import EXAMPLES_VERSION, examples_format
+from schemas.index import INDEX_FILE, ShardIndex, index_reference
 from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
 from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 
@@ -417,18 +420,25 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
     return buffer.getvalue()
 
 
-def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
+def _finish_output(
+    _, config: ExamplesConfig, fmt: RecordFormat, vocab_sha256: str, entries: list[dict], tally: Counter
+) -> dict:
     stats = _stats(tally, config.apply_masking)
     if not stats["examples"]:
         write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
         return stats
+    entries = [dict(e) for e in entries]
+    index = ShardIndex(fmt.name, fmt.version, fmt.schema, tuple(e.pop("index") for e in entries))
     shards = tuple(ShardEntry(**e) for e in entries)
     params = {**config.params(), "vocab_sha256": vocab_sha256}
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
     io.write_bytes(io.join(config.output, LENGTH_HISTOGRAM_FILE), png)
-    write_completion(
-        config.output, stats, Manifest("examples", EXAMPLES_VERSION, "pipelines examples", params, shards)
+    index_json = index.to_json()
+    io.write_bytes(io.join(config.output, INDEX_FILE), index_json.encode("utf-8"))
+    manifest = Manifest(
+        "examples", EXAMPLES_VERSION, "pipelines examples", params, shards, index=index_reference(index_json)
     )
+    write_completion(config.output, stats, manifest)
     return stats
 
 
@@ -466,6 +476,7 @@ def build(
         fmt,
         lambda r: f"{r['doc_id']}\x1f{r['dupe_index']}\x1f{r['_pair']}",
         lambda r: (r["doc_id"], r["dupe_index"], r["_pair"]),
+        with_index=True,
     )
     documents_used = documents.documents | "Count documents" >> beam.combiners.Count.Globally()
     tally = (
@@ -483,6 +494,11 @@ def build(
         | "Finish output" >> beam.Create([None])
         | "Manifest"
         >> beam.Map(
-            _finish_output, config, vocab_sha256, beam.pvalue.AsList(entries), beam.pvalue.AsSingleton(tally)
+            _finish_output,
+            config,
+            fmt,
+            vocab_sha256,
+            beam.pvalue.AsList(entries),
+            beam.pvalue.AsSingleton(tally),
         )
     )
