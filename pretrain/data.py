@@ -54,6 +54,7 @@ for any number of workers and after a resume.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import logging
 import os
@@ -513,14 +514,53 @@ class ShardLoader:
                 batch = next(iterator)
             except StopIteration:
                 return
-            except RuntimeError as err:
-                if not str(err).startswith("DataLoader"):
+            except (RuntimeError, ConnectionError) as err:
+                if not self._is_worker_failure(err):
                     raise
-                raise ShardError(
-                    f"{self.reader.url}: {str(err).splitlines()[0].rstrip('.')}: a DataLoader worker died or "
-                    f"sent nothing for {self.timeout_s:.0f} s (out of memory? a hanging read?); "
-                    "fewer workers (--num-workers) or a retry may help"
-                ) from None
+                self._stop_workers(iterator)
+                raise ShardError(worker_failure_message(self.reader.url, err, self.timeout_s)) from None
             if isinstance(batch, ReaderFailure):
+                self._stop_workers(iterator)
                 raise ShardError(batch.message)
             yield batch
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Wrap the loop that consumes :meth:`epoch`: torch reports a worker that dies (its
+        SIGCHLD handler) at whatever the main process is doing, often the training step; this
+        turns that report into the same one-line :class:`ShardError` as :meth:`epoch` raises."""
+        try:
+            yield
+        except (RuntimeError, ConnectionError) as err:
+            if not self._is_worker_failure(err):
+                raise
+            self._stop_workers(self.loader._iterator)
+            raise ShardError(worker_failure_message(self.reader.url, err, self.timeout_s)) from None
+
+    def _is_worker_failure(self, err: Exception) -> bool:
+        """Whether ``err`` is torch's report of a DataLoader worker that died or timed out, or a
+        connection to a worker that died while handing over a batch."""
+        if isinstance(err, ConnectionError):
+            return self.num_workers > 0
+        return str(err).startswith(("DataLoader worker", "DataLoader timed out"))
+
+    def _stop_workers(self, iterator) -> None:
+        """Shut the workers down after a failure and start new ones next epoch, so that a dead
+        worker cannot make torch's SIGCHLD handler raise again later, somewhere else."""
+        self.loader._iterator = None
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # absent without workers
+        if shutdown is not None:
+            try:
+                shutdown()
+            except RuntimeError:  # another worker's exit seen by that handler meanwhile
+                pass
+
+
+def worker_failure_message(url: str, err: Exception, timeout_s: float) -> str:
+    """One line for torch's error about a DataLoader worker that died or timed out."""
+    first = (str(err).splitlines() or [type(err).__name__])[0].strip().rstrip(".")
+    return (
+        f"{url}: {first}: a DataLoader worker died or sent nothing for "
+        f"{timeout_s:.0f} s (out of memory? a hanging read?); fewer workers (--num-workers) or a retry "
+        "may help"
+    )

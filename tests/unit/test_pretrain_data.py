@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import os
 import random
+import signal
+import time
 import types
 import uuid
 
@@ -16,7 +19,7 @@ import pytest
 import torch
 
 from pretrain.collate import DynamicMasking, collate
-from pretrain.data import ExampleShards, ShardError
+from pretrain.data import ExampleShards, ShardError, ShardLoader
 from schemas import Manifest, ManifestError, ShardEntry, completed_marker
 from schemas.examples import examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference, shard_index_entry
@@ -518,3 +521,77 @@ def test_transient_read_errors_are_retried_without_changing_the_data(folder, mon
     failures["left"] = 100
     with pytest.raises(ShardError, match=r"record batch \d+\): unreadable after 3 attempts"):
         _run(ds)
+
+
+def _epoch_uids(loader: ShardLoader, epoch: int, batches_done: int = 0) -> list[list[int]]:
+    return [_uids(b) for b in loader.epoch(epoch, batches_done)]
+
+
+def test_persistent_workers_follow_the_epoch_and_resume_exactly(folder):
+    def make():
+        return ExampleShards(folder, batch_size=3, seed=5, streams=2)
+
+    expected = {e: _epoch_uids(ShardLoader(make(), 0), e) for e in (0, 1, 2)}
+    assert expected[0] != expected[1] != expected[2]
+    loader = ShardLoader(make(), 2)
+    assert _epoch_uids(loader, 0) == expected[0]
+    pids = [w.pid for w in loader.loader._iterator._workers]
+    assert _epoch_uids(loader, 1) == expected[1]
+    assert _epoch_uids(loader, 2, 5) == expected[2][5:]  # a resume point, in the same workers
+    abandoned = loader.epoch(0)
+    assert [_uids(next(abandoned)) for _ in range(3)] == expected[0][:3]
+    assert _epoch_uids(loader, 1, 3) == expected[1][3:]  # a new epoch while one was under way
+    assert [w.pid for w in loader.loader._iterator._workers] == pids  # started once
+    # a resumed run (new reader and loader, the state saved after 4 batches of epoch 2)
+    saved = make().state_at(4, 2)
+    resumed = ShardLoader(make(), 2)
+    assert _epoch_uids(resumed, saved["epoch"], saved["batches_done"]) == expected[2][4:]
+
+
+def test_a_shard_error_in_a_worker_is_the_one_line_error_every_time(tmp_path):
+    url = _write_folder(str(tmp_path / "ex"))
+    ds = ExampleShards(url, batch_size=3, seed=5, streams=2)
+    unit = ds.units[5]
+    _tamper(tmp_path / "ex/examples" / f"part-{unit.shard:05d}-of-00003.arrow", unit.offset + 40)
+    with pytest.raises(ShardError) as direct:
+        _epoch_uids(ShardLoader(ds, 0), 0)
+    assert "\n" not in str(direct.value) and f"record batch {unit.batch} (bytes" in str(direct.value)
+    started = time.monotonic()
+    persistent = ShardLoader(ds, 2)
+    for attempt in range(24):
+        loader = persistent if attempt % 2 else ShardLoader(ds, 2)
+        with pytest.raises(ShardError) as caught:
+            _epoch_uids(loader, 0)
+        assert str(caught.value) == str(direct.value)
+    assert time.monotonic() - started < 20
+
+
+def test_a_dead_or_stuck_worker_stops_the_run_with_a_message(folder, monkeypatch):
+    original = ExampleShards._read_unit
+    ds = ExampleShards(folder, batch_size=3, seed=5, streams=2)
+
+    def dies(self, unit):
+        if torch.utils.data.get_worker_info() is not None and unit == self.units[3]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, unit)
+
+    monkeypatch.setattr(ExampleShards, "_read_unit", dies)
+    loader = ShardLoader(ds, 2)
+    # torch reports a dead worker from its SIGCHLD handler, at any point of the consuming loop
+    with pytest.raises(
+        ShardError, match=r": (DataLoader worker \(pid|\[Errno 104\]).*a DataLoader worker died or sent"
+    ):
+        with loader.guard():
+            _epoch_uids(loader, 0)
+
+    def hangs(self, unit):
+        if unit == self.units[3]:
+            time.sleep(30)
+        return original(self, unit)
+
+    monkeypatch.setattr(ExampleShards, "_read_unit", hangs)
+    started = time.monotonic()
+    for workers in (0, 2):
+        with pytest.raises(ShardError, match=r"(no data|sent nothing) for 1 s"):
+            _epoch_uids(ShardLoader(ds, workers, timeout_s=1.0), 0)
+    assert time.monotonic() - started < 15
