@@ -110,12 +110,14 @@ def check_output(
             f"{option} {url}: holds files this command does not write ({_relative(root, foreign[0])}, "
             f"{len(foreign)} in all); --overwrite only replaces a run's own files: choose an empty folder"
         )
-    _probe(fs, root, f"{option} {url}")
+    check_writable(url, f"{option} {url}")
     return OutputState(url, tuple(present))
 
 
-def _probe(fs: fsspec.AbstractFileSystem, root: str, what: str) -> None:
-    """Create and remove a file in ``root``; remove the folders that this made, too."""
+def check_writable(url: str, what: str) -> None:
+    """Create and remove a probe file in ``url`` (a local folder or fsspec URL) and remove the
+    folders that this made, too; :class:`OutputError` starting with ``what`` when it fails."""
+    fs, root = _fs(url)
     made = []  # the folders makedirs will create, deepest first
     folder = root
     while folder not in ("", "/") and not fs.exists(folder):

@@ -135,3 +135,17 @@ def test_vocab_txt_against_the_embedding_rows(tmp_path: Path):
         FinetuneError, match=r"vocab.txt has 18 tokens but the word embeddings in .* have 20 rows"
     ):
         load_encoder(str(folder))
+
+
+def test_shards_with_many_unknown_tokens_are_warned_with_the_figure(tmp_path: Path, caplog):
+    from pretrain.startup import warn_unknown_share
+
+    assert warn_unknown_share(str(tmp_path), cased=True) is None  # no stats.json: nothing to say
+    (tmp_path / "stats.json").write_text('{"unk_rate": 0.002}')
+    with caplog.at_level(logging.WARNING, logger="pretrain"):
+        assert warn_unknown_share(str(tmp_path), cased=True) == 0.002
+        assert not caplog.records
+        (tmp_path / "stats.json").write_text('{"unk_rate": 0.0712}')
+        assert warn_unknown_share(str(tmp_path), cased=True) == 0.0712
+    (record,) = caplog.records
+    assert "7.1% of the tokens are [UNK]" in record.getMessage() and "cased shards" in record.getMessage()

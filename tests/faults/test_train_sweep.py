@@ -13,8 +13,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import fsspec
 import pytest
 from click.testing import CliRunner
 
@@ -66,11 +68,13 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
     return [
         ("pretrain: existing run folder", f"{pre} --output {{root}}/run", "--resume {root}/run"),
         ("pretrain: --overwrite beside files no run wrote", f"{pre} --output {{root}}/run-foreign --overwrite", "NOTES.md"),
+        ("pretrain: --overwrite, then a missing vocabulary", f"{pre} --output {{root}}/run --overwrite --vocab {{root}}/nope.txt", "nope.txt"),
         ("pretrain: --overwrite with --resume", f"{pre} --resume {{root}}/run --overwrite", "--overwrite"),
         ("pretrain: --lr nan", f"{pre} --output {{root}}/new --lr nan", "--lr"),
         ("pretrain: --weight-decay -1", f"{pre} --output {{root}}/new --weight-decay -1", "--weight-decay"),
         ("pretrain: --masked-lm-prob 2", f"{pre} --output {{root}}/new --dynamic-masking --masked-lm-prob 2", "--masked-lm-prob"),
         ("pretrain: shards without COMPLETED", f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/fresh", "COMPLETED"),
+        ("pretrain: shards without COMPLETED, a new output", f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/new", "COMPLETED"),
         ("pretrain: missing vocabulary", f"{pre} --output {{root}}/fresh --vocab {{root}}/nope.txt", "nope.txt"),
         ("pretrain: unwritable output", f"{pre} --output {{root}}/blocker/run", "cannot write"),
         ("export: existing output", "pretrain export --checkpoint {root}/run --output {root}/hf", "already holds"),
@@ -146,3 +150,38 @@ def test_a_refused_output_is_one_line_on_stderr_of_a_real_process(program, world
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert "already holds" in _one_line(done.stderr)
     assert _snapshot(world) == before
+
+
+def _temporary(folder: Path) -> list[str]:
+    """The entries of a temporary folder, but torch's per-user kernel cache (``torchinductor_USER``,
+    shared by every run and meant to stay)."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("torchinductor_"))
+
+
+def test_a_run_leaves_no_temporary_files_on_success_or_failure(shards, tmp_path, monkeypatch):
+    """A tiny run into a bucket (its TensorBoard mirror is local) that succeeds, and one that fails
+    at its second metrics record: the temporary folder holds no more entries than before."""
+    from pretrain.config import TrainConfig
+    from pretrain.metrics import MetricsLog
+    from pretrain.train import train
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    tiny = dict(config="tiny", global_batch_size=8, max_steps=2, save_steps=2, log_steps=1, warmup_steps=1,
+                precision="fp32", num_workers=0)  # fmt: skip
+    record = train(TrainConfig(shards=str(shards), output="memory://sweep-temp/ok", **tiny))
+    assert record["step"] == 2 and fsspec.filesystem("memory").exists("/sweep-temp/ok/tensorboard")
+    assert _temporary(scratch) == []
+
+    original = MetricsLog.log
+
+    def failing(self, record):
+        original(self, record)
+        if record["step"] == 2:
+            raise OSError("the bucket went away")
+
+    monkeypatch.setattr(MetricsLog, "log", failing)
+    with pytest.raises(OSError, match="went away"):
+        train(TrainConfig(shards=str(shards), output="memory://sweep-temp/failed", **tiny))
+    assert _temporary(scratch) == []
