@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.progress import ShowProgress, progress_line
 
 
 def test_elements_pass_through_and_lines_are_plain(capfd):
-    with TestPipeline() as p:
+    with test_pipeline.TestPipeline() as p:
         out = (
             p
             | beam.Create(list(range(5)))
