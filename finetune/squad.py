@@ -34,6 +34,7 @@ import fsspec
 import safetensors.torch
 import torch
 import torch.nn.functional as F
+from fsspec.implementations.local import LocalFileSystem
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -41,11 +42,13 @@ from finetune.common import (
     FinetuneError,
     TaskOutput,
     TrainConfig,
+    check_casing,
     check_max_seq_length,
     fit,
     load_encoder,
     predict,
 )
+from finetune.heads import BiLSTM
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
 from pretrain import hf
 from pretrain.model import BertModel
@@ -109,15 +112,20 @@ def _field(obj: Any, key: str, kind: type | tuple[type, ...], path: str, where: 
     return value
 
 
+def _read_json(url: str, advice: str) -> Any:
+    """The JSON object in a local file or fsspec URL; :class:`SquadFormatError` naming it otherwise."""
+    try:
+        with fsspec.open(url, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise SquadFormatError(f"{url}: no such file: check the path") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SquadFormatError(f"{url}: not valid UTF-8 JSON ({err}): {advice}") from None
+
+
 def load_squad_json(path: str | Path) -> list[dict]:
     """The ``data`` list of a SQuAD JSON file; :class:`SquadFormatError` naming the file otherwise."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except FileNotFoundError:
-        raise SquadFormatError(f"{path}: no such file: check the path") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SquadFormatError(f"{path}: not valid UTF-8 JSON ({err}): give an official SQuAD file") from None
+    obj = _read_json(str(path), "give an official SQuAD file")
     return _field(obj, "data", list, str(path), "the top level")
 
 
@@ -430,13 +438,17 @@ class SpanQuestionAnswering(nn.Module):
     giving start and end logits (the paper's Figure 4 (c); transformers' parameter names).
 
     Logits at padding positions are set to -10000, so that neither the loss nor the span search
-    depends on how a batch was padded.
+    depends on how a batch was padded. ``bilstm``: a randomly initialised one-layer BiLSTM (the
+    encoder's hidden size per direction, :class:`finetune.heads.BiLSTM`) between the encoder and
+    ``qa_outputs`` (then ``Linear(2 * hidden, 2)``), the paper's "LTR & No NSP + BiLSTM" (Table 5).
     """
 
-    def __init__(self, encoder: BertModel, *, seed: int = 0) -> None:
+    def __init__(self, encoder: BertModel, *, seed: int = 0, bilstm: bool = False) -> None:
         super().__init__()
         self.bert = encoder
-        self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
+        hidden = encoder.config.hidden_size
+        self.bilstm = BiLSTM(hidden, hidden, num_layers=1, seed=seed + 1) if bilstm else None
+        self.qa_outputs = nn.Linear(2 * hidden if bilstm else hidden, 2)
         with torch.no_grad():
             generator = torch.Generator().manual_seed(seed)
             self.qa_outputs.weight.normal_(0.0, encoder.config.initializer_range, generator=generator)
@@ -452,6 +464,8 @@ class SpanQuestionAnswering(nn.Module):
     ) -> TaskOutput:
         """Start and end logits ``[batch, length]``; with positions, the mean of their cross-entropies."""
         sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask)
+        if self.bilstm is not None:
+            sequence_output = self.bilstm(sequence_output, attention_mask)
         logits = self.qa_outputs(sequence_output).float()
         if attention_mask is not None:
             logits = logits.masked_fill(attention_mask[..., None] == 0, -10000.0)
@@ -481,9 +495,16 @@ def _as_data(examples: Sequence[SquadExample]) -> list[dict]:
     return [{"paragraphs": [{"qas": qas}]}]
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+def _write_json(url: str, obj: Any) -> None:
+    """Write ``obj`` as indented UTF-8 JSON to a path or fsspec URL, whole or not at all: a local
+    file through a temporary file and a rename; on a bucket one object upload (atomic there)."""
+    data = (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    fs, path = fsspec.core.url_to_fs(url)
+    if not isinstance(fs, LocalFileSystem):
+        fs.pipe_file(path, data)
+        return
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    tmp.write_bytes(data)
     tmp.replace(path)
 
 
@@ -521,11 +542,10 @@ MODEL_FOLDER = "model"
 ``BertForQuestionAnswering`` layout); giving that folder as ``--checkpoint`` restores the span head."""
 
 
-def save_model(
-    model: SpanQuestionAnswering, encoder_source: str, tokenizer_cased: bool, folder: Path
-) -> None:
+def save_model(model: SpanQuestionAnswering, encoder_source: str, tokenizer_cased: bool, folder: str) -> None:
     """Write ``config.json``, ``model.safetensors`` (``bert.*`` and ``qa_outputs.*``), ``vocab.txt``
-    and ``tokenizer_config.json`` into ``folder``: a BERT folder any ``--checkpoint`` accepts."""
+    and ``tokenizer_config.json`` into ``folder`` (a path or fsspec URL): a BERT folder any
+    ``--checkpoint`` accepts."""
     config, _ = hf.read_config(encoder_source)
     vocab_size = model.bert.config.vocab_size
     state = {}
@@ -533,55 +553,159 @@ def save_model(
         if name == "bert.embeddings.word_embeddings.weight":
             tensor = tensor[:vocab_size]
         state[name] = tensor.detach().to("cpu", copy=True).contiguous()
-    folder.mkdir(parents=True, exist_ok=True)
-    safetensors.torch.save_file(state, str(folder / hf.SAFETENSORS_FILE), metadata={"format": "pt"})
-    _write_json(folder / hf.CONFIG_FILE, {**config, "architectures": ["BertForQuestionAnswering"]})
-    with fsspec.open(f"{encoder_source}/{hf.VOCAB_FILE}", "rb") as f:
-        (folder / hf.VOCAB_FILE).write_bytes(f.read())
-    _write_json(folder / hf.TOKENIZER_CONFIG_FILE, {"do_lower_case": not tokenizer_cased})
+    folder = folder.rstrip("/")
+    fs, root = fsspec.core.url_to_fs(folder)
+    fs.makedirs(root, exist_ok=True)
+    with fsspec.open(f"{encoder_source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
+        vocab = f.read()
+    fs.pipe_file(f"{root}/{hf.VOCAB_FILE}", vocab)
+    weights = safetensors.torch.save(state, metadata={"format": "pt"})
+    fs.pipe_file(f"{root}/{hf.SAFETENSORS_FILE}", weights)
+    _write_json(f"{folder}/{hf.CONFIG_FILE}", {**config, "architectures": ["BertForQuestionAnswering"]})
+    _write_json(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not tokenizer_cased})
 
 
 def load_span_head(model: SpanQuestionAnswering, checkpoint: str) -> bool:
-    """Copy ``qa_outputs.*`` from the checkpoint's weights into ``model`` when they are there (a
-    folder :func:`save_model` wrote, or a transformers ``BertForQuestionAnswering``); True if so."""
+    """Copy ``qa_outputs.*`` (and ``bilstm.*``) from the checkpoint's weights into ``model`` when
+    they are there (a folder :func:`save_model` wrote, or a transformers
+    ``BertForQuestionAnswering``); True if so."""
     weights, source = hf.read_weights(checkpoint)
-    head = {k.removeprefix("qa_outputs."): v for k, v in weights.items() if k.startswith("qa_outputs.")}
-    if not head:
+    head = {k: v for k, v in weights.items() if k.startswith(("qa_outputs.", "bilstm."))}
+    if not any(k.startswith("qa_outputs.") for k in head):
         return False
+    has_bilstm = any(k.startswith("bilstm.") for k in head)
+    if has_bilstm != (model.bilstm is not None):
+        raise FinetuneError(
+            f"{source}: its span head was trained {'with' if has_bilstm else 'without'} a BiLSTM: "
+            f"{'give' if has_bilstm else 'leave out'} --bilstm to continue from it"
+        )
+    own = {k: v for k, v in model.state_dict().items() if k.startswith(("qa_outputs.", "bilstm."))}
     try:
-        model.qa_outputs.load_state_dict(head)
+        model.load_state_dict({**model.state_dict(), **{k: head[k] for k in own if k in head}})
     except RuntimeError as err:
-        raise FinetuneError(f"{source}: its qa_outputs do not fit this model: {err}") from None
+        raise FinetuneError(f"{source}: its span head does not fit this model: {err}") from None
     return True
 
 
-def _check_settings(
-    version: str,
-    max_seq_length: int,
-    doc_stride: int,
-    max_query_length: int,
-    n_best_size: int,
-    max_answer_length: int,
-) -> None:
-    """Refuse impossible settings before any file is read, naming every problem at once."""
-    problems = []
-    if version not in VERSIONS:
-        problems.append(f"--version must be one of {', '.join(VERSIONS)}, got {version!r}")
-    for flag, value in (
-        ("--doc-stride", doc_stride),
-        ("--max-query-length", max_query_length),
-        ("--n-best-size", n_best_size),
-        ("--max-answer-length", max_answer_length),
-    ):
-        if value < 1:
-            problems.append(f"{flag} must be at least 1, got {value}")
-    if max_seq_length < max_query_length + 4:
-        problems.append(
-            f"--max-seq-length {max_seq_length} leaves no room for the context after a question of up to "
-            f"--max-query-length {max_query_length} tokens: lower --max-query-length"
-        )
-    if problems:
-        raise FinetuneError("; ".join(problems))
+@dataclasses.dataclass(frozen=True)
+class SquadSettings:
+    """The windowing, answer-search and head settings of one run (``metrics.json`` records them)."""
+
+    version: str = "1.1"
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    bilstm: bool = False  # a BiLSTM between the encoder and the span head (SpanQuestionAnswering)
+
+    def check(self) -> None:
+        """Refuse impossible settings before any file is read, naming every problem at once."""
+        problems = []
+        if self.version not in VERSIONS:
+            problems.append(f"--version must be one of {', '.join(VERSIONS)}, got {self.version!r}")
+        for flag, value in (
+            ("--doc-stride", self.doc_stride),
+            ("--max-query-length", self.max_query_length),
+            ("--n-best-size", self.n_best_size),
+            ("--max-answer-length", self.max_answer_length),
+        ):
+            if value < 1:
+                problems.append(f"{flag} must be at least 1, got {value}")
+        if self.max_seq_length < self.max_query_length + 4:
+            problems.append(
+                f"--max-seq-length {self.max_seq_length} leaves no room for the context after a question "
+                f"of up to --max-query-length {self.max_query_length} tokens: lower --max-query-length"
+            )
+        if problems:
+            raise FinetuneError("; ".join(problems))
+
+    @property
+    def window(self) -> dict[str, int]:
+        """The keyword arguments of :func:`build_features` that shape the windows."""
+        return {
+            "max_seq_length": self.max_seq_length,
+            "doc_stride": self.doc_stride,
+            "max_query_length": self.max_query_length,
+        }
+
+    @property
+    def with_null(self) -> bool:
+        """Whether questions may be unanswerable (v2.0)."""
+        return self.version == "2.0"
+
+
+def _train(
+    model: SpanQuestionAnswering,
+    tokenizer: Tokenizer,
+    examples: Sequence[SquadExample],
+    settings: SquadSettings,
+    config: TrainConfig,
+) -> dict[str, Any]:
+    """Fine-tune ``model`` on ``examples``; the counts and training figures for ``metrics.json``."""
+    features = build_features(examples, tokenizer, training=True, **settings.window)
+    used = len({f.example_index for f in features})
+    result = fit(model, [_model_inputs(f, True) for f in features], config)
+    return {
+        "num_examples_read": len(examples),
+        "num_examples_used": used,
+        "num_examples_skipped": len(examples) - used,
+        "num_features": len(features),
+        **result.to_dict(),
+    }
+
+
+def _answer(
+    model: SpanQuestionAnswering,
+    tokenizer: Tokenizer,
+    examples: Sequence[SquadExample],
+    settings: SquadSettings,
+    config: TrainConfig,
+) -> tuple[dict[str, ExamplePrediction], int]:
+    """Every example's n-best answers from ``model``, and the number of windows it read."""
+    features = build_features(examples, tokenizer, training=False, **settings.window)
+    logits = predict(
+        model,
+        [_model_inputs(f, False) for f in features],
+        batch_size=config.eval_batch_size,
+        device=config.device,
+        precision=config.precision,
+        progress=config.progress,
+    )
+    answers = predict_answers(
+        examples,
+        features,
+        logits,
+        n_best_size=settings.n_best_size,
+        max_answer_length=settings.max_answer_length,
+        with_null=settings.with_null,
+    )
+    return answers, len(features)
+
+
+def _write_scored_predictions(
+    output: str, examples: Sequence[SquadExample], answers: dict[str, ExamplePrediction], with_null: bool
+) -> dict[str, Any]:
+    """Write the prediction files into ``output``; the official metrics (v2.0: at null threshold 0
+    and at the threshold tuned for F1 on these examples)."""
+    _write_json(f"{output}/nbest_predictions.json", {qid: p.nbest for qid, p in answers.items()})
+    data = _as_data(examples)
+    metrics: dict[str, Any] = {}
+    if with_null:
+        best = {qid: p.best_non_null for qid, p in answers.items()}
+        null_odds = {qid: p.null_odds for qid, p in answers.items()}
+        predictions = answers_at_threshold(best, null_odds, 0.0)
+        threshold = tune_null_threshold(data, best, null_odds)
+        tuned = answers_at_threshold(best, null_odds, threshold)
+        _write_json(f"{output}/null_odds.json", null_odds)
+        _write_json(f"{output}/predictions_tuned_threshold.json", tuned)
+        metrics["threshold_0"] = evaluate_v2(data, predictions, null_odds)
+        metrics["tuned_threshold"] = {"null_score_diff_threshold": threshold, **evaluate_v2(data, tuned)}
+    else:
+        predictions = {qid: p.nbest[0]["text"] for qid, p in answers.items()}
+        metrics.update(evaluate_v1(data, predictions))
+    _write_json(f"{output}/predictions.json", predictions)
+    return metrics
 
 
 def run_squad(
@@ -605,21 +729,26 @@ def run_squad(
     precision: str = "auto",
     device: str = "auto",
     progress: bool | None = None,
+    bilstm: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on ``train_file`` (skipped when None), answer ``predict_file``, score.
+    ``bilstm`` adds a randomly initialised BiLSTM under the span head (:class:`SpanQuestionAnswering`).
 
-    Writes into ``output``: ``predictions.json`` (question id -> answer; v2.0 at null threshold
-    0), ``nbest_predictions.json``, for v2.0 ``null_odds.json`` and
-    ``predictions_tuned_threshold.json`` (at the threshold tuned for F1 on ``predict_file``), after
-    training the fine-tuned model in ``model/`` (:func:`save_model`; as ``checkpoint`` it restores
-    the span head too), and last ``metrics.json``, which it returns. v1.1 metrics: ``exact_match``, ``f1``; v2.0:
-    ``threshold_0`` (``evaluate-v2.0.py`` on predictions.json with null_odds.json) and
-    ``tuned_threshold`` (its ``null_score_diff_threshold`` and the official metrics there). Counts
-    of bad answer offsets and skipped examples are under ``train`` and ``predict``.
-    ``max_*_examples`` keep the first N questions of a file (scoring covers only those).
+    Every path may be local or an fsspec URL (``gs://``, ``s3://``). Writes into ``output``:
+    ``predictions.json`` (question id -> answer; v2.0 at null threshold 0),
+    ``nbest_predictions.json``, for v2.0 ``null_odds.json`` and ``predictions_tuned_threshold.json``
+    (at the threshold tuned for F1 on ``predict_file``), after training the fine-tuned model in
+    ``model/`` (:func:`save_model`; as ``checkpoint`` it restores the span head too), and last
+    ``metrics.json``, which it returns. v1.1 metrics: ``exact_match``, ``f1``; v2.0: ``threshold_0``
+    (``evaluate-v2.0.py`` on predictions.json with null_odds.json) and ``tuned_threshold`` (its
+    ``null_score_diff_threshold`` and the official metrics there). Counts of bad answer offsets and
+    skipped examples are under ``train`` and ``predict``. ``max_*_examples`` keep the first N
+    questions of a file (scoring covers only those).
     """
-    _check_settings(version, max_seq_length, doc_stride, max_query_length, n_best_size, max_answer_length)
-    with_null = version == "2.0"
+    settings = SquadSettings(
+        version, max_seq_length, doc_stride, max_query_length, n_best_size, max_answer_length, bilstm
+    )
+    settings.check()
     config = TrainConfig(
         epochs=epochs,
         lr=lr,
@@ -629,104 +758,77 @@ def run_squad(
         device=device,
         progress=progress,
     )
-    # Read both files first: a bad file fails before minutes of model loading or training.
-    train_examples, train_stats = read_squad(train_file, version) if train_file else ([], None)
-    predict_examples, predict_stats = read_squad(predict_file, version)
-    train_examples = train_examples[:max_train_examples]
-    predict_examples = predict_examples[:max_predict_examples]
-    encoder = load_encoder(checkpoint, seed=seed)
-    check_max_seq_length(max_seq_length, encoder)
-    tokenizer = encoder.tokenizer.tokenizer
-    window = {
-        "max_seq_length": max_seq_length,
-        "doc_stride": doc_stride,
-        "max_query_length": max_query_length,
-    }
-    model = SpanQuestionAnswering(encoder.model, seed=seed)
-    head_loaded = load_span_head(model, encoder.source)
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
+    files = SquadFiles(train_file, predict_file, max_train_examples, max_predict_examples)
+    return _run(files, checkpoint, output.rstrip("/"), settings, config)
 
+
+@dataclasses.dataclass(frozen=True)
+class SquadFiles:
+    """The files of one run, and how many of their first questions it uses (None: all)."""
+
+    train_file: str | None
+    predict_file: str
+    max_train_examples: int | None = None
+    max_predict_examples: int | None = None
+
+    def read(
+        self, version: str
+    ) -> tuple[list[SquadExample], SquadStats | None, list[SquadExample], SquadStats]:
+        """The training examples and their stats (none without a training file), then the predict
+        file's: both read before any model is loaded, so that a bad file fails at once."""
+        train, train_stats = read_squad(self.train_file, version) if self.train_file else ([], None)
+        predict, predict_stats = read_squad(self.predict_file, version)
+        return (
+            train[: self.max_train_examples],
+            train_stats,
+            predict[: self.max_predict_examples],
+            predict_stats,
+        )
+
+
+def _run(
+    files: SquadFiles, checkpoint: str, output: str, settings: SquadSettings, config: TrainConfig
+) -> dict[str, Any]:
+    """:func:`run_squad` once its settings are checked."""
+    train_examples, train_stats, predict_examples, predict_stats = files.read(settings.version)
+    encoder = load_encoder(checkpoint, seed=config.seed)
+    check_max_seq_length(settings.max_seq_length, encoder)
+    check_casing(encoder, [e.context for e in train_examples or predict_examples])
+    tokenizer = encoder.tokenizer.tokenizer
+    model = SpanQuestionAnswering(encoder.model, seed=config.seed, bilstm=settings.bilstm)
+    head_loaded = load_span_head(model, encoder.source)
+    fs, root = fsspec.core.url_to_fs(output)
+    fs.makedirs(root, exist_ok=True)
     metrics: dict[str, Any] = {
         "task": "squad",
-        "version": version,
+        "version": settings.version,
         "checkpoint": encoder.source,
         "span_head": "from the checkpoint" if head_loaded else "fresh",
     }
-    if train_file:
-        features = build_features(train_examples, tokenizer, training=True, **window)
-        used = len({f.example_index for f in features})
-        result = fit(model, [_model_inputs(f, True) for f in features], config)
-        save_model(model, encoder.source, encoder.cased, out / MODEL_FOLDER)
-        metrics["train"] = {
-            "file": str(train_file),
-            **train_stats.to_dict(),
-            "num_examples_read": len(train_examples),
-            "num_examples_used": used,
-            "num_examples_skipped": len(train_examples) - used,
-            "num_features": len(features),
-            **result.to_dict(),
-        }
-
-    features = build_features(predict_examples, tokenizer, training=False, **window)
-    logits = predict(
-        model,
-        [_model_inputs(f, False) for f in features],
-        batch_size=config.eval_batch_size,
-        device=device,
-        precision=precision,
-        progress=progress,
-    )
-    answers = predict_answers(
-        predict_examples,
-        features,
-        logits,
-        n_best_size=n_best_size,
-        max_answer_length=max_answer_length,
-        with_null=with_null,
-    )
-    _write_json(out / "nbest_predictions.json", {qid: p.nbest for qid, p in answers.items()})
-    data = _as_data(predict_examples)
-    if with_null:
-        best = {qid: p.best_non_null for qid, p in answers.items()}
-        null_odds = {qid: p.null_odds for qid, p in answers.items()}
-        predictions = answers_at_threshold(best, null_odds, 0.0)
-        threshold = tune_null_threshold(data, best, null_odds)
-        tuned = answers_at_threshold(best, null_odds, threshold)
-        _write_json(out / "null_odds.json", null_odds)
-        _write_json(out / "predictions_tuned_threshold.json", tuned)
-        metrics["threshold_0"] = evaluate_v2(data, predictions, null_odds)
-        metrics["tuned_threshold"] = {"null_score_diff_threshold": threshold, **evaluate_v2(data, tuned)}
-    else:
-        predictions = {qid: p.nbest[0]["text"] for qid, p in answers.items()}
-        metrics.update(evaluate_v1(data, predictions))
-    _write_json(out / "predictions.json", predictions)
+    if files.train_file:
+        trained = _train(model, tokenizer, train_examples, settings, config)
+        save_model(model, encoder.source, encoder.cased, f"{output}/{MODEL_FOLDER}")
+        metrics["train"] = {"file": files.train_file, **train_stats.to_dict(), **trained}
+    answers, num_features = _answer(model, tokenizer, predict_examples, settings, config)
+    metrics.update(_write_scored_predictions(output, predict_examples, answers, settings.with_null))
     metrics["predict"] = {
-        "file": str(predict_file),
+        "file": files.predict_file,
         **predict_stats.to_dict(),
         "num_examples_predicted": len(predict_examples),
-        "num_features": len(features),
+        "num_features": num_features,
     }
-    metrics["settings"] = {
-        **config.to_dict(),
-        **window,
-        "n_best_size": n_best_size,
-        "max_answer_length": max_answer_length,
-        "max_train_examples": max_train_examples,
-        "max_predict_examples": max_predict_examples,
+    limits = {
+        "max_train_examples": files.max_train_examples,
+        "max_predict_examples": files.max_predict_examples,
     }
-    _write_json(out / "metrics.json", metrics)
+    metrics["settings"] = {**config.to_dict(), **dataclasses.asdict(settings), **limits}
+    del metrics["settings"]["version"]
+    _write_json(f"{output}/metrics.json", metrics)
     return metrics
 
 
 def _read_mapping(path: str, kind: type | tuple[type, ...], what: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except FileNotFoundError:
-        raise SquadFormatError(f"{path}: no such file: check the path") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SquadFormatError(f"{path}: not valid UTF-8 JSON ({err})") from None
+    obj = _read_json(path, f"give one JSON object mapping each question id to {what}")
     if not isinstance(obj, dict) or not all(
         isinstance(v, kind) and not isinstance(v, bool) for v in obj.values()
     ):

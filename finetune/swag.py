@@ -25,6 +25,7 @@ from finetune.common import (
     FinetuneError,
     MultipleChoice,
     TrainConfig,
+    check_casing,
     check_max_seq_length,
     encode_pair,
     fit,
@@ -149,6 +150,7 @@ def run_swag(
     test = read_swag(test_path, labelled=False) if test_path else []
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
+    check_casing(encoder, [e.context for e in train])
     model = MultipleChoice(encoder.model, seed=config.seed)
     trained = fit(model, features(train, encoder, max_seq_length), config)
 

@@ -26,12 +26,15 @@ _PASS_THROUGH = {
 
 
 def _fail(message: str) -> None:
+    """The command line is wrong (a flag's value or a combination the settings refuse): one line,
+    exit 2, nothing read or written."""
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
 
 
 def _fail_run(message: str) -> None:
-    """A run that finished without a usable output: one line, exit 1 (no ``COMPLETED`` written)."""
+    """The command ran and failed: an input missing, incomplete or damaged, an output in the way, a
+    pipeline that failed or wrote nothing usable. One line, exit 1 (no ``COMPLETED`` written)."""
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
 
@@ -40,7 +43,7 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     try:
         stats = run_stage(build, config, inputs, beam_args)
     except (StageFailed, io.InputError, io.OutputError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
@@ -59,6 +62,7 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
 
 
 def _config(cls, **kwargs):
+    io.use_beam_options(click.get_current_context().args)  # before any input or output is looked at
     try:
         return cls(**kwargs)
     except ValueError as err:
@@ -69,7 +73,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
     try:
         return io.expand_inputs(patterns)
     except io.InputError as err:
-        _fail(str(err))
+        _fail_run(str(err))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -271,7 +275,7 @@ def corpus(
     try:
         manifests = [(folder, io.load_manifest(folder, DOCUMENTS.name)) for folder in inputs]
     except io.InputError as err:
-        _fail(str(err))
+        _fail_run(str(err))
     _run(build, config, manifests, ctx.args, "documents")
 
 
@@ -304,13 +308,23 @@ def corpus(
     is_flag=True,
     help="Write unmasked pairs (empty masked_lm_* columns) for trainers that mask dynamically.",
 )
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["pairs", "packed"]),
+    default="pairs",
+    show_default=True,
+    help="pairs: [CLS] A [SEP] B [SEP] with NSP labels (BERT); packed: full sentences packed to "
+    "--max-seq-length across documents, [SEP] between documents, no NSP (pretrain needs --no-nsp).",
+)
 @click.option("--num-shards", type=int, default=256, show_default=True)
 @click.option(
     "--num-buckets",
     type=int,
     default=1024,
     show_default=True,
-    help="Document buckets for random-next lookups; a bucket's documents meet on one worker.",
+    help="Document buckets for random-next lookups (packed: the packing groups); a bucket's "
+    "documents meet on one worker.",
 )
 @click.option("--seed", type=int, default=12345, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")
@@ -333,12 +347,14 @@ def examples(
     random_share,
     random_token_from_whole_vocab,
     no_masking,
+    format_,
     num_shards,
     num_buckets,
     seed,
     overwrite,
 ):
-    """Write masked, NSP-paired BERT pre-training examples as sharded Arrow files.
+    """Write masked, NSP-paired BERT pre-training examples as sharded Arrow files
+    (or, with --format packed, packed full sentences without NSP).
 
     Semantics of the reference generator (create_pretraining_data.py); every random choice is
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
@@ -350,6 +366,7 @@ def examples(
     from wordpiece.masking import MaskingConfig
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
+    io.use_beam_options(ctx.args)
     try:
         config = ExamplesConfig(
             corpus=corpus,
@@ -373,18 +390,19 @@ def examples(
             random_token_from_whole_vocab=random_token_from_whole_vocab,
             apply_masking=not no_masking,
             overwrite=overwrite,
+            format=format_,
         )
         tokenizer = WordPieceTokenizer.load(vocab, cased=cased)
         manifest = io.load_manifest(corpus, DOCUMENTS.name)
-    except (ValueError, VocabError, io.InputError) as err:
-        _fail(str(err))
+    except ValueError as err:  # the settings (exit 2), or the vocabulary or corpus (exit 1)
+        (_fail_run if isinstance(err, (VocabError, io.InputError)) else _fail)(str(err))
     vocab_sha256 = tokenizer.vocab_sha256
     try:
         stats = run_stage(
             lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256), config, None, ctx.args
         )
     except (StageFailed, io.InputError, io.OutputError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
@@ -394,10 +412,11 @@ def examples(
             f"{output} is not marked COMPLETED"
         )
     masked = f"masked {stats['mask_rate']:.3f} of tokens" if stats["masking"] else "not masked"
-    click.echo(
-        f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); random next "
-        f"{stats['random_next_rate']:.3f}, {masked}"
-    )
+    if stats["random_next_rate"] is None:
+        pairing = f"packed, {stats['document_separators']:,} document separators"
+    else:
+        pairing = f"random next {stats['random_next_rate']:.3f}"
+    click.echo(f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); {pairing}, {masked}")
     click.echo(f"output: {output}")
 
 
@@ -433,7 +452,7 @@ def show(folder, samples):
     try:
         lines = describe(folder, num_samples=samples)
     except (io.InputError, SchemaError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     for line in lines:
         click.echo(line)
 

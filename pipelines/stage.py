@@ -30,9 +30,9 @@ from schemas import (
     Manifest,
     RecordFormat,
     ShardEntry,
+    absolute_reference,
     completed_marker,
 )
-from schemas.index import shard_index_entry
 from schemas.rejects import EXCERPT_CHARS
 
 DOCUMENT = "document"
@@ -179,7 +179,6 @@ def _write_shard(
     num_shards: int,
     fmt: RecordFormat,
     sort_key: Callable[[dict], tuple],
-    with_index: bool = False,
 ) -> dict[str, Any]:
     index, rows = element
     rows = sorted((r for r in rows if r is not None), key=sort_key)
@@ -187,18 +186,11 @@ def _write_shard(
     path = io.join(output, relative)
     data = fmt.to_ipc_bytes(fmt.to_table(rows, source=path), source=path)
     io.write_bytes(path, data)
-    entry = asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
-    if with_index:  # the record batches' byte ranges and hashes, from the bytes just written
-        entry["index"] = shard_index_entry(relative, data)[0]
-    return entry
+    return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
 
 
 class WriteShards(beam.PTransform):
-    """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each.
-
-    With ``with_index`` each dict also holds, under ``"index"``, the shard's
-    ``schemas.index.ShardIndexEntry`` (its record batches' byte ranges, rows and SHA-256).
-    """
+    """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each."""
 
     def __init__(
         self,
@@ -208,12 +200,10 @@ class WriteShards(beam.PTransform):
         fmt: RecordFormat,
         shard_key: Callable[[dict], str],
         sort_key: Callable[[dict], tuple],
-        with_index: bool = False,
     ):
         super().__init__()
         self._output, self._split, self._num_shards = output, split, num_shards
         self._fmt, self._shard_key, self._sort_key = fmt, shard_key, sort_key
-        self._with_index = with_index
 
     def expand(self, rows):
         n, key = self._num_shards, self._shard_key
@@ -224,10 +214,43 @@ class WriteShards(beam.PTransform):
             (keyed, placeholders)
             | "Merge" >> beam.Flatten()
             | "Group by shard" >> beam.GroupByKey()
-            | "Write"
-            >> beam.Map(
-                _write_shard, self._output, self._split, n, self._fmt, self._sort_key, self._with_index
-            )
+            | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt, self._sort_key)
+        )
+
+
+_HASH_CHUNK = 8 << 20
+
+
+def hash_input(path: str) -> dict[str, Any]:
+    """What a manifest records of one raw input file: absolute path, size and SHA-256.
+
+    Read in chunks (a Wikipedia dump is tens of GB); a file that cannot be read is recorded
+    with the error instead, since the stage itself counts it as a file error or reject.
+    """
+    digest, size = hashlib.sha256(), 0
+    try:
+        with io.open_binary(path) as f:
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+    except Exception as err:  # Any filesystem error: recorded, the stage reports the file itself.
+        return {"path": absolute_reference(path), "error": f"{type(err).__name__}: {err}"[:300]}
+    return {"path": absolute_reference(path), "bytes": size, "sha256": digest.hexdigest()}
+
+
+class HashInputs(beam.PTransform):
+    """One ``hash_input`` record per raw input file, hashed in parallel beside the stage's work."""
+
+    def __init__(self, files: list[str]):
+        super().__init__()
+        self._files = sorted(files)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Input files" >> beam.Create(self._files)
+            | "Spread files" >> beam.Reshuffle()
+            | "Hash files" >> beam.Map(hash_input)
         )
 
 
@@ -268,8 +291,11 @@ def _finish(
     entries: list[dict],
     tally: Counter,
     counted_in: str,
+    input_files: list[dict],
 ) -> dict[str, Any]:
     stats = build_stats(tally, counted_in)
+    if input_files:
+        params = {**params, "input_files": sorted(input_files, key=lambda f: f["path"])}
     data = [ShardEntry(**e) for e in entries if e["format"] == DOCUMENTS.name]
     rejects = [ShardEntry(**e) for e in entries if e["format"] == REJECTS.name]
     if incomplete_reason(stats, bool(params.get("allow_file_errors"))) is not None:
@@ -285,7 +311,8 @@ class WriteStageOutput(beam.PTransform):
 
     ``split_of(row)`` names a document's split (a corpus output); without it every document
     goes to the single split ``all``. ``extra_tallies`` add counts measured elsewhere in the
-    graph (the records read, for reconciliation).
+    graph (the records read, for reconciliation). ``input_files`` are the raw files the stage
+    read: the manifest records each one's absolute path, size and SHA-256 (``input_files``).
     """
 
     def __init__(
@@ -299,8 +326,10 @@ class WriteStageOutput(beam.PTransform):
         extra_tallies=(),
         split_of: Callable[[dict], str] | None = None,
         counted_in: str = "records_in",
+        input_files: list[str] = (),
     ):
         super().__init__()
+        self._input_files = list(input_files)
         self._output, self._producer, self._params = output, producer, params
         self._num_shards, self._namespace = num_shards, namespace
         self._extra_tallies, self._split_of, self._counted_in = tuple(extra_tallies), split_of, counted_in
@@ -349,6 +378,7 @@ class WriteStageOutput(beam.PTransform):
             | "Sum tallies" >> beam.CombineGlobally(sum_tallies)
         )
         all_entries = entries | "All shards" >> beam.Flatten()
+        hashes = outcomes.pipeline | "Hash inputs" >> HashInputs(self._input_files)
         return (
             outcomes.pipeline
             | "Finish" >> beam.Create([None])
@@ -361,5 +391,6 @@ class WriteStageOutput(beam.PTransform):
                 beam.pvalue.AsList(all_entries),
                 beam.pvalue.AsSingleton(total),
                 self._counted_in,
+                beam.pvalue.AsList(hashes),
             )
         )

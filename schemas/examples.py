@@ -9,10 +9,16 @@ Written by ``pipelines examples``; read by the ``pretrain`` reader, ``pyarrow.da
 | masked_lm_positions  | list<int16>          | positions that were selected for prediction, ascending          |
 | masked_lm_ids        | list<ID>             | the original ids at those positions                             |
 | next_sentence_labels | int8                 | 1 = B is a random span from another document, 0 = actual next   |
+|                      |                      | (packed examples: always 0, there is no B)                      |
 | num_tokens_a         | int16                | tokens of ``[CLS] A [SEP]``: token type 0 before it, 1 from it  |
+|                      |                      | (packed examples: = num_tokens, one segment)                    |
 | num_tokens           | int16                | ``len(input_ids)``, for length bucketing                        |
 | doc_id               | string               | the document A (and, for label 0, B) came from                  |
 | dupe_index           | int16                | which of the ``dupe_factor`` passes over the document           |
+
+Packed examples (``pipelines examples --format packed``, manifest parameter ``format``) are
+``[CLS] s1 s2 ... [SEP] t1 t2 ... [SEP]``: full sentences of one or more documents, a ``[SEP]``
+between documents, no pairs.
 
 ``ID`` is the narrowest unsigned integer type that holds every id of the vocabulary: uint16
 up to 65,536 tokens, uint32 beyond. ``examples_format(vocab_size)`` gives the format.
@@ -42,8 +48,9 @@ def _check_rows(table: pa.Table) -> list[str]:
     lengths = pc.list_value_length(table.column("input_ids"))
     if not pc.all(pc.equal(lengths, table.column("num_tokens").cast(lengths.type))).as_py():
         problems.append("num_tokens differs from the length of input_ids")
-    if not pc.all(pc.less(table.column("num_tokens_a"), table.column("num_tokens"))).as_py():
-        problems.append("num_tokens_a must be smaller than num_tokens")
+    # Packed examples (one segment) have num_tokens_a == num_tokens.
+    if not pc.all(pc.less_equal(table.column("num_tokens_a"), table.column("num_tokens"))).as_py():
+        problems.append("num_tokens_a must not exceed num_tokens")
     positions = pc.list_value_length(table.column("masked_lm_positions"))
     if not pc.all(pc.equal(positions, pc.list_value_length(table.column("masked_lm_ids")))).as_py():
         problems.append("masked_lm_positions and masked_lm_ids differ in length")

@@ -21,6 +21,7 @@ import heapq
 import json
 import resource
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -269,12 +270,18 @@ def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
     for name, (data, fmt, rows) in files.items():
         write_bytes(FileSystems.join(config.output, name), data)
         entries.append(ShardEntry(name, fmt, "", rows, len(data), _sha256(data)))
-    manifest = Manifest("wordpiece", 1, "wordpiece train", config.params(), tuple(entries))
+    params = {**config.params(), "corpus_manifest_sha256": _manifest_sha256(config.corpus)}
+    manifest = Manifest("wordpiece", 1, "wordpiece train", params, tuple(entries))
     manifest_json = manifest.to_json()
     write_bytes(FileSystems.join(config.output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode())
     write_bytes(FileSystems.join(config.output, MANIFEST_FILE), manifest_json.encode())
     write_bytes(FileSystems.join(config.output, COMPLETED_FILE), completed_marker(manifest_json).encode())
     return stats
+
+
+def _manifest_sha256(corpus: str) -> str:
+    """The corpus manifest's SHA-256 as its COMPLETED marker records it."""
+    return read_bytes(FileSystems.join(corpus, COMPLETED_FILE)).decode("utf-8").strip()
 
 
 def _sha256(data: bytes) -> str:
@@ -294,19 +301,47 @@ def _load_corpus_manifest(corpus: str) -> Manifest:
 
 
 def _prepare_output(config: TrainConfig) -> None:
-    present = FileSystems.match([FileSystems.join(config.output, "**")])[0].metadata_list
+    """Refuse a non-empty ``--output`` unless ``--overwrite``; with it, remove only the files a
+    previous run of this command wrote (refusing any other file); check the folder is writable."""
+    output = config.output.rstrip("/")
+    present = [m.path for m in FileSystems.match([FileSystems.join(output, "**")])[0].metadata_list]
     if present and not config.overwrite:
-        completed = FileSystems.exists(FileSystems.join(config.output, COMPLETED_FILE))
+        completed = FileSystems.exists(FileSystems.join(output, COMPLETED_FILE))
         what = "a completed vocabulary" if completed else f"{len(present)} file(s) (an unfinished run?)"
         raise TrainingError(f"--output {config.output}: already holds {what}; pass --overwrite")
-    stale = [FileSystems.join(config.output, name) for name in (COMPLETED_FILE, *OUTPUT_FILES)]
-    stale = [path for path in stale if FileSystems.exists(path)]
-    stale += [
-        m.path
-        for m in FileSystems.match([FileSystems.join(config.output, COUNTS_FOLDER, "*")])[0].metadata_list
+    ours = {COMPLETED_FILE, *OUTPUT_FILES}
+    foreign = [
+        path
+        for path in present
+        if (relative := path[len(output) :].lstrip("/")) not in ours
+        and not relative.startswith(f"{COUNTS_FOLDER}/")
+        and not relative.startswith(".write-probe-")
     ]
+    if foreign:
+        raise TrainingError(
+            f"--output {config.output}: holds files wordpiece train did not write ({foreign[0]}, "
+            f"{len(foreign)} in all); choose an empty folder, --overwrite only replaces its own files"
+        )
+    # The marker goes first, so an interrupted clean-up never leaves a "completed" husk.
+    stale = sorted(present, key=lambda path: not path.endswith(COMPLETED_FILE))
     if stale:
         FileSystems.delete(stale)
+    probe = FileSystems.join(output, f".write-probe-{uuid.uuid4().hex}")
+    try:
+        write_bytes(probe, b"")
+        FileSystems.delete([probe])
+    except Exception as err:  # Any filesystem error means the same thing to the user.
+        raise TrainingError(
+            f"--output {config.output}: cannot write there ({type(err).__name__}: {err})"
+        ) from None
+
+
+def _remove_counts(output: str) -> None:
+    """Delete the word counts of a run that failed after counting (no partial output is left)."""
+    pattern = FileSystems.join(output, COUNTS_FOLDER, "*")
+    counts = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+    if counts:
+        FileSystems.delete(counts)
 
 
 def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any] | None:
@@ -314,8 +349,9 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
 
     With Dataflow's ``--dry_run=True`` the counting job is only built, and None is returned.
     """
-    manifest = _load_corpus_manifest(config.corpus)
     options = PipelineOptions(beam_args)
+    FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
+    manifest = _load_corpus_manifest(config.corpus)
     dry_run = bool(options.view_as(TestOptions).dry_run)
     if not dry_run:
         _prepare_output(config)
@@ -332,4 +368,10 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
         num_shards=config.num_count_shards,
     )
     pipeline.run().wait_until_finish()
-    return None if dry_run else learn_vocabulary(config)
+    if dry_run:
+        return None
+    try:
+        return learn_vocabulary(config)
+    except TrainingError:
+        _remove_counts(config.output)
+        raise

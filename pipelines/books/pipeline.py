@@ -79,4 +79,5 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         num_shards=config.num_shards,
         namespace="pipelines.books",
         extra_tallies=[books_read],
+        input_files=files,
     )

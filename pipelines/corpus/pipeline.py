@@ -25,7 +25,7 @@ from pipelines.stage import (
     document_sort_key,
     dropped_outcome,
 )
-from schemas import Manifest
+from schemas import Manifest, absolute_reference
 
 
 def keep_one_of_each(element: tuple[str, list[dict]]) -> list[Outcome]:
@@ -45,6 +45,14 @@ def mark_or_keep(element: tuple[str, dict[str, list]]) -> Outcome:
 def input_shards(manifests: list[tuple[str, Manifest]]) -> list[tuple[str, str]]:
     """``(path, sha256)`` of every data shard of the inputs, in a stable order."""
     return sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
+
+
+def input_manifests(manifests: list[tuple[str, Manifest]]) -> list[dict[str, str]]:
+    """Each input output's absolute path and manifest SHA-256, for this stage's manifest."""
+    return [
+        {"path": absolute_reference(folder), "manifest_sha256": io.manifest_sha256(folder)}
+        for folder, _ in manifests
+    ]
 
 
 def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
@@ -109,7 +117,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         >> WriteStageOutput(
             output=config.output,
             producer="pipelines corpus",
-            params=config.params(),
+            params={**config.params(), "input_manifests": input_manifests(manifests)},
             num_shards=config.num_shards,
             namespace="pipelines.corpus",
             extra_tallies=[documents_read],

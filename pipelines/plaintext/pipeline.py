@@ -127,4 +127,5 @@ def build(pipeline: beam.Pipeline, config: TextConfig, files: list[str]) -> None
         num_shards=config.num_shards,
         namespace="pipelines.text",
         split_of=split_of,
+        input_files=files,
     )

@@ -203,5 +203,6 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
             num_shards=config.num_shards,
             namespace="pipelines.wikipedia",
             extra_tallies=[pages_read],
+            input_files=files,
         )
     )

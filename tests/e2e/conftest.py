@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
@@ -131,6 +132,41 @@ def gcs_emulator(monkeypatch):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+S3_BUCKET = "bert-bucket"
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    """A local S3 server (moto's ``ThreadedMotoServer`` on 127.0.0.1, a free port) holding the
+    empty bucket ``bert-bucket``, stopped after the test. s3fs, boto3 and Beam's S3 filesystem
+    find it through ``AWS_ENDPOINT_URL`` and the dummy keys set here; yields the endpoint URL."""
+    pytest.importorskip("s3fs", reason="s3fs is not installed (the [aws] extra)")
+    moto_server = pytest.importorskip("moto.server", reason="moto is not installed (the dev extra)")
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for name, value in (
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    import s3fs
+
+    try:
+        # moto keeps its buckets in the process, across servers: start from none.
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")).close()
+        s3fs.S3FileSystem.clear_instance_cache()  # an instance may hold an earlier server's address
+        s3fs.S3FileSystem().mkdir(S3_BUCKET)
+        yield endpoint
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()
 
 
 def _examples(corpus: Path, vocab: str, out: Path, split: str) -> Path:

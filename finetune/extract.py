@@ -1,0 +1,425 @@
+"""``finetune features``: per-token hidden states of a pre-trained encoder, written as Arrow.
+
+The equivalent of google-research/bert's ``extract_features.py``: each line of a text file is
+tokenised (``[CLS] pieces [SEP]``), run through the encoder, and the hidden states of the layers
+asked for (``--layers -1,-2,-3,-4``: negative from the end, ``0`` the embeddings) are written, one
+row per (line, token, layer), in the ``features`` format (:mod:`schemas.features`), with
+``manifest.json``, ``stats.json`` and, last, ``COMPLETED``.
+
+Long lines are not truncated (extract_features.py truncates them silently): a line with more
+pieces than fit in ``max_seq_length - 2`` is split into windows that start ``stride`` pieces apart
+(default: half a window), and each piece takes its vector from the window where it has the most
+context on both sides (the rule of the reference ``run_squad.py``; :func:`finetune.squad.is_max_context`).
+``[CLS]`` comes from the first window and ``[SEP]`` from the last. ``stats.json`` counts the lines
+that were split. A line is one text (extract_features.py's ``A ||| B`` pairs are not parsed).
+
+``word_index`` maps each piece to the whitespace-separated word of the line it came from (by
+character offsets), so the vectors can be pooled back to the caller's own words.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import torch
+
+from finetune.common import PRECISIONS, Encoder, FinetuneError, load_encoder
+from finetune.hidden import hidden_states, parse_layers, stack_layers
+from finetune.squad import doc_windows, is_max_context
+from pretrain.runtime import autocast, resolve_device, resolve_precision
+from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker
+from schemas.features import FEATURES_NAME, features_format
+from schemas.formats import RecordFormat
+from schemas.manifest import ManifestError, verify_completed
+
+logger = logging.getLogger(__name__)
+
+PRODUCER = "finetune features"
+SHARD_PATTERN = "features-{:05d}.arrow"
+LINES_PER_CHUNK = 256  # lines tokenised and encoded together
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class ExtractSettings:
+    """The settings of one extraction; validated on creation (every problem at once)."""
+
+    layers: str = "-1,-2,-3,-4"
+    max_seq_length: int = 128
+    batch_size: int = 32
+    stride: int | None = None  # None: half a window
+    precision: str = "fp32"
+    device: str = "auto"
+    max_shard_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_seq_length < 3:
+            problems.append(
+                f"--max-seq-length must be at least 3 ([CLS], a piece, [SEP]), got {self.max_seq_length}"
+            )
+        if self.batch_size < 1:
+            problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.stride is not None and not 1 <= self.stride <= max(self.max_seq_length - 2, 1):
+            problems.append(f"--stride must be between 1 and --max-seq-length - 2, got {self.stride}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.max_shard_bytes < 1:
+            problems.append(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
+        if problems:
+            raise FinetuneError("; ".join(problems))
+
+    @property
+    def window(self) -> int:
+        """Pieces per window (``max_seq_length`` less ``[CLS]`` and ``[SEP]``)."""
+        return self.max_seq_length - 2
+
+    @property
+    def step(self) -> int:
+        """Pieces between the starts of two windows of one long line."""
+        return self.stride or max(self.window // 2, 1)
+
+
+@dataclass
+class LinePlan:
+    """One line tokenised: its pieces (ids, strings, word of each) and its windows ``(start, length)``."""
+
+    line: int
+    ids: list[int]
+    tokens: list[str]
+    word_index: list[int]
+    windows: list[tuple[int, int]]
+
+
+def word_indices(text: str, offsets: Sequence[tuple[int, int]]) -> list[int]:
+    """For each piece (its character offsets in ``text``), the index of the whitespace-separated
+    word of ``text`` it lies in."""
+    starts = [m.start() for m in _WORD.finditer(text)]
+    return [max(bisect.bisect_right(starts, start) - 1, 0) for start, _ in offsets]
+
+
+def plan_lines(
+    encoder: Encoder, lines: Sequence[str], first_line: int, settings: ExtractSettings
+) -> list[LinePlan]:
+    """Tokenise ``lines`` (numbered from ``first_line``) and cut each into windows."""
+    encodings = encoder.tokenizer.tokenizer.encode_batch(list(lines), add_special_tokens=False)
+    plans = []
+    for number, (text, encoding) in enumerate(zip(lines, encodings, strict=True), first_line):
+        windows = doc_windows(len(encoding.ids), settings.window, settings.step)
+        words = word_indices(text, encoding.offsets)
+        plans.append(LinePlan(number, list(encoding.ids), list(encoding.tokens), words, windows))
+    return plans
+
+
+def _encode_windows(
+    encoder: Encoder, plans: Sequence[LinePlan], layers: Sequence[int], settings: ExtractSettings, device
+) -> list[list[np.ndarray]]:
+    """Each line's windows through the encoder: per line, per window, ``[len + 2, layers, hidden]``."""
+    special = encoder.tokenizer.special_ids()
+    inputs = [
+        (i, w, [special["[CLS]"], *plan.ids[start : start + length], special["[SEP]"]])
+        for i, plan in enumerate(plans)
+        for w, (start, length) in enumerate(plan.windows)
+    ]
+    inputs.sort(key=lambda item: len(item[2]))
+    out: list[list[Any]] = [[None] * len(plan.windows) for plan in plans]
+    precision = resolve_precision(settings.precision, device)
+    for first in range(0, len(inputs), settings.batch_size):
+        chunk = inputs[first : first + settings.batch_size]
+        length = max(len(ids) for *_, ids in chunk)
+        ids = torch.tensor([row + [0] * (length - len(row)) for *_, row in chunk], device=device)
+        mask = torch.tensor([[1] * len(row) + [0] * (length - len(row)) for *_, row in chunk], device=device)
+        with torch.no_grad(), autocast(device, precision):
+            states = stack_layers(hidden_states(encoder.model, ids, torch.zeros_like(ids), mask), layers)
+        states = states.float().cpu().numpy()
+        for row, (i, w, window_ids) in enumerate(chunk):
+            out[i][w] = states[row, : len(window_ids)]
+    return out
+
+
+def line_vectors(plan: LinePlan, window_states: Sequence[np.ndarray]) -> np.ndarray:
+    """The line's ``[num_pieces + 2, layers, hidden]`` vectors: ``[CLS]`` from the first window,
+    ``[SEP]`` from the last, each piece from the window where it has the most context."""
+    if len(window_states) == 1:
+        return window_states[0]
+    first = window_states[0]
+    out = np.empty((len(plan.ids) + 2, *first.shape[1:]), dtype=np.float32)
+    out[0], out[-1] = first[0], window_states[-1][-1]
+    for w, (start, length) in enumerate(plan.windows):
+        for position in range(start, start + length):
+            if is_max_context(plan.windows, w, position):
+                out[1 + position] = window_states[w][1 + position - start]
+    return out
+
+
+def rows_table(
+    fmt: RecordFormat, plans: Sequence[LinePlan], vectors: Sequence[np.ndarray], layers_given: Sequence[int]
+) -> pa.Table:
+    """The ``features`` rows of some lines: token-major, layer-minor, built column by column."""
+    k = len(layers_given)
+    tokens, words, lines, positions = [], [], [], []
+    for plan in plans:
+        n = len(plan.ids) + 2
+        tokens.extend(["[CLS]", *plan.tokens, "[SEP]"])
+        words.extend([-1, *plan.word_index, -1])
+        lines.append(np.full(n, plan.line, dtype=np.int64))
+        positions.append(np.arange(n, dtype=np.int32))
+    flat = np.concatenate([v.reshape(-1) for v in vectors]).astype(np.float32, copy=False)
+    hidden = vectors[0].shape[-1]
+    columns = {
+        "line": np.repeat(np.concatenate(lines), k),
+        "token": pa.array(tokens, pa.string()).take(np.repeat(np.arange(len(tokens)), k)),
+        "token_index": np.repeat(np.concatenate(positions), k),
+        "word_index": np.repeat(np.array(words, dtype=np.int32), k),
+        "layer": np.tile(np.array(layers_given, dtype=np.int16), len(tokens)),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), hidden),
+    }
+    return pa.table(columns, schema=fmt.schema)
+
+
+def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
+    """The input's lines in chunks ``(first_line, lines)``, its bytes fed to ``digest`` (a
+    ``hashlib`` object) on the way; errors name the file and line."""
+    try:
+        f = fsspec.open(url, "rb").open()
+    except FileNotFoundError:
+        raise FinetuneError(f"--input {url} not found") from None
+    with f:
+        chunk: list[str] = []
+        first = 0
+        for number, raw in enumerate(f):
+            digest.update(raw)
+            if number == 0:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
+            try:
+                chunk.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as err:
+                raise FinetuneError(f"--input {url}:{number + 1}: not UTF-8 text ({err.reason})") from None
+            if len(chunk) == LINES_PER_CHUNK:
+                yield first, chunk
+                first, chunk = first + len(chunk), []
+        if chunk:
+            yield first, chunk
+
+
+# --- the output folder -----------------------------------------------------------------------------
+
+
+def _is_own_file(name: str) -> bool:
+    return (
+        name in (COMPLETED_FILE, MANIFEST_FILE, STATS_FILE)
+        or re.fullmatch(r"features-\d{5}\.arrow", name) is not None
+    )
+
+
+def check_output(output: str, overwrite: bool) -> list[str]:
+    """Before anything is read: refuse an ``output`` that already has files, unless ``overwrite``,
+    and then refuse one with files this command never wrote. Returns the earlier run's files, for
+    :func:`clear_output` once the inputs are known to be good."""
+    fs, root = fsspec.core.url_to_fs(output)
+    if not fs.exists(root):
+        return []
+    if not fs.isdir(root):
+        raise FinetuneError(f"--output {output} is a file, not a folder")
+    names = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False))
+    if names and not overwrite:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise FinetuneError(
+            f"--output {output} already has files ({shown}): give --overwrite to replace an earlier "
+            "run's features, or another --output"
+        )
+    foreign = [n for n in names if not _is_own_file(n)]
+    if foreign:
+        raise FinetuneError(
+            f"--output {output} has files finetune features did not write ({', '.join(foreign[:3])}): "
+            "refusing to overwrite; give an empty or new --output"
+        )
+    return [f"{root}/{name}" for name in names]
+
+
+def clear_output(output: str, paths: Sequence[str]) -> None:
+    """Remove an earlier run's files (``COMPLETED`` first, so that a crash in between never leaves
+    a complete-looking folder) and make sure ``output`` exists."""
+    fs, root = fsspec.core.url_to_fs(output)
+    for path in sorted(paths, key=lambda p: not p.endswith(COMPLETED_FILE)):
+        fs.rm(path)
+    fs.makedirs(root, exist_ok=True)
+
+
+class _ShardWriter:
+    """Accumulates tables and writes a shard once ``max_bytes`` of rows are buffered."""
+
+    def __init__(self, output: str, fmt: RecordFormat, max_bytes: int) -> None:
+        self.fs, self.root = fsspec.core.url_to_fs(output)
+        self.fmt, self.max_bytes = fmt, max_bytes
+        self.pending: list[pa.Table] = []
+        self.entries: list[ShardEntry] = []
+
+    def add(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        if sum(t.nbytes for t in self.pending) >= self.max_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        name = SHARD_PATTERN.format(len(self.entries))
+        table = pa.concat_tables(self.pending)
+        data = self.fmt.to_ipc_bytes(table, f"{self.root}/{name}")
+        with self.fs.open(f"{self.root}/{name}", "wb") as f:
+            f.write(data)
+        digest = hashlib.sha256(data).hexdigest()
+        self.entries.append(ShardEntry(name, FEATURES_NAME, "all", len(table), len(data), digest))
+        self.pending = []
+
+
+def _write_json(fs, path: str, obj: Any) -> str:
+    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    with fs.open(path, "w") as f:
+        f.write(text)
+    return text
+
+
+# --- the command -----------------------------------------------------------------------------------
+
+
+def extract_features(
+    checkpoint: str,
+    input_file: str,
+    output: str,
+    settings: ExtractSettings,
+    *,
+    cased: bool | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Write the hidden states of ``settings.layers`` for every token of every line of
+    ``input_file`` into ``output`` (``features-NNNNN.arrow``, ``manifest.json``, ``stats.json``,
+    then ``COMPLETED``); returns the stats. ``checkpoint`` is any ``--checkpoint`` of
+    :func:`finetune.common.load_encoder`. Refuses a non-empty ``output`` unless ``overwrite``, and
+    bad ``--layers`` / ``--max-seq-length`` before an earlier output is touched."""
+    earlier = check_output(output, overwrite)
+    encoder = load_encoder(checkpoint, cased=cased)
+    config = encoder.model.config
+    if settings.max_seq_length > encoder.max_positions:
+        raise FinetuneError(
+            f"--max-seq-length {settings.max_seq_length} exceeds the model's max_position_embeddings "
+            f"({encoder.max_positions})"
+        )
+    try:
+        layers = parse_layers(settings.layers, config.num_hidden_layers)
+    except ValueError as err:
+        raise FinetuneError(str(err)) from None
+    clear_output(output, earlier)
+    fmt = features_format(config.hidden_size)
+    writer = _ShardWriter(output, fmt, settings.max_shard_bytes)
+    digest = hashlib.sha256()
+    stats = _extract(encoder, input_file, layers, settings, writer, digest)
+    given = [int(part) for part in settings.layers.split(",") if part.strip()]
+    params = {
+        "checkpoint": encoder.source,
+        "input": input_file,
+        "input_sha256": digest.hexdigest(),
+        "layers": given,
+        "layers_absolute": list(layers),
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "cased": encoder.cased,
+        "vocab_sha256": encoder.tokenizer.vocab_sha256,
+        **{k: v for k, v in asdict(settings).items() if k not in ("layers", "device")},
+        "stride": settings.step,
+    }
+    manifest = Manifest(FEATURES_NAME, fmt.version, PRODUCER, params, tuple(writer.entries))
+    fs, root = fsspec.core.url_to_fs(output)
+    _write_json(fs, f"{root}/{STATS_FILE}", stats)
+    manifest_json = manifest.to_json()
+    with fs.open(f"{root}/{MANIFEST_FILE}", "w") as f:
+        f.write(manifest_json)
+    with fs.open(f"{root}/{COMPLETED_FILE}", "w") as f:
+        f.write(completed_marker(manifest_json))
+    return stats
+
+
+def _extract(
+    encoder: Encoder,
+    input_file: str,
+    layers: Sequence[int],
+    settings: ExtractSettings,
+    writer: _ShardWriter,
+    digest: Any,
+) -> dict[str, Any]:
+    """Every line of ``input_file`` through the encoder into ``writer``'s shards; the counts."""
+    device = resolve_device(settings.device)
+    encoder.model.to(device).eval()
+    given = [int(part) for part in settings.layers.split(",") if part.strip()]
+    keys = (
+        "num_lines",
+        "num_empty_lines",
+        "num_pieces",
+        "num_windows",
+        "num_split_lines",
+        "max_pieces_in_a_line",
+    )
+    stats: dict[str, Any] = dict.fromkeys(keys, 0)
+    start = time.perf_counter()
+    for first, lines in _read_lines(input_file, digest):
+        plans = plan_lines(encoder, lines, first, settings)
+        states = _encode_windows(encoder, plans, layers, settings, device)
+        vectors = [line_vectors(plan, s) for plan, s in zip(plans, states, strict=True)]
+        writer.add(rows_table(writer.fmt, plans, vectors, given))
+        for plan in plans:
+            stats["num_lines"] += 1
+            stats["num_empty_lines"] += not plan.ids
+            stats["num_pieces"] += len(plan.ids)
+            stats["num_windows"] += len(plan.windows)
+            stats["num_split_lines"] += len(plan.windows) > 1
+            stats["max_pieces_in_a_line"] = max(stats["max_pieces_in_a_line"], len(plan.ids))
+    writer.flush()
+    if not stats["num_lines"]:
+        raise FinetuneError(f"--input {input_file} has no lines: nothing to extract")
+    stats["extract_s"] = round(time.perf_counter() - start, 3)
+    stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
+    stats["num_rows"] = sum(e.num_rows for e in writer.entries)
+    logger.info("features: %d lines, %d pieces, %d rows in %.1f s", stats["num_lines"], stats["num_pieces"],
+                stats["num_rows"], stats["extract_s"])  # fmt: skip
+    return stats
+
+
+def read_features(output: str) -> tuple[Manifest, pa.Table]:
+    """Read a completed ``finetune features`` output: its manifest and every row, each shard checked
+    against the manifest's size and SHA-256 and against the ``features`` schema."""
+    fs, root = fsspec.core.url_to_fs(output)
+
+    def text(name: str) -> str | None:
+        try:
+            with fs.open(f"{root}/{name}", "r") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    manifest_text = text(MANIFEST_FILE)
+    if manifest_text is None:
+        raise FinetuneError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
+    try:
+        manifest = verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
+    except ManifestError as err:
+        raise FinetuneError(str(err)) from None
+    fmt = features_format(int(manifest.params["hidden_size"]))
+    tables = []
+    for entry in manifest.shards:
+        with fs.open(f"{root}/{entry.path}", "rb") as f:
+            data = f.read()
+        if len(data) != entry.num_bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise FinetuneError(f"{output}/{entry.path}: does not match {MANIFEST_FILE} (size or SHA-256)")
+        tables.append(fmt.read_ipc(data, f"{output}/{entry.path}"))
+    return manifest, pa.concat_tables(tables) if tables else fmt.schema.empty_table()

@@ -1,0 +1,194 @@
+"""Task heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD (Table 5).
+
+- :class:`BiLSTM`: a bidirectional LSTM over the real (unpadded) tokens of each sequence, so a
+  sequence's outputs do not depend on how its batch was padded.
+- :class:`ScalarMix`: a learned weighted sum of layers (softmax-normalised weights and a scale,
+  ELMo's "scalar mix"), starting from the plain mean; Table 7's "weighted sum" rows.
+- :class:`FeatureTagger`: ``finetune ner --features``. The encoder is frozen (no gradients, always
+  in eval mode, run under ``no_grad``); the chosen layers' activations go through a two-layer
+  BiLSTM and a linear classifier. The paper uses 768 units per direction on BERT-BASE (hidden
+  768); here the units default to the encoder's hidden size, so they scale with it.
+  ``forward`` also takes the chosen layers precomputed (``layers``), which is how the training
+  set's activations are cached between epochs (:func:`cache_layers`).
+
+Weights start from ``seed`` alone (under ``fork_rng``), so the caller's global RNG is left as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from finetune.common import TaskOutput, _seeded_linear
+from finetune.hidden import COMBINE, feature_layers, hidden_states, stack_layers
+from pretrain.model import BertModel
+from pretrain.runtime import autocast
+
+IGNORE = -100  # the label of tokens that are not scored: sub-tokens after a word's first, context, specials
+
+
+def _seeded(seed: int, build: Any) -> Any:
+    """``build()`` with the global RNG seeded from ``seed``, restored afterwards."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+class BiLSTM(nn.Module):
+    """``num_layers`` bidirectional LSTM layers (``units`` per direction) over ``[batch, length,
+    in_features]``; returns ``[batch, length, 2 * units]``, zeros at padding."""
+
+    def __init__(
+        self, in_features: int, units: int, *, num_layers: int = 2, dropout: float = 0.1, seed: int = 0
+    ):
+        super().__init__()
+        self.units = units
+        self.lstm = _seeded(
+            seed,
+            lambda: nn.LSTM(
+                in_features, units, num_layers=num_layers, bidirectional=True, batch_first=True,
+                dropout=dropout if num_layers > 1 else 0.0,
+            ),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run over each sequence's real tokens only (``attention_mask`` 1; all when None)."""
+        batch, length, _ = x.shape
+        if attention_mask is None:
+            lengths = torch.full((batch,), length, dtype=torch.long)
+        else:
+            lengths = attention_mask.sum(-1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=length)
+        return out
+
+
+class ScalarMix(nn.Module):
+    """``gamma * sum_k softmax(w)_k * layer_k`` over ``[..., k, hidden]``; starts as the mean."""
+
+    def __init__(self, num_layers: int) -> None:
+        super().__init__()
+        self.scalars = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: torch.Tensor) -> torch.Tensor:
+        """``layers`` ``[..., k, hidden]`` -> ``[..., hidden]``."""
+        weights = torch.softmax(self.scalars, dim=0).to(layers.dtype)
+        return self.gamma * torch.einsum("...kh,k->...h", layers, weights)
+
+
+class FeatureTagger(nn.Module):
+    """Frozen encoder -> Table 7's layer choice -> two-layer BiLSTM -> dropout -> linear, per token;
+    cross-entropy over the labelled tokens (labels :data:`IGNORE` elsewhere)."""
+
+    def __init__(
+        self,
+        encoder: BertModel,
+        num_labels: int,
+        features: str,
+        *,
+        lstm_units: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        config = encoder.config
+        self.bert = encoder.requires_grad_(False).eval()
+        self.features = features
+        self.layers = feature_layers(features, config.num_hidden_layers)
+        self.combine = COMBINE[features]
+        in_features = config.hidden_size * (len(self.layers) if self.combine == "concat" else 1)
+        self.lstm_units = lstm_units or config.hidden_size
+        self.mix = ScalarMix(len(self.layers)) if self.combine == "sum" else None
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.bilstm = BiLSTM(in_features, self.lstm_units, dropout=config.hidden_dropout_prob, seed=seed)
+        self.classifier = _seeded_linear(2 * self.lstm_units, num_labels, config.initializer_range, seed + 1)
+
+    def train(self, mode: bool = True) -> FeatureTagger:
+        """Train the head; the frozen encoder stays in eval mode (no dropout)."""
+        super().train(mode)
+        self.bert.eval()
+        return self
+
+    def encoder_layers(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The chosen layers of the frozen encoder, ``[batch, length, len(self.layers), hidden]``."""
+        with torch.no_grad():
+            states = hidden_states(self.bert, input_ids, token_type_ids, attention_mask)
+            return stack_layers(states, self.layers)
+
+    def head_inputs(self, layers: torch.Tensor) -> torch.Tensor:
+        """The BiLSTM's input from the chosen layers: one layer, their weighted sum, or their concatenation."""
+        if self.combine == "single":
+            return layers[:, :, 0]
+        if self.combine == "sum":
+            return self.mix(layers)
+        return layers.flatten(2)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        layers: torch.Tensor | None = None,
+    ) -> TaskOutput:
+        """Logits ``[batch, length, num_labels]`` and the loss when ``labels``. ``layers``: the
+        chosen layers precomputed (:func:`cache_layers`), instead of running the encoder."""
+        if layers is None:
+            layers = self.encoder_layers(input_ids, token_type_ids, attention_mask)
+        x = self.dropout(self.head_inputs(layers.to(self.classifier.weight.dtype)))
+        logits = self.classifier(self.dropout(self.bilstm(x, attention_mask))).float()
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE
+            )
+        return TaskOutput(logits, loss)
+
+
+@torch.no_grad()
+def cache_layers(
+    model: FeatureTagger,
+    features: Sequence[dict[str, Any]],
+    collate_fn: Any,
+    *,
+    batch_size: int,
+    device: torch.device,
+    precision: str,
+) -> list[dict[str, Any]]:
+    """Each feature with its chosen encoder layers added under ``layers`` (a CPU float32 tensor
+    ``[length, len(model.layers), hidden]``): the frozen encoder runs once over the training set
+    instead of once per epoch. Memory: ``tokens x layers x hidden x 4`` bytes."""
+    model.bert.to(device).eval()
+    out = [dict(f) for f in features]
+    for first in range(0, len(features), batch_size):
+        chunk = features[first : first + batch_size]
+        batch = collate_fn(chunk)
+        inputs = {k: batch[k].to(device) for k in ("input_ids", "token_type_ids", "attention_mask")}
+        with autocast(device, precision):
+            layers = model.encoder_layers(**inputs).float().cpu()
+        for offset, feature in enumerate(chunk):
+            out[first + offset]["layers"] = layers[offset, : len(feature["input_ids"])].clone()
+    return out
+
+
+def collate_with_layers(base_collate: Any) -> Any:
+    """A collate function that also pads the cached ``layers`` of :func:`cache_layers` with zeros."""
+
+    def collate(features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch = base_collate([{k: v for k, v in f.items() if k != "layers"} for f in features])
+        if "layers" in features[0]:
+            batch["layers"] = nn.utils.rnn.pad_sequence([f["layers"] for f in features], batch_first=True)
+        return batch
+
+    return collate

@@ -1,0 +1,238 @@
+"""What a pre-training run checks and builds before its first step.
+
+The torchrun process group (:class:`Processes`), and :func:`prepare`: the model (new, from
+``--init-from``, or the one ``--resume`` continues), the vocabulary and the saved trainer state,
+with every check that can fail before training - the shards' sequence length and masking, the
+vocabulary's hash against the manifest's, the model's shape against ``--config`` and the
+vocabulary. Problems raise :class:`TrainingError`, one line naming the flag or file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from pretrain import checkpoint as ckpt
+from pretrain.config import TrainConfig
+from pretrain.data import ExampleShards
+from pretrain.model import BertConfig, BertForPreTraining
+from wordpiece.tokenizer import VocabError, WordPieceTokenizer
+
+log = logging.getLogger("pretrain")
+
+
+class TrainingError(ValueError):
+    """A problem found before the first step (bad shards, vocabulary, checkpoint or settings)."""
+
+
+# -- processes --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Processes:
+    """This process's place in the torchrun group and the device it trains on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_processes() -> Processes:
+    """Join the torchrun group when there is one (nccl on GPU, gloo on CPU)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return Processes(rank, world_size, local_rank, device)
+
+
+def barrier(procs: Processes) -> None:
+    """Wait for every rank (nothing to wait for in a single process)."""
+    if procs.world_size > 1:
+        dist.barrier()
+
+
+def all_sum(procs: Processes, values: list[float]) -> list[float]:
+    """``values`` summed over every rank (float64, on the run's device)."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=procs.device)
+    if procs.world_size > 1:
+        dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+# -- set-up -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """What :func:`prepare` builds: the model, its vocabulary and, on resume, the saved state."""
+
+    model: BertForPreTraining
+    vocab: WordPieceTokenizer
+    max_seq_length: int
+    trainer_state: dict | None
+    resumed_from: ckpt.Checkpoint | None
+
+
+def _shard_params(reader: ExampleShards) -> tuple[int, bool, bool]:
+    params = reader.params
+    pairs = params.get("pairs") or {}
+    max_len = int(pairs.get("max_seq_length") or params.get("max_seq_length") or 0)
+    return max_len, bool(params.get("cased", False)), params.get("masking", True) is not False
+
+
+def _load_vocab(url: str, cased: bool) -> WordPieceTokenizer:
+    try:
+        return WordPieceTokenizer.load(url, cased=cased)
+    except (VocabError, OSError) as err:
+        raise TrainingError(f"cannot load the vocabulary: {err}") from None
+
+
+def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
+    """Model, vocabulary and resume state, with every check that can fail before training."""
+    max_len, vocab_url, vocab = _check_shards(cfg, probe)
+    trainer_state, resumed_from = None, None
+    if cfg.resume:
+        model, trainer_state, resumed_from = _resumed_model(cfg, vocab)
+    elif cfg.init_from:
+        source = cfg.init_from
+        with contextlib.suppress(ckpt.CheckpointError):
+            source = ckpt.resolve(cfg.init_from).url  # a run folder: its newest checkpoint
+        try:
+            model = BertForPreTraining.from_pretrained(source, seed=cfg.seed, **_objective_fields(cfg))
+        except (OSError, ValueError) as err:
+            raise TrainingError(f"--init-from {cfg.init_from}: {err}") from None
+    else:
+        overrides = _objective_fields(cfg)
+        if cfg.dropout is not None:
+            overrides |= {"hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout}
+        config = BertConfig.preset(cfg.config or "base", vocab.vocab_size, **overrides)
+        model = BertForPreTraining(config, seed=cfg.seed)
+
+    if model.config.vocab_size != vocab.vocab_size:
+        raise TrainingError(
+            f"the model has a vocabulary of {model.config.vocab_size} tokens but {vocab_url} has "
+            f"{vocab.vocab_size}: token ids would fall outside the model's embeddings"
+        )
+    if max_len > model.config.max_position_embeddings:
+        raise TrainingError(
+            f"the shards hold sequences of up to {max_len} tokens; the model has "
+            f"{model.config.max_position_embeddings} positions"
+        )
+    return Setup(model, vocab, max_len, trainer_state, resumed_from)
+
+
+def _check_shards(cfg: TrainConfig, probe: ExampleShards) -> tuple[int, str, WordPieceTokenizer]:
+    """The shards' sequence length, and the vocabulary they were made with (checked by hash)."""
+    max_len, cased, masked = _shard_params(probe)
+    if not max_len:
+        raise TrainingError(f"{cfg.shards}/manifest.json: no max_seq_length in the generation parameters")
+    if cfg.max_seq_length is not None and cfg.max_seq_length != max_len:
+        raise TrainingError(
+            f"--max-seq-length {cfg.max_seq_length} but the shards at {cfg.shards} were made with {max_len}"
+        )
+    if not masked and not cfg.dynamic_masking:
+        raise TrainingError(f"{cfg.shards}: the shards are unmasked (--no-masking); add --dynamic-masking")
+    vocab_url = cfg.vocab or probe.params.get("vocab")
+    if not vocab_url:
+        raise TrainingError(f"{cfg.shards}/manifest.json names no vocabulary; pass --vocab")
+    vocab = _load_vocab(vocab_url, cased)
+    recorded = probe.params.get("vocab_sha256")
+    if recorded and recorded != vocab.vocab_sha256:
+        raise TrainingError(
+            f"{vocab_url} is not the vocabulary the shards at {cfg.shards} were made with "
+            f"(SHA-256 {vocab.vocab_sha256[:12]}… vs {recorded[:12]}… in the manifest)"
+        )
+    warn_unknown_share(cfg.shards, cased)
+    return max_len, vocab_url, vocab
+
+
+UNK_WARN_SHARE = 0.01
+"""Above this share of ``[UNK]`` tokens in the shards (their ``stats.json`` ``unk_rate``, measured
+over every token by ``pipelines examples``), ``pretrain`` warns that casing and vocabulary differ."""
+
+
+def warn_unknown_share(shards: str, cased: bool) -> float | None:
+    """Warn, with the figure, when the shards' ``stats.json`` records more than
+    :data:`UNK_WARN_SHARE` ``[UNK]`` tokens (``--cased`` examples over an uncased vocabulary give
+    about 7%); return the recorded share (None when ``stats.json`` or the figure is absent)."""
+    import json
+
+    import fsspec
+
+    try:
+        with fsspec.open(f"{shards.rstrip('/')}/stats.json", "r", encoding="utf-8") as f:
+            share = json.load(f).get("unk_rate")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(share, (int, float)):
+        return None
+    if share > UNK_WARN_SHARE:
+        log.warning(
+            "%s: %.1f%% of the tokens are [UNK] (stats.json unk_rate) in these %s shards: the casing "
+            "does not fit the vocabulary? (pipelines examples --cased/--uncased)",
+            shards,
+            100 * share,
+            "cased" if cased else "uncased",
+        )
+    return float(share)
+
+
+def _resumed_model(
+    cfg: TrainConfig, vocab: WordPieceTokenizer
+) -> tuple[BertForPreTraining, dict, ckpt.Checkpoint]:
+    """The model and trainer state of the checkpoint ``--resume`` continues, checked against the
+    objective and (when given) ``--config``."""
+    try:
+        resumed_from = ckpt.resolve(cfg.resume)
+    except ckpt.CheckpointError as err:
+        raise TrainingError(str(err)) from None
+    model = BertForPreTraining.from_pretrained(resumed_from.url)
+    if (model.config.nsp, model.config.causal) != (cfg.uses_nsp, cfg.objective == "ltr"):
+        raise TrainingError(
+            f"{resumed_from.url} was trained with nsp={model.config.nsp}, causal="
+            f"{model.config.causal}; --resume must keep --objective and --no-nsp as they were"
+        )
+    trainer_state = ckpt.load_state(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
+    if cfg.config is not None:
+        wanted = BertConfig.preset(cfg.config, vocab.vocab_size)
+        got = model.config
+        shape = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        if any(getattr(wanted, k) != getattr(got, k) for k in shape):
+            raise TrainingError(
+                f"{resumed_from.url} holds a {got.num_hidden_layers}-layer, {got.hidden_size}-wide model, "
+                f"not --config {cfg.config}; leave --config out when resuming"
+            )
+    return model, trainer_state, resumed_from
+
+
+def _objective_fields(cfg: TrainConfig) -> dict:
+    """The model-config fields the objective sets: the NSP head, causal attention."""
+    return {"nsp": cfg.uses_nsp, "causal": cfg.objective == "ltr"}
+
+
+def check_output(output: str) -> None:
+    """Fail early, with one line, when ``--output`` cannot be written (a probe file, removed, and
+    any folder made for it: a run that fails before it writes leaves no empty output behind)."""
+    from pretrain.outputs import OutputError, check_writable
+
+    try:
+        check_writable(output, f"--output {output} is not writable")
+    except OutputError as err:
+        raise TrainingError(str(err)) from None

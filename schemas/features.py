@@ -1,0 +1,60 @@
+"""The ``features`` format: per-token hidden states of an encoder, as ``finetune features`` writes
+them (the equivalent of google-research/bert's ``extract_features.py``, in Arrow instead of JSON).
+
+One row per (line, token, layer), ordered by line, then token, then layer in the order asked for:
+
+| column      | type                          | meaning                                                       |
+|-------------|-------------------------------|---------------------------------------------------------------|
+| line        | int64                         | 0-based line number in the input file                         |
+| token       | string                        | the WordPiece token (``[CLS]``, ``play``, ``##ing``, ``[SEP]``) |
+| token_index | int32                         | position in the line's ``[CLS] pieces [SEP]`` (0 = ``[CLS]``)  |
+| word_index  | int32                         | 0-based whitespace-separated word of the line; -1 for specials |
+| layer       | int16                         | the layer as asked (``-1`` = last; ``0`` = embeddings)         |
+| vector      | fixed_size_list<float32>[H]   | the hidden state, ``H`` = the encoder's hidden size            |
+
+``features_format(hidden_size)`` gives the format; the output folder's ``manifest.json`` (format
+``features``) records the hidden size, the layers and the checkpoint under ``params``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.formats import RecordFormat
+
+FEATURES_VERSION = 1
+FEATURES_NAME = "features"
+
+
+def _check_rows(table: pa.Table) -> list[str]:
+    if not len(table):
+        return []
+    problems = []
+    if pc.any(pc.less(table.column("line"), 0)).as_py():
+        problems.append("line must not be negative")
+    if pc.any(pc.less(table.column("token_index"), 0)).as_py():
+        problems.append("token_index must not be negative")
+    if pc.any(pc.less(table.column("word_index"), -1)).as_py():
+        problems.append("word_index must be -1 (special token) or a word's index")
+    return problems
+
+
+def features_format(hidden_size: int) -> RecordFormat:
+    """The features format for an encoder of ``hidden_size`` (the length of every ``vector``)."""
+    if hidden_size < 1:
+        raise ValueError(f"hidden_size must be positive, got {hidden_size}")
+    vector = pa.list_(pa.field("item", pa.float32(), nullable=False), hidden_size)
+    return RecordFormat(
+        name=FEATURES_NAME,
+        version=FEATURES_VERSION,
+        fields=(
+            pa.field("line", pa.int64(), nullable=False),
+            pa.field("token", pa.string(), nullable=False),
+            pa.field("token_index", pa.int32(), nullable=False),
+            pa.field("word_index", pa.int32(), nullable=False),
+            pa.field("layer", pa.int16(), nullable=False),
+            pa.field("vector", vector, nullable=False),
+        ),
+        row_checks=(_check_rows,),
+    )
