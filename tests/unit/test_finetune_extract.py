@@ -147,13 +147,13 @@ def test_output_is_refused_unless_overwrite_and_damage_is_detected(run, text, tm
     out = tmp_path / "out"
     settings = ExtractSettings(layers="-1", device="cpu")
     extract_features(str(run), str(text), str(out), settings)
-    with pytest.raises(FinetuneError, match="already has files.*--overwrite"):
+    with pytest.raises(FinetuneError, match="already holds 4 file.*pass --overwrite"):
         extract_features(str(run), str(text), str(out), settings)
     extract_features(str(run), str(text), str(out), ExtractSettings(layers="0", device="cpu"), overwrite=True)
     manifest, table = read_features(str(out))
     assert set(table.column("layer").to_pylist()) == {0} and len(manifest.shards) == 1
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(FinetuneError, match="did not write.*notes.txt"):
+    with pytest.raises(FinetuneError, match="does not write \\(notes.txt"):
         extract_features(str(run), str(text), str(out), settings, overwrite=True)
     (out / "notes.txt").unlink()
     shard = out / manifest.shards[0].path
@@ -213,3 +213,19 @@ def test_the_features_schema_refuses_bad_rows():
         fmt.to_table([{**good, "word_index": -2}])
     with pytest.raises(SchemaError, match="do not fit"):
         fmt.to_table([{**good, "vector": [0.5]}])
+
+
+def test_a_failed_run_leaves_neither_shards_nor_marker(run, tmp_path, monkeypatch):
+    import finetune.extract as extract
+
+    monkeypatch.setattr(extract, "LINES_PER_CHUNK", 2)  # a shard per two lines ...
+    path = tmp_path / "bad.txt"
+    path.write_bytes(("\n".join(TEXT) + "\n").encode() + b"the \xff cat\n")  # ... then line 5 is not UTF-8
+    settings = ExtractSettings(layers="-1", device="cpu", max_shard_bytes=1)
+    with pytest.raises(FinetuneError, match=r"bad.txt:5: not UTF-8"):
+        extract_features(str(run), str(path), str(tmp_path / "new"), settings)
+    assert not (tmp_path / "new").exists()  # the two shards written first are gone with the folder
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(FinetuneError, match="not UTF-8"):
+        extract_features(str(run), str(path), str(tmp_path / "mine"), settings)
+    assert (tmp_path / "mine").is_dir() and not list((tmp_path / "mine").iterdir())
