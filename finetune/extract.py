@@ -396,9 +396,8 @@ def _extract(
     return stats
 
 
-def read_features(output: str) -> tuple[Manifest, pa.Table]:
-    """Read a completed ``finetune features`` output: its manifest and every row, each shard checked
-    against the manifest's size and SHA-256 and against the ``features`` schema."""
+def read_manifest(output: str) -> Manifest:
+    """The manifest of a completed ``finetune features`` output (``COMPLETED`` checked against it)."""
     fs, root = fsspec.core.url_to_fs(output)
 
     def text(name: str) -> str | None:
@@ -412,15 +411,36 @@ def read_features(output: str) -> tuple[Manifest, pa.Table]:
     if manifest_text is None:
         raise FinetuneError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
     try:
-        manifest = verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
+        return verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
     except ManifestError as err:
         raise FinetuneError(str(err)) from None
+
+
+def iter_features(output: str) -> Iterator[pa.Table]:
+    """The rows of a completed ``finetune features`` output one shard at a time (bounded memory),
+    each shard checked against the manifest's size and SHA-256 and the ``features`` schema."""
+    manifest = read_manifest(output)
     fmt = features_format(int(manifest.params["hidden_size"]))
-    tables = []
+    fs, root = fsspec.core.url_to_fs(output)
     for entry in manifest.shards:
         with fs.open(f"{root}/{entry.path}", "rb") as f:
             data = f.read()
         if len(data) != entry.num_bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
             raise FinetuneError(f"{output}/{entry.path}: does not match {MANIFEST_FILE} (size or SHA-256)")
-        tables.append(fmt.read_ipc(data, f"{output}/{entry.path}"))
+        yield fmt.read_ipc(data, f"{output}/{entry.path}")
+
+
+def read_features(output: str) -> tuple[Manifest, pa.Table]:
+    """A completed ``finetune features`` output whole: its manifest and every row
+    (:func:`iter_features`). ``vectors(table)`` gives the vectors as one NumPy array."""
+    manifest = read_manifest(output)
+    tables = list(iter_features(output))
+    fmt = features_format(int(manifest.params["hidden_size"]))
     return manifest, pa.concat_tables(tables) if tables else fmt.schema.empty_table()
+
+
+def vectors(table: pa.Table) -> np.ndarray:
+    """The ``vector`` column of ``features`` rows as a float32 array ``[rows, hidden]`` (no copy
+    per row)."""
+    column = table.column("vector").combine_chunks()
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), column.type.list_size)

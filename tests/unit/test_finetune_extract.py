@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from finetune.cli import main
 from finetune.common import FinetuneError, load_encoder
-from finetune.extract import ExtractSettings, extract_features, read_features, word_indices
+from finetune.extract import ExtractSettings, extract_features, read_features, vectors, word_indices
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
 from schemas import COMPLETED_FILE, MANIFEST_FILE
@@ -84,6 +84,9 @@ def test_vectors_equal_the_models_hidden_states(run, text, tmp_path):
     assert stats["num_lines"] == 4 and stats["num_empty_lines"] == 1 and stats["num_split_lines"] == 0
     rows = table.to_pylist()
     assert sorted({r["layer"] for r in rows}) == [-2, -1, 0]
+    matrix = vectors(table)
+    assert matrix.dtype == np.float32 and matrix.shape == (len(rows), 16)
+    np.testing.assert_array_equal(matrix[7], np.array(rows[7]["vector"], dtype=np.float32))
     encoder = load_encoder(str(run))
     for number, line in enumerate(TEXT):
         states = expected_states(encoder, line)
