@@ -52,9 +52,11 @@ class Preset:
     finetune_epochs: float
     finetune_train_examples: int | None
     finetune_eval_examples: int | None
+    finetune_lr: float
     ner_epochs: float
     ner_train_examples: int | None
     ner_eval_examples: int | None
+    ner_lr: float
     series_points: int
     """Checkpoints of the base (and LTR) run that Figure 5 fine-tunes from."""
     masking_mixes: tuple[tuple[float, float, float], ...] = MASKING_MIXES
@@ -71,14 +73,14 @@ PRESETS = {
     "smoke": Preset(
         "smoke", "1/64/2", ("1/64/2",), steps=10, batch_size=8, lr=1e-3, max_seq_length=64, dupe_factor=1,
         vocab_size=3000, pretrain_seeds=1, finetune_seeds=1, finetune_epochs=1, finetune_train_examples=100,
-        finetune_eval_examples=100, ner_epochs=1, ner_train_examples=60, ner_eval_examples=60, series_points=1,
+        finetune_eval_examples=100, finetune_lr=5e-4, ner_lr=1e-3, ner_epochs=1, ner_train_examples=60, ner_eval_examples=60, series_points=1,
         masking_mixes=MASKING_MIXES[:1], ner_features=("last",), table5_rows=("base", "no-nsp"),
         table8_features=None, note="two pre-training runs of 10 steps: checks the machinery, not BERT",
     ),
     "quick": Preset(
         "quick", "2/128/2", ("1/128/2", "2/128/2", "4/128/4"), steps=300, batch_size=32, lr=1e-3,
         max_seq_length=64, dupe_factor=2, vocab_size=8000, pretrain_seeds=1, finetune_seeds=2,
-        finetune_epochs=2, finetune_train_examples=1200, finetune_eval_examples=None, ner_epochs=1,
+        finetune_epochs=3, finetune_train_examples=1200, finetune_eval_examples=None, finetune_lr=5e-4, ner_lr=1e-3, ner_epochs=2,
         ner_train_examples=1000, ner_eval_examples=500, series_points=3,
         note="tiny models and a few hundred steps on a 2-core CPU: the numbers show the machinery works "
         "and the direction of some effects, at a scale where most differences are within noise",
@@ -88,7 +90,7 @@ PRESETS = {
         ("3/768/12", "6/768/3", "6/768/12", "12/768/12", "12/1024/16", "24/1024/16"),
         steps=1_000_000, batch_size=256, lr=1e-4, max_seq_length=128, dupe_factor=10, vocab_size=30522,
         pretrain_seeds=1, finetune_seeds=5, finetune_epochs=3, finetune_train_examples=None,
-        finetune_eval_examples=None, ner_epochs=4, ner_train_examples=None, ner_eval_examples=None,
+        finetune_eval_examples=None, finetune_lr=2e-5, ner_lr=5e-5, ner_epochs=4, ner_train_examples=None, ner_eval_examples=None,
         series_points=5, precision="bf16",
         note="the paper's settings (1M steps of 256 x 128 tokens; the paper trained the last 10% at 512): "
         "a GPU cluster",
@@ -394,7 +396,7 @@ def _finetune_stage(cfg: AblationConfig, ft: FineTune, where: dict[str, str]) ->
     if ft.task == "glue":
         command = [
             script("finetune"), "glue", "--task", where["task"], "--data-dir", where["task_dir"],
-            "--checkpoint", checkpoint, "--output", out, "--epochs", str(p.finetune_epochs), "--lr", "1e-4",
+            "--checkpoint", checkpoint, "--output", out, "--epochs", str(p.finetune_epochs), "--lr", str(p.finetune_lr),
             "--batch-size", "32", "--max-seq-length", "128", "--seed", str(ft.seed), "--no-test-predictions",
         ]  # fmt: skip
         limit = p.finetune_train_examples
@@ -407,7 +409,7 @@ def _finetune_stage(cfg: AblationConfig, ft: FineTune, where: dict[str, str]) ->
             "--output", out, "--epochs", str(p.ner_epochs), "--batch-size", "32", "--max-seq-length", "128",
             "--seed", str(ft.seed),
         ]  # fmt: skip
-        command += ["--features", ft.features, "--cache-features"] if ft.features else ["--lr", "1e-4"]
+        command += ["--features", ft.features, "--cache-features"] if ft.features else ["--lr", str(p.ner_lr)]
         limit = p.ner_train_examples
         if p.ner_eval_examples:
             command += ["--max-eval-examples", str(p.ner_eval_examples)]
@@ -438,11 +440,17 @@ def stages(cfg: AblationConfig, g: Grid) -> list[Stage]:
         stage = _example_variant(examples, run.shards, folder, flags)
         variants[run.shards] = (folder, stage.name)
         out.append(stage)
-    # Each run's fine-tunes right after it, so a study stopped early has whole rows.
+    # Each run's GLUE-layout fine-tunes right after it, the NER ones (slower) at the end, so a
+    # study stopped early has whole rows of Tables 5, 6 and 8.
     for run in g.runs.values():
         shards, upstream = variants[run.shards]
         out.append(_pretrain_stage(cfg, run, shards, where["validation"], upstream))
-        out += [_finetune_stage(cfg, ft, where) for ft in g.finetunes.values() if ft.run == run.name]
+        out += [
+            _finetune_stage(cfg, ft, where)
+            for ft in g.finetunes.values()
+            if ft.run == run.name and ft.task == "glue"
+        ]
+    out += [_finetune_stage(cfg, ft, where) for ft in g.finetunes.values() if ft.task == "ner"]
     return out
 
 
