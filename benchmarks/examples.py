@@ -40,6 +40,7 @@ REF_PY = REF_VENV / "bin" / "python"
 RESULTS = ROOT / "benchmarks" / "results" / "examples.json"
 VOCAB = SHARED / "vocab" / "bert-base-uncased_vocab.txt"
 TOLERANCE = 0.01
+SPREAD_SEEDS = 40
 REVISION = "google-research/bert create_pretraining_data.py from bert-tensorflow 1.0.4 (2020 release)"
 
 
@@ -108,17 +109,56 @@ def run_ours(text: Path, work: Path, dupe: int) -> float:
     return cpu
 
 
-def compare(ours: dict, ref: dict) -> dict:
-    """Each statistic side by side, and whether it is within the tolerance."""
-    keys = (
-        "random_next_rate",
-        "mask_rate",
-        "masked_share_mask",
-        "masked_share_random",
-        "masked_share_unchanged",
-    )
+def random_next_spread(corpus: Path, dupe: int, seeds: int = SPREAD_SEEDS) -> dict:
+    """How much the random-next share moves from seed to seed on this input (our planner alone).
+
+    With a few long documents the share is decided mostly by which of the (document, pass)
+    target lengths come out short (10% of them, and a short target makes many one-sentence
+    chunks, always random next), so one seed's share is a noisy sample: the tolerance for
+    comparing it is three of its standard deviations over ``seeds`` seeds.
+    """
+    import glob
+
+    import pyarrow.ipc as ipc
+
+    from pipelines.examples.batches import tokenize_documents
+    from pipelines.examples.pairs import PairConfig, plan_cuts, seeded_generator
+    from wordpiece.chunk_cache import ChunkCache
+    from wordpiece.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.load(str(VOCAB), cased=False).tokenizer
+    tokenizer.encode_special_tokens = True
+    rows = [
+        row
+        for shard in sorted(glob.glob(str(corpus / "train" / "*.arrow")))
+        for row in ipc.open_file(shard).read_all().select(["doc_id", "sentences"]).to_pylist()
+    ]
+    documents, _ = tokenize_documents(ChunkCache(tokenizer), rows)
+    shares = []
+    for seed in range(seeds):
+        cuts = [
+            plan_cuts(d, PairConfig(), seeded_generator(seed, d.doc_id, k))
+            for d in documents
+            for k in range(dupe)
+        ]
+        shares.append(sum(int((c.random_b_length > 0).sum()) for c in cuts) / sum(len(c.keys) for c in cuts))
+    mean = sum(shares) / seeds
+    sd = (sum((x - mean) ** 2 for x in shares) / (seeds - 1)) ** 0.5
+    return {"seeds": seeds, "mean": mean, "sd": sd, "min": min(shares), "max": max(shares)}
+
+
+def compare(ours: dict, ref: dict, random_next_sd: float) -> dict:
+    """Each statistic side by side with its tolerance, and whether it is within it."""
+    tolerances = {
+        "random_next_rate": max(TOLERANCE, 3 * random_next_sd),
+        "mask_rate": TOLERANCE,
+        "masked_share_mask": TOLERANCE,
+        "masked_share_random": TOLERANCE,
+        "masked_share_unchanged": TOLERANCE,
+    }
     return {
-        k: {"ours": ours[k], "reference": ref[k], "within": abs(ours[k] - ref[k]) <= TOLERANCE} for k in keys
+        k: {"ours": ours[k], "reference": ref[k], "tolerance": t, "within": abs(ours[k] - ref[k]) <= t}
+        for k, t in tolerances.items()
     }
 
 
@@ -146,6 +186,7 @@ def main() -> None:
             ).stdout.strip().splitlines()[-1]
         )  # fmt: skip
         ours = json.loads((work / "full" / "examples" / "stats.json").read_text())
+        spread = random_next_spread(work / "full" / "corpus", args.dupe_factor)
         input_mb = full.stat().st_size / 1e6
     result = {
         "reference_revision": REVISION,
@@ -165,7 +206,8 @@ def main() -> None:
     result["ratio_marginal"] = (
         result["ours_marginal_examples_per_cpu_s"] / result["reference_marginal_examples_per_cpu_s"]
     )
-    result["statistics"] = compare(ours, ref)
+    result["statistics"] = compare(ours, ref, spread["sd"])
+    result["random_next_rate_over_seeds"] = spread
     result["tolerance"] = TOLERANCE
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
