@@ -268,13 +268,15 @@ def rows_examples(r: dict) -> list[Row]:
     outside = [
         f"{k} {v['ours']:.3f} vs {v['reference']:.3f}" for k, v in r["statistics"].items() if not v["within"]
     ]
-    statistics = f"statistics within ±{r['tolerance']}" + (f" except {', '.join(outside)}" if outside else "")
+    statistics = f"statistics within tolerance (±{r['tolerance']} for the masked shares)" + (
+        f" except {', '.join(outside)}" if outside else ""
+    )
     spread = r.get("random_next_rate_over_seeds")
     if spread:
         nsp = r["statistics"]["random_next_rate"]
         statistics += (
-            f" (random-next share {nsp['ours']:.3f} vs {nsp['reference']:.3f}: tolerance ±{nsp['tolerance']:.3f}, "
-            f"3 sd of its spread over {spread['seeds']} seeds on this input)"
+            f"; random-next share {nsp['ours']:.3f} vs {nsp['reference']:.3f}, tolerance ±{nsp['tolerance']:.3f} "
+            f"(3 sd of its spread over {spread['seeds']} seeds on this input)"
         )
     return [
         (

@@ -11,7 +11,7 @@ tokenised by the very same ``tokenizers.Tokenizer``: exact, not an approximation
 (``tests/unit/test_chunk_cache.py`` compares both on real books and on adversarial text).
 
 On natural text a few percent of the chunks are distinct (Zipf), so a batch costs one
-``str.split`` per sentence, one dict lookup per chunk, tokenising the chunks not yet seen, and a
+``str.split`` per batch of sentences, one dict lookup per chunk, tokenising the chunks not yet seen, and a
 numpy gather. A new chunk of printable ASCII (no whitespace or control character) under BERT's
 normaliser and pre-tokeniser is normalised and pre-tokenised here, which for such text is
 lower-casing (when the normaliser lower-cases) and splitting into runs of letters and digits and
