@@ -160,8 +160,8 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
     try:
         cfg = TrainConfig(compile=compile_, **options)
         problems = cfg.problems()
-        if problems:
-            raise TrainingError("invalid settings: " + "; ".join(problems))
+        if problems:  # the command line is wrong: exit 2, before anything is read or written
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
         earlier = _check_run_folder(cfg, overwrite) if rank == 0 else None
         if cfg.resume:
             given = {
@@ -170,6 +170,9 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
             }
             cfg = inherit_settings(cfg, given)
+        problems = cfg.problems()
+        if problems:  # the flags given with --resume do not fit the run's own settings
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
         train(cfg, before_fit=None if earlier is None else lambda: _clear_run_folder(earlier))
     except (TrainingError, OutputError) as err:
         raise click.ClickException(str(err)) from None

@@ -30,7 +30,6 @@ import math
 import os
 import random
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -54,6 +53,7 @@ from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import compile_model, left_to_right_batch, pretraining_loss, training_flops_per_token
 from pretrain.optim import build_optimizer, build_scheduler
 from pretrain.outputs import run_scratch
+from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, TrainingError, all_sum, barrier, check_output, init_processes, prepare
 
@@ -308,10 +308,11 @@ class Trainer:
         cfg, procs, position = self.cfg, self.procs, self.position
         stop = _Stop()
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        if procs.is_main and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.progress = tqdm(total=cfg.max_steps, initial=position.step, unit="step", dynamic_ncols=True)
+        if procs.is_main:  # a bar on a terminal; elsewhere the log lines below carry steps/s and ETA
+            shown = None if log.isEnabledFor(logging.INFO) else False  # --quiet: no bar, no lines
+            self.progress = Progress(
+                cfg.max_steps, desc="pretrain", initial=position.step, enabled=shown, interval_s=None
+            )
         data = self.batches()
         record: dict = {}
         self.window.reset()
@@ -447,13 +448,13 @@ class Trainer:
         self.metrics.log(record)
         if self.metrics.local:
             self.metrics.flush()
-        if self.progress is not None:
+        if self.progress is not None and self.progress.mode == "bar":
             self.progress.set_postfix(loss=f"{record['loss']:.3f}", mlm=f"{record['mlm_accuracy']:.3f}")
         else:
             log.info(
-                "step %d loss %.4f mlm_acc %.4f nsp_acc %.4f lr %.3g %.0f tokens/s",
+                "step %d loss %.4f mlm_acc %.4f nsp_acc %.4f lr %.3g %.0f tokens/s (%s)",
                 record["step"], record["loss"], record["mlm_accuracy"], record["nsp_accuracy"], record["lr"],
-                record["tokens_per_s"],
+                record["tokens_per_s"], self.progress.status() if self.progress is not None else "",
             )  # fmt: skip
 
     @torch.no_grad()
