@@ -17,6 +17,7 @@ from pretrain.outputs import (
     OutputState,
     check_output,
     clear_output,
+    click_error,
 )
 
 _EPILOG = """\b
@@ -163,7 +164,9 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
             }
             cfg = inherit_settings(cfg, given)
         train(cfg, before_fit=None if earlier is None else lambda: _clear_run_folder(earlier))
-    except (TrainingError, OutputError) as err:
+    except OutputError as err:
+        raise click_error(err) from None
+    except TrainingError as err:
         raise click.ClickException(str(err)) from None
     finally:
         import torch.distributed as dist
@@ -233,7 +236,9 @@ def export(checkpoint, fmt, output, overwrite) -> None:
                 indent=1,
             ).encode(),
         )
-    except (OutputError, ckpt.CheckpointError, ValueError, OSError) as err:
+    except OutputError as err:
+        raise click_error(err) from None
+    except (ckpt.CheckpointError, ValueError, OSError) as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
 
