@@ -97,6 +97,7 @@ BENCHMARKS = (
     Benchmark("examples", ("examples.py",), "example generation; Google's create_pretraining_data.py"),
     Benchmark("reader", ("reader.py",), "the trainer's reader; a pyarrow scan"),
     Benchmark("train_step", ("train_step.py",), "pre-training step; transformers' BertForPreTraining"),
+    Benchmark("batching", ("batching.py",), "bucketed and packed batches; padded (the HF collator)"),
     Benchmark(
         "finetune_step",
         ("finetune_step.py", "finetune.py"),
@@ -324,6 +325,23 @@ def rows_train_step(r: dict) -> list[Row]:
     ]
 
 
+def rows_batching(r: dict) -> list[Row]:
+    rows = []
+    for run in r["runs"]:
+        modes, padded = run["modes"], run["modes"]["padded"]
+        for mode in ("bucketed", "packed"):
+            rows.append(
+                (
+                    f"pre-training, --batching {mode}, seq {run['max_seq_length']}, batch {run['batch_size']}, "
+                    f"config {r['config']}, fp32 CPU, {r['threads']} threads",
+                    f"{_n(modes[mode]['tokens_per_s'])} tokens/s, padding {modes[mode]['padding_share']:.1%}",
+                    f"padded (HF collator): {_n(padded['tokens_per_s'])} tokens/s, padding {padded['padding_share']:.1%}",
+                    _x(run[f"{mode}_speedup_vs_padded"]),
+                )
+            )
+    return rows
+
+
 def rows_finetune_step(r: dict) -> list[Row]:
     return [
         (
@@ -352,6 +370,7 @@ RENDERERS: dict[str, Callable[[dict], list[Row]]] = {
     "examples": rows_examples,
     "reader": rows_reader,
     "train_step": rows_train_step,
+    "batching": rows_batching,
     "finetune_step": rows_finetune_step,
 }
 

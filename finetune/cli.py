@@ -16,7 +16,7 @@ import click
 
 from finetune.common import PRECISIONS, FinetuneError, TrainConfig
 from finetune.hidden import FEATURE_CHOICES
-from pretrain.outputs import OutputError, check_output, clear_output, click_error
+from pretrain.outputs import OutputError, check_output, clear_output
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 CHECKPOINT_HELP = (
@@ -49,7 +49,7 @@ def _prepare_output(command: str, output: str, overwrite: bool) -> None:
     try:
         clear_output(check_output(output, OUTPUT_FILES[command], overwrite=overwrite))
     except OutputError as err:
-        raise click_error(err) from None
+        raise click.ClickException(str(err)) from None
 
 
 def _setup_logging() -> None:

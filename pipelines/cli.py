@@ -26,12 +26,15 @@ _PASS_THROUGH = {
 
 
 def _fail(message: str) -> None:
+    """The command line is wrong (a flag's value or a combination the settings refuse): one line,
+    exit 2, nothing read or written."""
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
 
 
 def _fail_run(message: str) -> None:
-    """A run that finished without a usable output: one line, exit 1 (no ``COMPLETED`` written)."""
+    """The command ran and failed: an input missing, incomplete or damaged, an output in the way, a
+    pipeline that failed or wrote nothing usable. One line, exit 1 (no ``COMPLETED`` written)."""
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
 
@@ -40,7 +43,7 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     try:
         stats = run_stage(build, config, inputs, beam_args)
     except (StageFailed, io.InputError, io.OutputError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
@@ -70,7 +73,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
     try:
         return io.expand_inputs(patterns)
     except io.InputError as err:
-        _fail(str(err))
+        _fail_run(str(err))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -272,7 +275,7 @@ def corpus(
     try:
         manifests = [(folder, io.load_manifest(folder, DOCUMENTS.name)) for folder in inputs]
     except io.InputError as err:
-        _fail(str(err))
+        _fail_run(str(err))
     _run(build, config, manifests, ctx.args, "documents")
 
 
@@ -391,15 +394,15 @@ def examples(
         )
         tokenizer = WordPieceTokenizer.load(vocab, cased=cased)
         manifest = io.load_manifest(corpus, DOCUMENTS.name)
-    except (ValueError, VocabError, io.InputError) as err:
-        _fail(str(err))
+    except ValueError as err:  # the settings (exit 2), or the vocabulary or corpus (exit 1)
+        (_fail_run if isinstance(err, (VocabError, io.InputError)) else _fail)(str(err))
     vocab_sha256 = tokenizer.vocab_sha256
     try:
         stats = run_stage(
             lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256), config, None, ctx.args
         )
     except (StageFailed, io.InputError, io.OutputError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
@@ -427,7 +430,7 @@ def show(folder, samples):
     try:
         lines = describe(folder, num_samples=samples)
     except (io.InputError, SchemaError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     for line in lines:
         click.echo(line)
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
+from pretrain.config import BATCHING_MODES, LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
 from pretrain.outputs import (
     EXPORT_FILES,
@@ -17,7 +17,6 @@ from pretrain.outputs import (
     OutputState,
     check_output,
     clear_output,
-    click_error,
 )
 
 _EPILOG = """\b
@@ -124,6 +123,14 @@ Examples:
 @click.option("--mask-share", type=float, help="Dynamic masking: share of predictions -> [MASK].")
 @click.option("--keep-share", type=float, help="Dynamic masking: share kept unchanged.")
 @click.option("--random-share", type=float, help="Dynamic masking: share -> a random token.")
+@click.option(
+    "--batching",
+    type=click.Choice(BATCHING_MODES),
+    default="padded",
+    show_default=True,
+    help="padded: to each batch's longest; bucketed: grouped by length; packed: no padding (varlen).",
+)
+@click.option("--bucket-window", type=int, default=16, show_default=True, help="Batches regrouped by length.")
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")
@@ -153,8 +160,8 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
     try:
         cfg = TrainConfig(compile=compile_, **options)
         problems = cfg.problems()
-        if problems:
-            raise TrainingError("invalid settings: " + "; ".join(problems))
+        if problems:  # the command line is wrong: exit 2, before anything is read or written
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
         earlier = _check_run_folder(cfg, overwrite) if rank == 0 else None
         if cfg.resume:
             given = {
@@ -163,10 +170,11 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
             }
             cfg = inherit_settings(cfg, given)
+        problems = cfg.problems()
+        if problems:  # the flags given with --resume do not fit the run's own settings
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
         train(cfg, before_fit=None if earlier is None else lambda: _clear_run_folder(earlier))
-    except OutputError as err:
-        raise click_error(err) from None
-    except TrainingError as err:
+    except (TrainingError, OutputError) as err:
         raise click.ClickException(str(err)) from None
     finally:
         import torch.distributed as dist
@@ -236,9 +244,7 @@ def export(checkpoint, fmt, output, overwrite) -> None:
                 indent=1,
             ).encode(),
         )
-    except OutputError as err:
-        raise click_error(err) from None
-    except (ckpt.CheckpointError, ValueError, OSError) as err:
+    except (OutputError, ckpt.CheckpointError, ValueError, OSError) as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
 

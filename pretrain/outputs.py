@@ -50,19 +50,7 @@ EXPORT_FILES = (
 
 class OutputError(ValueError):
     """An output folder that a command may not (or cannot) write into; the message says why.
-    The CLIs exit with :data:`EXIT_CODE` (called wrongly, no work done), as ``pipelines`` does."""
-
-
-EXIT_CODE = 2
-
-
-def click_error(err: OutputError):
-    """``err`` as a one-line click error that exits with :data:`EXIT_CODE`."""
-    import click
-
-    error = click.ClickException(str(err))
-    error.exit_code = EXIT_CODE
-    return error
+    The CLIs exit 1 (an output in the way), the project's exit-code rule."""
 
 
 @dataclass(frozen=True)

@@ -200,3 +200,22 @@ def test_layout_settings_are_validated():
         BatchLayout("sorted")
     with pytest.raises(ValueError, match="--bucket-window"):
         BatchLayout("bucketed", window=0)
+
+
+# --- the GPU check script --------------------------------------------------------------------------
+
+
+def test_gpu_check_script_parses_and_passes_only_flags_pretrain_has():
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from pretrain.cli import main as pretrain_main
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    command = text[text.index("$BIN/pretrain ") :].split("\n    $BIN/python")[0]
+    given = set(re.findall(r"(--[a-z][a-z0-9-]*)", command))
+    known = {opt for param in pretrain_main.params for opt in param.opts}
+    assert "--batching" in given and given <= known, given - known
