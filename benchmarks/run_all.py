@@ -97,6 +97,7 @@ BENCHMARKS = (
     Benchmark("examples", ("examples.py",), "example generation; Google's create_pretraining_data.py"),
     Benchmark("reader", ("reader.py",), "the trainer's reader; a pyarrow scan"),
     Benchmark("train_step", ("train_step.py",), "pre-training step; transformers' BertForPreTraining"),
+    Benchmark("batching", ("batching.py",), "bucketed and packed batches; padded (the HF collator)"),
     Benchmark(
         "finetune_step",
         ("finetune_step.py", "finetune.py"),
@@ -292,30 +293,26 @@ def rows_examples(r: dict) -> list[Row]:
 
 
 def rows_reader(r: dict) -> list[Row]:
-    rows = [
-        (
-            f"reader, local disk, batch {r['batch_size']}",
-            f"{_n(r['local']['examples_per_s'])} examples/s",
-            f"plain pyarrow.dataset scan: {_n(r['pyarrow_dataset_scan']['examples_per_s'])} examples/s",
-            _x(r["ours_vs_pyarrow_scan"]),
-        )
-    ]
-    if "local_dynamic_masking" in r:
+    peer = r["pyarrow_dataset_gcsfs"]
+    peer_text = (
+        f"pyarrow.dataset over gcsfs, one reader of every shard: {peer['build_requests']} requests to open, "
+        f"{peer['bytes_fetched'] / r['dataset_bytes']:.2f}x the bytes, {_n(peer['examples_per_s'])} examples/s, "
+        f"waiting {peer['wait_share']:.0%}"
+    )
+    rows = []
+    for world_size, run in r["ranks"].items():
+        ranks = run["per_rank"]
+        rate = sum(x["examples_per_s"] for x in ranks) / len(ranks)
+        wait = sum(x["wait_share"] for x in ranks) / len(ranks)
         rows.append(
             (
-                "reader, dynamic re-masking",
-                f"{_n(r['local_dynamic_masking']['examples_per_s'])} examples/s",
-                "—",
-                "—",
-            )
-        )
-    if "gcs_emulator" in r:
-        rows.append(
-            (
-                "reader, gs:// on the local GCS emulator",
-                f"{_n(r['gcs_emulator']['examples_per_s'])} examples/s",
-                "—",
-                "—",
+                f"reader, gs:// (GCS emulator), {world_size} rank(s) x {r['workers_per_rank']} workers, "
+                f"{r['shards']} shards, batch {r['batch_size']}, {r['step_ms']:.0f} ms simulated step",
+                f"{max(x['build_requests'] for x in ranks)} requests to build a rank's reader; ranks together "
+                f"fetch {run['bytes_fetched_over_dataset']:.2f}x the dataset's bytes; {_n(rate)} examples/s "
+                f"per rank, waiting {wait:.0%}",
+                peer_text,
+                _x(rate / peer["examples_per_s"]),
             )
         )
     return rows
@@ -331,6 +328,23 @@ def rows_train_step(r: dict) -> list[Row]:
             _x(r["speedup_vs_transformers_pad128"]),
         )
     ]
+
+
+def rows_batching(r: dict) -> list[Row]:
+    rows = []
+    for run in r["runs"]:
+        modes, padded = run["modes"], run["modes"]["padded"]
+        for mode in ("bucketed", "packed"):
+            rows.append(
+                (
+                    f"pre-training, --batching {mode}, seq {run['max_seq_length']}, batch {run['batch_size']}, "
+                    f"config {r['config']}, fp32 CPU, {r['threads']} threads",
+                    f"{_n(modes[mode]['tokens_per_s'])} tokens/s, padding {modes[mode]['padding_share']:.1%}",
+                    f"padded (HF collator): {_n(padded['tokens_per_s'])} tokens/s, padding {padded['padding_share']:.1%}",
+                    _x(run[f"{mode}_speedup_vs_padded"]),
+                )
+            )
+    return rows
 
 
 def rows_finetune_step(r: dict) -> list[Row]:
@@ -361,6 +375,7 @@ RENDERERS: dict[str, Callable[[dict], list[Row]]] = {
     "examples": rows_examples,
     "reader": rows_reader,
     "train_step": rows_train_step,
+    "batching": rows_batching,
     "finetune_step": rows_finetune_step,
 }
 

@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import re
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,12 +35,12 @@ import fsspec
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import build_scheduler, parameter_groups
+from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -382,7 +381,7 @@ class TrainConfig:
     eval_batch_size: int = 64
     precision: str = "auto"
     device: str = "auto"
-    progress: bool | None = None  # None: progress bars when stderr is a terminal
+    progress: bool | None = None  # None: a bar on a terminal, else a line every 30 s; False: none
 
     def __post_init__(self) -> None:
         problems = []
@@ -407,10 +406,6 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""
         return asdict(self)
-
-
-def _show_progress(progress: bool | None) -> bool:
-    return sys.stderr.isatty() if progress is None else progress
 
 
 def epoch_order(num_features: int, seed: int, epoch: int) -> list[int]:
@@ -478,9 +473,7 @@ def fit(
     start, seen = time.perf_counter(), 0
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(config.seed)
-        bar = tqdm(
-            total=max_steps, desc="fine-tune", unit="step", disable=not _show_progress(config.progress)
-        )
+        bar = Progress(max_steps, desc="fine-tune", enabled=config.progress)
         epoch = 0
         while result.steps < max_steps:
             model.train()
@@ -547,7 +540,8 @@ def predict(
     order = sorted(range(len(features)), key=lambda i: _sequence_length(features[i]))
     outputs: list[Any] = [None] * len(features)
     batches = range(0, len(order), batch_size)
-    for first in tqdm(batches, desc="predict", unit="batch", disable=not _show_progress(progress)):
+    bar = Progress(len(batches), desc="predict", unit="batch", enabled=progress)
+    for first in batches:
         chosen = order[first : first + batch_size]
         batch = collate_fn([features[i] for i in chosen])
         batch = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
@@ -559,6 +553,8 @@ def predict(
             rows = list(logits.float().cpu())
         for index, row in zip(chosen, rows, strict=True):
             outputs[index] = row
+        bar.update(1)
+    bar.close()
     return outputs
 
 

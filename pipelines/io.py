@@ -19,7 +19,7 @@ from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, Manifest
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
 
-_KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", "length_histogram.png", COMPLETED_FILE)
+_KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", COMPLETED_FILE)
 _KNOWN_OUTPUT_DIRS = ("all", "rejects", "examples", *SPLITS)
 
 

@@ -112,6 +112,20 @@ def num_real_tokens(batch: Batch) -> int:
     return int(batch["attention_mask"].sum())
 
 
+def batch_shape(batch: Batch) -> tuple[int, int]:
+    """(examples, width the attention computes at) of a batch in any layout, from host tensors."""
+    if is_packed(batch):
+        return len(batch["cu_seqlens"]) - 1, int(batch["max_seqlen"])
+    return tuple(batch["input_ids"].shape)
+
+
+def example_tokens(batch: Batch) -> list[torch.Tensor]:
+    """Each example's real token ids, in any layout."""
+    if is_packed(batch):
+        return list(torch.split(batch["input_ids"], batch["cu_seqlens"].diff().tolist()))
+    return [ids[mask.bool()] for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
+
+
 def model_inputs(batch: Batch) -> dict:
     """The keyword arguments of :meth:`pretrain.model.BertForPreTraining.forward` for a batch on
     the host: packed fields for a packed batch; for a padded one ``attention_mask`` is None when
@@ -139,7 +153,7 @@ class BatchLayout:
     """How the trainer lays out a rank's batches; see the module docstring."""
 
     mode: str = "padded"
-    window: int = 16
+    window: int = 64
     """Batches whose examples ``bucketed`` regroups together."""
     seed: int = 0
     rank: int = 0

@@ -8,9 +8,16 @@ import sys
 
 import click
 
-from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
+from pretrain.config import BATCHING_MODES, LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
-from pretrain.outputs import EXPORT_FILES, PRETRAIN_FILES, OutputError, check_output, clear_output
+from pretrain.outputs import (
+    EXPORT_FILES,
+    PRETRAIN_FILES,
+    OutputError,
+    OutputState,
+    check_output,
+    clear_output,
+)
 
 _EPILOG = """\b
 Examples:
@@ -116,6 +123,14 @@ Examples:
 @click.option("--mask-share", type=float, help="Dynamic masking: share of predictions -> [MASK].")
 @click.option("--keep-share", type=float, help="Dynamic masking: share kept unchanged.")
 @click.option("--random-share", type=float, help="Dynamic masking: share -> a random token.")
+@click.option(
+    "--batching",
+    type=click.Choice(BATCHING_MODES),
+    default="padded",
+    show_default=True,
+    help="padded: to each batch's longest; bucketed: grouped by length; packed: no padding (varlen).",
+)
+@click.option("--bucket-window", type=int, default=64, show_default=True, help="Batches regrouped by length.")
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")
@@ -145,10 +160,9 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
     try:
         cfg = TrainConfig(compile=compile_, **options)
         problems = cfg.problems()
-        if problems:
-            raise TrainingError("invalid settings: " + "; ".join(problems))
-        if rank == 0:
-            _prepare_run_folder(cfg, overwrite)
+        if problems:  # the command line is wrong: exit 2, before anything is read or written
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
+        earlier = _check_run_folder(cfg, overwrite) if rank == 0 else None
         if cfg.resume:
             given = {
                 name
@@ -156,7 +170,10 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
             }
             cfg = inherit_settings(cfg, given)
-        train(cfg)
+        problems = cfg.problems()
+        if problems:  # the flags given with --resume do not fit the run's own settings
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
+        train(cfg, before_fit=None if earlier is None else lambda: _clear_run_folder(earlier))
     except (TrainingError, OutputError) as err:
         raise click.ClickException(str(err)) from None
     finally:
@@ -166,9 +183,9 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
             dist.destroy_process_group()
 
 
-def _prepare_run_folder(cfg, overwrite: bool) -> None:
-    """Refuse a non-empty --output that this run does not continue (unless --overwrite, which then
-    removes the earlier run's files) and an unwritable one; before any data or model is read."""
+def _check_run_folder(cfg, overwrite: bool) -> OutputState | None:
+    """Refuse a non-empty --output that this run does not continue (unless --overwrite) and an
+    unwritable one, before any data or model is read; return what --overwrite is to remove."""
     output = (cfg.output or cfg.resume or "").rstrip("/")
     if not output:
         raise click.UsageError("--output is required (or --resume RUN, which continues writing into RUN)")
@@ -177,15 +194,19 @@ def _prepare_run_folder(cfg, overwrite: bool) -> None:
         if overwrite:
             raise click.UsageError(f"--overwrite would delete the run that --resume {cfg.resume} continues")
         check_output(output, ("*",), overwrite=True)  # writable; its files are the run's own
-        return
+        return None
     from pretrain.runtime import exists
 
     hint = f"--resume {output}" if exists(f"{output}/checkpoints") else None
-    state = check_output(output, PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
-    removed = clear_output(state)
+    return check_output(output, PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
+
+
+def _clear_run_folder(earlier: OutputState) -> None:
+    """--overwrite: remove the earlier run's files, once every check before step 1 has passed."""
+    removed = clear_output(earlier)
     if removed:
         logging.getLogger("pretrain").warning(
-            "--overwrite: removed %d file(s) of the earlier run in %s", removed, output
+            "--overwrite: removed %d file(s) of the earlier run in %s", removed, earlier.url
         )
 
 

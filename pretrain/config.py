@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pretrain.batching import BATCHING_MODES
 from pretrain.model import parse_model_size
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -76,6 +77,10 @@ class TrainConfig:
     mask_share: float | None = None
     keep_share: float | None = None
     random_share: float | None = None
+    batching: str = "padded"
+    """How batches are laid out (``pretrain/batching.py``): padded, bucketed or packed."""
+    bucket_window: int = 64
+    """Consecutive batches whose examples ``bucketed`` regroups by length."""
     num_workers: int = 2
     streams: int | None = None
     compile: bool = False
@@ -123,6 +128,14 @@ class TrainConfig:
             for name in MASKING_OVERRIDES:
                 if getattr(self, name) is not None:
                     found.append(f"--{name.replace('_', '-')} applies to --dynamic-masking only: add it")
+        if self.batching not in BATCHING_MODES:
+            found.append(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
+        if self.bucket_window < 1:
+            found.append(f"--bucket-window must be at least 1, got {self.bucket_window}")
+        if self.batching == "packed" and self.objective == "ltr":
+            found.append(
+                "--objective ltr needs padded or bucketed batches (causal attention), not --batching packed"
+            )
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             found.append(f"--dropout must be in [0, 1), got {self.dropout}")
         return found

@@ -149,6 +149,11 @@ def _check_shards(cfg: TrainConfig, probe: ExampleShards) -> tuple[int, str, Wor
         )
     if not masked and not cfg.dynamic_masking:
         raise TrainingError(f"{cfg.shards}: the shards are unmasked (--no-masking); add --dynamic-masking")
+    if probe.params.get("format") == "packed" and cfg.uses_nsp:
+        raise TrainingError(
+            f"{cfg.shards}: packed shards (--format packed) have no next-sentence pairs; add --no-nsp "
+            "(or --objective ltr)"
+        )
     vocab_url = cfg.vocab or probe.params.get("vocab")
     if not vocab_url:
         raise TrainingError(f"{cfg.shards}/manifest.json names no vocabulary; pass --vocab")

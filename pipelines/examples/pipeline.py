@@ -19,8 +19,9 @@ batches of examples, never one element per pair):
    each pair's draws are hashes of its key, so batching changes nothing.
 6. The examples go to their shards as Arrow record batches (``shard_pieces``: shard chosen by
    a hash of the pair's identity) and ``WriteExampleShards`` sorts and writes each shard, then
-   ``length_histogram.png``, ``stats.json``, ``manifest.json`` (with the vocabulary's SHA-256)
-   and ``COMPLETED``.
+   ``length_histogram.png``, ``index.json`` (every record batch's byte range, rows and SHA-256,
+   taken from the bytes as they are written; ``schemas.index``), ``stats.json``,
+   ``manifest.json`` (with the vocabulary's SHA-256 and the index's) and ``COMPLETED``.
 
 ``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
 packs their full sentences without NSP pairs.
@@ -57,6 +58,7 @@ from schemas import (
     absolute_reference,
 )
 from schemas.examples import EXAMPLES_VERSION, examples_format
+from schemas.index import INDEX_FILE, ShardIndex, index_reference
 from wordpiece.chunk_cache import ChunkCache
 from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import WordPieceTokenizer
@@ -278,7 +280,9 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
     return buffer.getvalue()
 
 
-def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[dict], tally: Counter) -> dict:
+def _finish_output(
+    _, config: ExamplesConfig, fmt: RecordFormat, vocab_sha256: str, entries: list[dict], tally: Counter
+) -> dict:
     stats = _stats(tally, config.apply_masking, config.format == "packed")
     if config.format == "packed":
         stats["document_separators"] = tally["document_separators"]
@@ -286,6 +290,8 @@ def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[d
     if not stats["examples"]:
         write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
         return stats
+    entries = [dict(e) for e in entries]
+    index = ShardIndex(fmt.name, fmt.version, fmt.schema, tuple(e.pop("index") for e in entries))
     shards = tuple(ShardEntry(**e) for e in entries)
     params = {
         **config.params(),
@@ -294,9 +300,12 @@ def _finish_output(_, config: ExamplesConfig, vocab_sha256: str, entries: list[d
     }
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
     io.write_bytes(io.join(config.output, LENGTH_HISTOGRAM_FILE), png)
-    write_completion(
-        config.output, stats, Manifest("examples", EXAMPLES_VERSION, "pipelines examples", params, shards)
+    index_json = index.to_json()
+    io.write_bytes(io.join(config.output, INDEX_FILE), index_json.encode("utf-8"))
+    manifest = Manifest(
+        "examples", EXAMPLES_VERSION, "pipelines examples", params, shards, index=index_reference(index_json)
     )
+    write_completion(config.output, stats, manifest)
     return stats
 
 
@@ -359,6 +368,11 @@ def build(
         | "Finish output" >> beam.Create([None])
         | "Manifest"
         >> beam.Map(
-            _finish_output, config, vocab_sha256, beam.pvalue.AsList(entries), beam.pvalue.AsSingleton(tally)
+            _finish_output,
+            config,
+            fmt,
+            vocab_sha256,
+            beam.pvalue.AsList(entries),
+            beam.pvalue.AsSingleton(tally),
         )
     )

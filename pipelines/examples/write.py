@@ -20,6 +20,7 @@ from pipelines import io
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
 from pipelines.stage import shard_index, shard_name
 from schemas import RecordFormat, ShardEntry
+from schemas.index import shard_index_entry
 
 SORT_KEYS = [("doc_id", "ascending"), ("dupe_index", "ascending"), (PAIR_COLUMN, "ascending")]
 
@@ -77,12 +78,15 @@ def _write_shard(
     table = shard_table((p for p in pieces if p is not None), fmt)
     data = fmt.to_ipc_bytes(table, source=path)
     io.write_bytes(path, data)
-    return asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), io.sha256_hex(data)))
+    entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), io.sha256_hex(data)))
+    # the record batches' byte ranges and hashes for index.json, from the bytes just written
+    entry["index"] = shard_index_entry(relative, data)[0]
+    return entry
 
 
 class WriteExampleShards(beam.PTransform):
     """``(shard, piece)`` elements into exactly ``num_shards`` sorted Arrow files; one ``ShardEntry``
-    dict each."""
+    dict each, with the shard's ``schemas.index.ShardIndexEntry`` under ``"index"``."""
 
     def __init__(self, output: str, split: str, num_shards: int, fmt: RecordFormat):
         super().__init__()

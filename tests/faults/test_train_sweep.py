@@ -68,6 +68,7 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
     return [
         ("pretrain: existing run folder", f"{pre} --output {{root}}/run", "--resume {root}/run"),
         ("pretrain: --overwrite beside files no run wrote", f"{pre} --output {{root}}/run-foreign --overwrite", "NOTES.md"),
+        ("pretrain: --overwrite, then a missing vocabulary", f"{pre} --output {{root}}/run --overwrite --vocab {{root}}/nope.txt", "nope.txt"),
         ("pretrain: --overwrite with --resume", f"{pre} --resume {{root}}/run --overwrite", "--overwrite"),
         ("pretrain: --lr nan", f"{pre} --output {{root}}/new --lr nan", "--lr"),
         ("pretrain: --weight-decay -1", f"{pre} --output {{root}}/new --weight-decay -1", "--weight-decay"),
@@ -130,6 +131,8 @@ def test_a_bad_input_is_one_line_and_changes_nothing(index, world, shards):
     assert "Traceback" not in result.output
     line = _one_line(result.output)
     assert expected.format(root=world) in line, (name, line)
+    if "--output" in line and ("already holds" in line or "cannot write" in line):
+        assert result.exit_code == 1, (name, line)  # an output in the way (README: exit codes)
     assert _snapshot(world) == before, f"{name}: files changed"
 
 
@@ -145,7 +148,7 @@ def test_a_refused_output_is_one_line_on_stderr_of_a_real_process(program, world
     done = subprocess.run(
         [sys.executable, "-m", program, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 1, done.stderr  # an output in the way (README: exit codes)
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert "already holds" in _one_line(done.stderr)
     assert _snapshot(world) == before

@@ -118,6 +118,7 @@ def test_packed_batch_gives_the_padded_losses_and_gradients(model):
             torch.testing.assert_close(p.grad, padded_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_packed_attention_jagged_and_scattered_paths_agree():
     g = torch.Generator().manual_seed(0)
     offsets = torch.tensor([0, 5, 6, 13])
@@ -200,3 +201,22 @@ def test_layout_settings_are_validated():
         BatchLayout("sorted")
     with pytest.raises(ValueError, match="--bucket-window"):
         BatchLayout("bucketed", window=0)
+
+
+# --- the GPU check script --------------------------------------------------------------------------
+
+
+def test_gpu_check_script_parses_and_passes_only_flags_pretrain_has():
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from pretrain.cli import main as pretrain_main
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    command = text[text.index("$BIN/pretrain ") :].split("\n    $BIN/python")[0]
+    given = set(re.findall(r"(--[a-z][a-z0-9-]*)", command))
+    known = {opt for param in pretrain_main.params for opt in param.opts}
+    assert "--batching" in given and given <= known, given - known
