@@ -10,7 +10,7 @@ local GCS emulator (``gcp-storage-emulator``, in memory; a Python server, so rat
 bound for a real bucket) and read as ``gs://`` through gcsfs.
 
 For 1, 2 and 4 ranks, each rank in turn builds ``pretrain.data.ExampleShards`` and reads one epoch
-through ``ShardLoader`` with 2 DataLoader workers, while a simulated training step of
+through ``ShardLoader`` with 2 DataLoader workers (and once more: 1 rank, no workers), while a simulated training step of
 ``--step-ms`` (a sleep: the GPU's share) runs on every batch. Every HTTP request gcsfs makes and
 every byte it returns is counted, in the workers too (a counter in shared memory), so the figures
 are what a bucket would bill: requests needed to build the reader, bytes fetched per rank and in
@@ -130,14 +130,17 @@ def synthetic_shards(folder: Path, examples: int, shards: int, seed: int = 0) ->
     return sum(e.num_bytes for e in entries)
 
 
-def read_rank(url: str, rank: int, world_size: int, batch_size: int, step_s: float) -> dict:
-    """One rank's epoch through ShardLoader with a simulated step; what it cost."""
+def read_rank(
+    url: str, rank: int, world_size: int, batch_size: int, step_s: float, workers: int = WORKERS
+) -> dict:
+    """One rank's epoch through ShardLoader (``workers`` DataLoader workers) with a simulated
+    step; what it cost."""
     requests_0, _ = _counts()
     reader = ExampleShards(
         url, batch_size=batch_size, seed=1, rank=rank, world_size=world_size, streams=WORKERS
     )
     build_requests = _counts()[0] - requests_0
-    loader = ShardLoader(reader, WORKERS)
+    loader = ShardLoader(reader, workers)
     requests_0, bytes_0 = _counts()
     examples, waited_s, started = 0, 0.0, time.perf_counter()
     batches = loader.epoch(0)
@@ -254,6 +257,8 @@ def main() -> None:
                 "per_rank": per_rank,
                 "bytes_fetched_over_dataset": sum(r["bytes_fetched"] for r in per_rank) / dataset_bytes,
             }
+        # the same rank reading in its own process: what the workers' hand-over costs here
+        results["one_rank_no_workers"] = read_rank(url, 0, 1, args.batch_size, args.step_ms / 1000, workers=0)
         gcsfs.GCSFileSystem.clear_instance_cache()
         results["pyarrow_dataset_gcsfs"] = read_pyarrow(
             gcsfs.GCSFileSystem(**options), args.batch_size, args.step_ms / 1000
@@ -277,6 +282,11 @@ def _print(results: dict) -> None:
                 f"{r['examples_per_s']:,.0f} examples/s, waiting {r['wait_share']:.1%} of the time"
             )
         print(f"  all ranks together: {run['bytes_fetched_over_dataset']:.2f}x the dataset's bytes")
+    r = results["one_rank_no_workers"]
+    print(
+        f"1 rank, no workers (in process): {r['bytes_fetched'] / 1e6:.1f} MB, {r['examples_per_s']:,.0f} "
+        f"examples/s, waiting {r['wait_share']:.1%} of the time"
+    )
     p = results["pyarrow_dataset_gcsfs"]
     print(
         f"peer pyarrow.dataset over gcsfs (one reader, every shard): build {p['build_requests']} requests, "

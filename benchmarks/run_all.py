@@ -315,6 +315,17 @@ def rows_reader(r: dict) -> list[Row]:
                 _x(rate / peer["examples_per_s"]),
             )
         )
+    if "one_rank_no_workers" in r:
+        alone = r["one_rank_no_workers"]
+        rows.append(
+            (
+                f"reader, gs:// (GCS emulator), 1 rank, no workers (in process), batch {r['batch_size']}, "
+                f"{r['step_ms']:.0f} ms simulated step",
+                f"{_n(alone['examples_per_s'])} examples/s, waiting {alone['wait_share']:.0%}",
+                peer_text,
+                _x(alone["examples_per_s"] / peer["examples_per_s"]),
+            )
+        )
     return rows
 
 
