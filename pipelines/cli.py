@@ -87,13 +87,15 @@ def main(verbose: bool) -> None:
     pipelines books --input 'books/*.txt' --output out/corpus/books
     pipelines corpus --input out/corpus/wiki --input out/corpus/books --output out/corpus/all
 
-    Paths may be local or bucket URLs (gs://, s3://). Unknown options go to Beam, so the same
+    Paths may be local or bucket URLs (gs://, s3:// with the aws extra: AWS_ENDPOINT_URL or Beam's
+    --s3_endpoint_url for a non-AWS server). Unknown options go to Beam, so the same
     command runs on Dataflow with --runner DataflowRunner --project P --region R
     --temp_location gs://b/tmp --setup_file ./setup.py.
     """
     logging.basicConfig(
         level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
     )
+    io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
 
 
 def _source_options(func):

@@ -153,7 +153,7 @@ class BatchLayout:
     """How the trainer lays out a rank's batches; see the module docstring."""
 
     mode: str = "padded"
-    window: int = 16
+    window: int = 64
     """Batches whose examples ``bucketed`` regroups together."""
     seed: int = 0
     rank: int = 0

@@ -130,7 +130,7 @@ Examples:
     show_default=True,
     help="padded: to each batch's longest; bucketed: grouped by length; packed: no padding (varlen).",
 )
-@click.option("--bucket-window", type=int, default=16, show_default=True, help="Batches regrouped by length.")
+@click.option("--bucket-window", type=int, default=64, show_default=True, help="Batches regrouped by length.")
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")

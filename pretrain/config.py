@@ -79,7 +79,7 @@ class TrainConfig:
     random_share: float | None = None
     batching: str = "padded"
     """How batches are laid out (``pretrain/batching.py``): padded, bucketed or packed."""
-    bucket_window: int = 16
+    bucket_window: int = 64
     """Consecutive batches whose examples ``bucketed`` regroups by length."""
     num_workers: int = 2
     streams: int | None = None

@@ -515,7 +515,7 @@ class ShardLoader:
             except StopIteration:
                 return
             except (RuntimeError, ConnectionError) as err:
-                if not self._is_worker_failure(err):
+                if not self.is_worker_failure(err):
                     raise
                 self._stop_workers(iterator)
                 raise ShardError(worker_failure_message(self.reader.url, err, self.timeout_s)) from None
@@ -532,12 +532,21 @@ class ShardLoader:
         try:
             yield
         except (RuntimeError, ConnectionError) as err:
-            if not self._is_worker_failure(err):
+            if not self.is_worker_failure(err):
                 raise
-            self._stop_workers(self.loader._iterator)
-            raise ShardError(worker_failure_message(self.reader.url, err, self.timeout_s)) from None
+            raise self.failure(err) from None
 
-    def _is_worker_failure(self, err: Exception) -> bool:
+    def failure(self, err: Exception) -> ShardError:
+        """The one-line :class:`ShardError` for torch's report ``err`` of a dead or silent worker
+        (see :meth:`is_worker_failure`), after shutting the workers down."""
+        self._stop_workers(self.loader._iterator)
+        return ShardError(worker_failure_message(self.reader.url, err, self.timeout_s))
+
+    def close(self) -> None:
+        """Shut the workers down (they also go when the loader is garbage collected)."""
+        self._stop_workers(self.loader._iterator)
+
+    def is_worker_failure(self, err: Exception) -> bool:
         """Whether ``err`` is torch's report of a DataLoader worker that died or timed out, or a
         connection to a worker that died while handing over a batch."""
         if isinstance(err, ConnectionError):

@@ -49,7 +49,8 @@ EXPORT_FILES = (
 
 
 class OutputError(ValueError):
-    """An output folder that a command may not (or cannot) write into; the message says why."""
+    """An output folder that a command may not (or cannot) write into; the message says why.
+    The CLIs exit 1 (an output in the way), the project's exit-code rule."""
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from pretrain.batching import (
 )
 from pretrain.collate import DynamicMasking, masking_from_params, validation_masking
 from pretrain.config import TrainConfig
-from pretrain.data import ExampleShards, ShardError
+from pretrain.data import ExampleShards, ShardError, ShardLoader
 from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import compile_model, left_to_right_batch, pretraining_loss, training_flops_per_token
 from pretrain.optim import build_optimizer, build_scheduler
@@ -195,6 +195,7 @@ class Trainer:
         # the most workers (up to --num-workers) that divide the reader's streams evenly
         workers = max(w for w in range(1, max(1, cfg.num_workers) + 1) if self.reader.streams % w == 0)
         self.workers = workers if cfg.num_workers else 0
+        self.loader: ShardLoader | None = None  # made on first read, its workers kept for the run
         self.validation = None
         if cfg.validation_shards:
             self.validation = self._open_shards(
@@ -290,15 +291,11 @@ class Trainer:
                 yield batch
 
     def _read(self, first: int):
-        """The reader's batches of the current epoch from batch ``first`` on."""
-        self.reader.load_state_dict(self.reader.state_at(first, self.position.epoch))
-        return torch.utils.data.DataLoader(
-            self.reader,
-            batch_size=None,
-            num_workers=self.workers,
-            pin_memory=self.procs.device.type == "cuda",
-            generator=torch.Generator(),  # its own: a new iterator does not shift the global RNG
-        )
+        """The reader's batches of the current epoch from batch ``first`` on, from DataLoader
+        workers started once per run (``ShardLoader``: persistent, told the epoch each time)."""
+        if self.loader is None:
+            self.loader = ShardLoader(self.reader, self.workers, pin_memory=self.procs.device.type == "cuda")
+        return self.loader.epoch(self.position.epoch, first)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -342,13 +339,19 @@ class Trainer:
                         )
                     break
             self._finish()
-        except ShardError as err:
+        except (ShardError, RuntimeError, ConnectionError) as err:
+            if not isinstance(err, ShardError):  # torch's report of a dead worker, raised anywhere
+                if self.loader is None or not self.loader.is_worker_failure(err):
+                    raise
+                err = self.loader.failure(err)
             raise TrainingError(
                 f"{err}\nStopped at step {position.step}; the checkpoints written so far are complete: "
                 f"continue with --resume {self.output} once the data is reachable"
             ) from None
         finally:
-            data.close()  # shuts the DataLoader's worker processes down
+            data.close()
+            if self.loader is not None:
+                self.loader.close()  # shuts the DataLoader's worker processes down
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             if self.progress is not None:

@@ -11,7 +11,7 @@ tokenised by the very same ``tokenizers.Tokenizer``: exact, not an approximation
 (``tests/unit/test_chunk_cache.py`` compares both on real books and on adversarial text).
 
 On natural text a few percent of the chunks are distinct (Zipf), so a batch costs one
-``str.split`` per sentence, one dict lookup per chunk, tokenising the chunks not yet seen, and a
+``str.split`` per batch of sentences, one dict lookup per chunk, tokenising the chunks not yet seen, and a
 numpy gather. A new chunk of printable ASCII (no whitespace or control character) under BERT's
 normaliser and pre-tokeniser is normalised and pre-tokenised here, which for such text is
 lower-casing (when the normaliser lower-cases) and splitting into runs of letters and digits and
@@ -110,16 +110,25 @@ class ChunkCache:
 
     def encode(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, lengths)``: every sentence's ids, flat (int32), and how many belong to each."""
-        split = [s.split(" ") for s in sentences]
-        num_chunks = np.fromiter(map(len, split), dtype=np.int64, count=len(split))
-        chunks = list(itertools.chain.from_iterable(split))
-        new = set(chunks).difference(self._index)
-        if len(self._index) + len(new) > self._max_entries:
-            self._clear()
-            new = set(chunks)
-        if new:
-            self._add(sorted(new))
-        index = np.fromiter(map(self._index.__getitem__, chunks), dtype=np.int64, count=len(chunks))
+        if not sentences:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+        # The sentences' chunks in one split: joining with a space adds exactly the boundaries.
+        num_chunks = np.fromiter((s.count(" ") + 1 for s in sentences), dtype=np.int64, count=len(sentences))
+        chunks = " ".join(sentences).split(" ")
+        index = np.fromiter(
+            map(self._index.get, chunks, itertools.repeat(-1)), dtype=np.int64, count=len(chunks)
+        )
+        misses = np.flatnonzero(index < 0)
+        if len(misses):
+            missed = [chunks[i] for i in misses.tolist()]
+            new = set(missed)
+            if len(self._index) + len(new) > self._max_entries:
+                self._clear()
+                missed, misses, new = chunks, np.arange(len(chunks)), set(chunks)
+            self._add(list(new))
+            index[misses] = np.fromiter(
+                map(self._index.__getitem__, missed), dtype=np.int64, count=len(missed)
+            )
         lengths = self._lengths[index]
         ids = ragged_gather(self._ids, self._starts[index], lengths)
         ends = np.concatenate(([0], np.cumsum(lengths)))[np.cumsum(num_chunks)]

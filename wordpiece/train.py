@@ -328,7 +328,7 @@ def _prepare_output(config: TrainConfig) -> None:
         FileSystems.delete(stale)
     probe = FileSystems.join(output, f".write-probe-{uuid.uuid4().hex}")
     try:
-        write_bytes(probe, b"")
+        write_bytes(probe, b"probe")  # not empty: Beam's S3 writer cannot upload an empty object
         FileSystems.delete([probe])
     except Exception as err:  # Any filesystem error means the same thing to the user.
         raise TrainingError(

@@ -1,5 +1,6 @@
 """`pretrain --batching` on real shards: packed trains the padded run's model, bucketed resumes
-exactly mid-window, and validation figures do not depend on the layout."""
+exactly mid-window, and validation figures do not depend on the layout; unmasked validation
+shards are masked (by content), not evaluated on zero predictions."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from safetensors.torch import load_file
 
 from pretrain.config import TrainConfig
 from pretrain.train import TrainingError, train
+from tests.e2e.conftest import FAST_RUNNER, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -63,3 +65,20 @@ def test_packed_batching_refuses_the_causal_objective(shards, tmp_path):
     )
     with pytest.raises(TrainingError, match="--objective ltr needs padded or bucketed"):
         train(cfg)
+
+
+def test_unmasked_validation_shards_are_masked_the_same_in_every_run(corpus_output, vocab, shards, tmp_path):
+    unmasked = tmp_path / "val-unmasked"
+    run_cli(
+        "examples", "--corpus", str(corpus_output), "--vocab", vocab, "--output", str(unmasked),
+        "--split", "validation", "--max-seq-length", "64", "--dupe-factor", "1", "--num-shards", "1",
+        "--num-buckets", "2", "--no-masking", *FAST_RUNNER,
+    )  # fmt: skip
+    common = {**TINY, "max_steps": 1, "save_steps": 1, "validation_shards": str(unmasked), "eval_batches": 3}
+    for name, batch in (("a", 8), ("b", 4)):  # other batch boundaries, other number of batches
+        cfg = {**common, "global_batch_size": batch, "eval_batches": 24 // batch}
+        train(TrainConfig(shards=str(shards), output=str(tmp_path / name), dropout=0.0, lr=1e-9, **cfg))
+    a, b = (_records(tmp_path / n, "validation")[-1] for n in "ab")
+    assert a["examples"] == b["examples"] == 24
+    assert a["mlm_perplexity"] > 100  # predictions were made (0 of them would read 1.0)
+    assert a["mlm_loss"] == pytest.approx(b["mlm_loss"], rel=1e-4)  # the same examples, the same masks

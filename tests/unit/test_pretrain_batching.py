@@ -118,6 +118,7 @@ def test_packed_batch_gives_the_padded_losses_and_gradients(model):
             torch.testing.assert_close(p.grad, padded_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_packed_attention_jagged_and_scattered_paths_agree():
     g = torch.Generator().manual_seed(0)
     offsets = torch.tensor([0, 5, 6, 13])
