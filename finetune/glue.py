@@ -451,14 +451,7 @@ def run_glue(
     dev = {k: (v[:max_eval_examples] if max_eval_examples else v) for k, v in data.dev.items()}
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
-    inputs = _GlueInputs(
-        task,
-        encoder,
-        train,
-        dev,
-        features(task, train, encoder, max_seq_length),
-        {k: features(task, v, encoder, max_seq_length) for k, v in dev.items()},
-    )
+    inputs = _GlueInputs.of(task, encoder, train, dev, max_seq_length)
     runs, summaries, kept = _train_groups(inputs, groups, output)
     selected = max(summaries, key=lambda s: s["dev_mean"][task.main_metric])
     assert kept is not None and kept.name in selected["runs"]
@@ -498,6 +491,25 @@ class _GlueInputs:
     dev: dict[str, list[GlueExample]]
     train_features: Any
     dev_features: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        task: GlueTask,
+        encoder: Encoder,
+        train: list[GlueExample],
+        dev: dict[str, list[GlueExample]],
+        max_seq_length: int,
+    ) -> _GlueInputs:
+        """The examples with their features at ``max_seq_length``."""
+        return cls(
+            task,
+            encoder,
+            train,
+            dev,
+            features(task, train, encoder, max_seq_length),
+            {k: features(task, v, encoder, max_seq_length) for k, v in dev.items()},
+        )
 
 
 @dataclass(frozen=True)
