@@ -39,7 +39,7 @@ from torch import nn
 from tqdm import tqdm
 
 from pretrain import checkpoint as ckpt
-from pretrain import hf
+from pretrain import hf, runtime
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import build_scheduler, parameter_groups
 from pretrain.runtime import autocast, resolve_device, resolve_precision
@@ -47,7 +47,7 @@ from wordpiece.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", *runtime.PRECISIONS)
 SEQUENCE_KEYS = ("input_ids", "token_type_ids")
 _STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pretrain run
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what predict passes to a model

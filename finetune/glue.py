@@ -36,7 +36,7 @@ from finetune.common import (
     predict,
     stack,
 )
-from pretrain.runtime import exists, write_json
+from pretrain.runtime import exists, output_folder, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -604,8 +604,7 @@ def _write_predictions(
     dev_predictions: dict[str, list],
     test: dict[str, list[GlueExample]],
 ) -> list[str]:
-    fs, root = fsspec.core.url_to_fs(output)
-    fs.makedirs(root, exist_ok=True)
+    fs, root = output_folder(output)
     written = []
     for stem, examples in dev.items():
         name = f"{stem}_predictions.tsv"

@@ -31,7 +31,7 @@ from finetune.common import (
     predict,
     stack,
 )
-from pretrain.runtime import exists, write_json
+from pretrain.runtime import exists, output_folder, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,7 @@ def _write_predictions(
 ) -> list[str]:
     """``dev_predictions.csv`` (index, pred, label) and, when given, ``test_predictions.csv`` (the
     leaderboard's one ``pred`` per row) under ``output``; returns the files' names."""
-    fs, root = fsspec.core.url_to_fs(output)
-    fs.makedirs(root, exist_ok=True)
+    fs, root = output_folder(output)
     with fs.open(f"{root}/dev_predictions.csv", "w") as f:
         f.write(
             "index,pred,label\n"

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pretrain.model import parse_model_size
+from pretrain.runtime import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
 MASKING_OVERRIDES = (
     "masked_lm_prob",
