@@ -14,8 +14,9 @@ systems read that same file. Parameters: seq 128, max predictions 20, masked LM 
 short-seq prob 0.1, dupe factor 5, seed 12345, bert-base-uncased's vocab.txt.
 
 CPU seconds of each whole command (user + system, child processes included) are measured on
-the full input and on a tiny input (the first 20 lines); the tiny run's CPU time is the fixed
-start-up, subtracted to give the marginal rate. Statistics compared, with the tolerances stated
+the full input and on a tiny input (the first 20 lines), the two systems alternating, each
+repeated (``--repeats``, 2 by default; the tiny input one more) and the least taken; the tiny
+run's CPU time is the fixed start-up, subtracted to give the marginal rate. Statistics compared, with the tolerances stated
 in the output: random-next share (+-0.01), masked share of tokens (+-0.01), and the 80/10/10
 split of masked positions (+-0.01 each). Results: ``benchmarks/results/examples.json``.
 """
@@ -40,6 +41,7 @@ REF_PY = REF_VENV / "bin" / "python"
 RESULTS = ROOT / "benchmarks" / "results" / "examples.json"
 VOCAB = SHARED / "vocab" / "bert-base-uncased_vocab.txt"
 TOLERANCE = 0.01
+SPREAD_SEEDS = 40
 REVISION = "google-research/bert create_pretraining_data.py from bert-tensorflow 1.0.4 (2020 release)"
 
 
@@ -108,17 +110,56 @@ def run_ours(text: Path, work: Path, dupe: int) -> float:
     return cpu
 
 
-def compare(ours: dict, ref: dict) -> dict:
-    """Each statistic side by side, and whether it is within the tolerance."""
-    keys = (
-        "random_next_rate",
-        "mask_rate",
-        "masked_share_mask",
-        "masked_share_random",
-        "masked_share_unchanged",
-    )
+def random_next_spread(corpus: Path, dupe: int, seeds: int = SPREAD_SEEDS) -> dict:
+    """How much the random-next share moves from seed to seed on this input (our planner alone).
+
+    With a few long documents the share is decided mostly by which of the (document, pass)
+    target lengths come out short (10% of them, and a short target makes many one-sentence
+    chunks, always random next), so one seed's share is a noisy sample: the tolerance for
+    comparing it is three of its standard deviations over ``seeds`` seeds.
+    """
+    import glob
+
+    import pyarrow.ipc as ipc
+
+    from pipelines.examples.batches import tokenize_documents
+    from pipelines.examples.pairs import PairConfig, plan_cuts, seeded_generator
+    from wordpiece.chunk_cache import ChunkCache
+    from wordpiece.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.load(str(VOCAB), cased=False).tokenizer
+    tokenizer.encode_special_tokens = True
+    rows = [
+        row
+        for shard in sorted(glob.glob(str(corpus / "train" / "*.arrow")))
+        for row in ipc.open_file(shard).read_all().select(["doc_id", "sentences"]).to_pylist()
+    ]
+    documents, _ = tokenize_documents(ChunkCache(tokenizer), rows)
+    shares = []
+    for seed in range(seeds):
+        cuts = [
+            plan_cuts(d, PairConfig(), seeded_generator(seed, d.doc_id, k))
+            for d in documents
+            for k in range(dupe)
+        ]
+        shares.append(sum(int((c.random_b_length > 0).sum()) for c in cuts) / sum(len(c.keys) for c in cuts))
+    mean = sum(shares) / seeds
+    sd = (sum((x - mean) ** 2 for x in shares) / (seeds - 1)) ** 0.5
+    return {"seeds": seeds, "mean": mean, "sd": sd, "min": min(shares), "max": max(shares)}
+
+
+def compare(ours: dict, ref: dict, random_next_sd: float) -> dict:
+    """Each statistic side by side with its tolerance, and whether it is within it."""
+    tolerances = {
+        "random_next_rate": max(TOLERANCE, 3 * random_next_sd),
+        "mask_rate": TOLERANCE,
+        "masked_share_mask": TOLERANCE,
+        "masked_share_random": TOLERANCE,
+        "masked_share_unchanged": TOLERANCE,
+    }
     return {
-        k: {"ours": ours[k], "reference": ref[k], "within": abs(ours[k] - ref[k]) <= TOLERANCE} for k in keys
+        k: {"ours": ours[k], "reference": ref[k], "tolerance": t, "within": abs(ours[k] - ref[k]) <= t}
+        for k, t in tolerances.items()
     }
 
 
@@ -127,25 +168,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--books", type=int, default=8)
     parser.add_argument("--dupe-factor", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each full command (tiny: one more)")
     args = parser.parse_args()
     ensure_reference_venv()
     os.environ["PYTHONPATH"] = str(ROOT)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         full, tiny = write_input(work, args.books)
-        cpu = {}
-        for name, text in (("tiny", tiny), ("full", full)):
-            cpu[f"reference_{name}"] = run_reference(text, work / f"ref-{name}.tfrecord", args.dupe_factor)
-            (work / name).mkdir()
-            cpu[f"ours_{name}"] = run_ours(text, work / name, args.dupe_factor)
+        runs: dict[str, list[float]] = {}
+        # Alternating the two systems, each run repeated: on a shared machine the least CPU time
+        # of the repeats is the figure least inflated by other work.
+        for name, text, repeats in (("tiny", tiny, args.repeats + 1), ("full", full, args.repeats)):
+            for k in range(repeats):
+                ref_out = work / f"ref-{name}-{k}.tfrecord"
+                runs.setdefault(f"reference_{name}", []).append(
+                    run_reference(text, ref_out, args.dupe_factor)
+                )
+                (work / f"{name}-{k}").mkdir()
+                runs.setdefault(f"ours_{name}", []).append(
+                    run_ours(text, work / f"{name}-{k}", args.dupe_factor)
+                )
+        cpu = {key: min(values) for key, values in runs.items()}
         ref = json.loads(
             subprocess.run(
                 [str(REF_PY), str(ROOT / "benchmarks" / "reference_shim.py"), "stats",
-                 str(work / "ref-full.tfrecord"), str(VOCAB)],
+                 str(work / "ref-full-0.tfrecord"), str(VOCAB)],
                 check=True, capture_output=True, text=True,
             ).stdout.strip().splitlines()[-1]
         )  # fmt: skip
-        ours = json.loads((work / "full" / "examples" / "stats.json").read_text())
+        ours = json.loads((work / "full-0" / "examples" / "stats.json").read_text())
+        spread = random_next_spread(work / "full-0" / "corpus", args.dupe_factor)
         input_mb = full.stat().st_size / 1e6
     result = {
         "reference_revision": REVISION,
@@ -153,6 +205,7 @@ def main() -> None:
         "params": {"max_seq_length": 128, "max_predictions_per_seq": 20, "dupe_factor": args.dupe_factor,
                    "seed": 12345, "vocab": VOCAB.name},
         "cpu_s": cpu,
+        "cpu_s_runs": runs,
         "reference_examples": ref["examples"],
         "ours_examples": ours["examples"],
     }  # fmt: skip
@@ -165,7 +218,8 @@ def main() -> None:
     result["ratio_marginal"] = (
         result["ours_marginal_examples_per_cpu_s"] / result["reference_marginal_examples_per_cpu_s"]
     )
-    result["statistics"] = compare(ours, ref)
+    result["statistics"] = compare(ours, ref, spread["sd"])
+    result["random_next_rate_over_seeds"] = spread
     result["tolerance"] = TOLERANCE
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -16,12 +16,40 @@ import click
 
 from finetune.common import PRECISIONS, FinetuneError, TrainConfig
 from finetune.hidden import FEATURE_CHOICES
+from pretrain.outputs import OutputError, check_output, clear_output
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 CHECKPOINT_HELP = (
     "A `pretrain` run folder (its newest complete checkpoint), a checkpoint folder "
     "RUN/checkpoints/step-N, or an HF-format BERT folder (config.json, model.safetensors, vocab.txt)."
 )
+
+
+OUTPUT_FILES = {
+    "glue": ("metrics.json", "*.tsv", "runs/*"),
+    "swag": ("metrics.json", "dev_predictions.csv", "test_predictions.csv"),
+    "ner": ("metrics.json", "*_predictions.txt"),
+    "squad": (
+        "metrics.json",
+        "predictions.json",
+        "nbest_predictions.json",
+        "null_odds.json",
+        "predictions_tuned_threshold.json",
+        "model/*",
+        "*.tmp",
+    ),
+}
+"""The files each training command writes into --output (glob patterns): what --overwrite replaces."""
+OVERWRITE_HELP = "Replace an earlier run's files in --output; without it a non-empty --output is refused."
+
+
+def _prepare_output(command: str, output: str, overwrite: bool) -> None:
+    """Before any data or model is read: refuse a non-empty --output unless --overwrite (which then
+    removes the earlier run's files, never others), and an unwritable one."""
+    try:
+        clear_output(check_output(output, OUTPUT_FILES[command], overwrite=overwrite))
+    except OutputError as err:
+        raise click.ClickException(str(err)) from None
 
 
 def _setup_logging() -> None:
@@ -46,6 +74,7 @@ def _training_options(epochs: float, lr: float, batch_size: int) -> Callable:
         options = [
             click.option("--checkpoint", required=True, help=CHECKPOINT_HELP),
             click.option("--output", required=True, help="Folder for metrics.json and predictions."),
+            click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP),
             click.option("--epochs", type=float, default=epochs, show_default=True),
             click.option(
                 "--lr", type=float, default=lr, show_default=True, help="Peak learning rate (AdamW)."
@@ -162,13 +191,15 @@ def glue(
     submission files (CoLA.tsv, MNLI-m.tsv, MNLI-mm.tsv, ...) for the test files present."""
     from finetune.glue import run_glue
 
+    config = _config(opts)
+    _prepare_output("glue", opts["output"], opts["overwrite"])
     result = _call(
         run_glue,
         task,
         data_dir,
         opts["checkpoint"],
         opts["output"],
-        _config(opts),
+        config,
         max_seq_length=opts["max_seq_length"],
         grid=grid,
         num_seeds=seeds,
@@ -203,12 +234,14 @@ def swag(
     """Fine-tune on SWAG (four-way multiple choice); write metrics.json with dev accuracy."""
     from finetune.swag import run_swag
 
+    config = _config(opts)
+    _prepare_output("swag", opts["output"], opts["overwrite"])
     result = _call(
         run_swag,
         data_dir,
         opts["checkpoint"],
         opts["output"],
-        _config(opts),
+        config,
         max_seq_length=opts["max_seq_length"],
         train_file=train_file,
         dev_file=dev_file,
@@ -257,12 +290,14 @@ def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) 
     source = click.get_current_context().get_parameter_source("lr")
     if features is not None and source == click.core.ParameterSource.DEFAULT:
         opts["lr"] = FEATURE_LR
+    config = _config(opts)
+    _prepare_output("ner", opts["output"], opts["overwrite"])
     result = _call(
         run_ner,
         data_dir,
         opts["checkpoint"],
         opts["output"],
-        _config(opts),
+        config,
         max_seq_length=opts["max_seq_length"],
         max_train_examples=opts["max_train_examples"],
         max_eval_examples=opts["max_eval_examples"],
@@ -339,6 +374,7 @@ Examples:
 @click.option(
     "--output", required=True, help="Folder for predictions.json, nbest_predictions.json, metrics.json."
 )
+@click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP)
 @click.option("--epochs", type=float, help="Default: finetune.squad.run_squad's.")
 @click.option("--lr", type=float)
 @click.option("--batch-size", type=int)
@@ -359,13 +395,20 @@ Examples:
     "LTR & No NSP + BiLSTM row).",
 )
 def squad(
-    version: str, train_file: str | None, predict_file: str, checkpoint: str, output: str, **opts: Any
+    version: str,
+    train_file: str | None,
+    predict_file: str,
+    checkpoint: str,
+    output: str,
+    overwrite: bool,
+    **opts: Any,
 ) -> None:
     """Fine-tune on SQuAD v1.1 or v2.0 and score the predictions with the official metrics (v2.0:
     at null threshold 0 and at the threshold tuned on the predict file)."""
     from finetune.squad import run_squad
 
     given = {k: v for k, v in opts.items() if v is not None}
+    _prepare_output("squad", output, overwrite)
     result = _call(run_squad, version, train_file, predict_file, checkpoint, output, **given)
     shown = {k: v for k, v in result.items() if k not in ("train", "predict", "settings")}
     click.echo(json.dumps(shown, indent=2))

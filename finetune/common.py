@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import re
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,12 +35,12 @@ import fsspec
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from pretrain import checkpoint as ckpt
 from pretrain import hf, runtime
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import build_scheduler, parameter_groups
+from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -127,6 +126,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
         except ckpt.CheckpointError as err:
             raise FinetuneError(str(err)) from None
     try:
+        hf.check_vocab_rows(url)
         model = BertForPreTraining.from_pretrained(url, seed=seed)
     except ValueError as err:
         raise FinetuneError(f"--checkpoint {checkpoint}: {err}") from None
@@ -146,6 +146,46 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
             f"{config.vocab_size}: the vocabulary is not the one this model was trained with"
         )
     return Encoder(model.bert, tokenizer, tokenizer.cased, url)
+
+
+CASING_SAMPLE = 200
+"""Texts of the training data :func:`check_casing` tokenises (the first ones)."""
+UNK_WARN_SHARE = 0.01
+"""Above this share of ``[UNK]`` tokens, and at least twice the share of the other casing,
+:func:`check_casing` warns that the casing does not fit the vocabulary."""
+
+
+def unknown_share(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> float:
+    """The share of ``[UNK]`` among the tokens of ``texts`` (0 without tokens)."""
+    unk = tokenizer.token_to_id("[UNK]")
+    ids = [i for row in tokenizer.encode_batch(list(texts)) for i in row]
+    return sum(i == unk for i in ids) / len(ids) if ids else 0.0
+
+
+def check_casing(encoder: Encoder, texts: Sequence[str]) -> float:
+    """Tokenise the first :data:`CASING_SAMPLE` of ``texts`` with the encoder's casing and with the
+    other one; warn (with both figures) when the chosen casing gives more than
+    :data:`UNK_WARN_SHARE` ``[UNK]`` and at least twice the other's (``--cased`` on an uncased
+    vocabulary, or the reverse). Returns the measured share."""
+    sample = [t for t in texts[:CASING_SAMPLE] if t]
+    tokenizer = encoder.tokenizer
+    share = unknown_share(tokenizer, sample)
+    if share > UNK_WARN_SHARE:
+        other = WordPieceTokenizer(tokenizer.vocab, not tokenizer.cased, source="the other casing")
+        other_share = unknown_share(other, sample)
+        if share >= 2 * other_share:
+            chosen, flip = ("--cased", "--uncased") if tokenizer.cased else ("--uncased", "--cased")
+            logger.warning(
+                "%s: %.1f%% of the tokens of %d training texts are [UNK] with the vocabulary of %s, "
+                "%.1f%% with %s: the casing does not fit the vocabulary; check --cased/--uncased",
+                chosen,
+                100 * share,
+                len(sample),
+                encoder.source,
+                100 * other_share,
+                flip,
+            )
+    return share
 
 
 # --- tokenisation ----------------------------------------------------------------------------------
@@ -341,22 +381,23 @@ class TrainConfig:
     eval_batch_size: int = 64
     precision: str = "auto"
     device: str = "auto"
-    progress: bool | None = None  # None: progress bars when stderr is a terminal
+    progress: bool | None = None  # None: a bar on a terminal, else a line every 30 s; False: none
 
     def __post_init__(self) -> None:
         problems = []
-        if not self.epochs > 0:
-            problems.append(f"--epochs must be positive, got {self.epochs}")
-        if not self.lr > 0:
-            problems.append(f"--lr must be positive, got {self.lr}")
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            problems.append(f"--epochs must be positive and finite, got {self.epochs}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            problems.append(f"--lr must be positive and finite, got {self.lr}")
         if self.batch_size < 1:
             problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.eval_batch_size < 1:
             problems.append(f"the evaluation batch size must be at least 1, got {self.eval_batch_size}")
         if not 0 <= self.warmup_proportion < 1:
             problems.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
-        if self.weight_decay < 0 or self.max_grad_norm < 0:
-            problems.append("weight decay and max grad norm must not be negative")
+        for flag, value in (("--weight-decay", self.weight_decay), ("max_grad_norm", self.max_grad_norm)):
+            if not (math.isfinite(value) and value >= 0):
+                problems.append(f"{flag} must not be negative (and finite), got {value}")
         if self.precision not in PRECISIONS:
             problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if problems:
@@ -365,10 +406,6 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""
         return asdict(self)
-
-
-def _show_progress(progress: bool | None) -> bool:
-    return sys.stderr.isatty() if progress is None else progress
 
 
 def epoch_order(num_features: int, seed: int, epoch: int) -> list[int]:
@@ -474,9 +511,7 @@ def fit(
     start, seen = time.perf_counter(), 0
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(config.seed)
-        bar = tqdm(
-            total=max_steps, desc="fine-tune", unit="step", disable=not _show_progress(config.progress)
-        )
+        bar = Progress(max_steps, desc="fine-tune", enabled=config.progress)
         epoch = 0
         while result.steps < max_steps:
             model.train()
@@ -529,7 +564,8 @@ def predict(
     order = sorted(range(len(features)), key=lambda i: _sequence_length(features[i]))
     outputs: list[Any] = [None] * len(features)
     batches = range(0, len(order), batch_size)
-    for first in tqdm(batches, desc="predict", unit="batch", disable=not _show_progress(progress)):
+    bar = Progress(len(batches), desc="predict", unit="batch", enabled=progress)
+    for first in batches:
         chosen = order[first : first + batch_size]
         batch = collate_fn([features[i] for i in chosen])
         batch = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
@@ -541,6 +577,8 @@ def predict(
             rows = list(logits.float().cpu())
         for index, row in zip(chosen, rows, strict=True):
             outputs[index] = row
+        bar.update(1)
+    bar.close()
     return outputs
 
 

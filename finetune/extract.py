@@ -20,6 +20,7 @@ character offsets), so the vectors can be pooled back to the caller's own words.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import json
 import logging
@@ -37,6 +38,8 @@ import torch
 from finetune.common import PRECISIONS, Encoder, FinetuneError, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
 from finetune.squad import doc_windows, is_max_context
+from pretrain import outputs, runtime
+from pretrain.outputs import OutputState
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker
 from schemas.features import FEATURES_NAME, features_format
@@ -188,8 +191,9 @@ def rows_table(
     return pa.table(columns, schema=fmt.schema)
 
 
-def _read_lines(url: str) -> Iterator[tuple[int, list[str]]]:
-    """The input's lines in chunks ``(first_line, lines)``; errors name the file and line."""
+def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
+    """The input's lines in chunks ``(first_line, lines)``, its bytes fed to ``digest`` (a
+    ``hashlib`` object) on the way; errors name the file and line."""
     try:
         f = fsspec.open(url, "rb").open()
     except FileNotFoundError:
@@ -198,6 +202,7 @@ def _read_lines(url: str) -> Iterator[tuple[int, list[str]]]:
         chunk: list[str] = []
         first = 0
         for number, raw in enumerate(f):
+            digest.update(raw)
             if number == 0:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
             try:
@@ -214,44 +219,24 @@ def _read_lines(url: str) -> Iterator[tuple[int, list[str]]]:
 # --- the output folder -----------------------------------------------------------------------------
 
 
-def _is_own_file(name: str) -> bool:
-    return (
-        name in (COMPLETED_FILE, MANIFEST_FILE, STATS_FILE)
-        or re.fullmatch(r"features-\d{5}\.arrow", name) is not None
-    )
+FEATURES_FILES = (COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, "features-*.arrow")
+"""What ``finetune features`` writes into ``--output``: all that ``--overwrite`` replaces."""
 
 
-def check_output(output: str, overwrite: bool) -> list[str]:
-    """Before anything is read: refuse an ``output`` that already has files, unless ``overwrite``,
-    and then refuse one with files this command never wrote. Returns the earlier run's files, for
-    :func:`clear_output` once the inputs are known to be good."""
+def check_output(output: str, overwrite: bool) -> OutputState:
+    """Before anything is read: refuse an ``output`` that already has files unless ``overwrite``,
+    one with files this command never wrote, and one that cannot be written
+    (:func:`pretrain.outputs.check_output`). Nothing on disk changes."""
+    try:
+        return outputs.check_output(output, FEATURES_FILES, overwrite=overwrite)
+    except outputs.OutputError as err:
+        raise FinetuneError(str(err)) from None
+
+
+def clear_output(output: str, state: OutputState) -> None:
+    """Remove an earlier run's files (``COMPLETED`` first) and make sure ``output`` exists."""
+    outputs.clear_output(state)
     fs, root = fsspec.core.url_to_fs(output)
-    if not fs.exists(root):
-        return []
-    if not fs.isdir(root):
-        raise FinetuneError(f"--output {output} is a file, not a folder")
-    names = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False))
-    if names and not overwrite:
-        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        raise FinetuneError(
-            f"--output {output} already has files ({shown}): give --overwrite to replace an earlier "
-            "run's features, or another --output"
-        )
-    foreign = [n for n in names if not _is_own_file(n)]
-    if foreign:
-        raise FinetuneError(
-            f"--output {output} has files finetune features did not write ({', '.join(foreign[:3])}): "
-            "refusing to overwrite; give an empty or new --output"
-        )
-    return [f"{root}/{name}" for name in names]
-
-
-def clear_output(output: str, paths: Sequence[str]) -> None:
-    """Remove an earlier run's files (``COMPLETED`` first, so that a crash in between never leaves
-    a complete-looking folder) and make sure ``output`` exists."""
-    fs, root = fsspec.core.url_to_fs(output)
-    for path in sorted(paths, key=lambda p: not p.endswith(COMPLETED_FILE)):
-        fs.rm(path)
     fs.makedirs(root, exist_ok=True)
 
 
@@ -268,6 +253,17 @@ class _ShardWriter:
         self.pending.append(table)
         if sum(t.nbytes for t in self.pending) >= self.max_bytes:
             self.flush()
+
+    def discard(self, *, remove_folder: bool) -> None:
+        """Remove the shards written so far (a failed run's are of no use without a manifest),
+        and the output folder too when ``remove_folder`` and nothing else is in it."""
+        for entry in self.entries:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(f"{self.root}/{entry.path}")
+        self.entries, self.pending = [], []
+        with contextlib.suppress(OSError):
+            if remove_folder and self.fs.isdir(self.root) and not self.fs.ls(self.root):
+                self.fs.rmdir(self.root)
 
     def flush(self) -> None:
         if not self.pending:
@@ -304,8 +300,11 @@ def extract_features(
     """Write the hidden states of ``settings.layers`` for every token of every line of
     ``input_file`` into ``output`` (``features-NNNNN.arrow``, ``manifest.json``, ``stats.json``,
     then ``COMPLETED``); returns the stats. ``checkpoint`` is any ``--checkpoint`` of
-    :func:`finetune.common.load_encoder`. Refuses a non-empty ``output`` unless ``overwrite``."""
+    :func:`finetune.common.load_encoder`. Refuses a non-empty ``output`` unless ``overwrite``, and
+    bad ``--layers`` / ``--max-seq-length`` before an earlier output is touched."""
     earlier = check_output(output, overwrite)
+    if not runtime.exists(input_file):
+        raise FinetuneError(f"--input {input_file} not found")
     encoder = load_encoder(checkpoint, cased=cased)
     config = encoder.model.config
     if settings.max_seq_length > encoder.max_positions:
@@ -317,36 +316,21 @@ def extract_features(
         layers = parse_layers(settings.layers, config.num_hidden_layers)
     except ValueError as err:
         raise FinetuneError(str(err)) from None
-    given = [int(part) for part in settings.layers.split(",") if part.strip()]
+    existed = runtime.exists(output)
     clear_output(output, earlier)
-    device = resolve_device(settings.device)
-    encoder.model.to(device).eval()
     fmt = features_format(config.hidden_size)
     writer = _ShardWriter(output, fmt, settings.max_shard_bytes)
-    stats = {"num_lines": 0, "num_empty_lines": 0, "num_pieces": 0, "num_windows": 0, "num_split_lines": 0}
-    stats["max_pieces_in_a_line"] = 0
-    start = time.perf_counter()
-    for first, lines in _read_lines(input_file):
-        plans = plan_lines(encoder, lines, first, settings)
-        states = _encode_windows(encoder, plans, layers, settings, device)
-        vectors = [line_vectors(plan, s) for plan, s in zip(plans, states, strict=True)]
-        writer.add(rows_table(fmt, plans, vectors, given))
-        for plan in plans:
-            stats["num_lines"] += 1
-            stats["num_empty_lines"] += not plan.ids
-            stats["num_pieces"] += len(plan.ids)
-            stats["num_windows"] += len(plan.windows)
-            stats["num_split_lines"] += len(plan.windows) > 1
-            stats["max_pieces_in_a_line"] = max(stats["max_pieces_in_a_line"], len(plan.ids))
-    writer.flush()
-    if not stats["num_lines"]:
-        raise FinetuneError(f"--input {input_file} has no lines: nothing to extract")
-    stats["extract_s"] = round(time.perf_counter() - start, 3)
-    stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
-    stats["num_rows"] = sum(e.num_rows for e in writer.entries)
+    digest = hashlib.sha256()
+    try:
+        stats = _extract(encoder, input_file, layers, settings, writer, digest)
+    except BaseException:
+        writer.discard(remove_folder=not existed)
+        raise
+    given = [int(part) for part in settings.layers.split(",") if part.strip()]
     params = {
         "checkpoint": encoder.source,
         "input": input_file,
+        "input_sha256": digest.hexdigest(),
         "layers": given,
         "layers_absolute": list(layers),
         "hidden_size": config.hidden_size,
@@ -364,14 +348,56 @@ def extract_features(
         f.write(manifest_json)
     with fs.open(f"{root}/{COMPLETED_FILE}", "w") as f:
         f.write(completed_marker(manifest_json))
+    return stats
+
+
+def _extract(
+    encoder: Encoder,
+    input_file: str,
+    layers: Sequence[int],
+    settings: ExtractSettings,
+    writer: _ShardWriter,
+    digest: Any,
+) -> dict[str, Any]:
+    """Every line of ``input_file`` through the encoder into ``writer``'s shards; the counts."""
+    device = resolve_device(settings.device)
+    encoder.model.to(device).eval()
+    given = [int(part) for part in settings.layers.split(",") if part.strip()]
+    keys = (
+        "num_lines",
+        "num_empty_lines",
+        "num_pieces",
+        "num_windows",
+        "num_split_lines",
+        "max_pieces_in_a_line",
+    )
+    stats: dict[str, Any] = dict.fromkeys(keys, 0)
+    start = time.perf_counter()
+    for first, lines in _read_lines(input_file, digest):
+        plans = plan_lines(encoder, lines, first, settings)
+        states = _encode_windows(encoder, plans, layers, settings, device)
+        vectors = [line_vectors(plan, s) for plan, s in zip(plans, states, strict=True)]
+        writer.add(rows_table(writer.fmt, plans, vectors, given))
+        for plan in plans:
+            stats["num_lines"] += 1
+            stats["num_empty_lines"] += not plan.ids
+            stats["num_pieces"] += len(plan.ids)
+            stats["num_windows"] += len(plan.windows)
+            stats["num_split_lines"] += len(plan.windows) > 1
+            stats["max_pieces_in_a_line"] = max(stats["max_pieces_in_a_line"], len(plan.ids))
+    writer.flush()
+    if not stats["num_lines"]:
+        raise FinetuneError(f"--input {input_file} has no lines: nothing to extract")
+    stats["extract_s"] = round(time.perf_counter() - start, 3)
+    stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
+    stats["num_rows"] = sum(e.num_rows for e in writer.entries)
     logger.info("features: %d lines, %d pieces, %d rows in %.1f s", stats["num_lines"], stats["num_pieces"],
                 stats["num_rows"], stats["extract_s"])  # fmt: skip
     return stats
 
 
-def read_features(output: str) -> tuple[Manifest, pa.Table]:
-    """Read a completed ``finetune features`` output: its manifest and every row, each shard checked
-    against the manifest's size and SHA-256 and against the ``features`` schema."""
+def read_manifest(output: str) -> Manifest:
+    """The manifest of a completed ``finetune features`` output (``COMPLETED`` checked against it)."""
     fs, root = fsspec.core.url_to_fs(output)
 
     def text(name: str) -> str | None:
@@ -385,15 +411,36 @@ def read_features(output: str) -> tuple[Manifest, pa.Table]:
     if manifest_text is None:
         raise FinetuneError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
     try:
-        manifest = verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
+        return verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
     except ManifestError as err:
         raise FinetuneError(str(err)) from None
+
+
+def iter_features(output: str) -> Iterator[pa.Table]:
+    """The rows of a completed ``finetune features`` output one shard at a time (bounded memory),
+    each shard checked against the manifest's size and SHA-256 and the ``features`` schema."""
+    manifest = read_manifest(output)
     fmt = features_format(int(manifest.params["hidden_size"]))
-    tables = []
+    fs, root = fsspec.core.url_to_fs(output)
     for entry in manifest.shards:
         with fs.open(f"{root}/{entry.path}", "rb") as f:
             data = f.read()
         if len(data) != entry.num_bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
             raise FinetuneError(f"{output}/{entry.path}: does not match {MANIFEST_FILE} (size or SHA-256)")
-        tables.append(fmt.read_ipc(data, f"{output}/{entry.path}"))
+        yield fmt.read_ipc(data, f"{output}/{entry.path}")
+
+
+def read_features(output: str) -> tuple[Manifest, pa.Table]:
+    """A completed ``finetune features`` output whole: its manifest and every row
+    (:func:`iter_features`). ``vectors(table)`` gives the vectors as one NumPy array."""
+    manifest = read_manifest(output)
+    tables = list(iter_features(output))
+    fmt = features_format(int(manifest.params["hidden_size"]))
     return manifest, pa.concat_tables(tables) if tables else fmt.schema.empty_table()
+
+
+def vectors(table: pa.Table) -> np.ndarray:
+    """The ``vector`` column of ``features`` rows as a float32 array ``[rows, hidden]`` (no copy
+    per row)."""
+    column = table.column("vector").combine_chunks()
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), column.type.list_size)

@@ -29,6 +29,7 @@ from finetune.common import (
     FinetuneError,
     SequenceClassifier,
     TrainConfig,
+    check_casing,
     check_max_seq_length,
     encode_pair,
     fit,
@@ -451,6 +452,7 @@ def run_glue(
     dev = {k: (v[:max_eval_examples] if max_eval_examples else v) for k, v in data.dev.items()}
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
+    check_casing(encoder, [e.text_a for e in train])
     inputs = _GlueInputs.of(task, encoder, train, dev, max_seq_length)
     runs, summaries, kept = _train_groups(inputs, groups, output)
     selected = max(summaries, key=lambda s: s["dev_mean"][task.main_metric])

@@ -168,17 +168,19 @@ def cache_layers(
 ) -> list[dict[str, Any]]:
     """Each feature with its chosen encoder layers added under ``layers`` (a CPU float32 tensor
     ``[length, len(model.layers), hidden]``): the frozen encoder runs once over the training set
-    instead of once per epoch. Memory: ``tokens x layers x hidden x 4`` bytes."""
+    instead of once per epoch (in length-sorted batches, so little padding is computed).
+    Memory: ``tokens x layers x hidden x 4`` bytes."""
     model.bert.to(device).eval()
     out = [dict(f) for f in features]
-    for first in range(0, len(features), batch_size):
-        chunk = features[first : first + batch_size]
-        batch = collate_fn(chunk)
+    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    for first in range(0, len(order), batch_size):
+        chosen = order[first : first + batch_size]
+        batch = collate_fn([features[i] for i in chosen])
         inputs = {k: batch[k].to(device) for k in ("input_ids", "token_type_ids", "attention_mask")}
         with autocast(device, precision):
             layers = model.encoder_layers(**inputs).float().cpu()
-        for offset, feature in enumerate(chunk):
-            out[first + offset]["layers"] = layers[offset, : len(feature["input_ids"])].clone()
+        for row, index in enumerate(chosen):
+            out[index]["layers"] = layers[row, : len(features[index]["input_ids"])].clone()
     return out
 
 

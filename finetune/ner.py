@@ -34,6 +34,7 @@ from finetune.common import (
     TrainConfig,
     TrainResult,
     _seeded_linear,
+    check_casing,
     check_max_seq_length,
     fit,
     load_encoder,
@@ -323,6 +324,7 @@ def run_ner(
     labels = label_set(train)
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
+    check_casing(encoder, [" ".join(s.words) for s in train])
     inputs, _ = sentence_features(train, encoder, labels, max_seq_length)
     if features is None:
         model: nn.Module = TokenClassifier(encoder.model, len(labels), seed=config.seed)

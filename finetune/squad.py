@@ -42,6 +42,7 @@ from finetune.common import (
     FinetuneError,
     TaskOutput,
     TrainConfig,
+    check_casing,
     check_max_seq_length,
     fit,
     load_encoder,
@@ -792,6 +793,7 @@ def _run(
     train_examples, train_stats, predict_examples, predict_stats = files.read(settings.version)
     encoder = load_encoder(checkpoint, seed=config.seed)
     check_max_seq_length(settings.max_seq_length, encoder)
+    check_casing(encoder, [e.context for e in train_examples or predict_examples])
     tokenizer = encoder.tokenizer.tokenizer
     model = SpanQuestionAnswering(encoder.model, seed=config.seed, bilstm=settings.bilstm)
     head_loaded = load_span_head(model, encoder.source)

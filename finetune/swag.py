@@ -24,6 +24,7 @@ from finetune.common import (
     FinetuneError,
     MultipleChoice,
     TrainConfig,
+    check_casing,
     check_max_seq_length,
     encode_pair,
     fit,
@@ -176,6 +177,7 @@ def run_swag(
     train, dev = train[:max_train_examples], dev[:max_eval_examples]
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
+    check_casing(encoder, [e.context for e in train])
     model = MultipleChoice(encoder.model, seed=config.seed)
     trained = fit(model, features(train, encoder, max_seq_length), config)
 

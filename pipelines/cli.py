@@ -30,12 +30,15 @@ _PASS_THROUGH = {
 
 
 def _fail(message: str) -> None:
+    """The command line is wrong (a flag's value or a combination the settings refuse): one line,
+    exit 2, nothing read or written."""
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
 
 
 def _fail_run(message: str) -> None:
-    """A run that finished without a usable output: one line, exit 1 (no ``COMPLETED`` written)."""
+    """The command ran and failed: an input missing, incomplete or damaged, an output in the way, a
+    pipeline that failed or wrote nothing usable. One line, exit 1 (no ``COMPLETED`` written)."""
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
 
@@ -44,7 +47,7 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     try:
         stats = run_stage(build, config, inputs, beam_args)
     except (StageFailed, io.InputError, io.OutputError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
@@ -63,6 +66,7 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
 
 
 def _config(cls, **kwargs):
+    io.use_beam_options(click.get_current_context().args)  # before any input or output is looked at
     try:
         return cls(**kwargs)
     except ValueError as err:
@@ -73,7 +77,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
     try:
         return io.expand_inputs(patterns)
     except io.InputError as err:
-        _fail(str(err))
+        _fail_run(str(err))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,13 +91,15 @@ def main(verbose: bool) -> None:
     pipelines books --input 'books/*.txt' --output out/corpus/books
     pipelines corpus --input out/corpus/wiki --input out/corpus/books --output out/corpus/all
 
-    Paths may be local or bucket URLs (gs://, s3://). Unknown options go to Beam, so the same
+    Paths may be local or bucket URLs (gs://, s3:// with the aws extra: AWS_ENDPOINT_URL or Beam's
+    --s3_endpoint_url for a non-AWS server). Unknown options go to Beam, so the same
     command runs on Dataflow with --runner DataflowRunner --project P --region R
     --temp_location gs://b/tmp --setup_file ./setup.py.
     """
     logging.basicConfig(
         level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
     )
+    io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
 
 
 def _source_options(func):
@@ -275,7 +281,7 @@ def corpus(
     try:
         manifests = [(folder, io.load_manifest(folder, DOCUMENTS.name)) for folder in inputs]
     except io.InputError as err:
-        _fail(str(err))
+        _fail_run(str(err))
     _run(build, config, manifests, ctx.args, "documents")
 
 
@@ -340,19 +346,20 @@ def examples(ctx, **flags):
     from schemas import DOCUMENTS
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
+    io.use_beam_options(ctx.args)
     try:
         config = _examples_config(flags)
         tokenizer = WordPieceTokenizer.load(config.vocab, cased=config.cased)
         manifest = io.load_manifest(config.corpus, DOCUMENTS.name)
-    except (ValueError, VocabError, io.InputError) as err:
-        _fail(str(err))
+    except ValueError as err:  # the settings (exit 2), or the vocabulary or corpus (exit 1)
+        (_fail_run if isinstance(err, (VocabError, io.InputError)) else _fail)(str(err))
     vocab_sha256 = tokenizer.vocab_sha256
     try:
         stats = run_stage(
             lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256), config, None, ctx.args
         )
     except (StageFailed, io.InputError, io.OutputError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
@@ -408,6 +415,28 @@ def _report_examples(config: ExamplesConfig, stats: dict) -> None:
 
 
 @main.command()
+@click.argument("output")
+@click.option("--overwrite", is_flag=True, help="Rebuild an index the output already has.")
+def index(output, overwrite):
+    """Add the record-batch index (index.json) that the trainer's reader needs to an examples
+    OUTPUT written before it existed; checks every shard's SHA-256 once, changes no shard."""
+    from pipelines.index import add_index
+
+    try:
+        result = add_index(output, overwrite=overwrite)
+    except io.InputError as err:
+        _fail(str(err))
+    if result.already_indexed:
+        click.echo(f"{output}: already has an index; nothing to do (--overwrite rebuilds it)")
+        return
+    click.echo(
+        f"index: {result.num_shards:,} shards, {result.num_batches:,} record batches "
+        f"({result.num_bytes_read / 1e6:,.1f} MB read and verified)"
+    )
+    click.echo(f"output: {output}")
+
+
+@main.command()
 @click.argument("folder")
 @click.option("--samples", type=int, default=3, show_default=True, help="Documents to show.")
 def show(folder, samples):
@@ -417,7 +446,7 @@ def show(folder, samples):
     try:
         lines = describe(folder, num_samples=samples)
     except (io.InputError, SchemaError) as err:
-        _fail(str(err))
+        _fail_run(str(err))
     for line in lines:
         click.echo(line)
 

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
 
-_KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", "length_histogram.png", COMPLETED_FILE)
+_KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", COMPLETED_FILE)
 _KNOWN_OUTPUT_DIRS = ("all", "rejects", "examples", *SPLITS)
 
 
@@ -28,6 +29,15 @@ class InputError(ValueError):
 
 class OutputError(ValueError):
     """An output cannot be written (exists and is complete, or is not writable)."""
+
+
+def use_beam_options(beam_args: Sequence[str]) -> None:
+    """Give the launching machine's own file operations (output checks, input globs, manifests)
+    Beam's filesystem options from the command line: ``--s3_endpoint_url``, ``--s3_region_name``
+    and the other ``S3Options`` (without them boto3 reads ``AWS_ENDPOINT_URL`` and the usual AWS
+    credentials). Beam applies them itself only once a pipeline is built; its S3 filesystem refuses
+    to work without them."""
+    FileSystems.set_options(PipelineOptions(list(beam_args)))
 
 
 def join(base: str, *parts: str) -> str:
@@ -116,7 +126,7 @@ def prepare_output(output: str, overwrite: bool) -> None:
         FileSystems.delete(stale)
     probe = join(output, f".write-probe-{uuid.uuid4().hex}")
     try:
-        write_bytes(probe, b"")
+        write_bytes(probe, b"probe")  # not empty: Beam's S3 writer cannot upload an empty object
         FileSystems.delete([probe])
     except Exception as err:  # Any filesystem error means the same thing to the user.
         raise OutputError(f"--output {output}: cannot write there ({type(err).__name__}: {err})") from None

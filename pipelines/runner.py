@@ -53,6 +53,7 @@ def run_stage(
 ) -> dict[str, Any] | None:
     """Prepare the output, build and run one stage; return its ``stats.json`` (None for a dry run)."""
     options = pipeline_options(beam_args)
+    io.use_beam_options(beam_args)
     dry_run = is_dry_run(options)
     if not dry_run:
         io.prepare_output(config.output, config.overwrite)

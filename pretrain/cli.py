@@ -8,8 +8,16 @@ import sys
 
 import click
 
-from pretrain.config import LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
+from pretrain.config import BATCHING_MODES, LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
+from pretrain.outputs import (
+    EXPORT_FILES,
+    PRETRAIN_FILES,
+    OutputError,
+    OutputState,
+    check_output,
+    clear_output,
+)
 
 _EPILOG = """\b
 Examples:
@@ -98,6 +106,12 @@ Examples:
 @click.option("--eval-batches", type=int, default=50, show_default=True, help="Validation batches per rank.")
 @click.option("--resume", help="Continue the run in this folder from its newest complete checkpoint.")
 @click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the earlier run in --output (its checkpoints, metrics, plots); without it a "
+    "non-empty --output is refused.",
+)
+@click.option(
     "--init-from", help="Start from weights: an HF-format BERT folder, a checkpoint or a run folder."
 )
 @click.option("--vocab", help="vocab.txt / tokenizer.json; default: the one the shards were made with.")
@@ -109,6 +123,14 @@ Examples:
 @click.option("--mask-share", type=float, help="Dynamic masking: share of predictions -> [MASK].")
 @click.option("--keep-share", type=float, help="Dynamic masking: share kept unchanged.")
 @click.option("--random-share", type=float, help="Dynamic masking: share -> a random token.")
+@click.option(
+    "--batching",
+    type=click.Choice(BATCHING_MODES),
+    default="padded",
+    show_default=True,
+    help="padded: to each batch's longest; bucketed: grouped by length; packed: no padding (varlen).",
+)
+@click.option("--bucket-window", type=int, default=64, show_default=True, help="Batches regrouped by length.")
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")
@@ -116,7 +138,7 @@ Examples:
 @click.option("--quiet", is_flag=True, help="Warnings and errors only.")
 @click.option("--rank-report", hidden=True, help="Folder for per-rank weight/example digests (tests).")
 @click.pass_context
-def main(ctx, quiet, compile_, **options) -> None:
+def main(ctx, quiet, compile_, overwrite, **options) -> None:
     """Pre-train BERT (MLM + NSP) from example shards on local or bucket paths.
 
     Streams the shards written by `pipelines examples`, trains with AMP (bf16, or fp16 with loss
@@ -137,6 +159,10 @@ def main(ctx, quiet, compile_, **options) -> None:
         raise click.UsageError("--shards is required (or a command: pretrain export --help)")
     try:
         cfg = TrainConfig(compile=compile_, **options)
+        problems = cfg.problems()
+        if problems:  # the command line is wrong: exit 2, before anything is read or written
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
+        earlier = _check_run_folder(cfg, overwrite) if rank == 0 else None
         if cfg.resume:
             given = {
                 name
@@ -144,14 +170,44 @@ def main(ctx, quiet, compile_, **options) -> None:
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
             }
             cfg = inherit_settings(cfg, given)
-        train(cfg)
-    except TrainingError as err:
+        problems = cfg.problems()
+        if problems:  # the flags given with --resume do not fit the run's own settings
+            raise click.UsageError("invalid settings: " + "; ".join(problems))
+        train(cfg, before_fit=None if earlier is None else lambda: _clear_run_folder(earlier))
+    except (TrainingError, OutputError) as err:
         raise click.ClickException(str(err)) from None
     finally:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _check_run_folder(cfg, overwrite: bool) -> OutputState | None:
+    """Refuse a non-empty --output that this run does not continue (unless --overwrite) and an
+    unwritable one, before any data or model is read; return what --overwrite is to remove."""
+    output = (cfg.output or cfg.resume or "").rstrip("/")
+    if not output:
+        raise click.UsageError("--output is required (or --resume RUN, which continues writing into RUN)")
+    continuing = bool(cfg.resume) and cfg.resume.rstrip("/") == output
+    if continuing:
+        if overwrite:
+            raise click.UsageError(f"--overwrite would delete the run that --resume {cfg.resume} continues")
+        check_output(output, ("*",), overwrite=True)  # writable; its files are the run's own
+        return None
+    from pretrain.runtime import exists
+
+    hint = f"--resume {output}" if exists(f"{output}/checkpoints") else None
+    return check_output(output, PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
+
+
+def _clear_run_folder(earlier: OutputState) -> None:
+    """--overwrite: remove the earlier run's files, once every check before step 1 has passed."""
+    removed = clear_output(earlier)
+    if removed:
+        logging.getLogger("pretrain").warning(
+            "--overwrite: removed %d file(s) of the earlier run in %s", removed, earlier.url
+        )
 
 
 @main.command()
@@ -162,7 +218,8 @@ def main(ctx, quiet, compile_, **options) -> None:
 @click.option(
     "--output", required=True, help="Folder (or URL) for config.json, model.safetensors, vocab.txt."
 )
-def export(checkpoint, fmt, output) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export in --output.")
+def export(checkpoint, fmt, output, overwrite) -> None:
     """Write a checkpoint in transformers' format (BertForPreTraining.from_pretrained loads it)."""
     import json
 
@@ -173,19 +230,22 @@ def export(checkpoint, fmt, output) -> None:
     from pretrain.model import BertForPreTraining
 
     try:
+        state_of_output = check_output(output, EXPORT_FILES, overwrite=overwrite)
         found = ckpt.resolve(checkpoint)
-    except ckpt.CheckpointError as err:
+        model = BertForPreTraining.from_pretrained(found.url)
+        state = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}")
+        clear_output(state_of_output)
+        export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not state.get("cased", False))
+        fs, root = fsspec.core.url_to_fs(output)
+        fs.pipe_file(
+            f"{root.rstrip('/')}/pretraining.json",
+            json.dumps(
+                {"checkpoint": found.url, "step": state["step"], "tokens_seen": state["tokens_seen"]},
+                indent=1,
+            ).encode(),
+        )
+    except (OutputError, ckpt.CheckpointError, ValueError, OSError) as err:
         raise click.ClickException(str(err)) from None
-    model = BertForPreTraining.from_pretrained(found.url)
-    state = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}")
-    export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not state.get("cased", False))
-    fs, root = fsspec.core.url_to_fs(output)
-    fs.pipe_file(
-        f"{root.rstrip('/')}/pretraining.json",
-        json.dumps(
-            {"checkpoint": found.url, "step": state["step"], "tokens_seen": state["tokens_seen"]}, indent=1
-        ).encode(),
-    )
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
 
 

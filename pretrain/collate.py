@@ -9,11 +9,13 @@ reference generator's rule — ``min(max_predictions, max(1, round(num_tokens ×
 out of the tokens other than ``[CLS]``/``[SEP]``, 80% ``[MASK]``, 10% unchanged, 10% a random token
 by default — with the one rule of :mod:`wordpiece.masking` that ``pipelines examples`` also uses (whole-word
 grouping, the three replacement shares), keyed by draws from the generator the caller passes
-(seeded by batch identity).
+(seeded by batch identity) — or, for validation, by each example's own tokens
+(:func:`validation_masking`), so that its masks do not depend on the batch, rank, epoch or run.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
@@ -33,10 +35,18 @@ class DynamicMasking:
 
     config: MaskingConfig
     vocab: MaskingVocab = field(repr=False)
+    by_content: bool = False
+    """Key each example's masking by its own tokens (the same masks wherever and whenever it is
+    read) instead of by draws from the batch's generator."""
 
     @classmethod
     def from_vocab(
-        cls, vocab: Sequence[str], config: MaskingConfig | None = None, *, whole_vocab: bool = False
+        cls,
+        vocab: Sequence[str],
+        config: MaskingConfig | None = None,
+        *,
+        whole_vocab: bool = False,
+        by_content: bool = False,
     ) -> DynamicMasking:
         """Settings for a vocabulary (tokens in id order, e.g. ``WordPieceTokenizer.vocab``); the
         random tokens come from the same pool as ``pipelines examples`` draws them from."""
@@ -44,7 +54,27 @@ class DynamicMasking:
 
         tokenizer = WordPieceTokenizer(vocab, cased=True)
         pool = tokenizer.replacement_ids(whole_vocab)
-        return cls(config or MaskingConfig(), MaskingVocab.build(list(vocab), pool))
+        return cls(config or MaskingConfig(), MaskingVocab.build(list(vocab), pool), by_content)
+
+
+def validation_masking(params: dict, vocab: Sequence[str]) -> DynamicMasking | None:
+    """How the trainer masks validation shards with manifest ``params``: None (their static masks,
+    as written) when they are masked, whether or not training uses --dynamic-masking — the same
+    figures in every run; for unmasked (``--no-masking``) shards, their manifest's own masking
+    settings (no command-line overrides) keyed by each example's tokens: deterministic, and the
+    same in every evaluation and every run over these shards."""
+    if params.get("masking", True) is not False:
+        return None
+    return DynamicMasking.from_vocab(vocab, masking_from_params(params), by_content=True)
+
+
+def content_keys(input_ids: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """A 64-bit key per row from its real tokens (BLAKE2b), for :class:`DynamicMasking` ``by_content``."""
+    keys = np.empty(len(input_ids), np.uint64)
+    for row, (ids, mask) in enumerate(zip(input_ids, real, strict=True)):
+        digest = hashlib.blake2b(ids[mask].tobytes(), digest_size=8, person=b"bert-validate")
+        keys[row] = int.from_bytes(digest.digest(), "little")
+    return keys
 
 
 def masking_from_params(params: dict, **overrides) -> MaskingConfig:
@@ -73,12 +103,15 @@ def _remask(
     real: np.ndarray,
     lengths: np.ndarray,
     masking: DynamicMasking,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mask original ``input_ids`` afresh (in place) with :func:`wordpiece.masking.mask_batch`;
     return (slots, positions, ids) padded to the most predictions of a row."""
     size = len(lengths)
-    keys = rng.integers(0, np.iinfo(np.int64).max, size=size, dtype=np.int64).astype(np.uint64)
+    if masking.by_content:
+        keys = content_keys(input_ids, real)
+    else:
+        keys = rng.integers(0, np.iinfo(np.int64).max, size=size, dtype=np.int64).astype(np.uint64)
     starts = np.cumsum(lengths) - lengths
     masked = mask_batch(input_ids[real], starts, lengths, keys, masking.config, masking.vocab)
     input_ids[real] = masked.input_ids
@@ -94,7 +127,8 @@ def _remask(
 def collate(
     table: pa.Table, masking: DynamicMasking | None = None, rng: np.random.Generator | None = None
 ) -> Batch:
-    """Pad a table of examples into model tensors; re-mask when ``masking`` is given (needs ``rng``).
+    """Pad a table of examples into model tensors; re-mask when ``masking`` is given (needs ``rng``
+    unless it masks ``by_content``).
 
     Keys: ``input_ids``, ``attention_mask``, ``token_type_ids`` ([batch, width]);
     ``masked_lm_positions``, ``masked_lm_ids``, ``masked_lm_weights`` ([batch, most masks in the
@@ -116,7 +150,7 @@ def collate(
     mlm_pos[slots] = flat_positions
     mlm_ids[slots] = flat_ids
     if masking is not None:
-        if rng is None:
+        if rng is None and not masking.by_content:
             raise ValueError("dynamic masking needs a seeded generator (rng)")
         input_ids[np.nonzero(slots)[0], mlm_pos[slots]] = mlm_ids[slots]  # undo the written masks
         slots, mlm_pos, mlm_ids = _remask(input_ids, real, lengths, masking, rng)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from pretrain.batching import BATCHING_MODES
 from pretrain.model import parse_model_size
 from pretrain.runtime import PRECISIONS
 
@@ -75,6 +77,10 @@ class TrainConfig:
     mask_share: float | None = None
     keep_share: float | None = None
     random_share: float | None = None
+    batching: str = "padded"
+    """How batches are laid out (``pretrain/batching.py``): padded, bucketed or packed."""
+    bucket_window: int = 64
+    """Consecutive batches whose examples ``bucketed`` regroups by length."""
     num_workers: int = 2
     streams: int | None = None
     compile: bool = False
@@ -85,6 +91,7 @@ class TrainConfig:
     """A local folder where every rank writes a digest of its weights and examples (for tests)."""
 
     def problems(self) -> list[str]:
+        """Every problem with the settings (one line each, naming the flag); empty when valid."""
         found = []
         if self.config is not None:
             try:
@@ -111,10 +118,7 @@ class TrainConfig:
             found.append(
                 f"--schedule-steps {self.schedule_steps} must be at least --max-steps {self.max_steps}"
             )
-        if self.lr <= 0:
-            found.append(f"--lr must be positive, got {self.lr}")
-        if self.max_grad_norm < 0:
-            found.append(f"--max-grad-norm must not be negative, got {self.max_grad_norm}")
+        found += self._number_problems()
         if self.resume and self.init_from:
             found.append(
                 "--resume continues a run (weights, optimizer, data position); --init-from starts "
@@ -124,8 +128,42 @@ class TrainConfig:
             for name in MASKING_OVERRIDES:
                 if getattr(self, name) is not None:
                     found.append(f"--{name.replace('_', '-')} applies to --dynamic-masking only: add it")
+        if self.batching not in BATCHING_MODES:
+            found.append(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
+        if self.bucket_window < 1:
+            found.append(f"--bucket-window must be at least 1, got {self.bucket_window}")
+        if self.batching == "packed" and self.objective == "ltr":
+            found.append(
+                "--objective ltr needs padded or bucketed batches (causal attention), not --batching packed"
+            )
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             found.append(f"--dropout must be in [0, 1), got {self.dropout}")
+        return found
+
+    def _number_problems(self) -> list[str]:
+        """Floating-point settings out of range (NaN and infinity included)."""
+        found = []
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            found.append(f"--lr must be positive and finite, got {self.lr}")
+        for name in ("weight_decay", "max_grad_norm", "decay_power"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                found.append(f"--{name.replace('_', '-')} must not be negative (and finite), got {value}")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                found.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
+            found.append(f"adam_eps must be positive and finite, got {self.adam_eps}")
+        if self.masked_lm_prob is not None and not 0.0 < self.masked_lm_prob < 1.0:
+            found.append(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
+        for name in ("mask_share", "keep_share", "random_share"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                found.append(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
+        if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
+            found.append(f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}")
+        if self.streams is not None and self.streams < 1:
+            found.append(f"--streams must be at least 1, got {self.streams}")
         return found
 
     def masking_overrides(self) -> dict[str, Any]:

@@ -22,20 +22,29 @@ changes each epoch). With ``drop_last=False`` the streams are rounded up instead
 the start of the sequence (``padded_examples`` repeated examples).
 
 Integrity. The folder must hold a ``COMPLETED`` marker matching ``manifest.json``; given a
-vocabulary hash, it must equal the manifest's; every shard's size is checked and its record-batch
-row counts are read from the IPC footers at construction (a few small reads per shard); a shard's
-SHA-256 is checked, once per process, before its first unit is used. Units are then fetched with
-ranged reads of just their bytes, ``prefetch`` units ahead on a background thread. A read that
-fails with an I/O error (a bucket briefly unreachable) is retried with back-off, ``retries``
-times, and then raises :class:`ShardError`; a retry reads the same bytes, so it never changes the
-data.
+vocabulary hash, it must equal the manifest's. Building the reader reads three small files and
+nothing else, whatever the number of shards: ``manifest.json``, ``COMPLETED`` and the record-batch
+index ``index.json`` that the manifest names and hashes (:mod:`schemas.index`: every record
+batch's byte range, row count and SHA-256, and the shards' Arrow schema). An output written
+before the index existed is refused with a line naming ``pipelines index OUTPUT``, which adds
+it. A unit's bytes are fetched with one ranged read and checked against their own SHA-256
+before they are decoded (no whole-shard hashing, no footer reads), ``prefetch`` units ahead on
+a background thread; a mismatch raises :class:`ShardError` naming the shard and the record
+batch. A read that fails with an I/O error (a bucket briefly unreachable) is retried with
+back-off, ``retries`` times, and then raises :class:`ShardError`; a retry reads the same bytes,
+so it never changes the data.
 
 Resume. ``state_dict()`` is ``{"epoch", "batches_done", …}``; ``load_state_dict`` before creating
 the iterator makes it skip exactly those batches of this rank without reading units that hold
 only consumed examples. With DataLoader workers the process's own counter does not see the
-batches, so the trainer counts what it consumed and saves :meth:`ExampleShards.state_at`. Call
-``set_epoch`` before each epoch; do not use ``persistent_workers=True`` (workers would keep the old
-epoch).
+batches, so the trainer counts what it consumed and saves :meth:`ExampleShards.state_at`.
+
+Workers. :class:`ShardLoader` wraps the DataLoader: its workers live for the whole run
+(``persistent_workers``), and ``set_epoch`` / ``load_state_dict`` reach them through a small
+shared-memory tensor read at the start of each iterator, so a worker's start-up (and its
+filesystem connection) is paid once per run. A :class:`ShardError` inside a worker reaches the
+caller as the same one-line :class:`ShardError` as without workers; a worker that dies or
+sends nothing for ``timeout_s`` stops the run with a :class:`ShardError` instead of a hang.
 
 Dynamic masking. Given a :class:`pretrain.collate.DynamicMasking`, every batch is re-masked with a
 generator seeded by ``(seed, epoch, stream, batch in stream)``: a fresh choice each epoch, the same
@@ -45,11 +54,11 @@ for any number of workers and after a resume.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import logging
 import os
 import queue
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -62,13 +71,22 @@ import pyarrow.ipc as ipc
 import torch
 
 from pretrain.collate import Batch, DynamicMasking, collate
-from schemas import MANIFEST_FILE, ManifestError, SchemaError, verify_completed
+from schemas import COMPLETED_FILE, MANIFEST_FILE, ManifestError, SchemaError, verify_completed
 from schemas.examples import examples_format
+from schemas.index import INDEX_FILE, ShardIndex
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Batch", "DynamicMasking", "ExampleShards", "ShardError", "auto_streams", "collate"]
-_MAGIC = b"ARROW1"
+__all__ = [
+    "Batch",
+    "DynamicMasking",
+    "ExampleShards",
+    "ReaderFailure",
+    "ShardError",
+    "ShardLoader",
+    "auto_streams",
+    "collate",
+]
 
 
 class ShardError(ValueError):
@@ -82,41 +100,15 @@ class _Unit:
     offset: int  # byte range of the record-batch message (metadata + body)
     length: int
     num_rows: int
+    sha256: str  # of those bytes, from the index
 
 
-def _field(buf: bytes, table: int, index: int) -> int | None:
-    """Position of field ``index`` of a flatbuffer table, or None when absent."""
-    vtable = table - struct.unpack_from("<i", buf, table)[0]
-    slot = 4 + 2 * index
-    if slot >= struct.unpack_from("<H", buf, vtable)[0]:
-        return None
-    offset = struct.unpack_from("<H", buf, vtable + slot)[0]
-    return table + offset if offset else None
+@dataclass(frozen=True)
+class ReaderFailure:
+    """What a DataLoader worker yields instead of raising a :class:`ShardError`, so that the
+    error reaches the user as one line (see :class:`ShardLoader`)."""
 
-
-def _deref(buf: bytes, pos: int) -> int:
-    return pos + struct.unpack_from("<I", buf, pos)[0]
-
-
-def _footer_blocks(footer: bytes) -> list[tuple[int, int, int]]:
-    """``(offset, metadata_length, body_length)`` of every record batch in an IPC file footer."""
-    pos = _field(footer, _deref(footer, 0), 3)  # Footer.recordBatches
-    if pos is None:
-        return []
-    vec = _deref(footer, pos)
-    count = struct.unpack_from("<I", footer, vec)[0]
-    return [struct.unpack_from("<qi4xq", footer, vec + 4 + 24 * k) for k in range(count)]
-
-
-def _message_rows(meta: bytes) -> int:
-    """The row count in a record-batch message's metadata (``Message.header.length``)."""
-    buf = meta[8:] if meta[:4] == b"\xff\xff\xff\xff" else meta[4:]
-    root = _deref(buf, 0)
-    kind, header = _field(buf, root, 1), _field(buf, root, 2)
-    if kind is None or buf[kind] != 3 or header is None:  # MessageHeader.RecordBatch == 3
-        raise ValueError("message is not a record batch")
-    length = _field(buf, _deref(buf, header), 0)
-    return 0 if length is None else struct.unpack_from("<q", buf, length)[0]
+    message: str
 
 
 def auto_streams(num_examples: int, world_size: int, batch_size: int) -> int:
@@ -147,6 +139,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
         prefetch: int = 2,
         storage_options: dict | None = None,
         retries: int = 6,
+        timeout_s: float = 600.0,
     ) -> None:
         if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(
@@ -156,18 +149,21 @@ class ExampleShards(torch.utils.data.IterableDataset):
             raise ValueError(f"streams and prefetch must be at least 1, got {streams} and {prefetch}")
         self.url, self.batch_size, self.seed = url.rstrip("/"), batch_size, seed
         self.rank, self.world_size, self.shuffle, self.drop_last = rank, world_size, shuffle, drop_last
-        self.masking, self.prefetch, self.retries = masking, prefetch, retries
+        self.masking, self.prefetch, self.retries, self.timeout_s = masking, prefetch, retries, timeout_s
         self.storage_options = dict(storage_options or {})
         self._open_filesystem()
-        manifest_path = f"{self._root}/{MANIFEST_FILE}"
-        if not self.fs.exists(manifest_path):
+        manifest_text = self._read_small(MANIFEST_FILE)
+        if manifest_text is None:
             raise ManifestError(
                 f"{self.url}: no {MANIFEST_FILE}; give the output folder of `pipelines examples`"
             )
-        manifest_text = self.fs.cat_file(manifest_path).decode("utf-8")
-        marker_path = f"{self._root}/COMPLETED"
-        marker = self.fs.cat_file(marker_path).decode("utf-8") if self.fs.exists(marker_path) else None
-        self.manifest = verify_completed(manifest_text, marker, self.url, "examples")
+        marker = self._read_small(COMPLETED_FILE)
+        self.manifest = verify_completed(
+            manifest_text.decode("utf-8"),
+            None if marker is None else marker.decode("utf-8"),
+            self.url,
+            "examples",
+        )
         self.params: dict = dict(self.manifest.params)
         recorded = self.params.get("vocab_sha256")
         if vocab_sha256 is not None and recorded != vocab_sha256:
@@ -178,10 +174,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
         self.shards = self.manifest.shards_for(split) if split is not None else list(self.manifest.shards)
         if not self.shards:
             raise ManifestError(f"{self.url}: no examples shards{f' in split {split!r}' if split else ''}")
-        self.units: list[_Unit] = []
         self.schema: pa.Schema | None = None
-        for index in range(len(self.shards)):
-            self._read_footer(index)
+        self.units: list[_Unit] = self._units_from_index()
         self.num_examples = n = sum(u.num_rows for u in self.units)
         self.streams = streams or auto_streams(n, world_size, batch_size)
         total_streams = world_size * self.streams
@@ -199,7 +193,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
         self.dropped_examples = max(0, n - used)
         self.padded_examples = max(0, used - n)
         self.epoch, self.batches_done, self._start = 0, 0, 0
-        self._verified: set[int] = set()
+        # (epoch, start) for DataLoader workers that outlive an epoch: see ShardLoader
+        self._shared_position = torch.zeros(2, dtype=torch.int64).share_memory_()
 
     def _open_filesystem(self) -> None:
         """(Re)connect; async filesystems such as gcsfs cannot be used across a fork, so a
@@ -211,43 +206,48 @@ class ExampleShards(torch.utils.data.IterableDataset):
     def _path(self, index: int) -> str:
         return f"{self._root}/{self.shards[index].path}"
 
-    def _read_footer(self, index: int) -> None:
-        """Check a shard's size and schema and append its units (from the IPC footer only)."""
-        entry, path = self.shards[index], self._path(index)
-        size = self._retrying(path, lambda: self.fs.size(path))
-        if size != entry.num_bytes:
-            raise ShardError(
-                f"{path}: {size} bytes, the manifest says {entry.num_bytes}; truncated or modified"
+    def _read_small(self, name: str) -> bytes | None:
+        """A small file of the output folder in one request, or None when it does not exist."""
+        path = f"{self._root}/{name}"
+
+        def read() -> bytes | None:
+            try:
+                return self.fs.cat_file(path)
+            except FileNotFoundError:
+                return None
+
+        return self._retrying(path, read)
+
+    def _units_from_index(self) -> list[_Unit]:
+        """Every non-empty record batch of the selected shards, from the index the manifest names."""
+        reference = self.manifest.index
+        if reference is None:
+            raise ManifestError(
+                f"{self.url}: no record-batch index ({INDEX_FILE}; written by `pipelines examples` "
+                f"since it exists); add it with `pipelines index {self.url}`"
             )
-
-        def read() -> tuple[list, pa.Schema, list[bytes]]:
-            tail = self.fs.cat_file(path, start=size - 10, end=size)
-            if size < 18 or tail[4:] != _MAGIC or self.fs.cat_file(path, start=0, end=6) != _MAGIC:
-                raise ValueError("no Arrow file magic (truncated?)")
-            footer_len = struct.unpack_from("<i", tail, 0)[0]
-            footer = self.fs.cat_file(path, start=size - 10 - footer_len, end=size - 10)
-            blocks = _footer_blocks(footer)
-            with self.fs.open(path, "rb") as handle:
-                schema = ipc.open_file(handle).schema
-            starts, ends = [b[0] for b in blocks], [b[0] + b[1] for b in blocks]
-            metas = self.fs.cat_ranges([path] * len(blocks), starts, ends, on_error="raise")
-            return blocks, schema, metas
-
-        try:
-            blocks, schema, metas = self._retrying(path, read)
-            rows = [_message_rows(meta) for meta in metas]
-        except (ValueError, struct.error, IndexError, pa.ArrowInvalid) as err:
-            if isinstance(err, ShardError):
-                raise
-            raise ShardError(f"{path}: not a readable Arrow IPC file ({err})") from None
-        if sum(rows) != entry.num_rows:
-            raise ShardError(f"{path}: {sum(rows)} rows, the manifest says {entry.num_rows}")
-        self._check_schema(schema, path)
-        for k, ((offset, meta_len, body_len), n) in enumerate(zip(blocks, rows, strict=True)):
-            if n:
-                self.units.append(_Unit(index, k, offset, meta_len + body_len, n))
+        source = f"{self.url}/{reference.path}"
+        data = self._read_small(reference.path)
+        if (
+            data is None
+            or len(data) != reference.num_bytes
+            or hashlib.sha256(data).hexdigest() != reference.sha256
+        ):
+            what = "missing" if data is None else "differs from the SHA-256 in the manifest"
+            raise ManifestError(f"{source}: {what}; rebuild it with `pipelines index {self.url} --overwrite`")
+        index = ShardIndex.from_json(data, source)
+        index.check_against(self.shards, source)
+        self._check_schema(index.schema, source)
+        entries = {entry.path: entry for entry in index.shards}
+        return [
+            _Unit(i, k, b.offset, b.length, b.num_rows, b.sha256)
+            for i, shard in enumerate(self.shards)
+            for k, b in enumerate(entries[shard.path].batches)
+            if b.num_rows
+        ]
 
     def _check_schema(self, schema: pa.Schema, path: str) -> None:
+        """Accept the shards' schema (recorded in the index) only if it is the examples format."""
         empty = schema.empty_table()
         try:
             examples_format(
@@ -257,8 +257,6 @@ class ExampleShards(torch.utils.data.IterableDataset):
             raise ShardError(
                 str(err) if isinstance(err, SchemaError) else f"{path}: no input_ids column"
             ) from None
-        if self.schema is not None and not schema.equals(self.schema):
-            raise ShardError(f"{path}: schema differs from the other shards' ({self._path(0)})")
         self.schema = schema
 
     # -- state -------------------------------------------------------------------------------
@@ -268,8 +266,10 @@ class ExampleShards(torch.utils.data.IterableDataset):
         return self.batches_per_epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iterator yields, from its first batch."""
+        """Select the epoch the next iterator yields, from its first batch (in this process and in
+        the DataLoader workers of a :class:`ShardLoader`)."""
         self.epoch, self.batches_done, self._start = epoch, 0, 0
+        self._shared_position.copy_(torch.tensor([epoch, 0]))
 
     def state_at(self, batches_done: int, epoch: int | None = None) -> dict[str, int]:
         """The resume state after this rank consumed ``batches_done`` batches of ``epoch``."""
@@ -303,6 +303,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
             raise ValueError(f"batches_done {state['batches_done']} outside 0..{self.batches_per_epoch}")
         self.epoch, self.batches_done = int(state["epoch"]), int(state["batches_done"])
         self._start = self.batches_done
+        self._shared_position.copy_(torch.tensor([self.epoch, self._start]))
 
     # -- order -------------------------------------------------------------------------------
 
@@ -353,33 +354,18 @@ class ExampleShards(torch.utils.data.IterableDataset):
                 if self._pid == os.getpid():
                     self.fs.invalidate_cache()
 
-    def _verify_shard(self, index: int) -> None:
-        path = self._path(index)
-
-        def digest() -> str:
-            hasher = hashlib.sha256()
-            with self.fs.open(path, "rb") as handle:
-                while chunk := handle.read(1 << 23):
-                    hasher.update(chunk)
-            return hasher.hexdigest()
-
-        found = self._retrying(path, digest)
-        if found != self.shards[index].sha256:
-            raise ShardError(f"{path}: SHA-256 {found} differs from the manifest's; the shard was modified")
-        self._verified.add(index)
-
     def _read_unit(self, unit: _Unit) -> pa.RecordBatch:
-        """Verify the unit's shard (once per process) and read and decode just the unit's bytes."""
-        if unit.shard not in self._verified:
-            self._verify_shard(unit.shard)
+        """Fetch just the unit's bytes, check them against their SHA-256 and decode them."""
         path = self._path(unit.shard)
+        end = unit.offset + unit.length
         data = self._retrying(
-            f"{path} (record batch {unit.batch})",
-            lambda: self.fs.cat_file(path, start=unit.offset, end=unit.offset + unit.length),
+            f"{path} (record batch {unit.batch})", lambda: self.fs.cat_file(path, start=unit.offset, end=end)
         )
-        if len(data) != unit.length:
+        if len(data) != unit.length or hashlib.sha256(data).hexdigest() != unit.sha256:
             raise ShardError(
-                f"{path}: record batch {unit.batch} is {len(data)} bytes, expected {unit.length}"
+                f"{path}: record batch {unit.batch} (bytes {unit.offset}-{end}) differs from its SHA-256 in "
+                f"{INDEX_FILE}; the shard was modified or damaged: restore it or regenerate the output "
+                "with `pipelines examples`"
             )
         try:
             batch = ipc.read_record_batch(ipc.read_message(pa.py_buffer(data)), self.schema)
@@ -401,6 +387,17 @@ class ExampleShards(torch.utils.data.IterableDataset):
                     continue
             if stop.is_set() or isinstance(item, BaseException):
                 return
+
+    def _next_loaded(self, loaded: queue.Queue) -> object:
+        """The prefetch thread's next unit; a :class:`ShardError` when it sends nothing for
+        ``timeout_s`` (a read that hangs) instead of waiting for ever."""
+        try:
+            return loaded.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise ShardError(
+                f"{self.url}: no data for {self.timeout_s:.0f} s (a read hangs: is the bucket reachable?); "
+                "retry, or raise the timeout"
+            ) from None
 
     def _plan(self, units: list[_Unit]) -> tuple[list[tuple[int, int, list]], list[int]]:
         """Per batch of this process ``(stream, batch in stream, [(visit, row_lo, row_hi)])``, and
@@ -424,7 +421,19 @@ class ExampleShards(torch.utils.data.IterableDataset):
             plan.append((stream, index, segments))
         return plan, visits
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Batch | ReaderFailure]:
+        if torch.utils.data.get_worker_info() is None:
+            yield from self._batches()
+            return
+        # A DataLoader worker: take the epoch the main process set, and hand a ShardError over as
+        # a value, so that ShardLoader raises it without the worker's traceback.
+        self.epoch, self._start = (int(v) for v in self._shared_position.tolist())
+        try:
+            yield from self._batches()
+        except ShardError as err:
+            yield ReaderFailure(str(err))
+
+    def _batches(self) -> Iterator[Batch]:
         if self._pid != os.getpid():
             self._open_filesystem()
         units = [self.units[i] for i in self._epoch_order()]
@@ -444,7 +453,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
                 pieces = []
                 for visit, lo, hi in segments:
                     while next_visit <= visit:
-                        table = loaded.get()
+                        table = self._next_loaded(loaded)
                         if isinstance(table, BaseException):
                             raise table
                         tables[next_visit] = table
@@ -460,3 +469,107 @@ class ExampleShards(torch.utils.data.IterableDataset):
                 yield collate(pa.Table.from_batches(pieces), self.masking, rng)
         finally:
             stop.set()
+
+
+class ShardLoader:
+    """The DataLoader of a run over an :class:`ExampleShards`: one set of workers for every epoch.
+
+    ``num_workers`` must divide the reader's streams (see the module docstring). The workers are
+    ``persistent_workers``: :meth:`epoch` sets the reader's position, which the workers read at
+    the start of each iterator. A :class:`ShardError` inside a worker is raised here with its
+    own one-line message; a worker that dies, or sends nothing for ``timeout_s`` seconds, raises
+    a :class:`ShardError` naming the shards instead of hanging the run.
+    """
+
+    def __init__(
+        self,
+        reader: ExampleShards,
+        num_workers: int = 0,
+        *,
+        pin_memory: bool = False,
+        timeout_s: float = 600.0,
+    ) -> None:
+        if num_workers < 0 or timeout_s <= 0:
+            raise ValueError(f"need num_workers >= 0 and timeout_s > 0, got {num_workers} and {timeout_s}")
+        self.reader, self.num_workers, self.timeout_s = reader, num_workers, timeout_s
+        reader.timeout_s = timeout_s
+        self.loader = torch.utils.data.DataLoader(
+            reader,
+            batch_size=None,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=num_workers > 0,
+            timeout=timeout_s if num_workers > 0 else 0,
+            # the workers' base seed comes from this generator, not from the global RNG, so that
+            # making a loader never changes the training's random stream
+            generator=torch.Generator(),
+        )
+
+    def epoch(self, epoch: int, batches_done: int = 0) -> Iterator[Batch]:
+        """This rank's batches of ``epoch`` after the first ``batches_done``, in order."""
+        self.reader.load_state_dict(self.reader.state_at(batches_done, epoch))
+        iterator = iter(self.loader)
+        while True:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            except (RuntimeError, ConnectionError) as err:
+                if not self.is_worker_failure(err):
+                    raise
+                self._stop_workers(iterator)
+                raise ShardError(worker_failure_message(self.reader.url, err, self.timeout_s)) from None
+            if isinstance(batch, ReaderFailure):
+                self._stop_workers(iterator)
+                raise ShardError(batch.message)
+            yield batch
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Wrap the loop that consumes :meth:`epoch`: torch reports a worker that dies (its
+        SIGCHLD handler) at whatever the main process is doing, often the training step; this
+        turns that report into the same one-line :class:`ShardError` as :meth:`epoch` raises."""
+        try:
+            yield
+        except (RuntimeError, ConnectionError) as err:
+            if not self.is_worker_failure(err):
+                raise
+            raise self.failure(err) from None
+
+    def failure(self, err: Exception) -> ShardError:
+        """The one-line :class:`ShardError` for torch's report ``err`` of a dead or silent worker
+        (see :meth:`is_worker_failure`), after shutting the workers down."""
+        self._stop_workers(self.loader._iterator)
+        return ShardError(worker_failure_message(self.reader.url, err, self.timeout_s))
+
+    def close(self) -> None:
+        """Shut the workers down (they also go when the loader is garbage collected)."""
+        self._stop_workers(self.loader._iterator)
+
+    def is_worker_failure(self, err: Exception) -> bool:
+        """Whether ``err`` is torch's report of a DataLoader worker that died or timed out, or a
+        connection to a worker that died while handing over a batch."""
+        if isinstance(err, ConnectionError):
+            return self.num_workers > 0
+        return str(err).startswith(("DataLoader worker", "DataLoader timed out"))
+
+    def _stop_workers(self, iterator) -> None:
+        """Shut the workers down after a failure and start new ones next epoch, so that a dead
+        worker cannot make torch's SIGCHLD handler raise again later, somewhere else."""
+        self.loader._iterator = None
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # absent without workers
+        if shutdown is not None:
+            try:
+                shutdown()
+            except RuntimeError:  # another worker's exit seen by that handler meanwhile
+                pass
+
+
+def worker_failure_message(url: str, err: Exception, timeout_s: float) -> str:
+    """One line for torch's error about a DataLoader worker that died or timed out."""
+    first = (str(err).splitlines() or [type(err).__name__])[0].strip().rstrip(".")
+    return (
+        f"{url}: {first}: a DataLoader worker died or sent nothing for "
+        f"{timeout_s:.0f} s (out of memory? a hanging read?); fewer workers (--num-workers) or a retry "
+        "may help"
+    )

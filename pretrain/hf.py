@@ -66,6 +66,39 @@ def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
         ) from None
 
 
+def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, list[int]]:
+    """Tensor name -> shape from a safetensors file's header alone (no tensor is read)."""
+    with fs.open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if not 2 <= size <= 100_000_000:
+            raise ValueError(f"{path}: not a valid safetensors file (header of {size} bytes)")
+        try:
+            header = json.loads(f.read(size))
+        except ValueError:
+            raise ValueError(f"{path}: not a valid safetensors file (its header is not JSON)") from None
+    return {k: v.get("shape", []) for k, v in header.items() if isinstance(v, dict)}
+
+
+def check_vocab_rows(path: str | os.PathLike) -> None:
+    """Refuse a folder whose ``vocab.txt`` has another number of tokens than its word embeddings
+    have rows (read from the ``model.safetensors`` header: cheap, before any weight is loaded).
+    Folders without either file, or with other weight formats, are left to the loaders' checks."""
+    fs, root = fsspec.core.url_to_fs(str(path))
+    vocab_path, weights_path = _join(root, VOCAB_FILE), _join(root, SAFETENSORS_FILE)
+    if not (fs.exists(vocab_path) and fs.exists(weights_path)):
+        return
+    shapes = {our_name(k): v for k, v in _safetensors_shapes(fs, weights_path).items()}
+    rows = (shapes.get(_WORD_EMBEDDINGS) or [None])[0]
+    with fs.open(vocab_path, "r", encoding="utf-8") as f:
+        num_tokens = len(f.read().splitlines())
+    if rows is not None and rows != num_tokens:
+        raise ValueError(
+            f"{_join(path, VOCAB_FILE)} has {num_tokens} tokens but the word embeddings in "
+            f"{_join(path, SAFETENSORS_FILE)} have {rows} rows: the vocabulary is not the one this "
+            "model was trained with"
+        )
+
+
 def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]:
     """The tensors of an HF-format folder (safetensors, sharded safetensors or pytorch_model.bin)
     on the CPU, and the weights file's path (for messages)."""

@@ -8,16 +8,28 @@ local mirror at every flush (a bucket object cannot be appended to).
 MFU = achieved model FLOPs / the GPU's peak dense FLOPs for the precision, with model FLOPs per
 token from :func:`pretrain.model.training_flops_per_token` at the batch's padded length and
 counting real (non-padding) tokens only; reported for the GPUs in :data:`PEAK_TFLOPS`.
+
+TensorBoard is optional: without the ``tensorboard`` package a run warns once, at start, and
+writes ``metrics.jsonl`` and the plots only. Temporary files (the PNG buffer, the TensorBoard
+mirror of a bucket output) go to the run's scratch folder (:func:`pretrain.outputs.run_scratch`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import fsspec
+
+log = logging.getLogger("pretrain")
+TENSORBOARD_MISSING = (
+    "tensorboard is not installed: metrics go to metrics.jsonl and plots/ only, no TensorBoard "
+    "events (pip install 'bert-pretraining[train]' adds it)"
+)
 
 # Dense tensor-core peak TFLOP/s per GPU: (bf16/fp16, tf32) from the vendors' data sheets (SXM parts).
 PEAK_TFLOPS = {
@@ -40,10 +52,23 @@ def peak_flops(device_name: str, precision: str) -> float | None:
     return None
 
 
-class MetricsLog:
-    """Rank 0's metrics: ``metrics.jsonl`` and TensorBoard events under the run folder."""
+def tensorboard_available() -> bool:
+    """Whether the ``tensorboard`` package (the ``train`` extra) can be imported."""
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
-    def __init__(self, output: str, resume_step: int | None) -> None:
+
+class MetricsLog:
+    """Rank 0's metrics: ``metrics.jsonl`` and TensorBoard events under the run folder.
+
+    ``scratch``: the run's temporary folder (the caller removes it); without one the log makes
+    its own and removes it in :meth:`close`.
+    """
+
+    def __init__(self, output: str, resume_step: int | None, scratch: str | None = None) -> None:
         self.output = output.rstrip("/")
         self.fs, self.root = fsspec.core.url_to_fs(self.output)
         self.local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
@@ -52,13 +77,19 @@ class MetricsLog:
         if resume_step is not None and self.fs.exists(path):
             lines = self.fs.cat_file(path).decode("utf-8").splitlines()
             self.records = [r for r in map(json.loads, filter(None, lines)) if r["step"] <= resume_step]
-        self._mirror = None if self.local else tempfile.mkdtemp(prefix="pretrain-tb-")
-        board = f"{self.root}/tensorboard" if self.local else self._mirror
-        self.board_dir = board
+        self._own_scratch = scratch is None
+        self.scratch = tempfile.mkdtemp(prefix="pretrain-run-") if scratch is None else scratch
+        self._mirror = None if self.local else os.path.join(self.scratch, "tensorboard")
+        self.board_dir = f"{self.root}/tensorboard" if self.local else self._mirror
         self._writer = None
         self._resume_step = resume_step
+        self.tensorboard = tensorboard_available()
+        if not self.tensorboard:
+            log.warning(TENSORBOARD_MISSING)
 
     def _board(self):
+        if not self.tensorboard:
+            return None
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -70,6 +101,8 @@ class MetricsLog:
         self.records.append(record)
         split, step = record.get("split", "train"), record["step"]
         board = self._board()
+        if board is None:
+            return
         for key, value in record.items():
             if key not in ("step", "split") and isinstance(value, (int, float)):
                 board.add_scalar(f"{split}/{key}", value, step)
@@ -86,14 +119,18 @@ class MetricsLog:
             self.fs.pipe_file(f"{self.root}/metrics.jsonl", text.encode())
         if self._writer is not None:
             self._writer.flush()
-            if self._mirror is not None:
+            if self._mirror is not None and os.path.isdir(self._mirror):
                 for name in os.listdir(self._mirror):
                     self.fs.put_file(os.path.join(self._mirror, name), f"{self.root}/tensorboard/{name}")
 
     def close(self) -> None:
+        """Write everything out and close TensorBoard (and a scratch folder of the log's own)."""
         self.flush()
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
+        if self._own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def plot(self) -> list[str]:
         """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``."""
@@ -140,11 +177,17 @@ class MetricsLog:
                 axis.legend(fontsize=8)
         figure.tight_layout()
         written = []
-        buffer_path = os.path.join(tempfile.mkdtemp(prefix="pretrain-plot-"), "curves.png")
-        figure.savefig(buffer_path, dpi=100, metadata={"Software": None})
-        plt.close(figure)
         target = f"{self.root}/plots/curves.png"
         self.fs.makedirs(f"{self.root}/plots", exist_ok=True)
-        self.fs.put_file(buffer_path, target)
+        with tempfile.TemporaryDirectory(prefix="plot-", dir=self._plot_dir()) as folder:
+            buffer_path = os.path.join(folder, "curves.png")
+            figure.savefig(buffer_path, dpi=100, metadata={"Software": None})
+            plt.close(figure)
+            self.fs.put_file(buffer_path, target)
         written.append(target)
         return written
+
+    def _plot_dir(self) -> str | None:
+        """Where the PNG buffer goes: the scratch folder while it exists (it is gone after
+        :meth:`close` when the log made it), else the system's temporary folder."""
+        return self.scratch if os.path.isdir(self.scratch) else None

@@ -7,8 +7,15 @@ nothing: ``pretrain.hf`` only trims the padded vocabulary rows and drops the tie
 
 Differences from the reference implementations, none of which changes the function computed:
 
-- Attention goes through ``F.scaled_dot_product_attention`` with the padding mask as a boolean
-  ``attn_mask`` (flash / memory-efficient kernels on GPU).
+- Attention goes through ``F.scaled_dot_product_attention``: with the padding mask as a boolean
+  ``attn_mask`` for a padded batch, with ``attn_mask=None`` when the caller passes no mask (a batch
+  without padding; the flash / memory-efficient kernels apply on GPU), and over a jagged nested
+  tensor for a packed batch (:class:`Packed`, below).
+- A packed batch is the examples' real tokens end to end (``[total_tokens]``, with per-example
+  ``position_ids`` and ``cu_seqlens`` offsets): embeddings, projections, FFN and LayerNorm run on
+  real tokens only; attention stays within each example — on CUDA through a jagged nested tensor
+  (varlen flash attention), elsewhere by scattering the tokens into a padded ``[batch, longest]``
+  block with a key mask and gathering them back. The function computed is the padded one's.
 - The MLM head runs only at ``masked_lm_positions`` (sparse prediction, as google-research/bert's
   ``gather_indexes``), not at every position.
 - The vocabulary is padded to a multiple of ``pad_vocab_to_multiple`` inside the model (embedding
@@ -201,14 +208,83 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        positions = torch.arange(input_ids.size(1), device=input_ids.device)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.size(-1), device=input_ids.device)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
             x = x + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(x))
+
+
+class Packed(NamedTuple):
+    """The layout of a packed batch: example ``i`` is tokens ``offsets[i]:offsets[i + 1]`` of the
+    flat ``[total_tokens, ...]`` activations; ``max_seqlen`` is the longest example (a Python int,
+    so that nothing here needs a host sync); ``rows`` and ``columns`` are each token's example and
+    position in it. Build it with :meth:`build`."""
+
+    offsets: torch.Tensor
+    max_seqlen: int
+    rows: torch.Tensor
+    columns: torch.Tensor
+
+    @classmethod
+    def build(cls, offsets: torch.Tensor, max_seqlen: int, total_tokens: int) -> Packed:
+        """The layout of ``total_tokens`` tokens cut at ``offsets`` (``[batch + 1]``, from 0)."""
+        flat = torch.arange(total_tokens, device=offsets.device)
+        rows = torch.bucketize(flat, offsets[1:], right=True)
+        return cls(offsets, int(max_seqlen), rows, flat - offsets[rows])
+
+
+def packed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: Packed,
+    dropout_p: float = 0.0,
+    *,
+    jagged: bool | None = None,
+) -> torch.Tensor:
+    """Attention within each example of flat ``[total_tokens, heads, head_dim]`` q/k/v.
+
+    ``jagged`` (default: on CUDA): jagged nested tensors, which SDPA runs with its varlen flash /
+    memory-efficient kernels. Otherwise (the nested CPU fallback is slow): scatter into
+    ``[batch, heads, longest, head_dim]``, masked SDPA, gather back; the same function."""
+    if q.is_cuda if jagged is None else jagged:
+        jagged = [
+            torch.nested.nested_tensor_from_jagged(t, layout.offsets, max_seqlen=layout.max_seqlen).transpose(
+                1, 2
+            )
+            for t in (q, k, v)
+        ]
+        y = F.scaled_dot_product_attention(*jagged, dropout_p=dropout_p)
+        return y.transpose(1, 2).values()
+    _, heads, head_dim = q.shape
+    batch = layout.offsets.numel() - 1
+    rows, cols = layout.rows, layout.columns
+
+    def padded(t: torch.Tensor) -> torch.Tensor:
+        out = t.new_zeros(batch, layout.max_seqlen, heads, head_dim)
+        return out.index_put((rows, cols), t).transpose(1, 2)
+
+    lengths = layout.offsets[1:] - layout.offsets[:-1]
+    keys = torch.arange(layout.max_seqlen, device=q.device)[None, :] < lengths[:, None]
+    y = F.scaled_dot_product_attention(
+        padded(q), padded(k), padded(v), attn_mask=keys[:, None, None, :], dropout_p=dropout_p
+    )
+    return y.transpose(1, 2)[rows, cols]
+
+
+Attention = torch.Tensor | Packed | None
+"""What the encoder layers get: a boolean key mask (padded batch), None (no padding), or the
+layout of a packed batch."""
 
 
 class BertSelfAttention(nn.Module):
@@ -222,13 +298,17 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: Attention) -> torch.Tensor:
+        dropout_p = self.dropout_p if self.training else 0.0
+        if isinstance(mask, Packed):  # x: [total_tokens, hidden]
+            shape = (x.size(0), self.num_heads, x.size(1) // self.num_heads)
+            q, k, v = (proj(x).view(shape) for proj in (self.query, self.key, self.value))
+            return packed_attention(q, k, v, mask, dropout_p).reshape(x.shape)
         batch, length, hidden = x.shape
         shape = (batch, length, self.num_heads, hidden // self.num_heads)
         q = self.query(x).view(shape).transpose(1, 2)
         k = self.key(x).view(shape).transpose(1, 2)
         v = self.value(x).view(shape).transpose(1, 2)
-        dropout_p = self.dropout_p if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         return y.transpose(1, 2).reshape(batch, length, hidden)
 
@@ -254,7 +334,7 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertResidualOutput(config.hidden_size, config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: Attention) -> torch.Tensor:
         return self.output(self.self(x, mask), x)
 
 
@@ -278,7 +358,7 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertResidualOutput(config.intermediate_size, config)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: Attention) -> torch.Tensor:
         x = self.attention(x, mask)
         return self.output(self.intermediate(x), x)
 
@@ -290,7 +370,7 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: Attention) -> torch.Tensor:
         for layer in self.layer:
             x = layer(x, mask)
         return x
@@ -304,7 +384,11 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(sequence_output[:, 0]))
+        return self.pool(sequence_output[:, 0])
+
+    def pool(self, first_tokens: torch.Tensor) -> torch.Tensor:
+        """The pooled output of the examples' first tokens ``[batch, hidden]``."""
+        return torch.tanh(self.dense(first_tokens))
 
 
 class BertModel(nn.Module):
@@ -322,12 +406,22 @@ class BertModel(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encode ``[batch, length]`` ids; ``attention_mask`` is 1 for real tokens, 0 for padding.
+        """Encode ``[batch, length]`` ids; ``attention_mask`` is 1 for real tokens, 0 for padding
+        (None: no padding, and attention runs without a mask).
 
         Returns the last layer's hidden states ``[batch, length, hidden]`` and the pooled [CLS]
         output ``[batch, hidden]``. Outputs at padded positions are defined but meaningless.
+
+        Packed: with ``cu_seqlens`` (``[batch + 1]`` offsets from 0) and ``max_seqlen`` (the longest
+        example), ``input_ids`` and ``token_type_ids`` are ``[total_tokens]``, every example's
+        tokens end to end, and the hidden states are ``[total_tokens, hidden]``.
         """
+        if cu_seqlens is not None:
+            return self._forward_packed(input_ids, token_type_ids, cu_seqlens, max_seqlen)
         if input_ids.size(1) > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {input_ids.size(1)} exceeds max_position_embeddings "
@@ -341,6 +435,27 @@ class BertModel(nn.Module):
             mask = causal[None, None] if mask is None else mask & causal[None, None]
         sequence_output = self.encoder(self.embeddings(input_ids, token_type_ids), mask)
         return sequence_output, self.pooler(sequence_output)
+
+    def _forward_packed(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if max_seqlen is None or input_ids.dim() != 1:
+            raise ValueError("a packed batch needs 1-D input_ids, cu_seqlens and max_seqlen")
+        if max_seqlen > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {max_seqlen} exceeds max_position_embeddings "
+                f"{self.config.max_position_embeddings}"
+            )
+        if self.config.causal:
+            raise ValueError("causal (left-to-right) attention takes padded batches, not packed ones")
+        layout = Packed.build(cu_seqlens, max_seqlen, input_ids.size(0))
+        x = self.embeddings(input_ids, token_type_ids, layout.columns)
+        sequence_output = self.encoder(x, layout)
+        return sequence_output, self.pooler.pool(sequence_output[cu_seqlens[:-1]])
 
 
 # --- pre-training heads ----------------------------------------------------------------------------
@@ -424,12 +539,23 @@ class BertForPreTraining(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         masked_lm_positions: torch.Tensor | None = None,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
     ) -> PretrainingOutput:
         """MLM logits at ``masked_lm_positions`` (``[batch, max_predictions]`` indices into the
         sequence; padding slots may point anywhere, e.g. 0) or at every position when it is None,
-        and NSP logits from the pooled output."""
-        sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask)
-        if masked_lm_positions is not None:
+        and NSP logits from the pooled output. A packed batch (``cu_seqlens``, ``max_seqlen``: see
+        :meth:`BertModel.forward`) gives the same logits as the padded one; its
+        ``masked_lm_positions`` are still positions inside each example (and required)."""
+        sequence_output, pooled_output = self.bert(
+            input_ids, token_type_ids, attention_mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen
+        )
+        if cu_seqlens is not None:
+            if masked_lm_positions is None:
+                raise ValueError("a packed batch needs masked_lm_positions (the head runs sparsely)")
+            sequence_output = sequence_output[cu_seqlens[:-1, None] + masked_lm_positions]
+        elif masked_lm_positions is not None:
             index = masked_lm_positions.unsqueeze(-1).expand(-1, -1, sequence_output.size(-1))
             sequence_output = torch.gather(sequence_output, 1, index)
         nsp = self.cls.seq_relationship

@@ -10,6 +10,7 @@ vocabulary. Problems raise :class:`TrainingError`, one line naming the flag or f
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer
+
+log = logging.getLogger("pretrain")
 
 
 class TrainingError(ValueError):
@@ -146,6 +149,11 @@ def _check_shards(cfg: TrainConfig, probe: ExampleShards) -> tuple[int, str, Wor
         )
     if not masked and not cfg.dynamic_masking:
         raise TrainingError(f"{cfg.shards}: the shards are unmasked (--no-masking); add --dynamic-masking")
+    if probe.params.get("format") == "packed" and cfg.uses_nsp:
+        raise TrainingError(
+            f"{cfg.shards}: packed shards (--format packed) have no next-sentence pairs; add --no-nsp "
+            "(or --objective ltr)"
+        )
     vocab_url = cfg.vocab or probe.params.get("vocab")
     if not vocab_url:
         raise TrainingError(f"{cfg.shards}/manifest.json names no vocabulary; pass --vocab")
@@ -156,7 +164,39 @@ def _check_shards(cfg: TrainConfig, probe: ExampleShards) -> tuple[int, str, Wor
             f"{vocab_url} is not the vocabulary the shards at {cfg.shards} were made with "
             f"(SHA-256 {vocab.vocab_sha256[:12]}… vs {recorded[:12]}… in the manifest)"
         )
+    warn_unknown_share(cfg.shards, cased)
     return max_len, vocab_url, vocab
+
+
+UNK_WARN_SHARE = 0.01
+"""Above this share of ``[UNK]`` tokens in the shards (their ``stats.json`` ``unk_rate``, measured
+over every token by ``pipelines examples``), ``pretrain`` warns that casing and vocabulary differ."""
+
+
+def warn_unknown_share(shards: str, cased: bool) -> float | None:
+    """Warn, with the figure, when the shards' ``stats.json`` records more than
+    :data:`UNK_WARN_SHARE` ``[UNK]`` tokens (``--cased`` examples over an uncased vocabulary give
+    about 7%); return the recorded share (None when ``stats.json`` or the figure is absent)."""
+    import json
+
+    import fsspec
+
+    try:
+        with fsspec.open(f"{shards.rstrip('/')}/stats.json", "r", encoding="utf-8") as f:
+            share = json.load(f).get("unk_rate")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(share, (int, float)):
+        return None
+    if share > UNK_WARN_SHARE:
+        log.warning(
+            "%s: %.1f%% of the tokens are [UNK] (stats.json unk_rate) in these %s shards: the casing "
+            "does not fit the vocabulary? (pipelines examples --cased/--uncased)",
+            shards,
+            100 * share,
+            "cased" if cased else "uncased",
+        )
+    return float(share)
 
 
 def _resumed_model(
@@ -193,14 +233,11 @@ def _objective_fields(cfg: TrainConfig) -> dict:
 
 
 def check_output(output: str) -> None:
-    """Fail early, with one line, when ``--output`` cannot be written (a probe file, removed)."""
-    import fsspec
+    """Fail early, with one line, when ``--output`` cannot be written (a probe file, removed, and
+    any folder made for it: a run that fails before it writes leaves no empty output behind)."""
+    from pretrain.outputs import OutputError, check_writable
 
-    fs, root = fsspec.core.url_to_fs(output)
-    probe = f"{root.rstrip('/')}/.write-test-{os.getpid()}"
     try:
-        fs.makedirs(root, exist_ok=True)
-        fs.pipe_file(probe, b"ok")
-        fs.rm(probe)
-    except (OSError, PermissionError) as err:
-        raise TrainingError(f"--output {output} is not writable: {err}") from None
+        check_writable(output, f"--output {output} is not writable")
+    except OutputError as err:
+        raise TrainingError(str(err)) from None

@@ -30,20 +30,30 @@ import math
 import os
 import random
 import signal
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from pretrain import checkpoint as ckpt
-from pretrain.collate import DynamicMasking, masking_from_params
+from pretrain.batching import (
+    BatchLayout,
+    batch_shape,
+    example_tokens,
+    model_inputs,
+    num_real_tokens,
+    to_device,
+)
+from pretrain.collate import DynamicMasking, masking_from_params, validation_masking
 from pretrain.config import TrainConfig
-from pretrain.data import ExampleShards, ShardError
+from pretrain.data import ExampleShards, ShardError, ShardLoader
 from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import compile_model, left_to_right_batch, pretraining_loss, training_flops_per_token
 from pretrain.optim import build_optimizer, build_scheduler
+from pretrain.outputs import run_scratch
+from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, TrainingError, all_sum, barrier, check_output, init_processes, prepare
 
@@ -52,9 +62,17 @@ log = logging.getLogger("pretrain")
 __all__ = ["Processes", "Trainer", "TrainingError", "apply_gradients", "inherit_settings", "train"]
 
 
-def train(cfg: TrainConfig, procs: Processes | None = None) -> dict:
-    """Run (or continue) pre-training; return the last training metrics record."""
-    return Trainer(resume_config(cfg), procs or init_processes()).fit()
+def train(
+    cfg: TrainConfig, procs: Processes | None = None, *, before_fit: Callable[[], None] | None = None
+) -> dict:
+    """Run (or continue) pre-training; return the last training metrics record. Temporary files
+    live in one folder for the run, removed at the end on success and on failure. ``before_fit``
+    runs on rank 0 once every check has passed, just before step 1 (``--overwrite``'s clean-up)."""
+    with run_scratch("pretrain-run-") as scratch:
+        trainer = Trainer(resume_config(cfg), procs or init_processes(), scratch=scratch)
+        if before_fit is not None and trainer.procs.is_main:
+            before_fit()
+        return trainer.fit()
 
 
 class _Stop:
@@ -93,19 +111,20 @@ class _Window:
         self.losses.zero_()
         self.counts[:], self.wait_s, self.start = 0, 0.0, time.perf_counter()
 
-    def add(self, loss, batch: dict, cpu_tokens: int) -> None:
-        """Count one micro batch."""
+    def add(self, loss, shape: tuple[int, int], cpu_tokens: int) -> None:
+        """Count one micro batch (``shape``: its examples and padded width)."""
         parts = (loss.total, loss.mlm_loss, loss.nsp_loss)
         counts = (loss.mlm_correct, loss.mlm_count, loss.nsp_correct, loss.nsp_count)
         self.losses += torch.stack([p.detach().double() for p in parts] + [c.double() for c in counts])
-        self.counts += [cpu_tokens, batch["input_ids"].shape[0], 1, batch["input_ids"].shape[1]]
+        self.counts += [cpu_tokens, shape[0], 1, shape[1]]
         self.pending_tokens += cpu_tokens
 
 
-def _forward_loss(forward, batch: dict):
-    """The model's pre-training loss on a batch already on the device."""
-    outputs = forward(
-        batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch.get("masked_lm_positions")
+def _forward_loss(forward, batch: dict, device: torch.device):
+    """The model's pre-training loss on a host batch (any layout; see :mod:`pretrain.batching`)."""
+    outputs = forward(**to_device(model_inputs(batch), device))
+    batch = to_device(
+        {k: batch[k] for k in ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")}, device
     )
     return pretraining_loss(
         outputs, batch["masked_lm_ids"], batch["masked_lm_weights"], batch["next_sentence_labels"]
@@ -117,7 +136,7 @@ class Trainer:
     scaler, resume state), then :meth:`fit` runs :meth:`step` until ``--max-steps``, with
     :meth:`log`, :meth:`evaluate` and :meth:`checkpoint` at their intervals."""
 
-    def __init__(self, cfg: TrainConfig, procs: Processes) -> None:
+    def __init__(self, cfg: TrainConfig, procs: Processes, scratch: str | None = None) -> None:
         self.cfg, self.procs = cfg, procs
         self.micro, self.accumulation, self.output = _checked_settings(cfg, procs)
         _seed(cfg.seed + procs.rank)
@@ -129,7 +148,9 @@ class Trainer:
         self._restore_position()
         self._build_forward()
         self.metrics = (
-            MetricsLog(self.output, self.position.step if self.resumed else None) if procs.is_main else None
+            MetricsLog(self.output, self.position.step if self.resumed else None, scratch)
+            if procs.is_main
+            else None
         )
         self._log_start()
         self.peak = (
@@ -162,6 +183,7 @@ class Trainer:
         fits (:func:`pretrain.startup.prepare`), the validation reader and the worker count."""
         cfg = self.cfg
         self.reader = self._open_shards("--shards", cfg.shards, streams=cfg.streams)
+        self.layout = BatchLayout(cfg.batching, cfg.bucket_window, cfg.seed, self.procs.rank)
         self.setup = prepare(cfg, self.reader)
         if cfg.dynamic_masking:
             try:
@@ -173,12 +195,14 @@ class Trainer:
         # the most workers (up to --num-workers) that divide the reader's streams evenly
         workers = max(w for w in range(1, max(1, cfg.num_workers) + 1) if self.reader.streams % w == 0)
         self.workers = workers if cfg.num_workers else 0
+        self.loader: ShardLoader | None = None  # made on first read, its workers kept for the run
         self.validation = None
         if cfg.validation_shards:
             self.validation = self._open_shards(
                 "--validation-shards", cfg.validation_shards, shuffle=False, streams=1,
                 vocab_sha256=self.setup.vocab.vocab_sha256,
             )  # fmt: skip
+            self.validation.masking = validation_masking(self.validation.params, self.setup.vocab.vocab)
 
     def _build_optimization(self) -> None:
         """The model on its device, the optimizer and the grad scaler (enabled for fp16)."""
@@ -256,22 +280,22 @@ class Trainer:
         )  # fmt: skip
 
     def batches(self):
-        """The reader's micro batches from the current position on, epoch after epoch."""
+        """The micro batches from the current position on, epoch after epoch, in --batching's
+        layout (which may re-read a bucketing window from its start: see pretrain/batching.py)."""
         position = self.position
         while True:
             if position.batches_done >= len(self.reader):
                 position.epoch, position.batches_done = position.epoch + 1, 0
-            self.reader.load_state_dict(self.reader.state_at(position.batches_done, position.epoch))
-            loader = torch.utils.data.DataLoader(
-                self.reader,
-                batch_size=None,
-                num_workers=self.workers,
-                pin_memory=self.procs.device.type == "cuda",
-                generator=torch.Generator(),  # its own: a new iterator does not shift the global RNG
-            )
-            for batch in loader:
+            for batch in self.layout.epoch_batches(self._read, position.batches_done, position.epoch):
                 position.batches_done += 1
                 yield batch
+
+    def _read(self, first: int):
+        """The reader's batches of the current epoch from batch ``first`` on, from DataLoader
+        workers started once per run (``ShardLoader``: persistent, told the epoch each time)."""
+        if self.loader is None:
+            self.loader = ShardLoader(self.reader, self.workers, pin_memory=self.procs.device.type == "cuda")
+        return self.loader.epoch(self.position.epoch, first)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -281,10 +305,11 @@ class Trainer:
         cfg, procs, position = self.cfg, self.procs, self.position
         stop = _Stop()
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        if procs.is_main and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.progress = tqdm(total=cfg.max_steps, initial=position.step, unit="step", dynamic_ncols=True)
+        if procs.is_main:  # a bar on a terminal; elsewhere the log lines below carry steps/s and ETA
+            shown = None if log.isEnabledFor(logging.INFO) else False  # --quiet: no bar, no lines
+            self.progress = Progress(
+                cfg.max_steps, desc="pretrain", initial=position.step, enabled=shown, interval_s=None
+            )
         data = self.batches()
         record: dict = {}
         self.window.reset()
@@ -314,13 +339,19 @@ class Trainer:
                         )
                     break
             self._finish()
-        except ShardError as err:
+        except (ShardError, RuntimeError, ConnectionError) as err:
+            if not isinstance(err, ShardError):  # torch's report of a dead worker, raised anywhere
+                if self.loader is None or not self.loader.is_worker_failure(err):
+                    raise
+                err = self.loader.failure(err)
             raise TrainingError(
                 f"{err}\nStopped at step {position.step}; the checkpoints written so far are complete: "
                 f"continue with --resume {self.output} once the data is reachable"
             ) from None
         finally:
-            data.close()  # shuts the DataLoader's worker processes down
+            data.close()
+            if self.loader is not None:
+                self.loader.close()  # shuts the DataLoader's worker processes down
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             if self.progress is not None:
@@ -359,18 +390,17 @@ class Trainer:
     def _micro_step(self, batch: dict, sync: bool, weights: tuple[float, float]) -> None:
         """Forward and backward of one micro batch, its MLM and NSP means weighted by ``weights``;
         DDP's gradient all-reduce only when ``sync`` (the step's last micro batch)."""
-        cpu_tokens = int(batch["attention_mask"].sum())  # on the host: no device sync
+        cpu_tokens = num_real_tokens(batch)  # on the host: no device sync
         if self.seen is not None:
             self.seen.extend(_example_keys(batch))
-        batch = {k: v.to(self.procs.device, non_blocking=True) for k, v in batch.items()}
         with (
             contextlib.nullcontext() if sync else self.ddp_model.no_sync(),
             autocast(self.procs.device, self.cfg.precision),
         ):
-            loss = _forward_loss(self.forward, batch)
+            loss = _forward_loss(self.forward, batch, self.procs.device)
             objective = loss.mlm_loss * weights[0] + loss.nsp_loss * weights[1]
             self.scaler.scale(objective).backward()
-        self.window.add(loss, batch, cpu_tokens)
+        self.window.add(loss, batch_shape(batch), cpu_tokens)
 
     # -- log, evaluate, checkpoint ----------------------------------------------------------------
 
@@ -421,13 +451,13 @@ class Trainer:
         self.metrics.log(record)
         if self.metrics.local:
             self.metrics.flush()
-        if self.progress is not None:
+        if self.progress is not None and self.progress.mode == "bar":
             self.progress.set_postfix(loss=f"{record['loss']:.3f}", mlm=f"{record['mlm_accuracy']:.3f}")
         else:
             log.info(
-                "step %d loss %.4f mlm_acc %.4f nsp_acc %.4f lr %.3g %.0f tokens/s",
+                "step %d loss %.4f mlm_acc %.4f nsp_acc %.4f lr %.3g %.0f tokens/s (%s)",
                 record["step"], record["loss"], record["mlm_accuracy"], record["nsp_accuracy"], record["lr"],
-                record["tokens_per_s"],
+                record["tokens_per_s"], self.progress.status() if self.progress is not None else "",
             )  # fmt: skip
 
     @torch.no_grad()
@@ -444,11 +474,11 @@ class Trainer:
         for index, batch in enumerate(loader):
             if index >= cfg.eval_batches:
                 break
+            batch = self.layout.single(batch)
             if cfg.objective == "ltr":
                 batch = left_to_right_batch(batch)
-            batch = {k: v.to(procs.device) for k, v in batch.items()}
             with autocast(procs.device, cfg.precision):
-                loss = _forward_loss(self.forward, batch)
+                loss = _forward_loss(self.forward, batch, procs.device)
             count = float(loss.mlm_count)
             sums += [float(loss.mlm_loss) * count, float(loss.mlm_correct), count, float(loss.nsp_correct),
                      float(loss.nsp_count)]  # fmt: skip
@@ -601,13 +631,12 @@ def apply_gradients(
 def _example_keys(batch: dict) -> list[str]:
     """A digest of each example of a batch (its tokens and masks), for the rank report."""
     keys = []
-    for ids, mask, positions in zip(
-        batch["input_ids"],
-        batch["attention_mask"],
+    for ids, positions in zip(
+        example_tokens(batch),
         batch.get("masked_lm_positions", batch["masked_lm_ids"]),  # LTR batches have no positions
         strict=True,
     ):
-        data = ids[mask.bool()].numpy().tobytes() + positions.numpy().tobytes()
+        data = ids.numpy().tobytes() + positions.numpy().tobytes()
         keys.append(hashlib.sha256(data).hexdigest()[:16])
     return keys
 

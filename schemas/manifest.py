@@ -36,6 +36,15 @@ class ShardEntry:
 
 
 @dataclass(frozen=True)
+class IndexReference:
+    """The record-batch index file of an output (``schemas.index``): its path, size and SHA-256."""
+
+    path: str
+    num_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What a stage wrote: record format, producing command, parameters and shards."""
 
@@ -46,6 +55,8 @@ class Manifest:
     shards: tuple[ShardEntry, ...]
     rejects: tuple[ShardEntry, ...] = field(default=())
     manifest_version: int = MANIFEST_VERSION
+    index: IndexReference | None = None
+    """The record-batch index (``examples`` outputs since it exists); absent from the JSON when None."""
 
     def splits(self) -> list[str]:
         """The split names present, in first-seen order."""
@@ -64,6 +75,8 @@ class Manifest:
         data = asdict(self)
         data["shards"] = sorted(data["shards"], key=lambda s: s["path"])
         data["rejects"] = sorted(data["rejects"], key=lambda s: s["path"])
+        if data["index"] is None:
+            del data["index"]  # manifests without an index keep their old bytes (and COMPLETED)
         return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
     @classmethod
@@ -88,6 +101,7 @@ class Manifest:
                 params=dict(data["params"]),
                 shards=tuple(ShardEntry(**s) for s in data["shards"]),
                 rejects=tuple(ShardEntry(**s) for s in data.get("rejects", [])),
+                index=IndexReference(**data["index"]) if data.get("index") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ManifestError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None

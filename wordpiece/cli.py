@@ -21,9 +21,11 @@ import click
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, exit_code: int = 1) -> NoReturn:
+    """One ``error:`` line and exit: 1 when the command ran and failed (a missing or bad corpus or
+    vocabulary, an output in the way), 2 when its settings are refused before anything is read."""
     click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+    sys.exit(exit_code)
 
 
 def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
@@ -233,8 +235,10 @@ def train(
             overwrite=overwrite,
         )
         stats = train_vocabulary(config, ctx.args)
-    except (ValueError, CorpusError, TrainingError, VocabError) as err:
+    except (CorpusError, TrainingError, VocabError) as err:
         _fail(str(err))
+    except ValueError as err:  # the settings, refused before anything is read
+        _fail(str(err), exit_code=2)
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         _fail(f"{type(err).__name__}: {lines[-1] if lines else 'no message'}")

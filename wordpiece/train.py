@@ -328,7 +328,7 @@ def _prepare_output(config: TrainConfig) -> None:
         FileSystems.delete(stale)
     probe = FileSystems.join(output, f".write-probe-{uuid.uuid4().hex}")
     try:
-        write_bytes(probe, b"")
+        write_bytes(probe, b"probe")  # not empty: Beam's S3 writer cannot upload an empty object
         FileSystems.delete([probe])
     except Exception as err:  # Any filesystem error means the same thing to the user.
         raise TrainingError(
@@ -349,8 +349,9 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
 
     With Dataflow's ``--dry_run=True`` the counting job is only built, and None is returned.
     """
-    manifest = _load_corpus_manifest(config.corpus)
     options = PipelineOptions(beam_args)
+    FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
+    manifest = _load_corpus_manifest(config.corpus)
     dry_run = bool(options.view_as(TestOptions).dry_run)
     if not dry_run:
         _prepare_output(config)

@@ -116,10 +116,26 @@ class PairPlan(NamedTuple):
         return self.random_b_length > 0
 
 
-def plan_pairs(
-    document: TokenizedDocument, dupe_index: int, config: PairConfig, rng: np.random.Generator
-) -> list[PairPlan]:
-    """Cut one document into A/B pairs, the reference's way.
+class PairCuts(NamedTuple):
+    """One document pass's pairs as arrays (one entry per pair, in pair order); offsets are token
+    offsets into the document's ``tokens``."""
+
+    a_start: np.ndarray
+    a_end: np.ndarray
+    b_end: np.ndarray
+    """End of the actual B (B starts at ``a_end``); equal to ``a_end`` when B must be random."""
+    random_b_length: np.ndarray
+    """Tokens wanted from another document (label 1); 0 for an actual continuation."""
+    keys: np.ndarray
+    """64 random bits per pair (uint64) that seed every later decision about it."""
+    document_draws: np.ndarray
+    """Uniform in [0, 1): which other document B comes from (random next only)."""
+    sentence_draws: np.ndarray
+    """Uniform in [0, 1): the sentence of that document B starts at (random next only)."""
+
+
+def plan_cuts(document: TokenizedDocument, config: PairConfig, rng: np.random.Generator) -> PairCuts:
+    """Cut one document into A/B pairs, the reference's way, as arrays.
 
     Sentences accumulate into a chunk until the target length (``max_seq_length - 3``, or with
     probability ``short_seq_prob`` a random shorter one, drawn once per document and pass); the
@@ -135,7 +151,7 @@ def plan_pairs(
     target = config.max_num_tokens
     if draws[0] < config.short_seq_prob:
         target = 2 + int(draws[1] * (config.max_num_tokens - 1))
-    cuts: list[tuple[int, int, int]] = []  # (first sentence, A's end, B's end) as token offsets
+    cuts: list[int] = []  # (first sentence, A's end, B's end) as token offsets, flat
     draw = 2
     start = 0
     while start < num_sentences:
@@ -144,31 +160,42 @@ def plan_pairs(
         size = end - start
         a_end = start + 1 + int(draws[draw] * (size - 1)) if size >= 2 else start + 1
         if size == 1 or draws[draw + 1] < config.random_next_prob:
-            cuts.append((offsets[start], offsets[a_end], offsets[a_end]))
+            cuts += (offsets[start], offsets[a_end], offsets[a_end])
             start = a_end  # the chunk's unused sentences are put back
         else:
-            cuts.append((offsets[start], offsets[a_end], offsets[end]))
+            cuts += (offsets[start], offsets[a_end], offsets[end])
             start = end
         draw += 2
-    keys = rng.integers(0, 1 << 64, size=len(cuts), dtype=np.uint64, endpoint=False).tolist()
-    other = rng.random((len(cuts), 2)).tolist()
-    tokens, empty = document.tokens, document.tokens[:0]
-    plans = []
-    for index, (a_start, a_end, b_end) in enumerate(cuts):
-        random_b_length = max(1, target - (a_end - a_start)) if b_end == a_end else 0
-        plans.append(
-            PairPlan(
-                document.doc_id,
-                dupe_index,
-                index,
-                tokens[a_start:a_end],
-                tokens[a_end:b_end] if b_end > a_end else empty,
-                random_b_length,
-                keys[index],
-                *other[index],
-            )
+    table = np.array(cuts, dtype=np.int64).reshape(-1, 3)
+    keys = rng.integers(0, 1 << 64, size=len(table), dtype=np.uint64, endpoint=False)
+    other = rng.random((len(table), 2))
+    a_start, a_end, b_end = table[:, 0], table[:, 1], table[:, 2]
+    random_b_length = np.where(b_end == a_end, np.maximum(1, target - (a_end - a_start)), 0)
+    return PairCuts(a_start, a_end, b_end, random_b_length, keys, other[:, 0], other[:, 1])
+
+
+def plan_pairs(
+    document: TokenizedDocument, dupe_index: int, config: PairConfig, rng: np.random.Generator
+) -> list[PairPlan]:
+    """:func:`plan_cuts` as one :class:`PairPlan` per pair, with A and B as views of the document."""
+    cuts = plan_cuts(document, config, rng)
+    tokens = document.tokens
+    return [
+        PairPlan(
+            document.doc_id,
+            dupe_index,
+            index,
+            tokens[a_start:a_end],
+            tokens[a_end:b_end],
+            random_b_length,
+            key,
+            document_draw,
+            sentence_draw,
         )
-    return plans
+        for index, (a_start, a_end, b_end, random_b_length, key, document_draw, sentence_draw) in enumerate(
+            zip(*(c.tolist() for c in cuts), strict=True)
+        )
+    ]
 
 
 def take_random_b(

@@ -61,6 +61,26 @@ def test_examples_are_well_formed_and_statistics_hold(examples_output, released_
     assert 0.5 <= stats["random_next_rate"] < 0.7  # one-sentence chunks are always random next
 
 
+def test_the_index_written_with_the_shards_matches_their_bytes(examples_output):
+    """index.json, named and hashed by the manifest, is what walking the written shards gives."""
+    from schemas import verify_completed
+    from schemas.index import ShardIndex, shard_index_entry
+
+    manifest = verify_completed(
+        (examples_output / "manifest.json").read_text(),
+        (examples_output / "COMPLETED").read_text(),
+        str(examples_output),
+        "examples",
+    )
+    text = (examples_output / "index.json").read_bytes()
+    assert manifest.index is not None and manifest.index.num_bytes == len(text)
+    index = ShardIndex.from_json(text, "index.json")
+    index.check_against(manifest.shards, "index.json")
+    for entry in index.shards:
+        assert entry == shard_index_entry(entry.path, (examples_output / entry.path).read_bytes())[0]
+    assert index.schema.equals(examples_format(30522).schema, check_metadata=True)
+
+
 def test_actual_next_pairs_come_from_one_document_in_order(examples_output, corpus_output, released_vocab):
     tokenizer = WordPieceTokenizer.load(released_vocab, cased=False)
     _, _, tables = read_output(corpus_output)

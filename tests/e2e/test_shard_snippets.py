@@ -22,6 +22,7 @@ import pytest
 
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker
 from schemas.examples import EXAMPLES_VERSION, examples_format
+from schemas.index import INDEX_FILE, ShardIndex, index_reference, shard_index_entry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "shards.md"
 OUR_PACKAGES = ("pipelines", "pretrain", "finetune", "schemas", "wordpiece")
@@ -81,7 +82,7 @@ def write_examples_folder(root: Path, seed: int = 0) -> int:
     fmt = examples_format(VOCAB_SIZE)
     rng = np.random.default_rng(seed)
     (root / "examples").mkdir(parents=True)
-    entries, uid = [], 0
+    entries, indexed, uid = [], [], 0
     for index, num_rows in enumerate(SHARD_ROWS):
         rows = [_example(rng, uid + k) for k in range(num_rows)]
         uid += num_rows
@@ -91,8 +92,13 @@ def write_examples_folder(root: Path, seed: int = 0) -> int:
         entries.append(
             ShardEntry(path, "examples", "examples", num_rows, len(blob), hashlib.sha256(blob).hexdigest())
         )
+        indexed.append(shard_index_entry(path, blob)[0])
     params = {"pairs": {"max_seq_length": 128}, "seed": seed, "vocab_sha256": "0" * 64}
-    manifest = Manifest("examples", EXAMPLES_VERSION, "test", params, tuple(entries)).to_json()
+    index_json = ShardIndex("examples", EXAMPLES_VERSION, fmt.schema, tuple(indexed)).to_json()
+    (root / INDEX_FILE).write_text(index_json)
+    manifest = Manifest(
+        "examples", EXAMPLES_VERSION, "test", params, tuple(entries), index=index_reference(index_json)
+    ).to_json()
     (root / STATS_FILE).write_text(json.dumps({"examples": uid}) + "\n")
     (root / MANIFEST_FILE).write_text(manifest)
     (root / COMPLETED_FILE).write_text(completed_marker(manifest))

@@ -68,11 +68,11 @@ def test_identical_vocabulary_with_two_worker_processes(vocab_dir, corpus_output
 
 def test_bad_inputs_are_one_line_errors(vocab_dir, corpus_output, tmp_path):
     result = run_wordpiece(
-        "train", "--corpus", str(tmp_path / "missing"), "--output", str(tmp_path / "o"), expect=2
+        "train", "--corpus", str(tmp_path / "missing"), "--output", str(tmp_path / "o"), expect=1
     )
     assert "not a completed stage output" in result.output
     result = run_wordpiece(
-        "train", "--corpus", str(corpus_output), "--output", str(vocab_dir), *TRAIN, expect=2
+        "train", "--corpus", str(corpus_output), "--output", str(vocab_dir), *TRAIN, expect=1
     )
     assert "already holds a completed vocabulary; pass --overwrite" in result.output
     result = run_wordpiece(
@@ -86,6 +86,6 @@ def test_bad_inputs_are_one_line_errors(vocab_dir, corpus_output, tmp_path):
         "--num-unused",
         "0",
         *FAST_RUNNER,
-        expect=2,
+        expect=1,
     )
     assert "is smaller than the alphabet" in result.output

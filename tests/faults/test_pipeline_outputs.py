@@ -84,7 +84,7 @@ def test_an_empty_split_is_one_line_and_no_completed(corpus, tmp_path, monkeypat
     # The failed run's folder is refused as it is, and replaced with --overwrite; given relative
     # paths, the manifest records them absolute (pretrain may start elsewhere).
     before = sorted(p.name for p in out.rglob("*"))
-    refused = _examples(corpus, vocab, out, "train", expect=2)
+    refused = _examples(corpus, vocab, out, "train", expect=1)
     assert "already holds 2 file(s)" in refused.output and "--overwrite" in refused.output
     assert sorted(p.name for p in out.rglob("*")) == before
     monkeypatch.chdir(tmp_path)
@@ -104,7 +104,7 @@ def test_books_with_no_documents_are_not_completed_and_corpus_refuses_them(tmp_p
     result = run_cli("books", "--input", f"{books}/*.txt", "--output", str(out), *FAST_RUNNER, expect=1)
     assert "not marked COMPLETED: no documents written" in result.output
     assert not (out / "COMPLETED").exists()
-    refused = run_cli("corpus", "--input", str(out), "--output", str(tmp_path / "corpus"), expect=2)
+    refused = run_cli("corpus", "--input", str(out), "--output", str(tmp_path / "corpus"), expect=1)
     assert refused.output.count("\n") == 1 and "no COMPLETED marker" in refused.output
 
 
@@ -125,16 +125,16 @@ def test_an_existing_output_is_refused_and_left_as_it_was(corpus, tmp_path):
     (out / "notes.txt").write_text("mine")
     books = write_books(tmp_path / "books", count=1)
     args = ("books", "--input", f"{books}/*.txt", "--output", str(out), *FAST_RUNNER)
-    refused = run_cli(*args, expect=2)
+    refused = run_cli(*args, expect=1)
     assert refused.output.strip().splitlines() == [
         f"error: --output {out}: already holds 1 file(s) (an unfinished run?); pass --overwrite to replace it"
     ]
-    forced = run_cli(*args, "--overwrite", expect=2)
+    forced = run_cli(*args, "--overwrite", expect=1)
     assert "holds files no stage wrote" in forced.output
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     # A completed output is refused by name, and kept byte for byte.
     before = {p: p.read_bytes() for p in corpus.rglob("*") if p.is_file()}
-    again = run_cli("corpus", "--input", str(corpus.parent / "docs"), "--output", str(corpus), expect=2)
+    again = run_cli("corpus", "--input", str(corpus.parent / "docs"), "--output", str(corpus), expect=1)
     assert "already holds a completed output; pass --overwrite" in again.output
     assert {p: p.read_bytes() for p in corpus.rglob("*") if p.is_file()} == before
 
@@ -149,7 +149,7 @@ def test_show_on_a_corrupt_shard_is_one_line(corpus, tmp_path):
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     run_cli("show", str(corpus))  # the intact original still shows (exit 0)
-    result = run_cli("show", str(damaged), expect=2)
+    result = run_cli("show", str(damaged), expect=1)
     assert result.output.strip().splitlines() == [
         f"error: {shard}: checksum differs from its manifest; the input was modified or damaged"
     ]
@@ -181,10 +181,10 @@ def _wordpiece(*args: str, expect: int):
 
 def test_wordpiece_train_leaves_no_counts_when_it_fails_and_keeps_foreign_files(corpus, tmp_path):
     out = tmp_path / "vocab"
-    failed = _wordpiece("--corpus", str(corpus), "--output", str(out), "--split", "test", expect=2)
+    failed = _wordpiece("--corpus", str(corpus), "--output", str(out), "--split", "test", expect=1)
     assert "has no words" in failed.output and failed.output.count("\n") == 1
     assert not (out / "COMPLETED").exists() and not list(out.rglob("word_counts/*"))
     (out / "notes.txt").write_text("mine")
-    forced = _wordpiece("--corpus", str(corpus), "--output", str(out), "--overwrite", expect=2)
+    forced = _wordpiece("--corpus", str(corpus), "--output", str(out), "--overwrite", expect=1)
     assert "holds files wordpiece train did not write" in forced.output
     assert (out / "notes.txt").read_text() == "mine"

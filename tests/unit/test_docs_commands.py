@@ -17,6 +17,7 @@ import click
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from chain.ablate_cli import main as chain_ablate
 from tests.clis import CLIS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +75,8 @@ def problems(tool: str, args: list[str]) -> list[str]:
     """What in ``tool args`` click does not know: an unknown subcommand or flag."""
     command: click.Command = CLIS[tool]
     path = [tool]
+    if tool == "chain" and args[:1] == ["ablate"]:  # `python -m chain ablate`: its own command
+        command, path, args = chain_ablate, ["chain", "ablate"], args[1:]
     found = []
     for arg in args:
         if isinstance(command, click.Group) and arg in command.commands:

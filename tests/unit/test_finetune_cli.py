@@ -68,7 +68,7 @@ def test_glue_rte_writes_metrics_dev_predictions_and_submission(bert_uncased_fol
         str(out),
         *QUICK,
     )
-    assert json.loads(result.output)["task"] == "rte"
+    assert json.loads(result.stdout)["task"] == "rte"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["main_metric"] == "accuracy" and 0.0 <= metrics["dev"]["accuracy"] <= 1.0
     assert metrics["num_examples"] == {"train": 3, "dev": 2}
@@ -195,7 +195,7 @@ def test_evaluate_squad_prints_official_metrics(tmp_path: Path):
         "--predictions",
         str(predictions),
     )
-    scores = json.loads(result.output)
+    scores = json.loads(result.stdout)
     assert scores["exact_match"] == pytest.approx(100.0) and scores["f1"] == pytest.approx(100.0)
 
 
@@ -256,7 +256,7 @@ def test_vocab_mismatch_is_refused_by_the_command(tmp_path: Path):
         "--uncased",
         expect=1,
     )
-    assert "has 19 tokens but" in result.output and "vocab_size 20" in result.output
+    assert "has 19 tokens but" in result.output and "have 20 rows" in result.output
 
 
 def test_squad_command_is_wired_to_run_squad(bert_uncased_folder, tmp_path: Path):
@@ -267,6 +267,6 @@ def test_squad_command_is_wired_to_run_squad(bert_uncased_folder, tmp_path: Path
         "--checkpoint", bert_uncased_folder, "--output", str(out), "--epochs", "1", "--batch-size", "4",
         "--max-seq-length", "128", "--doc-stride", "64",
     )  # fmt: skip
-    shown = json.loads(result.output)
+    shown = json.loads(result.stdout)
     assert shown["task"] == "squad" and 0.0 <= shown["f1"] <= 100.0
     assert (out / "predictions.json").exists() and (out / "metrics.json").exists()

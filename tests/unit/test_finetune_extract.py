@@ -4,6 +4,7 @@ their words, long lines are windowed, and the Arrow output round-trips through i
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 
 from finetune.cli import main
 from finetune.common import FinetuneError, load_encoder
-from finetune.extract import ExtractSettings, extract_features, read_features, word_indices
+from finetune.extract import ExtractSettings, extract_features, read_features, vectors, word_indices
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
 from schemas import COMPLETED_FILE, MANIFEST_FILE
@@ -79,9 +80,13 @@ def test_vectors_equal_the_models_hidden_states(run, text, tmp_path):
     manifest, table = read_features(str(tmp_path / "out"))
     assert manifest.params["layers"] == [-1, 0, -2] and manifest.params["layers_absolute"] == [3, 0, 2]
     assert manifest.params["checkpoint"].endswith("step-00000005")
+    assert manifest.params["input_sha256"] == hashlib.sha256(text.read_bytes()).hexdigest()
     assert stats["num_lines"] == 4 and stats["num_empty_lines"] == 1 and stats["num_split_lines"] == 0
     rows = table.to_pylist()
     assert sorted({r["layer"] for r in rows}) == [-2, -1, 0]
+    matrix = vectors(table)
+    assert matrix.dtype == np.float32 and matrix.shape == (len(rows), 16)
+    np.testing.assert_array_equal(matrix[7], np.array(rows[7]["vector"], dtype=np.float32))
     encoder = load_encoder(str(run))
     for number, line in enumerate(TEXT):
         states = expected_states(encoder, line)
@@ -145,13 +150,13 @@ def test_output_is_refused_unless_overwrite_and_damage_is_detected(run, text, tm
     out = tmp_path / "out"
     settings = ExtractSettings(layers="-1", device="cpu")
     extract_features(str(run), str(text), str(out), settings)
-    with pytest.raises(FinetuneError, match="already has files.*--overwrite"):
+    with pytest.raises(FinetuneError, match="already holds 4 file.*pass --overwrite"):
         extract_features(str(run), str(text), str(out), settings)
     extract_features(str(run), str(text), str(out), ExtractSettings(layers="0", device="cpu"), overwrite=True)
     manifest, table = read_features(str(out))
     assert set(table.column("layer").to_pylist()) == {0} and len(manifest.shards) == 1
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(FinetuneError, match="did not write.*notes.txt"):
+    with pytest.raises(FinetuneError, match="does not write \\(notes.txt"):
         extract_features(str(run), str(text), str(out), settings, overwrite=True)
     (out / "notes.txt").unlink()
     shard = out / manifest.shards[0].path
@@ -211,3 +216,19 @@ def test_the_features_schema_refuses_bad_rows():
         fmt.to_table([{**good, "word_index": -2}])
     with pytest.raises(SchemaError, match="do not fit"):
         fmt.to_table([{**good, "vector": [0.5]}])
+
+
+def test_a_failed_run_leaves_neither_shards_nor_marker(run, tmp_path, monkeypatch):
+    import finetune.extract as extract
+
+    monkeypatch.setattr(extract, "LINES_PER_CHUNK", 2)  # a shard per two lines ...
+    path = tmp_path / "bad.txt"
+    path.write_bytes(("\n".join(TEXT) + "\n").encode() + b"the \xff cat\n")  # ... then line 5 is not UTF-8
+    settings = ExtractSettings(layers="-1", device="cpu", max_shard_bytes=1)
+    with pytest.raises(FinetuneError, match=r"bad.txt:5: not UTF-8"):
+        extract_features(str(run), str(path), str(tmp_path / "new"), settings)
+    assert not (tmp_path / "new").exists()  # the two shards written first are gone with the folder
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(FinetuneError, match="not UTF-8"):
+        extract_features(str(run), str(path), str(tmp_path / "mine"), settings)
+    assert (tmp_path / "mine").is_dir() and not list((tmp_path / "mine").iterdir())

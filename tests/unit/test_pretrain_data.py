@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import os
 import random
+import signal
+import time
 import types
 import uuid
 
@@ -16,9 +19,10 @@ import pytest
 import torch
 
 from pretrain.collate import DynamicMasking, collate
-from pretrain.data import ExampleShards, ShardError
+from pretrain.data import ExampleShards, ShardError, ShardLoader
 from schemas import Manifest, ManifestError, ShardEntry, completed_marker
 from schemas.examples import examples_format
+from schemas.index import INDEX_FILE, ShardIndex, index_reference, shard_index_entry
 from wordpiece.masking import MaskingConfig
 
 FMT = examples_format(1000)
@@ -51,19 +55,31 @@ def _shard_bytes(rows: list[dict]) -> bytes:
     return sink.getvalue()
 
 
-def _write_folder(url: str, *, complete: bool = True) -> str:
+def _write_folder(
+    url: str, *, complete: bool = True, with_index: bool = True, shard_rows: tuple[int, ...] = SHARD_ROWS
+) -> str:
+    """An examples output as ``pipelines examples`` writes it (``with_index=False``: as it wrote
+    it before the record-batch index existed)."""
     fs, root = fsspec.core.url_to_fs(url)
     fs.makedirs(f"{root}/examples", exist_ok=True)
-    entries, uid = [], 0
-    for i, count in enumerate(SHARD_ROWS):
+    entries, indexed, uid = [], [], 0
+    for i, count in enumerate(shard_rows):
         blob = _shard_bytes([_row(uid + k) for k in range(count)])
         uid += count
-        path = f"examples/part-{i:05d}-of-{len(SHARD_ROWS):05d}.arrow"
+        path = f"examples/part-{i:05d}-of-{len(shard_rows):05d}.arrow"
         fs.pipe_file(f"{root}/{path}", blob)
         entries.append(
             ShardEntry(path, "examples", "train", count, len(blob), hashlib.sha256(blob).hexdigest())
         )
-    manifest = Manifest("examples", 1, "test", {"vocab_sha256": "0" * 64}, tuple(entries)).to_json()
+        indexed.append(shard_index_entry(path, blob)[0])
+    reference = None
+    if with_index:
+        index_json = ShardIndex("examples", 1, FMT.schema, tuple(indexed)).to_json()
+        fs.pipe_file(f"{root}/{INDEX_FILE}", index_json.encode())
+        reference = index_reference(index_json)
+    manifest = Manifest(
+        "examples", 1, "test", {"vocab_sha256": "0" * 64}, tuple(entries), index=reference
+    ).to_json()
     fs.pipe_file(f"{root}/manifest.json", manifest.encode())
     if complete:
         fs.pipe_file(f"{root}/COMPLETED", completed_marker(manifest).encode())
@@ -205,7 +221,8 @@ def test_resume_skips_consumed_batches_without_reading_them(folder, monkeypatch)
     original = ExampleShards._read_unit
 
     def spy(self, unit):
-        read.append((unit.shard, unit.batch))
+        if self is resumed:  # not the prefetch thread of `first`, which may still be reading ahead
+            read.append((unit.shard, unit.batch))
         return original(self, unit)
 
     monkeypatch.setattr(ExampleShards, "_read_unit", spy)
@@ -258,23 +275,83 @@ def test_memory_filesystem_with_workers():
     assert _run(ds, 2) == _run(ds) and len(_run(ds)) == 10
 
 
-def test_sha256_mismatch_names_the_file(tmp_path):
-    url = _write_folder(str(tmp_path / "ex"))
-    shard = tmp_path / "ex/examples/part-00001-of-00003.arrow"
+def _tamper(shard, at: int) -> None:
     blob = bytearray(shard.read_bytes())
-    blob[len(blob) // 2] ^= 0xFF
+    blob[at] ^= 0xFF
     shard.write_bytes(bytes(blob))
+
+
+def test_tampered_record_batch_names_shard_and_batch(tmp_path):
+    url = _write_folder(str(tmp_path / "ex"))
     ds = ExampleShards(url, batch_size=4)
-    with pytest.raises(ShardError, match=r"part-00001-of-00003\.arrow: SHA-256"):
+    unit = next(u for u in ds.units if u.shard == 1 and u.batch == 2)
+    _tamper(tmp_path / "ex/examples/part-00001-of-00003.arrow", unit.offset + unit.length // 2)
+    with pytest.raises(ShardError) as caught:
+        list(ds)
+    assert str(caught.value) == (
+        f"{tmp_path}/ex/examples/part-00001-of-00003.arrow: record batch 2 (bytes {unit.offset}-"
+        f"{unit.offset + unit.length}) differs from its SHA-256 in index.json; the shard was modified or "
+        "damaged: restore it or regenerate the output with `pipelines examples`"
+    )
+
+
+def test_truncated_shard_names_the_file_and_batch(tmp_path):
+    url = _write_folder(str(tmp_path / "ex"))
+    ds = ExampleShards(url, batch_size=4)
+    shard = tmp_path / "ex/examples/part-00002-of-00003.arrow"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(ShardError, match=r"part-00002-of-00003\.arrow: record batch \d \(bytes"):
         list(ds)
 
 
-def test_truncated_shard_names_the_file(tmp_path):
-    url = _write_folder(str(tmp_path / "ex"))
-    shard = tmp_path / "ex/examples/part-00002-of-00003.arrow"
-    shard.write_bytes(shard.read_bytes()[:-100])
-    with pytest.raises(ShardError, match=r"part-00002-of-00003\.arrow: .*truncated"):
+def test_output_without_index_names_pipelines_index(tmp_path):
+    url = _write_folder(str(tmp_path / "ex"), with_index=False)
+    with pytest.raises(ManifestError) as caught:
         ExampleShards(url, batch_size=4)
+    message = str(caught.value)
+    assert "\n" not in message and message.endswith(f"add it with `pipelines index {url}`")
+
+
+def test_modified_index_is_refused(tmp_path):
+    url = _write_folder(str(tmp_path / "ex"))
+    index = tmp_path / "ex/index.json"
+    index.write_text(index.read_text().replace('"num_rows":[7,', '"num_rows":[6,', 1))
+    with pytest.raises(
+        ManifestError, match=r"index\.json: differs from the SHA-256 in the manifest; rebuild"
+    ):
+        ExampleShards(url, batch_size=4)
+
+
+def _counting(monkeypatch, cls) -> dict[str, int]:
+    """Count the calls of ``cls``'s file-access methods (each one a request on a bucket)."""
+    calls: dict[str, int] = {}
+    for name in ("cat_file", "cat", "cat_ranges", "_open", "open", "info", "size", "exists", "ls", "find"):
+        original = getattr(cls, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
+def test_building_the_reader_takes_the_same_requests_for_any_number_of_shards(monkeypatch):
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    few = _write_folder(f"memory://few-{uuid.uuid4().hex}", shard_rows=(30, 40))
+    many = _write_folder(f"memory://many-{uuid.uuid4().hex}", shard_rows=(7,) * 10)
+    counts = []
+    for url in (few, many):
+        calls = _counting(monkeypatch, MemoryFileSystem)
+        ExampleShards(url, batch_size=4)
+        counts.append(calls)
+        monkeypatch.undo()
+    assert counts[0] == counts[1] == {"cat_file": 3}  # manifest.json, COMPLETED, index.json
+    # reading a unit is one ranged request
+    ds = ExampleShards(many, batch_size=7, shuffle=False)
+    calls = _counting(monkeypatch, MemoryFileSystem)
+    assert sum(len(b) for b in _run(ds)) == 70 and calls == {"cat_file": 10}
 
 
 def test_missing_completed_is_refused(tmp_path):
@@ -283,7 +360,7 @@ def test_missing_completed_is_refused(tmp_path):
         ExampleShards(url, batch_size=4)
 
 
-def test_row_counts_from_footers_match_pyarrow(folder):
+def test_row_counts_from_the_index_match_pyarrow(folder):
     ds = ExampleShards(folder, batch_size=4)
     with open(f"{folder}/examples/part-00000-of-00003.arrow", "rb") as f:
         reader = ipc.open_file(f)
@@ -427,7 +504,7 @@ def test_transient_read_errors_are_retried_without_changing_the_data(folder, mon
     original = fsspec.implementations.local.LocalFileSystem.cat_file
 
     def flaky(self, path, start=None, end=None, **kwargs):
-        if start is not None and failures["left"] > 0:
+        if failures["left"] > 0:
             failures["left"] -= 1
             raise ConnectionResetError("connection reset by peer")
         return original(self, path, start=start, end=end, **kwargs)
@@ -435,11 +512,87 @@ def test_transient_read_errors_are_retried_without_changing_the_data(folder, mon
     ds = ExampleShards(folder, batch_size=5, seed=3)
     monkeypatch.setattr(fsspec.implementations.local.LocalFileSystem, "cat_file", flaky)
     assert _run(ds) == expected and failures["left"] == 0
+    failures["left"] = 2  # the manifest, marker and index reads are retried too
+    assert _run(ExampleShards(folder, batch_size=5, seed=3, retries=2)) == expected
     failures["left"] = 100
-    with pytest.raises(ShardError, match=r"part-00000-of-00003\.arrow: unreadable after 3 attempts"):
+    with pytest.raises(ShardError, match=r"manifest\.json: unreadable after 3 attempts"):
         ExampleShards(folder, batch_size=5, seed=3, retries=2)
     failures["left"] = 0
     ds = ExampleShards(folder, batch_size=5, seed=3, retries=2)
     failures["left"] = 100
     with pytest.raises(ShardError, match=r"record batch \d+\): unreadable after 3 attempts"):
         _run(ds)
+
+
+def _epoch_uids(loader: ShardLoader, epoch: int, batches_done: int = 0) -> list[list[int]]:
+    return [_uids(b) for b in loader.epoch(epoch, batches_done)]
+
+
+def test_persistent_workers_follow_the_epoch_and_resume_exactly(folder):
+    def make():
+        return ExampleShards(folder, batch_size=3, seed=5, streams=2)
+
+    expected = {e: _epoch_uids(ShardLoader(make(), 0), e) for e in (0, 1, 2)}
+    assert expected[0] != expected[1] != expected[2]
+    loader = ShardLoader(make(), 2)
+    assert _epoch_uids(loader, 0) == expected[0]
+    pids = [w.pid for w in loader.loader._iterator._workers]
+    assert _epoch_uids(loader, 1) == expected[1]
+    assert _epoch_uids(loader, 2, 5) == expected[2][5:]  # a resume point, in the same workers
+    abandoned = loader.epoch(0)
+    assert [_uids(next(abandoned)) for _ in range(3)] == expected[0][:3]
+    assert _epoch_uids(loader, 1, 3) == expected[1][3:]  # a new epoch while one was under way
+    assert [w.pid for w in loader.loader._iterator._workers] == pids  # started once
+    # a resumed run (new reader and loader, the state saved after 4 batches of epoch 2)
+    saved = make().state_at(4, 2)
+    resumed = ShardLoader(make(), 2)
+    assert _epoch_uids(resumed, saved["epoch"], saved["batches_done"]) == expected[2][4:]
+
+
+def test_a_shard_error_in_a_worker_is_the_one_line_error_every_time(tmp_path):
+    url = _write_folder(str(tmp_path / "ex"))
+    ds = ExampleShards(url, batch_size=3, seed=5, streams=2)
+    unit = ds.units[5]
+    _tamper(tmp_path / "ex/examples" / f"part-{unit.shard:05d}-of-00003.arrow", unit.offset + 40)
+    with pytest.raises(ShardError) as direct:
+        _epoch_uids(ShardLoader(ds, 0), 0)
+    assert "\n" not in str(direct.value) and f"record batch {unit.batch} (bytes" in str(direct.value)
+    started = time.monotonic()
+    persistent = ShardLoader(ds, 2)
+    for attempt in range(24):
+        loader = persistent if attempt % 2 else ShardLoader(ds, 2)
+        with pytest.raises(ShardError) as caught:
+            _epoch_uids(loader, 0)
+        assert str(caught.value) == str(direct.value)
+    assert time.monotonic() - started < 20
+
+
+def test_a_dead_or_stuck_worker_stops_the_run_with_a_message(folder, monkeypatch):
+    original = ExampleShards._read_unit
+    ds = ExampleShards(folder, batch_size=3, seed=5, streams=2)
+
+    def dies(self, unit):
+        if torch.utils.data.get_worker_info() is not None and unit == self.units[3]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, unit)
+
+    monkeypatch.setattr(ExampleShards, "_read_unit", dies)
+    loader = ShardLoader(ds, 2)
+    # torch reports a dead worker from its SIGCHLD handler, at any point of the consuming loop
+    with pytest.raises(
+        ShardError, match=r": (DataLoader worker \(pid|\[Errno 104\]).*a DataLoader worker died or sent"
+    ):
+        with loader.guard():
+            _epoch_uids(loader, 0)
+
+    def hangs(self, unit):
+        if unit == self.units[3]:
+            time.sleep(30)
+        return original(self, unit)
+
+    monkeypatch.setattr(ExampleShards, "_read_unit", hangs)
+    started = time.monotonic()
+    for workers in (0, 2):
+        with pytest.raises(ShardError, match=r"(no data|sent nothing) for 1 s"):
+            _epoch_uids(ShardLoader(ds, workers, timeout_s=1.0), 0)
+    assert time.monotonic() - started < 15

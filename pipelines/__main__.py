@@ -1,0 +1,5 @@
+"""``python -m pipelines``: the ``pipelines`` command."""
+
+from pipelines.cli import main
+
+main()

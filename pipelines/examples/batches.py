@@ -1,0 +1,261 @@
+"""The work of ``pipelines examples`` on a batch of documents at a time: pure functions, no Beam.
+
+* :func:`tokenize_documents`: corpus rows → :class:`TokenizedDocument` (through a
+  :class:`~wordpiece.chunk_cache.ChunkCache`, exactly the tokenizer's ids);
+* :func:`plan_batch`: every dupe pass of every document of a batch (``plan_cuts``, one generator
+  per (seed, document, pass)); actual-next pairs are finished at once, random-next ones become
+  :class:`Requests`, grouped by the bucket their B comes from (:class:`RequestDrawer`);
+* :func:`fulfil_bucket`: a bucket's documents and the requests for them → the random-next
+  examples, B cut from the drawn document (the reference's whole sentences until long enough).
+
+Pairs travel as arrays (:class:`~pipelines.examples.finish.PairBatch`), never as an object
+per pair, and are finished ``FINISH_BATCH`` at a time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from pipelines.examples.finish import ExampleColumns, ExampleVocab, PairBatch, finish_pairs
+from pipelines.examples.pairs import PairConfig, TokenizedDocument, plan_cuts, seeded_generator
+from pipelines.stage import shard_index
+from wordpiece.chunk_cache import ChunkCache, ragged_gather
+from wordpiece.masking import MaskingConfig
+
+FINISH_BATCH = 16384
+"""Pairs finished (truncated, assembled, masked) together; any size gives the same rows."""
+
+
+def bucket_of(doc_id: str, num_buckets: int) -> int:
+    """The bucket a document is filed under for random-B lookups."""
+    return shard_index(f"bucket\x1f{doc_id}", num_buckets)
+
+
+def tokenize_documents(cache: ChunkCache, rows: Sequence[dict]) -> tuple[list[TokenizedDocument], int]:
+    """Rows with ``doc_id`` and ``sentences`` → the documents with tokens (empty sentences left
+    out), and how many had none."""
+    sentences = [s for row in rows for s in row["sentences"]]
+    ids, lengths = cache.encode(sentences)
+    ends = np.cumsum(lengths)
+    documents, without_tokens, first = [], 0, 0
+    for row in rows:
+        last = first + len(row["sentences"])
+        kept = lengths[first:last]
+        kept = kept[kept > 0]
+        if len(kept):
+            start = int(ends[first] - lengths[first])
+            offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+            np.cumsum(kept, out=offsets[1:])
+            documents.append(TokenizedDocument(row["doc_id"], ids[start : start + int(offsets[-1])], offsets))
+        else:
+            without_tokens += 1
+        first = last
+    return documents, without_tokens
+
+
+class RequestDrawer:
+    """Which document a random B comes from: uniform over every document but the requester's.
+
+    Documents are filed into buckets (``bucket_of``); a draw picks a bucket with probability
+    proportional to its documents (the requester's own left out) and an index among that
+    bucket's other documents.
+    """
+
+    def __init__(self, bucket_sizes: dict[int, int]):
+        self.buckets = np.array(sorted(bucket_sizes), dtype=np.int64)
+        self.cumulative = np.cumsum([bucket_sizes[b] for b in self.buckets.tolist()]).astype(np.int64)
+
+    def draw(
+        self, own_buckets: np.ndarray, document_draws: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(bucket, index)`` arrays for uniform draws of requesters in ``own_buckets``, or None
+        when there is no other document.
+
+        With the requester's own document left out of its bucket's count, there are ``total - 1``
+        documents; the draw's place among them maps back to a place among all documents by
+        skipping one at the start of the requester's bucket.
+        """
+        total = int(self.cumulative[-1]) - 1 if len(self.cumulative) else 0
+        if total <= 0:
+            return None
+        own = np.searchsorted(self.buckets, own_buckets)
+        starts = np.concatenate(([0], self.cumulative))  # where each bucket's documents start
+        targets = (np.asarray(document_draws) * total).astype(np.int64)
+        positions = np.searchsorted(self.cumulative, targets + (targets >= starts[own]), side="right")
+        before = starts[positions] - (positions > own)
+        return self.buckets[positions], targets - before
+
+
+class Requests(NamedTuple):
+    """Random-next pairs waiting for their B, as arrays; A is ``a_tokens`` cut by ``a_length``."""
+
+    doc_ids: np.ndarray
+    dupe_index: np.ndarray
+    pair_index: np.ndarray
+    keys: np.ndarray
+    random_b_length: np.ndarray
+    sentence_draws: np.ndarray
+    index: np.ndarray
+    """Which document of the bucket, counted in doc_id order with the requester's own left out."""
+    a_length: np.ndarray
+    a_tokens: np.ndarray
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Requests]) -> Requests:
+        """Several request batches as one."""
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls._fields))
+
+
+class _Passes(NamedTuple):
+    batch: PairBatch
+    random_b_length: np.ndarray
+    document_draws: np.ndarray
+    sentence_draws: np.ndarray
+    own_buckets: np.ndarray
+
+
+def _plan_passes(
+    documents: Sequence[TokenizedDocument], dupe_factor: int, seed: int, pairs: PairConfig, num_buckets: int
+) -> _Passes:
+    """Every pass of every document, as one :class:`PairBatch` over the documents' tokens."""
+    bases = np.cumsum([0] + [len(d.tokens) for d in documents])
+    parts = []
+    for number, document in enumerate(documents):
+        bucket = bucket_of(document.doc_id, num_buckets)
+        for dupe in range(dupe_factor):
+            cuts = plan_cuts(document, pairs, seeded_generator(seed, document.doc_id, dupe))
+            n = len(cuts.keys)
+            parts.append(
+                (cuts.a_start + bases[number], cuts.a_end - cuts.a_start, cuts.a_end + bases[number],
+                 cuts.b_end - cuts.a_end, cuts.keys, np.full(n, number), np.full(n, dupe), np.arange(n),
+                 cuts.random_b_length, cuts.document_draws, cuts.sentence_draws, np.full(n, bucket))
+            )  # fmt: skip
+    (
+        a_start,
+        a_length,
+        b_start,
+        b_length,
+        keys,
+        number,
+        dupe,
+        pair,
+        random_b,
+        doc_draws,
+        sentence_draws,
+        own,
+    ) = (np.concatenate(column) for column in zip(*parts, strict=True))
+    doc_ids = np.array([d.doc_id for d in documents], dtype=object)[number]
+    pool = np.concatenate([d.tokens for d in documents])
+    batch = PairBatch(pool, a_start, a_length, b_start, b_length, keys, random_b > 0, doc_ids, dupe, pair)
+    return _Passes(batch, random_b, doc_draws, sentence_draws, own)
+
+
+def finish_in_batches(
+    batch: PairBatch, pairs: PairConfig, masking: MaskingConfig | None, vocab: ExampleVocab
+) -> Iterator[tuple[ExampleColumns, Counter]]:
+    """:func:`finish_pairs` over ``FINISH_BATCH`` pairs at a time."""
+    for first in range(0, len(batch.keys), FINISH_BATCH):
+        yield finish_pairs(
+            batch.take(slice(first, first + FINISH_BATCH)), pairs.max_num_tokens, masking, vocab
+        )
+
+
+def plan_batch(
+    documents: Sequence[TokenizedDocument],
+    config,
+    drawer: RequestDrawer,
+    vocab: ExampleVocab,
+) -> tuple[list[tuple[ExampleColumns, Counter]], Counter, list[tuple[int, Requests]]]:
+    """Every dupe pass of a batch of documents (``config`` an ``ExamplesConfig``): the finished
+    actual-next examples with their tallies, what else goes to ``stats.json`` (the random-next
+    pairs with no other document to draw from), and the random-next requests by bucket."""
+    passes = _plan_passes(documents, config.dupe_factor, config.seed, config.pairs, config.num_buckets)
+    batch = passes.batch
+    masking = config.masking if config.apply_masking else None
+    finished = list(finish_in_batches(batch.take(~batch.random_next), config.pairs, masking, vocab))
+    tally: Counter = Counter()
+    random = np.flatnonzero(batch.random_next)
+    if not len(random):
+        return finished, tally, []
+    drawn = drawer.draw(passes.own_buckets[random], passes.document_draws[random])
+    if drawn is None:
+        tally["pairs_without_other_document"] += len(random)
+        return finished, tally, []
+    buckets, index = drawn
+    order = np.argsort(buckets, kind="stable")
+    random, buckets, index = random[order], buckets[order], index[order]
+    firsts = np.flatnonzero(np.diff(buckets, prepend=-1))
+    requests = []
+    for first, end in zip(firsts.tolist(), np.append(firsts[1:], len(buckets)).tolist(), strict=True):
+        rows = random[first:end]
+        requests.append(
+            (
+                int(buckets[first]),
+                Requests(
+                    batch.doc_ids[rows],
+                    batch.dupe_index[rows],
+                    batch.pair_index[rows],
+                    batch.keys[rows],
+                    passes.random_b_length[rows],
+                    passes.sentence_draws[rows],
+                    index[first:end],
+                    batch.a_length[rows],
+                    ragged_gather(batch.pool, batch.a_start[rows], batch.a_length[rows]),
+                ),
+            )
+        )
+    return finished, tally, requests
+
+
+def fulfil_bucket(
+    documents: Iterable[TokenizedDocument],
+    requests: Iterable[Requests],
+    config,
+    vocab: ExampleVocab,
+) -> Iterator[tuple[ExampleColumns, Counter]]:
+    """Cut each request's B from its document of this bucket and finish the pairs, in batches.
+
+    A request's index counts the bucket's documents in ``doc_id`` order, its own left out. B is
+    whole sentences from a random one (``sentence_draws``) until ``random_b_length`` tokens, as
+    ``take_random_b`` cuts it.
+    """
+    documents = sorted(documents, key=lambda d: d.doc_id)
+    requests = list(requests)
+    if not requests or not documents:
+        return
+    wanted = Requests.concatenate(requests)
+    position = {d.doc_id: i for i, d in enumerate(documents)}
+    own = np.fromiter(
+        (position.get(d, len(documents)) for d in wanted.doc_ids.tolist()), np.int64, len(wanted.index)
+    )
+    target = wanted.index + (wanted.index >= own)
+    # The bucket's documents back to back after the requests' A sides; sentence boundaries of
+    # document d are boundaries[first[d]:first[d] + num_sentences[d] + 1].
+    a_total = len(wanted.a_tokens)
+    pool = np.concatenate([wanted.a_tokens, *(d.tokens for d in documents)])
+    bases = a_total + np.cumsum([0] + [len(d.tokens) for d in documents])[:-1]
+    boundaries = np.concatenate([d.offsets + base for d, base in zip(documents, bases.tolist(), strict=True)])
+    num_sentences = np.array([d.num_sentences for d in documents], dtype=np.int64)
+    first = np.cumsum(num_sentences + 1) - (num_sentences + 1)
+    start_sentence = first[target] + (wanted.sentence_draws * num_sentences[target]).astype(np.int64)
+    b_start = boundaries[start_sentence]
+    last = np.searchsorted(boundaries, b_start + wanted.random_b_length, side="left")
+    last = np.minimum(last, first[target] + num_sentences[target])
+    batch = PairBatch(
+        pool,
+        np.cumsum(wanted.a_length) - wanted.a_length,
+        wanted.a_length,
+        b_start,
+        boundaries[last] - b_start,
+        wanted.keys,
+        np.ones(len(wanted.keys), dtype=bool),
+        wanted.doc_ids,
+        wanted.dupe_index,
+        wanted.pair_index,
+    )
+    masking = config.masking if config.apply_masking else None
+    yield from finish_in_batches(batch, config.pairs, masking, vocab)

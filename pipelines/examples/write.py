@@ -1,0 +1,104 @@
+"""Writing example shards from record batches: no Python object per example on the way.
+
+Finished examples (:class:`~pipelines.examples.finish.ExampleColumns`) are split by shard where
+they are made (:func:`shard_pieces`: the shard of a pair is a hash of its identity, as
+``WriteShards`` does for documents) and travel to the writer as Arrow IPC stream bytes, one
+element per (batch, shard); :class:`WriteExampleShards` groups them by shard, sorts each shard's
+rows by (doc_id, dupe_index, pair) with Arrow's sort, and writes exactly ``num_shards`` files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+
+from pipelines import io
+from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
+from pipelines.stage import shard_index, shard_name
+from schemas import RecordFormat, ShardEntry
+from schemas.index import shard_index_entry
+
+SORT_KEYS = [("doc_id", "ascending"), ("dupe_index", "ascending"), (PAIR_COLUMN, "ascending")]
+
+
+def _ipc_stream(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def shard_pieces(columns: ExampleColumns, fmt: RecordFormat, num_shards: int) -> list[tuple[int, bytes]]:
+    """The examples as ``(shard, IPC stream bytes)``, one piece per shard they fall in."""
+    if not len(columns):
+        return []
+    shards = np.fromiter(
+        (
+            shard_index(f"{doc_id}\x1f{dupe}\x1f{pair}", num_shards)
+            for doc_id, dupe, pair in zip(
+                columns.doc_ids.tolist(),
+                columns.dupe_index.tolist(),
+                columns.pair_index.tolist(),
+                strict=True,
+            )
+        ),
+        dtype=np.int64,
+        count=len(columns),
+    )
+    table = examples_table(columns, fmt)
+    order = np.argsort(shards, kind="stable")
+    table, shards = table.take(pa.array(order)), shards[order]
+    firsts = np.flatnonzero(np.diff(shards, prepend=-1))
+    ends = np.append(firsts[1:], len(shards))
+    return [
+        (int(shards[first]), _ipc_stream(table.slice(first, end - first)))
+        for first, end in zip(firsts.tolist(), ends.tolist(), strict=True)
+    ]
+
+
+def shard_table(pieces: Iterable[bytes], fmt: RecordFormat) -> pa.Table:
+    """One shard's pieces as one table of ``fmt``, rows sorted by (doc_id, dupe_index, pair)."""
+    tables = [pa.ipc.open_stream(piece).read_all() for piece in pieces]
+    if not tables:
+        return fmt.schema.empty_table()
+    table = pa.concat_tables(tables).sort_by(SORT_KEYS).drop_columns([PAIR_COLUMN])
+    return table.combine_chunks().replace_schema_metadata(fmt.schema.metadata)
+
+
+def _write_shard(
+    element: tuple[int, Iterable], output: str, split: str, num_shards: int, fmt: RecordFormat
+) -> dict:
+    index, pieces = element
+    relative = shard_name(split, index, num_shards)
+    path = io.join(output, relative)
+    table = shard_table((p for p in pieces if p is not None), fmt)
+    data = fmt.to_ipc_bytes(table, source=path)
+    io.write_bytes(path, data)
+    entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), io.sha256_hex(data)))
+    # the record batches' byte ranges and hashes for index.json, from the bytes just written
+    entry["index"] = shard_index_entry(relative, data)[0]
+    return entry
+
+
+class WriteExampleShards(beam.PTransform):
+    """``(shard, piece)`` elements into exactly ``num_shards`` sorted Arrow files; one ``ShardEntry``
+    dict each, with the shard's ``schemas.index.ShardIndexEntry`` under ``"index"``."""
+
+    def __init__(self, output: str, split: str, num_shards: int, fmt: RecordFormat):
+        super().__init__()
+        self._output, self._split, self._num_shards, self._fmt = output, split, num_shards, fmt
+
+    def expand(self, pieces):
+        n = self._num_shards
+        # One placeholder per shard, so that every shard file exists even when empty.
+        placeholders = pieces.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
+        return (
+            (pieces, placeholders)
+            | "Merge" >> beam.Flatten()
+            | "Group by shard" >> beam.GroupByKey()
+            | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt)
+        )

@@ -1,0 +1,186 @@
+"""Batch layouts for the trainer: padded, length-bucketed or packed (``pretrain --batching``).
+
+The reader (:class:`pretrain.data.ExampleShards`) yields padded batches of a fixed number of
+examples; :class:`BatchLayout` turns a rank's sequence of them into the batches the model runs on,
+in the trainer's process, without changing which examples a step sees:
+
+- ``padded``: as read — every batch padded to its longest example, rounded up to a multiple of 8
+  (what transformers' ``DataCollatorForLanguageModeling`` does).
+- ``bucketed``: the examples of every ``window`` consecutive batches are sorted by length (ties
+  broken at random) and cut into batches of the same size again, which are then shuffled; each is
+  trimmed to its longest example (a multiple of 8). Little padding remains, and a batch whose
+  examples all have the trimmed width has none, so the model attends without a mask (flash
+  kernels on GPU). The order is a function of ``(seed, epoch, rank, window)``: a resumed run
+  reads its window again from the window's first batch and skips what it consumed, so it sees
+  exactly the batches of a run that never stopped.
+- ``packed``: every batch becomes its real tokens end to end (``[total_tokens]``) with
+  ``cu_seqlens`` offsets and ``max_seqlen``; the model computes nothing on padding (see
+  :class:`pretrain.model.Packed`). Losses equal the padded batch's.
+
+Evaluation uses :meth:`BatchLayout.single` (trim or pack one batch, no regrouping), so the
+figures of a fixed number of validation batches do not depend on the layout.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+Batch = dict[str, torch.Tensor]
+
+BATCHING_MODES = ("padded", "bucketed", "packed")
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+"""``[batch, width]`` tensors of a padded batch."""
+PREDICTION_KEYS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+"""``[batch, most predictions]`` tensors (weight 0 on padding slots)."""
+_PAD_VALUE = {"labels": -100}
+
+
+def _width(lengths: torch.Tensor) -> int:
+    """The padded width for these lengths: the longest, rounded up to a multiple of 8."""
+    return max(8, -(-int(lengths.max()) // 8) * 8) if lengths.numel() else 8
+
+
+def trim(batch: Batch) -> Batch:
+    """``batch`` cut to its longest example (rounded up to 8) and its most predictions."""
+    width = _width(batch["attention_mask"].sum(1))
+    most = int((batch["masked_lm_weights"] > 0).sum(1).max()) if len(batch["masked_lm_weights"]) else 0
+    out = dict(batch)
+    for key in SEQUENCE_KEYS:
+        if key in out:
+            out[key] = out[key][:, :width]
+    for key in PREDICTION_KEYS:
+        if key in out:
+            out[key] = out[key][:, :most]
+    return out
+
+
+def _concatenate(batches: list[Batch]) -> Batch:
+    """The examples of ``batches`` in one padded batch (padded to the widest of them)."""
+    out = {}
+    for key in batches[0]:
+        parts = [b[key] for b in batches]
+        if parts[0].dim() == 2:
+            wide = max(p.size(1) for p in parts)
+            value = _PAD_VALUE.get(key, 0)
+            parts = [torch.nn.functional.pad(p, (0, wide - p.size(1)), value=value) for p in parts]
+        out[key] = torch.cat(parts)
+    return out
+
+
+def bucket(batches: list[Batch], rng: np.random.Generator) -> list[Batch]:
+    """The examples of ``batches`` regrouped by length into as many batches of the same sizes,
+    in an order drawn from ``rng``, each trimmed (see :func:`trim`)."""
+    sizes = [len(b["input_ids"]) for b in batches]
+    pool = _concatenate(batches)
+    lengths = pool["attention_mask"].sum(1).numpy()
+    order = np.lexsort((rng.random(len(lengths)), lengths))
+    bounds = np.cumsum([0, *sizes])
+    groups = [torch.from_numpy(order[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
+    return [trim({k: v[groups[i]] for k, v in pool.items()}) for i in rng.permutation(len(groups))]
+
+
+def pack(batch: Batch) -> Batch:
+    """A padded batch as its real tokens end to end: ``input_ids``, ``token_type_ids`` and
+    ``labels`` ``[total_tokens]``, ``cu_seqlens`` ``[batch + 1]`` (int64 offsets from 0),
+    ``max_seqlen`` (a 0-d tensor); the prediction and NSP tensors as they were (positions stay
+    relative to each example)."""
+    real = batch["attention_mask"].bool()
+    lengths = real.sum(1)
+    out = {k: v for k, v in batch.items() if k not in SEQUENCE_KEYS}
+    for key in ("input_ids", "token_type_ids", "labels"):
+        if key in batch:
+            out[key] = batch[key][real]
+    out["cu_seqlens"] = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    out["max_seqlen"] = lengths.max() if lengths.numel() else lengths.new_zeros(())
+    return out
+
+
+def is_packed(batch: Batch) -> bool:
+    """Whether ``batch`` is in the packed layout (see :func:`pack`)."""
+    return "cu_seqlens" in batch
+
+
+def num_real_tokens(batch: Batch) -> int:
+    """Non-padding tokens of a batch in any layout (from host tensors: no device sync)."""
+    if is_packed(batch):
+        return int(batch["input_ids"].numel())
+    return int(batch["attention_mask"].sum())
+
+
+def batch_shape(batch: Batch) -> tuple[int, int]:
+    """(examples, width the attention computes at) of a batch in any layout, from host tensors."""
+    if is_packed(batch):
+        return len(batch["cu_seqlens"]) - 1, int(batch["max_seqlen"])
+    return tuple(batch["input_ids"].shape)
+
+
+def example_tokens(batch: Batch) -> list[torch.Tensor]:
+    """Each example's real token ids, in any layout."""
+    if is_packed(batch):
+        return list(torch.split(batch["input_ids"], batch["cu_seqlens"].diff().tolist()))
+    return [ids[mask.bool()] for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
+
+
+def model_inputs(batch: Batch) -> dict:
+    """The keyword arguments of :meth:`pretrain.model.BertForPreTraining.forward` for a batch on
+    the host: packed fields for a packed batch; for a padded one ``attention_mask`` is None when
+    no example is padded, so attention runs without a mask (flash kernels on GPU)."""
+    inputs = {
+        "input_ids": batch["input_ids"],
+        "token_type_ids": batch["token_type_ids"],
+        "masked_lm_positions": batch.get("masked_lm_positions"),
+    }
+    if is_packed(batch):
+        return inputs | {"cu_seqlens": batch["cu_seqlens"], "max_seqlen": int(batch["max_seqlen"])}
+    mask = batch["attention_mask"]
+    return inputs | {"attention_mask": None if bool(mask.all()) else mask}
+
+
+def to_device(inputs: dict, device: torch.device) -> dict:
+    """``inputs`` with every tensor moved to ``device`` (non-blocking; other values as they are)."""
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
+    }
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How the trainer lays out a rank's batches; see the module docstring."""
+
+    mode: str = "padded"
+    window: int = 64
+    """Batches whose examples ``bucketed`` regroups together."""
+    seed: int = 0
+    rank: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in BATCHING_MODES:
+            raise ValueError(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.mode!r}")
+        if self.window < 1:
+            raise ValueError(f"--bucket-window must be at least 1, got {self.window}")
+
+    def single(self, batch: Batch) -> Batch:
+        """One batch in this layout, without regrouping (evaluation)."""
+        if self.mode == "packed":
+            return pack(batch)
+        return trim(batch) if self.mode == "bucketed" else batch
+
+    def epoch_batches(
+        self, read: Callable[[int], Iterable[Batch]], start: int, epoch: int
+    ) -> Iterator[Batch]:
+        """This rank's batches of ``epoch`` from batch ``start`` on; ``read(first)`` must yield
+        the reader's batches of the epoch from batch ``first`` (a resume point) to the end."""
+        if self.mode != "bucketed":
+            yield from (self.single(b) for b in read(start))
+            return
+        first = start // self.window * self.window
+        source, window, skip = iter(read(first)), first // self.window, start - first
+        while chunk := list(itertools.islice(source, self.window)):
+            rng = np.random.default_rng([self.seed, epoch, self.rank, window, 2])
+            yield from bucket(chunk, rng)[skip:]
+            window, skip = window + 1, 0

@@ -1,0 +1,4 @@
+"""Fixtures of the fault tier: the real-data shards of the end-to-end tier (``pipelines
+wikipedia`` -> ``corpus`` -> ``examples`` on the enwiki excerpt, a few seconds, once per module)."""
+
+from tests.e2e.conftest import corpus_output, shards, vocab, wiki_output  # noqa: F401

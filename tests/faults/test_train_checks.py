@@ -1,0 +1,151 @@
+"""Start-up checks of the torch side: output folders (refused, probed, replaced only with
+--overwrite and only the command's own files), flag ranges listed all at once, TensorBoard
+missing, casing against the vocabulary, vocab.txt against the embedding rows. No shards needed."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from finetune.common import Encoder, FinetuneError, TrainConfig, check_casing, load_encoder
+from pretrain import metrics
+from pretrain.config import TrainConfig as PretrainConfig
+from pretrain.outputs import PRETRAIN_FILES, OutputError, check_output, clear_output, run_scratch
+from tests.unit.test_finetune_common import VOCAB, hf_folder
+from wordpiece.tokenizer import WordPieceTokenizer
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_missing_or_empty_output_is_probed_and_left_as_it_was(tmp_path: Path):
+    assert check_output(str(tmp_path / "a" / "b"), PRETRAIN_FILES, overwrite=False).stale == ()
+    assert not (tmp_path / "a").exists()  # the folders the probe made are gone again
+    (tmp_path / "empty").mkdir()
+    check_output(str(tmp_path / "empty"), PRETRAIN_FILES, overwrite=False)
+    assert _tree(tmp_path) == ["empty"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match=r"file/run: cannot write there \(NotADirectoryError"):
+        check_output(str(tmp_path / "file" / "run"), PRETRAIN_FILES, overwrite=False)
+    with pytest.raises(OutputError, match="is a file, not a folder"):
+        check_output(str(tmp_path / "file"), PRETRAIN_FILES, overwrite=False)
+
+
+def test_an_earlier_run_is_refused_then_replaced_with_overwrite_markers_first(tmp_path: Path, monkeypatch):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-00000002").mkdir(parents=True)
+    for name in ("COMMITTED", "model.safetensors"):
+        (run / "checkpoints" / "step-00000002" / name).write_text(name)
+    (run / "metrics.jsonl").write_text("{}\n")
+    before = _tree(tmp_path)
+    with pytest.raises(OutputError, match=r"already holds 3 file\(s\).*continue it with --resume R"):
+        check_output(str(run), PRETRAIN_FILES, overwrite=False, continue_hint="--resume R")
+    assert _tree(tmp_path) == before
+    state = check_output(str(run), PRETRAIN_FILES, overwrite=True)
+    removed = []
+    original = fsspec.implementations.local.LocalFileSystem.rm
+    monkeypatch.setattr(
+        fsspec.implementations.local.LocalFileSystem,
+        "rm",
+        lambda self, path, **kw: removed.append(Path(path).name) or original(self, path, **kw),
+    )
+    assert clear_output(state) == 3 and _tree(tmp_path) == ["run"]
+    assert removed[0] == "COMMITTED"  # an interrupted clean-up never leaves a committed husk
+
+
+def test_overwrite_never_deletes_files_no_run_wrote(tmp_path: Path):
+    run = tmp_path / "run"
+    (run / "plots").mkdir(parents=True)
+    (run / "plots" / "curves.png").write_bytes(b"png")
+    (run / "notes.txt").write_text("mine")
+    before = _tree(tmp_path)
+    with pytest.raises(OutputError, match=r"does not write \(notes.txt, 1 in all\)"):
+        check_output(str(run), PRETRAIN_FILES, overwrite=True)
+    assert _tree(tmp_path) == before
+
+
+def test_bucket_outputs_are_checked_the_same_way():
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file("/sweep-bucket/run/metrics.jsonl", b"{}\n")
+    with pytest.raises(OutputError, match="already holds 1 file"):
+        check_output("memory://sweep-bucket/run", PRETRAIN_FILES, overwrite=False)
+    clear_output(check_output("memory://sweep-bucket/run", PRETRAIN_FILES, overwrite=True))
+    assert not fs.exists("/sweep-bucket/run/metrics.jsonl")
+    assert not [p for p in fs.find("/sweep-bucket") if ".write-probe-" in p]
+
+
+def test_run_scratch_is_removed_on_failure(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with pytest.raises(RuntimeError), run_scratch("pretrain-run-") as folder:
+        Path(folder, "x").write_text("x")
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_flag_ranges_are_all_listed_at_once():
+    cfg = PretrainConfig(shards="s", output="o", lr=float("nan"), weight_decay=-1.0, max_grad_norm=float("inf"),
+                         dynamic_masking=True, masked_lm_prob=1.5, mask_share=2.0, streams=0)  # fmt: skip
+    problems = cfg.problems()
+    for flag in (
+        "--lr",
+        "--weight-decay",
+        "--max-grad-norm",
+        "--masked-lm-prob",
+        "--mask-share",
+        "--streams",
+    ):
+        assert sum(p.startswith(flag) for p in problems) == 1, (flag, problems)
+    with pytest.raises(FinetuneError, match=r"--lr must be positive and finite, got inf; --weight-decay"):
+        TrainConfig(lr=float("inf"), weight_decay=-0.1)
+
+
+def test_without_tensorboard_a_run_warns_once_and_keeps_its_metrics(tmp_path: Path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard` raises ImportError
+    with caplog.at_level(logging.WARNING, logger="pretrain"):
+        log = metrics.MetricsLog(str(tmp_path), None)
+    assert [r.message for r in caplog.records] == [metrics.TENSORBOARD_MISSING]
+    log.log({"step": 1, "split": "train", "loss": 2.0})
+    log.close()
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
+    assert not (tmp_path / "tensorboard").exists()
+
+
+def test_casing_that_does_not_fit_the_vocabulary_is_warned_with_the_figures(caplog):
+    texts = ["The Movie was Great", "A Film is Bad"] * 3
+    uncased_vocab = WordPieceTokenizer(VOCAB, cased=False)
+    with caplog.at_level(logging.WARNING, logger="finetune.common"):
+        assert check_casing(Encoder(None, uncased_vocab, False, "hf"), texts) == 0.0
+        assert not caplog.records
+        cased = WordPieceTokenizer(VOCAB, cased=True)
+        share = check_casing(Encoder(None, cased, True, "hf"), texts)
+    assert share > 0.5
+    (record,) = caplog.records
+    assert record.getMessage().startswith(f"--cased: {100 * share:.1f}% of the tokens of 6 training texts")
+    assert "0.0% with --uncased" in record.getMessage()
+
+
+def test_vocab_txt_against_the_embedding_rows(tmp_path: Path):
+    folder = hf_folder(tmp_path / "hf", vocab=VOCAB[:-2])
+    with pytest.raises(
+        FinetuneError, match=r"vocab.txt has 18 tokens but the word embeddings in .* have 20 rows"
+    ):
+        load_encoder(str(folder))
+
+
+def test_shards_with_many_unknown_tokens_are_warned_with_the_figure(tmp_path: Path, caplog):
+    from pretrain.startup import warn_unknown_share
+
+    assert warn_unknown_share(str(tmp_path), cased=True) is None  # no stats.json: nothing to say
+    (tmp_path / "stats.json").write_text('{"unk_rate": 0.002}')
+    with caplog.at_level(logging.WARNING, logger="pretrain"):
+        assert warn_unknown_share(str(tmp_path), cased=True) == 0.002
+        assert not caplog.records
+        (tmp_path / "stats.json").write_text('{"unk_rate": 0.0712}')
+        assert warn_unknown_share(str(tmp_path), cased=True) == 0.0712
+    (record,) = caplog.records
+    assert "7.1% of the tokens are [UNK]" in record.getMessage() and "cased shards" in record.getMessage()

@@ -1,0 +1,138 @@
+"""Batches of documents in, record batches out: batching changes nothing, draws stay uniform."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch
+from pipelines.examples.finish import PAIR_COLUMN, ExampleVocab, examples_table
+from pipelines.examples.pairs import PairConfig, tokenized_document
+from pipelines.examples.pipeline import ExamplesConfig
+from pipelines.examples.write import shard_pieces, shard_table
+from schemas.examples import examples_format
+
+TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, 3000)]
+VOCAB = ExampleVocab.build(TOKENS, random_token_from_whole_vocab=False)
+FMT = examples_format(len(TOKENS))
+CONFIG = ExamplesConfig(
+    corpus="c", vocab="v", output="o", dupe_factor=3, num_buckets=4, pairs=PairConfig(max_seq_length=48)
+)
+
+
+def _documents(count: int):
+    rng = random.Random(count)
+    documents = []
+    for d in range(count):
+        sentences = [
+            [rng.randrange(5, 3000) for _ in range(rng.randint(3, 30))] for _ in range(rng.randint(1, 25))
+        ]
+        documents.append(tokenized_document(f"doc{d:03d}", sentences))
+    return documents
+
+
+def _rows(finished):
+    tables = [examples_table(columns, FMT) for columns, _ in finished]
+    table = pa.concat_tables(tables).sort_by(
+        [("doc_id", "ascending"), ("dupe_index", "ascending"), (PAIR_COLUMN, "ascending")]
+    )
+    return table.to_pylist()
+
+
+def _run(documents, batch_size, config=CONFIG):
+    """The whole graph in plain Python: plan in batches, meet by bucket, fulfil."""
+    sizes = {}
+    for d in documents:
+        sizes[bucket_of(d.doc_id, CONFIG.num_buckets)] = (
+            sizes.get(bucket_of(d.doc_id, CONFIG.num_buckets), 0) + 1
+        )
+    drawer = RequestDrawer(sizes)
+    finished, requests = [], {}
+    for first in range(0, len(documents), batch_size):
+        done, _, wanted = plan_batch(documents[first : first + batch_size], config, drawer, VOCAB)
+        finished += done
+        for bucket, batch in wanted:
+            requests.setdefault(bucket, []).append(batch)
+    for bucket, batches in requests.items():
+        members = [d for d in documents if bucket_of(d.doc_id, CONFIG.num_buckets) == bucket]
+        finished += fulfil_bucket(members, batches[::-1], config, VOCAB)
+    return _rows(finished)
+
+
+def test_batch_sizes_change_no_example():
+    documents = _documents(30)
+    one = _run(documents, 30)
+    assert one == _run(documents, 7) == _run(documents[::-1], 1)
+    labels = [r["next_sentence_labels"] for r in one]
+    assert 0 < sum(labels) < len(labels)
+    for row in one:
+        ids = row["input_ids"]
+        assert (
+            ids[0] == VOCAB.cls_id
+            and ids[-1] == VOCAB.sep_id
+            and ids[row["num_tokens_a"] - 1] == VOCAB.sep_id
+        )
+        assert len(ids) == row["num_tokens"] <= 48
+
+
+def test_random_b_is_whole_sentences_of_another_document():
+    # Each document its own range of ids, so B's tokens name the document they came from.
+    rng = random.Random(1)
+    documents = [
+        tokenized_document(
+            f"doc{d:02d}",
+            [[5 + 200 * d + rng.randrange(200) for _ in range(rng.randint(3, 20))] for _ in range(12)],
+        )
+        for d in range(12)
+    ]
+    unmasked = dataclasses.replace(CONFIG, apply_masking=False)
+    rows = _run(documents, 5, unmasked)
+    assert any(r["next_sentence_labels"] for r in rows)
+    for row in rows:
+        if row["next_sentence_labels"]:
+            b = row["input_ids"][row["num_tokens_a"] : -1]
+            (source,) = {(i - 5) // 200 for i in b}
+            assert f"doc{source:02d}" != row["doc_id"]
+            tokens = documents[source].tokens.tolist()
+            # Not truncated at the front: B starts at a sentence boundary of its document.
+            if len(row["input_ids"]) < unmasked.pairs.max_seq_length:
+                start = next(i for i in range(len(tokens)) if tokens[i : i + len(b)] == b)
+                assert start in documents[source].offsets.tolist()
+
+
+def test_draws_are_uniform_over_the_other_documents():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sizes = {
+            int(b): int(n)
+            for b, n in zip(rng.choice(20, 6, replace=False), rng.integers(1, 5, 6), strict=True)
+        }
+        drawer = RequestDrawer(sizes)
+        own = np.array(rng.choice(sorted(sizes), 200))
+        draws = rng.random(200)
+        buckets, index = drawer.draw(own, draws)
+        for o, u, b, i in zip(own.tolist(), draws.tolist(), buckets.tolist(), index.tolist(), strict=True):
+            others = [(k, j) for k in sorted(sizes) for j in range(sizes[k] - (k == o))]
+            assert (b, i) == others[int(u * len(others))]
+    assert RequestDrawer({3: 1}).draw(np.array([3]), np.array([0.5])) is None
+
+
+def test_shard_pieces_reassemble_into_sorted_shards_of_the_schema():
+    documents = _documents(10)
+    finished, _, _ = plan_batch(documents, CONFIG, RequestDrawer({0: 10}), VOCAB)
+    pieces = [p for columns, _ in finished for p in shard_pieces(columns, FMT, 3)]
+    assert {shard for shard, _ in pieces} == {0, 1, 2}
+    total = 0
+    for shard in range(3):
+        table = shard_table([p for s, p in pieces if s == shard][::-1], FMT)
+        FMT.validate(table, "shard")
+        keys = list(
+            zip(table.column("doc_id").to_pylist(), table.column("dupe_index").to_pylist(), strict=True)
+        )
+        assert keys == sorted(keys)
+        total += len(table)
+    assert total == sum(len(c) for c, _ in finished)
+    assert len(shard_table([], FMT)) == 0

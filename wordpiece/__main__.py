@@ -1,0 +1,5 @@
+"""``python -m wordpiece``: the ``wordpiece`` command."""
+
+from wordpiece.cli import main
+
+main()
