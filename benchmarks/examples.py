@@ -4,7 +4,7 @@
 
 The reference: google-research/bert's create_pretraining_data.py and tokenization.py, unmodified,
 as bert-tensorflow 1.0.4 ships them (Google's 2020 release; no whole-word option), under
-tensorflow-cpu in a separate venv (``.venv-reference``, created here when absent) through a
+tensorflow-cpu 2.21.0 (pinned) in a separate venv (``.venv-reference``, created here when absent) through a
 one-line shim (``benchmarks/reference_shim.py``: ``tensorflow`` -> ``tensorflow.compat.v1``).
 Ours: ``pipelines text`` + ``pipelines examples`` (FnApiRunner), the whole commands.
 
@@ -46,12 +46,12 @@ REVISION = "google-research/bert create_pretraining_data.py from bert-tensorflow
 
 
 def ensure_reference_venv() -> None:
-    """Create ``.venv-reference`` with tensorflow-cpu and bert-tensorflow 1.0.4 when absent."""
+    """Create ``.venv-reference`` with tensorflow-cpu 2.21.0 and bert-tensorflow 1.0.4 when absent."""
     if REF_PY.exists():
         return
     subprocess.run([sys.executable, "-m", "venv", str(REF_VENV)], check=True)
     pip = [str(REF_PY), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "tensorflow-cpu", "bert-tensorflow==1.0.4"], check=True)
+    subprocess.run([*pip, "tensorflow-cpu==2.21.0", "bert-tensorflow==1.0.4"], check=True)
 
 
 def child_cpu(command: list[str]) -> float:

@@ -72,6 +72,14 @@ def finetune_value(cfg: AblationConfig, name: str, task: str) -> float | None:
     return None if value is None else 100 * float(value)
 
 
+def majority_baseline(cfg: AblationConfig, name: str) -> float | None:
+    """The dev accuracy (percent) of always predicting the training set's majority class, as the
+    GLUE-layout fine-tune's ``metrics.json`` records it."""
+    metrics = read_json(cfg.url("ablations", "finetune", name, "metrics.json")) or {}
+    value = (metrics.get("majority_baseline") or {}).get("dev", {}).get("accuracy")
+    return None if value is None else 100 * float(value)
+
+
 def validation_perplexity(cfg: AblationConfig, run: str) -> float | None:
     """The run's last held-out MLM perplexity (``metrics.jsonl``)."""
     text = _cat(cfg.url("ablations", "runs", run, "metrics.jsonl"))
@@ -103,7 +111,15 @@ def format_cell(summary: dict, digits: int = 1) -> str:
         text += (
             f" (n={summary['n']}" + (f" of {summary['of']}" if summary["n"] != summary["of"] else "") + ")"
         )
+    if summary.get("at_baseline"):
+        text += " †"
     return text
+
+
+BASELINE_NOTE = (
+    "† every run of the cell scores exactly the majority-class baseline (it predicts one class for every "
+    "dev example): the fine-tuned model learned nothing the baseline does not know."
+)
 
 
 def collect(cfg: AblationConfig, g: Grid) -> list[dict]:
@@ -119,9 +135,13 @@ def collect(cfg: AblationConfig, g: Grid) -> list[dict]:
             values = [finetune_value(cfg, f, task) for f in cell["finetunes"]]
             seeds = [g.finetunes[f].seed for f in cell["finetunes"]]
             names = list(cell["finetunes"])
-        results.append(
-            {**cell, "values": values, "seeds": seeds, "names": names, "summary": summarise(values)}
-        )
+        summary = summarise(values)
+        if "finetunes" in cell and task == "glue" and summary["n"]:
+            pairs = [
+                (v, majority_baseline(cfg, f)) for f, v in zip(names, values, strict=True) if v is not None
+            ]
+            summary["at_baseline"] = all(b is not None and abs(v - b) < 1e-6 for v, b in pairs)
+        results.append({**cell, "values": values, "seeds": seeds, "names": names, "summary": summary})
     return results
 
 
@@ -276,6 +296,8 @@ def build_report(
         ("8", "Table 8: masking mixes during pre-training", table8(results, task_label)),
     ):
         text = f"## {title}\n\n{body}\n"
+        if "†" in body:
+            text += f"\n{BASELINE_NOTE}\n"
         for missing in g.missing.get(number, []):
             text += f"\nNot run: {missing}.\n"
         sections.append(text)

@@ -107,7 +107,7 @@ def _write_run(cfg: AblationConfig, g, accuracy_of) -> None:
         folder = f"{root}/finetune/{name}"
         __import__("os").makedirs(folder, exist_ok=True)
         with open(f"{folder}/metrics.json", "w") as handle:
-            json.dump({"dev": dev}, handle)
+            json.dump({"dev": dev, "majority_baseline": {"dev": {"accuracy": 0.5}}}, handle)
     for name in g.runs:
         folder = f"{root}/runs/{name}"
         __import__("os").makedirs(folder, exist_ok=True)
@@ -127,6 +127,8 @@ def test_the_report_has_every_table_with_our_numbers_beside_the_papers(tmp_path)
     def accuracy(ft):
         if ft.run == "no-nsp-s12345":
             return None  # not run yet
+        if ft.run == "ltr-s12345":
+            return 0.5  # one class for every example: the majority baseline
         return 0.6 + (ft.seed - 12345) * 0.02 + ft.step / 10000
 
     _write_run(cfg, g, accuracy)
@@ -137,6 +139,10 @@ def test_the_report_has_every_table_with_our_numbers_beside_the_papers(tmp_path)
     # BERT_BASE: seeds 12345 and 12346 -> 63.0 and 65.0 -> 64.0 ± 1.4; the paper's 84.4 beside it.
     assert "| BERT_BASE | 64.0 ± 1.4 (n=2) | 84.4 | 88.4 | 86.7 | 92.7 | 88.5 |" in report
     assert "| No NSP | not run | 83.9 |" in report
+    assert (
+        "| LTR & No NSP | 50.0 ± 0.0 (n=2) † | 82.1 |" in report
+        and "† every run of the cell scores" in report
+    )
     assert "| 2 | 128 | 2 | 111.00 | 64.0 ± 1.4 (n=2) |" in report  # perplexity of base-s12345: 100 + 11
     assert "| 80% / 10% / 10% | 64.0 ± 1.4 (n=2) | 63.0 | not in preset |" in report
     assert "| Feature-based: last | 63.0 | 94.9 |" in report
