@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretrain import checkpoint as ckpt
-from pretrain import hf
+from pretrain import hf, runtime
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import build_scheduler, parameter_groups
 from pretrain.progress import Progress
@@ -46,7 +46,7 @@ from wordpiece.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", *runtime.PRECISIONS)
 SEQUENCE_KEYS = ("input_ids", "token_type_ids")
 _STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pretrain run
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what predict passes to a model
@@ -436,6 +436,49 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+@dataclass
+class _Update:
+    """One optimizer update from a loss: backward (scaled for fp16), clipping at
+    ``max_grad_norm`` (none when 0), the step, the scaler's and the schedule's update. A loss that
+    is not finite raises :class:`FinetuneError` instead."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    max_grad_norm: float
+
+    @classmethod
+    def for_run(
+        cls, model: nn.Module, config: TrainConfig, max_steps: int, device: torch.device, precision: str
+    ) -> _Update:
+        """AdamW without decay on biases and LayerNorm, linear warm-up then decay to zero over
+        ``max_steps``, a grad scaler enabled for fp16."""
+        optimizer = torch.optim.AdamW(
+            parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.999), eps=1e-6
+        )
+        warmup_steps = int(max_steps * config.warmup_proportion)
+        return cls(
+            optimizer,
+            build_scheduler(optimizer, config.lr, warmup_steps, max_steps),
+            torch.amp.GradScaler(device.type, enabled=precision == "fp16"),
+            config.max_grad_norm,
+        )
+
+    def __call__(self, model: nn.Module, loss: torch.Tensor | None, step: int) -> None:
+        if loss is None or not torch.isfinite(loss):
+            raise FinetuneError(
+                f"the training loss is {loss} at step {step}: lower --lr, or use --precision bf16/fp32"
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.max_grad_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+
+
 def fit(
     model: nn.Module,
     features: Sequence[dict[str, Any]],
@@ -462,12 +505,7 @@ def fit(
     model.to(device)
     steps_per_epoch = math.ceil(len(features) / config.batch_size)
     max_steps = max(1, math.ceil(steps_per_epoch * config.epochs))
-    warmup_steps = int(max_steps * config.warmup_proportion)
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.999), eps=1e-6
-    )
-    scheduler = build_scheduler(optimizer, config.lr, warmup_steps, max_steps)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    update = _Update.for_run(model, config, max_steps, device, precision)
     devices = [device.index or 0] if device.type == "cuda" else []
     result = TrainResult(0, [], 0.0, 0.0, precision, str(device))
     start, seen = time.perf_counter(), 0
@@ -479,26 +517,12 @@ def fit(
             model.train()
             order = epoch_order(len(features), config.seed, epoch)
             total, count = 0.0, 0
-            for first in range(0, len(order), config.batch_size):
-                if result.steps >= max_steps:
-                    break
+            for first in range(0, len(order), config.batch_size)[: max_steps - result.steps]:
                 batch = collate_fn([features[i] for i in order[first : first + config.batch_size]])
                 batch = _to_device(batch, device)
                 with autocast(device, precision):
                     loss = model(**batch).loss
-                if loss is None or not torch.isfinite(loss):
-                    raise FinetuneError(
-                        f"the training loss is {loss} at step {result.steps}: lower --lr, or use "
-                        "--precision bf16/fp32"
-                    )
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if config.max_grad_norm > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
+                update(model, loss, result.steps)
                 result.steps += 1
                 seen += len(batch["input_ids"])
                 total, count = total + float(loss.detach()), count + 1

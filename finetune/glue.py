@@ -37,7 +37,7 @@ from finetune.common import (
     predict,
     stack,
 )
-from pretrain.runtime import exists, write_json
+from pretrain.runtime import exists, output_folder, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -453,14 +453,7 @@ def run_glue(
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
     check_casing(encoder, [e.text_a for e in train])
-    inputs = _GlueInputs(
-        task,
-        encoder,
-        train,
-        dev,
-        features(task, train, encoder, max_seq_length),
-        {k: features(task, v, encoder, max_seq_length) for k, v in dev.items()},
-    )
+    inputs = _GlueInputs.of(task, encoder, train, dev, max_seq_length)
     runs, summaries, kept = _train_groups(inputs, groups, output)
     selected = max(summaries, key=lambda s: s["dev_mean"][task.main_metric])
     assert kept is not None and kept.name in selected["runs"]
@@ -500,6 +493,25 @@ class _GlueInputs:
     dev: dict[str, list[GlueExample]]
     train_features: Any
     dev_features: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        task: GlueTask,
+        encoder: Encoder,
+        train: list[GlueExample],
+        dev: dict[str, list[GlueExample]],
+        max_seq_length: int,
+    ) -> _GlueInputs:
+        """The examples with their features at ``max_seq_length``."""
+        return cls(
+            task,
+            encoder,
+            train,
+            dev,
+            features(task, train, encoder, max_seq_length),
+            {k: features(task, v, encoder, max_seq_length) for k, v in dev.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -594,8 +606,7 @@ def _write_predictions(
     dev_predictions: dict[str, list],
     test: dict[str, list[GlueExample]],
 ) -> list[str]:
-    fs, root = fsspec.core.url_to_fs(output)
-    fs.makedirs(root, exist_ok=True)
+    fs, root = output_folder(output)
     written = []
     for stem, examples in dev.items():
         name = f"{stem}_predictions.tsv"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from finetune.common import (
     predict,
     stack,
 )
-from pretrain.runtime import exists
+from pretrain.runtime import exists, output_folder, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +119,42 @@ def _split_file(data_dir: str | None, given: str | None, split: str) -> str | No
     return f"{data_dir.rstrip('/')}/{SPLIT_FILES[split]}"
 
 
+def _read_splits(
+    data_dir: str | None, train_file: str | None, dev_file: str | None, test_file: str | None
+) -> tuple[list[SwagExample], list[SwagExample], list[SwagExample]]:
+    """The train, dev and (when there is one) unlabelled test examples."""
+    train_path = _split_file(data_dir, train_file, "train")
+    dev_path = _split_file(data_dir, dev_file, "dev")
+    if train_path is None or dev_path is None:
+        raise FinetuneError("give --data-dir (train.csv, val.csv) or both --train-file and --dev-file")
+    test_path = _split_file(data_dir, test_file, "test")
+    if test_path is not None and test_file is None and not exists(test_path):
+        test_path = None
+    train = read_swag(train_path, labelled=True)
+    dev = read_swag(dev_path, labelled=True)
+    test = read_swag(test_path, labelled=False) if test_path else []
+    return train, dev, test
+
+
+def _write_predictions(
+    output: str, dev: list[SwagExample], dev_predictions: list[int], test_predictions: list[int] | None
+) -> list[str]:
+    """``dev_predictions.csv`` (index, pred, label) and, when given, ``test_predictions.csv`` (the
+    leaderboard's one ``pred`` per row) under ``output``; returns the files' names."""
+    fs, root = output_folder(output)
+    with fs.open(f"{root}/dev_predictions.csv", "w") as f:
+        f.write(
+            "index,pred,label\n"
+            + "".join(f"{e.index},{p},{e.label}\n" for e, p in zip(dev, dev_predictions, strict=True))
+        )
+    files = ["dev_predictions.csv"]
+    if test_predictions is not None:
+        with fs.open(f"{root}/test_predictions.csv", "w") as f:
+            f.write("pred\n" + "".join(f"{p}\n" for p in test_predictions))
+        files.append("test_predictions.csv")
+    return files
+
+
 def run_swag(
     data_dir: str | None,
     checkpoint: str,
@@ -138,16 +173,8 @@ def run_swag(
     when present; each overridable by a file) and write ``metrics.json`` (dev accuracy, training
     loss and throughput), ``dev_predictions.csv`` and, with a test file, ``test_predictions.csv``
     (one ``pred`` per row, the leaderboard's layout). Returns the metrics."""
-    train_path = _split_file(data_dir, train_file, "train")
-    dev_path = _split_file(data_dir, dev_file, "dev")
-    if train_path is None or dev_path is None:
-        raise FinetuneError("give --data-dir (train.csv, val.csv) or both --train-file and --dev-file")
-    test_path = _split_file(data_dir, test_file, "test")
-    if test_path is not None and test_file is None and not exists(test_path):
-        test_path = None
-    train = read_swag(train_path, labelled=True)[:max_train_examples]
-    dev = read_swag(dev_path, labelled=True)[:max_eval_examples]
-    test = read_swag(test_path, labelled=False) if test_path else []
+    train, dev, test = _read_splits(data_dir, train_file, dev_file, test_file)
+    train, dev = train[:max_train_examples], dev[:max_eval_examples]
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
     check_casing(encoder, [e.context for e in train])
@@ -167,18 +194,7 @@ def run_swag(
 
     dev_predictions = choose(dev)
     labels = [e.label for e in dev]
-    fs, root = fsspec.core.url_to_fs(output)
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(f"{root}/dev_predictions.csv", "w") as f:
-        f.write(
-            "index,pred,label\n"
-            + "".join(f"{e.index},{p},{e.label}\n" for e, p in zip(dev, dev_predictions, strict=True))
-        )
-    files = ["dev_predictions.csv"]
-    if test:
-        with fs.open(f"{root}/test_predictions.csv", "w") as f:
-            f.write("pred\n" + "".join(f"{p}\n" for p in choose(test)))
-        files.append("test_predictions.csv")
+    files = _write_predictions(output, dev, dev_predictions, choose(test) if test else None)
     result = {
         "task": "swag",
         "checkpoint": encoder.source,
@@ -190,8 +206,6 @@ def run_swag(
         "max_seq_length": max_seq_length,
         "files": files,
     }
-    with fs.open(f"{root}/metrics.json", "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_json(f"{output.rstrip('/')}/metrics.json", result)
     logger.info("swag: dev accuracy %.4f", result["dev"]["accuracy"])
     return result

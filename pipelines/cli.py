@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaCon
 from pipelines.runner import StageFailed, run_stage, summary_lines
 from pipelines.stage import incomplete_reason
 from schemas import SchemaError
+
+if TYPE_CHECKING:
+    from pipelines.examples.pipeline import ExamplesConfig
 
 _PASS_THROUGH = {
     "ignore_unknown_options": True,
@@ -331,71 +335,22 @@ def corpus(
 @click.option("--seed", type=int, default=12345, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")
 @click.pass_context
-def examples(
-    ctx,
-    corpus,
-    vocab,
-    output,
-    split,
-    cased,
-    max_seq_length,
-    max_predictions_per_seq,
-    masked_lm_prob,
-    short_seq_prob,
-    dupe_factor,
-    whole_word_masking,
-    mask_share,
-    keep_share,
-    random_share,
-    random_token_from_whole_vocab,
-    no_masking,
-    format_,
-    num_shards,
-    num_buckets,
-    seed,
-    overwrite,
-):
+def examples(ctx, **flags):
     """Write masked, NSP-paired BERT pre-training examples as sharded Arrow files
     (or, with --format packed, packed full sentences without NSP).
 
     Semantics of the reference generator (create_pretraining_data.py); every random choice is
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
     """
-
-    from pipelines.examples.pairs import PairConfig
-    from pipelines.examples.pipeline import ExamplesConfig, build
+    from pipelines.examples.pipeline import build
     from schemas import DOCUMENTS
-    from wordpiece.masking import MaskingConfig
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
     io.use_beam_options(ctx.args)
     try:
-        config = ExamplesConfig(
-            corpus=corpus,
-            vocab=vocab,
-            output=output,
-            split=split,
-            cased=cased,
-            dupe_factor=dupe_factor,
-            seed=seed,
-            num_shards=num_shards,
-            num_buckets=num_buckets,
-            pairs=PairConfig(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob),
-            masking=MaskingConfig(
-                masked_lm_prob=masked_lm_prob,
-                max_predictions_per_seq=max_predictions_per_seq,
-                whole_word_masking=whole_word_masking,
-                mask_share=mask_share,
-                keep_share=keep_share,
-                random_share=random_share,
-            ),
-            random_token_from_whole_vocab=random_token_from_whole_vocab,
-            apply_masking=not no_masking,
-            overwrite=overwrite,
-            format=format_,
-        )
-        tokenizer = WordPieceTokenizer.load(vocab, cased=cased)
-        manifest = io.load_manifest(corpus, DOCUMENTS.name)
+        config = _examples_config(flags)
+        tokenizer = WordPieceTokenizer.load(config.vocab, cased=config.cased)
+        manifest = io.load_manifest(config.corpus, DOCUMENTS.name)
     except ValueError as err:  # the settings (exit 2), or the vocabulary or corpus (exit 1)
         (_fail_run if isinstance(err, (VocabError, io.InputError)) else _fail)(str(err))
     vocab_sha256 = tokenizer.vocab_sha256
@@ -408,10 +363,47 @@ def examples(
     if stats is None:
         click.echo("dry run: the job was built and not submitted; nothing was written")
         return
+    _report_examples(config, stats)
+
+
+def _examples_config(flags: dict) -> ExamplesConfig:
+    """`pipelines examples`' flags as its typed config (``ValueError`` lists every problem)."""
+    from pipelines.examples.pairs import PairConfig
+    from pipelines.examples.pipeline import ExamplesConfig
+    from wordpiece.masking import MaskingConfig
+
+    return ExamplesConfig(
+        corpus=flags["corpus"],
+        vocab=flags["vocab"],
+        output=flags["output"],
+        split=flags["split"],
+        cased=flags["cased"],
+        dupe_factor=flags["dupe_factor"],
+        seed=flags["seed"],
+        num_shards=flags["num_shards"],
+        num_buckets=flags["num_buckets"],
+        pairs=PairConfig(max_seq_length=flags["max_seq_length"], short_seq_prob=flags["short_seq_prob"]),
+        masking=MaskingConfig(
+            masked_lm_prob=flags["masked_lm_prob"],
+            max_predictions_per_seq=flags["max_predictions_per_seq"],
+            whole_word_masking=flags["whole_word_masking"],
+            mask_share=flags["mask_share"],
+            keep_share=flags["keep_share"],
+            random_share=flags["random_share"],
+        ),
+        random_token_from_whole_vocab=flags["random_token_from_whole_vocab"],
+        apply_masking=not flags["no_masking"],
+        overwrite=flags["overwrite"],
+        format=flags["format_"],
+    )
+
+
+def _report_examples(config: ExamplesConfig, stats: dict) -> None:
+    """The run's summary lines; exit 1 (no ``COMPLETED``) when the split gave no examples."""
     if not stats["examples"]:
         _fail_run(
-            f"--split {split} of {corpus}: no examples ({stats['documents_used']:,} documents with tokens); "
-            f"{output} is not marked COMPLETED"
+            f"--split {config.split} of {config.corpus}: no examples ({stats['documents_used']:,} documents "
+            f"with tokens); {config.output} is not marked COMPLETED"
         )
     masked = f"masked {stats['mask_rate']:.3f} of tokens" if stats["masking"] else "not masked"
     if stats["random_next_rate"] is None:
@@ -419,7 +411,7 @@ def examples(
     else:
         pairing = f"random next {stats['random_next_rate']:.3f}"
     click.echo(f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); {pairing}, {masked}")
-    click.echo(f"output: {output}")
+    click.echo(f"output: {config.output}")
 
 
 @main.command()

@@ -9,8 +9,8 @@ from typing import Any
 
 from pretrain.batching import BATCHING_MODES
 from pretrain.model import parse_model_size
+from pretrain.runtime import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
 MASKING_OVERRIDES = (
     "masked_lm_prob",

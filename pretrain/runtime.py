@@ -1,6 +1,7 @@
-"""Run-time helpers that ``pretrain/`` and ``finetune/`` share: the device and precision a run
-uses, the autocast context for that precision, and existence checks and JSON writing on local
-paths or fsspec URLs (``gs://``, ``memory://``, ...)."""
+"""Run-time helpers that ``pretrain/`` and ``finetune/`` share: the precisions a run may use, the
+device and precision it does use, the autocast context for that precision, and existence
+checks, output folders and JSON writing on local paths or fsspec URLs (``gs://``, ``memory://``,
+...)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from typing import Any
 
 import fsspec
 import torch
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""The training precisions (``finetune`` adds ``auto``: bf16 where the GPU supports it)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -40,6 +44,13 @@ def exists(url: str) -> bool:
     """Whether a local path or fsspec URL exists."""
     fs, path = fsspec.core.url_to_fs(url)
     return fs.exists(path)
+
+
+def output_folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and path of an output folder (a path or URL), made when missing."""
+    fs, root = fsspec.core.url_to_fs(url)
+    fs.makedirs(root, exist_ok=True)
+    return fs, root
 
 
 def write_json(url: str, obj: Any) -> None:

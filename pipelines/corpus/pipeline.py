@@ -55,30 +55,12 @@ def input_manifests(manifests: list[tuple[str, Manifest]]) -> list[dict[str, str
     ]
 
 
-def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
-    """Add the corpus stage to ``pipeline`` over completed document outputs."""
+def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam.PCollection:
+    """``(doc_id, mark)`` for every document with a near duplicate among the ``(doc_id, row)``
+    of ``unique``: MinHash signatures, LSH band buckets, pairwise estimates within a bucket, and
+    one mark per document (the smallest)."""
     bands, rows_per_band = config.minhash_bands, config.minhash_rows
-    rows = (
-        pipeline
-        | "Input shards" >> beam.Create(input_shards(manifests))
-        | "Spread shards" >> beam.Reshuffle()
-        | "Read shards" >> beam.FlatMap(io.read_document_shard)
-        | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
-    )
-    documents_read = rows | "Count documents" >> CountRecords()
-    exact = (
-        rows
-        | "Key by id" >> beam.Map(lambda r: (r["doc_id"], r))
-        | "Group by id" >> beam.GroupByKey()
-        | "Exact duplicates" >> beam.FlatMap(keep_one_of_each)
-    )
-    unique = (
-        exact
-        | "Unique" >> beam.Filter(lambda o: o.kind == DOCUMENT)
-        | "Unique rows" >> beam.Map(lambda o: (o.row["doc_id"], o.row))
-    )
-    exact_dropped = exact | "Exact dropped" >> beam.Filter(lambda o: o.kind != DOCUMENT)
-    near = (
+    return (
         unique
         | "MinHash"
         >> beam.MapTuple(
@@ -99,6 +81,31 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         | "Key mark" >> beam.Map(lambda found: (found[0], found[1]))
         | "One mark per document" >> beam.CombinePerKey(min)
     )
+
+
+def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
+    """Add the corpus stage to ``pipeline`` over completed document outputs."""
+    rows = (
+        pipeline
+        | "Input shards" >> beam.Create(input_shards(manifests))
+        | "Spread shards" >> beam.Reshuffle()
+        | "Read shards" >> beam.FlatMap(io.read_document_shard)
+        | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
+    )
+    documents_read = rows | "Count documents" >> CountRecords()
+    exact = (
+        rows
+        | "Key by id" >> beam.Map(lambda r: (r["doc_id"], r))
+        | "Group by id" >> beam.GroupByKey()
+        | "Exact duplicates" >> beam.FlatMap(keep_one_of_each)
+    )
+    unique = (
+        exact
+        | "Unique" >> beam.Filter(lambda o: o.kind == DOCUMENT)
+        | "Unique rows" >> beam.Map(lambda o: (o.row["doc_id"], o.row))
+    )
+    exact_dropped = exact | "Exact dropped" >> beam.Filter(lambda o: o.kind != DOCUMENT)
+    near = near_duplicate_marks(unique, config)
     survivors = (
         {"document": unique, "near": near}
         | "Join marks" >> beam.CoGroupByKey()

@@ -445,6 +445,12 @@ def _prepass(text: str) -> tuple[str, int, bool]:
         if end is not None:
             cuts.append((start, end, None))
             pos = end
+    return _apply_cuts(text, cuts)
+
+
+def _apply_cuts(text: str, cuts: list[tuple[int, int, str | None]]) -> tuple[str, int, bool]:
+    """``text`` with each outermost cut replaced by ``_GAP`` and list lines dropped; the number of
+    templates cut and whether one of them was a disambiguation template."""
     parts, last, dropped, disambiguation = [], 0, 0, False
     for start, end, name in sorted(cuts, key=lambda cut: (cut[0], -cut[1])):
         if start < last:  # Inside a cut already made.
