@@ -17,7 +17,7 @@ from pathlib import Path
 import fsspec
 
 from chain.ablate import AblationConfig, Grid
-from chain.report import _markdown_to_html, _png, _table
+from chain.report import _cat, _markdown_to_html, _png, _table
 from chain.run import Stage, read_json
 
 PAPER_TABLE5 = {  # MNLI-m, QNLI, MRPC, SST-2 (accuracy), SQuAD v1.1 (F1)
@@ -52,14 +52,6 @@ PAPER_TABLE8 = {  # MNLI fine-tune, NER fine-tune, NER feature-based (dev)
     "0% / 20% / 80%": (83.7, 94.8, 94.6),
     "0% / 0% / 100%": (83.6, 94.9, 94.6),
 }
-
-
-def _cat(url: str) -> bytes | None:
-    fs, path = fsspec.core.url_to_fs(url)
-    try:
-        return fs.cat_file(path)
-    except FileNotFoundError:
-        return None
 
 
 def finetune_value(cfg: AblationConfig, name: str, task: str) -> float | None:

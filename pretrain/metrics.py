@@ -83,6 +83,7 @@ class MetricsLog:
         self.board_dir = f"{self.root}/tensorboard" if self.local else self._mirror
         self._writer = None
         self._resume_step = resume_step
+        self._closed = False
         self.tensorboard = tensorboard_available()
         if not self.tensorboard:
             log.warning(TENSORBOARD_MISSING)
@@ -109,6 +110,29 @@ class MetricsLog:
 
     def flush(self) -> None:
         """Write metrics.jsonl (and upload TensorBoard events for a bucket output)."""
+        self._write_records()
+        if self._writer is not None:
+            self._writer.flush()
+            self._upload_events()
+
+    def close(self) -> None:
+        """Write everything out and close TensorBoard (and a scratch folder of the log's own).
+
+        Safe to call again (a failed run closes its log on the way out): the writer is closed
+        before the events are uploaded, since its last events reach the mirror only then.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._write_records()
+        self._upload_events()
+        if self._own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _write_records(self) -> None:
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
         if self.local:
             Path(self.root).mkdir(parents=True, exist_ok=True)
@@ -117,20 +141,12 @@ class MetricsLog:
             os.replace(tmp, f"{self.root}/metrics.jsonl")
         else:
             self.fs.pipe_file(f"{self.root}/metrics.jsonl", text.encode())
-        if self._writer is not None:
-            self._writer.flush()
-            if self._mirror is not None and os.path.isdir(self._mirror):
-                for name in os.listdir(self._mirror):
-                    self.fs.put_file(os.path.join(self._mirror, name), f"{self.root}/tensorboard/{name}")
 
-    def close(self) -> None:
-        """Write everything out and close TensorBoard (and a scratch folder of the log's own)."""
-        self.flush()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if self._own_scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+    def _upload_events(self) -> None:
+        """Copy the local mirror's TensorBoard event files to a bucket output."""
+        if self._mirror is not None and os.path.isdir(self._mirror):
+            for name in os.listdir(self._mirror):
+                self.fs.put_file(os.path.join(self._mirror, name), f"{self.root}/tensorboard/{name}")
 
     def plot(self) -> list[str]:
         """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``."""

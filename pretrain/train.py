@@ -356,6 +356,8 @@ class Trainer:
                 signal.signal(signum, handler)
             if self.progress is not None:
                 self.progress.close()
+            if self.metrics is not None:
+                self.metrics.close()  # a failed run keeps its records; TensorBoard's writer stops
         return record
 
     def step(self, data) -> tuple[torch.Tensor, float]:

@@ -175,6 +175,16 @@ def test_a_run_leaves_no_temporary_files_on_success_or_failure(shards, tmp_path,
     record = train(TrainConfig(shards=str(shards), output="memory://sweep-temp/ok", **tiny))
     assert record["step"] == 2 and fsspec.filesystem("memory").exists("/sweep-temp/ok/tensorboard")
     assert _temporary(scratch) == []
+    # The uploaded events hold the last step: the writer is closed before the mirror is uploaded.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    memory, board = fsspec.filesystem("memory"), tmp_path / "board"
+    board.mkdir()
+    for name in memory.ls("/sweep-temp/ok/tensorboard", detail=False):
+        (board / name.rsplit("/", 1)[-1]).write_bytes(memory.cat_file(name))
+    events = EventAccumulator(str(board))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2]
 
     original = MetricsLog.log
 
