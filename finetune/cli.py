@@ -43,13 +43,16 @@ OUTPUT_FILES = {
 OVERWRITE_HELP = "Replace an earlier run's files in --output; without it a non-empty --output is refused."
 
 
-def _prepare_output(command: str, output: str, overwrite: bool) -> None:
-    """Before any data or model is read: refuse a non-empty --output unless --overwrite (which then
-    removes the earlier run's files, never others), and an unwritable one."""
+def _prepare_output(command: str, output: str, overwrite: bool) -> Callable[[], None]:
+    """Before any data or model is read: refuse a non-empty --output unless --overwrite, and an
+    unwritable one. Returns the task runner's ``before_training`` hook: it removes the earlier
+    run's files (never others) once the data, checkpoint and settings checks have passed, so that
+    a run refused by any of them leaves the earlier output as it was."""
     try:
-        clear_output(check_output(output, OUTPUT_FILES[command], overwrite=overwrite))
+        state = check_output(output, OUTPUT_FILES[command], overwrite=overwrite)
     except OutputError as err:
         raise click.ClickException(str(err)) from None
+    return lambda: clear_output(state)
 
 
 def _setup_logging() -> None:
@@ -192,7 +195,7 @@ def glue(
     from finetune.glue import run_glue
 
     config = _config(opts)
-    _prepare_output("glue", opts["output"], opts["overwrite"])
+    before_training = _prepare_output("glue", opts["output"], opts["overwrite"])
     result = _call(
         run_glue,
         task,
@@ -208,6 +211,7 @@ def glue(
         diagnostic_file=diagnostic,
         cased=opts["cased"],
         predict_test=test_predictions,
+        before_training=before_training,
     )
     click.echo(
         json.dumps({"task": result["task"], "dev": result["dev"], "dev_sd": result["dev_sd"]}, indent=2)
@@ -235,7 +239,7 @@ def swag(
     from finetune.swag import run_swag
 
     config = _config(opts)
-    _prepare_output("swag", opts["output"], opts["overwrite"])
+    before_training = _prepare_output("swag", opts["output"], opts["overwrite"])
     result = _call(
         run_swag,
         data_dir,
@@ -249,6 +253,7 @@ def swag(
         max_train_examples=opts["max_train_examples"],
         max_eval_examples=opts["max_eval_examples"],
         cased=opts["cased"],
+        before_training=before_training,
     )
     click.echo(json.dumps({"task": "swag", "dev": result["dev"]}, indent=2))
 
@@ -291,7 +296,7 @@ def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) 
     if features is not None and source == click.core.ParameterSource.DEFAULT:
         opts["lr"] = FEATURE_LR
     config = _config(opts)
-    _prepare_output("ner", opts["output"], opts["overwrite"])
+    before_training = _prepare_output("ner", opts["output"], opts["overwrite"])
     result = _call(
         run_ner,
         data_dir,
@@ -304,6 +309,7 @@ def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) 
         cased=opts["cased"],
         features=features,
         cache_features=cache_features,
+        before_training=before_training,
     )
     click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))
 
@@ -408,8 +414,17 @@ def squad(
     from finetune.squad import run_squad
 
     given = {k: v for k, v in opts.items() if v is not None}
-    _prepare_output("squad", output, overwrite)
-    result = _call(run_squad, version, train_file, predict_file, checkpoint, output, **given)
+    before_training = _prepare_output("squad", output, overwrite)
+    result = _call(
+        run_squad,
+        version,
+        train_file,
+        predict_file,
+        checkpoint,
+        output,
+        before_training=before_training,
+        **given,
+    )
     shown = {k: v for k, v in result.items() if k not in ("train", "predict", "settings")}
     click.echo(json.dumps(shown, indent=2))
 

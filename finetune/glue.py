@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -437,13 +437,15 @@ def run_glue(
     diagnostic_file: str | None = None,
     cased: bool | None = None,
     predict_test: bool = True,
+    before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on one GLUE task and return (and write to ``output/metrics.json``)
     the dev metrics of the selected setting (mean and sd over seeds), every run's metrics, and the
     majority-class baseline. The selected setting's best seed predicts the dev set
     (``dev_predictions.tsv``) and the test files (the GLUE server's ``CoLA.tsv``, ``MNLI-m.tsv``,
     ...) unless not ``predict_test``. ``max_train_examples`` / ``max_eval_examples`` keep the first N
-    rows (quick runs).
+    rows (quick runs). ``before_training`` (the CLI's ``--overwrite`` clean-up) is called once the
+    data, checkpoint and settings have passed their checks, right before the first run trains.
     """
     task = get_task(task_name)
     groups = run_configs(config, grid=grid, num_seeds=num_seeds)
@@ -454,6 +456,8 @@ def run_glue(
     check_max_seq_length(max_seq_length, encoder)
     check_casing(encoder, [e.text_a for e in train])
     inputs = _GlueInputs.of(task, encoder, train, dev, max_seq_length)
+    if before_training is not None:
+        before_training()
     runs, summaries, kept = _train_groups(inputs, groups, output)
     selected = max(summaries, key=lambda s: s["dev_mean"][task.main_metric])
     assert kept is not None and kept.name in selected["runs"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -305,6 +305,7 @@ def run_ner(
     cased: bool | None = None,
     features: str | None = None,
     cache_features: bool = False,
+    before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` for NER on ``data_dir`` (train.txt; scored on valid.txt and, when
     present, test.txt) and write ``metrics.json`` and ``{valid,test}_predictions.txt``.
@@ -312,7 +313,9 @@ def run_ner(
     ``features`` (one of :data:`finetune.hidden.FEATURE_CHOICES`) is the feature-based mode of the
     paper's Table 7: the encoder frozen, those layers fed to a two-layer BiLSTM and a classifier
     (:class:`finetune.heads.FeatureTagger`); ``cache_features`` runs the frozen encoder over the
-    training set once and keeps its activations in memory instead of recomputing them each epoch."""
+    training set once and keeps its activations in memory instead of recomputing them each epoch.
+    ``before_training`` (the CLI's ``--overwrite`` clean-up) is called once the data, checkpoint
+    and settings have passed their checks (the feature tagger built), right before training."""
     if features is not None:
         check_feature_choice(features)
     root_url = data_dir.rstrip("/")
@@ -328,9 +331,14 @@ def run_ner(
     inputs, _ = sentence_features(train, encoder, labels, max_seq_length)
     if features is None:
         model: nn.Module = TokenClassifier(encoder.model, len(labels), seed=config.seed)
-        trained = fit(model, inputs, config, collate_fn=collate_tokens)
     else:
-        model, trained = _fit_feature_tagger(encoder, labels, features, inputs, config, cache_features)
+        model = _feature_tagger(encoder, labels, features, config)
+    if before_training is not None:
+        before_training()
+    if isinstance(model, FeatureTagger):
+        trained = _fit_feature_tagger(model, inputs, config, cache_features)
+    else:
+        trained = fit(model, inputs, config, collate_fn=collate_tokens)
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
     result: dict[str, Any] = {
@@ -373,20 +381,22 @@ def check_feature_choice(features: str) -> None:
         raise FinetuneError(f"--features must be one of {', '.join(FEATURE_CHOICES)}, got {features!r}")
 
 
-def _fit_feature_tagger(
-    encoder: Encoder,
-    labels: Sequence[str],
-    features: str,
-    inputs: list[dict[str, Any]],
-    config: TrainConfig,
-    cache: bool,
-) -> tuple[FeatureTagger, TrainResult]:
-    """Train a :class:`~finetune.heads.FeatureTagger` on the frozen encoder (its activations
-    cached first when ``cache``)."""
+def _feature_tagger(
+    encoder: Encoder, labels: Sequence[str], features: str, config: TrainConfig
+) -> FeatureTagger:
+    """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder; a checkpoint too shallow
+    for ``features`` is one :class:`FinetuneError`."""
     try:
-        model = FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
+        return FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
     except ValueError as err:
         raise FinetuneError(f"--checkpoint {encoder.source}: {err}") from None
+
+
+def _fit_feature_tagger(
+    model: FeatureTagger, inputs: list[dict[str, Any]], config: TrainConfig, cache: bool
+) -> TrainResult:
+    """Train a :class:`~finetune.heads.FeatureTagger` (its frozen encoder's activations cached
+    first when ``cache``)."""
     collate = collate_with_layers(collate_tokens)
     if cache:
         device = resolve_device(config.device)
@@ -398,4 +408,4 @@ def _fit_feature_tagger(
             model, inputs, collate_tokens, batch_size=config.eval_batch_size, device=device,
             precision=resolve_precision(config.precision, device),
         )  # fmt: skip
-    return model, fit(model, inputs, config, collate_fn=collate)
+    return fit(model, inputs, config, collate_fn=collate)

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -730,6 +730,7 @@ def run_squad(
     device: str = "auto",
     progress: bool | None = None,
     bilstm: bool = False,
+    before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on ``train_file`` (skipped when None), answer ``predict_file``, score.
     ``bilstm`` adds a randomly initialised BiLSTM under the span head (:class:`SpanQuestionAnswering`).
@@ -743,7 +744,9 @@ def run_squad(
     (``evaluate-v2.0.py`` on predictions.json with null_odds.json) and ``tuned_threshold`` (its
     ``null_score_diff_threshold`` and the official metrics there). Counts of bad answer offsets and
     skipped examples are under ``train`` and ``predict``. ``max_*_examples`` keep the first N
-    questions of a file (scoring covers only those).
+    questions of a file (scoring covers only those). ``before_training`` (the CLI's ``--overwrite``
+    clean-up) is called once the files, checkpoint and settings have passed their checks, right
+    before training (or, without ``train_file``, before predicting).
     """
     settings = SquadSettings(
         version, max_seq_length, doc_stride, max_query_length, n_best_size, max_answer_length, bilstm
@@ -759,7 +762,7 @@ def run_squad(
         progress=progress,
     )
     files = SquadFiles(train_file, predict_file, max_train_examples, max_predict_examples)
-    return _run(files, checkpoint, output.rstrip("/"), settings, config)
+    return _run(files, checkpoint, output.rstrip("/"), settings, config, before_training)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -787,7 +790,12 @@ class SquadFiles:
 
 
 def _run(
-    files: SquadFiles, checkpoint: str, output: str, settings: SquadSettings, config: TrainConfig
+    files: SquadFiles,
+    checkpoint: str,
+    output: str,
+    settings: SquadSettings,
+    config: TrainConfig,
+    before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """:func:`run_squad` once its settings are checked."""
     train_examples, train_stats, predict_examples, predict_stats = files.read(settings.version)
@@ -797,6 +805,8 @@ def _run(
     tokenizer = encoder.tokenizer.tokenizer
     model = SpanQuestionAnswering(encoder.model, seed=config.seed, bilstm=settings.bilstm)
     head_loaded = load_span_head(model, encoder.source)
+    if before_training is not None:
+        before_training()
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
     metrics: dict[str, Any] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,18 +168,24 @@ def run_swag(
     max_train_examples: int | None = None,
     max_eval_examples: int | None = None,
     cased: bool | None = None,
+    before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on SWAG (``data_dir``'s ``train.csv``; dev ``val.csv``; ``test.csv``
     when present; each overridable by a file) and write ``metrics.json`` (dev accuracy, training
     loss and throughput), ``dev_predictions.csv`` and, with a test file, ``test_predictions.csv``
-    (one ``pred`` per row, the leaderboard's layout). Returns the metrics."""
+    (one ``pred`` per row, the leaderboard's layout). Returns the metrics. ``before_training`` (the
+    CLI's ``--overwrite`` clean-up) is called once the data, checkpoint and settings have passed
+    their checks, right before training."""
     train, dev, test = _read_splits(data_dir, train_file, dev_file, test_file)
     train, dev = train[:max_train_examples], dev[:max_eval_examples]
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
     check_casing(encoder, [e.context for e in train])
     model = MultipleChoice(encoder.model, seed=config.seed)
-    trained = fit(model, features(train, encoder, max_seq_length), config)
+    train_features = features(train, encoder, max_seq_length)
+    if before_training is not None:
+        before_training()
+    trained = fit(model, train_features, config)
 
     def choose(examples: list[SwagExample]) -> list[int]:
         outputs = predict(

@@ -86,15 +86,24 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
         ("glue: missing checkpoint", f"{glue} --checkpoint {{root}}/no-model --output {{root}}/new", "no-model"),
         ("glue: --lr inf", f"{glue} --checkpoint {{root}}/hf --output {{root}}/new --lr inf", "--lr"),
         ("glue: unwritable output", f"{glue} --checkpoint {{root}}/hf --output {{root}}/blocker/ft", "cannot write"),
+        ("glue: --overwrite, then a missing data dir", "finetune glue --task rte --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/glue-done --overwrite", "nowhere"),
+        ("glue: --overwrite, then a missing checkpoint", f"{glue} --checkpoint {{root}}/no-model --output {{root}}/glue-done --overwrite", "no-model"),
         ("squad: existing output", f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done", "already holds"),
         ("squad: missing predict file", "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/new", "nope.json"),
         ("squad: vocab.txt against the embeddings", f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
+        ("squad: --overwrite, then a missing predict file", "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/squad-done --overwrite", "nope.json"),
+        ("squad: --overwrite, then vocab.txt against the embeddings", f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/squad-done --overwrite", "21 tokens"),
+        ("squad: --overwrite, then --lr inf", f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done --overwrite --lr inf", "--lr"),
         ("swag: existing output", f"{sw} --checkpoint {{root}}/hf --output {{root}}/swag-done", "already holds"),
         ("swag: missing data dir", "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
         ("swag: vocab.txt against the embeddings", f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
+        ("swag: --overwrite, then a missing data dir", "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/swag-done --overwrite", "nowhere"),
+        ("swag: --overwrite, then vocab.txt against the embeddings", f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/swag-done --overwrite", "21 tokens"),
         ("ner: existing output", f"{ner} --checkpoint {{root}}/hf --output {{root}}/ner-done", "already holds"),
         ("ner: missing data dir", "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
         ("ner: run folder without a checkpoint", f"{ner} --checkpoint {{root}}/empty-run --output {{root}}/new", "no complete checkpoint"),
+        ("ner: --overwrite, then a missing data dir", "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/ner-done --overwrite", "nowhere"),
+        ("ner: --overwrite, then a run folder without a checkpoint", f"{ner} --checkpoint {{root}}/empty-run --output {{root}}/ner-done --overwrite", "no complete checkpoint"),
     ]  # fmt: skip
 
 
@@ -197,3 +206,17 @@ def test_a_run_leaves_no_temporary_files_on_success_or_failure(shards, tmp_path,
     with pytest.raises(OSError, match="went away"):
         train(TrainConfig(shards=str(shards), output="memory://sweep-temp/failed", **tiny))
     assert _temporary(scratch) == []
+
+
+def test_overwrite_replaces_an_earlier_finetune_run_once_its_checks_pass(world, tmp_path):
+    """The counterpart of the refusals above: with every check passed, --overwrite removes the
+    earlier run's files (also one the new run does not write again) and the run writes its own."""
+    output = tmp_path / "ner"
+    output.mkdir()
+    (output / "metrics.json").write_text('{"dev": {"f1": 0.5}}')
+    (output / "test_predictions.txt").write_text("an earlier run's test split\n")
+    args = f"ner --data-dir {world}/conll {QUICK} --checkpoint {world}/hf --output {output} --overwrite"
+    result = CliRunner().invoke(CLIS["finetune"], args.split())
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in output.iterdir()) == ["metrics.json", "valid_predictions.txt"]
+    assert json.loads((output / "metrics.json").read_text())["task"] == "ner"
