@@ -466,11 +466,14 @@ def evaluate_squad(version: str, data_file: str, predictions: str, null_odds: st
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--output", required=True, help="Folder for results.md and results.json.")
 @click.option("--label", default="Ours", show_default=True, help="The name of our row.")
-def report(runs: tuple[str, ...], output: str, label: str) -> None:
+@click.option(
+    "--overwrite", is_flag=True, help="Replace an earlier report (results.md, results.json) in --output."
+)
+def report(runs: tuple[str, ...], output: str, label: str, overwrite: bool) -> None:
     """Put runs' metrics.json beside the paper's numbers (Tables 1-4 layout); print the markdown."""
     from finetune.report import to_markdown, write_report
 
-    click.echo(to_markdown(_call(write_report, list(runs), output, label)))
+    click.echo(to_markdown(_call(write_report, list(runs), output, label, overwrite)))
 
 
 if __name__ == "__main__":

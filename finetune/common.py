@@ -27,7 +27,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -234,12 +234,16 @@ def _pad(rows: Sequence[Sequence[int]], length: int, value: int) -> list[list[in
     return [list(row) + [value] * (length - len(row)) for row in rows]
 
 
-def collate(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
+def collate(
+    features: Sequence[dict[str, Any]], pad_id: int = 0, *, token_pads: Mapping[str, int] | None = None
+) -> dict[str, torch.Tensor]:
     """Stack features into tensors, padding ``input_ids``/``token_type_ids`` only to the longest
     sequence in this batch and adding ``attention_mask`` (1 real, 0 padding).
 
     Sequences are ``list[int]`` (-> ``[batch, length]``) or one list per choice (-> ``[batch,
-    choices, length]``). Other keys are scalars: floats give a float tensor, ints a long tensor.
+    choices, length]``). ``token_pads`` names further per-token keys and the value each is padded
+    with (NER's ``{"labels": IGNORE}``). Other keys are scalars: floats give a float tensor, ints a
+    long tensor.
     """
     if not features:
         raise ValueError("collate needs at least one feature")
@@ -251,18 +255,19 @@ def collate(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, to
         else [f["input_ids"] for f in features]
     )
     length = max(len(row) for row in rows)
+    pads = {key: pad_id if key == "input_ids" else 0 for key in SEQUENCE_KEYS} | dict(token_pads or {})
     batch: dict[str, torch.Tensor] = {}
-    for key in SEQUENCE_KEYS:
+    for key, value in pads.items():
         if key not in first:
             continue
         seqs = [choice for f in features for choice in f[key]] if nested else [f[key] for f in features]
-        batch[key] = torch.tensor(_pad(seqs, length, pad_id if key == "input_ids" else 0))
+        batch[key] = torch.tensor(_pad(seqs, length, value))
     batch["attention_mask"] = torch.tensor(_pad([[1] * len(row) for row in rows], length, 0))
     if nested:
         num_choices = len(first["input_ids"])
         batch = {k: v.view(len(features), num_choices, length) for k, v in batch.items()}
     for key in first:
-        if key in SEQUENCE_KEYS:
+        if key in pads:
             continue
         values = [f[key] for f in features]
         dtype = torch.float32 if any(isinstance(v, float) for v in values) else torch.long
@@ -385,19 +390,16 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if not (math.isfinite(self.epochs) and self.epochs > 0):
-            problems.append(f"--epochs must be positive and finite, got {self.epochs}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            problems.append(f"--lr must be positive and finite, got {self.lr}")
+        runtime.positive_finite("--epochs", self.epochs, problems)
+        runtime.positive_finite("--lr", self.lr, problems)
         if self.batch_size < 1:
             problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.eval_batch_size < 1:
             problems.append(f"the evaluation batch size must be at least 1, got {self.eval_batch_size}")
         if not 0 <= self.warmup_proportion < 1:
             problems.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
-        for flag, value in (("--weight-decay", self.weight_decay), ("max_grad_norm", self.max_grad_norm)):
-            if not (math.isfinite(value) and value >= 0):
-                problems.append(f"{flag} must not be negative (and finite), got {value}")
+        runtime.non_negative_finite("--weight-decay", self.weight_decay, problems)
+        runtime.non_negative_finite("max_grad_norm", self.max_grad_norm, problems)
         if self.precision not in PRECISIONS:
             problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if problems:

@@ -36,6 +36,7 @@ from finetune.common import (
     _seeded_linear,
     check_casing,
     check_max_seq_length,
+    collate,
     fit,
     load_encoder,
     predict,
@@ -221,18 +222,7 @@ def sentence_features(
 
 def collate_tokens(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad ids, types and per-token labels (with :data:`IGNORE`) to the batch's longest feature."""
-    length = max(len(f["input_ids"]) for f in features)
-
-    def pad(key: str, value: int) -> torch.Tensor:
-        return torch.tensor([f[key] + [value] * (length - len(f[key])) for f in features])
-
-    batch = {"input_ids": pad("input_ids", pad_id), "token_type_ids": pad("token_type_ids", 0)}
-    batch["attention_mask"] = torch.tensor(
-        [[1] * len(f["input_ids"]) + [0] * (length - len(f["input_ids"])) for f in features]
-    )
-    if "labels" in features[0]:
-        batch["labels"] = pad("labels", IGNORE)
-    return batch
+    return collate(features, pad_id, token_pads={"labels": IGNORE})
 
 
 class TokenClassifier(nn.Module):
@@ -397,7 +387,7 @@ def _fit_feature_tagger(
 ) -> TrainResult:
     """Train a :class:`~finetune.heads.FeatureTagger` (its frozen encoder's activations cached
     first when ``cache``)."""
-    collate = collate_with_layers(collate_tokens)
+    layer_collate = collate_with_layers(collate_tokens)
     if cache:
         device = resolve_device(config.device)
         size = sum(len(f["input_ids"]) for f in inputs) * len(model.layers) * model.bert.config.hidden_size
@@ -408,4 +398,4 @@ def _fit_feature_tagger(
             model, inputs, collate_tokens, batch_size=config.eval_batch_size, device=device,
             precision=resolve_precision(config.precision, device),
         )  # fmt: skip
-    return fit(model, inputs, config, collate_fn=collate)
+    return fit(model, inputs, config, collate_fn=layer_collate)

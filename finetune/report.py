@@ -87,8 +87,13 @@ def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
     found = []
     for path in paths:
         url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
-        with fsspec.open(url, "r") as f:
-            found.append({**json.load(f), "_source": url})
+        try:
+            with fsspec.open(url, "r") as f:
+                found.append({**json.load(f), "_source": url})
+        except FileNotFoundError:
+            raise ValueError(f"{path}: no metrics.json; give finished `finetune` run folders") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
+            raise ValueError(f"{url}: not a metrics.json ({type(err).__name__}: {err})") from None
     return found
 
 
@@ -216,10 +221,19 @@ def _as_list(value: Any) -> list[float] | None:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def write_report(run_folders: Sequence[str], output: str, label: str = "Ours") -> dict[str, Any]:
-    """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``."""
-    report = build_report(read_metrics(run_folders), label)
+REPORT_FILES = ("results.json", "results.md")
+
+
+def write_report(
+    run_folders: Sequence[str], output: str, label: str = "Ours", overwrite: bool = False
+) -> dict[str, Any]:
+    """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``;
+    an earlier report there is refused unless ``overwrite`` (before any run is read)."""
     fs, root = fsspec.core.url_to_fs(output)
+    earlier = [name for name in REPORT_FILES if fs.exists(f"{root}/{name}")]
+    if earlier and not overwrite:
+        raise ValueError(f"--output {output}: already holds {earlier[0]}; pass --overwrite to replace it")
+    report = build_report(read_metrics(run_folders), label)
     fs.makedirs(root, exist_ok=True)
     with fs.open(f"{root}/results.json", "w") as f:
         json.dump(report, f, indent=2)

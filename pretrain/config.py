@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from pretrain.batching import BATCHING_MODES
 from pretrain.model import parse_model_size
-from pretrain.runtime import PRECISIONS
+from pretrain.runtime import PRECISIONS, non_negative_finite, positive_finite
 
 OPTIMIZERS = ("adamw", "lamb")
 MASKING_OVERRIDES = (
@@ -143,17 +142,13 @@ class TrainConfig:
     def _number_problems(self) -> list[str]:
         """Floating-point settings out of range (NaN and infinity included)."""
         found = []
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            found.append(f"--lr must be positive and finite, got {self.lr}")
+        positive_finite("--lr", self.lr, found)
         for name in ("weight_decay", "max_grad_norm", "decay_power"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                found.append(f"--{name.replace('_', '-')} must not be negative (and finite), got {value}")
+            non_negative_finite(f"--{name.replace('_', '-')}", getattr(self, name), found)
         for name in ("adam_beta1", "adam_beta2"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 found.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
-            found.append(f"adam_eps must be positive and finite, got {self.adam_eps}")
+        positive_finite("adam_eps", self.adam_eps, found)
         if self.masked_lm_prob is not None and not 0.0 < self.masked_lm_prob < 1.0:
             found.append(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
         for name in ("mask_share", "keep_share", "random_share"):

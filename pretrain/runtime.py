@@ -1,12 +1,13 @@
 """Run-time helpers that ``pretrain/`` and ``finetune/`` share: the precisions a run may use, the
 device and precision it does use, the autocast context for that precision, and existence
 checks, output folders and JSON writing on local paths or fsspec URLs (``gs://``, ``memory://``,
-...)."""
+...), and the range checks of the two configs' numeric flags."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 from typing import Any
 
 import fsspec
@@ -61,3 +62,17 @@ def write_json(url: str, obj: Any) -> None:
     with fs.open(local, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
+
+
+def positive_finite(flag: str, value: float, problems: list[str]) -> None:
+    """Append ``"<flag> must be positive and finite, got <value>"`` to ``problems`` unless ``value``
+    is a finite number above zero (NaN and infinity fail)."""
+    if not (math.isfinite(value) and value > 0):
+        problems.append(f"{flag} must be positive and finite, got {value}")
+
+
+def non_negative_finite(flag: str, value: float, problems: list[str]) -> None:
+    """Append ``"<flag> must not be negative (and finite), got <value>"`` to ``problems`` unless
+    ``value`` is a finite number at or above zero (NaN and infinity fail)."""
+    if not (math.isfinite(value) and value >= 0):
+        problems.append(f"{flag} must not be negative (and finite), got {value}")

@@ -345,7 +345,7 @@ class Trainer:
                     raise
                 err = self.loader.failure(err)
             raise TrainingError(
-                f"{err}\nStopped at step {position.step}; the checkpoints written so far are complete: "
+                f"{err}; stopped at step {position.step}; the checkpoints written so far are complete: "
                 f"continue with --resume {self.output} once the data is reachable"
             ) from None
         finally:

@@ -1,6 +1,7 @@
-"""A sweep of bad inputs over every ``pipelines`` and ``wordpiece`` command and ``finetune
-evaluate``: each ends in exactly one line naming the flag or file, a non-zero exit, and no
-traceback. In-process (click's runner), tiny inputs: a few seconds in all."""
+"""A sweep of bad inputs over every ``pipelines`` and ``wordpiece`` command, ``finetune
+evaluate/features/report`` and ``pretrain params``: each ends in exactly one line naming the flag
+or file, a non-zero exit, and no traceback (the training commands' sweep:
+tests/faults/test_train_sweep.py). In-process (click's runner), tiny inputs: a few seconds in all."""
 
 from __future__ import annotations
 
@@ -10,11 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from finetune.cli import main as finetune_main
-from pipelines.cli import main as pipelines_main
-from wordpiece.cli import main as wordpiece_main
-
-MAINS = {"pipelines": pipelines_main, "wordpiece": wordpiece_main, "finetune": finetune_main}
+from tests.clis import CLIS as MAINS
 
 
 def _prepare(root: Path) -> None:
@@ -24,6 +21,10 @@ def _prepare(root: Path) -> None:
     (root / "not-json.json").write_text("{not json")
     (root / "dev.json").write_text(json.dumps({"data": []}))
     (root / "preds.json").write_text(json.dumps({"q1": "x"}))
+    (root / "run").mkdir()
+    (root / "run" / "metrics.json").write_text("{not json")
+    (root / "report").mkdir()
+    (root / "report" / "results.md").write_text("earlier")
 
 
 # (name, command line with {root} for the case's folder, text the one line must contain)
@@ -45,6 +46,16 @@ CASES = [
     ("evaluate squad: missing data file", "finetune evaluate squad --version 1.1 --data-file {root}/nope.json --predictions {root}/preds.json", "nope.json"),
     ("evaluate squad: predictions not JSON", "finetune evaluate squad --version 1.1 --data-file {root}/dev.json --predictions {root}/not-json.json", "not-json.json"),
     ("evaluate squad: no questions", "finetune evaluate squad --version 2.0 --data-file {root}/dev.json --predictions {root}/preds.json", "dev.json"),
+    ("text: glob matches nothing", "pipelines text --input {root}/none-*.txt --output {root}/o", "none-*"),
+    ("index: folder without a manifest", "pipelines index {root}/incomplete", "manifest.json"),
+    ("index: missing folder", "pipelines index {root}/nowhere", "nowhere"),
+    ("features: missing checkpoint", "finetune features --checkpoint {root}/nowhere --input {root}/vocab.txt --output {root}/f", "nowhere"),
+    ("features: missing input", "finetune features --checkpoint {root}/nowhere --input {root}/missing.txt --output {root}/f", "missing.txt"),
+    ("report: run folder without metrics.json", "finetune report {root}/nowhere --output {root}/r", "nowhere"),
+    ("report: metrics.json not JSON", "finetune report {root}/run --output {root}/r", "metrics.json"),
+    ("report: an earlier report at --output", "finetune report {root}/run --output {root}/report", "--overwrite"),
+    ("pretrain params: heads do not divide hidden", "pretrain params --config 3/100/7", "3/100/7"),
+    ("pretrain params: unknown size", "pretrain params --config huge", "huge"),
     ("evaluate squad: null odds with v1.1", "finetune evaluate squad --version 1.1 --data-file {root}/dev.json --predictions {root}/preds.json --null-odds {root}/preds.json", "null odds"),
 ]  # fmt: skip
 

@@ -220,3 +220,31 @@ def test_overwrite_replaces_an_earlier_finetune_run_once_its_checks_pass(world, 
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in output.iterdir()) == ["metrics.json", "valid_predictions.txt"]
     assert json.loads((output / "metrics.json").read_text())["task"] == "ner"
+
+
+def test_a_shard_lost_mid_run_is_one_line_naming_the_step_and_the_resume(shards, tmp_path, monkeypatch):
+    """A shard that becomes unreadable at the second batch: one line with the shard's error, the
+    step the run stopped at and the ``--resume`` to continue with; no COMPLETED marker."""
+    from pretrain import data
+    from pretrain.config import TrainConfig
+    from pretrain.train import TrainingError, train
+
+    original, calls = data.collate, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise data.ShardError("part-00000-of-00001.arrow: unreadable after 3 attempts")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(data, "collate", failing)
+    output = tmp_path / "run"
+    tiny = dict(config="tiny", global_batch_size=8, max_steps=3, log_steps=1, warmup_steps=1,
+                precision="fp32", num_workers=0)  # fmt: skip
+    with pytest.raises(TrainingError) as caught:
+        train(TrainConfig(shards=str(shards), output=str(output), **tiny))
+    message = str(caught.value)
+    assert "\n" not in message, message
+    assert message.startswith("part-00000-of-00001.arrow: unreadable after 3 attempts; stopped at step 1; ")
+    assert message.endswith(f"continue with --resume {output} once the data is reachable")
+    assert not (output / "COMPLETED").exists()

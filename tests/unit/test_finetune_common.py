@@ -67,7 +67,9 @@ def test_load_hf_folder_takes_casing_from_tokenizer_config(tmp_path: Path):
 
 def test_vocabulary_that_does_not_match_the_model_is_refused(tmp_path: Path):
     folder = hf_folder(tmp_path / "hf", vocab=[*VOCAB, "extra"])
-    with pytest.raises(FinetuneError, match=r"vocab\.txt has 21 tokens but the word embeddings .* have 20 rows"):
+    with pytest.raises(
+        FinetuneError, match=r"vocab\.txt has 21 tokens but the word embeddings .* have 20 rows"
+    ):
         load_encoder(str(folder))
     (folder / "vocab.txt").unlink()
     with pytest.raises(FinetuneError, match=r"vocab\.txt not found"):
@@ -131,6 +133,37 @@ def test_collate_pads_to_the_longest_in_the_batch():
     assert batch["labels"].dtype == torch.long
     assert collate([{**features[0], "labels": 2.5}])["labels"].dtype == torch.float32
     assert collate(features[:1])["input_ids"].shape == (1, 3)  # no padding to a fixed length
+
+
+def test_collate_pads_further_token_keys_with_their_own_value():
+    features = [
+        {"input_ids": [2, 5, 3], "token_type_ids": [0, 0, 0], "labels": [-100, 4, -100], "id": 7},
+        {"input_ids": [2, 3], "token_type_ids": [0, 0], "labels": [-100, -100], "id": 8},
+    ]
+    batch = collate(features, pad_id=1, token_pads={"labels": -100})
+    assert batch["input_ids"].tolist() == [[2, 5, 3], [2, 3, 1]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 0], [0, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 4, -100], [-100, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["id"].tolist() == [7, 8]
+
+
+def test_the_shared_range_checks_list_each_problem_once():
+    from pretrain.runtime import non_negative_finite, positive_finite
+
+    problems: list[str] = []
+    for value in (1e-4, 0.0, -1.0, float("nan"), float("inf")):
+        positive_finite("--lr", value, problems)
+        non_negative_finite("--weight-decay", value, problems)
+    assert problems == [
+        "--lr must be positive and finite, got 0.0",
+        "--lr must be positive and finite, got -1.0",
+        "--weight-decay must not be negative (and finite), got -1.0",
+        "--lr must be positive and finite, got nan",
+        "--weight-decay must not be negative (and finite), got nan",
+        "--lr must be positive and finite, got inf",
+        "--weight-decay must not be negative (and finite), got inf",
+    ]
 
 
 def test_collate_multiple_choice():
