@@ -114,7 +114,8 @@ class Progress:
         elif self.mode == "lines":
             done = self.n - self._initial
             elapsed = format_duration(self._clock() - self._start)
-            self._write(f"done, {done:,} {self.unit}s in {elapsed} ({self.rate():.3g} {self.unit}/s)")
+            units = self.unit + ("es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s")
+            self._write(f"done, {done:,} {units} in {elapsed} ({self.rate():.3g} {self.unit}/s)")
         self.mode = "off"
 
     def _write(self, text: str) -> None:
