@@ -53,6 +53,14 @@ def shard_bytes(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="session")
+def released_vocab() -> str:
+    """The released bert-base-uncased vocab.txt from ../shared/data."""
+    from tests.conftest import SHARED_DATA, require
+
+    return str(require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"))
+
+
+@pytest.fixture(scope="session")
 def wiki_output(tmp_path_factory) -> Path:
     """`pipelines wikipedia` on the real enwiki excerpt, run once for the session."""
     from tests.conftest import ENWIKI_EXCERPT, require

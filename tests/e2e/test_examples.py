@@ -8,18 +8,12 @@ import pyarrow.dataset as ds
 import pytest
 
 from schemas.examples import examples_format
-from tests.conftest import SHARED_DATA, require
 from tests.e2e.conftest import FAST_RUNNER, read_output, run_cli, shard_bytes
 from wordpiece.tokenizer import WordPieceTokenizer
 
 pytestmark = pytest.mark.slow
 
 ARGS = ("--max-seq-length", "64", "--dupe-factor", "2", "--num-shards", "3", "--num-buckets", "4")
-
-
-@pytest.fixture(scope="module")
-def released_vocab() -> str:
-    return str(require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"))
 
 
 @pytest.fixture(scope="module")

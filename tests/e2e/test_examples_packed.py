@@ -8,18 +8,12 @@ from collections import Counter
 import pyarrow.dataset as ds
 import pytest
 
-from tests.conftest import SHARED_DATA, require
 from tests.e2e.conftest import FAST_RUNNER, read_output, run_cli
 from wordpiece.tokenizer import WordPieceTokenizer
 
 pytestmark = pytest.mark.slow
 
 CLS, SEP = 101, 102
-
-
-@pytest.fixture(scope="module")
-def released_vocab() -> str:
-    return str(require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"))
 
 
 @pytest.fixture(scope="module")
