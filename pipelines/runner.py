@@ -32,6 +32,11 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     return options
 
 
+def runner_name(beam_args: list[str]) -> str:
+    """The runner a stage will run on (``--runner``, DirectRunner by default), without a module path."""
+    return str(pipeline_options(beam_args).view_as(StandardOptions).runner).rsplit(".", 1)[-1]
+
+
 def is_dry_run(options: PipelineOptions) -> bool:
     """Whether the runner only builds the job (Dataflow ``--dry_run``), writing nothing."""
     return bool(options.view_as(TestOptions).dry_run)
@@ -49,9 +54,17 @@ def explain_failure(err: BaseException) -> str:
 
 
 def run_stage(
-    build: Callable[[beam.Pipeline, Any, Any], None], config: Any, inputs: Any, beam_args: list[str]
+    build: Callable[[beam.Pipeline, Any, Any], None],
+    config: Any,
+    inputs: Any,
+    beam_args: list[str],
+    cleanup: Callable[[], Any] | None = None,
 ) -> dict[str, Any] | None:
-    """Prepare the output, build and run one stage; return its ``stats.json`` (None for a dry run)."""
+    """Prepare the output, build and run one stage; return its ``stats.json`` (None for a dry run).
+
+    ``cleanup`` (removing the stage's temporary files) runs once the pipeline has ended, finished
+    or failed, unless it was a dry run.
+    """
     options = pipeline_options(beam_args)
     io.use_beam_options(beam_args)
     dry_run = is_dry_run(options)
@@ -67,11 +80,24 @@ def run_stage(
     except Exception as err:  # The runner wraps worker errors in its own types.
         _LOG.debug("pipeline failed", exc_info=True)
         raise StageFailed(explain_failure(err)) from err
+    finally:
+        if cleanup is not None and not dry_run:
+            _clean_up(cleanup)
     if dry_run:
         return None
     if state not in (beam.runners.runner.PipelineState.DONE, None):
         raise StageFailed(f"the pipeline ended in state {state}; see the runner's logs")
     return json.loads(io.read_bytes(io.join(config.output, STATS_FILE)))
+
+
+def _clean_up(cleanup: Callable[[], Any]) -> None:
+    """Run ``cleanup``; a failure is reported on one line, never hides the run's own outcome."""
+    try:
+        cleanup()
+    except Exception as err:  # Any filesystem error: the files stay, and the user is told.
+        _LOG.error(
+            "could not remove the temporary files (%s: %s); delete them by hand", type(err).__name__, err
+        )
 
 
 def summary_lines(stats: dict[str, Any], output: str, record_name: str) -> list[str]:

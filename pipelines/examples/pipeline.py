@@ -25,13 +25,21 @@ batches of examples, never one element per pair):
 
 ``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
 packs their full sentences without NSP pairs.
+
+Spilling (``--spill``, ``spill.py``): on Beam's local runners, which hold every PCollection that
+crosses a stage boundary in memory, the tokenised documents (by bucket), the requests and the
+example pieces are written to temporary files by the DoFn that makes them, and only references
+go through the shuffles; each consumer reads back its own pieces. Peak memory is then set by
+``BATCH_SENTENCES`` (``PLAN_SENTENCE_PASSES`` for planning), one bucket and one shard, not by
+the input or the dupe factor. The temporary folder is removed before ``COMPLETED`` is written,
+and by the command after a failure.
 """
 
 from __future__ import annotations
 
 import io as bytes_io
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,6 +56,18 @@ from pipelines.examples.batches import (
 from pipelines.examples.finish import ExampleColumns, ExampleVocab, columns_from_rows
 from pipelines.examples.packing import FORMATS, pack_group
 from pipelines.examples.pairs import PairConfig, TokenizedDocument
+from pipelines.examples.spill import (
+    TEMP_DIR,
+    SpillRef,
+    documents_from_bytes,
+    documents_to_bytes,
+    read_spilled,
+    remove_folder,
+    requests_from_bytes,
+    requests_to_bytes,
+    run_folder,
+    spill,
+)
 from pipelines.examples.write import WriteExampleShards, shard_pieces
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
@@ -66,6 +86,20 @@ from wordpiece.tokenizer import WordPieceTokenizer
 LENGTH_HISTOGRAM_FILE = "length_histogram.png"
 BATCH_SENTENCES = 20_000
 """Sentences tokenised and planned together (whole documents: at least one per batch)."""
+SPILL_BYTES = 64 << 20
+"""Example pieces a DoFn holds before it writes them to a temporary file."""
+PLAN_SENTENCE_PASSES = 5 * BATCH_SENTENCES
+"""Sentences x dupe passes planned at once: a batch is planned in parts of at most this many
+(at least one document each), so the planner's memory does not grow with ``--dupe-factor``."""
+SPILL_MODES = ("auto", "always", "never")
+LOCAL_RUNNERS = (
+    "DirectRunner",
+    "FnApiRunner",
+    "SwitchingDirectRunner",
+    "BundleBasedDirectRunner",
+    "PrismRunner",
+)
+"""Runners that hold every PCollection crossing a stage boundary in memory: ``--spill auto`` spills there."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +124,11 @@ class ExamplesConfig:
     overwrite: bool = False
     format: str = "pairs"
     """``pairs``: NSP pairs (BERT); ``packed``: full sentences packed without NSP (packing.py)."""
+    spill: str = "auto"
+    """``--spill``: write documents, requests and examples to temporary files and shuffle only
+    references to them (``always``), never, or on the local runners only (``auto``)."""
+    temp_location: str = ""
+    """Where the run's temporary files go (``--temp-location``); empty: ``OUTPUT/.temp``."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -98,6 +137,8 @@ class ExamplesConfig:
         for name in ("corpus", "vocab", "output"):
             if not getattr(self, name):
                 problems.append(f"--{name} is required")
+        if self.spill not in SPILL_MODES:
+            problems.append(f"--spill takes {', '.join(SPILL_MODES)}, got {self.spill}")
         if self.split not in io.SPLITS:
             problems.append(f"--split takes {', '.join(io.SPLITS)}, got {self.split}")
         for name in ("dupe_factor", "num_shards", "num_buckets"):
@@ -109,7 +150,7 @@ class ExamplesConfig:
     def params(self) -> dict[str, Any]:
         """Generation parameters for the manifest."""
         data = asdict(self)
-        for key in ("output", "overwrite", "apply_masking"):
+        for key in ("output", "overwrite", "apply_masking", "spill", "temp_location"):
             data.pop(key)
         # What dynamic masking in ``pretrain`` re-applies unless its flags override it.
         data["masking_settings"] = asdict(self.masking)
@@ -119,12 +160,28 @@ class ExamplesConfig:
         return data
 
 
+def spill_folder(config: ExamplesConfig, runner: str) -> str | None:
+    """The folder for this run's temporary files: ``OUTPUT/.temp``, or a new folder under
+    ``--temp-location``; removed when the run ends (``remove_folder``). None when the run does not
+    spill (``--spill never``, or ``auto`` on a runner not in ``LOCAL_RUNNERS``)."""
+    if config.spill == "never" or (config.spill == "auto" and runner not in LOCAL_RUNNERS):
+        return None
+    if config.temp_location:
+        return run_folder(config.temp_location)
+    return io.join(config.output, TEMP_DIR)
+
+
+BatchRef = tuple[tuple[int, SpillRef | bytes, int], ...]
+"""A batch of documents by bucket: ``(bucket, where its documents lie (or their bytes), how many)``."""
+
+
 class _TokenizeShard(beam.DoFn):
     """A corpus shard → batches of ``TokenizedDocument`` (about ``BATCH_SENTENCES`` sentences
-    each); the tokenizer and its chunk cache live as long as the worker."""
+    each), each written to a temporary file by bucket (one ``BatchRef`` per batch); the tokenizer
+    and its chunk cache live as long as the worker."""
 
-    def __init__(self, vocab: str, cased: bool):
-        self._vocab, self._cased = vocab, cased
+    def __init__(self, vocab: str, cased: bool, num_buckets: int, folder: str | None):
+        self._vocab, self._cased, self._num_buckets, self._folder = vocab, cased, num_buckets, folder
         self._cache: ChunkCache | None = None
 
     def setup(self) -> None:
@@ -134,13 +191,7 @@ class _TokenizeShard(beam.DoFn):
         self._cache = ChunkCache(tokenizer)
 
     def process(self, shard: tuple[str, str]):
-        rows = io.read_document_shard(shard, ["doc_id", "sentences"])
-        while rows:
-            size, total = 0, 0
-            while size < len(rows) and total < BATCH_SENTENCES:
-                total += len(rows[size]["sentences"])
-                size += 1
-            batch, rows = rows[:size], rows[size:]
+        for batch in _row_batches(io.read_document_table(shard, ["doc_id", "sentences"])):
             documents, without_tokens = tokenize_documents(self._cache, batch)
             if without_tokens:
                 beam.metrics.Metrics.counter("pipelines.examples", "documents_without_tokens").inc(
@@ -150,14 +201,49 @@ class _TokenizeShard(beam.DoFn):
                 "tallies", Counter(documents_used=len(documents), documents_without_tokens=without_tokens)
             )
             if documents:
-                yield documents
+                by_bucket = _by_bucket(documents, self._num_buckets)
+                refs = spill(self._folder, [(b, documents_to_bytes(d)) for b, d in by_bucket])
+                yield tuple((b, ref, len(d)) for (b, ref), (_, d) in zip(refs, by_bucket, strict=True))
+
+
+def _row_batches(table, rows_at_once: int = 64) -> Iterator[list[dict]]:
+    """A documents table's rows as Python dicts, whole documents of about ``BATCH_SENTENCES``
+    sentences at a time (only one batch of rows is ever converted from Arrow)."""
+    batch, total = [], 0
+    for first in range(0, table.num_rows, rows_at_once):
+        for row in table.slice(first, rows_at_once).to_pylist():
+            batch.append(row)
+            total += len(row["sentences"])
+            if total >= BATCH_SENTENCES:
+                yield batch
+                batch, total = [], 0
+    if batch:
+        yield batch
+
+
+def _plan_parts(documents: list[TokenizedDocument], dupe_factor: int) -> Iterator[list[TokenizedDocument]]:
+    """``documents`` in parts of at most ``PLAN_SENTENCE_PASSES`` sentences x passes (a document
+    at least); each document is planned from its own seed, so the parts change no example."""
+    part, total = [], 0
+    for document in documents:
+        if part and total + document.num_sentences * dupe_factor > PLAN_SENTENCE_PASSES:
+            yield part
+            part, total = [], 0
+        part.append(document)
+        total += document.num_sentences * dupe_factor
+    if part:
+        yield part
+
+
+def _read_documents(pieces: Iterable[SpillRef | bytes]) -> list[TokenizedDocument]:
+    return [d for data in read_spilled(pieces) for d in documents_from_bytes(data)]
 
 
 class _WithVocab(beam.DoFn):
-    """A DoFn that loads the vocabulary tables once per worker."""
+    """A DoFn that loads the vocabulary tables once per worker and spills its examples."""
 
-    def __init__(self, config: ExamplesConfig, fmt: RecordFormat):
-        self._config, self._fmt = config, fmt
+    def __init__(self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+        self._config, self._fmt, self._folder = config, fmt, folder
         self._vocab: ExampleVocab | None = None
 
     def setup(self) -> None:
@@ -165,40 +251,50 @@ class _WithVocab(beam.DoFn):
         self._vocab = ExampleVocab.build(tokens, self._config.random_token_from_whole_vocab)
 
     def _pieces(self, finished: Iterable[tuple[ExampleColumns, Counter]]):
+        """The examples as ``(shard, SpillRef)`` outputs (written ``SPILL_BYTES`` at a time)."""
+        held, held_bytes = [], 0
         for columns, tally in finished:
             for piece in shard_pieces(columns, self._fmt, self._config.num_shards):
-                yield beam.pvalue.TaggedOutput("pieces", piece)
+                held.append(piece)
+                held_bytes += len(piece[1])
+            if held_bytes >= SPILL_BYTES:
+                yield from (beam.pvalue.TaggedOutput("pieces", ref) for ref in spill(self._folder, held))
+                held, held_bytes = [], 0
             yield beam.pvalue.TaggedOutput("tallies", tally)
+        yield from (beam.pvalue.TaggedOutput("pieces", ref) for ref in spill(self._folder, held))
 
 
 class _PlanBatch(_WithVocab):
-    """A batch of documents → its actual-next examples (finished here) and its random-next
-    requests, one element per bucket."""
+    """A spilled batch of documents → its actual-next examples (finished here) and its
+    random-next requests, spilled, one reference per bucket."""
 
-    def __init__(self, config: ExamplesConfig, fmt: RecordFormat):
-        super().__init__(config, fmt)
+    def __init__(self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+        super().__init__(config, fmt, folder)
         self._drawer: tuple[dict, RequestDrawer] | None = None
 
-    def process(self, documents: list[TokenizedDocument], bucket_sizes: dict[int, int]):
+    def process(self, batch: BatchRef, bucket_sizes: dict[int, int]):
         if self._drawer is None or self._drawer[0] is not bucket_sizes:
             self._drawer = (bucket_sizes, RequestDrawer(bucket_sizes))
-        finished, tally, requests = plan_batch(documents, self._config, self._drawer[1], self._vocab)
-        if tally["pairs_without_other_document"]:
-            beam.metrics.Metrics.counter("pipelines.examples", "pairs_without_other_document").inc(
-                tally["pairs_without_other_document"]
-            )
-        yield from self._pieces(finished)
-        yield beam.pvalue.TaggedOutput("tallies", tally)
-        yield from requests
+        config = self._config
+        for part in _plan_parts(_read_documents(ref for _, ref, _ in batch), config.dupe_factor):
+            finished, tally, requests = plan_batch(part, config, self._drawer[1], self._vocab)
+            if tally["pairs_without_other_document"]:
+                beam.metrics.Metrics.counter("pipelines.examples", "pairs_without_other_document").inc(
+                    tally["pairs_without_other_document"]
+                )
+            yield from self._pieces(finished)
+            yield beam.pvalue.TaggedOutput("tallies", tally)
+            yield from spill(self._folder, [(bucket, requests_to_bytes(r)) for bucket, r in requests])
 
 
 class _FulfilBucket(_WithVocab):
-    """A bucket's documents and the requests for them → the random-next examples."""
+    """A bucket's documents and the requests for them (references) → the random-next examples."""
 
     def process(self, element):
         _, grouped = element
-        documents = [d for batch in grouped["documents"] for d in batch]
-        yield from self._pieces(fulfil_bucket(documents, grouped["requests"], self._config, self._vocab))
+        documents = _read_documents(grouped["documents"])
+        requests = [requests_from_bytes(data) for data in read_spilled(grouped["requests"])]
+        yield from self._pieces(fulfil_bucket(documents, requests, self._config, self._vocab))
 
 
 def _by_bucket(
@@ -207,18 +303,18 @@ def _by_bucket(
     grouped: dict[int, list[TokenizedDocument]] = {}
     for document in documents:
         grouped.setdefault(bucket_of(document.doc_id, num_buckets), []).append(document)
-    return list(grouped.items())
+    return sorted(grouped.items())
 
 
 class _PackGroup(_WithVocab):
-    """A group's documents → its packed examples (``--format packed``)."""
+    """A group's documents (references) → its packed examples (``--format packed``)."""
 
     def process(self, element):
-        group, batches = element
+        group, refs = element
         config = self._config
         packed = pack_group(
             group,
-            [d for batch in batches for d in batch],
+            _read_documents(refs),
             seed=config.seed,
             dupe_factor=config.dupe_factor,
             max_seq_length=config.pairs.max_seq_length,
@@ -281,8 +377,17 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 
 def _finish_output(
-    _, config: ExamplesConfig, fmt: RecordFormat, vocab_sha256: str, entries: list[dict], tally: Counter
+    _,
+    config: ExamplesConfig,
+    fmt: RecordFormat,
+    vocab_sha256: str,
+    folder: str | None,
+    entries: list[dict],
+    tally: Counter,
 ) -> dict:
+    # Every shard is written (``entries``): the temporary files go before anything is marked done.
+    if folder is not None:
+        remove_folder(folder)
     stats = _stats(tally, config.apply_masking, config.format == "packed")
     if config.format == "packed":
         stats["document_separators"] = tally["document_separators"]
@@ -309,54 +414,61 @@ def _finish_output(
     return stats
 
 
-def _pair_pieces(documents, config: ExamplesConfig, fmt: RecordFormat):
-    """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies."""
-    bucketed = documents | "Bucket" >> beam.FlatMap(_by_bucket, config.num_buckets)
+def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+    """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies.
+    Only references to the spilled documents, requests and pieces go through the shuffles."""
+    bucketed = batches | "Bucket" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
     bucket_sizes = (
-        bucketed
-        | "Bucket counts" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
+        batches
+        | "Bucket counts" >> beam.FlatMap(lambda batch: [(b, n) for b, _, n in batch])
         | "Bucket sizes" >> beam.CombinePerKey(sum)
     )
-    planned = documents | "Plan pairs" >> beam.ParDo(
-        _PlanBatch(config, fmt), beam.pvalue.AsDict(bucket_sizes)
+    planned = batches | "Plan pairs" >> beam.ParDo(
+        _PlanBatch(config, fmt, folder), beam.pvalue.AsDict(bucket_sizes)
     ).with_outputs("pieces", "tallies", main="requests")
     fulfilled = (
         {"documents": bucketed, "requests": planned.requests}
         | "Meet by bucket" >> beam.CoGroupByKey()
-        | "Random B" >> beam.ParDo(_FulfilBucket(config, fmt)).with_outputs("pieces", "tallies")
+        | "Random B" >> beam.ParDo(_FulfilBucket(config, fmt, folder)).with_outputs("pieces", "tallies")
     )
     pieces = (planned.pieces, fulfilled.pieces) | "All pieces" >> beam.Flatten()
     return pieces, (planned.tallies, fulfilled.tallies)
 
 
-def _packed_pieces(documents, config: ExamplesConfig, fmt: RecordFormat):
+def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
     """Packed sentences: a group's documents meet on one worker and are packed there."""
     packed = (
-        documents
-        | "Group" >> beam.FlatMap(_by_bucket, config.num_buckets)
+        batches
+        | "Group" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
         | "Meet by group" >> beam.GroupByKey()
-        | "Pack" >> beam.ParDo(_PackGroup(config, fmt)).with_outputs("pieces", "tallies")
+        | "Pack" >> beam.ParDo(_PackGroup(config, fmt, folder)).with_outputs("pieces", "tallies")
     )
     return packed.pieces, (packed.tallies,)
 
 
 def build(
-    pipeline: beam.Pipeline, config: ExamplesConfig, manifest: Manifest, vocab_size: int, vocab_sha256: str
+    pipeline: beam.Pipeline,
+    config: ExamplesConfig,
+    manifest: Manifest,
+    vocab_size: int,
+    vocab_sha256: str,
+    folder: str | None,
 ):
-    """Add the examples stage to ``pipeline``."""
+    """Add the examples stage to ``pipeline``; its temporary files go under ``folder``
+    (``spill_folder``; None: no spilling), removed before the output is marked ``COMPLETED``."""
     shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     fmt = examples_format(vocab_size)
+    tokenize = _TokenizeShard(config.vocab, config.cased, config.num_buckets, folder)
     documents = (
         pipeline
         | "Corpus shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
-        | "Tokenise"
-        >> beam.ParDo(_TokenizeShard(config.vocab, config.cased)).with_outputs("tallies", main="documents")
+        | "Tokenise" >> beam.ParDo(tokenize).with_outputs("tallies", main="batches")
     )
     if config.format == "packed":
-        pieces, tallies = _packed_pieces(documents.documents, config, fmt)
+        pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder)
     else:
-        pieces, tallies = _pair_pieces(documents.documents, config, fmt)
+        pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder)
     entries = pieces | "Write" >> WriteExampleShards(config.output, "examples", config.num_shards, fmt)
     tally = (
         (documents.tallies, *tallies)
@@ -372,6 +484,7 @@ def build(
             config,
             fmt,
             vocab_sha256,
+            folder,
             beam.pvalue.AsList(entries),
             beam.pvalue.AsSingleton(tally),
         )
