@@ -11,13 +11,15 @@ tokenised by the very same ``tokenizers.Tokenizer``: exact, not an approximation
 (``tests/unit/test_chunk_cache.py`` compares both on real books and on adversarial text).
 
 On natural text a few percent of the chunks are distinct (Zipf), so a batch costs one
-``str.split`` per batch of sentences, one dict lookup per chunk, tokenising the chunks not yet seen, and a
-numpy gather. A new chunk of printable ASCII (no whitespace or control character) under BERT's
-normaliser and pre-tokeniser is normalised and pre-tokenised here, which for such text is
-lower-casing (when the normaliser lower-cases) and splitting into runs of letters and digits and
-single punctuation characters (every other printable ASCII character is punctuation to BERT),
-and its words go to the WordPiece model directly (a word cache again); every other new chunk
-goes through the whole ``Tokenizer``, which costs a few microseconds per chunk.
+``str.split`` per batch of sentences, one dict lookup per chunk, tokenising the chunks not yet
+seen, and a numpy gather. The new chunks of a batch are tokenised together, never one call
+each: those of printable ASCII (no whitespace or control character), under BERT's normaliser
+and pre-tokeniser, are joined by spaces, lower-cased (when the normaliser lower-cases) and split
+into BERT's words by one regex (runs of letters and digits, and single punctuation characters:
+every other printable ASCII character is punctuation to BERT), each distinct word going to the
+WordPiece model once (a word table, like the chunk table); every other new chunk goes through
+the whole ``Tokenizer`` in one pre-tokenised call, which treats each chunk as ``encode(chunk)``
+would and says which chunk each id came from.
 
 The cache holds at most ``max_entries`` chunks (or one batch's distinct chunks, when those alone
 are more) and starts afresh when full, so its memory is bounded whatever the corpus.
