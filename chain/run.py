@@ -126,6 +126,7 @@ class _Interrupts:
         self.signum: int | None = None
         self.group: int | None = None
         self.starting = False
+        self._forwarded = False
         self._timer: threading.Timer | None = None
         self._previous: dict = {}
 
@@ -139,17 +140,25 @@ class _Interrupts:
         self._cancel_timer()
 
     def _handle(self, signum: int, frame: object) -> None:
-        first = self.signum is None
         self.signum = self.signum or signum
         if self.starting:
             return  # forwarded once the process exists (``started``)
         if self.group is None:
             raise ChainInterrupted(f"interrupted by {signal.Signals(signum).name}", signum)
-        self._send(signum if first else signal.SIGKILL)
-        if first:
-            self._timer = threading.Timer(self.grace_s, self._send, (signal.SIGKILL,))
-            self._timer.daemon = True
-            self._timer.start()
+        self._forward()
+
+    def _forward(self) -> None:
+        """The first signal goes to the group as it came (SIGKILL after ``grace_s``); later ones
+        become SIGKILL at once."""
+        if self._forwarded:
+            self._send(signal.SIGKILL)
+            return
+        assert self.signum is not None
+        self._forwarded = True
+        self._send(self.signum)
+        self._timer = threading.Timer(self.grace_s, self._send, (signal.SIGKILL,))
+        self._timer.daemon = True
+        self._timer.start()
 
     def _send(self, signum: int) -> None:
         if self.group is not None:
@@ -161,8 +170,8 @@ class _Interrupts:
     def started(self, pid: int) -> None:
         """The stage's process (leader of its own group) exists; forward a signal that came first."""
         self.group, self.starting = pid, False
-        if self.signum is not None:
-            self._handle(self.signum, None)
+        if self.signum is not None and not self._forwarded:
+            self._forward()
 
     def finished(self) -> None:
         """The stage's process has exited: stop forwarding, and kill what is left of its group."""
@@ -182,12 +191,13 @@ def run_process(argv: list[str], interrupts: _Interrupts | None = None) -> tuple
     and its waited children). With ``interrupts``, a stop signal is forwarded to that group."""
     start = time.perf_counter()
     if interrupts is not None:
-        interrupts.starting = True
+        interrupts.starting = True  # a signal now waits for ``started``, which forwards it
     try:
         process = subprocess.Popen(argv, start_new_session=True)  # its own process group (3.10 too)
-    finally:
+    except BaseException:
         if interrupts is not None:
             interrupts.starting = False
+        raise
     try:
         if interrupts is not None:
             interrupts.started(process.pid)

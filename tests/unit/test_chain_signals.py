@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from chain.run import _Interrupts
+
 # A stage: starts a grandchild (a sleeping Python), writes both pids, then waits. ``MODE`` says what
 # it does on a stop signal: "default" (dies), "graceful" (writes stopped.txt and exits 0, as
 # pretrain saves a checkpoint and stops), "ignore" (ignores SIGTERM: the chain's SIGKILL ends it).
@@ -113,3 +115,39 @@ def test_a_stop_signal_ends_the_stage_group_and_the_chain_without_finishing_the_
     assert not (work / "slow" / "COMPLETED").exists()
     if mode == "graceful":  # forwarded as it came, so the stage could stop on its own terms
         assert (work / "slow" / "stopped.txt").read_text() == name
+
+
+def _sleeper(ignore_term: bool = False) -> subprocess.Popen:
+    code = "import signal, sys, time; "
+    if ignore_term:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    code += "print('ready', flush=True); time.sleep(600)"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def test_a_signal_while_the_stage_starts_is_forwarded_once_it_exists():
+    interrupts = _Interrupts(grace_s=60)
+    interrupts.starting = True
+    interrupts._handle(signal.SIGTERM, None)  # no process yet: kept, not raised
+    process = _sleeper()
+    interrupts.started(process.pid)
+    assert process.wait(timeout=30) == -signal.SIGTERM  # as it came, not SIGKILL
+    interrupts.finished()
+
+
+def test_a_second_signal_or_the_grace_period_ends_a_stage_that_ignores_the_first():
+    for second_signal in (True, False):
+        interrupts = _Interrupts(grace_s=60 if second_signal else 0.5)  # only the cause under test kills
+        process = _sleeper(ignore_term=True)
+        interrupts.started(process.pid)
+        interrupts._handle(signal.SIGTERM, None)
+        time.sleep(0.2)
+        assert process.poll() is None  # SIGTERM ignored
+        if second_signal:
+            interrupts._handle(signal.SIGTERM, None)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+        interrupts.finished()
