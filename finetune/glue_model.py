@@ -53,6 +53,9 @@ def head_weights(checkpoint: str, task: str, num_labels: int, *, bilstm: bool) -
     when it holds no classifier (a pre-trained encoder). Raises :class:`FinetuneError` when the
     head was trained for another task, has another number of outputs than ``num_labels``, or was
     trained with(out) a BiLSTM against ``bilstm``."""
+    names = hf.tensor_names(checkpoint)
+    if names is not None and "classifier.weight" not in names:
+        return None  # a pre-trained encoder: its weights are not read a second time
     weights, source = hf.read_weights(checkpoint)
     head = {k: v for k, v in weights.items() if k.startswith(HEAD_PREFIXES)}
     if "classifier.weight" not in head:
