@@ -12,6 +12,7 @@ examples; the writer holds one shard at a time.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import asdict
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 from pipelines import io
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
 from pipelines.examples.spill import SpillRef, read_spilled
-from pipelines.stage import shard_index, shard_name
+from pipelines.stage import shard_name
 from schemas import RecordFormat, ShardEntry
 from schemas.index import shard_index_entry
 
@@ -36,23 +37,25 @@ def _ipc_stream(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def pair_shards(columns: ExampleColumns, num_shards: int) -> np.ndarray:
+    """Each example's shard: ``shard_index`` of ``"doc_id\x1fdupe\x1fpair"``, with the digests'
+    first 8 bytes read as one big-endian array (the same numbers, no int() per row)."""
+    sha256 = hashlib.sha256
+    keys = map(
+        "{}\x1f{}\x1f{}".format,
+        columns.doc_ids.tolist(),
+        columns.dupe_index.tolist(),
+        columns.pair_index.tolist(),
+    )
+    digests = b"".join([sha256(key.encode("utf-8")).digest()[:8] for key in keys])
+    return (np.frombuffer(digests, dtype=">u8") % np.uint64(num_shards)).astype(np.int64)
+
+
 def shard_pieces(columns: ExampleColumns, fmt: RecordFormat, num_shards: int) -> list[tuple[int, bytes]]:
     """The examples as ``(shard, IPC stream bytes)``, one piece per shard they fall in."""
     if not len(columns):
         return []
-    shards = np.fromiter(
-        (
-            shard_index(f"{doc_id}\x1f{dupe}\x1f{pair}", num_shards)
-            for doc_id, dupe, pair in zip(
-                columns.doc_ids.tolist(),
-                columns.dupe_index.tolist(),
-                columns.pair_index.tolist(),
-                strict=True,
-            )
-        ),
-        dtype=np.int64,
-        count=len(columns),
-    )
+    shards = pair_shards(columns, num_shards)
     table = examples_table(columns, fmt)
     order = np.argsort(shards, kind="stable")
     table, shards = table.take(pa.array(order)), shards[order]
