@@ -395,6 +395,13 @@ def _finish_output(
     if not stats["examples"]:
         write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
         return stats
+    written = sum(e["num_rows"] for e in entries)
+    if written != stats["examples"]:  # a piece lost on its way to the shards: never COMPLETED
+        write_stats(config.output, stats)
+        raise io.OutputError(
+            f"--output {config.output}: the shards hold {written:,} examples but {stats['examples']:,} "
+            "were made (see stats.json); not marked COMPLETED, run again with --overwrite"
+        )
     entries = [dict(e) for e in entries]
     index = ShardIndex(fmt.name, fmt.version, fmt.schema, tuple(e.pop("index") for e in entries))
     shards = tuple(ShardEntry(**e) for e in entries)

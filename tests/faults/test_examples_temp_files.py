@@ -57,3 +57,21 @@ def test_a_failed_run_removes_its_temporary_files_and_is_not_completed(corpus, t
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("error: ") and "no space left on device" in lines[-1]
     assert not (out / "COMPLETED").exists() and not (out / ".temp").exists()
+
+
+def test_an_example_lost_on_its_way_to_the_shards_fails_the_run(corpus, tmp_path, monkeypatch):
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "examples"
+    read = write.read_spilled
+
+    def losing_read(pieces):
+        return list(read(pieces))[1:]  # the first piece of every shard goes missing
+
+    monkeypatch.setattr(write, "read_spilled", losing_read)
+    result = _examples(corpus, vocab, out, expect=1)
+    assert (
+        "examples but" in result.output
+        and "were made (see stats.json); not marked COMPLETED" in result.output
+    )
+    assert not (out / "COMPLETED").exists() and (out / "stats.json").exists()
+    assert not (out / ".temp").exists()
