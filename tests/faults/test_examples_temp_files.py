@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pipelines.examples.write as write
+from pipelines.examples.spill import SpillRef
 from tests.e2e.conftest import FAST_RUNNER, run_cli
 from tests.faults.test_pipeline_outputs import corpus, write_vocab
 
@@ -25,7 +26,9 @@ def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
-def test_overwrite_removes_a_killed_runs_temporary_files_and_a_finished_run_leaves_none(corpus, tmp_path):
+def test_overwrite_removes_a_killed_runs_temporary_files_and_a_finished_run_leaves_none(
+    corpus, tmp_path, monkeypatch
+):
     vocab = write_vocab(tmp_path / "vocab.txt")
     out = tmp_path / "examples"
     leftover = out / ".temp" / "part.spill"  # what a killed run leaves
@@ -33,8 +36,19 @@ def test_overwrite_removes_a_killed_runs_temporary_files_and_a_finished_run_leav
     leftover.write_bytes(b"spilled")
     refused = _examples(corpus, vocab, out, expect=1)
     assert "already holds 1 file(s) (an unfinished run?); pass --overwrite" in refused.output
+    received = []
+
+    def recording_read(pieces):
+        pieces = list(pieces)
+        received.extend(pieces)
+        return read(pieces)
+
+    read = write.read_spilled
+    monkeypatch.setattr(write, "read_spilled", recording_read)
     _examples(corpus, vocab, out, "--overwrite")
     assert (out / "COMPLETED").exists() and not (out / ".temp").exists()
+    # only references reached the shard writer through the shuffle, never the examples' bytes
+    assert received and all(isinstance(p, SpillRef) for p in received)
     # Elsewhere with --temp-location: the run's folder there is removed, the location kept.
     elsewhere = tmp_path / "scratch"
     elsewhere.mkdir()
