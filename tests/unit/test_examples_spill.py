@@ -87,13 +87,13 @@ def test_auto_spills_on_the_local_runners_only():
 
 
 def test_planning_a_batch_in_parts_changes_no_example(monkeypatch):
-    import pipelines.examples.pipeline as pipeline
+    import pipelines.examples.dofns as dofns
     from tests.unit.test_examples_batches import _rows
 
     documents = _documents(30)
     drawer = RequestDrawer({0: 15, 1: 15})
-    monkeypatch.setattr(pipeline, "PLAN_SENTENCE_PASSES", 60)
-    parts = list(pipeline._plan_parts(documents, CONFIG.dupe_factor))
+    monkeypatch.setattr(dofns, "PLAN_SENTENCE_PASSES", 60)
+    parts = list(dofns.plan_parts(documents, CONFIG.dupe_factor))
     assert len(parts) > 3 and [d for part in parts for d in part] == documents
     assert all(len(p) == 1 or sum(d.num_sentences for d in p) * 3 <= 60 for p in parts)
     whole, _, whole_requests = plan_batch(documents, CONFIG, drawer, VOCAB)
