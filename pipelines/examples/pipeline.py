@@ -107,6 +107,8 @@ class ExamplesConfig:
                 problems.append(f"--{name} is required")
         if self.spill not in SPILL_MODES:
             problems.append(f"--spill takes {', '.join(SPILL_MODES)}, got {self.spill}")
+        elif self.spill == "never" and self.temp_location:
+            problems.append("--temp-location is where spilled files go; --spill never writes none, drop one")
         if self.split not in io.SPLITS:
             problems.append(f"--split takes {', '.join(io.SPLITS)}, got {self.split}")
         for name in ("dupe_factor", "num_shards", "num_buckets"):

@@ -84,6 +84,8 @@ def test_auto_spills_on_the_local_runners_only():
     assert first.startswith("gs://b/tmp/examples-") and first != second  # one folder per run
     with pytest.raises(ValueError, match="--spill takes auto, always, never, got sometimes"):
         dataclasses.replace(config, spill="sometimes")
+    with pytest.raises(ValueError, match="--spill never writes none"):
+        dataclasses.replace(config, spill="never", temp_location="/tmp/x")
 
 
 def test_planning_a_batch_in_parts_changes_no_example(monkeypatch):
