@@ -61,7 +61,7 @@ class Preset:
     """Checkpoints of the base (and LTR) run that Figure 5 fine-tunes from."""
     masking_mixes: tuple[tuple[float, float, float], ...] = MASKING_MIXES
     ner_features: tuple[str, ...] = NER_FEATURES
-    table5_rows: tuple[str, ...] = ("base", "no-nsp", "no-nsp-packed", "ltr")
+    table5_rows: tuple[str, ...] = ("base", "no-nsp", "no-nsp-packed", "ltr", "ltr-bilstm")
     ner_seeds: int = 1
     table8_features: str | None = "concat-last-4"
     """Table 8's feature-based NER column (the paper concatenates the last four layers); None: left out."""
@@ -153,6 +153,8 @@ class FineTune:
     seed: int
     step: int
     features: str | None = None
+    bilstm: bool = False
+    """``finetune glue --bilstm``: Table 5's "+ BiLSTM" row."""
 
 
 @dataclass
@@ -196,17 +198,23 @@ class _Builder:
         return names
 
     def finetunes(
-        self, runs: list[str], task: str, features: str | None = None, step: int | None = None
+        self,
+        runs: list[str],
+        task: str,
+        features: str | None = None,
+        step: int | None = None,
+        bilstm: bool = False,
     ) -> list[str]:
-        """Per run, one fine-tune per seed (``RUN/TASK[-FEATURES]-stepN-sSEED``)."""
+        """Per run, one fine-tune per seed (``RUN/TASK[-FEATURES][-bilstm]-stepN-sSEED``)."""
         seeds = self.ner_seeds if task == "ner" else self.finetune_seeds
         at = step if step is not None else self.p.steps
         what = task if features is None else f"{task}-{features}"
+        what += "-bilstm" if bilstm else ""
         names = []
         for run in runs:
             for seed in seeds:
                 name = f"{run}/{what}-step{at}-s{seed}"
-                self.g.finetunes.setdefault(name, FineTune(name, run, task, seed, at, features))
+                self.g.finetunes.setdefault(name, FineTune(name, run, task, seed, at, features, bilstm))
                 names.append(name)
         return names
 
@@ -219,26 +227,24 @@ class _Builder:
 
 
 def _table5(b: _Builder, base: list[str]) -> None:
-    rows = {
-        "base": ("BERT_BASE", lambda: base),
-        "no-nsp": ("No NSP", lambda: b.runs("no-nsp", "MLM only", flags=("--no-nsp",))),
+    def ltr() -> list[str]:
+        return b.runs("ltr", "left-to-right LM", flags=("--objective", "ltr"), series=True)
+
+    rows = {  # key: (the paper's row, its runs, fine-tuned with --bilstm)
+        "base": ("BERT_BASE", lambda: base, False),
+        "no-nsp": ("No NSP", lambda: b.runs("no-nsp", "MLM only", flags=("--no-nsp",)), False),
         "no-nsp-packed": (
             "No NSP, packed sentences (ours)",
             lambda: b.runs("no-nsp-packed", "MLM only, packed", shards="packed", flags=("--no-nsp",)),
+            False,
         ),
-        "ltr": (
-            "LTR & No NSP",
-            lambda: b.runs("ltr", "left-to-right LM", flags=("--objective", "ltr"), series=True),
-        ),
+        "ltr": ("LTR & No NSP", ltr, False),
+        "ltr-bilstm": ("+ BiLSTM", ltr, True),  # the LTR run, a fresh BiLSTM under the classifier
     }
     for key in b.p.table5_rows:
-        row, make = rows[key]
-        b.cell("5", row, "task", b.finetunes(make(), "glue"))
-    b.g.missing["5"] = [
-        "+ BiLSTM: the paper adds a BiLSTM to the LTR model when fine-tuning; `finetune squad --bilstm` "
-        "has it, `finetune glue` does not, and the study has no SQuAD column",
-        "SQuAD column: the study fine-tunes on the GLUE-layout task only",
-    ]
+        row, make, bilstm = rows[key]
+        b.cell("5", row, "task", b.finetunes(make(), "glue", bilstm=bilstm))
+    b.g.missing["5"] = ["SQuAD column: the study fine-tunes on the GLUE-layout task only"]
 
 
 def _table6(b: _Builder, base: list[str]) -> None:
@@ -398,6 +404,7 @@ def _finetune_stage(cfg: AblationConfig, ft: FineTune, where: dict[str, str]) ->
             script("finetune"), "glue", "--task", where["task"], "--data-dir", where["task_dir"],
             "--checkpoint", checkpoint, "--output", out, "--epochs", str(p.finetune_epochs), "--lr", str(p.finetune_lr),
             "--batch-size", "32", "--max-seq-length", "128", "--seed", str(ft.seed), "--no-test-predictions",
+            "--no-save-model", *(["--bilstm"] if ft.bilstm else []),
         ]  # fmt: skip
         limit = p.finetune_train_examples
         if p.finetune_eval_examples:

@@ -10,7 +10,7 @@ import click
 
 from chain.ablate import PRESETS, AblationConfig, grid, stages
 from chain.ablate_report import build_report
-from chain.run import ChainError, run_chain
+from chain.run import ChainError, exit_code, run_chain
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -60,6 +60,6 @@ def main(workdir, preset, wiki_dump, corpus, glue_dir, glue_task, ner_dir, seed,
         state = run_chain(plan, cfg.workdir, log=click.echo)
     except ChainError as err:
         click.echo(f"error: {err}", err=True)
-        sys.exit(1)
+        sys.exit(exit_code(err))
     report = build_report(cfg, g, plan, state)
     click.echo(f"report: {report['html']}  (and report.md, figure5.png, results.json)")

@@ -1,7 +1,9 @@
-"""Task heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD (Table 5).
+"""Task heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD and
+GLUE (Table 5).
 
 - :class:`BiLSTM`: a bidirectional LSTM over the real (unpadded) tokens of each sequence, so a
-  sequence's outputs do not depend on how its batch was padded.
+  sequence's outputs do not depend on how its batch was padded; ``summary`` gives one vector per
+  sequence (the two directions' final states), what ``finetune glue --bilstm`` classifies.
 - :class:`ScalarMix`: a learned weighted sum of layers (softmax-normalised weights and a scale,
   ELMo's "scalar mix"), starting from the plain mean; Table 7's "weighted sum" rows.
 - :class:`FeatureTagger`: ``finetune ner --features``. The encoder is frozen (no gradients, always
@@ -70,6 +72,19 @@ class BiLSTM(nn.Module):
         out, _ = self.lstm(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=length)
         return out
+
+    def summary(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """One vector per sequence, ``[batch, 2 * units]``: the forward direction's output at the
+        last real token and the backward direction's at the first (each has read the whole
+        sequence), the usual BiLSTM sentence encoding; ``finetune glue --bilstm`` classifies it."""
+        out = self(x, attention_mask)
+        batch, length, _ = x.shape
+        if attention_mask is None:
+            last = torch.full((batch,), length - 1, dtype=torch.long, device=out.device)
+        else:
+            last = (attention_mask.sum(-1).clamp(min=1) - 1).to(out.device)
+        forward = out[torch.arange(batch, device=out.device), last, : self.units]
+        return torch.cat([forward, out[:, 0, self.units :]], dim=-1)
 
 
 class ScalarMix(nn.Module):
