@@ -292,6 +292,9 @@ Examples:
   finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner --cased
   finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner-concat \\
       --features concat-last-4 --cache-features      # feature-based (Table 7): frozen encoder + BiLSTM
+  for f in embeddings last sum-all; do               # Table 7's rows sharing one encoder pass
+    finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner-$f \\
+        --features $f --feature-cache out/ner-activations; done
 """
 FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM starts from scratch
 
@@ -311,16 +314,27 @@ FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM star
     "--cache-features",
     is_flag=True,
     help="With --features: run the frozen encoder over train.txt once and keep its activations in "
-    "memory (tokens x layers x hidden x 4 bytes) instead of once per epoch.",
+    "memory (sentence tokens x layers x hidden x 4 bytes) instead of once per epoch.",
 )
-def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) -> None:
+@click.option(
+    "--feature-cache",
+    metavar="DIR",
+    help="With --features: also keep every layer's activations of train/valid/test in DIR "
+    "(safetensors, named by a hash of the weights and inputs) and reuse them in later runs with any "
+    "--features choice, so Table 7's six rows cost one encoder pass. Implies --cache-features.",
+)
+def ner(
+    data_dir: str, features: str | None, cache_features: bool, feature_cache: str | None, **opts: Any
+) -> None:
     """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2), or with --features
     train a BiLSTM tagger on the frozen encoder's activations; write metrics.json (entity-level
     precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
     from finetune.ner import run_ner
 
-    if cache_features and features is None:
-        raise click.UsageError("--cache-features needs --features (the fine-tuned mode trains the encoder)")
+    if (cache_features or feature_cache) and features is None:
+        raise click.UsageError(
+            "--cache-features and --feature-cache need --features (the fine-tuned mode trains the encoder)"
+        )
     source = click.get_current_context().get_parameter_source("lr")
     if features is not None and source == click.core.ParameterSource.DEFAULT:
         opts["lr"] = FEATURE_LR
@@ -338,6 +352,7 @@ def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) 
         cased=opts["cased"],
         features=features,
         cache_features=cache_features,
+        feature_cache=feature_cache,
         before_training=before_training,
     )
     click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))

@@ -588,13 +588,14 @@ def predict(
     precision: str = "auto",
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
     progress: bool | None = None,
+    inputs: Sequence[str] = MODEL_INPUTS,
 ) -> list[Any]:
     """Run ``model`` in eval mode over ``features``; return one output per feature, in order.
 
     Each output is that feature's row of ``TaskOutput.logits`` as a float32 CPU tensor (a tuple of
     rows when the logits are a tuple), still padded to its batch's longest sequence where the logits
     have a length dimension. Features are batched by length (less padding); only
-    :data:`MODEL_INPUTS` reach the model (targets and bookkeeping keys stay out). Use :func:`stack` for fixed-size logits.
+    ``inputs`` (default :data:`MODEL_INPUTS`) reach the model (targets and bookkeeping keys stay out). Use :func:`stack` for fixed-size logits.
     """
     target = resolve_device(device)
     amp = resolve_precision(precision, target)
@@ -607,7 +608,7 @@ def predict(
     for first in batches:
         chosen = order[first : first + batch_size]
         batch = collate_fn([features[i] for i in chosen])
-        batch = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
+        batch = {k: v for k, v in batch.items() if k in inputs}
         with autocast(target, amp):
             logits = model(**_to_device(batch, target)).logits
         if isinstance(logits, tuple):
