@@ -108,6 +108,11 @@ BENCHMARKS = (
     Benchmark("tokenization", ("tokenization.py",), "WordPiece tokenisation; BertTokenizerFast"),
     Benchmark("wordpiece_train", ("wordpiece_train.py",), "vocabulary learning; tokenizers' trainer"),
     Benchmark("examples", ("examples.py",), "example generation; Google's create_pretraining_data.py"),
+    Benchmark(
+        "examples_memory",
+        ("examples_memory.py",),
+        "peak memory of example generation; the same graph without spilling",
+    ),
     Benchmark("reader", ("reader.py",), "the trainer's reader; a pyarrow scan"),
     Benchmark("train_step", ("train_step.py",), "pre-training step; transformers' BertForPreTraining"),
     Benchmark("batching", ("batching.py",), "bucketed and packed batches; padded (the HF collator)"),
@@ -328,6 +333,34 @@ def rows_examples(r: dict) -> list[Row]:
     ]
 
 
+def rows_examples_memory(r: dict) -> list[Row]:
+    ours, peer = r["always"], r["never"]
+    rows = []
+    for key, what in (("input_size", "input sizes"), ("dupe_factor", "dupe factors")):
+        runs = ours[f"by_{key}"]
+        first, last = runs[0], runs[-1]
+        span = (
+            f"{first['input_mb']:.1f} to {last['input_mb']:.1f} MB of books, dupe {first['dupe_factor']}"
+            if key == "input_size"
+            else f"{last['input_mb']:.1f} MB of books, dupe {first['dupe_factor']} to {last['dupe_factor']}"
+        )
+        growth = ours[f"ratio_by_{key}"]["examples"]
+        rows.append(
+            (
+                f"peak RSS of `pipelines examples` (FnApiRunner, 8 shards, 64 buckets) over {what}: {span} "
+                f"({growth:.1f}x the examples); largest / smallest",
+                f"--spill always: {first['peak_rss_mb']:,.0f} to {last['peak_rss_mb']:,.0f} MB, "
+                f"**{ours[f'ratio_by_{key}']['peak_rss']:.2f}x**",
+                f"--spill never (everything shuffled through the runner's memory): "
+                f"{peer[f'by_{key}'][0]['peak_rss_mb']:,.0f} to {peer[f'by_{key}'][-1]['peak_rss_mb']:,.0f} MB, "
+                f"{peer[f'ratio_by_{key}']['peak_rss']:.2f}x"
+                + ("; same shards" if r["same_shards"] else "; SHARDS DIFFER"),
+                _x(peer[f"by_{key}"][-1]["peak_rss_mb"] / runs[-1]["peak_rss_mb"]) + " less at the largest",
+            )
+        )
+    return rows
+
+
 def rows_reader(r: dict) -> list[Row]:
     peer = r["pyarrow_dataset_gcsfs"]
     peer_text = (
@@ -447,6 +480,7 @@ RENDERERS: dict[str, Callable[[dict], list[Row]]] = {
     "tokenization": rows_tokenization,
     "wordpiece_train": rows_wordpiece_train,
     "examples": rows_examples,
+    "examples_memory": rows_examples_memory,
     "reader": rows_reader,
     "train_step": rows_train_step,
     "batching": rows_batching,

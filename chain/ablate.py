@@ -61,7 +61,7 @@ class Preset:
     """Checkpoints of the base (and LTR) run that Figure 5 fine-tunes from."""
     masking_mixes: tuple[tuple[float, float, float], ...] = MASKING_MIXES
     ner_features: tuple[str, ...] = NER_FEATURES
-    table5_rows: tuple[str, ...] = ("base", "no-nsp", "no-nsp-packed", "ltr")
+    table5_rows: tuple[str, ...] = ("base", "no-nsp", "no-nsp-packed", "ltr", "ltr-bilstm")
     ner_seeds: int = 1
     table8_features: str | None = "concat-last-4"
     """Table 8's feature-based NER column (the paper concatenates the last four layers); None: left out."""
@@ -79,8 +79,8 @@ PRESETS = {
     ),
     "quick": Preset(
         "quick", "2/128/2", ("1/128/2", "2/128/2", "4/128/4"), steps=300, batch_size=32, lr=1e-3,
-        max_seq_length=64, dupe_factor=2, vocab_size=8000, pretrain_seeds=1, finetune_seeds=2,
-        finetune_epochs=3, finetune_train_examples=1200, finetune_eval_examples=None, finetune_lr=5e-4, ner_lr=1e-3, ner_epochs=2,
+        max_seq_length=128, dupe_factor=2, vocab_size=8000, pretrain_seeds=1, finetune_seeds=2,
+        finetune_epochs=3, finetune_train_examples=600, finetune_eval_examples=None, finetune_lr=1e-4, ner_lr=1e-3, ner_epochs=2,
         ner_train_examples=1000, ner_eval_examples=500, series_points=3,
         note="tiny models and a few hundred steps on a 2-core CPU: the numbers show the machinery works "
         "and the direction of some effects, at a scale where most differences are within noise",
@@ -105,6 +105,8 @@ class AblationConfig:
     workdir: str
     preset: Preset
     wiki_dump: str | None = None
+    books: str | None = None
+    """A folder of plain-text books (``*.txt``) merged into the corpus, as ``make demo`` does."""
     corpus: str | None = None
     """A completed ``pipelines corpus`` output to use instead of building one from ``wiki_dump``."""
     glue_dir: str | None = None
@@ -120,6 +122,10 @@ class AblationConfig:
             problems.append("give --wiki-dump (to build the corpus) or --corpus (a completed corpus)")
         if self.wiki_dump and self.corpus:
             problems.append("give --wiki-dump or --corpus, not both")
+        if self.books and self.corpus:
+            problems.append(
+                "--books goes into the corpus the study builds; it cannot be added to a given --corpus"
+            )
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -153,6 +159,8 @@ class FineTune:
     seed: int
     step: int
     features: str | None = None
+    bilstm: bool = False
+    """``finetune glue --bilstm``: Table 5's "+ BiLSTM" row."""
 
 
 @dataclass
@@ -196,17 +204,23 @@ class _Builder:
         return names
 
     def finetunes(
-        self, runs: list[str], task: str, features: str | None = None, step: int | None = None
+        self,
+        runs: list[str],
+        task: str,
+        features: str | None = None,
+        step: int | None = None,
+        bilstm: bool = False,
     ) -> list[str]:
-        """Per run, one fine-tune per seed (``RUN/TASK[-FEATURES]-stepN-sSEED``)."""
+        """Per run, one fine-tune per seed (``RUN/TASK[-FEATURES][-bilstm]-stepN-sSEED``)."""
         seeds = self.ner_seeds if task == "ner" else self.finetune_seeds
         at = step if step is not None else self.p.steps
         what = task if features is None else f"{task}-{features}"
+        what += "-bilstm" if bilstm else ""
         names = []
         for run in runs:
             for seed in seeds:
                 name = f"{run}/{what}-step{at}-s{seed}"
-                self.g.finetunes.setdefault(name, FineTune(name, run, task, seed, at, features))
+                self.g.finetunes.setdefault(name, FineTune(name, run, task, seed, at, features, bilstm))
                 names.append(name)
         return names
 
@@ -219,26 +233,24 @@ class _Builder:
 
 
 def _table5(b: _Builder, base: list[str]) -> None:
-    rows = {
-        "base": ("BERT_BASE", lambda: base),
-        "no-nsp": ("No NSP", lambda: b.runs("no-nsp", "MLM only", flags=("--no-nsp",))),
+    def ltr() -> list[str]:
+        return b.runs("ltr", "left-to-right LM", flags=("--objective", "ltr"), series=True)
+
+    rows = {  # key: (the paper's row, its runs, fine-tuned with --bilstm)
+        "base": ("BERT_BASE", lambda: base, False),
+        "no-nsp": ("No NSP", lambda: b.runs("no-nsp", "MLM only", flags=("--no-nsp",)), False),
         "no-nsp-packed": (
             "No NSP, packed sentences (ours)",
             lambda: b.runs("no-nsp-packed", "MLM only, packed", shards="packed", flags=("--no-nsp",)),
+            False,
         ),
-        "ltr": (
-            "LTR & No NSP",
-            lambda: b.runs("ltr", "left-to-right LM", flags=("--objective", "ltr"), series=True),
-        ),
+        "ltr": ("LTR & No NSP", ltr, False),
+        "ltr-bilstm": ("+ BiLSTM", ltr, True),  # the LTR run, a fresh BiLSTM under the classifier
     }
     for key in b.p.table5_rows:
-        row, make = rows[key]
-        b.cell("5", row, "task", b.finetunes(make(), "glue"))
-    b.g.missing["5"] = [
-        "+ BiLSTM: the paper adds a BiLSTM to the LTR model when fine-tuning; `finetune squad --bilstm` "
-        "has it, `finetune glue` does not, and the study has no SQuAD column",
-        "SQuAD column: the study fine-tunes on the GLUE-layout task only",
-    ]
+        row, make, bilstm = rows[key]
+        b.cell("5", row, "task", b.finetunes(make(), "glue", bilstm=bilstm))
+    b.g.missing["5"] = ["SQuAD column: the study fine-tunes on the GLUE-layout task only"]
 
 
 def _table6(b: _Builder, base: list[str]) -> None:
@@ -309,14 +321,14 @@ def chain_config(cfg: AblationConfig) -> ChainConfig:
     """The demo chain's settings for the shared stages (corpus, vocabulary, shards, task)."""
     p = cfg.preset
     return ChainConfig(
-        workdir=cfg.workdir, wiki_dump=cfg.wiki_dump or "", glue_dir=cfg.glue_dir, glue_task=cfg.glue_task,
+        workdir=cfg.workdir, wiki_dump=cfg.wiki_dump or "", books=cfg.books, glue_dir=cfg.glue_dir, glue_task=cfg.glue_task,
         vocab_size=p.vocab_size, max_seq_length=p.max_seq_length, dupe_factor=p.dupe_factor, model=p.model,
         pretrain_steps=p.steps, batch_size=p.batch_size, precision=p.precision, seed=cfg.seed, runner=cfg.runner,
     )  # fmt: skip
 
 
-SHARED_STAGES = ("wikipedia", "corpus", "vocab", "examples", "examples-validation", "task")
-"""The demo chain's stages the study builds on (books are left out: the demo corpus is Wikipedia's)."""
+SHARED_STAGES = ("wikipedia", "books", "corpus", "vocab", "examples", "examples-validation", "task")
+"""The demo chain's stages the study builds on (``books`` only with ``--books``, as in the demo)."""
 
 
 def _replace_arg(command: list[str], flag: str, value: str) -> list[str]:
@@ -334,7 +346,7 @@ def shared_stages(cfg: AblationConfig) -> tuple[list[Stage], dict[str, str]]:
         from chain.task import write_task
 
         corpus = cfg.corpus.rstrip("/")
-        stages = [s for s in stages if s.name not in ("wikipedia", "corpus")]
+        stages = [s for s in stages if s.name not in ("wikipedia", "books", "corpus")]
         for stage in stages:
             if stage.command:
                 stage.command = [corpus if a == chain.url("corpus", "all") else a for a in stage.command]
@@ -398,6 +410,7 @@ def _finetune_stage(cfg: AblationConfig, ft: FineTune, where: dict[str, str]) ->
             script("finetune"), "glue", "--task", where["task"], "--data-dir", where["task_dir"],
             "--checkpoint", checkpoint, "--output", out, "--epochs", str(p.finetune_epochs), "--lr", str(p.finetune_lr),
             "--batch-size", "32", "--max-seq-length", "128", "--seed", str(ft.seed), "--no-test-predictions",
+            "--no-save-model", *(["--bilstm"] if ft.bilstm else []),
         ]  # fmt: skip
         limit = p.finetune_train_examples
         if p.finetune_eval_examples:

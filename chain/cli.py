@@ -8,7 +8,7 @@ import click
 
 from chain.plan import ChainConfig, outputs, plan
 from chain.report import build
-from chain.run import ChainError, run_chain
+from chain.run import ChainError, exit_code, run_chain
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -55,7 +55,7 @@ def main(workdir, wiki_dump, books, glue_dir, glue_task, vocab_size, model, pret
         state = run_chain(plan(cfg), cfg.workdir, log=lambda line: click.echo(line, err=False))
     except ChainError as err:
         click.echo(f"error: {err}", err=True)
-        sys.exit(1)
+        sys.exit(exit_code(err))
     where = outputs(cfg)
     report = build(where, state, cfg.workdir)
     total = sum(s.get("seconds", 0) for s in state.values() if isinstance(s, dict))

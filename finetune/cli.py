@@ -26,7 +26,7 @@ CHECKPOINT_HELP = (
 
 
 OUTPUT_FILES = {
-    "glue": ("metrics.json", "*.tsv", "runs/*"),
+    "glue": ("metrics.json", "*.tsv", "runs/*", "model/*"),
     "swag": ("metrics.json", "dev_predictions.csv", "test_predictions.csv"),
     "ner": ("metrics.json", "*_predictions.txt"),
     "squad": (
@@ -151,6 +151,10 @@ Examples:
       --grid --seeds 5            # the paper's 18 settings x 5 seeds, selected on dev
   finetune glue --task cola --data-dir glue_data/CoLA --checkpoint out/hf-base --output /tmp/cola \\
       --max-train-examples 500 --max-eval-examples 200 --epochs 1   # a quick check
+  finetune glue --task mrpc --data-dir glue_data/MRPC --checkpoint out/runs/ltr --output out/ft/mrpc-bilstm \
+      --bilstm                    # Table 5's "+ BiLSTM" (on the LTR & No NSP run)
+  finetune glue --task mrpc --data-dir glue_data/MRPC --checkpoint out/ft/mrpc/model --output out/ft/mrpc-eval \
+      --predict-only              # evaluate and predict with a saved fine-tuned model
 """
 
 
@@ -181,6 +185,24 @@ Examples:
     show_default=True,
     help="Predict the test files present in --data-dir (GLUE server layout).",
 )
+@click.option(
+    "--bilstm",
+    is_flag=True,
+    help="Add a randomly initialised BiLSTM between the encoder and the classifier, which then reads "
+    "the BiLSTM's final states instead of the pooled [CLS] (the paper's Table 5 row '+ BiLSTM').",
+)
+@click.option(
+    "--predict-only",
+    is_flag=True,
+    help="Train nothing: evaluate on dev and predict the test files with the classifier saved in "
+    "--checkpoint (the model/ folder of an earlier run).",
+)
+@click.option(
+    "--save-model/--no-save-model",
+    default=True,
+    show_default=True,
+    help="Save the selected run's model in OUTPUT/model/ (safetensors + config.json; a --checkpoint).",
+)
 def glue(
     task: str,
     data_dir: str,
@@ -188,10 +210,14 @@ def glue(
     seeds: int,
     diagnostic: str | None,
     test_predictions: bool,
+    bilstm: bool,
+    predict_only: bool,
+    save_model: bool,
     **opts: Any,
 ) -> None:
-    """Fine-tune on one GLUE task; write metrics.json, dev predictions and the GLUE server's
-    submission files (CoLA.tsv, MNLI-m.tsv, MNLI-mm.tsv, ...) for the test files present."""
+    """Fine-tune on one GLUE task; write metrics.json, dev predictions, the GLUE server's
+    submission files (CoLA.tsv, MNLI-m.tsv, MNLI-mm.tsv, ...) for the test files present, and the
+    selected model in OUTPUT/model/ (as --checkpoint it restores the classifier too)."""
     from finetune.glue import run_glue
 
     config = _config(opts)
@@ -211,6 +237,9 @@ def glue(
         diagnostic_file=diagnostic,
         cased=opts["cased"],
         predict_test=test_predictions,
+        bilstm=bilstm,
+        train=not predict_only,
+        save=save_model,
         before_training=before_training,
     )
     click.echo(
@@ -263,6 +292,9 @@ Examples:
   finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner --cased
   finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner-concat \\
       --features concat-last-4 --cache-features      # feature-based (Table 7): frozen encoder + BiLSTM
+  for f in embeddings last sum-all; do               # Table 7's rows sharing one encoder pass
+    finetune ner --data-dir conll2003 --checkpoint out/runs/base --output out/ft/ner-$f \\
+        --features $f --feature-cache out/ner-activations; done
 """
 FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM starts from scratch
 
@@ -282,16 +314,27 @@ FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM star
     "--cache-features",
     is_flag=True,
     help="With --features: run the frozen encoder over train.txt once and keep its activations in "
-    "memory (tokens x layers x hidden x 4 bytes) instead of once per epoch.",
+    "memory (sentence tokens x layers x hidden x 4 bytes) instead of once per epoch.",
 )
-def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) -> None:
+@click.option(
+    "--feature-cache",
+    metavar="DIR",
+    help="With --features: also keep every layer's activations of train/valid/test in DIR "
+    "(safetensors, named by a hash of the weights and inputs) and reuse them in later runs with any "
+    "--features choice, so Table 7's six rows cost one encoder pass. Implies --cache-features.",
+)
+def ner(
+    data_dir: str, features: str | None, cache_features: bool, feature_cache: str | None, **opts: Any
+) -> None:
     """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2), or with --features
     train a BiLSTM tagger on the frozen encoder's activations; write metrics.json (entity-level
     precision/recall/F1 per type, as conlleval) and CoNLL-format predictions."""
     from finetune.ner import run_ner
 
-    if cache_features and features is None:
-        raise click.UsageError("--cache-features needs --features (the fine-tuned mode trains the encoder)")
+    if (cache_features or feature_cache) and features is None:
+        raise click.UsageError(
+            "--cache-features and --feature-cache need --features (the fine-tuned mode trains the encoder)"
+        )
     source = click.get_current_context().get_parameter_source("lr")
     if features is not None and source == click.core.ParameterSource.DEFAULT:
         opts["lr"] = FEATURE_LR
@@ -309,6 +352,7 @@ def ner(data_dir: str, features: str | None, cache_features: bool, **opts: Any) 
         cased=opts["cased"],
         features=features,
         cache_features=cache_features,
+        feature_cache=feature_cache,
         before_training=before_training,
     )
     click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import fsspec
+import safetensors.torch
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -304,15 +305,25 @@ def _seeded_linear(in_features: int, out_features: int, std: float, seed: int) -
 
 class SequenceClassifier(nn.Module):
     """Dropout and a linear layer on the pooled ``[CLS]``; cross-entropy over ``num_labels``, or
-    mean squared error when ``num_labels == 1`` (regression, STS-B)."""
+    mean squared error when ``num_labels == 1`` (regression, STS-B).
 
-    def __init__(self, encoder: BertModel, num_labels: int, *, seed: int = 0) -> None:
+    ``bilstm`` (a :class:`finetune.heads.BiLSTM`, randomly initialised: the paper's "+ BiLSTM" of
+    Table 5): the classifier reads the BiLSTM's :meth:`~finetune.heads.BiLSTM.summary` of the
+    encoder's final hidden states instead of the pooled ``[CLS]`` (so it is ``Linear(2 * units,
+    num_labels)``); the pooler is then unused.
+    """
+
+    def __init__(
+        self, encoder: BertModel, num_labels: int, *, seed: int = 0, bilstm: nn.Module | None = None
+    ) -> None:
         super().__init__()
         config = encoder.config
         self.bert = encoder
         self.num_labels = num_labels
+        self.bilstm = bilstm
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = _seeded_linear(config.hidden_size, num_labels, config.initializer_range, seed)
+        in_features = config.hidden_size if bilstm is None else 2 * bilstm.units
+        self.classifier = _seeded_linear(in_features, num_labels, config.initializer_range, seed)
 
     def forward(
         self,
@@ -322,7 +333,9 @@ class SequenceClassifier(nn.Module):
         labels: torch.Tensor | None = None,
     ) -> TaskOutput:
         """Logits ``[batch, num_labels]`` (``[batch]`` for regression) and the loss when ``labels``."""
-        _, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask)
+        if self.bilstm is not None:
+            pooled = self.bilstm.summary(sequence_output, attention_mask)
         logits = self.classifier(self.dropout(pooled)).float()
         if self.num_labels == 1:
             logits = logits.squeeze(-1)
@@ -363,6 +376,30 @@ class MultipleChoice(nn.Module):
         logits = self.classifier(self.dropout(pooled)).float().view(batch, choices)
         loss = None if labels is None else F.cross_entropy(logits, labels)
         return TaskOutput(logits, loss)
+
+
+def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates: Any) -> None:
+    """Write a fine-tuned ``model`` (an encoder under ``bert`` and a task head) into ``folder`` (a
+    path or fsspec URL) as a BERT folder any ``--checkpoint`` accepts: ``config.json`` (the
+    encoder's, updated with ``config_updates``, e.g. ``architectures``), ``model.safetensors``
+    (every tensor of ``model.state_dict()``, the word embeddings cut to ``vocab_size`` rows),
+    ``vocab.txt`` and ``tokenizer_config.json`` (the casing)."""
+    config, _ = hf.read_config(encoder.source)
+    vocab_size = model.bert.config.vocab_size
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name == "bert.embeddings.word_embeddings.weight":
+            tensor = tensor[:vocab_size]
+        state[name] = tensor.detach().to("cpu", copy=True).contiguous()
+    folder = folder.rstrip("/")
+    fs, root = fsspec.core.url_to_fs(folder)
+    fs.makedirs(root, exist_ok=True)
+    with fsspec.open(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
+        vocab = f.read()
+    fs.pipe_file(f"{root}/{hf.VOCAB_FILE}", vocab)
+    fs.pipe_file(f"{root}/{hf.SAFETENSORS_FILE}", safetensors.torch.save(state, metadata={"format": "pt"}))
+    runtime.write_json(f"{folder}/{hf.CONFIG_FILE}", {**config, **config_updates})
+    runtime.write_json(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased})
 
 
 # --- training --------------------------------------------------------------------------------------
@@ -551,13 +588,14 @@ def predict(
     precision: str = "auto",
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
     progress: bool | None = None,
+    inputs: Sequence[str] = MODEL_INPUTS,
 ) -> list[Any]:
     """Run ``model`` in eval mode over ``features``; return one output per feature, in order.
 
     Each output is that feature's row of ``TaskOutput.logits`` as a float32 CPU tensor (a tuple of
     rows when the logits are a tuple), still padded to its batch's longest sequence where the logits
     have a length dimension. Features are batched by length (less padding); only
-    :data:`MODEL_INPUTS` reach the model (targets and bookkeeping keys stay out). Use :func:`stack` for fixed-size logits.
+    ``inputs`` (default :data:`MODEL_INPUTS`) reach the model (targets and bookkeeping keys stay out). Use :func:`stack` for fixed-size logits.
     """
     target = resolve_device(device)
     amp = resolve_precision(precision, target)
@@ -570,7 +608,7 @@ def predict(
     for first in batches:
         chosen = order[first : first + batch_size]
         batch = collate_fn([features[i] for i in chosen])
-        batch = {k: v for k, v in batch.items() if k in MODEL_INPUTS}
+        batch = {k: v for k, v in batch.items() if k in inputs}
         with autocast(target, amp):
             logits = model(**_to_device(batch, target)).logits
         if isinstance(logits, tuple):

@@ -27,7 +27,6 @@ from finetune import metrics as M
 from finetune.common import (
     Encoder,
     FinetuneError,
-    SequenceClassifier,
     TrainConfig,
     check_casing,
     check_max_seq_length,
@@ -37,6 +36,7 @@ from finetune.common import (
     predict,
     stack,
 )
+from finetune.glue_model import MODEL_FOLDER, build_classifier, head_weights, load_head, save_classifier
 from pretrain.runtime import exists, output_folder, write_json
 
 logger = logging.getLogger(__name__)
@@ -437,6 +437,9 @@ def run_glue(
     diagnostic_file: str | None = None,
     cased: bool | None = None,
     predict_test: bool = True,
+    bilstm: bool = False,
+    train: bool = True,
+    save: bool = True,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on one GLUE task and return (and write to ``output/metrics.json``)
@@ -444,42 +447,51 @@ def run_glue(
     majority-class baseline. The selected setting's best seed predicts the dev set
     (``dev_predictions.tsv``) and the test files (the GLUE server's ``CoLA.tsv``, ``MNLI-m.tsv``,
     ...) unless not ``predict_test``. ``max_train_examples`` / ``max_eval_examples`` keep the first N
-    rows (quick runs). ``before_training`` (the CLI's ``--overwrite`` clean-up) is called once the
-    data, checkpoint and settings have passed their checks, right before the first run trains.
+    rows (quick runs). ``bilstm``: a randomly initialised BiLSTM between the encoder and the
+    classifier (the paper's "+ BiLSTM", :func:`finetune.glue_model.build_classifier`). The selected
+    model is saved in ``output/model/`` unless not ``save``; as ``checkpoint`` that folder restores
+    the classifier too, and ``train=False`` then only evaluates and predicts with it.
+    ``before_training`` (the CLI's ``--overwrite`` clean-up) is called once the data, checkpoint
+    and settings have passed their checks, right before the first run trains.
     """
     task = get_task(task_name)
     groups = run_configs(config, grid=grid, num_seeds=num_seeds)
+    if not train and (grid or num_seeds > 1):
+        raise FinetuneError("--predict-only trains nothing: leave out --grid and --seeds")
     data = read_task(task, data_dir, diagnostic_file=diagnostic_file, with_test=predict_test)
-    train = data.train[:max_train_examples] if max_train_examples else data.train
+    train_examples = data.train[:max_train_examples] if max_train_examples else data.train
     dev = {k: (v[:max_eval_examples] if max_eval_examples else v) for k, v in data.dev.items()}
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
-    check_casing(encoder, [e.text_a for e in train])
-    inputs = _GlueInputs.of(task, encoder, train, dev, max_seq_length)
+    check_casing(encoder, [e.text_a for e in train_examples or next(iter(dev.values()))])
+    head = head_weights(encoder.source, task.name, task.num_labels, bilstm=bilstm)
+    if not train and head is None:
+        raise FinetuneError(
+            f"--predict-only needs a fine-tuned classifier in --checkpoint; {encoder.source} has none "
+            "(give the model/ folder of an earlier `finetune glue` run)"
+        )
+    inputs = _GlueInputs.of(task, encoder, train_examples if train else [], dev, max_seq_length)
     if before_training is not None:
         before_training()
-    runs, summaries, kept = _train_groups(inputs, groups, output)
-    selected = max(summaries, key=lambda s: s["dev_mean"][task.main_metric])
-    assert kept is not None and kept.name in selected["runs"]
-    model = SequenceClassifier(encoder.model, task.num_labels)
-    model.load_state_dict(kept.state)
+    model, dev_predictions, chosen = _train_or_restore(inputs, groups, output, config, head, bilstm, train)
     files = _write_predictions(
-        task, output, model, config, encoder, max_seq_length, dev, kept.predictions, data.test
+        task, output, model, config, encoder, max_seq_length, dev, dev_predictions, data.test
     )
+    if save:
+        save_classifier(model, encoder, f"{output.rstrip('/')}/{MODEL_FOLDER}", task.name, task.labels)
+        files.append(f"{MODEL_FOLDER}/")
     result = {
         "task": task.name,
         "checkpoint": encoder.source,
         "main_metric": task.main_metric,
-        "dev": selected["dev_mean"],
-        "dev_sd": selected["dev_sd"],
-        "selected": selected["setting"],
-        "selected_run": kept.name,
+        **chosen,
         "num_seeds": num_seeds,
         "grid": grid,
-        "settings": summaries,
-        "runs": runs,
-        "majority_baseline": {stem: majority_baseline(task, train, dev[stem]) for stem in dev},
-        "num_examples": {"train": len(train), **{stem: len(v) for stem, v in dev.items()}},
+        "trained": train,
+        "head": "from the checkpoint" if head is not None else "fresh",
+        "bilstm": bilstm,
+        "majority_baseline": {stem: majority_baseline(task, train_examples, dev[stem]) for stem in dev},
+        "num_examples": {"train": len(train_examples), **{stem: len(v) for stem, v in dev.items()}},
         "max_seq_length": max_seq_length,
         "files": files,
     }
@@ -551,10 +563,16 @@ def _evaluate_dev(
 
 
 def _train_groups(
-    inputs: _GlueInputs, groups: list[list[TrainConfig]], output: str
+    inputs: _GlueInputs,
+    groups: list[list[TrainConfig]],
+    output: str,
+    *,
+    bilstm: bool = False,
+    head: dict | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], _KeptRun | None]:
-    """Train every run of every setting from the same pre-trained weights; return every run's
-    record, each setting's summary, and the best seed of the best setting."""
+    """Train every run of every setting from the same pre-trained weights (and ``head``, a saved
+    classifier, when given); return every run's record, each setting's summary, and the best
+    seed of the best setting."""
     task, encoder = inputs.task, inputs.encoder
     main = task.main_metric
     pretrained = copy.deepcopy(encoder.model.state_dict())
@@ -566,7 +584,9 @@ def _train_groups(
         group_runs = []
         for run in group:
             encoder.model.load_state_dict(pretrained)
-            model = SequenceClassifier(encoder.model, task.num_labels, seed=run.seed)
+            model = build_classifier(encoder.model, task.num_labels, seed=run.seed, bilstm=bilstm)
+            if head is not None:
+                load_head(model, head, encoder.source)
             name = _run_name(run)
             logger.info("%s: training %s on %d examples", task.name, name, len(inputs.train_features))
             trained = fit(model, inputs.train_features, run)
@@ -585,6 +605,39 @@ def _train_groups(
             kept = group_best
         summaries.append(summary)
     return runs, summaries, kept
+
+
+def _train_or_restore(
+    inputs: _GlueInputs,
+    groups: list[list[TrainConfig]],
+    output: str,
+    config: TrainConfig,
+    head: dict | None,
+    bilstm: bool,
+    train: bool,
+) -> tuple[torch.nn.Module, dict[str, list], dict[str, Any]]:
+    """The model to predict with, its dev predictions and its metrics.json entries: the best
+    seed of the best setting when ``train``; else the classifier ``head`` restored, evaluated."""
+    task, encoder = inputs.task, inputs.encoder
+    model = build_classifier(encoder.model, task.num_labels, seed=config.seed, bilstm=bilstm)
+    if not train:
+        assert head is not None
+        load_head(model, head, encoder.source)
+        values, dev_predictions = _evaluate_dev(inputs, model, config)
+        return model, dev_predictions, {"dev": values, "dev_sd": {k: 0.0 for k in values}, "runs": []}
+    runs, summaries, kept = _train_groups(inputs, groups, output, bilstm=bilstm, head=head)
+    selected = max(summaries, key=lambda s: s["dev_mean"][task.main_metric])
+    assert kept is not None and kept.name in selected["runs"]
+    model.load_state_dict(kept.state)
+    chosen = {
+        "dev": selected["dev_mean"],
+        "dev_sd": selected["dev_sd"],
+        "selected": selected["setting"],
+        "selected_run": kept.name,
+        "settings": summaries,
+        "runs": runs,
+    }
+    return model, kept.predictions, chosen
 
 
 def _summarise(group_runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""Task heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD (Table 5).
+"""Task heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD and
+GLUE (Table 5).
 
 - :class:`BiLSTM`: a bidirectional LSTM over the real (unpadded) tokens of each sequence, so a
-  sequence's outputs do not depend on how its batch was padded.
+  sequence's outputs do not depend on how its batch was padded; ``summary`` gives one vector per
+  sequence (the two directions' final states), what ``finetune glue --bilstm`` classifies.
 - :class:`ScalarMix`: a learned weighted sum of layers (softmax-normalised weights and a scale,
   ELMo's "scalar mix"), starting from the plain mean; Table 7's "weighted sum" rows.
 - :class:`FeatureTagger`: ``finetune ner --features``. The encoder is frozen (no gradients, always
@@ -9,7 +11,10 @@
   BiLSTM and a linear classifier. The paper uses 768 units per direction on BERT-BASE (hidden
   768); here the units default to the encoder's hidden size, so they scale with it.
   ``forward`` also takes the chosen layers precomputed (``layers``), which is how the training
-  set's activations are cached between epochs (:func:`cache_layers`).
+  set's activations are cached between epochs (:func:`cache_layers`). Given each row's sentence
+  span (``sentence_start``, ``sentence_end``), the BiLSTM runs over the sentence's own sub-tokens
+  only (:func:`sentence_rows`): the encoder sees the whole window with its document context, the
+  BiLSTM and the classifier only the sentence, which is what is scored.
 
 Weights start from ``seed`` alone (under ``fork_rng``), so the caller's global RNG is left as it was.
 """
@@ -68,6 +73,19 @@ class BiLSTM(nn.Module):
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=length)
         return out
 
+    def summary(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """One vector per sequence, ``[batch, 2 * units]``: the forward direction's output at the
+        last real token and the backward direction's at the first (each has read the whole
+        sequence), the usual BiLSTM sentence encoding; ``finetune glue --bilstm`` classifies it."""
+        out = self(x, attention_mask)
+        batch, length, _ = x.shape
+        if attention_mask is None:
+            last = torch.full((batch,), length - 1, dtype=torch.long, device=out.device)
+        else:
+            last = (attention_mask.sum(-1).clamp(min=1) - 1).to(out.device)
+        forward = out[torch.arange(batch, device=out.device), last, : self.units]
+        return torch.cat([forward, out[:, 0, self.units :]], dim=-1)
+
 
 class ScalarMix(nn.Module):
     """``gamma * sum_k softmax(w)_k * layer_k`` over ``[..., k, hidden]``; starts as the mean."""
@@ -81,6 +99,24 @@ class ScalarMix(nn.Module):
         """``layers`` ``[..., k, hidden]`` -> ``[..., hidden]``."""
         weights = torch.softmax(self.scalars, dim=0).to(layers.dtype)
         return self.gamma * torch.einsum("...kh,k->...h", layers, weights)
+
+
+def sentence_rows(
+    layers: torch.Tensor, start: torch.Tensor, end: torch.Tensor, labels: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Cut each row's sentence ``[start, end)`` out of window activations ``[batch, length, k,
+    hidden]``: returns them left-aligned ``[batch, longest sentence, k, hidden]`` (zeros after each
+    sentence), the matching attention mask, and the labels cut the same way (:data:`IGNORE` after)."""
+    lengths = (end - start).clamp(min=0)
+    width = max(int(lengths.max()), 1) if len(lengths) else 1
+    steps = torch.arange(width, device=layers.device)
+    mask = steps[None] < lengths[:, None].to(layers.device)
+    index = (start[:, None].to(layers.device) + steps[None]).clamp(max=layers.size(1) - 1)
+    rows = torch.arange(layers.size(0), device=layers.device)[:, None]
+    cut = layers[rows, index] * mask[:, :, None, None].to(layers.dtype)
+    if labels is not None:
+        labels = torch.where(mask, labels[rows, index], torch.full_like(index, IGNORE))
+    return cut, mask.long(), labels
 
 
 class FeatureTagger(nn.Module):
@@ -120,11 +156,14 @@ class FeatureTagger(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        *,
+        which: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """The chosen layers of the frozen encoder, ``[batch, length, len(self.layers), hidden]``."""
+        """The chosen layers of the frozen encoder (``which``: other indices into
+        :func:`~finetune.hidden.hidden_states`), ``[batch, length, len(layers), hidden]``."""
         with torch.no_grad():
             states = hidden_states(self.bert, input_ids, token_type_ids, attention_mask)
-            return stack_layers(states, self.layers)
+            return stack_layers(states, self.layers if which is None else which)
 
     def head_inputs(self, layers: torch.Tensor) -> torch.Tensor:
         """The BiLSTM's input from the chosen layers: one layer, their weighted sum, or their concatenation."""
@@ -141,11 +180,17 @@ class FeatureTagger(nn.Module):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         layers: torch.Tensor | None = None,
+        sentence_start: torch.Tensor | None = None,
+        sentence_end: torch.Tensor | None = None,
     ) -> TaskOutput:
         """Logits ``[batch, length, num_labels]`` and the loss when ``labels``. ``layers``: the
-        chosen layers precomputed (:func:`cache_layers`), instead of running the encoder."""
+        chosen layers precomputed (:func:`cache_layers`), instead of running the encoder. With
+        ``sentence_start``/``sentence_end`` the head runs over each row's sentence only and the
+        logits are ``[batch, longest sentence, num_labels]``, position 0 = the sentence's first token."""
         if layers is None:
             layers = self.encoder_layers(input_ids, token_type_ids, attention_mask)
+        if sentence_start is not None and sentence_end is not None:
+            layers, attention_mask, labels = sentence_rows(layers, sentence_start, sentence_end, labels)
         x = self.dropout(self.head_inputs(layers.to(self.classifier.weight.dtype)))
         logits = self.classifier(self.dropout(self.bilstm(x, attention_mask))).float()
         loss = None
@@ -165,22 +210,47 @@ def cache_layers(
     batch_size: int,
     device: torch.device,
     precision: str,
+    which: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each feature with its chosen encoder layers added under ``layers`` (a CPU float32 tensor
-    ``[length, len(model.layers), hidden]``): the frozen encoder runs once over the training set
-    instead of once per epoch (in length-sorted batches, so little padding is computed).
-    Memory: ``tokens x layers x hidden x 4`` bytes."""
+    """Each feature with its encoder layers added under ``layers`` (a CPU float32 tensor
+    ``[length, len(layers), hidden]``; the model's chosen layers, or ``which``): the frozen encoder
+    runs once over the training set instead of once per epoch (in length-sorted batches, so little
+    padding is computed). A feature with a sentence span (``sentence_start``/``sentence_end``)
+    keeps only the sentence: its ids, types, labels and layers are cut to the span and the span
+    keys dropped, so it trains exactly as the window would with the span given. Memory: ``tokens
+    x layers x hidden x 4`` bytes."""
     model.bert.to(device).eval()
     out = [dict(f) for f in features]
     order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
     for first in range(0, len(order), batch_size):
         chosen = order[first : first + batch_size]
-        batch = collate_fn([features[i] for i in chosen])
+        batch = collate_fn([_window(features[i]) for i in chosen])
         inputs = {k: batch[k].to(device) for k in ("input_ids", "token_type_ids", "attention_mask")}
         with autocast(device, precision):
-            layers = model.encoder_layers(**inputs).float().cpu()
+            layers = model.encoder_layers(**inputs, which=which).float().cpu()
         for row, index in enumerate(chosen):
-            out[index]["layers"] = layers[row, : len(features[index]["input_ids"])].clone()
+            start, end = _span(features[index])
+            out[index]["layers"] = layers[row, start:end].clone()
+            if "sentence_start" in out[index]:
+                out[index] = sentence_only(out[index], start, end)
+    return out
+
+
+def _window(feature: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in feature.items() if k not in ("sentence_start", "sentence_end", "layers")}
+
+
+def _span(feature: dict[str, Any]) -> tuple[int, int]:
+    """A feature's sentence span, or its whole length when it has none."""
+    return feature.get("sentence_start", 0), feature.get("sentence_end", len(feature["input_ids"]))
+
+
+def sentence_only(feature: dict[str, Any], start: int, end: int) -> dict[str, Any]:
+    """``feature`` cut to ``[start, end)``: its per-token lists sliced, the span keys dropped."""
+    out = {k: v for k, v in feature.items() if k not in ("sentence_start", "sentence_end")}
+    for key in ("input_ids", "token_type_ids", "labels"):
+        if key in out:
+            out[key] = list(out[key][start:end])
     return out
 
 

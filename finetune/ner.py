@@ -11,7 +11,8 @@ F1 per type and overall (:func:`score`; tested equal to seqeval's default mode o
 Two modes: fine-tuned (:class:`TokenClassifier`, the whole model trained) and, with
 ``features``, feature-based (the paper's Table 7: the encoder frozen, the chosen layers' activations
 into a two-layer BiLSTM and a classifier, :class:`finetune.heads.FeatureTagger`). Both use the same
-data, scoring and outputs.
+data, scoring and outputs; the feature-based machinery, and the activation cache its runs
+share, is :mod:`finetune.ner_features`.
 """
 
 from __future__ import annotations
@@ -41,9 +42,8 @@ from finetune.common import (
     load_encoder,
     predict,
 )
-from finetune.heads import IGNORE, FeatureTagger, cache_layers, collate_with_layers
+from finetune.heads import IGNORE
 from finetune.hidden import FEATURE_CHOICES
-from pretrain.runtime import resolve_device, resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -168,13 +168,20 @@ def _word_pieces(encoder: Encoder, sentences: Sequence[Sentence]) -> list[list[l
 
 
 def sentence_features(
-    sentences: Sequence[Sentence], encoder: Encoder, labels: Sequence[str], max_seq_length: int
+    sentences: Sequence[Sentence],
+    encoder: Encoder,
+    labels: Sequence[str],
+    max_seq_length: int,
+    *,
+    spans: bool = False,
 ) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """One feature per sentence: ``[CLS] left context, sentence, right context [SEP]``, the context
     taken alternately from the neighbouring sentences of the same document (nearest first) until
     ``max_seq_length`` is full (the paper's "maximal document context"). Only the sentence's first
     sub-tokens carry labels. Returns the features and, per sentence, the positions of its words
-    (a word truncated away, in a sentence longer than the window, has position -1)."""
+    (a word truncated away, in a sentence longer than the window, has position -1). With
+    ``spans``, each feature also has ``sentence_start``/``sentence_end``: where the sentence's own
+    sub-tokens lie in the window (at least one token)."""
     special = encoder.tokenizer.special_ids()
     cls_id, sep_id = special["[CLS]"], special["[SEP]"]
     label_id = {tag: i for i, tag in enumerate(labels)}
@@ -215,7 +222,10 @@ def sentence_features(
         for at, tag in zip(word_at, sentence.tags, strict=True):
             if at >= 0:
                 targets[at] = label_id.get(tag, IGNORE)
-        features.append({"input_ids": input_ids, "token_type_ids": [0] * len(input_ids), "labels": targets})
+        feature = {"input_ids": input_ids, "token_type_ids": [0] * len(input_ids), "labels": targets}
+        if spans:
+            feature["sentence_start"], feature["sentence_end"] = offset, offset + max(len(ids), 1)
+        features.append(feature)
         positions.append(word_at)
     return features, positions
 
@@ -295,19 +305,26 @@ def run_ner(
     cased: bool | None = None,
     features: str | None = None,
     cache_features: bool = False,
+    feature_cache: str | None = None,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` for NER on ``data_dir`` (train.txt; scored on valid.txt and, when
     present, test.txt) and write ``metrics.json`` and ``{valid,test}_predictions.txt``.
 
     ``features`` (one of :data:`finetune.hidden.FEATURE_CHOICES`) is the feature-based mode of the
-    paper's Table 7: the encoder frozen, those layers fed to a two-layer BiLSTM and a classifier
-    (:class:`finetune.heads.FeatureTagger`); ``cache_features`` runs the frozen encoder over the
-    training set once and keeps its activations in memory instead of recomputing them each epoch.
-    ``before_training`` (the CLI's ``--overwrite`` clean-up) is called once the data, checkpoint
-    and settings have passed their checks (the feature tagger built), right before training."""
+    paper's Table 7: the encoder frozen, those layers of each sentence fed to a two-layer BiLSTM
+    and a classifier (:mod:`finetune.ner_features`); ``cache_features`` runs the frozen encoder
+    over the training set once and keeps its activations in memory instead of recomputing them
+    each epoch; ``feature_cache`` (a folder) also keeps every layer of every split there, for
+    later runs with any ``features`` choice. ``before_training`` (the CLI's ``--overwrite``
+    clean-up) is called once the data, checkpoint and settings have passed their checks (the
+    feature tagger built), right before training."""
     if features is not None:
         check_feature_choice(features)
+    elif cache_features or feature_cache is not None:
+        raise FinetuneError(
+            "--cache-features and --feature-cache need --features (the fine-tuned mode trains the encoder)"
+        )
     root_url = data_dir.rstrip("/")
     train = read_conll(f"{root_url}/{SPLIT_FILES['train']}")[:max_train_examples]
     splits = {"valid": read_conll(f"{root_url}/{SPLIT_FILES['valid']}")[:max_eval_examples]}
@@ -318,17 +335,21 @@ def run_ner(
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
     check_casing(encoder, [" ".join(s.words) for s in train])
-    inputs, _ = sentence_features(train, encoder, labels, max_seq_length)
     if features is None:
         model: nn.Module = TokenClassifier(encoder.model, len(labels), seed=config.seed)
+        tag = _fine_tuned(model, train, encoder, labels, max_seq_length, config, before_training)
     else:
-        model = _feature_tagger(encoder, labels, features, config)
-    if before_training is not None:
-        before_training()
-    if isinstance(model, FeatureTagger):
-        trained = _fit_feature_tagger(model, inputs, config, cache_features)
-    else:
-        trained = fit(model, inputs, config, collate_fn=collate_tokens)
+        tag, model = _feature_based(
+            encoder,
+            train,
+            labels,
+            features,
+            max_seq_length,
+            config,
+            cache_features,
+            feature_cache,
+            before_training,
+        )
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
     result: dict[str, Any] = {
@@ -337,27 +358,22 @@ def run_ner(
         "main_metric": "f1",
         "labels": labels,
         "config": config.to_dict(),
-        "train": trained.to_dict(),
+        "train": tag.trained.to_dict(),
         "num_examples": {"train": len(train), **{k: len(v) for k, v in splits.items()}},
         "max_seq_length": max_seq_length,
         "mode": "fine-tuned" if features is None else "feature-based",
         "files": [],
     }
-    if isinstance(model, FeatureTagger):
-        result["feature_based"] = {
-            "features": features,
-            "layers": list(model.layers),
-            "lstm_units": model.lstm_units,
-            "lstm_layers": 2,
-            "cached": cache_features,
-            "num_trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        }
     for name, sentences in splits.items():
-        predicted = _tag(model, sentences, encoder, labels, max_seq_length, config)
+        predicted = tag(name, sentences)
         result[name] = score([s.tags for s in sentences], predicted)
         _write_predictions(fs, f"{root}/{name}_predictions.txt", sentences, predicted)
         result["files"].append(f"{name}_predictions.txt")
         logger.info("ner: %s F1 %.4f", name, result[name]["f1"])
+    if features is not None:
+        result["feature_based"] = _feature_summary(
+            model, features, cache_features, feature_cache, tag.activations
+        )
     result["dev"] = {k: result["valid"][k] for k in ("precision", "recall", "f1")}
     with fs.open(f"{root}/metrics.json", "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)
@@ -365,37 +381,70 @@ def run_ner(
     return result
 
 
+class _Tagger:
+    """What :func:`run_ner` scores with: ``tag(split name, sentences)``, the :class:`TrainResult`
+    and, feature-based, how each split's activations were obtained."""
+
+    def __init__(self, tag: Callable[[str, Sequence[Sentence]], list[list[str]]], trained: TrainResult):
+        self.tag, self.trained, self.activations = tag, trained, {}
+
+    def __call__(self, name: str, sentences: Sequence[Sentence]) -> list[list[str]]:
+        return self.tag(name, sentences)
+
+
+def _fine_tuned(model, train, encoder, labels, max_seq_length, config, before_training) -> _Tagger:
+    """Train the whole :class:`TokenClassifier` on the training sentences."""
+    inputs, _ = sentence_features(train, encoder, labels, max_seq_length)
+    if before_training is not None:
+        before_training()
+    trained = fit(model, inputs, config, collate_fn=collate_tokens)
+    return _Tagger(
+        lambda _name, sentences: _tag(model, sentences, encoder, labels, max_seq_length, config), trained
+    )
+
+
+def _feature_based(
+    encoder, train, labels, features, max_seq_length, config, cache, folder, before_training
+) -> tuple[_Tagger, nn.Module]:
+    """Train a feature tagger on the frozen encoder (:mod:`finetune.ner_features`)."""
+    from finetune import ner_features
+
+    model = ner_features.feature_tagger(encoder, labels, features, config)
+    inputs, _ = sentence_features(train, encoder, labels, max_seq_length, spans=True)
+    if before_training is not None:
+        before_training()
+    trained, how = ner_features.fit_feature_tagger(
+        model, inputs, config, cache=cache, folder=folder, source=encoder.source
+    )
+
+    def tag(name: str, sentences: Sequence[Sentence]) -> list[list[str]]:
+        split_inputs, positions = sentence_features(sentences, encoder, labels, max_seq_length, spans=True)
+        tags, tagger.activations[name] = ner_features.tag_feature_based(
+            model, split_inputs, positions, labels, config, folder=folder, split=name, source=encoder.source
+        )
+        return tags
+
+    tagger = _Tagger(tag, trained)
+    tagger.activations["train"] = how
+    return tagger, model
+
+
+def _feature_summary(model, features, cache, folder, activations) -> dict[str, Any]:
+    """metrics.json's ``feature_based``: the choice, its layers, the head's size, the caching."""
+    return {
+        "features": features,
+        "layers": list(model.layers),
+        "lstm_units": model.lstm_units,
+        "lstm_layers": 2,
+        "head_input": "sentence sub-tokens (the encoder sees the document window)",
+        "cached": cache or folder is not None,
+        "feature_cache": folder,
+        "activations": dict(activations),
+        "num_trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+    }
+
+
 def check_feature_choice(features: str) -> None:
     """Refuse an unknown ``--features`` before any file is read."""
     if features not in FEATURE_CHOICES:
         raise FinetuneError(f"--features must be one of {', '.join(FEATURE_CHOICES)}, got {features!r}")
-
-
-def _feature_tagger(
-    encoder: Encoder, labels: Sequence[str], features: str, config: TrainConfig
-) -> FeatureTagger:
-    """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder; a checkpoint too shallow
-    for ``features`` is one :class:`FinetuneError`."""
-    try:
-        return FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
-    except ValueError as err:
-        raise FinetuneError(f"--checkpoint {encoder.source}: {err}") from None
-
-
-def _fit_feature_tagger(
-    model: FeatureTagger, inputs: list[dict[str, Any]], config: TrainConfig, cache: bool
-) -> TrainResult:
-    """Train a :class:`~finetune.heads.FeatureTagger` (its frozen encoder's activations cached
-    first when ``cache``)."""
-    layer_collate = collate_with_layers(collate_tokens)
-    if cache:
-        device = resolve_device(config.device)
-        size = sum(len(f["input_ids"]) for f in inputs) * len(model.layers) * model.bert.config.hidden_size
-        logger.info(
-            "ner: caching %d layers of the training set (%.0f MiB)", len(model.layers), size * 4 / 2**20
-        )
-        inputs = cache_layers(
-            model, inputs, collate_tokens, batch_size=config.eval_batch_size, device=device,
-            precision=resolve_precision(config.precision, device),
-        )  # fmt: skip
-    return fit(model, inputs, config, collate_fn=layer_collate)

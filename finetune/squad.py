@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-import safetensors.torch
 import torch
 import torch.nn.functional as F
 from fsspec.implementations.local import LocalFileSystem
@@ -39,6 +38,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from finetune.common import (
+    Encoder,
     FinetuneError,
     TaskOutput,
     TrainConfig,
@@ -48,6 +48,7 @@ from finetune.common import (
     load_encoder,
     predict,
 )
+from finetune.common import save_model as common_save_model
 from finetune.heads import BiLSTM
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
 from pretrain import hf
@@ -542,27 +543,10 @@ MODEL_FOLDER = "model"
 ``BertForQuestionAnswering`` layout); giving that folder as ``--checkpoint`` restores the span head."""
 
 
-def save_model(model: SpanQuestionAnswering, encoder_source: str, tokenizer_cased: bool, folder: str) -> None:
-    """Write ``config.json``, ``model.safetensors`` (``bert.*`` and ``qa_outputs.*``), ``vocab.txt``
-    and ``tokenizer_config.json`` into ``folder`` (a path or fsspec URL): a BERT folder any
-    ``--checkpoint`` accepts."""
-    config, _ = hf.read_config(encoder_source)
-    vocab_size = model.bert.config.vocab_size
-    state = {}
-    for name, tensor in model.state_dict().items():
-        if name == "bert.embeddings.word_embeddings.weight":
-            tensor = tensor[:vocab_size]
-        state[name] = tensor.detach().to("cpu", copy=True).contiguous()
-    folder = folder.rstrip("/")
-    fs, root = fsspec.core.url_to_fs(folder)
-    fs.makedirs(root, exist_ok=True)
-    with fsspec.open(f"{encoder_source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
-        vocab = f.read()
-    fs.pipe_file(f"{root}/{hf.VOCAB_FILE}", vocab)
-    weights = safetensors.torch.save(state, metadata={"format": "pt"})
-    fs.pipe_file(f"{root}/{hf.SAFETENSORS_FILE}", weights)
-    _write_json(f"{folder}/{hf.CONFIG_FILE}", {**config, "architectures": ["BertForQuestionAnswering"]})
-    _write_json(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not tokenizer_cased})
+def save_model(model: SpanQuestionAnswering, encoder: Encoder, folder: str) -> None:
+    """:func:`finetune.common.save_model` as transformers' ``BertForQuestionAnswering`` (``bert.*``,
+    ``qa_outputs.*`` and, with ``--bilstm``, ``bilstm.*``)."""
+    common_save_model(model, encoder, folder, architectures=["BertForQuestionAnswering"])
 
 
 def load_span_head(model: SpanQuestionAnswering, checkpoint: str) -> bool:
@@ -817,7 +801,7 @@ def _run(
     }
     if files.train_file:
         trained = _train(model, tokenizer, train_examples, settings, config)
-        save_model(model, encoder.source, encoder.cased, f"{output}/{MODEL_FOLDER}")
+        save_model(model, encoder, f"{output}/{MODEL_FOLDER}")
         metrics["train"] = {"file": files.train_file, **train_stats.to_dict(), **trained}
     answers, num_features = _answer(model, tokenizer, predict_examples, settings, config)
     metrics.update(_write_scored_predictions(output, predict_examples, answers, settings.with_null))

@@ -15,7 +15,7 @@ import click
 
 from pipelines import io
 from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
-from pipelines.runner import StageFailed, run_stage, summary_lines
+from pipelines.runner import StageFailed, run_stage, runner_name, summary_lines
 from pipelines.stage import incomplete_reason
 from schemas import SchemaError
 
@@ -333,6 +333,22 @@ def corpus(
     "documents meet on one worker.",
 )
 @click.option("--seed", type=int, default=12345, show_default=True)
+@click.option(
+    "--spill",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Write documents, requests and examples to temporary files and shuffle only references, "
+    "so memory does not grow with the input: auto does on Beam's local runners (which hold what "
+    "crosses a stage in memory), not on Dataflow, Flink or Spark (whose shuffles spill themselves).",
+)
+@click.option(
+    "--temp-location",
+    default="",
+    help="Folder or bucket URL for the run's temporary files (documents, requests and examples "
+    "on their way to the shards; every worker must reach it) [default: OUTPUT/.temp]; removed "
+    "when the run ends.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")
 @click.pass_context
 def examples(ctx, **flags):
@@ -342,7 +358,8 @@ def examples(ctx, **flags):
     Semantics of the reference generator (create_pretraining_data.py); every random choice is
     seeded by (seed, document, dupe pass, pair), so the shards do not depend on the runner.
     """
-    from pipelines.examples.pipeline import build
+    from pipelines.examples.pipeline import build, spill_folder
+    from pipelines.examples.spill import remove_folder
     from schemas import DOCUMENTS
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
@@ -354,9 +371,14 @@ def examples(ctx, **flags):
     except ValueError as err:  # the settings (exit 2), or the vocabulary or corpus (exit 1)
         (_fail_run if isinstance(err, (VocabError, io.InputError)) else _fail)(str(err))
     vocab_sha256 = tokenizer.vocab_sha256
+    folder = spill_folder(config, runner_name(ctx.args))
     try:
         stats = run_stage(
-            lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256), config, None, ctx.args
+            lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256, folder),
+            config,
+            None,
+            ctx.args,
+            cleanup=None if folder is None else lambda: remove_folder(folder),
         )
     except (StageFailed, io.InputError, io.OutputError) as err:
         _fail_run(str(err))
@@ -395,6 +417,8 @@ def _examples_config(flags: dict) -> ExamplesConfig:
         apply_masking=not flags["no_masking"],
         overwrite=flags["overwrite"],
         format=flags["format_"],
+        spill=flags["spill"],
+        temp_location=flags["temp_location"],
     )
 
 

@@ -21,6 +21,8 @@ SPLITS = ("train", "validation", "test")
 
 _KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", COMPLETED_FILE)
 _KNOWN_OUTPUT_DIRS = ("all", "rejects", "examples", *SPLITS)
+TEMP_DIR = ".temp"
+"""Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
 
 
 class InputError(ValueError):
@@ -117,9 +119,8 @@ def prepare_output(output: str, overwrite: bool) -> None:
             "choose an empty folder, --overwrite only replaces a stage's own files"
         )
     stale = [join(output, name) for name in _KNOWN_OUTPUT_FILES if exists(join(output, name))]
-    for folder in _KNOWN_OUTPUT_DIRS:
-        pattern = join(output, folder, "*")
-        stale.extend(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    for folder, pattern in [(f, "*") for f in _KNOWN_OUTPUT_DIRS] + [(TEMP_DIR, "**")]:
+        stale.extend(m.path for m in FileSystems.match([join(output, folder, pattern)])[0].metadata_list)
     # The marker goes first, so an interrupted clean-up never leaves a "completed" husk.
     stale.sort(key=lambda path: not path.endswith(COMPLETED_FILE))
     if stale:
@@ -137,7 +138,7 @@ def _is_stage_file(output: str, path: str) -> bool:
     relative = path[len(output.rstrip("/")) :].lstrip("/")
     head, _, rest = relative.partition("/")
     if rest:
-        return head in _KNOWN_OUTPUT_DIRS
+        return head in _KNOWN_OUTPUT_DIRS or head == TEMP_DIR
     return head in _KNOWN_OUTPUT_FILES or head.startswith(".write-probe-")
 
 
@@ -164,11 +165,17 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
         raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
 
 
-def read_document_shard(shard: tuple[str, str], columns: list[str] | None = None) -> list[dict]:
-    """Rows of one documents shard ``(path, sha256)``, refused if its checksum differs from the manifest."""
+def read_document_table(shard: tuple[str, str], columns: list[str] | None = None):
+    """One documents shard ``(path, sha256)`` as an Arrow table, refused if its checksum differs
+    from the manifest."""
     path, expected_sha256 = shard
     data = read_bytes(path)
     if sha256_hex(data) != expected_sha256:
         raise InputError(f"{path}: checksum differs from its manifest; the input was modified or damaged")
     table = DOCUMENTS.read_ipc(data, source=path)
-    return (table.select(columns) if columns else table).to_pylist()
+    return table.select(columns) if columns else table
+
+
+def read_document_shard(shard: tuple[str, str], columns: list[str] | None = None) -> list[dict]:
+    """Rows of one documents shard ``(path, sha256)``, refused if its checksum differs from the manifest."""
+    return read_document_table(shard, columns).to_pylist()

@@ -99,6 +99,19 @@ def check_vocab_rows(path: str | os.PathLike) -> None:
         )
 
 
+def tensor_names(path: str | os.PathLike) -> set[str] | None:
+    """The tensor names of an HF-format folder's weights without reading any tensor: from the
+    ``model.safetensors`` header or the sharded index's weight map; None for other formats
+    (``pytorch_model.bin``) or no weights."""
+    fs, root = fsspec.core.url_to_fs(str(path))
+    if fs.exists(_join(root, SAFETENSORS_FILE)):
+        return set(_safetensors_shapes(fs, _join(root, SAFETENSORS_FILE)))
+    if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
+        with fs.open(_join(root, SAFETENSORS_INDEX_FILE), "r") as f:
+            return set(json.load(f).get("weight_map", {}))
+    return None
+
+
 def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]:
     """The tensors of an HF-format folder (safetensors, sharded safetensors or pytorch_model.bin)
     on the CPU, and the weights file's path (for messages)."""

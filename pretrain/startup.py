@@ -18,10 +18,12 @@ import torch
 import torch.distributed as dist
 
 from pretrain import checkpoint as ckpt
+from pretrain import hf
 from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining
-from wordpiece.tokenizer import VocabError, WordPieceTokenizer
+from pretrain.runtime import exists
+from wordpiece.tokenizer import VocabError, WordPieceTokenizer, read_vocab_file
 
 log = logging.getLogger("pretrain")
 
@@ -114,6 +116,7 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
         source = cfg.init_from
         with contextlib.suppress(ckpt.CheckpointError):
             source = ckpt.resolve(cfg.init_from).url  # a run folder: its newest checkpoint
+        check_init_vocab(cfg.init_from, source, vocab, vocab_url)
         try:
             model = BertForPreTraining.from_pretrained(source, seed=cfg.seed, **_objective_fields(cfg))
         except (OSError, ValueError) as err:
@@ -136,6 +139,39 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
             f"{model.config.max_position_embeddings} positions"
         )
     return Setup(model, vocab, max_len, trainer_state, resumed_from)
+
+
+def check_init_vocab(flag_value: str, source: str, vocab: WordPieceTokenizer, vocab_url: str) -> None:
+    """Refuse an ``--init-from`` folder (``source``, resolved from ``flag_value``) whose
+    ``vocab.txt`` has another number of tokens than its word embeddings have rows, or is not the
+    shards' vocabulary (``vocab``, read from ``vocab_url``): another size, or the same size with
+    other tokens (ids that mean other tokens). Each message gives both numbers (or the first
+    differing id). A folder without ``vocab.txt`` is left to the embeddings-against-vocabulary
+    check after loading."""
+    try:
+        hf.check_vocab_rows(source)
+    except ValueError as err:
+        raise TrainingError(f"--init-from {flag_value}: {err}") from None
+    vocab_file = f"{source.rstrip('/')}/{hf.VOCAB_FILE}"
+    if not exists(vocab_file):
+        return
+    try:
+        tokens = read_vocab_file(vocab_file)
+    except VocabError as err:
+        raise TrainingError(f"--init-from {flag_value}: {err}") from None
+    remedy = "make the shards with the model's vocab.txt (pipelines examples --vocab), or start without --init-from"
+    if len(tokens) != vocab.vocab_size:
+        raise TrainingError(
+            f"--init-from {flag_value}: {vocab_file} has {len(tokens)} tokens but the shards' vocabulary "
+            f"{vocab_url} has {vocab.vocab_size}: {remedy}"
+        )
+    if tokens != vocab.vocab:
+        first = next(i for i, (a, b) in enumerate(zip(tokens, vocab.vocab, strict=True)) if a != b)
+        raise TrainingError(
+            f"--init-from {flag_value}: {vocab_file} and the shards' vocabulary {vocab_url} both have "
+            f"{len(tokens)} tokens but differ from id {first} on ({tokens[first]!r} against "
+            f"{vocab.vocab[first]!r}): {remedy}"
+        )
 
 
 def _check_shards(cfg: TrainConfig, probe: ExampleShards) -> tuple[int, str, WordPieceTokenizer]:

@@ -11,13 +11,15 @@ tokenised by the very same ``tokenizers.Tokenizer``: exact, not an approximation
 (``tests/unit/test_chunk_cache.py`` compares both on real books and on adversarial text).
 
 On natural text a few percent of the chunks are distinct (Zipf), so a batch costs one
-``str.split`` per batch of sentences, one dict lookup per chunk, tokenising the chunks not yet seen, and a
-numpy gather. A new chunk of printable ASCII (no whitespace or control character) under BERT's
-normaliser and pre-tokeniser is normalised and pre-tokenised here, which for such text is
-lower-casing (when the normaliser lower-cases) and splitting into runs of letters and digits and
-single punctuation characters (every other printable ASCII character is punctuation to BERT),
-and its words go to the WordPiece model directly (a word cache again); every other new chunk
-goes through the whole ``Tokenizer``, which costs a few microseconds per chunk.
+``str.split`` per batch of sentences, one dict lookup per chunk, tokenising the chunks not yet
+seen, and a numpy gather. The new chunks of a batch are tokenised together, never one call
+each: those of printable ASCII (no whitespace or control character), under BERT's normaliser
+and pre-tokeniser, are joined by spaces, lower-cased (when the normaliser lower-cases) and split
+into BERT's words by one regex (runs of letters and digits, and single punctuation characters:
+every other printable ASCII character is punctuation to BERT), each distinct word going to the
+WordPiece model once (a word table, like the chunk table); every other new chunk goes through
+the whole ``Tokenizer`` in one pre-tokenised call, which treats each chunk as ``encode(chunk)``
+would and says which chunk each id came from.
 
 The cache holds at most ``max_entries`` chunks (or one batch's distinct chunks, when those alone
 are more) and starts afresh when full, so its memory is bounded whatever the corpus.
@@ -72,36 +74,80 @@ class ChunkCache:
         self._clear()
 
     def _clear(self) -> None:
-        self._words: dict[str, list[int]] = {}
         self._index: dict[str, int] = {}
         self._starts = np.zeros(0, dtype=np.int64)
         self._lengths = np.zeros(0, dtype=np.int64)
         self._ids = np.zeros(0, dtype=np.int32)
+        # The word table of the plain path, laid out as the chunk table; " " (the boundary
+        # between two chunks in one call) is a word of no ids.
+        self._word_index: dict[str, int] = {" ": 0}
+        self._word_starts = np.zeros(1, dtype=np.int64)
+        self._word_lengths = np.zeros(1, dtype=np.int64)
+        self._word_ids = np.zeros(0, dtype=np.int32)
 
     def __len__(self) -> int:
         return len(self._index)
 
-    def _plain_ids(self, chunk: str) -> list[int]:
-        """The ids of a chunk of printable ASCII: BERT's words, each through the WordPiece model."""
-        words, ids = self._words, []
-        for word in _ASCII_WORDS.findall(chunk.lower() if self._lowercase else chunk):
-            word_ids = words.get(word)
-            if word_ids is None:
-                word_ids = words[word] = [t.id for t in self._tokenizer.model.tokenize(word)]
-            ids += word_ids
-        return ids
-
-    def _add(self, chunks: list[str]) -> None:
-        plain = _PRINTABLE_ASCII.fullmatch if self._plain_path else lambda _: None
-        ids: list[list[int] | None] = [self._plain_ids(c) if plain(c) else None for c in chunks]
-        others = [c for c, i in zip(chunks, ids, strict=True) if i is None]
-        if others:
-            # One at a time: the batch call's thread pool spins for longer than these take.
-            encode = self._tokenizer.encode
-            encoded = iter([encode(c, add_special_tokens=False).ids for c in others])
-            ids = [next(encoded) if i is None else i for i in ids]
+    def _add_words(self, words: list[str]) -> None:
+        """Put ``words`` (distinct, not yet in the word table) through the WordPiece model."""
+        tokenize = self._tokenizer.model.tokenize
+        ids = [[t.id for t in tokenize(word)] for word in words]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+        first = len(self._word_index)
+        self._word_index.update(zip(words, range(first, first + len(words)), strict=True))
+        self._word_starts = np.concatenate(
+            (self._word_starts, len(self._word_ids) + np.cumsum(lengths) - lengths)
+        )
+        self._word_lengths = np.concatenate((self._word_lengths, lengths))
+        self._word_ids = np.concatenate((self._word_ids, flat))
+
+    def _plain_ids(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, lengths)`` of chunks of printable ASCII, all in one pass: lower-cased (when the
+        normaliser lower-cases) and split into BERT's words with one regex over the chunks joined
+        by spaces, each distinct word through the WordPiece model once."""
+        text = " ".join(chunks)
+        words = _ASCII_WORDS.findall(text.lower() if self._lowercase else text)
+        index = np.fromiter(
+            map(self._word_index.get, words, itertools.repeat(-1)), dtype=np.int64, count=len(words)
+        )
+        misses = np.flatnonzero(index < 0)
+        if len(misses):
+            missed = [words[i] for i in misses.tolist()]
+            self._add_words(list(dict.fromkeys(missed)))
+            index[misses] = np.fromiter(
+                map(self._word_index.__getitem__, missed), dtype=np.int64, count=len(missed)
+            )
+        word_lengths = self._word_lengths[index]
+        chunk_of_word = np.cumsum(index == 0)  # " " (word 0) ends a chunk
+        lengths = np.bincount(chunk_of_word, weights=word_lengths, minlength=len(chunks)).astype(np.int64)
+        return ragged_gather(self._word_ids, self._word_starts[index], word_lengths), lengths
+
+    def _tokenizer_ids(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, lengths)`` of any chunks through the whole ``Tokenizer``, in one call: as
+        pre-tokenised input, each chunk is normalised, pre-tokenised and tokenised on its own,
+        exactly as ``encode(chunk)`` does, and ``word_ids`` says which chunk each id is of."""
+        if not chunks:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+        encoding = self._tokenizer.encode(chunks, is_pretokenized=True, add_special_tokens=False)
+        chunk_of_id = np.fromiter(encoding.word_ids, dtype=np.int64, count=len(encoding.ids))
+        lengths = np.bincount(chunk_of_id, minlength=len(chunks)).astype(np.int64)
+        return np.asarray(encoding.ids, dtype=np.int32), lengths
+
+    def _add(self, chunks: list[str]) -> None:
+        """Tokenise ``chunks`` (distinct, not yet cached) and add them to the table."""
+        if self._plain_path:
+            plain = _PRINTABLE_ASCII.fullmatch
+            is_plain = [plain(c) is not None for c in chunks]
+            others = list(itertools.compress(chunks, (not p for p in is_plain)))
+            chunks = list(itertools.compress(chunks, is_plain))
+            plain_ids, plain_lengths = self._plain_ids(chunks)
+            other_ids, other_lengths = self._tokenizer_ids(others)
+            chunks += others
+            flat = np.concatenate((plain_ids, other_ids))
+            lengths = np.concatenate((plain_lengths, other_lengths))
+        else:
+            flat, lengths = self._tokenizer_ids(chunks)
         first = len(self._index)
         self._index.update(zip(chunks, range(first, first + len(chunks)), strict=True))
         self._starts = np.concatenate((self._starts, len(self._ids) + np.cumsum(lengths) - lengths))
@@ -121,10 +167,10 @@ class ChunkCache:
         misses = np.flatnonzero(index < 0)
         if len(misses):
             missed = [chunks[i] for i in misses.tolist()]
-            new = set(missed)
+            new = dict.fromkeys(missed)
             if len(self._index) + len(new) > self._max_entries:
                 self._clear()
-                missed, misses, new = chunks, np.arange(len(chunks)), set(chunks)
+                missed, misses, new = chunks, np.arange(len(chunks)), dict.fromkeys(chunks)
             self._add(list(new))
             index[misses] = np.fromiter(
                 map(self._index.__getitem__, missed), dtype=np.int64, count=len(missed)

@@ -151,7 +151,7 @@ def _choose_subsets(
 
     Robert Floyd's algorithm, one step for all sequences at a time: the same distribution as
     the reference's shuffle of every candidate followed by taking the first ones.
-    Returns ``(owner, index)`` of the chosen candidates.
+    Returns ``(owner, index)`` of the chosen candidates, grouped by owner, ascending in each.
     """
     take = np.minimum(num_wanted, num_candidates)
     steps = int(take.max(initial=0))
@@ -164,7 +164,11 @@ def _choose_subsets(
         ).astype(np.int64)
         seen = (picks[active, :step] == drawn[:, None]).any(axis=1)
         picks[active, step] = np.where(seen, bound, drawn)
-    owner, column = np.nonzero(picks >= 0)
+    # Each sequence's picks in ascending order (unused slots last), so that the chosen positions
+    # come out grouped by sequence and ascending in each, with no sort over the whole batch.
+    picks[picks < 0] = np.iinfo(np.int64).max
+    picks.sort(axis=1)
+    owner, column = np.nonzero(picks != np.iinfo(np.int64).max)
     return owner, picks[owner, column]
 
 
@@ -207,7 +211,8 @@ def mask_batch(
     config: MaskingConfig,
     vocab: MaskingVocab,
 ) -> MaskedBatch:
-    """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch.
+    """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch (the
+    sequences back to back: ``starts`` is ``cumsum(lengths) - lengths``).
 
     Of each sequence, ``masked_lm_prob`` of its length (rounded, at least one, at most
     ``max_predictions_per_seq``) positions other than ``vocab.special`` are chosen at random and
@@ -216,14 +221,18 @@ def mask_batch(
     a word (a token and the ``##`` pieces after it) is taken whole or not at all.
     """
     num_sequences = len(starts)
-    owner_of_token = np.repeat(np.arange(num_sequences), lengths)
     candidate = ~vocab.special[ids]
     candidates = np.flatnonzero(candidate)  # flat positions
-    cand_owner = owner_of_token[candidates]
-    num_candidates = np.bincount(cand_owner, minlength=num_sequences)
+    # The sequences are back to back: count each one's never-masked tokens (a few) by where
+    # they fall, rather than labelling every token with its sequence.
+    special_positions = np.flatnonzero(~candidate)
+    special_owner = np.searchsorted(starts, special_positions, side="right") - 1
+    num_candidates = lengths - np.bincount(special_owner, minlength=num_sequences)
     cand_first = np.cumsum(num_candidates) - num_candidates
     num_wanted = _num_to_predict(lengths, config)
     if config.whole_word_masking:
+        owner_of_token = np.repeat(np.arange(num_sequences), lengths)
+        cand_owner = owner_of_token[candidates]
         previous = candidates - 1
         joins = (
             vocab.continuation[ids[candidates]]
@@ -233,12 +242,13 @@ def mask_batch(
         )
         owner, flat_index = _choose_whole_words(keys, candidates, cand_owner, ~joins, num_wanted)
         chosen = candidates[flat_index]
+        # Grouped by sequence, ascending positions in each.
+        order = np.lexsort((chosen, owner))
+        owner, chosen = owner[order], chosen[order]
     else:
+        # Already grouped by sequence, ascending in each: candidates are ascending.
         owner, index = _choose_subsets(keys, num_candidates, num_wanted)
         chosen = candidates[cand_first[owner] + index]
-    # Grouped by sequence, ascending positions in each.
-    order = np.lexsort((chosen, owner))
-    owner, chosen = owner[order], chosen[order]
     counters = chosen - starts[owner]  # the position, so each draw belongs to one position
     draw = hashed_uniforms(keys[owner], counters, STREAM_MASK)
     to_mask = draw < config.mask_share

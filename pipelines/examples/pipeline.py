@@ -25,47 +25,49 @@ batches of examples, never one element per pair):
 
 ``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
 packs their full sentences without NSP pairs.
+
+The DoFns are in ``dofns.py``. Spilling (``--spill``, ``spill.py``): on Beam's local runners, which hold every PCollection that
+crosses a stage boundary in memory, the tokenised documents (by bucket), the requests and the
+example pieces are written to temporary files by the DoFn that makes them, and only references
+go through the shuffles; each consumer reads back its own pieces. Peak memory is then set by
+``BATCH_SENTENCES`` (``PLAN_SENTENCE_PASSES`` for planning), one bucket and one shard, not by
+the input or the dupe factor. The temporary folder is removed before ``COMPLETED`` is written,
+and by the command after a failure.
 """
 
 from __future__ import annotations
 
 import io as bytes_io
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
 
 from pipelines import io
-from pipelines.examples.batches import (
-    RequestDrawer,
-    bucket_of,
-    fulfil_bucket,
-    plan_batch,
-    tokenize_documents,
-)
-from pipelines.examples.finish import ExampleColumns, ExampleVocab, columns_from_rows
-from pipelines.examples.packing import FORMATS, pack_group
-from pipelines.examples.pairs import PairConfig, TokenizedDocument
-from pipelines.examples.write import WriteExampleShards, shard_pieces
+from pipelines.examples.dofns import FulfilBucket, PackGroup, PlanBatch, TokenizeShard
+from pipelines.examples.finish import ExampleVocab  # noqa: F401 (imported from here by callers)
+from pipelines.examples.packing import FORMATS
+from pipelines.examples.pairs import PairConfig
+from pipelines.examples.spill import TEMP_DIR, remove_folder, run_folder
+from pipelines.examples.write import WriteExampleShards
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
-from schemas import (
-    Manifest,
-    RecordFormat,
-    ShardEntry,
-    absolute_reference,
-)
+from schemas import Manifest, RecordFormat, ShardEntry, absolute_reference
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
-from wordpiece.chunk_cache import ChunkCache
 from wordpiece.masking import MaskingConfig
-from wordpiece.tokenizer import WordPieceTokenizer
 
 LENGTH_HISTOGRAM_FILE = "length_histogram.png"
-BATCH_SENTENCES = 20_000
-"""Sentences tokenised and planned together (whole documents: at least one per batch)."""
+SPILL_MODES = ("auto", "always", "never")
+LOCAL_RUNNERS = (
+    "DirectRunner",
+    "FnApiRunner",
+    "SwitchingDirectRunner",
+    "BundleBasedDirectRunner",
+    "PrismRunner",
+)
+"""Runners that hold every PCollection crossing a stage boundary in memory: ``--spill auto`` spills there."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,11 @@ class ExamplesConfig:
     overwrite: bool = False
     format: str = "pairs"
     """``pairs``: NSP pairs (BERT); ``packed``: full sentences packed without NSP (packing.py)."""
+    spill: str = "auto"
+    """``--spill``: write documents, requests and examples to temporary files and shuffle only
+    references to them (``always``), never, or on the local runners only (``auto``)."""
+    temp_location: str = ""
+    """Where the run's temporary files go (``--temp-location``); empty: ``OUTPUT/.temp``."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -98,6 +105,10 @@ class ExamplesConfig:
         for name in ("corpus", "vocab", "output"):
             if not getattr(self, name):
                 problems.append(f"--{name} is required")
+        if self.spill not in SPILL_MODES:
+            problems.append(f"--spill takes {', '.join(SPILL_MODES)}, got {self.spill}")
+        elif self.spill == "never" and self.temp_location:
+            problems.append("--temp-location is where spilled files go; --spill never writes none, drop one")
         if self.split not in io.SPLITS:
             problems.append(f"--split takes {', '.join(io.SPLITS)}, got {self.split}")
         for name in ("dupe_factor", "num_shards", "num_buckets"):
@@ -109,7 +120,7 @@ class ExamplesConfig:
     def params(self) -> dict[str, Any]:
         """Generation parameters for the manifest."""
         data = asdict(self)
-        for key in ("output", "overwrite", "apply_masking"):
+        for key in ("output", "overwrite", "apply_masking", "spill", "temp_location"):
             data.pop(key)
         # What dynamic masking in ``pretrain`` re-applies unless its flags override it.
         data["masking_settings"] = asdict(self.masking)
@@ -119,113 +130,15 @@ class ExamplesConfig:
         return data
 
 
-class _TokenizeShard(beam.DoFn):
-    """A corpus shard → batches of ``TokenizedDocument`` (about ``BATCH_SENTENCES`` sentences
-    each); the tokenizer and its chunk cache live as long as the worker."""
-
-    def __init__(self, vocab: str, cased: bool):
-        self._vocab, self._cased = vocab, cased
-        self._cache: ChunkCache | None = None
-
-    def setup(self) -> None:
-        tokenizer = WordPieceTokenizer.load(self._vocab, cased=self._cased).tokenizer
-        # Corpus text that spells "[SEP]" is text, not a separator.
-        tokenizer.encode_special_tokens = True
-        self._cache = ChunkCache(tokenizer)
-
-    def process(self, shard: tuple[str, str]):
-        rows = io.read_document_shard(shard, ["doc_id", "sentences"])
-        while rows:
-            size, total = 0, 0
-            while size < len(rows) and total < BATCH_SENTENCES:
-                total += len(rows[size]["sentences"])
-                size += 1
-            batch, rows = rows[:size], rows[size:]
-            documents, without_tokens = tokenize_documents(self._cache, batch)
-            if without_tokens:
-                beam.metrics.Metrics.counter("pipelines.examples", "documents_without_tokens").inc(
-                    without_tokens
-                )
-            yield beam.pvalue.TaggedOutput(
-                "tallies", Counter(documents_used=len(documents), documents_without_tokens=without_tokens)
-            )
-            if documents:
-                yield documents
-
-
-class _WithVocab(beam.DoFn):
-    """A DoFn that loads the vocabulary tables once per worker."""
-
-    def __init__(self, config: ExamplesConfig, fmt: RecordFormat):
-        self._config, self._fmt = config, fmt
-        self._vocab: ExampleVocab | None = None
-
-    def setup(self) -> None:
-        tokens = WordPieceTokenizer.load(self._config.vocab, cased=self._config.cased).vocab
-        self._vocab = ExampleVocab.build(tokens, self._config.random_token_from_whole_vocab)
-
-    def _pieces(self, finished: Iterable[tuple[ExampleColumns, Counter]]):
-        for columns, tally in finished:
-            for piece in shard_pieces(columns, self._fmt, self._config.num_shards):
-                yield beam.pvalue.TaggedOutput("pieces", piece)
-            yield beam.pvalue.TaggedOutput("tallies", tally)
-
-
-class _PlanBatch(_WithVocab):
-    """A batch of documents → its actual-next examples (finished here) and its random-next
-    requests, one element per bucket."""
-
-    def __init__(self, config: ExamplesConfig, fmt: RecordFormat):
-        super().__init__(config, fmt)
-        self._drawer: tuple[dict, RequestDrawer] | None = None
-
-    def process(self, documents: list[TokenizedDocument], bucket_sizes: dict[int, int]):
-        if self._drawer is None or self._drawer[0] is not bucket_sizes:
-            self._drawer = (bucket_sizes, RequestDrawer(bucket_sizes))
-        finished, tally, requests = plan_batch(documents, self._config, self._drawer[1], self._vocab)
-        if tally["pairs_without_other_document"]:
-            beam.metrics.Metrics.counter("pipelines.examples", "pairs_without_other_document").inc(
-                tally["pairs_without_other_document"]
-            )
-        yield from self._pieces(finished)
-        yield beam.pvalue.TaggedOutput("tallies", tally)
-        yield from requests
-
-
-class _FulfilBucket(_WithVocab):
-    """A bucket's documents and the requests for them → the random-next examples."""
-
-    def process(self, element):
-        _, grouped = element
-        documents = [d for batch in grouped["documents"] for d in batch]
-        yield from self._pieces(fulfil_bucket(documents, grouped["requests"], self._config, self._vocab))
-
-
-def _by_bucket(
-    documents: list[TokenizedDocument], num_buckets: int
-) -> list[tuple[int, list[TokenizedDocument]]]:
-    grouped: dict[int, list[TokenizedDocument]] = {}
-    for document in documents:
-        grouped.setdefault(bucket_of(document.doc_id, num_buckets), []).append(document)
-    return list(grouped.items())
-
-
-class _PackGroup(_WithVocab):
-    """A group's documents → its packed examples (``--format packed``)."""
-
-    def process(self, element):
-        group, batches = element
-        config = self._config
-        packed = pack_group(
-            group,
-            [d for batch in batches for d in batch],
-            seed=config.seed,
-            dupe_factor=config.dupe_factor,
-            max_seq_length=config.pairs.max_seq_length,
-            masking=config.masking if config.apply_masking else None,
-            vocab=self._vocab,
-        )
-        yield from self._pieces((columns_from_rows(rows), tally) for rows, tally in packed)
+def spill_folder(config: ExamplesConfig, runner: str) -> str | None:
+    """The folder for this run's temporary files: ``OUTPUT/.temp``, or a new folder under
+    ``--temp-location``; removed when the run ends (``remove_folder``). None when the run does not
+    spill (``--spill never``, or ``auto`` on a runner not in ``LOCAL_RUNNERS``)."""
+    if config.spill == "never" or (config.spill == "auto" and runner not in LOCAL_RUNNERS):
+        return None
+    if config.temp_location:
+        return run_folder(config.temp_location)
+    return io.join(config.output, TEMP_DIR)
 
 
 def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[str, Any]:
@@ -281,8 +194,17 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 
 def _finish_output(
-    _, config: ExamplesConfig, fmt: RecordFormat, vocab_sha256: str, entries: list[dict], tally: Counter
+    _,
+    config: ExamplesConfig,
+    fmt: RecordFormat,
+    vocab_sha256: str,
+    folder: str | None,
+    entries: list[dict],
+    tally: Counter,
 ) -> dict:
+    # Every shard is written (``entries``): the temporary files go before anything is marked done.
+    if folder is not None:
+        remove_folder(folder)
     stats = _stats(tally, config.apply_masking, config.format == "packed")
     if config.format == "packed":
         stats["document_separators"] = tally["document_separators"]
@@ -290,6 +212,13 @@ def _finish_output(
     if not stats["examples"]:
         write_stats(config.output, stats)  # Empty is an error: stats.json explains, no COMPLETED.
         return stats
+    written = sum(e["num_rows"] for e in entries)
+    if written != stats["examples"]:  # a piece lost on its way to the shards: never COMPLETED
+        write_stats(config.output, stats)
+        raise io.OutputError(
+            f"--output {config.output}: the shards hold {written:,} examples but {stats['examples']:,} "
+            "were made (see stats.json); not marked COMPLETED, run again with --overwrite"
+        )
     entries = [dict(e) for e in entries]
     index = ShardIndex(fmt.name, fmt.version, fmt.schema, tuple(e.pop("index") for e in entries))
     shards = tuple(ShardEntry(**e) for e in entries)
@@ -309,54 +238,61 @@ def _finish_output(
     return stats
 
 
-def _pair_pieces(documents, config: ExamplesConfig, fmt: RecordFormat):
-    """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies."""
-    bucketed = documents | "Bucket" >> beam.FlatMap(_by_bucket, config.num_buckets)
+def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+    """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies.
+    Only references to the spilled documents, requests and pieces go through the shuffles."""
+    bucketed = batches | "Bucket" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
     bucket_sizes = (
-        bucketed
-        | "Bucket counts" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
+        batches
+        | "Bucket counts" >> beam.FlatMap(lambda batch: [(b, n) for b, _, n in batch])
         | "Bucket sizes" >> beam.CombinePerKey(sum)
     )
-    planned = documents | "Plan pairs" >> beam.ParDo(
-        _PlanBatch(config, fmt), beam.pvalue.AsDict(bucket_sizes)
+    planned = batches | "Plan pairs" >> beam.ParDo(
+        PlanBatch(config, fmt, folder), beam.pvalue.AsDict(bucket_sizes)
     ).with_outputs("pieces", "tallies", main="requests")
     fulfilled = (
         {"documents": bucketed, "requests": planned.requests}
         | "Meet by bucket" >> beam.CoGroupByKey()
-        | "Random B" >> beam.ParDo(_FulfilBucket(config, fmt)).with_outputs("pieces", "tallies")
+        | "Random B" >> beam.ParDo(FulfilBucket(config, fmt, folder)).with_outputs("pieces", "tallies")
     )
     pieces = (planned.pieces, fulfilled.pieces) | "All pieces" >> beam.Flatten()
     return pieces, (planned.tallies, fulfilled.tallies)
 
 
-def _packed_pieces(documents, config: ExamplesConfig, fmt: RecordFormat):
+def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
     """Packed sentences: a group's documents meet on one worker and are packed there."""
     packed = (
-        documents
-        | "Group" >> beam.FlatMap(_by_bucket, config.num_buckets)
+        batches
+        | "Group" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
         | "Meet by group" >> beam.GroupByKey()
-        | "Pack" >> beam.ParDo(_PackGroup(config, fmt)).with_outputs("pieces", "tallies")
+        | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder)).with_outputs("pieces", "tallies")
     )
     return packed.pieces, (packed.tallies,)
 
 
 def build(
-    pipeline: beam.Pipeline, config: ExamplesConfig, manifest: Manifest, vocab_size: int, vocab_sha256: str
+    pipeline: beam.Pipeline,
+    config: ExamplesConfig,
+    manifest: Manifest,
+    vocab_size: int,
+    vocab_sha256: str,
+    folder: str | None,
 ):
-    """Add the examples stage to ``pipeline``."""
+    """Add the examples stage to ``pipeline``; its temporary files go under ``folder``
+    (``spill_folder``; None: no spilling), removed before the output is marked ``COMPLETED``."""
     shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     fmt = examples_format(vocab_size)
+    tokenize = TokenizeShard(config.vocab, config.cased, config.num_buckets, folder)
     documents = (
         pipeline
         | "Corpus shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
-        | "Tokenise"
-        >> beam.ParDo(_TokenizeShard(config.vocab, config.cased)).with_outputs("tallies", main="documents")
+        | "Tokenise" >> beam.ParDo(tokenize).with_outputs("tallies", main="batches")
     )
     if config.format == "packed":
-        pieces, tallies = _packed_pieces(documents.documents, config, fmt)
+        pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder)
     else:
-        pieces, tallies = _pair_pieces(documents.documents, config, fmt)
+        pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder)
     entries = pieces | "Write" >> WriteExampleShards(config.output, "examples", config.num_shards, fmt)
     tally = (
         (documents.tallies, *tallies)
@@ -372,6 +308,7 @@ def build(
             config,
             fmt,
             vocab_sha256,
+            folder,
             beam.pvalue.AsList(entries),
             beam.pvalue.AsSingleton(tally),
         )

@@ -2,13 +2,17 @@
 
 Finished examples (:class:`~pipelines.examples.finish.ExampleColumns`) are split by shard where
 they are made (:func:`shard_pieces`: the shard of a pair is a hash of its identity, as
-``WriteShards`` does for documents) and travel to the writer as Arrow IPC stream bytes, one
-element per (batch, shard); :class:`WriteExampleShards` groups them by shard, sorts each shard's
-rows by (doc_id, dupe_index, pair) with Arrow's sort, and writes exactly ``num_shards`` files.
+``WriteShards`` does for documents) as Arrow IPC stream bytes, one piece per (batch, shard),
+written to temporary files where they are made (``pipelines.examples.spill``);
+:class:`WriteExampleShards` groups the pieces' references by shard, reads each shard's pieces
+back, sorts its rows by (doc_id, dupe_index, pair) with Arrow's sort, and writes exactly
+``num_shards`` files. Only references go through the shuffle, so the runner never holds the
+examples; the writer holds one shard at a time.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import asdict
 
@@ -18,7 +22,8 @@ import pyarrow as pa
 
 from pipelines import io
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
-from pipelines.stage import shard_index, shard_name
+from pipelines.examples.spill import SpillRef, read_spilled
+from pipelines.stage import shard_name
 from schemas import RecordFormat, ShardEntry
 from schemas.index import shard_index_entry
 
@@ -32,23 +37,25 @@ def _ipc_stream(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def pair_shards(columns: ExampleColumns, num_shards: int) -> np.ndarray:
+    """Each example's shard: ``shard_index`` of ``"doc_id\x1fdupe\x1fpair"``, with the digests'
+    first 8 bytes read as one big-endian array (the same numbers, no int() per row)."""
+    sha256 = hashlib.sha256
+    keys = map(
+        "{}\x1f{}\x1f{}".format,
+        columns.doc_ids.tolist(),
+        columns.dupe_index.tolist(),
+        columns.pair_index.tolist(),
+    )
+    digests = b"".join([sha256(key.encode("utf-8")).digest()[:8] for key in keys])
+    return (np.frombuffer(digests, dtype=">u8") % np.uint64(num_shards)).astype(np.int64)
+
+
 def shard_pieces(columns: ExampleColumns, fmt: RecordFormat, num_shards: int) -> list[tuple[int, bytes]]:
     """The examples as ``(shard, IPC stream bytes)``, one piece per shard they fall in."""
     if not len(columns):
         return []
-    shards = np.fromiter(
-        (
-            shard_index(f"{doc_id}\x1f{dupe}\x1f{pair}", num_shards)
-            for doc_id, dupe, pair in zip(
-                columns.doc_ids.tolist(),
-                columns.dupe_index.tolist(),
-                columns.pair_index.tolist(),
-                strict=True,
-            )
-        ),
-        dtype=np.int64,
-        count=len(columns),
-    )
+    shards = pair_shards(columns, num_shards)
     table = examples_table(columns, fmt)
     order = np.argsort(shards, kind="stable")
     table, shards = table.take(pa.array(order)), shards[order]
@@ -70,12 +77,16 @@ def shard_table(pieces: Iterable[bytes], fmt: RecordFormat) -> pa.Table:
 
 
 def _write_shard(
-    element: tuple[int, Iterable], output: str, split: str, num_shards: int, fmt: RecordFormat
+    element: tuple[int, Iterable[SpillRef | None]],
+    output: str,
+    split: str,
+    num_shards: int,
+    fmt: RecordFormat,
 ) -> dict:
-    index, pieces = element
+    index, refs = element
     relative = shard_name(split, index, num_shards)
     path = io.join(output, relative)
-    table = shard_table((p for p in pieces if p is not None), fmt)
+    table = shard_table(read_spilled(r for r in refs if r is not None), fmt)
     data = fmt.to_ipc_bytes(table, source=path)
     io.write_bytes(path, data)
     entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), io.sha256_hex(data)))
@@ -85,8 +96,9 @@ def _write_shard(
 
 
 class WriteExampleShards(beam.PTransform):
-    """``(shard, piece)`` elements into exactly ``num_shards`` sorted Arrow files; one ``ShardEntry``
-    dict each, with the shard's ``schemas.index.ShardIndexEntry`` under ``"index"``."""
+    """``(shard, SpillRef)`` elements (the spilled pieces of ``shard_pieces``) into exactly
+    ``num_shards`` sorted Arrow files; one ``ShardEntry`` dict each, with the shard's
+    ``schemas.index.ShardIndexEntry`` under ``"index"``."""
 
     def __init__(self, output: str, split: str, num_shards: int, fmt: RecordFormat):
         super().__init__()

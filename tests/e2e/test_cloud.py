@@ -46,6 +46,14 @@ def test_wordpiece_train_builds_as_a_dataflow_job(corpus_output):
     assert "dry run: the counting job was built and not submitted" in result.output
 
 
+def test_examples_build_as_a_dataflow_job(corpus_output, released_vocab):
+    """The spilling graph (temporary files under gs://, references through the shuffles) builds
+    and pickles for Dataflow; a dry run writes nothing, temporary files included."""
+    args = ("--corpus", str(corpus_output), "--vocab", released_vocab, "--output", "gs://bert-bucket/ex")
+    result = run_cli("examples", *args, "--spill", "always", *DATAFLOW_DRY_RUN)
+    assert "dry run: the job was built and not submitted" in result.output
+
+
 @pytest.mark.emulator
 def test_wikipedia_corpus_and_vocabulary_on_bucket_paths(gcs_emulator, tmp_path):
     assert os.environ["STORAGE_EMULATOR_HOST"]
@@ -118,6 +126,7 @@ def test_wikipedia_corpus_and_vocabulary_on_bucket_paths(gcs_emulator, tmp_path)
     )
     names = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
     assert {"shards/seq64/COMPLETED", "shards/seq64/examples/part-00002-of-00003.arrow"} <= names
+    assert not [n for n in names if "/.temp/" in n]  # spilled there (a local runner), then removed
     _stream_examples_from_bucket(gcs_emulator)
 
 

@@ -134,6 +134,16 @@ def test_two_worker_processes_write_identical_shards(
         fmt.read_ipc((out / shard["path"]).read_bytes(), shard["path"])
 
 
+def test_shards_are_the_same_bytes_without_spilling(examples_output, corpus_output, released_vocab, tmp_path):
+    """--spill never (everything through the runner's memory, as on Dataflow) against the fixture's
+    spilled run (FnApiRunner: --spill auto spills), shard by shard; no temporary folder either way."""
+    out = tmp_path / "in-memory"
+    args = ("--corpus", str(corpus_output), "--vocab", released_vocab, "--output", str(out))
+    run_cli("examples", *args, *ARGS, "--spill", "never", *FAST_RUNNER)
+    assert shard_bytes(out) == shard_bytes(examples_output)
+    assert not (out / ".temp").exists() and not (examples_output / ".temp").exists()
+
+
 def test_hf_datasets_reads_the_shards_without_our_code(examples_output, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import datasets

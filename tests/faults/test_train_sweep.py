@@ -36,6 +36,7 @@ def world(shards, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("sweep")
     hf_folder(root / "hf")  # also an earlier `pretrain export` output
     hf_folder(root / "bad-vocab", vocab=[*VOCAB, "extra"])  # vocab.txt 1 longer than the embeddings
+    _swapped_vocab_folder(root / "swapped-vocab", shards)
     _checkpoint(root / "run")  # a run folder with a committed checkpoint
     (root / "run-foreign").mkdir()
     (root / "run-foreign" / "metrics.jsonl").write_text("{}\n")
@@ -55,12 +56,29 @@ def world(shards, tmp_path_factory) -> Path:
     return root
 
 
+def _swapped_vocab_folder(folder: Path, shards: Path) -> None:
+    """A tiny BERT with as many embedding rows as the shards' vocabulary has tokens, whose
+    vocab.txt is that vocabulary with ids 1000 and 1001 swapped (same size, other token ids)."""
+    from pretrain.model import BertConfig, BertForPreTraining
+
+    manifest = json.loads((shards / "manifest.json").read_text())
+    tokens = Path(manifest["params"]["vocab"]).read_text(encoding="utf-8").splitlines()
+    tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
+    config = BertConfig(vocab_size=len(tokens), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+    BertForPreTraining(config, seed=0).save_pretrained(folder)
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+
+
 def _cases(shards: Path) -> list[tuple[str, str, str]]:
     """(name, command line with {root} for the world folder, text the one line must contain)."""
     rte = require(SHARED_DATA / "glue_format_samples" / "rte" / "dummy_data" / "RTE")
     squad = require(SHARED_DATA / "squad" / "allennlp-models_test_fixtures_squad.json")
     swag = require(SHARED_DATA / "swag" / "allennlp-models_test_fixtures_swag.csv")
     pre = f"pretrain --shards {shards} {TINY}"
+    init = (
+        f"pretrain --shards {shards} {TINY.replace('--config tiny ', '')} --output {{root}}/new --init-from"
+    )
     glue = f"finetune glue --task rte --data-dir {rte} {QUICK}"
     sq = f"finetune squad --version 1.1 --predict-file {squad} --max-seq-length 64 --max-query-length 16"
     sw = f"finetune swag --train-file {swag} --dev-file {swag} {QUICK}"
@@ -77,6 +95,9 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
         ("pretrain: shards without COMPLETED, a new output", f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/new", "COMPLETED"),
         ("pretrain: missing vocabulary", f"{pre} --output {{root}}/fresh --vocab {{root}}/nope.txt", "nope.txt"),
         ("pretrain: unwritable output", f"{pre} --output {{root}}/blocker/run", "cannot write"),
+        ("pretrain: --init-from vocab.txt against the embeddings", f"{init} {{root}}/bad-vocab", "21 tokens but the word embeddings"),
+        ("pretrain: --init-from vocab.txt against the shards'", f"{init} {{root}}/hf", "has 20 tokens but the shards' vocabulary"),
+        ("pretrain: --init-from vocab.txt, same size, other ids", f"{init} {{root}}/swapped-vocab", "both have 30522 tokens but differ from id 1000"),
         ("export: existing output", "pretrain export --checkpoint {root}/run --output {root}/hf", "already holds"),
         ("export: run folder without a checkpoint", "pretrain export --checkpoint {root}/empty-run --output {root}/new", "no complete checkpoint"),
         ("export: unwritable output", "pretrain export --checkpoint {root}/run --output {root}/blocker/hf", "cannot write"),

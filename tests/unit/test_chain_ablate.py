@@ -24,7 +24,13 @@ def test_the_quick_grid_fills_every_table_and_shares_the_base_run(tmp_path):
     tables = {c["table"] for c in g.cells}
     assert tables == {"5", "6", "7", "8", "fig5"}
     rows5 = [c["row"] for c in g.cells if c["table"] == "5"]
-    assert rows5 == ["BERT_BASE", "No NSP", "No NSP, packed sentences (ours)", "LTR & No NSP"]
+    assert rows5 == ["BERT_BASE", "No NSP", "No NSP, packed sentences (ours)", "LTR & No NSP", "+ BiLSTM"]
+    # "+ BiLSTM" fine-tunes the LTR run (no run of its own) with --bilstm; the others without.
+    cells5 = {c["row"]: c["finetunes"] for c in g.cells if c["table"] == "5"}
+    assert {g.finetunes[f].run for f in cells5["+ BiLSTM"]} == {"ltr-s12345"}
+    assert all(g.finetunes[f].bilstm for f in cells5["+ BiLSTM"])
+    assert not any(g.finetunes[f].bilstm for f in cells5["LTR & No NSP"])
+    assert set(cells5["+ BiLSTM"]).isdisjoint(cells5["LTR & No NSP"])
     assert [c["row"] for c in g.cells if c["table"] == "8" and c["column"] == "task"] == [
         "80% / 10% / 10%", "100% / 0% / 0%", "80% / 0% / 20%", "80% / 20% / 0%", "0% / 20% / 80%", "0% / 0% / 100%",
     ]  # fmt: skip
@@ -44,7 +50,7 @@ def test_the_quick_grid_fills_every_table_and_shares_the_base_run(tmp_path):
     assert len(g.runs) == 11 and g.runs["ltr-s12345"].flags == ("--objective", "ltr")
     # Features that need 4 layers are named as missing for a 2-layer base, with the reason.
     assert any("concat-last-4 (needs 4 layers" in m for m in g.missing["7"])
-    assert any("BiLSTM" in m for m in g.missing["5"])
+    assert g.missing["5"] == ["SQuAD column: the study fine-tunes on the GLUE-layout task only"]
 
 
 def test_without_ner_data_table_7_says_why(tmp_path):
@@ -67,12 +73,18 @@ def test_stages_run_the_switches_and_fine_tune_the_checkpoints(tmp_path):
     assert mix[mix.index("--mask-share") + 1 :][:5] == ["0.0", "--keep-share", "0.2", "--random-share", "0.8"]
     nonsp = by_name["ablate/pretrain/no-nsp-packed-s12345"]
     assert "--no-nsp" in nonsp.command and nonsp.upstream == ("ablate/examples-packed", "examples-validation")
-    assert nonsp.command[nonsp.command.index("--shards") + 1].endswith("ablations/shards/packed-seq64")
+    assert nonsp.command[nonsp.command.index("--shards") + 1].endswith("ablations/shards/packed-seq128")
     base = by_name["ablate/pretrain/base-s12345"].command
     assert base[base.index("--save-steps") + 1] == "100" and base[base.index("--keep-checkpoints") + 1] == "4"
     ft = by_name["ablate/finetune/base-s12345/glue-step100-s12345"]  # a Figure-5 point
     assert ft.command[ft.command.index("--checkpoint") + 1].endswith("base-s12345/checkpoints/step-00000100")
     assert ft.upstream == ("ablate/pretrain/base-s12345", "task")
+    bilstm = by_name["ablate/finetune/ltr-s12345/glue-bilstm-step300-s12345"]
+    assert "--bilstm" in bilstm.command and "--bilstm" not in ft.command
+    assert bilstm.command[bilstm.command.index("--checkpoint") + 1].endswith(
+        "ltr-s12345/checkpoints/step-00000300"
+    )
+    assert bilstm.upstream == ("ablate/pretrain/ltr-s12345", "task")
     feats = by_name["ablate/finetune/base-s12345/ner-sum-all-step300-s12345"].command
     assert feats[feats.index("--features") + 1] == "sum-all"
     assert series_steps(PRESETS["quick"]) == [100, 200, 300]
@@ -87,6 +99,19 @@ def test_a_given_corpus_replaces_the_corpus_stages(tmp_path):
     assert vocab.command[vocab.command.index("--corpus") + 1] == "gs://b/corpus" and vocab.upstream == ()
     with pytest.raises(ValueError, match="give --wiki-dump .to build the corpus. or --corpus"):
         AblationConfig(workdir="w", preset=PRESETS["smoke"])
+
+
+def test_books_join_the_corpus_as_in_the_demo(tmp_path):
+    cfg = AblationConfig(
+        workdir=str(tmp_path), preset=PRESETS["quick"], wiki_dump="dump.xml.bz2", books="gutenberg"
+    )
+    plan = {s.name: s for s in stages(cfg, grid(cfg))}
+    assert plan["books"].command[plan["books"].command.index("--input") + 1] == "gutenberg/*.txt"
+    corpus = plan["corpus"].command
+    assert corpus.count("--input") == 2 and plan["corpus"].upstream == ("wikipedia", "books")
+    assert "books" not in {s.name for s in stages(_cfg(tmp_path), grid(_cfg(tmp_path)))}
+    with pytest.raises(ValueError, match="--books goes into the corpus"):
+        AblationConfig(workdir="w", preset=PRESETS["smoke"], corpus="c", books="gutenberg")
 
 
 def test_summaries_are_mean_and_sample_std():
@@ -146,7 +171,8 @@ def test_the_report_has_every_table_with_our_numbers_beside_the_papers(tmp_path)
     assert "| 2 | 128 | 2 | 111.00 | 64.0 ± 1.4 (n=2) |" in report  # perplexity of base-s12345: 100 + 11
     assert "| 80% / 10% / 10% | 64.0 ± 1.4 (n=2) | 63.0 | not in preset |" in report
     assert "| Feature-based: last | 63.0 | 94.9 |" in report
-    assert "Not run: + BiLSTM" in report and "Not run: Fine-tuning: BERT_LARGE" in report
+    assert "| + BiLSTM | 50.0 ± 0.0 (n=2) † | 82.1 | 84.1 | 75.7 | 91.6 | 84.9 |" in report
+    assert "Not run: + BiLSTM" not in report and "Not run: Fine-tuning: BERT_LARGE" in report
     assert "finetune glue --task mrpc" in report and "| 12.5 |" in report
     points = json.loads((tmp_path / "ablations" / "figure5.json").read_text())
     base_points = [(p["step"], round(p["mean"], 3)) for p in points if p["run"] == "base-s12345"]

@@ -12,7 +12,8 @@ from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, 
 from pipelines.examples.finish import PAIR_COLUMN, ExampleVocab, examples_table
 from pipelines.examples.pairs import PairConfig, tokenized_document
 from pipelines.examples.pipeline import ExamplesConfig
-from pipelines.examples.write import shard_pieces, shard_table
+from pipelines.examples.write import pair_shards, shard_pieces, shard_table
+from pipelines.stage import shard_index
 from schemas.examples import examples_format
 
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, 3000)]
@@ -136,3 +137,14 @@ def test_shard_pieces_reassemble_into_sorted_shards_of_the_schema():
         total += len(table)
     assert total == sum(len(c) for c, _ in finished)
     assert len(shard_table([], FMT)) == 0
+
+
+def test_pair_shards_are_the_shard_index_of_each_pairs_identity():
+    finished, _, _ = plan_batch(_documents(6), CONFIG, RequestDrawer({0: 6}), VOCAB)
+    columns = finished[0][0]
+    for num_shards in (1, 7, 256):
+        expected = [
+            shard_index(f"{d}\x1f{k}\x1f{p}", num_shards)
+            for d, k, p in zip(columns.doc_ids, columns.dupe_index, columns.pair_index, strict=True)
+        ]
+        assert pair_shards(columns, num_shards).tolist() == expected

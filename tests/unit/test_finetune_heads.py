@@ -152,3 +152,51 @@ def test_bilstm_outputs_do_not_depend_on_padding():
     torch.testing.assert_close(out[:, :5], alone, rtol=0, atol=1e-6)
     assert torch.equal(out[:, 5:], torch.zeros(1, 4, 12))
     assert torch.equal(BiLSTM(8, 6, seed=0).lstm.weight_ih_l0, BiLSTM(8, 6, seed=0).lstm.weight_ih_l0)
+
+
+def _with_spans(features: list[dict]) -> list[dict]:
+    """Each feature's middle as its sentence; the rest is context the head must not see."""
+    out = []
+    for f in features:
+        n = len(f["input_ids"])
+        labels = [-100] * n
+        labels[2 : n - 2] = f["labels"][2 : n - 2]
+        out.append({**f, "labels": labels, "sentence_start": 2, "sentence_end": n - 2})
+    return out
+
+
+def test_the_head_runs_over_the_sentence_span_only():
+    features = _with_spans(_features(6))
+    tagger = FeatureTagger(tiny_encoder().bert, 3, "last", lstm_units=8, seed=0).eval()
+    batch = collate_tokens(features)
+    with torch.no_grad():
+        spanned = tagger(**batch)
+        window = tagger.encoder_layers(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    lengths = [f["sentence_end"] - f["sentence_start"] for f in features]
+    assert spanned.logits.shape[1] == max(lengths)
+    for row, f in enumerate(features):
+        # the sentence alone through the head (its encoder activations taken in the window)
+        alone = window[row : row + 1, f["sentence_start"] : f["sentence_end"]]
+        with torch.no_grad():
+            want = tagger.classifier(tagger.bilstm(tagger.head_inputs(alone)))
+        torch.testing.assert_close(spanned.logits[row : row + 1, : lengths[row]], want, rtol=0, atol=1e-5)
+    # the loss is over the sentence's labels only: the same as the live window's masked loss
+    assert spanned.loss is not None and torch.isfinite(spanned.loss)
+
+
+def test_cached_sentence_spans_train_exactly_like_the_live_window():
+    features = _with_spans(_features(10))
+    config = TrainConfig(epochs=2, lr=1e-2, batch_size=4, seed=3, device="cpu", progress=False)
+    live = FeatureTagger(tiny_encoder().bert, 3, "concat-last-4", lstm_units=8, seed=1)
+    cached = FeatureTagger(tiny_encoder().bert, 3, "concat-last-4", lstm_units=8, seed=1)
+    cut = cache_layers(
+        cached, features, collate_tokens, batch_size=3, device=torch.device("cpu"), precision="fp32"
+    )
+    n = len(features[0]["input_ids"])
+    assert cut[0]["layers"].shape == (n - 4, 4, 32) and len(cut[0]["input_ids"]) == n - 4
+    assert "sentence_start" not in cut[0] and cut[0]["labels"] == features[0]["labels"][2 : n - 2]
+    a = fit(live, features, config, collate_fn=collate_tokens)
+    b = fit(cached, cut, config, collate_fn=collate_with_layers(collate_tokens))
+    assert a.epoch_losses == pytest.approx(b.epoch_losses, rel=1e-5)
+    for (name, p), q in zip(live.named_parameters(), cached.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=name)

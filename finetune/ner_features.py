@@ -1,0 +1,225 @@
+"""Feature-based NER (the paper's Table 7): training and tagging with a frozen encoder, and the
+folder of cached activations that ``finetune ner --feature-cache DIR`` shares between runs.
+
+The encoder reads each sentence in its window of document context; the head
+(:class:`finetune.heads.FeatureTagger`) runs over the sentence's own sub-tokens only (the span of
+``sentence_features(..., spans=True)``), which is all that is scored. With ``--cache-features``
+the frozen encoder runs once over the training set instead of once per epoch. With
+``--feature-cache DIR`` the activations of *every* layer of every split (train, valid, test) are
+also written to ``DIR`` (safetensors, one file per split) and read back by any later run over the
+same encoder inputs, whatever its ``--features`` choice: the six rows of Table 7 then cost one
+encoder pass over the data, not six.
+
+A cache file is named by the SHA-256 of what determines its contents: the encoder's weights
+(every tensor's name, dtype, shape and bytes), the precision the encoder runs in, and every
+feature's ``input_ids``, ``token_type_ids`` and sentence span (so the data, vocabulary, casing,
+``--max-seq-length`` and ``--max-*-examples`` are all in it). A file is written under a temporary
+name and renamed when complete, so a file with the final name is whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import fsspec
+import safetensors.torch
+import torch
+
+from finetune.common import MODEL_INPUTS, Encoder, FinetuneError, TrainConfig, TrainResult, fit, predict
+from finetune.heads import FeatureTagger, cache_layers, collate_with_layers, sentence_only
+from finetune.ner import collate_tokens, to_iob2
+from pretrain.runtime import resolve_device, resolve_precision
+
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = "ner-feature-cache"
+CACHE_VERSION = "1"
+SPAN_INPUTS = (*MODEL_INPUTS, "sentence_start", "sentence_end", "layers")
+"""What the feature tagger takes at prediction: the window, or its sentence's cached layers."""
+
+
+def feature_tagger(
+    encoder: Encoder, labels: Sequence[str], features: str, config: TrainConfig
+) -> FeatureTagger:
+    """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder; a checkpoint too shallow
+    for ``features`` is one :class:`FinetuneError`."""
+    try:
+        return FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
+    except ValueError as err:
+        raise FinetuneError(f"--checkpoint {encoder.source}: {err}") from None
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 over every tensor of ``model.state_dict()``: name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}|{flat.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def inputs_digest(weights: str, precision: str, features: Sequence[dict[str, Any]]) -> str:
+    """SHA-256 naming one split's cached activations: the encoder (``weights``), ``precision``
+    and each feature's ids, types and sentence span (labels do not change activations)."""
+    digest = hashlib.sha256(f"{CACHE_FORMAT}|{CACHE_VERSION}|{weights}|{precision}|".encode())
+    for f in features:
+        row = [
+            len(f["input_ids"]),
+            f["sentence_start"],
+            f["sentence_end"],
+            *f["input_ids"],
+            *f["token_type_ids"],
+        ]
+        digest.update(torch.tensor(row, dtype=torch.int64).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _cache_path(folder: str, digest: str) -> str:
+    return f"{folder.rstrip('/')}/{digest[:32]}.safetensors"
+
+
+def load_cached(
+    folder: str, digest: str, lengths: Sequence[int], num_states: int, hidden: int
+) -> torch.Tensor | None:
+    """The cached activations ``[sum(lengths), num_states, hidden]`` of the split named ``digest``,
+    or None when ``folder`` has none. A file that does not hold what its name promises is a
+    :class:`FinetuneError` naming it."""
+    path = _cache_path(folder, digest)
+    fs, local = fsspec.core.url_to_fs(path)
+    if not fs.exists(local):
+        return None
+    with fs.open(local, "rb") as f:
+        try:
+            tensors = safetensors.torch.load(f.read())
+        except Exception as err:  # a truncated or foreign file
+            raise FinetuneError(f"{path}: not a readable feature cache ({err}); delete it") from None
+    layers, stored = tensors.get("layers"), tensors.get("lengths")
+    expected = (sum(lengths), num_states, hidden)
+    if (
+        layers is None
+        or stored is None
+        or tuple(layers.shape) != expected
+        or stored.tolist() != list(lengths)
+    ):
+        raise FinetuneError(
+            f"{path}: does not match this run's inputs (expected layers {expected}); delete it"
+        )
+    return layers
+
+
+def save_cached(
+    folder: str, digest: str, layers: torch.Tensor, lengths: Sequence[int], metadata: dict[str, str]
+) -> str:
+    """Write one split's activations to ``folder`` (temporary name, then renamed); returns the path."""
+    path = _cache_path(folder, digest)
+    fs, local = fsspec.core.url_to_fs(path)
+    fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
+    tensors = {"layers": layers.contiguous(), "lengths": torch.tensor(list(lengths), dtype=torch.int64)}
+    data = safetensors.torch.save(
+        tensors, metadata={"format": CACHE_FORMAT, "version": CACHE_VERSION, **metadata}
+    )
+    with fs.open(f"{local}.tmp", "wb") as f:
+        f.write(data)
+    fs.mv(f"{local}.tmp", local)
+    return path
+
+
+def with_layers(
+    model: FeatureTagger,
+    features: Sequence[dict[str, Any]],
+    config: TrainConfig,
+    *,
+    folder: str | None = None,
+    split: str = "train",
+    source: str = "",
+) -> tuple[list[dict[str, Any]], str]:
+    """``features`` (with sentence spans) cut to their sentences, each with the model's chosen
+    layers under ``layers``. Without ``folder`` the encoder computes just those layers. With it,
+    every layer is read from ``folder`` when there, else computed and written there for later
+    runs. Returns the features and what happened: ``computed``, ``read`` or ``written``."""
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device)
+    compute = dict(
+        collate_fn=collate_tokens, batch_size=config.eval_batch_size, device=device, precision=precision
+    )
+    if folder is None:
+        return cache_layers(model, features, **compute), "computed"
+    num_states, hidden = model.bert.config.num_hidden_layers + 1, model.bert.config.hidden_size
+    lengths = [f["sentence_end"] - f["sentence_start"] for f in features]
+    digest = inputs_digest(weights_digest(model.bert), precision, features)
+    everything = load_cached(folder, digest, lengths, num_states, hidden)
+    outcome = "read"
+    if everything is None:
+        computed = cache_layers(model, features, **compute, which=range(num_states))
+        everything = (
+            torch.cat([f["layers"] for f in computed]) if computed else torch.empty(0, num_states, hidden)
+        )
+        meta = {"split": split, "checkpoint": source, "precision": precision, "sentences": str(len(features))}
+        path = save_cached(folder, digest, everything, lengths, meta)
+        logger.info(
+            "ner: wrote the %s activations (%.0f MiB) to %s", split, everything.numel() * 4 / 2**20, path
+        )
+        outcome = "written"
+    chosen = everything.index_select(1, torch.tensor(model.layers))
+    del everything
+    out = []
+    for feature, layers in zip(features, torch.split(chosen, lengths), strict=True):
+        cut = sentence_only(feature, feature["sentence_start"], feature["sentence_end"])
+        cut["layers"] = layers
+        out.append(cut)
+    return out, outcome
+
+
+def fit_feature_tagger(
+    model: FeatureTagger,
+    inputs: list[dict[str, Any]],
+    config: TrainConfig,
+    *,
+    cache: bool,
+    folder: str | None,
+    source: str,
+) -> tuple[TrainResult, str]:
+    """Train the head on ``inputs`` (features with sentence spans): over the live encoder, or on
+    activations computed once (``cache``) or shared through ``folder``. Returns the result and
+    how the training activations were obtained (``live``, ``computed``, ``read``, ``written``)."""
+    outcome = "live"
+    if cache or folder is not None:
+        size = (
+            sum(f["sentence_end"] - f["sentence_start"] for f in inputs) * model.bert.config.hidden_size * 4
+        )
+        logger.info("ner: %d training sentences' activations, %.0f MiB per layer", len(inputs), size / 2**20)
+        inputs, outcome = with_layers(model, inputs, config, folder=folder, split="train", source=source)
+    return fit(model, inputs, config, collate_fn=collate_with_layers(collate_tokens)), outcome
+
+
+def tag_feature_based(
+    model: FeatureTagger,
+    inputs: list[dict[str, Any]],
+    positions: Sequence[Sequence[int]],
+    labels: Sequence[str],
+    config: TrainConfig,
+    *,
+    folder: str | None,
+    split: str,
+    source: str,
+) -> tuple[list[list[str]], str]:
+    """Predicted IOB2 tags for each sentence (``positions``: its words in the window, -1 for a word
+    truncated away, tagged ``O``), the activations live or, with ``folder``, shared through it.
+    Returns the tags and how the activations were obtained."""
+    starts = [f["sentence_start"] for f in inputs]
+    outcome = "live"
+    if folder is not None:
+        inputs, outcome = with_layers(model, inputs, config, folder=folder, split=split, source=source)
+    outputs = predict(
+        model, inputs, batch_size=config.eval_batch_size, device=config.device, precision=config.precision,
+        collate_fn=collate_with_layers(collate_tokens), progress=config.progress, inputs=SPAN_INPUTS,
+    )  # fmt: skip
+    tags = []
+    for logits, word_at, start in zip(outputs, positions, starts, strict=True):
+        best = logits.argmax(-1).tolist()
+        tags.append(to_iob2([labels[best[p - start]] if p >= 0 else "O" for p in word_at]))
+    return tags, outcome

@@ -1,0 +1,200 @@
+"""The DoFns of ``pipelines examples`` (wired in ``pipeline.py``): thin wrappers around the pure
+functions of ``batches.py``, ``packing.py`` and ``write.shard_pieces`` that read their inputs
+back from, and write their outputs to, temporary files (``spill.py``) when the run spills.
+
+What one DoFn holds at once is set here, not by the input: a batch of ``BATCH_SENTENCES``
+sentences, planned ``PLAN_SENTENCE_PASSES`` sentence-passes at a time, at most ``SPILL_BYTES`` of
+example pieces before they are written, one bucket (``FulfilBucket``, ``PackGroup``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+
+from pipelines import io
+from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch, tokenize_documents
+from pipelines.examples.finish import ExampleColumns, ExampleVocab, columns_from_rows
+from pipelines.examples.packing import pack_group
+from pipelines.examples.pairs import TokenizedDocument
+from pipelines.examples.spill import (
+    SpillRef,
+    documents_from_bytes,
+    documents_to_bytes,
+    read_spilled,
+    requests_from_bytes,
+    requests_to_bytes,
+    spill,
+)
+from pipelines.examples.write import shard_pieces
+from schemas import RecordFormat
+from wordpiece.chunk_cache import ChunkCache
+from wordpiece.tokenizer import WordPieceTokenizer
+
+ExamplesConfig = Any
+"""``pipeline.ExamplesConfig`` (not imported here: ``pipeline`` imports this module)."""
+
+BATCH_SENTENCES = 20_000
+"""Sentences tokenised and planned together (whole documents: at least one per batch)."""
+SPILL_BYTES = 64 << 20
+"""Example pieces a DoFn holds before it writes them to a temporary file."""
+PLAN_SENTENCE_PASSES = 5 * BATCH_SENTENCES
+"""Sentences x dupe passes planned at once: a batch is planned in parts of at most this many
+(at least one document each), so the planner's memory does not grow with ``--dupe-factor``."""
+
+BatchRef = tuple[tuple[int, SpillRef | bytes, int], ...]
+"""A batch of documents by bucket: ``(bucket, where its documents lie (or their bytes), how many)``."""
+
+
+class TokenizeShard(beam.DoFn):
+    """A corpus shard → batches of ``TokenizedDocument`` (about ``BATCH_SENTENCES`` sentences
+    each), each written to a temporary file by bucket (one ``BatchRef`` per batch); the tokenizer
+    and its chunk cache live as long as the worker."""
+
+    def __init__(self, vocab: str, cased: bool, num_buckets: int, folder: str | None):
+        self._vocab, self._cased, self._num_buckets, self._folder = vocab, cased, num_buckets, folder
+        self._cache: ChunkCache | None = None
+
+    def setup(self) -> None:
+        tokenizer = WordPieceTokenizer.load(self._vocab, cased=self._cased).tokenizer
+        # Corpus text that spells "[SEP]" is text, not a separator.
+        tokenizer.encode_special_tokens = True
+        self._cache = ChunkCache(tokenizer)
+
+    def process(self, shard: tuple[str, str]):
+        for batch in row_batches(io.read_document_table(shard, ["doc_id", "sentences"])):
+            documents, without_tokens = tokenize_documents(self._cache, batch)
+            if without_tokens:
+                beam.metrics.Metrics.counter("pipelines.examples", "documents_without_tokens").inc(
+                    without_tokens
+                )
+            yield beam.pvalue.TaggedOutput(
+                "tallies", Counter(documents_used=len(documents), documents_without_tokens=without_tokens)
+            )
+            if documents:
+                grouped = by_bucket(documents, self._num_buckets)
+                refs = spill(self._folder, [(b, documents_to_bytes(d)) for b, d in grouped])
+                yield tuple((b, ref, len(d)) for (b, ref), (_, d) in zip(refs, grouped, strict=True))
+
+
+def row_batches(table, rows_at_once: int = 64) -> Iterator[list[dict]]:
+    """A documents table's rows as Python dicts, whole documents of about ``BATCH_SENTENCES``
+    sentences at a time (only one batch of rows is ever converted from Arrow)."""
+    batch, total = [], 0
+    for first in range(0, table.num_rows, rows_at_once):
+        for row in table.slice(first, rows_at_once).to_pylist():
+            batch.append(row)
+            total += len(row["sentences"])
+            if total >= BATCH_SENTENCES:
+                yield batch
+                batch, total = [], 0
+    if batch:
+        yield batch
+
+
+def plan_parts(documents: list[TokenizedDocument], dupe_factor: int) -> Iterator[list[TokenizedDocument]]:
+    """``documents`` in parts of at most ``PLAN_SENTENCE_PASSES`` sentences x passes (a document
+    at least); each document is planned from its own seed, so the parts change no example."""
+    part, total = [], 0
+    for document in documents:
+        if part and total + document.num_sentences * dupe_factor > PLAN_SENTENCE_PASSES:
+            yield part
+            part, total = [], 0
+        part.append(document)
+        total += document.num_sentences * dupe_factor
+    if part:
+        yield part
+
+
+def read_documents(pieces: Iterable[SpillRef | bytes]) -> list[TokenizedDocument]:
+    """The tokenised documents of pieces written by ``documents_to_bytes`` (spilled or not)."""
+    return [d for data in read_spilled(pieces) for d in documents_from_bytes(data)]
+
+
+class WithVocab(beam.DoFn):
+    """A DoFn that loads the vocabulary tables once per worker and spills its examples."""
+
+    def __init__(self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+        self._config, self._fmt, self._folder = config, fmt, folder
+        self._vocab: ExampleVocab | None = None
+
+    def setup(self) -> None:
+        tokens = WordPieceTokenizer.load(self._config.vocab, cased=self._config.cased).vocab
+        self._vocab = ExampleVocab.build(tokens, self._config.random_token_from_whole_vocab)
+
+    def _pieces(self, finished: Iterable[tuple[ExampleColumns, Counter]]):
+        """The examples as ``(shard, SpillRef)`` outputs (written ``SPILL_BYTES`` at a time)."""
+        held, held_bytes = [], 0
+        for columns, tally in finished:
+            for piece in shard_pieces(columns, self._fmt, self._config.num_shards):
+                held.append(piece)
+                held_bytes += len(piece[1])
+            if held_bytes >= SPILL_BYTES:
+                yield from (beam.pvalue.TaggedOutput("pieces", ref) for ref in spill(self._folder, held))
+                held, held_bytes = [], 0
+            yield beam.pvalue.TaggedOutput("tallies", tally)
+        yield from (beam.pvalue.TaggedOutput("pieces", ref) for ref in spill(self._folder, held))
+
+
+class PlanBatch(WithVocab):
+    """A spilled batch of documents → its actual-next examples (finished here) and its
+    random-next requests, spilled, one reference per bucket."""
+
+    def __init__(self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+        super().__init__(config, fmt, folder)
+        self._drawer: tuple[dict, RequestDrawer] | None = None
+
+    def process(self, batch: BatchRef, bucket_sizes: dict[int, int]):
+        if self._drawer is None or self._drawer[0] is not bucket_sizes:
+            self._drawer = (bucket_sizes, RequestDrawer(bucket_sizes))
+        config = self._config
+        for part in plan_parts(read_documents(ref for _, ref, _ in batch), config.dupe_factor):
+            finished, tally, requests = plan_batch(part, config, self._drawer[1], self._vocab)
+            if tally["pairs_without_other_document"]:
+                beam.metrics.Metrics.counter("pipelines.examples", "pairs_without_other_document").inc(
+                    tally["pairs_without_other_document"]
+                )
+            yield from self._pieces(finished)
+            yield beam.pvalue.TaggedOutput("tallies", tally)
+            yield from spill(self._folder, [(bucket, requests_to_bytes(r)) for bucket, r in requests])
+
+
+class FulfilBucket(WithVocab):
+    """A bucket's documents and the requests for them (references) → the random-next examples."""
+
+    def process(self, element):
+        _, grouped = element
+        documents = read_documents(grouped["documents"])
+        requests = [requests_from_bytes(data) for data in read_spilled(grouped["requests"])]
+        yield from self._pieces(fulfil_bucket(documents, requests, self._config, self._vocab))
+
+
+def by_bucket(
+    documents: list[TokenizedDocument], num_buckets: int
+) -> list[tuple[int, list[TokenizedDocument]]]:
+    """``documents`` grouped by their bucket (``bucket_of``), buckets in ascending order."""
+    grouped: dict[int, list[TokenizedDocument]] = {}
+    for document in documents:
+        grouped.setdefault(bucket_of(document.doc_id, num_buckets), []).append(document)
+    return sorted(grouped.items())
+
+
+class PackGroup(WithVocab):
+    """A group's documents (references) → its packed examples (``--format packed``)."""
+
+    def process(self, element):
+        group, refs = element
+        config = self._config
+        packed = pack_group(
+            group,
+            read_documents(refs),
+            seed=config.seed,
+            dupe_factor=config.dupe_factor,
+            max_seq_length=config.pairs.max_seq_length,
+            masking=config.masking if config.apply_masking else None,
+            vocab=self._vocab,
+        )
+        yield from self._pieces((columns_from_rows(rows), tally) for rows, tally in packed)
