@@ -57,7 +57,8 @@ def main(
     if wiki_dump and not books:
         click.echo(
             "(no --books: the corpus is the dump's alone, smaller than make demo's; the quick preset's "
-            "numbers in docs/ablations.md are with --books ../shared/data/books/gutenberg)"
+            "numbers in docs/ablations.md are with --books ../shared/data/books/gutenberg)",
+            err=True,
         )
     g = grid(cfg)
     plan = stages(cfg, g)
