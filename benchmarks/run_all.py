@@ -48,10 +48,16 @@ class Benchmark:
     args: Callable[[], list[str]] = field(default=lambda: [])
     parse_stdout: Callable[[str], dict] | None = None
     """For scripts that only print: turn their output into the result JSON."""
+    command: str = ""
+    """The command line that reproduces the figures (shown in the summary); default the script."""
 
     @property
     def results(self) -> Path:
         return RESULTS_DIR / f"{self.name}.json"
+
+    def command_line(self) -> str:
+        """What a reader runs to get these figures again."""
+        return self.command or f"python benchmarks/{self.scripts[0]}"
 
     def script(self) -> Path | None:
         """The script to run, or None when none of the candidates exists yet."""
@@ -82,7 +88,13 @@ def parse_wikitext_speed(stdout: str) -> dict:
 
 
 BENCHMARKS = (
-    Benchmark("corpus", ("corpus.py",), "corpus stages per core; WikiExtractor", _corpus_args),
+    Benchmark(
+        "corpus",
+        ("corpus.py",),
+        "corpus stages per core; WikiExtractor",
+        _corpus_args,
+        command="python benchmarks/corpus.py --wikiextractor .venv-wikiextractor/bin/python",
+    ),
     Benchmark(
         "wikitext_speed", ("wikitext_speed.py",), "clean_wikitext alone", parse_stdout=parse_wikitext_speed
     ),
@@ -91,6 +103,7 @@ BENCHMARKS = (
         ("sentence_segmentation.py",),
         "segmenter accuracy and speed",
         lambda: ["--json", str(RESULTS_DIR / "sentence_segmentation.json")],
+        command="python benchmarks/sentence_segmentation.py --json benchmarks/results/sentence_segmentation.json",
     ),
     Benchmark("tokenization", ("tokenization.py",), "WordPiece tokenisation; BertTokenizerFast"),
     Benchmark("wordpiece_train", ("wordpiece_train.py",), "vocabulary learning; tokenizers' trainer"),
@@ -157,11 +170,12 @@ def rows_corpus(r: dict) -> list[Row]:
     peer, ratio = "— (no WikiExtractor in this run)", "—"
     if "wikiextractor" in r:
         peer_rate = wiki["wikitext_mb"] / r["wikiextractor"]["cpu_s"]
-        peer = f"WikiExtractor 3.1.0: {_n(peer_rate)} MB/s per core"
+        peer = f"WikiExtractor 3.1.0 (`--processes 1`), same dump: {_n(peer_rate)} MB/s per core"
         ratio = _x(r["speed_ratio_vs_wikiextractor"])
     rows.append(
         (
-            "wikipedia: decompress, parse, clean, split sentences (1 core)",
+            f"wikipedia: decompress, parse, clean, split sentences; enwiki excerpt ({wiki['pages']} pages, "
+            f"{_n(wiki['wikitext_mb'])} MB of wikitext), 1 core",
             f"{_n(wiki['wikitext_mb_per_s_per_core'])} MB/s, {_n(wiki['pages_per_s_per_core'])} pages/s",
             peer,
             ratio,
@@ -169,9 +183,10 @@ def rows_corpus(r: dict) -> list[Row]:
     )
     if "books" in r:
         books = r["books"]
+        where = f"{books['books']} Gutenberg books ({_n(books['mb'])} MB), 1 core"
         rows.append(
             (
-                "books: decode, strip, unwrap, split (1 core)",
+                f"books: decode, strip, unwrap, split; {where}",
                 f"{_n(books['mb_per_s_per_core'])} MB/s",
                 "—",
                 "—",
@@ -179,7 +194,7 @@ def rows_corpus(r: dict) -> list[Row]:
         )
         rows.append(
             (
-                "corpus: MinHash signatures (1 core)",
+                f"corpus: MinHash signatures; {where}",
                 f"{_n(books['minhash_mb_per_s_per_core'])} MB/s",
                 "—",
                 "—",
@@ -191,7 +206,7 @@ def rows_corpus(r: dict) -> list[Row]:
 def rows_wikitext_speed(r: dict) -> list[Row]:
     return [
         (
-            "`clean_wikitext` alone (1 core)",
+            f"`clean_wikitext` alone; {r['pages']} pages, {_n(r['wikitext_mb'])} MB of wikitext, 1 core",
             f"{_n(r['mb_per_s'])} MB/s, {_n(r['pages_per_s'])} pages/s",
             "—",
             "—",
@@ -204,63 +219,84 @@ def rows_sentence_segmentation(r: dict) -> list[Row]:
     ours = candidates.get("project")
     if ours is None:
         return [("sentence segmentation", "no 'project' candidate in the results", "—", "—")]
-    peers = {name: c for name, c in candidates.items() if name not in ("project", "blingfire")}
+    where = (
+        f"F1 on {r['gold']['sentences']} hand-checked sentences, speed on "
+        f"{_n(r['throughput_corpus_bytes'] / 1e6)} MB of text, 1 core"
+    )
     figure = f"F1 {ours['scores']['all']['f1']:.3f}, {_n(ours['mb_per_s'])} MB/s"
-    if not peers:
-        return [("sentence segmentation (1 core)", figure, "— (no peer installed)", "—")]
-    name, best = max(peers.items(), key=lambda kv: kv[1]["scores"]["all"]["f1"])
-    peer = f"{name} (most accurate peer): F1 {best['scores']['all']['f1']:.3f}, {_n(best['mb_per_s'])} MB/s"
-    rows = [
-        ("sentence segmentation (1 core), speed ratio", figure, peer, _x(ours["mb_per_s"] / best["mb_per_s"]))
-    ]
+    rows = []
     raw = candidates.get("blingfire")
-    if raw is not None:  # what we wrap: the peer a user would otherwise call directly
+    if raw is not None:  # the headline: what we wrap, the peer a user would otherwise call directly
         rows.append(
             (
-                "sentence segmentation (1 core) against the raw library we wrap",
+                f"sentence segmentation against the raw library we wrap; {where}",
                 figure,
                 f"raw Bling Fire (text_to_sentences): F1 {raw['scores']['all']['f1']:.3f}, {_n(raw['mb_per_s'])} MB/s",
                 _x(ours["mb_per_s"] / raw["mb_per_s"]),
             )
         )
+    peers = {name: c for name, c in candidates.items() if name not in ("project", "blingfire")}
+    if not peers:
+        return rows or [(f"sentence segmentation; {where}", figure, "— (no peer installed)", "—")]
+    name, best = max(peers.items(), key=lambda kv: kv[1]["scores"]["all"]["f1"])
+    peer = (
+        f"{name} (the most accurate of the other segmenters): F1 {best['scores']['all']['f1']:.3f}, "
+        f"{_n(best['mb_per_s'])} MB/s"
+    )
+    rows.append(
+        (f"sentence segmentation, speed; {where}", figure, peer, _x(ours["mb_per_s"] / best["mb_per_s"]))
+    )
     return rows
 
 
 def rows_tokenization(r: dict) -> list[Row]:
-    runs, ratios = r["runs"], r["ratio_ours_vs_transformers"]
-    return [
-        (
-            f"WordPiece tokenisation, {mode} (1 core)",
-            f"{_n(runs[f'ours {mode}']['tokens_per_s'])} tokens/s",
-            f"BertTokenizerFast: {_n(runs[f'transformers {mode}']['tokens_per_s'])} tokens/s",
-            _x(ratios[mode]),
-        )
-        for mode in ("batch", "single")
-        if mode in ratios
-    ]
+    runs, text = r["runs"], r["text"]
+    where = f"{text['lines']:,} lines of Gutenberg books ({_n(text['mb_utf8'])} MB), bert-base-uncased vocab, 1 core"
+    peers = {
+        "tokenizers": (
+            "raw tokenizers (BertWordPieceTokenizer, the library we build on)",
+            "ratio_ours_vs_tokenizers",
+        ),
+        "transformers": ("transformers' BertTokenizerFast", "ratio_ours_vs_transformers"),
+    }
+    rows = []
+    for who, (label, key) in peers.items():
+        for mode, ratio in r.get(key, {}).items():
+            rows.append(
+                (
+                    f"WordPiece tokenisation, {mode}; {where}",
+                    f"{_n(runs[f'ours {mode}']['tokens_per_s'])} tokens/s",
+                    f"{label}: {_n(runs[f'{who} {mode}']['tokens_per_s'])} tokens/s",
+                    _x(ratio),
+                )
+            )
+    return rows
 
 
 def rows_wordpiece_train(r: dict) -> list[Row]:
     real = r["real_text"]
+    where = f"{_n(real['text_mb'])} MB of Gutenberg books ({real['distinct_words']:,} distinct words)"
+    peer = f"tokenizers' WordPieceTrainer reading the text: {real['tokenizers_trainer_on_text_s']:.2f} s"
+    end_to_end = real["count_s"] + real["learn_from_counts_s"]
     rows = [
-        (
-            f"vocabulary learning on {_n(real['text_mb'])} MB of books",
-            f"{real['learn_from_counts_s']:.2f} s from counts (+ {real['count_s']:.1f} s counting, Beam)",
-            f"tokenizers' trainer on the text: {real['tokenizers_trainer_on_text_s']:.2f} s",
-            _x(real["learn_vs_peer_ratio"]),
+        (  # the headline: what a user runs, `wordpiece train`, against what they would run instead
+            f"vocabulary learning end to end (counting + learning); {where}",
+            f"{end_to_end:.2f} s",
+            peer,
+            _x(real["tokenizers_trainer_on_text_s"] / end_to_end),
         ),
         (
-            f"vocabulary learning on {_n(real['text_mb'])} MB of books, end to end (counting + learning)",
-            f"{real['count_s'] + real['learn_from_counts_s']:.2f} s",
-            f"tokenizers' trainer on the text: {real['tokenizers_trainer_on_text_s']:.2f} s",
-            _x(real["tokenizers_trainer_on_text_s"] / (real["count_s"] + real["learn_from_counts_s"])),
+            f"vocabulary learning, the learning phase only (counting excluded: not what a user runs); {where}",
+            f"{real['learn_from_counts_s']:.2f} s from counts (+ {real['count_s']:.1f} s counting, Beam)",
+            peer,
+            _x(real["learn_vs_peer_ratio"]),
         ),
     ]
     if r.get("sizes"):
         big = max(r["sizes"], key=lambda s: s["distinct_words"])
         rows.append(
             (
-                f"vocabulary learning, {big['distinct_words']:,} distinct words",
+                f"vocabulary learning from counts, {big['distinct_words']:,} distinct synthetic words (Zipf)",
                 f"{big['learn_s']:.0f} s, peak {_n(big['peak_rss_mb'])} MB",
                 "—",
                 "—",
@@ -340,7 +376,7 @@ def rows_reader(r: dict) -> list[Row]:
         rows.append(
             (
                 f"reader, gs:// (GCS emulator), {world_size} rank(s) x {r['workers_per_rank']} workers, "
-                f"{r['shards']} shards, batch {r['batch_size']}, {r['step_ms']:.0f} ms simulated step",
+                f"{r['shards']} shards of {r['examples']:,} examples ({_n(r['dataset_bytes'] / 1e6)} MB), batch {r['batch_size']}, {r['step_ms']:.0f} ms simulated step",
                 f"{max(x['build_requests'] for x in ranks)} requests to build a rank's reader; ranks together "
                 f"fetch {run['bytes_fetched_over_dataset']:.2f}x the dataset's bytes; {_n(rate)} examples/s "
                 f"per rank, waiting {wait:.0%}",
@@ -363,15 +399,30 @@ def rows_reader(r: dict) -> list[Row]:
 
 
 def rows_train_step(r: dict) -> list[Row]:
-    variants = r["variants"]
-    return [
-        (
-            f"pre-training step, config {r['config']}, batch {r['batch_size']}, fp32 CPU, {r['threads']} threads",
-            f"{_n(variants['ours']['tokens_per_s'])} tokens/s",
-            f"BertForPreTraining, padded to {r['max_seq_length']}: {_n(variants['transformers_pad128']['tokens_per_s'])} tokens/s",
-            _x(r["speedup_vs_transformers_pad128"]),
+    rows = []
+    for run in r["runs"]:
+        layers, hidden, heads = run["layers_hidden_heads"]
+        variants = run["variants"]
+        what = (
+            f"pre-training step, config {run['config']} ({layers}/{hidden}/{heads}), batch {run['batch_size']}, "
+            f"real enwiki shards at seq {r['max_seq_length']} ({_n(run['mean_real_tokens_per_batch'])} real "
+            f"tokens/batch), fp32 CPU, {r['threads']} threads; ours `--batching padded`"
         )
-    ]
+        ours = f"{_n(variants['ours']['tokens_per_s'])} tokens/s"
+        peers = {
+            "transformers_collator": "BertForPreTraining fed by DataCollatorForLanguageModeling (padded to the batch's longest)",
+            "transformers_pad128": "BertForPreTraining, every row padded to 128 (as the reference's TFRecords)",
+        }
+        for name, label in peers.items():
+            rows.append(
+                (
+                    what,
+                    ours,
+                    f"{label}: {_n(variants[name]['tokens_per_s'])} tokens/s",
+                    f"{_x(run[f'speedup_vs_{name}'])} ({run[f'cpu_speedup_vs_{name}']:.2f}x per CPU-s)",
+                )
+            )
+    return rows
 
 
 def rows_batching(r: dict) -> list[Row]:
@@ -381,10 +432,12 @@ def rows_batching(r: dict) -> list[Row]:
         for mode in ("bucketed", "packed"):
             rows.append(
                 (
-                    f"pre-training, --batching {mode}, seq {run['max_seq_length']}, batch {run['batch_size']}, "
-                    f"config {r['config']}, fp32 CPU, {r['threads']} threads",
+                    f"pre-training, ours `--batching {mode}` against ours `padded` (a layout ratio, not a peer); "
+                    f"real enwiki shards, seq {run['max_seq_length']}, {run['batches']} batches of "
+                    f"{run['batch_size']}, config {r['config']}, fp32 CPU, {r['threads']} threads",
                     f"{_n(modes[mode]['tokens_per_s'])} tokens/s, padding {modes[mode]['padding_share']:.1%}",
-                    f"padded (HF collator): {_n(padded['tokens_per_s'])} tokens/s, padding {padded['padding_share']:.1%}",
+                    f"ours `--batching padded` (pads as transformers' collator): {_n(padded['tokens_per_s'])} tokens/s, "
+                    f"padding {padded['padding_share']:.1%}",
                     _x(run[f"{mode}_speedup_vs_padded"]),
                 )
             )
@@ -392,13 +445,23 @@ def rows_batching(r: dict) -> list[Row]:
 
 
 def rows_finetune_step(r: dict) -> list[Row]:
+    variants = r["variants"]
+    what = (
+        f"fine-tuning step, all-MiniLM-L6-v2 (6/384) classifier, real MRPC training pairs, batch {r['batch']} "
+        f"({_n(r['mean_real_tokens_per_batch'])} real tokens/batch), fp32 CPU, {r['threads']} threads"
+    )
+    peers = {
+        "transformers_collator": "BertForSequenceClassification fed by DataCollatorWithPadding (padded to the batch's longest)",
+        "transformers_pad128": "BertForSequenceClassification, every pair padded to 128 (as run_classifier.py)",
+    }
     return [
         (
-            f"fine-tuning step, MiniLM classifier on MRPC pairs, batch {r['batch']}, fp32 CPU, {r['threads']} threads",
-            f"{r['ours_examples_per_s']:.1f} examples/s",
-            f"BertForSequenceClassification, padded to 128: {r['transformers_pad128_examples_per_s']:.1f} examples/s",
-            _x(r["ratio_vs_transformers"]),
+            what,
+            f"{variants['ours']['examples_per_s']:.1f} examples/s",
+            f"{label}: {variants[name]['examples_per_s']:.1f} examples/s",
+            _x(r[f"speedup_vs_{name}"]),
         )
+        for name, label in peers.items()
     ]
 
 
@@ -426,9 +489,8 @@ RENDERERS: dict[str, Callable[[dict], list[Row]]] = {
 
 
 NOT_MEASURED = [
-    "* train_step at base size (12 layers, 768 wide): not measured; the row above is the mini config.",
-    "* train_step with the peer padded as transformers' own collators pad (to the batch's longest, not to "
-    "128): not measured; the row above pads the peer to 128, which favours ours when batches are shorter.",
+    "* the pre-training step on a GPU (bf16/fp16, flash attention with `--batching bucketed` or "
+    "`packed`): `benchmarks/gpu_check.sh` measures it, with no transformers peer; not run on this CPU machine.",
 ]
 """Comparisons a user would ask for that no script measures yet: listed, not left out silently."""
 
@@ -441,9 +503,10 @@ def render_summary() -> str:
         "Generated by `python benchmarks/run_all.py` from `benchmarks/results/*.json`",
         "(`--summary-only` re-renders it without running anything). Ratios are ours / the peer,",
         "measured in the same run of the same script (above 1: ours is faster). The conditions of each",
-        "figure (machine, cores, inputs) are in the script's docstring and in [README.md](README.md).",
+        "figure (machine, cores, inputs) are in the script's docstring and in [README.md](README.md);",
+        "each row names its input and size, and the command that measured it.",
         "",
-        "| benchmark | measured | ours | peer | ratio | results |",
+        "| benchmark | measured (input, size) | ours | peer | ratio | command → results |",
         "|---|---|---|---|---|---|",
     ]
     notes, known = [], set()
@@ -465,7 +528,8 @@ def render_summary() -> str:
             rows = [(f"unreadable results ({type(err).__name__}: {err})", "—", "—", "—")]
         for what, ours, peer, ratio in rows:
             lines.append(
-                f"| {bench.name} | {what} | {ours} | {peer} | {ratio} | `results/{bench.results.name}` |"
+                f"| {bench.name} | {what} | {ours} | {peer} | {ratio} "
+                f"| `{bench.command_line()}` → `results/{bench.results.name}` |"
             )
     for extra in sorted(RESULTS_DIR.glob("*.json")):
         if extra.name not in known:

@@ -1,21 +1,38 @@
-"""One pre-training step (forward + backward + AdamW), ours against transformers' BertForPreTraining.
+"""One pre-training step, ours against transformers' BertForPreTraining, at mini and base size.
 
-    python benchmarks/train_step.py [--config mini] [--steps 7] [--warmup 2] [--threads 2]
+    python benchmarks/train_step.py [--shards FOLDER] [--config mini:32 --config base:8]
+                                    [--steps 5] [--warmup 1] [--threads 2]
 
-Same config (vocab 30522), same fp32 CPU, same batches (32 rows; lengths drawn like the reference
-generator's output with max_seq_length 128: 90% of pairs fill the sequence, 10% get a random
-shorter target, as ``short_seq_prob=0.1``; ``min(20, round(0.15 * length))`` masked positions per
-row, at most 20), measured in the same run with the steps of the variants interleaved:
+Input: real ``pipelines examples`` shards at max_seq_length 128 (by default made here from the
+enwiki excerpt in ``../shared/data/wiki`` with the released bert-base-uncased vocabulary, as
+``batching.py`` makes them: about 20 s; ``--shards`` gives another folder). The trainer's reader
+(seed 0, one rank, one stream, static masks) yields the batches; every variant steps over the
+same examples in the same batches, the steps of the variants interleaved so machine noise hits
+all alike. Each ``--config NAME:BATCH`` is one run: ``mini`` (4/256) at batch 32 and ``base``
+(12/768/12, the paper's BERT-base) at batch 8, so that a few base steps fit on two shared cores.
 
-- ours: batch padded to its longest row rounded up to 8, MLM head only at the 20 prediction
-  slots (sparse), attention through SDPA with a boolean padding mask, ``pretraining_loss``;
-- transformers as the reference feeds it: every row padded to 128, MLM logits over the full
-  vocabulary at every position, ``labels`` -100 except at the masked positions;
-- transformers with the same batch-max padding as ours (separates the padding effect from the
-  sparse head). transformers 5 uses SDPA attention as well.
+- ``ours``: ``pretrain.model`` as ``pretrain --batching padded`` (the default) runs it: the batch
+  as the reader pads it, to its longest example rounded up to 8; MLM head only at the masked
+  slots (sparse); SDPA attention (no mask when no row is padded).
+- ``transformers_collator`` (the headline peer): ``BertForPreTraining`` fed as transformers'
+  own ``DataCollatorForLanguageModeling`` (``mlm_probability=0.15``, its defaults otherwise) feeds
+  it: the same examples, unmasked, collated and masked by the collator, padded to the batch's
+  longest; MLM logits over the whole vocabulary at every position; SDPA attention.
+- ``transformers_pad128``: the same collator with ``pad_to_multiple_of=128``: every row padded to
+  128, as google-research/bert's TFRecords feed the model.
 
-tokens/s counts real (non-padding) tokens, the same for every variant. Median of ``--steps`` steps
-after ``--warmup``. Results go to ``benchmarks/results/train_step.json``.
+Why ``padded`` is ours in the pairing: it is the one of our layouts that keeps the batches as
+they are (the same examples, padded by the same rule as the collator: to the longest), so the
+ratio is the model's and the head's, not a different grouping of examples. ``bucketed`` regroups
+the examples of a window by length (transformers' counterpart is the Trainer's
+``group_by_length``); on these shards it changes little (``batching.py``: padding 5.8% -> 5.1%).
+
+Every step: zero grads, forward, loss, backward, gradient clipping at 1.0, AdamW (``pretrain.optim
+.build_optimizer``: the same optimizer and parameter groups for every variant, as the two
+trainers' defaults). fp32 on CPU. tokens/s counts real (non-padding) tokens, the same for every
+variant; the CPU seconds of the process are recorded too. Median of ``--steps`` steps after
+``--warmup`` (collation is done before timing, for every variant). Results go to
+``benchmarks/results/train_step.json``.
 """
 
 from __future__ import annotations
@@ -24,6 +41,8 @@ import argparse
 import json
 import platform
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,157 +50,205 @@ from pathlib import Path
 import torch
 import transformers
 
+from pretrain.batching import model_inputs, num_real_tokens
+from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining, pretraining_loss
+from pretrain.optim import build_optimizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_step.json"
-VOCAB_SIZE, BATCH, MAX_SEQ, MAX_PRED = 30522, 32, 128, 20
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+VOCAB = DATA / "vocab" / "bert-base-uncased_vocab.txt"
+VOCAB_SIZE, MAX_SEQ = 30522, 128
+PEERS = {"transformers_collator": None, "transformers_pad128": MAX_SEQ}
+"""Peer variant -> the collator's ``pad_to_multiple_of``."""
 
 
-def draw_batch(g: torch.Generator) -> dict[str, torch.Tensor]:
-    """A batch padded to 128 with the fields ``pipelines examples`` writes."""
-    short = torch.rand(BATCH, generator=g) < 0.1
-    lengths = torch.where(short, torch.randint(8, MAX_SEQ + 1, (BATCH,), generator=g), MAX_SEQ)
-    cols = torch.arange(MAX_SEQ)[None, :]
-    real = cols < lengths[:, None]
-    input_ids = torch.randint(1000, VOCAB_SIZE, (BATCH, MAX_SEQ), generator=g) * real
-    split = lengths // 2
-    token_type_ids = ((cols >= split[:, None]) & real).long()
-    positions = torch.zeros(BATCH, MAX_PRED, dtype=torch.long)
-    weights = torch.zeros(BATCH, MAX_PRED)
-    for row, length in enumerate(lengths.tolist()):
-        count = min(MAX_PRED, max(1, round(0.15 * length)))
-        chosen = torch.randperm(length - 2, generator=g)[:count].sort().values + 1
-        positions[row, :count] = chosen
-        weights[row, :count] = 1.0
-    ids = torch.randint(1000, VOCAB_SIZE, (BATCH, MAX_PRED), generator=g)
-    labels = torch.full((BATCH, MAX_SEQ), -100)
-    rows = torch.arange(BATCH)[:, None].expand(-1, MAX_PRED)
-    labels[rows[weights > 0], positions[weights > 0]] = ids[weights > 0]
-    return {
-        "input_ids": input_ids,
-        "token_type_ids": token_type_ids,
-        "attention_mask": real.long(),
-        "masked_lm_positions": positions,
-        "masked_lm_ids": ids,
-        "masked_lm_weights": weights,
-        "labels": labels,
-        "next_sentence_labels": torch.randint(0, 2, (BATCH,), generator=g),
-    }
+def unmasked_features(batch: dict[str, torch.Tensor]) -> list[dict]:
+    """The examples of a reader batch as a tokenizer gives them to transformers' collators: the
+    original tokens (the written masks undone), unpadded, with ``next_sentence_label``."""
+    ids = batch["input_ids"].clone()
+    chosen = batch["masked_lm_weights"] > 0
+    rows = torch.arange(len(ids))[:, None].expand_as(chosen)
+    ids[rows[chosen], batch["masked_lm_positions"][chosen]] = batch["masked_lm_ids"][chosen]
+    lengths = batch["attention_mask"].sum(1).tolist()
+    return [
+        {
+            "input_ids": ids[row, :n].tolist(),
+            "token_type_ids": batch["token_type_ids"][row, :n].tolist(),
+            "next_sentence_label": int(batch["next_sentence_labels"][row]),
+        }
+        for row, n in enumerate(lengths)
+    ]
 
 
-def to_batch_max(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The same batch padded only to its longest row, rounded up to a multiple of 8 (the reader's)."""
-    width = -(-int(batch["attention_mask"].sum(1).max()) // 8) * 8
-    cut = ("input_ids", "token_type_ids", "attention_mask", "labels")
-    return {k: v[:, :width] if k in cut else v for k, v in batch.items()}
+def peer_collator(pad_to_multiple_of: int | None) -> transformers.DataCollatorForLanguageModeling:
+    """transformers' MLM collator over the released vocabulary (seeded masking)."""
+    vocab = {line: i for i, line in enumerate(VOCAB.read_text(encoding="utf-8").splitlines())}
+    tokenizer = transformers.BertTokenizerFast(vocab=vocab, do_lower_case=True)
+    return transformers.DataCollatorForLanguageModeling(
+        tokenizer, mlm_probability=0.15, pad_to_multiple_of=pad_to_multiple_of, seed=0
+    )
 
 
-def ours_step(model: BertForPreTraining, optimizer: torch.optim.Optimizer) -> Callable:
+def ours_step(model: BertForPreTraining) -> Callable[[dict], None]:
+    """One training step of ours on a reader batch."""
+    optimizer = build_optimizer("adamw", model, 1e-4, 0.01)
+
     def step(batch: dict[str, torch.Tensor]) -> None:
-        b = to_batch_max(batch)
         optimizer.zero_grad(set_to_none=True)
-        out = model(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
-        loss = pretraining_loss(out, b["masked_lm_ids"], b["masked_lm_weights"], b["next_sentence_labels"])
-        loss.total.backward()
-        optimizer.step()
-
-    return step
-
-
-def theirs_step(model, optimizer: torch.optim.Optimizer, batch_max: bool) -> Callable:
-    def step(batch: dict[str, torch.Tensor]) -> None:
-        b = to_batch_max(batch) if batch_max else batch
-        optimizer.zero_grad(set_to_none=True)
-        out = model(
-            input_ids=b["input_ids"],
-            token_type_ids=b["token_type_ids"],
-            attention_mask=b["attention_mask"],
-            labels=b["labels"],
-            next_sentence_label=b["next_sentence_labels"],
+        out = model(**model_inputs(batch))
+        loss = pretraining_loss(
+            out, batch["masked_lm_ids"], batch["masked_lm_weights"], batch["next_sentence_labels"]
         )
-        out.loss.backward()
+        loss.total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
     return step
+
+
+def theirs_step(model: transformers.BertForPreTraining) -> Callable[[dict], None]:
+    """One training step of transformers' model on a collator batch."""
+    optimizer = build_optimizer("adamw", model, 1e-4, 0.01)
+
+    def step(batch: dict[str, torch.Tensor]) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        model(**batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
+
+
+def read_batches(shards: Path, batch_size: int, count: int) -> list[dict[str, torch.Tensor]]:
+    """The first ``count`` batches the trainer's reader yields (seed 0, one rank, one stream)."""
+    reader = ExampleShards(str(shards), batch_size=batch_size, seed=0, streams=1)
+    out = []
+    for batch in reader:
+        out.append(batch)
+        if len(out) == count:
+            return out
+    raise SystemExit(f"{shards}: fewer than {count} batches of {batch_size}; lower --steps")
+
+
+def measure(shards: Path, config_name: str, batch_size: int, steps: int, warmup: int) -> dict:
+    """Step times of every variant on the same ``warmup + steps`` batches of ``shards``."""
+    config = BertConfig.preset(config_name, vocab_size=VOCAB_SIZE)
+    ours_batches = read_batches(shards, batch_size, warmup + steps)
+    inputs = {"ours": ours_batches}
+    for name, multiple in PEERS.items():
+        collator = peer_collator(multiple)
+        inputs[name] = [collator(unmasked_features(b)) for b in ours_batches]
+    ours = BertForPreTraining(config, seed=0).train()
+    theirs = transformers.BertForPreTraining(transformers.BertConfig(**config.to_hf_dict())).train()
+    steps_of = {"ours": ours_step(ours)} | {name: theirs_step(theirs) for name in PEERS}
+    wall: dict[str, list[float]] = {name: [] for name in steps_of}
+    cpu: dict[str, list[float]] = {name: [] for name in steps_of}
+    for index in range(warmup + steps):
+        for name, step in steps_of.items():  # interleaved
+            start, cpu_start = time.perf_counter(), time.process_time()
+            step(inputs[name][index])
+            if index >= warmup:
+                wall[name].append(time.perf_counter() - start)
+                cpu[name].append(time.process_time() - cpu_start)
+    measured = range(warmup, warmup + steps)
+    real = statistics.mean(num_real_tokens(ours_batches[i]) for i in measured)
+    run = {
+        "config": config_name,
+        "layers_hidden_heads": [config.num_hidden_layers, config.hidden_size, config.num_attention_heads],
+        "config_fields": config.to_dict(),
+        "batch_size": batch_size,
+        "mean_real_tokens_per_batch": real,
+        "widths": {name: [int(inputs[name][i]["input_ids"].size(1)) for i in measured] for name in steps_of},
+        "steps": steps,
+        "warmup": warmup,
+        "transformers_attention": theirs.config._attn_implementation,
+        "variants": {},
+    }
+    for name in steps_of:
+        median, median_cpu = statistics.median(wall[name]), statistics.median(cpu[name])
+        run["variants"][name] = {
+            "median_step_s": median,
+            "tokens_per_s": real / median,
+            "median_step_cpu_s": median_cpu,
+            "tokens_per_cpu_s": real / median_cpu,
+            "step_s": wall[name],
+        }
+    for name in PEERS:
+        run[f"speedup_vs_{name}"] = (
+            run["variants"][name]["median_step_s"] / run["variants"]["ours"]["median_step_s"]
+        )
+        run[f"cpu_speedup_vs_{name}"] = (
+            run["variants"][name]["median_step_cpu_s"] / run["variants"]["ours"]["median_step_cpu_s"]
+        )
+    return run
+
+
+def parse_config(text: str) -> tuple[str, int]:
+    """``NAME:BATCH`` (such as ``base:8``) as (name, batch size)."""
+    name, _, batch = text.partition(":")
+    if not name or not batch.isdigit() or int(batch) < 1:
+        raise argparse.ArgumentTypeError(f"--config {text!r}: give NAME:BATCH, e.g. base:8")
+    BertConfig.preset(name, vocab_size=VOCAB_SIZE)  # ValueError for an unknown preset
+    return name, int(batch)
+
+
+def report(run: dict, threads: int) -> None:
+    """Print one run's figures."""
+    layers, hidden, heads = run["layers_hidden_heads"]
+    print(
+        f"config {run['config']} ({layers}/{hidden}/{heads}), batch {run['batch_size']}, "
+        f"{run['mean_real_tokens_per_batch']:.0f} real tokens/batch, {threads} threads, "
+        f"median of {run['steps']} after {run['warmup']}; widths {run['widths']}"
+    )
+    for name, v in run["variants"].items():
+        print(
+            f"  {name:22s} {v['median_step_s']:7.3f} s/step  {v['tokens_per_s']:8.0f} tokens/s  "
+            f"{v['tokens_per_cpu_s']:8.0f} tokens/CPU-s"
+        )
+    for name in PEERS:
+        print(
+            f"  ours / {name}: {run[f'speedup_vs_{name}']:.2f}x (per CPU-second {run[f'cpu_speedup_vs_{name}']:.2f}x)"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="mini", help="preset name (tiny, mini, small, medium, base)")
-    parser.add_argument("--steps", type=int, default=7, help="measured steps per variant")
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps per variant")
+    parser.add_argument("--shards", help="a `pipelines examples` output at seq 128 (default: made here)")
+    parser.add_argument(
+        "--config",
+        type=parse_config,
+        action="append",
+        metavar="NAME:BATCH",
+        help="repeatable (default mini:32, base:8)",
+    )
+    parser.add_argument("--steps", type=int, default=5, help="measured steps per variant")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps per variant")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    configs = args.config or [("mini", 32), ("base", 8)]
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.shards:
+            shards = Path(args.shards)
+        else:
+            from batching import make_shards  # the sibling script; run as `python benchmarks/...`
 
-    config = BertConfig.preset(args.config, vocab_size=VOCAB_SIZE)
-    ours = BertForPreTraining(config, seed=0).train()
-    theirs_full = transformers.BertForPreTraining(transformers.BertConfig(**config.to_hf_dict())).train()
-    theirs_max = transformers.BertForPreTraining(transformers.BertConfig(**config.to_hf_dict())).train()
-    variants = {
-        "ours": ours_step(ours, torch.optim.AdamW(ours.parameters(), lr=1e-4)),
-        "transformers_pad128": theirs_step(
-            theirs_full, torch.optim.AdamW(theirs_full.parameters(), lr=1e-4), False
-        ),
-        "transformers_batch_max": theirs_step(
-            theirs_max, torch.optim.AdamW(theirs_max.parameters(), lr=1e-4), True
-        ),
-    }
-    g = torch.Generator().manual_seed(1234)
-    batches = [draw_batch(g) for _ in range(args.warmup + args.steps)]
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for index, batch in enumerate(batches):
-        for name, step in variants.items():  # interleaved, so machine noise hits all alike
-            start = time.perf_counter()
-            step(batch)
-            if index >= args.warmup:
-                times[name].append(time.perf_counter() - start)
-
-    measured = batches[args.warmup :]
-    real_tokens = statistics.mean(int(b["attention_mask"].sum()) for b in measured)
-    widths = [int(to_batch_max(b)["input_ids"].size(1)) for b in measured]
+            shards = make_shards(Path(tmp), [MAX_SEQ])[0]
+        runs = []
+        for name, batch_size in configs:
+            runs.append(measure(shards, name, batch_size, args.steps, args.warmup))
+            report(runs[-1], args.threads)
     result = {
-        "config": args.config,
-        "config_fields": config.to_dict(),
-        "batch_size": BATCH,
+        "shards": args.shards or f"made from {DATA / 'wiki'} (enwiki excerpt), seq {MAX_SEQ}, dupe 2",
         "max_seq_length": MAX_SEQ,
-        "max_predictions_per_seq": MAX_PRED,
-        "mean_real_tokens_per_batch": real_tokens,
-        "batch_max_widths": widths,
         "threads": args.threads,
-        "steps": args.steps,
-        "warmup": args.warmup,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "transformers_attention": theirs_full.config._attn_implementation,
         "machine": platform.processor() or platform.machine(),
-        "variants": {},
+        "runs": runs,
     }
-    for name, runs in times.items():
-        median = statistics.median(runs)
-        result["variants"][name] = {
-            "median_step_s": median,
-            "tokens_per_s": real_tokens / median,
-            "step_s": runs,
-        }
-    ours_s = result["variants"]["ours"]["median_step_s"]
-    result["speedup_vs_transformers_pad128"] = (
-        result["variants"]["transformers_pad128"]["median_step_s"] / ours_s
-    )
-    result["speedup_vs_transformers_batch_max"] = (
-        result["variants"]["transformers_batch_max"]["median_step_s"] / ours_s
-    )
-
-    print(
-        f"config {args.config} ({config.num_hidden_layers}/{config.hidden_size}), vocab {VOCAB_SIZE}, "
-        f"batch {BATCH}, {real_tokens:.0f} real tokens/batch, batch-max widths {sorted(set(widths))}, "
-        f"{args.threads} threads, median of {args.steps}"
-    )
-    for name, v in result["variants"].items():
-        print(f"  {name:24s} {v['median_step_s']:7.3f} s/step  {v['tokens_per_s']:8.0f} tokens/s")
-    print(f"  ours / transformers (padded to 128):      {result['speedup_vs_transformers_pad128']:.2f}x")
-    print(f"  ours / transformers (batch-max padding):  {result['speedup_vs_transformers_batch_max']:.2f}x")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {RESULTS}")
@@ -189,4 +256,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

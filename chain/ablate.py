@@ -79,8 +79,8 @@ PRESETS = {
     ),
     "quick": Preset(
         "quick", "2/128/2", ("1/128/2", "2/128/2", "4/128/4"), steps=300, batch_size=32, lr=1e-3,
-        max_seq_length=64, dupe_factor=2, vocab_size=8000, pretrain_seeds=1, finetune_seeds=2,
-        finetune_epochs=3, finetune_train_examples=1200, finetune_eval_examples=None, finetune_lr=5e-4, ner_lr=1e-3, ner_epochs=2,
+        max_seq_length=128, dupe_factor=2, vocab_size=8000, pretrain_seeds=1, finetune_seeds=2,
+        finetune_epochs=3, finetune_train_examples=600, finetune_eval_examples=None, finetune_lr=1e-4, ner_lr=1e-3, ner_epochs=2,
         ner_train_examples=1000, ner_eval_examples=500, series_points=3,
         note="tiny models and a few hundred steps on a 2-core CPU: the numbers show the machinery works "
         "and the direction of some effects, at a scale where most differences are within noise",
@@ -105,6 +105,8 @@ class AblationConfig:
     workdir: str
     preset: Preset
     wiki_dump: str | None = None
+    books: str | None = None
+    """A folder of plain-text books (``*.txt``) merged into the corpus, as ``make demo`` does."""
     corpus: str | None = None
     """A completed ``pipelines corpus`` output to use instead of building one from ``wiki_dump``."""
     glue_dir: str | None = None
@@ -120,6 +122,10 @@ class AblationConfig:
             problems.append("give --wiki-dump (to build the corpus) or --corpus (a completed corpus)")
         if self.wiki_dump and self.corpus:
             problems.append("give --wiki-dump or --corpus, not both")
+        if self.books and self.corpus:
+            problems.append(
+                "--books goes into the corpus the study builds; it cannot be added to a given --corpus"
+            )
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -315,14 +321,14 @@ def chain_config(cfg: AblationConfig) -> ChainConfig:
     """The demo chain's settings for the shared stages (corpus, vocabulary, shards, task)."""
     p = cfg.preset
     return ChainConfig(
-        workdir=cfg.workdir, wiki_dump=cfg.wiki_dump or "", glue_dir=cfg.glue_dir, glue_task=cfg.glue_task,
+        workdir=cfg.workdir, wiki_dump=cfg.wiki_dump or "", books=cfg.books, glue_dir=cfg.glue_dir, glue_task=cfg.glue_task,
         vocab_size=p.vocab_size, max_seq_length=p.max_seq_length, dupe_factor=p.dupe_factor, model=p.model,
         pretrain_steps=p.steps, batch_size=p.batch_size, precision=p.precision, seed=cfg.seed, runner=cfg.runner,
     )  # fmt: skip
 
 
-SHARED_STAGES = ("wikipedia", "corpus", "vocab", "examples", "examples-validation", "task")
-"""The demo chain's stages the study builds on (books are left out: the demo corpus is Wikipedia's)."""
+SHARED_STAGES = ("wikipedia", "books", "corpus", "vocab", "examples", "examples-validation", "task")
+"""The demo chain's stages the study builds on (``books`` only with ``--books``, as in the demo)."""
 
 
 def _replace_arg(command: list[str], flag: str, value: str) -> list[str]:
@@ -340,7 +346,7 @@ def shared_stages(cfg: AblationConfig) -> tuple[list[Stage], dict[str, str]]:
         from chain.task import write_task
 
         corpus = cfg.corpus.rstrip("/")
-        stages = [s for s in stages if s.name not in ("wikipedia", "corpus")]
+        stages = [s for s in stages if s.name not in ("wikipedia", "books", "corpus")]
         for stage in stages:
             if stage.command:
                 stage.command = [corpus if a == chain.url("corpus", "all") else a for a in stage.command]

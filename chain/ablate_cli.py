@@ -27,6 +27,11 @@ from chain.run import ChainError, exit_code, run_chain
     "cluster; see --dry-run); smoke: two 20-step runs, to check the machinery.",
 )
 @click.option("--wiki-dump", help="A pages-articles dump (.xml.bz2) to build the corpus from (the demo's).")
+@click.option(
+    "--books",
+    help="A folder of plain-text books (*.txt) merged into the corpus, as `make demo` does "
+    "(../shared/data/books/gutenberg); without it the corpus is the dump's alone.",
+)
 @click.option("--corpus", help="A completed `pipelines corpus` output to use instead of --wiki-dump.")
 @click.option("--glue-dir", help="A GLUE task folder to fine-tune on; default: the demo's derived task.")
 @click.option("--glue-task", default="mrpc", show_default=True, help="The task of --glue-dir.")
@@ -34,7 +39,9 @@ from chain.run import ChainError, exit_code, run_chain
 @click.option("--seed", type=int, default=12345, show_default=True, help="First seed (seed, seed+1, ...).")
 @click.option("--beam-option", "beam", multiple=True, help="Passed to every pipeline.")
 @click.option("--dry-run", is_flag=True, help="Print every stage's command and run nothing.")
-def main(workdir, preset, wiki_dump, corpus, glue_dir, glue_task, ner_dir, seed, beam, dry_run) -> None:
+def main(
+    workdir, preset, wiki_dump, books, corpus, glue_dir, glue_task, ner_dir, seed, beam, dry_run
+) -> None:
     """Pre-train and fine-tune the grid of the paper's Tables 5-8 and Figure 5, then write
     WORKDIR/ablations/report.md and report.html.
 
@@ -42,11 +49,17 @@ def main(workdir, preset, wiki_dump, corpus, glue_dir, glue_task, ner_dir, seed,
     """
     try:
         cfg = AblationConfig(
-            workdir=workdir.rstrip("/"), preset=PRESETS[preset], wiki_dump=wiki_dump, corpus=corpus,
+            workdir=workdir.rstrip("/"), preset=PRESETS[preset], wiki_dump=wiki_dump, books=books, corpus=corpus,
             glue_dir=glue_dir, glue_task=glue_task, ner_dir=ner_dir, seed=seed, runner=tuple(beam),
         )  # fmt: skip
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+    if wiki_dump and not books:
+        click.echo(
+            "(no --books: the corpus is the dump's alone, smaller than make demo's; the quick preset's "
+            "numbers in docs/ablations.md are with --books ../shared/data/books/gutenberg)",
+            err=True,
+        )
     g = grid(cfg)
     plan = stages(cfg, g)
     if dry_run:

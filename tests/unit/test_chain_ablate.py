@@ -73,7 +73,7 @@ def test_stages_run_the_switches_and_fine_tune_the_checkpoints(tmp_path):
     assert mix[mix.index("--mask-share") + 1 :][:5] == ["0.0", "--keep-share", "0.2", "--random-share", "0.8"]
     nonsp = by_name["ablate/pretrain/no-nsp-packed-s12345"]
     assert "--no-nsp" in nonsp.command and nonsp.upstream == ("ablate/examples-packed", "examples-validation")
-    assert nonsp.command[nonsp.command.index("--shards") + 1].endswith("ablations/shards/packed-seq64")
+    assert nonsp.command[nonsp.command.index("--shards") + 1].endswith("ablations/shards/packed-seq128")
     base = by_name["ablate/pretrain/base-s12345"].command
     assert base[base.index("--save-steps") + 1] == "100" and base[base.index("--keep-checkpoints") + 1] == "4"
     ft = by_name["ablate/finetune/base-s12345/glue-step100-s12345"]  # a Figure-5 point
@@ -99,6 +99,19 @@ def test_a_given_corpus_replaces_the_corpus_stages(tmp_path):
     assert vocab.command[vocab.command.index("--corpus") + 1] == "gs://b/corpus" and vocab.upstream == ()
     with pytest.raises(ValueError, match="give --wiki-dump .to build the corpus. or --corpus"):
         AblationConfig(workdir="w", preset=PRESETS["smoke"])
+
+
+def test_books_join_the_corpus_as_in_the_demo(tmp_path):
+    cfg = AblationConfig(
+        workdir=str(tmp_path), preset=PRESETS["quick"], wiki_dump="dump.xml.bz2", books="gutenberg"
+    )
+    plan = {s.name: s for s in stages(cfg, grid(cfg))}
+    assert plan["books"].command[plan["books"].command.index("--input") + 1] == "gutenberg/*.txt"
+    corpus = plan["corpus"].command
+    assert corpus.count("--input") == 2 and plan["corpus"].upstream == ("wikipedia", "books")
+    assert "books" not in {s.name for s in stages(_cfg(tmp_path), grid(_cfg(tmp_path)))}
+    with pytest.raises(ValueError, match="--books goes into the corpus"):
+        AblationConfig(workdir="w", preset=PRESETS["smoke"], corpus="c", books="gutenberg")
 
 
 def test_summaries_are_mean_and_sample_std():
