@@ -8,7 +8,9 @@ import random
 import pytest
 
 from finetune.common import FinetuneError
-from finetune.ner import IGNORE, Sentence, entities, label_set, read_conll, score, sentence_features, to_iob2
+from finetune.conll import Sentence, entities, read_conll, score, to_iob2
+from finetune.heads import IGNORE
+from finetune.ner import label_set, sentence_features
 from tests.conftest import SHARED_DATA, require
 
 VALID = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
