@@ -54,6 +54,12 @@ def main(
         )  # fmt: skip
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+    if wiki_dump and not books:
+        click.echo(
+            "(no --books: the corpus is the dump's alone, smaller than make demo's; the quick preset's "
+            "numbers in docs/ablations.md are with --books ../shared/data/books/gutenberg)",
+            err=True,
+        )
     g = grid(cfg)
     plan = stages(cfg, g)
     if dry_run:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from finetune.common import TaskOutput, _seeded_linear
+from finetune.common import TaskOutput, _seeded_linear, collate
 from finetune.hidden import COMBINE, feature_layers, hidden_states, stack_layers
 from pretrain.model import BertModel
 from pretrain.runtime import autocast
@@ -264,3 +264,8 @@ def collate_with_layers(base_collate: Any) -> Any:
         return batch
 
     return collate
+
+
+def collate_tokens(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad ids, types and per-token labels (with :data:`IGNORE`) to the batch's longest feature."""
+    return collate(features, pad_id, token_pads={"labels": IGNORE})

@@ -3,10 +3,9 @@
 Files are four columns (token, POS, chunk, NER tag), one token a line, a blank line between
 sentences and ``-DOCSTART-`` lines between documents; ``train.txt``, ``valid.txt`` and
 ``test.txt`` (optional) in ``--data-dir``. Tags in IOB1 (the original release) or IOB2 are both
-accepted and converted to IOB2 (:func:`to_iob2`). As in the paper, each word is tagged at its
-first sub-token, and each sentence is encoded with as much of its document around it as fits
-(:func:`sentence_features`). Scoring is conlleval's: exact-match entities, precision, recall and
-F1 per type and overall (:func:`score`; tested equal to seqeval's default mode on real data).
+accepted and converted to IOB2. Reading and scoring (conlleval's) are :mod:`finetune.conll`. As
+in the paper, each word is tagged at its first sub-token, and each sentence is encoded with as much
+of its document around it as fits (:func:`sentence_features`).
 
 Two modes: fine-tuned (:class:`TokenClassifier`, the whole model trained) and, with
 ``features``, feature-based (the paper's Table 7: the encoder frozen, the chosen layers' activations
@@ -20,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -28,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from finetune import ner_features
 from finetune.common import (
     Encoder,
     FinetuneError,
@@ -37,122 +36,15 @@ from finetune.common import (
     _seeded_linear,
     check_casing,
     check_max_seq_length,
-    collate,
     fit,
     load_encoder,
     predict,
 )
-from finetune.heads import IGNORE
+from finetune.conll import SPLIT_FILES, Sentence, read_conll, score, to_iob2
+from finetune.heads import IGNORE, collate_tokens
 from finetune.hidden import FEATURE_CHOICES
 
 logger = logging.getLogger(__name__)
-
-SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
-
-
-@dataclass(frozen=True)
-class Sentence:
-    """One sentence: its words and their NER tags (IOB2), and where it came from."""
-
-    words: tuple[str, ...]
-    tags: tuple[str, ...]
-    document: int
-    line: int
-
-
-def to_iob2(tags: Sequence[str]) -> list[str]:
-    """IOB1 (``I-X`` everywhere, ``B-X`` only between two adjacent entities of one type) or IOB2 to
-    IOB2: an ``I-X`` that does not continue an ``X`` entity starts one (``B-X``)."""
-    out: list[str] = []
-    for index, tag in enumerate(tags):
-        if tag.startswith("I-"):
-            previous = out[index - 1] if index else "O"
-            if previous == "O" or previous[2:] != tag[2:]:
-                tag = "B-" + tag[2:]
-        out.append(tag)
-    return out
-
-
-def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
-    """Entities of a tag sequence as conlleval finds them: ``(type, first, last)``; a chunk starts
-    at ``B-X``, or at ``I-X`` after anything but ``X``, and runs over the following ``I-X``."""
-    found, start, kind = set(), None, None
-    for index, tag in enumerate([*to_iob2(tags), "O"]):
-        if tag == "O" or tag.startswith("B-") or (kind is not None and tag[2:] != kind):
-            if kind is not None:
-                found.add((kind, start, index - 1))
-            start, kind = (index, tag[2:]) if tag != "O" else (None, None)
-    return found
-
-
-def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """Entity-level precision, recall, F1 and gold count per type and overall (micro), as conlleval."""
-    counts: dict[str, list[int]] = {}  # type -> [correct, predicted, gold]
-    for gold_tags, pred_tags in zip(gold, predicted, strict=True):
-        g, p = entities(gold_tags), entities(pred_tags)
-        for kind, *_ in g | p:
-            counts.setdefault(kind, [0, 0, 0])
-        for kind, *_ in g & p:
-            counts[kind][0] += 1
-        for kind, *_ in p:
-            counts[kind][1] += 1
-        for kind, *_ in g:
-            counts[kind][2] += 1
-
-    def prf(correct: int, n_pred: int, n_gold: int) -> dict[str, float | int]:
-        precision = correct / n_pred if n_pred else 0.0
-        recall = correct / n_gold if n_gold else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return {"precision": precision, "recall": recall, "f1": f1, "support": n_gold}
-
-    per_type = {kind: prf(*c) for kind, c in sorted(counts.items())}
-    overall = prf(*(sum(c[i] for c in counts.values()) for i in range(3)))
-    return {**overall, "per_type": per_type}
-
-
-def read_conll(path: str) -> list[Sentence]:
-    """Read a CoNLL-2003 file; raise :class:`FinetuneError` naming ``file:line`` for a line that is
-    not four columns or a tag that is not ``O``, ``B-X`` or ``I-X``."""
-    try:
-        with fsspec.open(path, "r", encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        raise FinetuneError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)") from None
-    sentences: list[Sentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    document, first = 0, 0
-
-    def close() -> None:
-        if words:
-            sentences.append(Sentence(tuple(words), tuple(to_iob2(tags)), document, first))
-            words.clear()
-            tags.clear()
-
-    for number, line in enumerate(lines, 1):
-        columns = line.split()
-        if not columns:
-            close()
-            continue
-        if columns[0] == "-DOCSTART-":
-            close()
-            document += 1
-            continue
-        if len(columns) != 4:
-            raise FinetuneError(
-                f"{path}:{number}: expected 4 columns (token POS chunk NER), got {len(columns)}"
-            )
-        tag = columns[3]
-        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
-            raise FinetuneError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
-        if not words:
-            first = number
-        words.append(columns[0])
-        tags.append(tag)
-    close()
-    if not sentences:
-        raise FinetuneError(f"{path}: no sentences")
-    return sentences
 
 
 def _word_pieces(encoder: Encoder, sentences: Sequence[Sentence]) -> list[list[list[int]]]:
@@ -230,11 +122,6 @@ def sentence_features(
     return features, positions
 
 
-def collate_tokens(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad ids, types and per-token labels (with :data:`IGNORE`) to the batch's longest feature."""
-    return collate(features, pad_id, token_pads={"labels": IGNORE})
-
-
 class TokenClassifier(nn.Module):
     """Dropout and a linear layer on every token's last hidden state; cross-entropy over the
     labelled tokens (labels :data:`IGNORE` elsewhere)."""
@@ -293,6 +180,20 @@ def _write_predictions(fs, path: str, sentences: Sequence[Sentence], predicted) 
             f.write("\n")
 
 
+def _read_splits(
+    data_dir: str, max_train: int | None, max_eval: int | None
+) -> tuple[list[Sentence], dict[str, list[Sentence]]]:
+    """``train.txt`` (its first ``max_train`` sentences) and the scored splits: ``valid.txt`` and,
+    when present, ``test.txt`` (each its first ``max_eval``)."""
+    root = data_dir.rstrip("/")
+    train = read_conll(f"{root}/{SPLIT_FILES['train']}")[:max_train]
+    splits = {"valid": read_conll(f"{root}/{SPLIT_FILES['valid']}")[:max_eval]}
+    fs, test_path = fsspec.core.url_to_fs(f"{root}/{SPLIT_FILES['test']}")
+    if fs.exists(test_path):
+        splits["test"] = read_conll(f"{root}/{SPLIT_FILES['test']}")[:max_eval]
+    return train, splits
+
+
 def run_ner(
     data_dir: str,
     checkpoint: str,
@@ -325,12 +226,7 @@ def run_ner(
         raise FinetuneError(
             "--cache-features and --feature-cache need --features (the fine-tuned mode trains the encoder)"
         )
-    root_url = data_dir.rstrip("/")
-    train = read_conll(f"{root_url}/{SPLIT_FILES['train']}")[:max_train_examples]
-    splits = {"valid": read_conll(f"{root_url}/{SPLIT_FILES['valid']}")[:max_eval_examples]}
-    fs_in, test_path = fsspec.core.url_to_fs(f"{root_url}/{SPLIT_FILES['test']}")
-    if fs_in.exists(test_path):
-        splits["test"] = read_conll(f"{root_url}/{SPLIT_FILES['test']}")[:max_eval_examples]
+    train, splits = _read_splits(data_dir, max_train_examples, max_eval_examples)
     labels = label_set(train)
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
@@ -339,17 +235,8 @@ def run_ner(
         model: nn.Module = TokenClassifier(encoder.model, len(labels), seed=config.seed)
         tag = _fine_tuned(model, train, encoder, labels, max_seq_length, config, before_training)
     else:
-        tag, model = _feature_based(
-            encoder,
-            train,
-            labels,
-            features,
-            max_seq_length,
-            config,
-            cache_features,
-            feature_cache,
-            before_training,
-        )
+        settings = (max_seq_length, config, cache_features, feature_cache, before_training)
+        tag, model = _feature_based(encoder, train, labels, features, *settings)
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
     result: dict[str, Any] = {
@@ -407,8 +294,6 @@ def _feature_based(
     encoder, train, labels, features, max_seq_length, config, cache, folder, before_training
 ) -> tuple[_Tagger, nn.Module]:
     """Train a feature tagger on the frozen encoder (:mod:`finetune.ner_features`)."""
-    from finetune import ner_features
-
     model = ner_features.feature_tagger(encoder, labels, features, config)
     inputs, _ = sentence_features(train, encoder, labels, max_seq_length, spans=True)
     if before_training is not None:

@@ -29,8 +29,8 @@ import safetensors.torch
 import torch
 
 from finetune.common import MODEL_INPUTS, Encoder, FinetuneError, TrainConfig, TrainResult, fit, predict
-from finetune.heads import FeatureTagger, cache_layers, collate_with_layers, sentence_only
-from finetune.ner import collate_tokens, to_iob2
+from finetune.conll import to_iob2
+from finetune.heads import FeatureTagger, cache_layers, collate_tokens, collate_with_layers, sentence_only
 from pretrain.runtime import resolve_device, resolve_precision
 
 logger = logging.getLogger(__name__)

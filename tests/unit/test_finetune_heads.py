@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from finetune.common import TrainConfig, fit
-from finetune.heads import BiLSTM, FeatureTagger, cache_layers, collate_with_layers
+from finetune.heads import BiLSTM, FeatureTagger, cache_layers, collate_tokens, collate_with_layers
 from finetune.hidden import FEATURE_CHOICES, feature_layers, hidden_states, parse_layers
-from finetune.ner import collate_tokens
 from pretrain.model import BertConfig, BertForPreTraining
 
 LAYERS = 5

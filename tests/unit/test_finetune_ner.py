@@ -8,7 +8,9 @@ import random
 import pytest
 
 from finetune.common import FinetuneError
-from finetune.ner import IGNORE, Sentence, entities, label_set, read_conll, score, sentence_features, to_iob2
+from finetune.conll import Sentence, entities, read_conll, score, to_iob2
+from finetune.heads import IGNORE
+from finetune.ner import label_set, sentence_features
 from tests.conftest import SHARED_DATA, require
 
 VALID = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
@@ -52,6 +54,36 @@ def test_scorer_equals_seqeval_on_real_conll():
         assert ours["per_type"][kind]["support"] == report[kind]["support"]
     assert 0.5 < ours["f1"] < 0.95
     assert score(gold, gold)["f1"] == 1.0
+
+
+def _raw_tags(path) -> list[list[str]]:
+    """The NER column of a CoNLL file as written (IOB1 for CoNLL-2003), one list per sentence."""
+    sentences, current = [], []
+    for line in [*path.read_text().splitlines(), ""]:
+        columns = line.split()
+        if not columns or columns[0] == "-DOCSTART-":
+            if current:
+                sentences.append(current)
+            current = []
+        else:
+            current.append(columns[3])
+    return sentences
+
+
+def test_scorer_equals_seqeval_on_the_raw_iob1_tags_of_valid_txt():
+    """The file's own IOB1 tags (before :func:`to_iob2`), gold and perturbed, as conlleval reads them."""
+    seqeval = pytest.importorskip("seqeval.metrics")
+    gold = _raw_tags(require(VALID))
+    assert len(gold) == 3250 and sum(t.startswith("B-") for s in gold for t in s) == 4
+    rng = random.Random(1)
+    predicted = [_perturb(t, rng, ["PER", "LOC", "ORG", "MISC"]) for t in gold]
+    ours = score(gold, predicted)
+    assert ours["f1"] == pytest.approx(seqeval.f1_score(gold, predicted), abs=1e-12)
+    report = seqeval.classification_report(gold, predicted, output_dict=True)
+    assert {k: v["support"] for k, v in ours["per_type"].items()} == {
+        k: report[k]["support"] for k in ("LOC", "MISC", "ORG", "PER")
+    }
+    assert score(gold, [list(s.tags) for s in read_conll(str(VALID))])["f1"] == 1.0  # IOB1 == its IOB2
 
 
 def test_bad_lines_name_the_file_and_line(tmp_path):

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from finetune.common import FinetuneError, TrainConfig
-from finetune.heads import FeatureTagger, cache_layers
-from finetune.ner import collate_tokens
+from finetune.heads import FeatureTagger, cache_layers, collate_tokens
 from finetune.ner_features import inputs_digest, weights_digest, with_layers
 from tests.unit.test_finetune_heads import LAYERS, _features, _with_spans, tiny_encoder
 

@@ -1,0 +1,125 @@
+"""The CoNLL-2003 layout and conlleval's scoring, for ``finetune ner`` (:mod:`finetune.ner`).
+
+Files are four columns (token, POS, chunk, NER tag), one token a line, a blank line between
+sentences and ``-DOCSTART-`` lines between documents. Tags in IOB1 (the original release) or IOB2
+are both accepted and converted to IOB2 (:func:`to_iob2`). Scoring is conlleval's: exact-match
+entities, precision, recall and F1 per type and overall (:func:`score`; tested equal to
+seqeval's default mode on real data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from finetune.common import FinetuneError
+
+SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence: its words and their NER tags (IOB2), and where it came from."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...]
+    document: int
+    line: int
+
+
+def to_iob2(tags: Sequence[str]) -> list[str]:
+    """IOB1 (``I-X`` everywhere, ``B-X`` only between two adjacent entities of one type) or IOB2 to
+    IOB2: an ``I-X`` that does not continue an ``X`` entity starts one (``B-X``)."""
+    out: list[str] = []
+    for index, tag in enumerate(tags):
+        if tag.startswith("I-"):
+            previous = out[index - 1] if index else "O"
+            if previous == "O" or previous[2:] != tag[2:]:
+                tag = "B-" + tag[2:]
+        out.append(tag)
+    return out
+
+
+def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """Entities of a tag sequence as conlleval finds them: ``(type, first, last)``; a chunk starts
+    at ``B-X``, or at ``I-X`` after anything but ``X``, and runs over the following ``I-X``."""
+    found, start, kind = set(), None, None
+    for index, tag in enumerate([*to_iob2(tags), "O"]):
+        if tag == "O" or tag.startswith("B-") or (kind is not None and tag[2:] != kind):
+            if kind is not None:
+                found.add((kind, start, index - 1))
+            start, kind = (index, tag[2:]) if tag != "O" else (None, None)
+    return found
+
+
+def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Entity-level precision, recall, F1 and gold count per type and overall (micro), as conlleval."""
+    counts: dict[str, list[int]] = {}  # type -> [correct, predicted, gold]
+    for gold_tags, pred_tags in zip(gold, predicted, strict=True):
+        g, p = entities(gold_tags), entities(pred_tags)
+        for kind, *_ in g | p:
+            counts.setdefault(kind, [0, 0, 0])
+        for kind, *_ in g & p:
+            counts[kind][0] += 1
+        for kind, *_ in p:
+            counts[kind][1] += 1
+        for kind, *_ in g:
+            counts[kind][2] += 1
+
+    def prf(correct: int, n_pred: int, n_gold: int) -> dict[str, float | int]:
+        precision = correct / n_pred if n_pred else 0.0
+        recall = correct / n_gold if n_gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1, "support": n_gold}
+
+    per_type = {kind: prf(*c) for kind, c in sorted(counts.items())}
+    overall = prf(*(sum(c[i] for c in counts.values()) for i in range(3)))
+    return {**overall, "per_type": per_type}
+
+
+def read_conll(path: str) -> list[Sentence]:
+    """Read a CoNLL-2003 file; raise :class:`FinetuneError` naming ``file:line`` for a line that is
+    not four columns or a tag that is not ``O``, ``B-X`` or ``I-X``."""
+    try:
+        with fsspec.open(path, "r", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise FinetuneError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)") from None
+    sentences: list[Sentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    document, first = 0, 0
+
+    def close() -> None:
+        if words:
+            sentences.append(Sentence(tuple(words), tuple(to_iob2(tags)), document, first))
+            words.clear()
+            tags.clear()
+
+    for number, line in enumerate(lines, 1):
+        columns = line.split()
+        if not columns:
+            close()
+            continue
+        if columns[0] == "-DOCSTART-":
+            close()
+            document += 1
+            continue
+        if len(columns) != 4:
+            raise FinetuneError(
+                f"{path}:{number}: expected 4 columns (token POS chunk NER), got {len(columns)}"
+            )
+        tag = columns[3]
+        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
+            raise FinetuneError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
+        if not words:
+            first = number
+        words.append(columns[0])
+        tags.append(tag)
+    close()
+    if not sentences:
+        raise FinetuneError(f"{path}: no sentences")
+    return sentences
