@@ -6,7 +6,6 @@ the saved model restores (with the flag only) and predicts the same again."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import safetensors
@@ -17,7 +16,7 @@ from finetune.cli import main
 from finetune.common import FinetuneError, TrainConfig, fit
 from finetune.glue import run_glue
 from finetune.glue_model import build_classifier
-from pretrain.model import BertConfig, BertForPreTraining, BertModel
+from pretrain.model import BertConfig, BertModel
 from tests.conftest import SHARED_DATA, require
 
 MRPC = SHARED_DATA / "glue" / "MRPC"
@@ -90,16 +89,6 @@ def test_one_step_changes_the_bilstm_and_the_encoder():
         assert not torch.equal(before[name], after[name]), name
     assert not torch.equal(before["bert.encoder.layer.0.attention.self.query.weight"],
                            after["bert.encoder.layer.0.attention.self.query.weight"])  # fmt: skip
-
-
-@pytest.fixture
-def tiny_hf_folder(tmp_path: Path) -> Path:
-    vocab = require(VOCAB).read_text().splitlines()
-    folder = tmp_path / "tiny"
-    BertForPreTraining(tiny_config(len(vocab)), seed=0).save_pretrained(folder)
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
-    return folder
 
 
 def test_a_tiny_run_on_real_mrpc_learns_saves_and_restores_with_the_flag_only(tiny_hf_folder, tmp_path):

@@ -5,14 +5,13 @@ logits' shape and padding independence, trains, and its saved model restores wit
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from finetune.common import FinetuneError
 from finetune.squad import SpanQuestionAnswering, run_squad
-from pretrain.model import BertConfig, BertForPreTraining, BertModel
+from pretrain.model import BertConfig, BertModel
 from tests.conftest import SHARED_DATA, require
 
 SQUAD_V1 = SHARED_DATA / "squad" / "allennlp-models_test_fixtures_squad.json"
@@ -53,16 +52,6 @@ def test_the_bilstm_adds_exactly_one_bidirectional_layer_under_the_span_head():
     ).logits
     torch.testing.assert_close(p_start[:, :8], start, atol=1e-5, rtol=1e-5)
     assert (p_end[:, 8:] == -10000.0).all()
-
-
-@pytest.fixture
-def tiny_hf_folder(tmp_path: Path) -> Path:
-    vocab = require(VOCAB).read_text().splitlines()
-    folder = tmp_path / "tiny"
-    BertForPreTraining(tiny_config(len(vocab)), seed=0).save_pretrained(folder)
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
-    return folder
 
 
 def test_run_squad_with_bilstm_trains_and_restores_only_with_the_flag(tiny_hf_folder, tmp_path):
