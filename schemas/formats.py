@@ -18,6 +18,14 @@ import pyarrow.ipc as ipc
 
 FORMAT_KEY = b"format"
 VERSION_KEY = b"format_version"
+BATCH_ROWS = 1024
+"""Rows per record batch of a file written by ``RecordFormat.to_ipc_bytes`` (the last may hold fewer)."""
+
+
+def batch_row_counts(num_rows: int) -> list[int]:
+    """The row counts of the record batches ``to_ipc_bytes`` writes for a table of ``num_rows``
+    rows held in one chunk (``pyarrow.Table.combine_chunks``)."""
+    return [min(BATCH_ROWS, num_rows - first) for first in range(0, num_rows, BATCH_ROWS)]
 
 
 class SchemaError(ValueError):
@@ -90,7 +98,7 @@ class RecordFormat:
         sink = io.BytesIO()
         options = ipc.IpcWriteOptions(compression="zstd")
         with ipc.new_file(sink, table.schema, options=options) as writer:
-            writer.write_table(table, max_chunksize=1024)
+            writer.write_table(table, max_chunksize=BATCH_ROWS)
         return sink.getvalue()
 
     def read_ipc(self, data: bytes | BinaryIO, source: str) -> pa.Table:

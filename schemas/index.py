@@ -144,12 +144,16 @@ class ShardIndex:
             )
 
 
-def shard_index_entry(path: str, data: bytes) -> tuple[ShardIndexEntry, pa.Schema]:
+def shard_index_entry(
+    path: str, data: bytes, batch_rows: Sequence[int] | None = None, sha256: str | None = None
+) -> tuple[ShardIndexEntry, pa.Schema]:
     """The index entry of one Arrow IPC file's bytes, and the file's schema.
 
     Walks the file's encapsulated messages with pyarrow (no footer parsing of our own): each
-    record batch's byte range, row count and SHA-256. Raises ``ValueError`` for bytes that are
-    not an Arrow IPC file.
+    record batch's byte range, row count and SHA-256. A writer that knows its batches' row
+    counts (``batch_rows``) and the file's hash passes them, so the batches need not be decoded
+    (decompressed) to count their rows, nor the file hashed twice; a count of batches other than
+    the file's is an error. Raises ``ValueError`` for bytes that are not an Arrow IPC file.
     """
     buffer = pa.py_buffer(data)
     try:
@@ -168,12 +172,19 @@ def shard_index_entry(path: str, data: bytes) -> tuple[ShardIndexEntry, pa.Schem
             if message.type != "record batch":
                 continue
             length = reader.tell() - offset
-            num_rows = ipc.read_record_batch(message, schema).num_rows
+            if batch_rows is None:
+                num_rows = ipc.read_record_batch(message, schema).num_rows
+            elif len(batches) < len(batch_rows):
+                num_rows = int(batch_rows[len(batches)])
+            else:
+                raise ValueError(f"{path}: more record batches than the {len(batch_rows)} written")
             digest = hashlib.sha256(memoryview(data)[offset : offset + length]).hexdigest()
             batches.append(BatchEntry(offset, length, num_rows, digest))
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{path}: not a readable Arrow IPC file ({err})") from None
-    entry = ShardIndexEntry(path, len(data), hashlib.sha256(data).hexdigest(), tuple(batches))
+    if batch_rows is not None and len(batches) != len(batch_rows):
+        raise ValueError(f"{path}: {len(batches)} record batches, {len(batch_rows)} were written")
+    entry = ShardIndexEntry(path, len(data), sha256 or hashlib.sha256(data).hexdigest(), tuple(batches))
     return entry, schema
 
 

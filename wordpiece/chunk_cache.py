@@ -51,7 +51,9 @@ def ragged_arange(lengths: np.ndarray) -> np.ndarray:
 def ragged_gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """``concatenate([values[s:s + n] for s, n in zip(starts, lengths)])`` without a Python loop."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    return values[np.repeat(np.asarray(starts, dtype=np.int64), lengths) + ragged_arange(lengths)]
+    # Output position p of run i reads values[p + starts[i] - (where run i starts in the output)].
+    shift = np.asarray(starts, dtype=np.int64) - (np.cumsum(lengths) - lengths)
+    return values[np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(shift, lengths)]
 
 
 class ChunkCache:
@@ -74,13 +76,14 @@ class ChunkCache:
         self._clear()
 
     def _clear(self) -> None:
-        self._index: dict[str, int] = {}
+        self._index = _Table()
         self._starts = np.zeros(0, dtype=np.int64)
         self._lengths = np.zeros(0, dtype=np.int64)
         self._ids = np.zeros(0, dtype=np.int32)
         # The word table of the plain path, laid out as the chunk table; " " (the boundary
         # between two chunks in one call) is a word of no ids.
-        self._word_index: dict[str, int] = {" ": 0}
+        self._word_index = _Table()
+        self._word_index.update({" ": 0})
         self._word_starts = np.zeros(1, dtype=np.int64)
         self._word_lengths = np.zeros(1, dtype=np.int64)
         self._word_ids = np.zeros(0, dtype=np.int32)
@@ -89,13 +92,11 @@ class ChunkCache:
         return len(self._index)
 
     def _add_words(self, words: list[str]) -> None:
-        """Put ``words`` (distinct, not yet in the word table) through the WordPiece model."""
+        """Put ``words`` (the word table's newest rows, in order) through the WordPiece model."""
         tokenize = self._tokenizer.model.tokenize
         ids = [[t.id for t in tokenize(word)] for word in words]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
-        first = len(self._word_index)
-        self._word_index.update(zip(words, range(first, first + len(words)), strict=True))
         self._word_starts = np.concatenate(
             (self._word_starts, len(self._word_ids) + np.cumsum(lengths) - lengths)
         )
@@ -108,16 +109,10 @@ class ChunkCache:
         by spaces, each distinct word through the WordPiece model once."""
         text = " ".join(chunks)
         words = _ASCII_WORDS.findall(text.lower() if self._lowercase else text)
-        index = np.fromiter(
-            map(self._word_index.get, words, itertools.repeat(-1)), dtype=np.int64, count=len(words)
-        )
-        misses = np.flatnonzero(index < 0)
-        if len(misses):
-            missed = [words[i] for i in misses.tolist()]
-            self._add_words(list(dict.fromkeys(missed)))
-            index[misses] = np.fromiter(
-                map(self._word_index.__getitem__, missed), dtype=np.int64, count=len(missed)
-            )
+        table = self._word_index
+        index = np.fromiter(map(table.__getitem__, words), dtype=np.int64, count=len(words))
+        if table.new:
+            self._add_words(table.take_new())
         word_lengths = self._word_lengths[index]
         chunk_of_word = np.cumsum(index == 0)  # " " (word 0) ends a chunk
         lengths = np.bincount(chunk_of_word, weights=word_lengths, minlength=len(chunks)).astype(np.int64)
@@ -135,22 +130,23 @@ class ChunkCache:
         return np.asarray(encoding.ids, dtype=np.int32), lengths
 
     def _add(self, chunks: list[str]) -> None:
-        """Tokenise ``chunks`` (distinct, not yet cached) and add them to the table."""
+        """Tokenise ``chunks`` (the chunk table's newest rows, in order) into the table."""
         if self._plain_path:
             plain = _PRINTABLE_ASCII.fullmatch
-            is_plain = [plain(c) is not None for c in chunks]
-            others = list(itertools.compress(chunks, (not p for p in is_plain)))
-            chunks = list(itertools.compress(chunks, is_plain))
-            plain_ids, plain_lengths = self._plain_ids(chunks)
-            other_ids, other_lengths = self._tokenizer_ids(others)
-            chunks += others
+            is_plain = np.fromiter((plain(c) is not None for c in chunks), dtype=bool, count=len(chunks))
+            plain_ids, plain_lengths = self._plain_ids(list(itertools.compress(chunks, is_plain)))
+            other_ids, other_lengths = self._tokenizer_ids(list(itertools.compress(chunks, ~is_plain)))
             flat = np.concatenate((plain_ids, other_ids))
-            lengths = np.concatenate((plain_lengths, other_lengths))
+            lengths = np.empty(len(chunks), dtype=np.int64)
+            lengths[is_plain], lengths[~is_plain] = plain_lengths, other_lengths
+            # Each chunk's ids lie in ``flat``: the plain chunks' first, in order, then the others'.
+            order = np.concatenate((np.flatnonzero(is_plain), np.flatnonzero(~is_plain)))
+            starts = np.empty(len(chunks), dtype=np.int64)
+            starts[order] = np.cumsum(lengths[order]) - lengths[order]
         else:
             flat, lengths = self._tokenizer_ids(chunks)
-        first = len(self._index)
-        self._index.update(zip(chunks, range(first, first + len(chunks)), strict=True))
-        self._starts = np.concatenate((self._starts, len(self._ids) + np.cumsum(lengths) - lengths))
+            starts = np.cumsum(lengths) - lengths
+        self._starts = np.concatenate((self._starts, len(self._ids) + starts))
         self._lengths = np.concatenate((self._lengths, lengths))
         self._ids = np.concatenate((self._ids, flat))
 
@@ -161,21 +157,36 @@ class ChunkCache:
         # The sentences' chunks in one split: joining with a space adds exactly the boundaries.
         num_chunks = np.fromiter((s.count(" ") + 1 for s in sentences), dtype=np.int64, count=len(sentences))
         chunks = " ".join(sentences).split(" ")
-        index = np.fromiter(
-            map(self._index.get, chunks, itertools.repeat(-1)), dtype=np.int64, count=len(chunks)
-        )
-        misses = np.flatnonzero(index < 0)
-        if len(misses):
-            missed = [chunks[i] for i in misses.tolist()]
-            new = dict.fromkeys(missed)
-            if len(self._index) + len(new) > self._max_entries:
-                self._clear()
-                missed, misses, new = chunks, np.arange(len(chunks)), dict.fromkeys(chunks)
-            self._add(list(new))
-            index[misses] = np.fromiter(
-                map(self._index.__getitem__, missed), dtype=np.int64, count=len(missed)
-            )
+        had = len(self._index)
+        # One lookup per chunk; a chunk not yet seen gets the next row as it is looked up.
+        index = np.fromiter(map(self._index.__getitem__, chunks), dtype=np.int64, count=len(chunks))
+        if self._index.new:
+            if had and len(self._index) > self._max_entries:
+                self._clear()  # full: start afresh with this batch's chunks alone
+                return self.encode(sentences)
+            self._add(self._index.take_new())
         lengths = self._lengths[index]
         ids = ragged_gather(self._ids, self._starts[index], lengths)
         ends = np.concatenate(([0], np.cumsum(lengths)))[np.cumsum(num_chunks)]
         return ids, np.diff(np.concatenate(([0], ends)))
+
+
+class _Table(dict):
+    """A key -> row table: looking up a key not in it gives the key the next row, and ``take_new``
+    hands over the keys added since it was last called, in row order, for their values to be
+    appended (one pass over a batch finds and numbers every new chunk; a hit stays a plain dict
+    lookup)."""
+
+    def __init__(self):
+        super().__init__()
+        self.new: list[str] = []
+
+    def __missing__(self, key: str) -> int:
+        row = len(self)
+        self[key] = row
+        self.new.append(key)
+        return row
+
+    def take_new(self) -> list[str]:
+        new, self.new = self.new, []
+        return new

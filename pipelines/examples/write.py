@@ -25,6 +25,7 @@ from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_tabl
 from pipelines.examples.spill import SpillRef, read_spilled
 from pipelines.stage import shard_name
 from schemas import RecordFormat, ShardEntry
+from schemas.formats import batch_row_counts
 from schemas.index import shard_index_entry
 
 SORT_KEYS = [("doc_id", "ascending"), ("dupe_index", "ascending"), (PAIR_COLUMN, "ascending")]
@@ -89,9 +90,11 @@ def _write_shard(
     table = shard_table(read_spilled(r for r in refs if r is not None), fmt)
     data = fmt.to_ipc_bytes(table, source=path)
     io.write_bytes(path, data)
-    entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), io.sha256_hex(data)))
-    # the record batches' byte ranges and hashes for index.json, from the bytes just written
-    entry["index"] = shard_index_entry(relative, data)[0]
+    sha256 = io.sha256_hex(data)
+    entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), sha256))
+    # The record batches' byte ranges and hashes for index.json, from the bytes just written
+    # (the table is one chunk: its batches' row counts are known without decoding them).
+    entry["index"] = shard_index_entry(relative, data, batch_row_counts(len(table)), sha256)[0]
     return entry
 
 

@@ -13,6 +13,7 @@ from pipelines.cli import main as pipelines_main
 from pretrain.data import ExampleShards
 from schemas import Manifest, ManifestError, ShardEntry, completed_marker, verify_completed
 from schemas.examples import examples_format
+from schemas.formats import batch_row_counts
 from schemas.index import ShardIndex, shard_index_entry
 
 FMT = examples_format(1000)
@@ -136,3 +137,18 @@ def test_pipelines_index_refuses_a_modified_shard_and_finishes_an_interrupted_ru
     (root / "COMPLETED").write_bytes(marker)  # as if the run stopped before writing the marker
     assert CliRunner().invoke(pipelines_main, ["index", url]).exit_code == 0
     assert len(list(ExampleShards(url, batch_size=100))) == 22
+
+
+@pytest.mark.parametrize("count", [0, 1, 1024, 1025, 2500])
+def test_known_batch_rows_give_the_decoded_entry(count):
+    """A writer's own row counts (``batch_row_counts``) give the entry that decoding the batches
+    gives; a count list that does not match the file's batches is an error, not a wrong index."""
+    data = _shard(0, count)
+    decoded, _ = shard_index_entry("s.arrow", data)
+    known, _ = shard_index_entry("s.arrow", data, batch_row_counts(count), hashlib.sha256(data).hexdigest())
+    assert known == decoded and decoded.num_rows == count
+    with pytest.raises(ValueError, match="s.arrow: .*record batches"):
+        shard_index_entry("s.arrow", data, batch_row_counts(count) + [1])
+    if count:
+        with pytest.raises(ValueError, match="s.arrow: .*record batches"):
+            shard_index_entry("s.arrow", data, batch_row_counts(count)[:-1])
