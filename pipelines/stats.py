@@ -37,8 +37,8 @@ def document_tally(sentences: list[str], split: str | None = None) -> Counter:
     )
     tally[f"hist/document_sentences/{bucket_label(len(sentences))}"] += 1
     tally[f"hist/document_words/{bucket_label(sum(words))}"] += 1
-    for n in words:
-        tally[f"hist/sentence_words/{bucket_label(n)}"] += 1
+    for n, count in Counter(words).items():  # a label per distinct length, not per sentence
+        tally[f"hist/sentence_words/{bucket_label(n)}"] += count
     if split is not None:
         tally[f"split/{split}"] += 1
     return tally
