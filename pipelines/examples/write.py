@@ -27,6 +27,10 @@ from pipelines.stage import shard_name
 from schemas import RecordFormat, ShardEntry
 from schemas.formats import batch_row_counts
 from schemas.index import shard_index_entry
+from wordpiece.masking import hashed_bits
+
+STREAM_SHARD = 21
+"""The ``hashed_bits`` stream of shard choice (apart from masking's streams)."""
 
 SORT_KEYS = [("doc_id", "ascending"), ("dupe_index", "ascending"), (PAIR_COLUMN, "ascending")]
 
@@ -38,18 +42,20 @@ def _ipc_stream(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def document_hashes(doc_ids: np.ndarray) -> np.ndarray:
+    """Each row's document as 64 bits: the first 8 bytes of its ``doc_id``'s SHA-256 (big-endian),
+    hashed once per distinct document."""
+    names = doc_ids.tolist()
+    digest = {d: hashlib.sha256(d.encode("utf-8")).digest()[:8] for d in dict.fromkeys(names)}
+    return np.frombuffer(b"".join(map(digest.__getitem__, names)), dtype=">u8").astype(np.uint64)
+
+
 def pair_shards(columns: ExampleColumns, num_shards: int) -> np.ndarray:
-    """Each example's shard: ``shard_index`` of ``"doc_id\x1fdupe\x1fpair"``, with the digests'
-    first 8 bytes read as one big-endian array (the same numbers, no int() per row)."""
-    sha256 = hashlib.sha256
-    keys = map(
-        "{}\x1f{}\x1f{}".format,
-        columns.doc_ids.tolist(),
-        columns.dupe_index.tolist(),
-        columns.pair_index.tolist(),
-    )
-    digests = b"".join([sha256(key.encode("utf-8")).digest()[:8] for key in keys])
-    return (np.frombuffer(digests, dtype=">u8") % np.uint64(num_shards)).astype(np.int64)
+    """Each example's shard: a hash of its pair's identity (document, dupe pass, pair index),
+    the document's SHA-256 (:func:`document_hashes`) mixed with the pass and then the pair by
+    ``hashed_bits``, modulo ``num_shards``; no Python work per example."""
+    by_pass = hashed_bits(document_hashes(columns.doc_ids), columns.dupe_index, STREAM_SHARD)
+    return (hashed_bits(by_pass, columns.pair_index, STREAM_SHARD) % np.uint64(num_shards)).astype(np.int64)
 
 
 def shard_pieces(columns: ExampleColumns, fmt: RecordFormat, num_shards: int) -> list[tuple[int, bytes]]:

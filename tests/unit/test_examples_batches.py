@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
 
 import numpy as np
@@ -12,8 +13,7 @@ from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, 
 from pipelines.examples.finish import PAIR_COLUMN, ExampleVocab, examples_table
 from pipelines.examples.pairs import PairConfig, tokenized_document
 from pipelines.examples.pipeline import ExamplesConfig
-from pipelines.examples.write import pair_shards, shard_pieces, shard_table
-from pipelines.stage import shard_index
+from pipelines.examples.write import STREAM_SHARD, pair_shards, shard_pieces, shard_table
 from schemas.examples import examples_format
 
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, 3000)]
@@ -139,12 +139,35 @@ def test_shard_pieces_reassemble_into_sorted_shards_of_the_schema():
     assert len(shard_table([], FMT)) == 0
 
 
-def test_pair_shards_are_the_shard_index_of_each_pairs_identity():
+def _mix64(x: int) -> int:
+    mask = (1 << 64) - 1
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & mask
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
+
+
+def _hashed_bits(key: int, counter: int, stream: int) -> int:
+    """``wordpiece.masking.hashed_bits`` for one value, in plain integers."""
+    return _mix64((key + _mix64(((stream << 40) | counter) + 0x9E3779B97F4A7C15)) & ((1 << 64) - 1))
+
+
+def test_pair_shards_are_a_hash_of_each_pairs_identity():
+    """The shard of every example, recomputed row by row in plain Python from its definition:
+    the document's SHA-256, mixed with the pass, then with the pair index."""
     finished, _, _ = plan_batch(_documents(6), CONFIG, RequestDrawer({0: 6}), VOCAB)
     columns = finished[0][0]
     for num_shards in (1, 7, 256):
-        expected = [
-            shard_index(f"{d}\x1f{k}\x1f{p}", num_shards)
-            for d, k, p in zip(columns.doc_ids, columns.dupe_index, columns.pair_index, strict=True)
-        ]
+        expected = []
+        for d, k, p in zip(
+            columns.doc_ids, columns.dupe_index.tolist(), columns.pair_index.tolist(), strict=True
+        ):
+            document = int.from_bytes(hashlib.sha256(d.encode("utf-8")).digest()[:8], "big")
+            expected.append(
+                _hashed_bits(_hashed_bits(document, k, STREAM_SHARD), p, STREAM_SHARD) % num_shards
+            )
         assert pair_shards(columns, num_shards).tolist() == expected
+    # Spread over the shards: every one of 7 gets between half and twice its share.
+    counts = np.bincount(pair_shards(columns, 7), minlength=7)
+    assert counts.min() > len(columns) / 14 and counts.max() < 2 * len(columns) / 7
