@@ -15,7 +15,7 @@ short-seq prob 0.1, dupe factor 5, seed 12345, bert-base-uncased's vocab.txt.
 
 CPU seconds of each whole command (user + system, child processes included) are measured on
 the full input and on a tiny input (the first 20 lines), the two systems alternating, each
-repeated (``--repeats``, 3 by default; the tiny input one more) and the least taken; the tiny
+repeated (``--repeats``, 4 by default; the tiny input one more) and the least taken; the tiny
 run's CPU time is the fixed start-up, subtracted to give the marginal rate. Our marginal work
 is about a fifth of our start-up, so run-to-run noise moves the marginal ratio a lot: the
 output also gives it from the medians of the runs, and from each repeat alone (full run k less
@@ -197,7 +197,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--books", type=int, default=8)
     parser.add_argument("--dupe-factor", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each full command (tiny: one more)")
+    parser.add_argument("--repeats", type=int, default=4, help="runs of each full command (tiny: one more)")
     args = parser.parse_args()
     ensure_reference_venv()
     os.environ["PYTHONPATH"] = str(ROOT)

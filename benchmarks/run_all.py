@@ -328,9 +328,20 @@ def rows_examples(r: dict) -> list[Row]:
             f"({_n(r['ours_marginal_examples_per_cpu_s'])} with start-up subtracted)",
             f"{r['reference_revision']}: {_n(r['reference_examples_per_cpu_s'])} examples/CPU-s "
             f"({_n(r['reference_marginal_examples_per_cpu_s'])} with start-up subtracted); {statistics}",
-            f"{_x(r['ratio_whole'])} whole, {_x(r['ratio_marginal'])} marginal",
+            f"{_x(r['ratio_whole'])} whole, {_x(r['ratio_marginal'])} marginal" + _marginal_noise(r),
         )
     ]
+
+
+def _marginal_noise(r: dict) -> str:
+    """How far run-to-run noise moves the marginal ratio, when the run measured it."""
+    noise = r.get("ratio_marginal_spread")
+    if not noise:
+        return ""
+    return (
+        f" (medians of the runs {noise['median_runs']:.1f}x; each repeat alone "
+        f"{noise['per_repeat_min']:.1f}-{noise['per_repeat_max']:.1f}x)"
+    )
 
 
 def rows_examples_memory(r: dict) -> list[Row]:
