@@ -124,6 +124,7 @@ def random_next_spread(corpus: Path, dupe: int, seeds: int = SPREAD_SEEDS) -> di
     """
     import glob
 
+    import pyarrow as pa
     import pyarrow.ipc as ipc
 
     from pipelines.examples.batches import tokenize_documents
@@ -133,12 +134,11 @@ def random_next_spread(corpus: Path, dupe: int, seeds: int = SPREAD_SEEDS) -> di
 
     tokenizer = WordPieceTokenizer.load(str(VOCAB), cased=False).tokenizer
     tokenizer.encode_special_tokens = True
-    rows = [
-        row
+    table = pa.concat_tables(
+        ipc.open_file(shard).read_all().select(["doc_id", "sentences"])
         for shard in sorted(glob.glob(str(corpus / "train" / "*.arrow")))
-        for row in ipc.open_file(shard).read_all().select(["doc_id", "sentences"]).to_pylist()
-    ]
-    documents, _ = tokenize_documents(ChunkCache(tokenizer), rows)
+    )
+    documents, _ = tokenize_documents(ChunkCache(tokenizer), table)
     shares = []
     for seed in range(seeds):
         cuts = [

@@ -10,9 +10,10 @@ ids of a sentence are the concatenation of the ids of its ``" "``-separated chun
 tokenised by the very same ``tokenizers.Tokenizer``: exact, not an approximation
 (``tests/unit/test_chunk_cache.py`` compares both on real books and on adversarial text).
 
-On natural text a few percent of the chunks are distinct (Zipf), so a batch costs one
-``str.split`` per batch of sentences, one dict lookup per chunk, tokenising the chunks not yet
-seen, and a numpy gather. The new chunks of a batch are tokenised together, never one call
+On natural text a few percent of the chunks are distinct (Zipf), so a batch costs one Arrow
+split and one Arrow hash pass over its sentences (``dictionary_encode``: the batch's distinct
+chunks), one dict lookup per distinct chunk, tokenising the chunks not yet seen, and a numpy
+gather; no Python object is made per chunk. The new chunks of a batch are tokenised together, never one call
 each: those of printable ASCII (no whitespace or control character), under BERT's normaliser
 and pre-tokeniser, are joined by spaces, lower-cased (when the normaliser lower-cases) and split
 into BERT's words by one regex (runs of letters and digits, and single punctuation characters:
@@ -32,6 +33,8 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
 DEFAULT_MAX_ENTRIES = 500_000
@@ -150,21 +153,33 @@ class ChunkCache:
         self._lengths = np.concatenate((self._lengths, lengths))
         self._ids = np.concatenate((self._ids, flat))
 
-    def encode(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, lengths)``: every sentence's ids, flat (int32), and how many belong to each."""
-        if not sentences:
+    def encode(self, sentences: Sequence[str] | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, lengths)``: every sentence's ids, flat (int32), and how many belong to each.
+
+        ``sentences`` is an Arrow string array (or a sequence of ``str``, converted to one): Arrow
+        splits them at spaces and finds the distinct chunks of the batch (``dictionary_encode``),
+        so Python sees each distinct chunk once, not every chunk of every sentence.
+        """
+        if isinstance(sentences, pa.ChunkedArray):
+            sentences = sentences.combine_chunks()
+        elif not isinstance(sentences, pa.Array):
+            sentences = pa.array(sentences, type=pa.string())
+        if not len(sentences):
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
-        # The sentences' chunks in one split: joining with a space adds exactly the boundaries.
-        num_chunks = np.fromiter((s.count(" ") + 1 for s in sentences), dtype=np.int64, count=len(sentences))
-        chunks = " ".join(sentences).split(" ")
+        # Split at exactly " ", as str.split(" "): empty chunks kept, so boundaries are exact.
+        chunks = pc.split_pattern(sentences, pattern=" ")
+        num_chunks = np.asarray(pc.list_value_length(chunks), dtype=np.int64)
+        encoded = pc.dictionary_encode(pc.list_flatten(chunks))
+        distinct = encoded.dictionary.to_pylist()
         had = len(self._index)
-        # One lookup per chunk; a chunk not yet seen gets the next row as it is looked up.
-        index = np.fromiter(map(self._index.__getitem__, chunks), dtype=np.int64, count=len(chunks))
+        # One lookup per distinct chunk; a chunk not yet seen gets the next row as it is looked up.
+        rows = np.fromiter(map(self._index.__getitem__, distinct), dtype=np.int64, count=len(distinct))
         if self._index.new:
             if had and len(self._index) > self._max_entries:
                 self._clear()  # full: start afresh with this batch's chunks alone
                 return self.encode(sentences)
             self._add(self._index.take_new())
+        index = rows[np.asarray(encoded.indices, dtype=np.int64)]
         lengths = self._lengths[index]
         ids = ragged_gather(self._ids, self._starts[index], lengths)
         ends = np.concatenate(([0], np.cumsum(lengths)))[np.cumsum(num_chunks)]

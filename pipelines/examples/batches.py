@@ -1,6 +1,6 @@
 """The work of ``pipelines examples`` on a batch of documents at a time: pure functions, no Beam.
 
-* :func:`tokenize_documents`: corpus rows → :class:`TokenizedDocument` (through a
+* :func:`tokenize_documents`: a table of corpus documents → :class:`TokenizedDocument` (through a
   :class:`~wordpiece.chunk_cache.ChunkCache`, exactly the tokenizer's ids);
 * :func:`plan_batch`: every dupe pass of every document of a batch (``plan_cuts``, one generator
   per (seed, document, pass)); actual-next pairs are finished at once, random-next ones become
@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.examples.finish import ExampleColumns, ExampleVocab, PairBatch, finish_pairs
 from pipelines.examples.pairs import PairConfig, TokenizedDocument, plan_cuts, seeded_generator
@@ -35,25 +37,27 @@ def bucket_of(doc_id: str, num_buckets: int) -> int:
     return shard_index(f"bucket\x1f{doc_id}", num_buckets)
 
 
-def tokenize_documents(cache: ChunkCache, rows: Sequence[dict]) -> tuple[list[TokenizedDocument], int]:
-    """Rows with ``doc_id`` and ``sentences`` → the documents with tokens (empty sentences left
-    out), and how many had none."""
-    sentences = [s for row in rows for s in row["sentences"]]
-    ids, lengths = cache.encode(sentences)
+def tokenize_documents(cache: ChunkCache, table: pa.Table) -> tuple[list[TokenizedDocument], int]:
+    """A table of documents with ``doc_id`` and ``sentences`` → the documents with tokens (empty
+    sentences left out), and how many had none. The sentences stay in Arrow until tokenised."""
+    sentences = table.column("sentences").combine_chunks()
+    ids, lengths = cache.encode(pc.list_flatten(sentences))
     ends = np.cumsum(lengths)
-    documents, without_tokens, first = [], 0, 0
-    for row in rows:
-        last = first + len(row["sentences"])
+    documents, without_tokens = [], 0
+    bounds = np.asarray(sentences.offsets, dtype=np.int64)
+    bounds = bounds - bounds[0]  # a sliced table's offsets start past zero
+    for doc_id, first, last in zip(
+        table.column("doc_id").to_pylist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True
+    ):
         kept = lengths[first:last]
         kept = kept[kept > 0]
         if len(kept):
             start = int(ends[first] - lengths[first])
             offsets = np.zeros(len(kept) + 1, dtype=np.int64)
             np.cumsum(kept, out=offsets[1:])
-            documents.append(TokenizedDocument(row["doc_id"], ids[start : start + int(offsets[-1])], offsets))
+            documents.append(TokenizedDocument(doc_id, ids[start : start + int(offsets[-1])], offsets))
         else:
             without_tokens += 1
-        first = last
     return documents, without_tokens
 
 

@@ -14,6 +14,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines import io
 from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch, tokenize_documents
@@ -65,7 +68,7 @@ class TokenizeShard(beam.DoFn):
         self._cache = ChunkCache(tokenizer)
 
     def process(self, shard: tuple[str, str]):
-        for batch in row_batches(io.read_document_table(shard, ["doc_id", "sentences"])):
+        for batch in document_batches(io.read_document_table(shard, ["doc_id", "sentences"])):
             documents, without_tokens = tokenize_documents(self._cache, batch)
             if without_tokens:
                 beam.metrics.Metrics.counter("pipelines.examples", "documents_without_tokens").inc(
@@ -80,19 +83,18 @@ class TokenizeShard(beam.DoFn):
                 yield tuple((b, ref, len(d)) for (b, ref), (_, d) in zip(refs, grouped, strict=True))
 
 
-def row_batches(table, rows_at_once: int = 64) -> Iterator[list[dict]]:
-    """A documents table's rows as Python dicts, whole documents of about ``BATCH_SENTENCES``
-    sentences at a time (only one batch of rows is ever converted from Arrow)."""
-    batch, total = [], 0
-    for first in range(0, table.num_rows, rows_at_once):
-        for row in table.slice(first, rows_at_once).to_pylist():
-            batch.append(row)
-            total += len(row["sentences"])
-            if total >= BATCH_SENTENCES:
-                yield batch
-                batch, total = [], 0
-    if batch:
-        yield batch
+def document_batches(table: pa.Table) -> Iterator[pa.Table]:
+    """A documents table in slices of whole documents of about ``BATCH_SENTENCES`` sentences
+    (zero-copy: the rows stay in Arrow)."""
+    counts = np.asarray(pc.list_value_length(table.column("sentences")), dtype=np.int64)
+    first, total = 0, 0
+    for row, count in enumerate(counts.tolist()):
+        total += count
+        if total >= BATCH_SENTENCES:
+            yield table.slice(first, row + 1 - first)
+            first, total = row + 1, 0
+    if first < table.num_rows:
+        yield table.slice(first)
 
 
 def plan_parts(documents: list[TokenizedDocument], dupe_factor: int) -> Iterator[list[TokenizedDocument]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from tests.conftest import GUTENBERG, SHARED_DATA, require
@@ -78,3 +79,21 @@ def test_ragged_helpers():
     assert ragged_gather(values, np.array([1, 5, 0]), np.array([2, 0, 3])).tolist() == [10, 20, 0, 10, 20]
     with pytest.raises(ValueError, match="max_entries"):
         ChunkCache(None, max_entries=0)
+
+
+def test_arrow_input_slices_and_chunked_arrays_give_the_same_ids():
+    """A sliced Arrow array (offsets not starting at zero) and a chunked one are read as the
+    strings they hold, the same as the Python list."""
+    tokenizer = _tokenizer(VOCAB, False)
+    cache = ChunkCache(tokenizer.tokenizer)
+    sentences = ["skip me", *TRICKY, "and the end"]
+    sliced = pa.array(sentences, type=pa.string()).slice(1, len(TRICKY))
+    _assert_same(tokenizer, cache, TRICKY)
+    ids, lengths = cache.encode(sliced)
+    expected = tokenizer.encode_batch(TRICKY)
+    assert lengths.tolist() == [len(e) for e in expected] and ids.tolist() == [i for e in expected for i in e]
+    chunked = pa.chunked_array([pa.array(TRICKY[:5]), pa.array(TRICKY[5:])])
+    again, again_lengths = ChunkCache(tokenizer.tokenizer).encode(chunked)
+    assert again.tolist() == ids.tolist() and again_lengths.tolist() == lengths.tolist()
+    empty_ids, empty_lengths = cache.encode(pa.array([], type=pa.string()))
+    assert len(empty_ids) == 0 and len(empty_lengths) == 0

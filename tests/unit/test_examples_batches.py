@@ -9,12 +9,18 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch
+from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch, tokenize_documents
+from pipelines.examples.dofns import document_batches
 from pipelines.examples.finish import PAIR_COLUMN, ExampleVocab, examples_table
 from pipelines.examples.pairs import PairConfig, tokenized_document
 from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.examples.write import STREAM_SHARD, pair_shards, shard_pieces, shard_table
 from schemas.examples import examples_format
+from tests.conftest import SHARED_DATA, require
+from wordpiece.chunk_cache import ChunkCache
+from wordpiece.tokenizer import WordPieceTokenizer
+
+BERT_VOCAB = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"
 
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(5, 3000)]
 VOCAB = ExampleVocab.build(TOKENS, random_token_from_whole_vocab=False)
@@ -171,3 +177,36 @@ def test_pair_shards_are_a_hash_of_each_pairs_identity():
     # Spread over the shards: every one of 7 gets between half and twice its share.
     counts = np.bincount(pair_shards(columns, 7), minlength=7)
     assert counts.min() > len(columns) / 14 and counts.max() < 2 * len(columns) / 7
+
+
+def test_tokenize_documents_reads_a_sliced_table_of_documents():
+    """Documents from a slice of a documents table (as ``document_batches`` cuts it): each
+    document's ids are its sentences' ids, empty sentences left out, a document without tokens
+    counted, not kept; the batches cover every document once."""
+    tokenizer = WordPieceTokenizer.load(str(require(BERT_VOCAB)), cased=False).tokenizer
+    tokenizer.encode_special_tokens = True
+    table = pa.table(
+        {
+            "doc_id": ["first", "a", "b", "c"],
+            "sentences": [["not in the slice"], ["Hello there.", "", "Second one."], ["", "  "], ["Last."]],
+        }
+    )
+    documents, without_tokens = tokenize_documents(ChunkCache(tokenizer), table.slice(1))
+    assert [d.doc_id for d in documents] == ["a", "c"] and without_tokens == 1
+    expected = [tokenizer.encode(s, add_special_tokens=False).ids for s in ("Hello there.", "Second one.")]
+    assert documents[0].tokens.tolist() == expected[0] + expected[1]
+    assert documents[0].offsets.tolist() == [0, len(expected[0]), len(expected[0]) + len(expected[1])]
+    assert documents[1].tokens.tolist() == tokenizer.encode("Last.", add_special_tokens=False).ids
+    sizes = [len(batch) for batch in document_batches(table)]
+    assert sum(sizes) == len(table)
+
+
+def test_document_batches_cut_between_whole_documents(monkeypatch):
+    import pipelines.examples.dofns as dofns
+
+    monkeypatch.setattr(dofns, "BATCH_SENTENCES", 3)
+    table = pa.table({"doc_id": list("abcde"), "sentences": [["1"], ["1", "2"], ["1"] * 5, ["1"], ["1"]]})
+    batches = list(document_batches(table))
+    # a+b reach 3 sentences; c alone passes it; d+e are what is left.
+    assert [b.column("doc_id").to_pylist() for b in batches] == [["a", "b"], ["c"], ["d", "e"]]
+    assert list(document_batches(table.slice(0, 0))) == []
