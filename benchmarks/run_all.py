@@ -336,10 +336,10 @@ def rows_examples(r: dict) -> list[Row]:
 def _marginal_noise(r: dict) -> str:
     """How far run-to-run noise moves the marginal ratio, when the run measured it."""
     noise = r.get("ratio_marginal_spread")
-    if not noise:
+    if not noise or "least_of_runs" not in noise:
         return ""
     return (
-        f" (medians of the runs {noise['median_runs']:.1f}x; each repeat alone "
+        f" (median of {len(noise['per_repeat'])} repeats; each repeat alone "
         f"{noise['per_repeat_min']:.1f}-{noise['per_repeat_max']:.1f}x)"
     )
 
