@@ -145,6 +145,31 @@ def read_vocab_file(path: str) -> list[str]:
     return tokens
 
 
+def _vocab_and_casing(path: str) -> tuple[list[str], bool | None]:
+    """The validated vocabulary of a ``vocab.txt`` or ``tokenizer.json`` (by its ``.json``
+    suffix), and the casing a tokenizer.json records (None for a vocab.txt)."""
+    if not path.lower().endswith(".json"):
+        return read_vocab_file(path), None
+    text = _decode_utf8(_read_bytes(path), path)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise VocabError(
+            f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}): "
+            "give a tokenizer.json, or a vocab.txt (any name not ending in .json)"
+        ) from None
+    if not isinstance(obj, dict):
+        raise VocabError(f"{path}: not a tokenizer.json (the top level is not an object)")
+    return _json_vocab(obj, path)
+
+
+def load_vocab(path: str) -> list[str]:
+    """The validated tokens (in id order) of a ``vocab.txt`` or ``tokenizer.json``, local or a
+    URL, without building a tokenizer (for code that needs the ids of tokens, not tokenisation).
+    Raises :class:`VocabError`."""
+    return _vocab_and_casing(path)[0]
+
+
 def _is_reserved(token: str) -> bool:
     """Bracketed control tokens ([PAD], [unused7], ...) say nothing about casing."""
     return token.startswith("[") and token.endswith("]") and len(token) > 2
@@ -319,21 +344,7 @@ class WordPieceTokenizer:
         tokenizer is rebuilt with :func:`build_tokenizer`, so settings other than BERT's are
         refused rather than silently dropped. Raises :class:`VocabError`.
         """
-        recorded: bool | None = None
-        if path.lower().endswith(".json"):
-            text = _decode_utf8(_read_bytes(path), path)
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise VocabError(
-                    f"{path}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno}): "
-                    "give a tokenizer.json, or a vocab.txt (any name not ending in .json)"
-                ) from None
-            if not isinstance(obj, dict):
-                raise VocabError(f"{path}: not a tokenizer.json (the top level is not an object)")
-            vocab, recorded = _json_vocab(obj, path)
-        else:
-            vocab = read_vocab_file(path)
+        vocab, recorded = _vocab_and_casing(path)
         if cased is None and recorded is not None:
             cased = recorded
         elif cased is None:
@@ -357,7 +368,9 @@ class WordPieceTokenizer:
                 UserWarning,
                 stacklevel=2,
             )
-        return cls(vocab, cased, source=path)
+        loaded = cls.__new__(cls)  # the vocabulary is validated already: not twice
+        loaded.cased, loaded.vocab, loaded.tokenizer = cased, vocab, _build(vocab, cased)
+        return loaded
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``, without ``[CLS]``/``[SEP]``."""

@@ -35,7 +35,7 @@ from pipelines.examples.spill import (
 from pipelines.examples.write import shard_pieces
 from schemas import RecordFormat
 from wordpiece.chunk_cache import ChunkCache
-from wordpiece.tokenizer import WordPieceTokenizer
+from wordpiece.tokenizer import WordPieceTokenizer, load_vocab
 
 ExamplesConfig = Any
 """``pipeline.ExamplesConfig`` (not imported here: ``pipeline`` imports this module)."""
@@ -124,7 +124,7 @@ class WithVocab(beam.DoFn):
         self._vocab: ExampleVocab | None = None
 
     def setup(self) -> None:
-        tokens = WordPieceTokenizer.load(self._config.vocab, cased=self._config.cased).vocab
+        tokens = load_vocab(self._config.vocab)  # the ids of tokens, no tokenizer needed
         self._vocab = ExampleVocab.build(tokens, self._config.random_token_from_whole_vocab)
 
     def _pieces(self, finished: Iterable[tuple[ExampleColumns, Counter]]):
