@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import resource
 import sys
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from pipelines.runner import retain_freed_memory
@@ -32,3 +35,15 @@ def test_a_block_freed_and_allocated_again_does_not_fault_again():
     _faults_to_fill_a_fresh_block(libc)  # the first fill faults its pages in (or reuses earlier ones)
     pages = SIZE_BYTES // resource.getpagesize()
     assert _faults_to_fill_a_fresh_block(libc) < pages // 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def test_arrow_allocates_from_glibc_once_freed_memory_is_kept():
+    """Arrow's default pool (mimalloc) would decommit freed pages between batches; after
+    ``retain_freed_memory`` Arrow allocates through glibc (its system pool), and worker processes
+    started from here are told so."""
+    assert retain_freed_memory()
+    assert pa.default_memory_pool().backend_name == "system"
+    assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+    table = pa.table({"x": pa.array(np.arange(1 << 20))})
+    assert table.column("x").to_numpy()[-1] == (1 << 20) - 1
