@@ -14,10 +14,11 @@ On natural text a few percent of the chunks are distinct (Zipf), so a batch cost
 split and one Arrow hash pass over its sentences (``dictionary_encode``: the batch's distinct
 chunks), one dict lookup per distinct chunk, tokenising the chunks not yet seen, and a numpy
 gather; no Python object is made per chunk. The new chunks of a batch are tokenised together, never one call
-each: those of printable ASCII (no whitespace or control character), under BERT's normaliser
-and pre-tokeniser, are joined by spaces, lower-cased (when the normaliser lower-cases) and split
+each: those of printable ASCII (no whitespace or control character) and the curly quotes,
+dashes and ellipsis of English prose (``_PLAIN_PUNCTUATION``), under BERT's normaliser and
+pre-tokeniser, are joined by spaces, lower-cased (when the normaliser lower-cases) and split
 into BERT's words by one regex (runs of letters and digits, and single punctuation characters:
-every other printable ASCII character is punctuation to BERT), each distinct word going to the
+every other such character is punctuation to BERT), each distinct word going to the
 WordPiece model once (a word table, like the chunk table); every other new chunk goes through
 the whole ``Tokenizer`` in one pre-tokenised call, which treats each chunk as ``encode(chunk)``
 would and says which chunk each id came from.
@@ -39,7 +40,11 @@ from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
 DEFAULT_MAX_ENTRIES = 500_000
 
-_PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]*")
+# Printable ASCII and the commonest non-ASCII punctuation of English prose (curly quotes, en and
+# em dashes, the ellipsis): characters BERT's normaliser leaves as they are (no canonical
+# decomposition, no case) and its pre-tokeniser splits off one by one, as punctuation.
+_PLAIN_PUNCTUATION = "\u2013\u2014\u2018\u2019\u201c\u201d\u2026"
+_PLAIN_CHUNK = re.compile(rf"[\x21-\x7e{_PLAIN_PUNCTUATION}]*")
 _ASCII_WORDS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 
 
@@ -107,7 +112,7 @@ class ChunkCache:
         self._word_ids = np.concatenate((self._word_ids, flat))
 
     def _plain_ids(self, chunks: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, lengths)`` of chunks of printable ASCII, all in one pass: lower-cased (when the
+        """``(ids, lengths)`` of plain chunks (``_PLAIN_CHUNK``), all in one pass: lower-cased (when the
         normaliser lower-cases) and split into BERT's words with one regex over the chunks joined
         by spaces, each distinct word through the WordPiece model once."""
         text = " ".join(chunks)
@@ -135,7 +140,7 @@ class ChunkCache:
     def _add(self, chunks: list[str]) -> None:
         """Tokenise ``chunks`` (the chunk table's newest rows, in order) into the table."""
         if self._plain_path:
-            plain = _PRINTABLE_ASCII.fullmatch
+            plain = _PLAIN_CHUNK.fullmatch
             is_plain = np.fromiter((plain(c) is not None for c in chunks), dtype=bool, count=len(chunks))
             plain_ids, plain_lengths = self._plain_ids(list(itertools.compress(chunks, is_plain)))
             other_ids, other_lengths = self._tokenizer_ids(list(itertools.compress(chunks, ~is_plain)))

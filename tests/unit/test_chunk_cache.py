@@ -30,6 +30,8 @@ TRICKY = [
     "emoji 🙂 and ﬁ ligature and ΣΑΣ final sigma Straße",
     "under_score back\\slash tilde~ caret^ pipe| brace{} `tick`",
     "\ufffdreplacement \u200dzwj \ufeffbom",
+    "\u201cCurly,\u201d she said\u2014\u2018twice\u2019\u2026 \u2013 \u201cA\u2019s\u201d\u2014\u2014end\u2026",
+    "\u2019\u2019 \u201c\u201d \u2013\u2014 Caf\u00e9\u2019s \u201c\u00c9cole\u201d",
 ]
 
 
