@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tokenizers import Tokenizer, normalizers, pre_tokenizers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 DEFAULT_MAX_ENTRIES = 500_000
 
@@ -80,6 +80,18 @@ class ChunkCache:
             pre_tokenizer, pre_tokenizers.BertPreTokenizer
         )
         self._plain_path = bert
+        model = tokenizer.model
+        # Vocabulary tokens that a whole word can be (not "##" pieces, not past WordPiece's limit).
+        self._whole_words: dict[str, int] = (
+            {
+                token: i
+                for token, i in tokenizer.get_vocab(with_added_tokens=False).items()
+                if not token.startswith(model.continuing_subword_prefix)
+                and len(token) <= model.max_input_chars_per_word
+            }
+            if bert and isinstance(model, models.WordPiece)
+            else {}
+        )
         self._lowercase = bool(bert and normalizer.lowercase)
         self._clear()
 
@@ -101,8 +113,10 @@ class ChunkCache:
 
     def _add_words(self, words: list[str]) -> None:
         """Put ``words`` (the word table's newest rows, in order) through the WordPiece model."""
-        tokenize = self._tokenizer.model.tokenize
-        ids = [[t.id for t in tokenize(word)] for word in words]
+        tokenize, whole = self._tokenizer.model.tokenize, self._whole_words.get
+        # A word that is itself in the vocabulary is that one token (WordPiece matches longest
+        # first, from the word's start); only the others go through the model.
+        ids = [[i] if (i := whole(word)) is not None else [t.id for t in tokenize(word)] for word in words]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
         self._word_starts = np.concatenate(
