@@ -20,7 +20,7 @@ from apache_beam.metrics import Metrics
 
 from pipelines import io
 from pipelines.stats import build_stats, document_tally, sum_tallies
-from pipelines.text import content_hash, count_words
+from pipelines.text import content_hash
 from schemas import (
     COMPLETED_FILE,
     DOCUMENTS,
@@ -50,11 +50,15 @@ class Outcome:
     row: dict[str, Any] | None = None
     counts: dict[str, int] | None = None
     """Extra counts for ``stats.json`` (for example templates rendered and dropped)."""
+    sentence_words: list[int] | None = None
+    """A document's words per sentence, when its producer counted them (the tally reuses them)."""
 
 
-def document_outcome(row: dict[str, Any], counts: dict[str, int] | None = None) -> Outcome:
+def document_outcome(
+    row: dict[str, Any], counts: dict[str, int] | None = None, sentence_words: list[int] | None = None
+) -> Outcome:
     """A record that became a document, with optional extra counts for ``stats.json``."""
-    return Outcome(DOCUMENT, "", row, counts)
+    return Outcome(DOCUMENT, "", row, counts, sentence_words)
 
 
 def sentences_outcome(
@@ -67,7 +71,8 @@ def sentences_outcome(
     """
     if not sentences:
         return dropped_outcome("empty_after_cleaning")
-    num_words = count_words(sentences)
+    sentence_words = [len(s.split()) for s in sentences]
+    num_words = sum(sentence_words)
     if num_words < min_document_words:
         return dropped_outcome("too_short")
     row = {"title": None, "page_id": None, "revision_id": None, **fields}
@@ -78,7 +83,7 @@ def sentences_outcome(
         num_words=num_words,
         num_chars=sum(len(s) for s in sentences),
     )
-    return document_outcome(row, counts)
+    return document_outcome(row, counts, sentence_words)
 
 
 class CountRecords(beam.PTransform):
@@ -124,7 +129,7 @@ def reject_outcome(
 def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:
     """The tally an outcome contributes to ``stats.json``."""
     if outcome.kind == DOCUMENT:
-        tally = document_tally(outcome.row["sentences"], split)
+        tally = document_tally(outcome.row["sentences"], split, outcome.sentence_words)
         tally.update(outcome.counts or {})
         return tally
     key = "file_errors" if outcome.kind == FILE_ERROR else outcome.kind

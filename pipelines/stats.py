@@ -26,9 +26,11 @@ def _bucket_sort_key(label: str) -> int:
     return int(label.split("-")[0])
 
 
-def document_tally(sentences: list[str], split: str | None = None) -> Counter:
-    """The tally of one written document: counts and histogram entries."""
-    words = [len(s.split()) for s in sentences]
+def document_tally(sentences: list[str], split: str | None = None, words: list[int] | None = None) -> Counter:
+    """The tally of one written document: counts and histogram entries (``words``: its words per
+    sentence, when already counted)."""
+    if words is None:
+        words = [len(s.split()) for s in sentences]
     tally: Counter = Counter(
         documents_out=1,
         sentences=len(sentences),

@@ -103,8 +103,3 @@ def content_hash(sentences: Sequence[str]) -> str:
     """
     digest = hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
     return digest[:32]
-
-
-def count_words(sentences: Iterable[str]) -> int:
-    """Whitespace-separated words over all sentences."""
-    return sum(len(s.split()) for s in sentences)
