@@ -320,6 +320,13 @@ def rows_examples(r: dict) -> list[Row]:
             f"; random-next share {nsp['ours']:.3f} vs {nsp['reference']:.3f}, tolerance ±{nsp['tolerance']:.3f} "
             f"(3 sd of its spread over {spread['seeds']} seeds on this input)"
         )
+    counts = r.get("examples_over_seeds")
+    if counts:
+        n = r["statistics"]["examples"]
+        statistics += (
+            f"; examples {n['ours']:,} vs {n['reference']:,}, tolerance ±{n['tolerance']:,.0f} "
+            f"(3 sd over the same seeds; mean {counts['mean']:,.0f})"
+        )
     return [
         (
             f"example generation, whole command per CPU-second: `pipelines text` + `pipelines examples`, "
@@ -340,7 +347,8 @@ def _marginal_noise(r: dict) -> str:
         return ""
     return (
         f" (median of {len(noise['per_repeat'])} repeats; each repeat alone "
-        f"{noise['per_repeat_min']:.1f}-{noise['per_repeat_max']:.1f}x)"
+        f"{noise['per_repeat_min']:.1f}-{noise['per_repeat_max']:.1f}x; least of runs "
+        f"{noise['least_of_runs']:.1f}x)"
     )
 
 
