@@ -313,20 +313,18 @@ def rows_examples(r: dict) -> list[Row]:
     statistics = f"statistics within tolerance (±{r['tolerance']} for the masked shares)" + (
         f" except {', '.join(outside)}" if outside else ""
     )
-    spread = r.get("random_next_rate_over_seeds")
-    if spread:
-        nsp = r["statistics"]["random_next_rate"]
-        statistics += (
-            f"; random-next share {nsp['ours']:.3f} vs {nsp['reference']:.3f}, tolerance ±{nsp['tolerance']:.3f} "
-            f"(3 sd of its spread over {spread['seeds']} seeds on this input)"
-        )
-    counts = r.get("examples_over_seeds")
-    if counts:
-        n = r["statistics"]["examples"]
-        statistics += (
-            f"; examples {n['ours']:,} vs {n['reference']:,}, tolerance ±{n['tolerance']:,.0f} "
-            f"(3 sd over the same seeds; mean {counts['mean']:,.0f})"
-        )
+    # The two figures that vary from seed to seed, each with its tolerance of 3 sd over the seeds.
+    for label, key, fmt in (
+        ("random-next share", "random_next_rate", ".3f"),
+        ("examples", "examples", ",.0f"),
+    ):
+        spread = r.get(f"{key}_over_seeds")
+        if spread:
+            v = r["statistics"][key]
+            statistics += (
+                f"; {label} {v['ours']:{fmt}} vs {v['reference']:{fmt}}, tolerance ±{v['tolerance']:{fmt}} "
+                f"(3 sd of its spread over {spread['seeds']} seeds on this input)"
+            )
     return [
         (
             f"example generation, whole command per CPU-second: `pipelines text` + `pipelines examples`, "
