@@ -22,10 +22,10 @@ over minutes, and our marginal work is about a fifth of our start-up, so each re
 tiny, a minute apart at most) has the drift mostly cancelled, and the figure is the median over
 the repeats. The output also gives the ratio of each repeat alone (its least and greatest are
 its spread) and the ratio from the least CPU time of each command over the runs.
-Statistics compared, with the tolerances stated
-in the output: masked share of tokens (+-0.01), the 80/10/10 split of masked positions (+-0.01
-each), and the random-next share and the number of examples, each within three standard
-deviations of its spread over 40 seeds of our planner on this input (the share's at least 0.01). Results: ``benchmarks/results/examples.json``.
+Statistics compared, with the tolerances stated in the output: masked share of tokens (+-0.01),
+the 80/10/10 split of masked positions (+-0.01 each), and the random-next share and the number
+of examples, each within three standard deviations of its spread over 40 seeds of our planner
+on this input (the share's at least 0.01). Results: ``benchmarks/results/examples.json``.
 """
 
 from __future__ import annotations
