@@ -84,19 +84,66 @@ def bucket(batches: list[Batch], rng: np.random.Generator) -> list[Batch]:
     return [trim({k: v[groups[i]] for k, v in pool.items()}) for i in rng.permutation(len(groups))]
 
 
-def pack(batch: Batch) -> Batch:
-    """A padded batch as its real tokens end to end: ``input_ids``, ``token_type_ids`` and
-    ``labels`` ``[total_tokens]``, ``cu_seqlens`` ``[batch + 1]`` (int64 offsets from 0),
-    ``max_seqlen`` (a 0-d tensor); the prediction and NSP tensors as they were (positions stay
-    relative to each example)."""
+STATIC_SIZES = 32
+"""A packed batch's token count is rounded up to a multiple of ``1/STATIC_SIZES`` of its capacity
+(examples x sequence length): at most ``STATIC_SIZES + 1`` shapes, 2-3 in practice."""
+
+
+def static_layout(num_examples: int, max_seqlen: int) -> tuple[int, int]:
+    """(token step, padding segments) of the static packed layout of batches of ``num_examples``
+    examples up to ``max_seqlen`` tokens (see :func:`pack`).
+
+    The tail that rounds the real tokens up to a multiple of the step is cut into the fixed number
+    of padding segments, each 1 to ``max_seqlen`` tokens long: ``pack`` keeps at least one token
+    per padding segment, so the tail is ``segments`` to ``segments + step - 1`` tokens, and
+    ``segments`` is the least count for which that never exceeds ``segments * max_seqlen``."""
+    if num_examples < 1 or max_seqlen < 2:
+        raise ValueError(
+            f"a packed layout needs examples >= 1 and max_seqlen >= 2, got {num_examples}, {max_seqlen}"
+        )
+    step = -(-num_examples * max_seqlen // STATIC_SIZES)
+    step = -(-step // 8) * 8
+    return step, max(1, -(-(step - 1) // (max_seqlen - 1)))
+
+
+def pack(batch: Batch, max_seq_length: int | None = None) -> Batch:
+    """A padded batch as its real tokens end to end, padded to one of a few static sizes.
+
+    ``input_ids``, ``token_type_ids`` and ``labels`` become ``[total_tokens]``: each example's real
+    tokens in order, then a tail of padding tokens (id 0, type 0, label -100) that rounds the count
+    up to a multiple of the :func:`static_layout` step. ``cu_seqlens`` (int32, the flash kernel's
+    type) has a fixed length, ``examples + 1 + padding segments``: the examples' offsets, then the
+    tail cut into padding segments of at most ``max_seqlen`` tokens; ``max_seqlen`` (0-d) is
+    ``max_seq_length`` (the shards' sequence length; default and at least: the batch's width);
+    ``num_examples`` (0-d) says how many segments are examples. The prediction and NSP tensors stay
+    as they were (positions relative to each example).
+
+    Why static: ``torch.compile`` specialises a graph on its input shapes and CUDA graphs replay
+    fixed ones, so a token count and a segment count that changed every step would recompile every
+    step. Rounded up, a shard set's batches take 2-3 sizes (their real token counts vary by ~1%)
+    at a cost of half a step of padding tokens on average (~1.6%; the padded layout computes ~6% at
+    128). The flash kernel's cost does not depend on ``max_seqlen`` beyond launch bounds, so the
+    shards' length serves every batch. Losses do not change: padding segments attend only among
+    themselves, are neither pooled nor predicted, and count in no token total
+    (:func:`num_real_tokens`, :func:`batch_shape`) or MFU.
+    """
     real = batch["attention_mask"].bool()
     lengths = real.sum(1)
+    examples = len(lengths)
+    seqlen = max(max_seq_length or 0, real.size(1), 2)
+    step, num_tail = static_layout(examples, seqlen)
+    total = int(lengths.sum())
+    tail = -(-(total + num_tail) // step) * step - total
+    tail_lengths = [tail // num_tail + (i < tail % num_tail) for i in range(num_tail)]
     out = {k: v for k, v in batch.items() if k not in SEQUENCE_KEYS}
     for key in ("input_ids", "token_type_ids", "labels"):
         if key in batch:
-            out[key] = batch[key][real]
-    out["cu_seqlens"] = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-    out["max_seqlen"] = lengths.max() if lengths.numel() else lengths.new_zeros(())
+            flat = batch[key][real]
+            out[key] = torch.cat([flat, flat.new_full((tail,), _PAD_VALUE.get(key, 0))])
+    all_lengths = torch.cat([lengths, torch.tensor(tail_lengths, dtype=lengths.dtype)])
+    out["cu_seqlens"] = torch.cat([all_lengths.new_zeros(1), all_lengths.cumsum(0)]).to(torch.int32)
+    out["max_seqlen"] = torch.tensor(seqlen)
+    out["num_examples"] = torch.tensor(examples)
     return out
 
 
@@ -105,24 +152,32 @@ def is_packed(batch: Batch) -> bool:
     return "cu_seqlens" in batch
 
 
+def _example_lengths(batch: Batch) -> torch.Tensor:
+    """A packed batch's example lengths (its padding segments left out)."""
+    return batch["cu_seqlens"][: int(batch["num_examples"]) + 1].diff()
+
+
 def num_real_tokens(batch: Batch) -> int:
     """Non-padding tokens of a batch in any layout (from host tensors: no device sync)."""
     if is_packed(batch):
-        return int(batch["input_ids"].numel())
+        return int(batch["cu_seqlens"][int(batch["num_examples"])])
     return int(batch["attention_mask"].sum())
 
 
 def batch_shape(batch: Batch) -> tuple[int, int]:
-    """(examples, width the attention computes at) of a batch in any layout, from host tensors."""
+    """(examples, width the attention computes at) of a batch in any layout, from host tensors: for
+    a packed batch, its longest example."""
     if is_packed(batch):
-        return len(batch["cu_seqlens"]) - 1, int(batch["max_seqlen"])
+        lengths = _example_lengths(batch)
+        return len(lengths), int(lengths.max()) if len(lengths) else 0
     return tuple(batch["input_ids"].shape)
 
 
 def example_tokens(batch: Batch) -> list[torch.Tensor]:
     """Each example's real token ids, in any layout."""
     if is_packed(batch):
-        return list(torch.split(batch["input_ids"], batch["cu_seqlens"].diff().tolist()))
+        lengths = _example_lengths(batch).tolist()
+        return list(torch.split(batch["input_ids"][: sum(lengths)], lengths))
     return [ids[mask.bool()] for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
 
 
@@ -136,7 +191,8 @@ def model_inputs(batch: Batch) -> dict:
         "masked_lm_positions": batch.get("masked_lm_positions"),
     }
     if is_packed(batch):
-        return inputs | {"cu_seqlens": batch["cu_seqlens"], "max_seqlen": int(batch["max_seqlen"])}
+        packed = {"cu_seqlens": batch["cu_seqlens"], "max_seqlen": int(batch["max_seqlen"])}
+        return inputs | packed | {"num_examples": int(batch["num_examples"])}
     mask = batch["attention_mask"]
     return inputs | {"attention_mask": None if bool(mask.all()) else mask}
 
@@ -157,17 +213,22 @@ class BatchLayout:
     """Batches whose examples ``bucketed`` regroups together."""
     seed: int = 0
     rank: int = 0
+    max_seq_length: int | None = None
+    """The shards' sequence length: ``packed`` batches take it as their static ``max_seqlen``
+    (None: each batch's width, which varies a little more)."""
 
     def __post_init__(self) -> None:
         if self.mode not in BATCHING_MODES:
             raise ValueError(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.mode!r}")
         if self.window < 1:
             raise ValueError(f"--bucket-window must be at least 1, got {self.window}")
+        if self.max_seq_length is not None and self.max_seq_length < 2:
+            raise ValueError(f"max_seq_length must be at least 2, got {self.max_seq_length}")
 
     def single(self, batch: Batch) -> Batch:
         """One batch in this layout, without regrouping (evaluation)."""
         if self.mode == "packed":
-            return pack(batch)
+            return pack(batch, self.max_seq_length)
         return trim(batch) if self.mode == "bucketed" else batch
 
     def epoch_batches(

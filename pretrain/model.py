@@ -7,15 +7,30 @@ nothing: ``pretrain.hf`` only trims the padded vocabulary rows and drops the tie
 
 Differences from the reference implementations, none of which changes the function computed:
 
-- Attention goes through ``F.scaled_dot_product_attention``: with the padding mask as a boolean
-  ``attn_mask`` for a padded batch, with ``attn_mask=None`` when the caller passes no mask (a batch
-  without padding; the flash / memory-efficient kernels apply on GPU), and over a jagged nested
-  tensor for a packed batch (:class:`Packed`, below).
-- A packed batch is the examples' real tokens end to end (``[total_tokens]``, with per-example
-  ``position_ids`` and ``cu_seqlens`` offsets): embeddings, projections, FFN and LayerNorm run on
-  real tokens only; attention stays within each example — on CUDA through a jagged nested tensor
-  (varlen flash attention), elsewhere by scattering the tokens into a padded ``[batch, longest]``
-  block with a key mask and gathering them back. The function computed is the padded one's.
+- Attention goes through ``F.scaled_dot_product_attention`` for padded batches: with the padding
+  mask as a boolean ``attn_mask``, or with ``attn_mask=None`` when the caller passes no mask (a
+  batch without padding; the flash / memory-efficient kernels apply on GPU).
+- A packed batch (:func:`pretrain.batching.pack`) is unpadded once, before the embeddings: the
+  examples' real tokens end to end (``[total_tokens]``, position ids restarting in every segment of
+  ``cu_seqlens``), and every layer keeps ``[total_tokens, hidden]``, so embeddings, projections,
+  FFN and LayerNorm compute no padding and nothing is re-padded between layers. Attention stays
+  within each segment: on CUDA through FlashAttention's variable-length kernel, which takes the
+  flat tensors and the offsets directly (with attention dropout; checked once against padded
+  attention on first use), elsewhere by scattering into a ``[segments, max_seqlen]`` block for the
+  attention alone (:mod:`pretrain.attention`). Segments after the first ``num_examples`` only pad
+  the batch to a static size: they are neither pooled nor predicted. The function computed is the
+  padded one's.
+- The query, key and value projections run as one matmul against the three weights concatenated
+  (:meth:`BertSelfAttention.projections`): the input is read once by one GEMM of width
+  ``3 * hidden`` instead of three, and the backward runs one GEMM for the input's gradient and one
+  for the weights' instead of three each (the three gradients from attention are stacked for it:
+  one copy, where the separate projections added theirs twice). Fewer, larger GEMMs use the GPU
+  better. The parameters stay ``query``/``key``/``value`` (transformers' names); the
+  concatenation copies ``3 * hidden^2`` weights per layer and step, little beside matmuls over
+  every token. The
+  MLM logits stay a slice of the padded-vocabulary GEMM's output: a GEMM straight to the real
+  vocabulary would have rows of ``vocab_size`` (30,522, not a multiple of 8) and miss the aligned
+  tensor-core kernels, and under bf16 autocast the loss's cast to float32 copies the slice anyway.
 - The MLM head runs only at ``masked_lm_positions`` (sparse prediction, as google-research/bert's
   ``gather_indexes``), not at every position.
 - The vocabulary is padded to a multiple of ``pad_vocab_to_multiple`` inside the model (embedding
@@ -38,6 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pretrain import hf
+from pretrain.attention import Packed, packed_attention
 
 PRESETS: dict[str, tuple[int, int]] = {
     # name: (num_hidden_layers, hidden_size); heads = hidden / 64, intermediate = 4 * hidden.
@@ -224,64 +240,6 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
-class Packed(NamedTuple):
-    """The layout of a packed batch: example ``i`` is tokens ``offsets[i]:offsets[i + 1]`` of the
-    flat ``[total_tokens, ...]`` activations; ``max_seqlen`` is the longest example (a Python int,
-    so that nothing here needs a host sync); ``rows`` and ``columns`` are each token's example and
-    position in it. Build it with :meth:`build`."""
-
-    offsets: torch.Tensor
-    max_seqlen: int
-    rows: torch.Tensor
-    columns: torch.Tensor
-
-    @classmethod
-    def build(cls, offsets: torch.Tensor, max_seqlen: int, total_tokens: int) -> Packed:
-        """The layout of ``total_tokens`` tokens cut at ``offsets`` (``[batch + 1]``, from 0)."""
-        flat = torch.arange(total_tokens, device=offsets.device)
-        rows = torch.bucketize(flat, offsets[1:], right=True)
-        return cls(offsets, int(max_seqlen), rows, flat - offsets[rows])
-
-
-def packed_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    layout: Packed,
-    dropout_p: float = 0.0,
-    *,
-    jagged: bool | None = None,
-) -> torch.Tensor:
-    """Attention within each example of flat ``[total_tokens, heads, head_dim]`` q/k/v.
-
-    ``jagged`` (default: on CUDA): jagged nested tensors, which SDPA runs with its varlen flash /
-    memory-efficient kernels. Otherwise (the nested CPU fallback is slow): scatter into
-    ``[batch, heads, longest, head_dim]``, masked SDPA, gather back; the same function."""
-    if q.is_cuda if jagged is None else jagged:
-        jagged = [
-            torch.nested.nested_tensor_from_jagged(t, layout.offsets, max_seqlen=layout.max_seqlen).transpose(
-                1, 2
-            )
-            for t in (q, k, v)
-        ]
-        y = F.scaled_dot_product_attention(*jagged, dropout_p=dropout_p)
-        return y.transpose(1, 2).values()
-    _, heads, head_dim = q.shape
-    batch = layout.offsets.numel() - 1
-    rows, cols = layout.rows, layout.columns
-
-    def padded(t: torch.Tensor) -> torch.Tensor:
-        out = t.new_zeros(batch, layout.max_seqlen, heads, head_dim)
-        return out.index_put((rows, cols), t).transpose(1, 2)
-
-    lengths = layout.offsets[1:] - layout.offsets[:-1]
-    keys = torch.arange(layout.max_seqlen, device=q.device)[None, :] < lengths[:, None]
-    y = F.scaled_dot_product_attention(
-        padded(q), padded(k), padded(v), attn_mask=keys[:, None, None, :], dropout_p=dropout_p
-    )
-    return y.transpose(1, 2)[rows, cols]
-
-
 Attention = torch.Tensor | Packed | None
 """What the encoder layers get: a boolean key mask (padded batch), None (no padding), or the
 layout of a packed batch."""
@@ -298,19 +256,20 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
 
+    def projections(self, x: torch.Tensor) -> torch.Tensor:
+        """Query, key and value of ``x`` in one matmul: ``[..., 3, heads, head_dim]``."""
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        return F.linear(x, weight, bias).unflatten(-1, (3, self.num_heads, -1))
+
     def forward(self, x: torch.Tensor, mask: Attention) -> torch.Tensor:
         dropout_p = self.dropout_p if self.training else 0.0
-        if isinstance(mask, Packed):  # x: [total_tokens, hidden]
-            shape = (x.size(0), self.num_heads, x.size(1) // self.num_heads)
-            q, k, v = (proj(x).view(shape) for proj in (self.query, self.key, self.value))
-            return packed_attention(q, k, v, mask, dropout_p).reshape(x.shape)
-        batch, length, hidden = x.shape
-        shape = (batch, length, self.num_heads, hidden // self.num_heads)
-        q = self.query(x).view(shape).transpose(1, 2)
-        k = self.key(x).view(shape).transpose(1, 2)
-        v = self.value(x).view(shape).transpose(1, 2)
+        qkv = self.projections(x)
+        if isinstance(mask, Packed):  # x: [total_tokens, hidden]; q, k, v: [total_tokens, heads, dim]
+            return packed_attention(*qkv.unbind(1), mask, dropout_p).flatten(1)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # [batch, heads, length, dim] each
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        return y.transpose(1, 2).reshape(batch, length, hidden)
+        return y.transpose(1, 2).flatten(2)
 
 
 class BertResidualOutput(nn.Module):
@@ -409,6 +368,7 @@ class BertModel(nn.Module):
         *,
         cu_seqlens: torch.Tensor | None = None,
         max_seqlen: int | None = None,
+        num_examples: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode ``[batch, length]`` ids; ``attention_mask`` is 1 for real tokens, 0 for padding
         (None: no padding, and attention runs without a mask).
@@ -416,12 +376,15 @@ class BertModel(nn.Module):
         Returns the last layer's hidden states ``[batch, length, hidden]`` and the pooled [CLS]
         output ``[batch, hidden]``. Outputs at padded positions are defined but meaningless.
 
-        Packed: with ``cu_seqlens`` (``[batch + 1]`` offsets from 0) and ``max_seqlen`` (the longest
-        example), ``input_ids`` and ``token_type_ids`` are ``[total_tokens]``, every example's
-        tokens end to end, and the hidden states are ``[total_tokens, hidden]``.
+        Packed: with ``cu_seqlens`` (``[segments + 1]`` offsets from 0 to ``total_tokens``) and
+        ``max_seqlen`` (an int no segment is longer than), ``input_ids`` and ``token_type_ids`` are
+        ``[total_tokens]``, every segment's tokens end to end, and the hidden states are
+        ``[total_tokens, hidden]``. The first ``num_examples`` segments (default: all) are the
+        batch's examples, pooled ``[num_examples, hidden]``; any after them only pad the batch to a
+        static size (:func:`pretrain.batching.pack`): they attend among themselves and are not pooled.
         """
         if cu_seqlens is not None:
-            return self._forward_packed(input_ids, token_type_ids, cu_seqlens, max_seqlen)
+            return self._forward_packed(input_ids, token_type_ids, cu_seqlens, max_seqlen, num_examples)
         if input_ids.size(1) > self.config.max_position_embeddings:
             raise ValueError(
                 f"sequence length {input_ids.size(1)} exceeds max_position_embeddings "
@@ -442,6 +405,7 @@ class BertModel(nn.Module):
         token_type_ids: torch.Tensor | None,
         cu_seqlens: torch.Tensor,
         max_seqlen: int | None,
+        num_examples: int | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if max_seqlen is None or input_ids.dim() != 1:
             raise ValueError("a packed batch needs 1-D input_ids, cu_seqlens and max_seqlen")
@@ -453,9 +417,13 @@ class BertModel(nn.Module):
         if self.config.causal:
             raise ValueError("causal (left-to-right) attention takes padded batches, not packed ones")
         layout = Packed.build(cu_seqlens, max_seqlen, input_ids.size(0))
+        if num_examples is None:
+            num_examples = layout.num_segments
+        elif not 0 < num_examples <= layout.num_segments:
+            raise ValueError(f"num_examples {num_examples} is not in 1..{layout.num_segments} (segments)")
         x = self.embeddings(input_ids, token_type_ids, layout.columns)
         sequence_output = self.encoder(x, layout)
-        return sequence_output, self.pooler.pool(sequence_output[cu_seqlens[:-1]])
+        return sequence_output, self.pooler.pool(sequence_output[layout.offsets[:num_examples]])
 
 
 # --- pre-training heads ----------------------------------------------------------------------------
@@ -542,19 +510,29 @@ class BertForPreTraining(nn.Module):
         *,
         cu_seqlens: torch.Tensor | None = None,
         max_seqlen: int | None = None,
+        num_examples: int | None = None,
     ) -> PretrainingOutput:
         """MLM logits at ``masked_lm_positions`` (``[batch, max_predictions]`` indices into the
         sequence; padding slots may point anywhere, e.g. 0) or at every position when it is None,
-        and NSP logits from the pooled output. A packed batch (``cu_seqlens``, ``max_seqlen``: see
-        :meth:`BertModel.forward`) gives the same logits as the padded one; its
-        ``masked_lm_positions`` are still positions inside each example (and required)."""
-        sequence_output, pooled_output = self.bert(
-            input_ids, token_type_ids, attention_mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen
-        )
+        and NSP logits from the pooled output. A packed batch (``cu_seqlens``, ``max_seqlen``,
+        ``num_examples``: see :meth:`BertModel.forward`) gives the same logits as the padded one;
+        its ``masked_lm_positions`` are still positions inside each example (and required), one
+        row per example."""
         if cu_seqlens is not None:
             if masked_lm_positions is None:
                 raise ValueError("a packed batch needs masked_lm_positions (the head runs sparsely)")
-            sequence_output = sequence_output[cu_seqlens[:-1, None] + masked_lm_positions]
+            num_examples = masked_lm_positions.size(0) if num_examples is None else num_examples
+            if masked_lm_positions.size(0) != num_examples:
+                raise ValueError(
+                    f"masked_lm_positions has {masked_lm_positions.size(0)} rows for {num_examples} examples"
+                )
+        sequence_output, pooled_output = self.bert(
+            input_ids, token_type_ids, attention_mask,
+            cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, num_examples=num_examples,
+        )  # fmt: skip
+        if cu_seqlens is not None:
+            starts = cu_seqlens[:num_examples, None].to(masked_lm_positions.dtype)
+            sequence_output = sequence_output[starts + masked_lm_positions]
         elif masked_lm_positions is not None:
             index = masked_lm_positions.unsqueeze(-1).expand(-1, -1, sequence_output.size(-1))
             sequence_output = torch.gather(sequence_output, 1, index)

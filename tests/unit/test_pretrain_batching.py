@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 import numpy as np
 import pytest
 import torch
+import torch._dynamo.testing
 
+from pretrain import attention
 from pretrain.batching import (
     BatchLayout,
+    batch_shape,
     bucket,
+    example_tokens,
     model_inputs,
     num_real_tokens,
     pack,
+    static_layout,
     trim,
 )
-from pretrain.model import BertForPreTraining, Packed, packed_attention, pretraining_loss
+from pretrain.model import BertForPreTraining, compile_model, pretraining_loss
+from tests.unit import flash_reference as ref
 from tests.unit.test_pretrain_model import VOCAB, tiny_config
 
 
@@ -100,37 +107,74 @@ def test_mask_free_attention_equals_the_masked_path_on_a_batch_without_padding(m
     assert model_inputs(padded_batch([16, 9]))["attention_mask"] is not None
 
 
-def test_packed_batch_gives_the_padded_losses_and_gradients(model):
+def perturbed_model(**overrides) -> BertForPreTraining:
+    """The tiny model with non-trivial values everywhere."""
+    m = BertForPreTraining(tiny_config(**overrides), seed=3)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(4)
+        for p in m.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=g))
+    return m
+
+
+def loss_and_grads(model, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = loss_of(model, batch)
+    loss.backward()
+    grads = {n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()}
+    return loss.detach(), grads
+
+
+def assert_same_loss_and_grads(a, b) -> None:
+    torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-6)
+    assert a[1].keys() == b[1].keys()
+    for name in a[1]:
+        torch.testing.assert_close(a[1][name], b[1][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("kernel", ["padded", "flash"])
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train-no-dropout"])
+def test_packed_batch_gives_the_padded_losses_and_gradients(kernel, training):
+    model = perturbed_model(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).train(training)
     batch = padded_batch([21, 7, 16, 3], seed=1, width=24)
-    packed = pack(batch)
-    assert packed["input_ids"].shape == (21 + 7 + 16 + 3,)
-    assert packed["cu_seqlens"].tolist() == [0, 21, 28, 44, 47] and int(packed["max_seqlen"]) == 21
+    packed = pack(batch, max_seq_length=32)
+    assert static_layout(4, 32) == (8, 1)  # multiples of 8 tokens, one padding segment
+    assert packed["input_ids"].shape == (48,)  # 47 real tokens and at least one more
+    assert packed["cu_seqlens"].tolist() == [0, 21, 28, 44, 47, 48] and int(packed["max_seqlen"]) == 32
     assert num_real_tokens(packed) == num_real_tokens(batch) == 47
-    padded_loss = loss_of(model, batch)
-    padded_loss.backward()
-    padded_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad()
-    packed_loss = loss_of(model, packed)
-    packed_loss.backward()
-    torch.testing.assert_close(packed_loss, padded_loss, rtol=1e-5, atol=1e-6)
-    for name, p in model.named_parameters():
-        if name in padded_grads:
-            torch.testing.assert_close(p.grad, padded_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    padded = loss_and_grads(model, batch)
+    with ref.flash_on_cpu() if kernel == "flash" else contextlib.nullcontext():
+        packed_result = loss_and_grads(model, packed)
+        assert set(attention.kernel_choices.values()) == {kernel}
+    assert_same_loss_and_grads(packed_result, padded)
 
 
-@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
-def test_packed_attention_jagged_and_scattered_paths_agree():
-    g = torch.Generator().manual_seed(0)
-    offsets = torch.tensor([0, 5, 6, 13])
-    q, k, v = (torch.randn(13, 2, 8, generator=g) for _ in range(3))
-    layout = Packed.build(offsets, 7, 13)
-    assert layout.rows.tolist() == [0] * 5 + [1] + [2] * 7
-    assert layout.columns.tolist() == [0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 4, 5, 6]
-    scattered = packed_attention(q, k, v, layout, jagged=False)
-    jagged = packed_attention(q, k, v, layout, jagged=True)
-    torch.testing.assert_close(jagged, scattered, rtol=1e-5, atol=1e-6)
-    # example 1 (one token) attends only to itself
-    torch.testing.assert_close(scattered[5], v[5])
+def test_packed_model_compiles_into_one_graph_on_the_flash_path():
+    model = perturbed_model(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).train()
+    batches = [
+        padded_batch(lengths, seed=s, width=32) for s, lengths in enumerate([[21, 7, 16, 3], [9, 28, 3, 5]])
+    ]
+    packed = [pack(b, max_seq_length=32) for b in batches]
+    assert packed[0]["input_ids"].shape == packed[1]["input_ids"].shape  # one static size
+    expected = [loss_and_grads(model, b) for b in batches]
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    with ref.flash_on_cpu():
+        torch._dynamo.reset()
+        compiled = compile_model(model, backend=counter)
+        for batch, padded in zip(packed, expected, strict=True):
+            assert_same_loss_and_grads(loss_and_grads(compiled, batch), padded)
+    assert counter.frame_count == 1
+    assert any("_flash_attention_forward" in str(g.graph) for g in counter.graphs)
+
+
+def test_packed_dropout_follows_the_seed():
+    model = perturbed_model().train()  # dropout 0.1 everywhere
+    packed = pack(padded_batch([21, 7, 16, 3], seed=1, width=24), max_seq_length=32)
+    losses = []
+    for seed in (5, 5, 6):
+        torch.manual_seed(seed)
+        losses.append(float(loss_of(model, packed).detach()))
+    assert losses[0] == losses[1] != losses[2]
 
 
 def test_packed_batches_are_refused_by_a_causal_model():
@@ -140,6 +184,50 @@ def test_packed_batches_are_refused_by_a_causal_model():
 
 
 # --- layouts ---------------------------------------------------------------------------------------
+
+
+def test_pack_pads_to_a_static_size_with_segments_that_count_nowhere():
+    assert static_layout(256, 128) == (1024, 9) and static_layout(64, 512) == (1024, 3)
+    assert static_layout(8, 64) == (16, 1)
+    rng = np.random.default_rng(0)
+    for seed in range(12):
+        lengths = rng.integers(3, 65, 8).tolist()
+        batch = padded_batch(lengths, seed=seed)
+        packed = pack(batch, max_seq_length=64)
+        real, total, cu = sum(lengths), packed["input_ids"].numel(), packed["cu_seqlens"]
+        assert total % 16 == 0 and real + 1 <= total < real + 1 + 16
+        assert cu.dtype == torch.int32 and cu.tolist()[:9] == np.cumsum([0, *lengths]).tolist()
+        assert len(cu) == 8 + 1 + 1 and int(cu[-1]) == total and 1 <= total - real <= 64
+        assert packed["input_ids"][real:].eq(0).all() and packed["token_type_ids"][real:].eq(0).all()
+        assert packed["labels"][real:].eq(-100).all()
+        assert int(packed["max_seqlen"]) == 64 and int(packed["num_examples"]) == 8
+        assert num_real_tokens(packed) == real and batch_shape(packed) == (8, max(lengths))
+        assert all(
+            torch.equal(a, b) for a, b in zip(example_tokens(packed), example_tokens(batch), strict=True)
+        )
+        assert model_inputs(packed)["num_examples"] == 8 and model_inputs(packed)["max_seqlen"] == 64
+    wide = pack(padded_batch([70, 3], width=72), max_seq_length=64)  # an example longer than asked
+    assert int(wide["max_seqlen"]) == 72
+
+
+def test_padding_segments_never_exceed_max_seqlen():
+    for examples, seqlen in ((3, 8), (5, 9), (16, 16), (64, 512)):
+        step, segments = static_layout(examples, seqlen)
+        for real in range(examples, examples * seqlen + 1, max(1, examples * seqlen // 97)):
+            tail = -(-(real + segments) // step) * step - real
+            assert segments <= tail <= segments * seqlen, (examples, seqlen, real)
+
+
+def test_real_batches_take_few_packed_sizes():
+    """Batches of 256 like the seq-128 shards (89% of examples full length) take 2-3 sizes."""
+    rng = np.random.default_rng(0)
+    sizes = set()
+    for _ in range(40):
+        lengths = torch.from_numpy(np.where(rng.random(256) < 0.89, 128, rng.integers(10, 128, 256)))
+        mask = (torch.arange(128)[None, :] < lengths[:, None]).long()
+        batch = {"input_ids": mask, "token_type_ids": mask * 0, "attention_mask": mask}
+        sizes.add(pack(batch, max_seq_length=128)["input_ids"].numel())
+    assert len(sizes) <= 4, sorted(sizes)
 
 
 def test_trim_cuts_to_the_longest_example_and_the_most_predictions():

@@ -1,0 +1,128 @@
+"""Packed attention (``pretrain/attention.py``): the flash varlen path run on the CPU through a
+reference kernel registered for the aten ops, its self-check against wrong kernels, and its trace
+under ``torch.compile``; the padded fallback that the CPU (and a failed check) uses."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch._dynamo.testing
+
+from pretrain import attention
+from pretrain.attention import Packed, choose_kernel, flash_varlen_attention, packed_attention, self_check
+from tests.unit import flash_reference as ref
+
+CPU = torch.device("cpu")
+
+
+def packed_inputs(lengths: list[int], heads: int = 2, head_dim: int = 8, seed: int = 0):
+    """q, k, v as views of one fused ``[tokens, 3, heads, head_dim]`` leaf, and the layout."""
+    offsets = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(sum(lengths), 3, heads, head_dim, generator=g, requires_grad=True)
+    return qkv, Packed.build(offsets, max(lengths), sum(lengths))
+
+
+def test_layout_rows_and_columns():
+    layout = Packed.build(torch.tensor([0, 5, 6, 13]), 7, 13)
+    assert layout.offsets.dtype == torch.int32 and layout.num_segments == 3
+    assert layout.rows.tolist() == [0] * 5 + [1] + [2] * 7
+    assert layout.columns.tolist() == [0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 4, 5, 6]
+
+
+def test_flash_path_equals_padded_attention_forward_and_backward():
+    qkv, layout = packed_inputs([5, 1, 7, 3])
+    grad = torch.randn(16, 2, 8, generator=torch.Generator().manual_seed(1))
+    padded = attention.padded_attention(*qkv.unbind(1), layout)
+    (d_padded,) = torch.autograd.grad(padded, qkv, grad)
+    with ref.cpu_flash_kernels():
+        flash = flash_varlen_attention(*qkv.unbind(1), layout.offsets, layout.max_seqlen)
+        (d_flash,) = torch.autograd.grad(flash, qkv, grad)  # through PyTorch's own derivative
+    torch.testing.assert_close(flash, padded, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(d_flash, d_padded, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(padded[5], qkv[5, 2])  # a one-token segment attends only to itself
+
+
+def test_flash_dropout_is_replayed_by_the_backward():
+    """With dropout, out = A v for the dropped weights A, so <grad, out> = <dv, v> exactly when the
+    backward uses the forward's mask; a mask drawn anew breaks it."""
+    qkv, layout = packed_inputs([9, 4, 12])
+    grad = torch.randn(25, 2, 8, generator=torch.Generator().manual_seed(2))
+    for backward, same in ((ref.flash_backward, True), (ref.redraws_dropout, False)):
+        with ref.cpu_flash_kernels(ref.flash_forward, backward):
+            torch.manual_seed(0)
+            out = flash_varlen_attention(*qkv.unbind(1), layout.offsets, layout.max_seqlen, 0.5)
+            (dqkv,) = torch.autograd.grad(out, qkv, grad)
+        lhs, rhs = float((grad * out.detach()).sum()), float((dqkv[:, 2] * qkv[:, 2].detach()).sum())
+        assert (abs(lhs - rhs) < 1e-4) == same, (lhs, rhs)
+    no_dropout = attention.padded_attention(*qkv.unbind(1), layout)
+    assert (out - no_dropout).abs().mean() > 0.1 * no_dropout.abs().mean()
+
+
+def test_cpu_uses_the_padded_kernel_without_a_check(monkeypatch):
+    monkeypatch.setattr(attention, "kernel_choices", {})
+    monkeypatch.setattr(attention, "self_check", lambda *a: pytest.fail("no self-check on the CPU"))
+    assert choose_kernel(CPU, torch.float32, 2, 8) == "padded"
+
+
+def test_self_check_passes_the_reference_kernel_and_leaves_the_rng_alone(caplog):
+    before = torch.get_rng_state()
+    with ref.flash_on_cpu(), caplog.at_level(logging.WARNING, "pretrain.attention"):
+        assert self_check(CPU, torch.float32, 4, 16) is None
+        assert choose_kernel(CPU, torch.float32, 2, 8) == "flash"
+        assert attention.kernel_choices == {("cpu", torch.float32, 2, 8): "flash"}
+    assert torch.equal(torch.get_rng_state(), before) and not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("forward", "backward", "says"),
+    [
+        (ref.attends_across_segments, ref.flash_backward, "differs from padded attention in the output"),
+        (ref.ignores_dropout, ref.flash_backward, "dropped 0.00 of the attention weights"),
+        (ref.flash_forward, ref.redraws_dropout, "with dropout"),
+        (ref.raises, ref.raises, "raised RuntimeError: CUDA error: no kernel image"),
+    ],
+)
+def test_a_wrong_kernel_falls_back_to_padded_attention_with_one_warning(forward, backward, says, caplog):
+    qkv, layout = packed_inputs([5, 1, 7, 3])
+    with ref.flash_on_cpu(forward, backward), caplog.at_level(logging.WARNING, "pretrain.attention"):
+        out = packed_attention(*qkv.unbind(1), layout)
+        assert choose_kernel(CPU, torch.float32, 2, 8) == "padded"  # decided once
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert "\n" not in message and says in message and "using padded SDPA per layer" in message
+    torch.testing.assert_close(out, attention.padded_attention(*qkv.unbind(1), layout))
+
+
+def test_limits_of_the_flash_kernel_are_named_without_running_it():
+    cuda = torch.device("cuda", 0)
+    assert self_check(cuda, torch.float32, 12, 64) == "takes bfloat16 or float16, not float32"
+    assert "not 12" in self_check(cuda, torch.bfloat16, 4, 12)
+
+
+def test_the_flash_path_compiles_into_one_graph_with_the_choice_made_while_tracing(monkeypatch):
+    qkv, layout = packed_inputs([5, 1, 7, 3])
+    checks = []
+    real_check = attention.self_check
+    monkeypatch.setattr(attention, "self_check", lambda *a: checks.append(a) or real_check(*a))
+
+    def attend(qkv: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        layout = Packed.build(offsets, 7, qkv.size(0))
+        return packed_attention(*qkv.unbind(1), layout, 0.0).sum(-1)
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    with ref.flash_on_cpu():
+        torch._dynamo.reset()
+        compiled = torch.compile(attend, backend=counter, fullgraph=True)
+        out = compiled(qkv, layout.offsets)
+        out.sum().backward()
+        again = compiled(qkv, layout.offsets)
+        assert attention.kernel_choices == {("cpu", torch.float32, 2, 8): "flash"}
+    assert counter.frame_count == 1 and len(checks) == 1  # traced once, checked once
+    graph = "\n".join(str(g.graph) for g in counter.graphs)
+    assert "_flash_attention_forward" in graph and "choose_kernel" not in graph
+    expected = attention.padded_attention(*qkv.unbind(1), layout).sum(-1)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(again, expected)
