@@ -138,6 +138,14 @@ def test_padding_does_not_change_real_positions(model):
     torch.testing.assert_close(pooled, alone_pooled, rtol=0, atol=1e-5)
 
 
+def test_one_projection_matmul_equals_the_three_linear_layers(model):
+    attention = model.bert.encoder.layer[1].attention.self
+    x = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(2))
+    fused = attention.projections(x)  # [3, 5, 3 (q, k, v), heads, head_dim]
+    for index, linear in enumerate((attention.query, attention.key, attention.value)):
+        torch.testing.assert_close(fused[:, :, index].flatten(-2), linear(x), rtol=1e-6, atol=1e-6)
+
+
 def test_dropout_only_in_training(model):
     b = random_batch()
     args = (b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
