@@ -15,8 +15,9 @@ static masks) are laid out three ways, each one full pass over the same examples
   transformers' ``DataCollatorForLanguageModeling`` (``pad_to_multiple_of=8``) gives;
 - ``bucketed``: the window's examples sorted by length into batches, each trimmed (a batch with no
   padding runs attention without a mask);
-- ``packed``: each batch as its real tokens end to end (varlen layout; on CPU, attention scatters
-  into a padded block, so only the dense layers skip the padding).
+- ``packed``: each batch as its real tokens end to end, rounded up to a static size (varlen
+  layout; on CPU, attention scatters into a padded block, so only the dense layers skip the
+  padding; its padding share is the static size's padding segments).
 
 One training step each (forward + backward + AdamW, fp32 CPU, ``torch`` threads as given), the
 three layouts interleaved batch by batch so machine noise hits all alike, after ``--warmup``
@@ -88,7 +89,7 @@ def layouts(shards: Path, window: int) -> tuple[int, int, dict[str, list[dict]]]
     out = {
         "padded": source,
         "bucketed": bucket(source, np.random.default_rng([0, 0, 0, 0, 2])),
-        "packed": [BatchLayout("packed").single(b) for b in source],
+        "packed": [BatchLayout("packed", max_seq_length=max_len).single(b) for b in source],
     }
     return max_len, batch_size, out
 
