@@ -1,6 +1,7 @@
 """Packed attention (``pretrain/attention.py``): the flash varlen path run on the CPU through a
 reference kernel registered for the aten ops, its self-check against wrong kernels, and its trace
-under ``torch.compile``; the padded fallback that the CPU (and a failed check) uses."""
+under ``torch.compile`` (with the whole model: tests/unit/test_pretrain_batching.py); the padded
+fallback that the CPU (and a failed check) uses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import logging
 
 import pytest
 import torch
-import torch._dynamo.testing
 
 from pretrain import attention
 from pretrain.attention import Packed, choose_kernel, flash_varlen_attention, packed_attention, self_check
@@ -100,29 +100,3 @@ def test_limits_of_the_flash_kernel_are_named_without_running_it():
     cuda = torch.device("cuda", 0)
     assert self_check(cuda, torch.float32, 12, 64) == "takes bfloat16 or float16, not float32"
     assert "not 12" in self_check(cuda, torch.bfloat16, 4, 12)
-
-
-def test_the_flash_path_compiles_into_one_graph_with_the_choice_made_while_tracing(monkeypatch):
-    qkv, layout = packed_inputs([5, 1, 7, 3])
-    checks = []
-    real_check = attention.self_check
-    monkeypatch.setattr(attention, "self_check", lambda *a: checks.append(a) or real_check(*a))
-
-    def attend(qkv: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        layout = Packed.build(offsets, 7, qkv.size(0))
-        return packed_attention(*qkv.unbind(1), layout, 0.0).sum(-1)
-
-    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
-    with ref.flash_on_cpu():
-        torch._dynamo.reset()
-        compiled = torch.compile(attend, backend=counter, fullgraph=True)
-        out = compiled(qkv, layout.offsets)
-        out.sum().backward()
-        again = compiled(qkv, layout.offsets)
-        assert attention.kernel_choices == {("cpu", torch.float32, 2, 8): "flash"}
-    assert counter.frame_count == 1 and len(checks) == 1  # traced once, checked once
-    graph = "\n".join(str(g.graph) for g in counter.graphs)
-    assert "_flash_attention_forward" in graph and "choose_kernel" not in graph
-    expected = attention.padded_attention(*qkv.unbind(1), layout).sum(-1)
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(again, expected)
