@@ -477,7 +477,10 @@ def index(output, overwrite):
     from pipelines.index import add_index
 
     try:
-        result = add_index(output, overwrite=overwrite)
+        with io.claimed(output, "pipelines index"):  # one writer: never beside `pipelines examples`
+            result = add_index(output, overwrite=overwrite)
+    except io.OutputError as err:
+        _fail_run(str(err))
     except io.InputError as err:
         _fail(str(err))
     if result.already_indexed:

@@ -6,8 +6,9 @@ workers, so paths are always URLs understood by ``apache_beam.io.filesystems.Fil
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import fsspec
@@ -16,6 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
+from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
 from schemas.outputs import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
 from schemas.outputs import OutputFolder
 from wordpiece.count import s3_storage_options
@@ -51,14 +53,36 @@ def use_beam_options(beam_args: Sequence[str]) -> None:
     _S3_STORAGE.update(s3_storage_options(options))
 
 
+def _fs(output: str) -> tuple[Any, str]:
+    options = _S3_STORAGE if output.startswith(("s3://", "s3a://")) else {}
+    fs, root = fsspec.core.url_to_fs(output, **options)
+    return fs, root.rstrip("/") or "/"
+
+
+@contextlib.contextmanager
+def claimed(output: str, command: str) -> Iterator[None]:
+    """Hold ``output``'s claim (one writer) around ``command``'s change of an existing output in
+    place (``pipelines index``); a folder that is not there is left to the command to refuse."""
+    fs, root = _fs(output)
+    if not fs.isdir(root):
+        yield
+        return
+    try:
+        held = claim(fs, root, output, Claimant.this_process(command, new_run_id()), option="")
+    except ClaimError as err:
+        raise OutputError(str(err)) from None
+    try:
+        yield
+    finally:
+        release(held)
+
+
 def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
     """Claim ``output`` for the stage ``command`` on the launching machine (one writer; workers
     on Dataflow write into it under this claim), refusing a folder that holds files unless
     ``overwrite`` and they are the earlier run's of the same command
     (:class:`schemas.outputs.OutputFolder`); :class:`OutputError` says what is there."""
-    options = _S3_STORAGE if output.startswith(("s3://", "s3a://")) else {}
-    fs, root = fsspec.core.url_to_fs(output, **options)
-    return OutputFolder.open(output, fs, root, command, STAGE_FILES, overwrite=overwrite)
+    return OutputFolder.open(output, *_fs(output), command, STAGE_FILES, overwrite=overwrite)
 
 
 def join(base: str, *parts: str) -> str:

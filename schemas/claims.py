@@ -156,26 +156,28 @@ def claim(fs: Any, root: str, url: str, claimant: Claimant, *, option: str = "--
 
     Raises :class:`ClaimError` naming the holder when another writer has it (with how to remove
     a claim that cannot be checked), ``OSError`` when the folder cannot be written; takes over a
-    stale claim with a warning. The folder is created if needed."""
+    stale claim with a warning. The folder is created if needed. Messages start with ``option
+    url`` (``url`` alone when ``option`` is empty: a positional argument)."""
     path, claim_url = f"{root}/{CLAIM_FILE}", f"{url.rstrip('/')}/{CLAIM_FILE}"
+    where = f"{option} {url}" if option else url
     content = claimant.to_json()
     fs.makedirs(root, exist_ok=True)
     for _ in range(_ATTEMPTS):
         existing = _read(fs, path)
         if existing is not None:
-            holder = _holder(existing, claim_url, option)
+            holder = _holder(existing, claim_url)
             stale = holder.is_stale()
             if stale is None:
                 raise ClaimError(
-                    f"{option} {url}: claimed by {holder.describe()}, which cannot be checked from this "
+                    f"{where}: claimed by {holder.describe()}, which cannot be checked from this "
                     f"host; if it no longer runs, remove the claim ({remove_hint(claim_url)}) and start again"
                 )
             if not stale:
                 raise ClaimError(
-                    f"{option} {url}: being written by {holder.describe()}; wait for it to end, or "
+                    f"{where}: being written by {holder.describe()}; wait for it to end, or "
                     "choose another folder"
                 )
-            _take_over(fs, path, existing, url, holder, option)
+            _take_over(fs, path, existing, where, holder)
             continue
         try:
             fs.pipe_file(path, content, mode="create")
@@ -183,20 +185,20 @@ def claim(fs: Any, root: str, url: str, claimant: Claimant, *, option: str = "--
             continue  # another writer was first: named on the next pass
         if _read(fs, path) == content:
             return Claim(fs, path, url, content, claimant)
-    raise ClaimError(f"{option} {url}: other writers keep claiming it; choose another folder")
+    raise ClaimError(f"{where}: other writers keep claiming it; choose another folder")
 
 
-def _holder(existing: bytes, claim_url: str, option: str) -> Claimant:
+def _holder(existing: bytes, claim_url: str) -> Claimant:
     try:
         return Claimant.from_json(existing)
     except (ValueError, UnicodeDecodeError) as err:
         raise ClaimError(
-            f"{option} {claim_url}: not a claim this release can read ({err}); if no other command writes "
+            f"{claim_url}: not a claim this release can read ({err}); if no other command writes "
             f"there, remove it ({remove_hint(claim_url)}) and start again"
         ) from None
 
 
-def _take_over(fs: Any, path: str, stale: bytes, url: str, holder: Claimant, option: str) -> None:
+def _take_over(fs: Any, path: str, stale: bytes, where: str, holder: Claimant) -> None:
     """Move a stale claim aside (one mover wins) and delete it; put back a claim that another
     writer made meanwhile and that was moved by mistake."""
     aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
@@ -212,7 +214,7 @@ def _take_over(fs: Any, path: str, stale: bytes, url: str, holder: Claimant, opt
             pass
     fs.rm(aside)
     if moved == stale:
-        log.warning("%s %s: took over the claim of %s, which no longer runs", option, url, holder.describe())
+        log.warning("%s: took over the claim of %s, which no longer runs", where, holder.describe())
 
 
 def release(held: Claim) -> None:

@@ -225,17 +225,17 @@ class OutputFolder:
             )
         ours = [p for p in present if earlier is not None and earlier.owns(p)]
         others = [p for p in present if earlier is None or not earlier.owns(p)]
+        to_continue = f"continue it with {hint}, or " if hint else ""
         if others:
             besides = f", besides the {len(ours)} of its earlier run" if ours else ""
             raise OutputError(
                 f"{where}: holds {len(others)} file(s) that no `{command}` run recorded writing "
-                f"({_names(others)}){besides}; they are never deleted, even with --overwrite: choose an "
-                "empty folder, or move them away"
+                f"({_names(others)}){besides}; they are never deleted, even with --overwrite: {to_continue}"
+                "choose an empty folder, or move them away"
             )
         if not overwrite:
             state = "a completed" if COMPLETED_FILE in ours else "an earlier"
             state = "an interrupted" if earlier.files is None else state
-            to_continue = f"continue it with {hint}, or " if hint else ""
             raise OutputError(
                 f"{where}: holds the {len(ours)} file(s) of {state} `{command}` run ({_names(ours)}; run "
                 f"{earlier.run_id}); {to_continue}pass --overwrite to replace them (only them), or choose "
