@@ -159,6 +159,7 @@ class OutputFolder:
     stale: tuple[str, ...]
     """Files of the earlier run that :meth:`begin` removes (``--overwrite``)."""
     made: tuple[str, ...]
+    option: str = "--output"
     begun: bool = False
 
     @classmethod
@@ -200,24 +201,27 @@ class OutputFolder:
         except OSError as err:
             _remove_folders(fs, made)
             raise OutputError(f"{option} {url}: cannot write there ({type(err).__name__}: {err})") from None
-        folder = cls(url, fs, root, command, tuple(patterns), run_id, held, (), made)
+        folder = cls(url, fs, root, command, tuple(patterns), run_id, held, (), made, option)
         try:
             if not continuing:
-                folder.stale = folder._earlier_files(earlier, overwrite, continue_hint, option)
+                folder.stale = folder._earlier_files(earlier, overwrite, continue_hint)
+        except OSError as err:
+            folder.close()
+            raise OutputError(f"{option} {url}: cannot read it ({type(err).__name__}: {err})") from None
         except BaseException:
             folder.close()
             raise
         return folder
 
     def _earlier_files(
-        self, earlier: OutputRecord | None, overwrite: bool, hint: str | None, option: str
+        self, earlier: OutputRecord | None, overwrite: bool, hint: str | None
     ) -> tuple[str, ...]:
         """The files ``--overwrite`` is to remove; :class:`OutputError` saying what is there when
         the folder may not be written."""
         present = _listing(self.fs, self.root)
         if not present:
             return ()
-        where, command = f"{option} {self.url}", self.command
+        where, command = f"{self.option} {self.url}", self.command
         if earlier is not None and earlier.command != command:
             raise OutputError(
                 f"{where}: holds the output of `{earlier.command}` ({len(present)} file(s): {_names(present)}), "
@@ -251,12 +255,18 @@ class OutputFolder:
             return 0
         paths = [f"{self.root}/{p}" for p in self.stale]
         ordered = sorted(paths, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS)
-        for path in ordered:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm(path)
-        _remove_folders(self.fs, _emptied(self.root, paths))
-        record = OutputRecord(self.command, self.run_id, self.patterns)
-        self.fs.pipe_file(f"{self.root}/{RECORD_FILE}", record.to_json())
+        try:
+            for path in ordered:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm(path)
+            _remove_folders(self.fs, _emptied(self.root, paths))
+            record = OutputRecord(self.command, self.run_id, self.patterns)
+            self.fs.pipe_file(f"{self.root}/{RECORD_FILE}", record.to_json())
+        except OSError as err:
+            raise OutputError(
+                f"{self.option} {self.url}: cannot replace the earlier run's files or record this run "
+                f"({type(err).__name__}: {err})"
+            ) from None
         self.begun = True
         return len(ordered)
 

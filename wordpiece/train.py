@@ -338,7 +338,10 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
         _count(config, manifest, options)
         return None
     with _open_output(config, options) as folder:
-        folder.begin()
+        try:
+            folder.begin()
+        except OutputError as err:
+            raise TrainingError(str(err)) from None
         _count(config, manifest, options)
         try:
             return learn_vocabulary(config)
