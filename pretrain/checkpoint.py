@@ -442,6 +442,9 @@ def prune(run: str, keep: int) -> list[str]:
         if checkpoint.url in kept or checkpoint.step > newest:
             continue
         fs, path = _fs(checkpoint.url)
-        fs.rm(path, recursive=True)
+        if isinstance(fs, LocalFileSystem) and os.path.islink(path):
+            os.unlink(path)  # a linked folder: the files it points at are not this run's to delete
+        else:
+            fs.rm(path, recursive=True)
         removed.append(checkpoint.url)
     return removed

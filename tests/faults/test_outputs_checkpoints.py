@@ -134,3 +134,14 @@ def test_a_checkpoint_copied_in_from_another_run_is_refused(tmp_path: Path):
         "bbbbbbbbbbbbbbbb (its .output.json): copied or linked in from another run; use it from its own run "
         "folder, or remove it"
     )
+
+
+def test_pruning_unlinks_a_linked_checkpoint_and_keeps_what_it_points_at(tmp_path: Path):
+    theirs = _checkpoint(tmp_path / "a", "aaaaaaaaaaaaaaaa")
+    run = tmp_path / "b"
+    for step in (4, 6):
+        _checkpoint(run, "bbbbbbbbbbbbbbbb", step)
+    (run / "checkpoints" / theirs.name).symlink_to(theirs)
+    assert ckpt.prune(str(run), 1) == [ckpt.step_url(str(run), 2), ckpt.step_url(str(run), 4)]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-00000006"]
+    assert ckpt.resolve(str(tmp_path / "a")).url == str(theirs)  # the other run's files are whole
