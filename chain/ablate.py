@@ -370,7 +370,7 @@ def _example_variant(base: Stage, name: str, output: str, flags: list[str]) -> S
     command = _replace_arg(base.command, "--output", output) + flags
     return Stage(
         f"ablate/examples-{name}", f"pipelines examples: {name} train shards", output, command,
-        done=lambda: exists(f"{output}/COMPLETED"), upstream=base.upstream, fresh=False,
+        done=lambda: exists(f"{output}/COMPLETED"), upstream=base.upstream,
     )  # fmt: skip
 
 
@@ -384,7 +384,7 @@ def _pretrain_stage(cfg: AblationConfig, run: Run, shards: str, validation: str,
         "--output", out, "--global-batch-size", str(p.batch_size), "--max-steps", str(p.steps), "--lr", str(p.lr),
         "--warmup-steps", str(max(1, p.steps // 10)), "--precision", p.precision, "--save-steps", str(every),
         "--keep-checkpoints", str(keep), "--log-steps", str(max(1, p.steps // 10)), "--eval-steps", "0",
-        "--eval-batches", "20", "--num-workers", "0", "--seed", str(run.seed), *run.flags,
+        "--eval-batches", "20", "--num-workers", "0", "--seed", str(run.seed), "--overwrite", *run.flags,
     ]  # fmt: skip
     final = f"{out}/checkpoints/step-{p.steps:08d}/COMMITTED"
 
@@ -410,7 +410,7 @@ def _finetune_stage(cfg: AblationConfig, ft: FineTune, where: dict[str, str]) ->
             script("finetune"), "glue", "--task", where["task"], "--data-dir", where["task_dir"],
             "--checkpoint", checkpoint, "--output", out, "--epochs", str(p.finetune_epochs), "--lr", str(p.finetune_lr),
             "--batch-size", "32", "--max-seq-length", "128", "--seed", str(ft.seed), "--no-test-predictions",
-            "--no-save-model", *(["--bilstm"] if ft.bilstm else []),
+            "--no-save-model", "--overwrite", *(["--bilstm"] if ft.bilstm else []),
         ]  # fmt: skip
         limit = p.finetune_train_examples
         if p.finetune_eval_examples:
@@ -420,7 +420,7 @@ def _finetune_stage(cfg: AblationConfig, ft: FineTune, where: dict[str, str]) ->
         command = [
             script("finetune"), "ner", "--data-dir", cfg.ner_dir or "", "--checkpoint", checkpoint,
             "--output", out, "--epochs", str(p.ner_epochs), "--batch-size", "32", "--max-seq-length", "128",
-            "--seed", str(ft.seed),
+            "--seed", str(ft.seed), "--overwrite",
         ]  # fmt: skip
         command += ["--features", ft.features, "--cache-features"] if ft.features else ["--lr", str(p.ner_lr)]
         limit = p.ner_train_examples

@@ -10,7 +10,8 @@ import click
 
 from chain.ablate import PRESETS, AblationConfig, grid, stages
 from chain.ablate_report import build_report
-from chain.run import ChainError, exit_code, run_chain
+from chain.run import ChainError, check_apart, exit_code, run_chain
+from schemas.paths import OverlapError
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -62,6 +63,13 @@ def main(
         )
     g = grid(cfg)
     plan = stages(cfg, g)
+    inputs = {"--wiki-dump": wiki_dump, "--books": books, "--corpus": corpus, "--glue-dir": glue_dir,
+              "--ner-dir": ner_dir}  # fmt: skip
+    try:
+        check_apart(cfg.workdir, plan, inputs)
+    except OverlapError as err:  # the command line is wrong: exit 2 (--dry-run too), nothing read
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
     if dry_run:
         click.echo(f"preset {preset}: {len(g.runs)} pre-training runs, {len(g.finetunes)} fine-tuning runs")
         for number, stage in enumerate(plan, 1):

@@ -8,7 +8,8 @@ import click
 
 from chain.plan import ChainConfig, outputs, plan
 from chain.report import build
-from chain.run import ChainError, exit_code, run_chain
+from chain.run import ChainError, check_apart, exit_code, run_chain
+from schemas.paths import OverlapError
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -47,12 +48,18 @@ def main(workdir, wiki_dump, books, glue_dir, glue_task, vocab_size, model, pret
         vocab_size=vocab_size, model=model, pretrain_steps=pretrain_steps, precision=precision,
         finetune_epochs=finetune_epochs, seed=seed, runner=tuple(beam),
     )  # fmt: skip
+    stages = plan(cfg)
+    try:
+        check_apart(cfg.workdir, stages, {"--wiki-dump": wiki_dump, "--books": books, "--glue-dir": glue_dir})
+    except OverlapError as err:  # the command line is wrong: exit 2, nothing read or written
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
     if not books:
         click.echo(
             "(no --books folder: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
         )
     try:
-        state = run_chain(plan(cfg), cfg.workdir, log=lambda line: click.echo(line, err=False))
+        state = run_chain(stages, cfg.workdir, log=lambda line: click.echo(line, err=False))
     except ChainError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(exit_code(err))

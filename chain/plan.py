@@ -57,7 +57,6 @@ def _corpus_stages(cfg: ChainConfig) -> list[Stage]:
             [script("pipelines"), "wikipedia", "--input", cfg.wiki_dump, "--output", u("corpus", "wiki"),
              "--num-shards", "4", "--overwrite", *beam],
             done=lambda: _completed(u("corpus", "wiki")),
-            fresh=False,
         ),
     ]  # fmt: skip
     corpus_inputs = ["--input", u("corpus", "wiki")]
@@ -70,7 +69,6 @@ def _corpus_stages(cfg: ChainConfig) -> list[Stage]:
                 [script("pipelines"), "books", "--input", f"{cfg.books.rstrip('/')}/*.txt",
                  "--output", u("corpus", "books"), "--num-shards", "2", "--overwrite", *beam],
                 done=lambda: _completed(u("corpus", "books")),
-                fresh=False,
             )
         )  # fmt: skip
         corpus_inputs += ["--input", u("corpus", "books")]
@@ -83,7 +81,6 @@ def _corpus_stages(cfg: ChainConfig) -> list[Stage]:
              "--validation-fraction", "0.05", "--test-fraction", "0.05", "--num-shards", "2", "--overwrite", *beam],
             done=lambda: _completed(u("corpus", "all")),
             upstream=("wikipedia", "books") if cfg.books else ("wikipedia",),
-            fresh=False,
         ),
         Stage(
             "vocab",
@@ -93,7 +90,6 @@ def _corpus_stages(cfg: ChainConfig) -> list[Stage]:
              "--vocab-size", str(cfg.vocab_size), "--num-unused", "100", "--overwrite", *beam],
             done=lambda: _completed(u("vocab")),
             upstream=("corpus",),
-            fresh=False,
         ),
     ]  # fmt: skip
     return stages
@@ -121,7 +117,6 @@ def _example_stages(cfg: ChainConfig) -> list[Stage]:
                  "--seed", str(cfg.seed), "--overwrite", *beam],
                 done=lambda out=out: _completed(out),
                 upstream=("vocab",),
-                fresh=False,
             )
         )  # fmt: skip
     return stages
@@ -140,7 +135,7 @@ def _pretrain_stages(cfg: ChainConfig) -> list[Stage]:
         "--lr", "1e-3", "--warmup-steps", str(max(1, cfg.pretrain_steps // 10)), "--precision", cfg.precision,
         "--save-steps", str(max(1, cfg.pretrain_steps // 3)), "--log-steps", str(max(1, cfg.pretrain_steps // 12)),
         "--eval-steps", str(max(1, cfg.pretrain_steps // 3)), "--eval-batches", "20", "--num-workers", "0",
-        "--seed", str(cfg.seed),
+        "--seed", str(cfg.seed), "--overwrite",
     ]  # fmt: skip
 
     def resume_pretrain() -> list[str] | None:
@@ -162,7 +157,8 @@ def _pretrain_stages(cfg: ChainConfig) -> list[Stage]:
             "export",
             "pretrain export: transformers' format",
             u("hf", cfg.model),
-            [script("pretrain"), "export", "--checkpoint", run, "--format", "hf", "--output", u("hf", cfg.model)],
+            [script("pretrain"), "export", "--checkpoint", run, "--format", "hf", "--output", u("hf", cfg.model),
+             "--overwrite"],
             done=lambda: exists(u("hf", cfg.model, "model.safetensors")),
             upstream=("pretrain",),
         ),
@@ -198,7 +194,7 @@ def _finetune_stages(cfg: ChainConfig) -> list[Stage]:
             [script("finetune"), "glue", "--task", task, "--data-dir", data_dir, "--checkpoint", run,
              "--output", ft, "--epochs", str(cfg.finetune_epochs), "--lr", "1e-4", "--batch-size", "32",
              "--max-seq-length", str(cfg.max_seq_length), "--max-train-examples", str(cfg.finetune_train_examples),
-             "--seed", str(cfg.seed)],
+             "--seed", str(cfg.seed), "--overwrite"],
             done=lambda: exists(f"{ft}/metrics.json"),
             upstream=("pretrain", *(() if cfg.glue_dir else ("task",))),
         )

@@ -51,8 +51,6 @@ class Stage:
     action: Callable[[], dict] | None = None
     done: Callable[[], bool] = lambda: False
     upstream: tuple[str, ...] = ()
-    fresh: bool = True
-    """Remove ``output`` before running (stages that do not overwrite it themselves)."""
     resume: Callable[[], list[str] | None] | None = None
     """For an incomplete output: the command that continues it, or None to start afresh."""
     info: dict = field(default_factory=dict)
@@ -80,12 +78,6 @@ def write_json(url: str, data: dict) -> None:
     fs, path = _fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     fs.pipe_file(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-
-
-def remove(url: str) -> None:
-    fs, path = _fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
 
 
 def script(name: str) -> str:
@@ -245,8 +237,6 @@ def _run_stage(stage: Stage, header: str, state: dict, state_url: str, interrupt
         command = stage.resume() or command
         if command is not stage.command:
             log("   (continuing the interrupted run)")
-    elif stage.fresh:
-        remove(stage.output)
     started = time.perf_counter()
     extra: dict = {}
     try:
@@ -254,7 +244,7 @@ def _run_stage(stage: Stage, header: str, state: dict, state_url: str, interrupt
             log("   " + " ".join(shlex.quote(Path(a).name if i == 0 else a) for i, a in enumerate(command)))
             code, seconds, peak_mb = run_process(command, interrupts)
         else:
-            extra = stage.action() or {}
+            extra = _act(stage)
             code, seconds, peak_mb = 0, time.perf_counter() - started, None
     except ChainInterrupted as err:
         _record_interrupt(stage, key, err.signum, state, state_url)
@@ -273,6 +263,32 @@ def _run_stage(stage: Stage, header: str, state: dict, state_url: str, interrupt
         **extra,
     }
     write_json(state_url, state)
+
+
+def _act(stage: Stage) -> dict:
+    """Run an in-process stage; its error (an input too small, an output in the way) is one line."""
+    try:
+        return stage.action() or {}
+    except (ValueError, OSError) as err:
+        raise ChainError(f"stage {stage.name} failed: {err}") from None
+
+
+def check_apart(workdir: str, stages: list[Stage], inputs: dict[str, str | None]) -> None:
+    """Refuse (:class:`schemas.paths.OverlapError`, exit 2 in the CLIs) a ``--workdir`` that is or
+    lies inside one of the chain's ``inputs`` (``{flag: path}``: the dump, books, GLUE, NER and
+    corpus folders), and a stage whose output is, holds or lies inside one, before any stage runs
+    (also for ``--dry-run``): no stage ever writes over what the chain reads."""
+    from schemas.paths import INSIDE, SAME, OverlapError, location, relation
+    from schemas.paths import check_apart as check_stage
+
+    for flag, path in inputs.items():
+        if path and relation(location(workdir), location(path)) in (SAME, INSIDE):
+            raise OverlapError(
+                f"--workdir {workdir} {relation(location(workdir), location(path))} {flag} {path}: the chain's "
+                "outputs are never written over an input; choose another --workdir"
+            )
+    for stage in stages:
+        check_stage({f"stage {stage.name} output": stage.output}, inputs, remedy="choose another --workdir")
 
 
 def _record_interrupt(stage: Stage, key: str, signum: int, state: dict, state_url: str) -> None:

@@ -17,7 +17,9 @@ import fsspec
 import pyarrow.dataset as ds
 
 from schemas import Manifest
+from schemas.outputs import OutputFolder
 
+TASK_FILES = ("train.tsv", "dev.tsv")
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
 
 
@@ -64,19 +66,21 @@ def pairs(
 def write_task(
     corpus: str, output: str, *, train_limit: int = 1200, dev_limit: int = 400, seed: int = 12345
 ) -> dict:
-    """Write ``train.tsv`` and ``dev.tsv`` (MRPC layout) to ``output``; return their sizes."""
+    """Write ``train.tsv`` and ``dev.tsv`` (MRPC layout) to ``output``, claimed (one writer) and
+    replacing only an earlier task's own two files; return their sizes."""
     fs, root = fsspec.core.url_to_fs(output)
-    root = root.rstrip("/")
-    fs.makedirs(root, exist_ok=True)
-    sizes = {}
-    for name, split, limit in (("train", "validation", train_limit), ("dev", "test", dev_limit)):
-        rows = pairs(_documents(corpus, split), limit, seed)
-        if len(rows) < 20:
-            raise ValueError(
-                f"{corpus}: only {len(rows)} sentence pairs in its {split} split; give the corpus more "
-                "documents (--validation-fraction/--test-fraction) or fine-tune on a GLUE folder"
-            )
-        text = HEADER + "".join(f"{label}\t{a}\t{b}\t{s1}\t{s2}\n" for label, a, b, s1, s2 in rows)
-        fs.pipe_file(f"{root}/{name}.tsv", text.encode("utf-8"))
-        sizes[name] = {"pairs": len(rows), "positive": sum(r[0] for r in rows)}
-    return sizes
+    with OutputFolder.open(output, fs, root, "chain task", TASK_FILES, overwrite=True) as folder:
+        tables = {}
+        for name, split, limit in (("train", "validation", train_limit), ("dev", "test", dev_limit)):
+            rows = pairs(_documents(corpus, split), limit, seed)
+            if len(rows) < 20:
+                raise ValueError(
+                    f"{corpus}: only {len(rows)} sentence pairs in its {split} split; give the corpus more "
+                    "documents (--validation-fraction/--test-fraction) or fine-tune on a GLUE folder"
+                )
+            tables[name] = rows
+        folder.begin()
+        for name, rows in tables.items():
+            text = HEADER + "".join(f"{label}\t{a}\t{b}\t{s1}\t{s2}\n" for label, a, b, s1, s2 in rows)
+            fs.pipe_file(f"{folder.root}/{name}.tsv", text.encode("utf-8"))
+    return {name: {"pairs": len(rows), "positive": sum(r[0] for r in rows)} for name, rows in tables.items()}

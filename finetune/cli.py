@@ -16,7 +16,7 @@ import click
 
 from finetune.common import PRECISIONS, FinetuneError, TrainConfig
 from finetune.hidden import FEATURE_CHOICES
-from pretrain.outputs import OutputError, check_output, clear_output
+from pretrain.outputs import OutputError, OverlapError, check_apart, open_output
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 CHECKPOINT_HELP = (
@@ -43,16 +43,44 @@ OUTPUT_FILES = {
 OVERWRITE_HELP = "Replace an earlier run's files in --output; without it a non-empty --output is refused."
 
 
-def _prepare_output(command: str, output: str, overwrite: bool) -> Callable[[], None]:
-    """Before any data or model is read: refuse a non-empty --output unless --overwrite, and an
-    unwritable one. Returns the task runner's ``before_training`` hook: it removes the earlier
-    run's files (never others) once the data, checkpoint and settings checks have passed, so that
-    a run refused by any of them leaves the earlier output as it was."""
+def _refused(message: str) -> click.ClickException:
+    """A combination of paths refused before anything is read: one line, exit 2."""
+    error = click.ClickException(message)
+    error.exit_code = 2
+    return error
+
+
+def _check_apart(output: str, inputs: dict[str, str | None]) -> None:
+    """--output is none of the inputs, holds none and lies inside none (exit 2), even with
+    --overwrite: ``finetune glue --data-dir D --output D`` never touches D."""
     try:
-        state = check_output(output, OUTPUT_FILES[command], overwrite=overwrite)
+        check_apart({"--output": output}, inputs)
+    except OverlapError as err:
+        raise _refused(str(err)) from None
+
+
+def _into_output(
+    command: str,
+    output: str,
+    overwrite: bool,
+    inputs: dict[str, str | None],
+    function: Callable,
+    *args,
+    **kwargs,
+) -> Any:
+    """Run a training command's library ``function`` into its claimed --output: checked against
+    the ``inputs`` (exit 2), claimed before anything is read (one writer; a non-empty folder
+    refused unless --overwrite, saying whose files are there: exit 1), released at the end. The
+    function's ``before_training`` hook removes the earlier run's own files (never others) once
+    the data, checkpoint and settings checks have passed, so that a run refused by any of them
+    leaves the earlier output as it was, and records this run's."""
+    _check_apart(output, inputs)
+    try:
+        folder = open_output(output, f"finetune {command}", OUTPUT_FILES[command], overwrite=overwrite)
     except OutputError as err:
         raise click.ClickException(str(err)) from None
-    return lambda: clear_output(state)
+    with folder:
+        return _call(function, *args, before_training=folder.begin, **kwargs)
 
 
 def _setup_logging() -> None:
@@ -221,8 +249,12 @@ def glue(
     from finetune.glue import run_glue
 
     config = _config(opts)
-    before_training = _prepare_output("glue", opts["output"], opts["overwrite"])
-    result = _call(
+    inputs = {"--data-dir": data_dir, "--checkpoint": opts["checkpoint"], "--diagnostic": diagnostic}
+    result = _into_output(
+        "glue",
+        opts["output"],
+        opts["overwrite"],
+        inputs,
         run_glue,
         task,
         data_dir,
@@ -240,7 +272,6 @@ def glue(
         bilstm=bilstm,
         train=not predict_only,
         save=save_model,
-        before_training=before_training,
     )
     click.echo(
         json.dumps({"task": result["task"], "dev": result["dev"], "dev_sd": result["dev_sd"]}, indent=2)
@@ -268,8 +299,13 @@ def swag(
     from finetune.swag import run_swag
 
     config = _config(opts)
-    before_training = _prepare_output("swag", opts["output"], opts["overwrite"])
-    result = _call(
+    inputs = {"--data-dir": data_dir, "--train-file": train_file, "--dev-file": dev_file,
+              "--test-file": test_file, "--checkpoint": opts["checkpoint"]}  # fmt: skip
+    result = _into_output(
+        "swag",
+        opts["output"],
+        opts["overwrite"],
+        inputs,
         run_swag,
         data_dir,
         opts["checkpoint"],
@@ -282,7 +318,6 @@ def swag(
         max_train_examples=opts["max_train_examples"],
         max_eval_examples=opts["max_eval_examples"],
         cased=opts["cased"],
-        before_training=before_training,
     )
     click.echo(json.dumps({"task": "swag", "dev": result["dev"]}, indent=2))
 
@@ -339,8 +374,12 @@ def ner(
     if features is not None and source == click.core.ParameterSource.DEFAULT:
         opts["lr"] = FEATURE_LR
     config = _config(opts)
-    before_training = _prepare_output("ner", opts["output"], opts["overwrite"])
-    result = _call(
+    inputs = {"--data-dir": data_dir, "--checkpoint": opts["checkpoint"], "--feature-cache": feature_cache}
+    result = _into_output(
+        "ner",
+        opts["output"],
+        opts["overwrite"],
+        inputs,
         run_ner,
         data_dir,
         opts["checkpoint"],
@@ -353,7 +392,6 @@ def ner(
         features=features,
         cache_features=cache_features,
         feature_cache=feature_cache,
-        before_training=before_training,
     )
     click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))
 
@@ -400,6 +438,7 @@ def features(
         settings = ExtractSettings(**opts)
     except FinetuneError as err:
         raise click.UsageError(str(err)) from None
+    _check_apart(output, {"--checkpoint": checkpoint, "--input": input_file})
     stats = _call(
         extract_features, checkpoint, input_file, output, settings, cased=cased, overwrite=overwrite
     )
@@ -458,17 +497,11 @@ def squad(
     from finetune.squad import run_squad
 
     given = {k: v for k, v in opts.items() if v is not None}
-    before_training = _prepare_output("squad", output, overwrite)
-    result = _call(
-        run_squad,
-        version,
-        train_file,
-        predict_file,
-        checkpoint,
-        output,
-        before_training=before_training,
+    inputs = {"--train-file": train_file, "--predict-file": predict_file, "--checkpoint": checkpoint}
+    result = _into_output(
+        "squad", output, overwrite, inputs, run_squad, version, train_file, predict_file, checkpoint, output,
         **given,
-    )
+    )  # fmt: skip
     shown = {k: v for k, v in result.items() if k not in ("train", "predict", "settings")}
     click.echo(json.dumps(shown, indent=2))
 
@@ -517,6 +550,7 @@ def report(runs: tuple[str, ...], output: str, label: str, overwrite: bool) -> N
     """Put runs' metrics.json beside the paper's numbers (Tables 1-4 layout); print the markdown."""
     from finetune.report import to_markdown, write_report
 
+    _check_apart(output, {"RUNS": list(runs)})
     click.echo(to_markdown(_call(write_report, list(runs), output, label, overwrite)))
 
 

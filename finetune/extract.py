@@ -39,7 +39,7 @@ from finetune.common import PRECISIONS, Encoder, FinetuneError, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
 from finetune.squad import doc_windows, is_max_context
 from pretrain import outputs, runtime
-from pretrain.outputs import OutputState
+from pretrain.outputs import OutputFolder
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker
 from schemas.features import FEATURES_NAME, features_format
@@ -223,21 +223,15 @@ FEATURES_FILES = (COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, "features-*.arrow")
 """What ``finetune features`` writes into ``--output``: all that ``--overwrite`` replaces."""
 
 
-def check_output(output: str, overwrite: bool) -> OutputState:
-    """Before anything is read: refuse an ``output`` that already has files unless ``overwrite``,
-    one with files this command never wrote, and one that cannot be written
-    (:func:`pretrain.outputs.check_output`). Nothing on disk changes."""
+def open_output(output: str, overwrite: bool) -> OutputFolder:
+    """Before anything is read: claim ``output`` (one writer), refusing one that already has
+    files unless ``overwrite`` and they are an earlier ``finetune features`` run's, and one that
+    cannot be written (:func:`pretrain.outputs.open_output`). Nothing on disk changes but the
+    claim."""
     try:
-        return outputs.check_output(output, FEATURES_FILES, overwrite=overwrite)
+        return outputs.open_output(output, "finetune features", FEATURES_FILES, overwrite=overwrite)
     except outputs.OutputError as err:
         raise FinetuneError(str(err)) from None
-
-
-def clear_output(output: str, state: OutputState) -> None:
-    """Remove an earlier run's files (``COMPLETED`` first) and make sure ``output`` exists."""
-    outputs.clear_output(state)
-    fs, root = fsspec.core.url_to_fs(output)
-    fs.makedirs(root, exist_ok=True)
 
 
 class _ShardWriter:
@@ -254,16 +248,12 @@ class _ShardWriter:
         if sum(t.nbytes for t in self.pending) >= self.max_bytes:
             self.flush()
 
-    def discard(self, *, remove_folder: bool) -> None:
-        """Remove the shards written so far (a failed run's are of no use without a manifest),
-        and the output folder too when ``remove_folder`` and nothing else is in it."""
+    def discard(self) -> None:
+        """Remove the shards written so far (a failed run's are of no use without a manifest)."""
         for entry in self.entries:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(f"{self.root}/{entry.path}")
         self.entries, self.pending = [], []
-        with contextlib.suppress(OSError):
-            if remove_folder and self.fs.isdir(self.root) and not self.fs.ls(self.root):
-                self.fs.rmdir(self.root)
 
     def flush(self) -> None:
         if not self.pending:
@@ -302,7 +292,15 @@ def extract_features(
     then ``COMPLETED``); returns the stats. ``checkpoint`` is any ``--checkpoint`` of
     :func:`finetune.common.load_encoder`. Refuses a non-empty ``output`` unless ``overwrite``, and
     bad ``--layers`` / ``--max-seq-length`` before an earlier output is touched."""
-    earlier = check_output(output, overwrite)
+    with open_output(output, overwrite) as folder:
+        return _extract_into(folder, checkpoint, input_file, settings, cased)
+
+
+def _extract_into(
+    folder: OutputFolder, checkpoint: str, input_file: str, settings: ExtractSettings, cased: bool | None
+) -> dict[str, Any]:
+    """:func:`extract_features` once ``folder`` is claimed."""
+    output = folder.url
     if not runtime.exists(input_file):
         raise FinetuneError(f"--input {input_file} not found")
     encoder = load_encoder(checkpoint, cased=cased)
@@ -316,15 +314,14 @@ def extract_features(
         layers = parse_layers(settings.layers, config.num_hidden_layers)
     except ValueError as err:
         raise FinetuneError(str(err)) from None
-    existed = runtime.exists(output)
-    clear_output(output, earlier)
+    folder.begin()
     fmt = features_format(config.hidden_size)
     writer = _ShardWriter(output, fmt, settings.max_shard_bytes)
     digest = hashlib.sha256()
     try:
         stats = _extract(encoder, input_file, layers, settings, writer, digest)
     except BaseException:
-        writer.discard(remove_folder=not existed)
+        writer.discard()  # the claim's folder goes too, when nothing else is in it
         raise
     given = [int(part) for part in settings.layers.split(",") if part.strip()]
     params = {

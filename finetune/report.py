@@ -15,6 +15,8 @@ from typing import Any
 
 import fsspec
 
+from pretrain.outputs import open_output
+
 GLUE_COLUMNS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
 GLUE_HEADERS = {
     "mnli": "MNLI-(m/mm)",
@@ -227,17 +229,16 @@ REPORT_FILES = ("results.json", "results.md")
 def write_report(
     run_folders: Sequence[str], output: str, label: str = "Ours", overwrite: bool = False
 ) -> dict[str, Any]:
-    """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``;
-    an earlier report there is refused unless ``overwrite`` (before any run is read)."""
-    fs, root = fsspec.core.url_to_fs(output)
-    earlier = [name for name in REPORT_FILES if fs.exists(f"{root}/{name}")]
-    if earlier and not overwrite:
-        raise ValueError(f"--output {output}: already holds {earlier[0]}; pass --overwrite to replace it")
-    report = build_report(read_metrics(run_folders), label)
-    fs.makedirs(root, exist_ok=True)
-    with fs.open(f"{root}/results.json", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    with fs.open(f"{root}/results.md", "w") as f:
-        f.write(to_markdown(report))
+    """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``
+    (claimed: one writer); an earlier report there is refused unless ``overwrite``, and files no
+    report wrote always (before any run is read)."""
+    with open_output(output, "finetune report", REPORT_FILES, overwrite=overwrite) as folder:
+        report = build_report(read_metrics(run_folders), label)
+        folder.begin()
+        fs, root = fsspec.core.url_to_fs(output)
+        with fs.open(f"{root}/results.json", "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        with fs.open(f"{root}/results.md", "w") as f:
+            f.write(to_markdown(report))
     return report

@@ -18,6 +18,7 @@ from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaCon
 from pipelines.runner import StageFailed, run_stage, runner_name, summary_lines
 from pipelines.stage import incomplete_reason
 from schemas import SchemaError
+from schemas.paths import OverlapError, check_apart
 
 if TYPE_CHECKING:
     from pipelines.examples.pipeline import ExamplesConfig
@@ -43,9 +44,23 @@ def _fail_run(message: str) -> None:
     sys.exit(1)
 
 
+def _apart(outputs: dict, inputs: dict) -> None:
+    """Refuse an output that is, holds or lies inside an input (exit 2: the command line is wrong,
+    found before any input is read), even with --overwrite."""
+    try:
+        check_apart(outputs, inputs)
+    except OverlapError as err:
+        _fail(str(err))
+
+
+def _stage_command() -> str:
+    """The stage's command as the output's claim and record name it (``pipelines corpus``)."""
+    return f"pipelines {click.get_current_context().info_name}"
+
+
 def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     try:
-        stats = run_stage(build, config, inputs, beam_args)
+        stats = run_stage(build, config, inputs, beam_args, command=_stage_command())
     except (StageFailed, io.InputError, io.OutputError) as err:
         _fail_run(str(err))
     if stats is None:
@@ -73,11 +88,16 @@ def _config(cls, **kwargs):
         _fail(str(err))
 
 
-def _expand(patterns: tuple[str, ...]) -> list[str]:
+def _expand(patterns: tuple[str, ...], output: str) -> list[str]:
+    """The files ``--input`` names, none of them over ``--output`` (the patterns are checked
+    before they are expanded, the files after: a link into the output counts)."""
+    _apart({"--output": output}, {"--input": patterns})
     try:
-        return io.expand_inputs(patterns)
+        files = io.expand_inputs(patterns)
     except io.InputError as err:
         _fail_run(str(err))
+    _apart({"--output": output}, {"--input": files})
+    return files
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -99,6 +119,7 @@ def main(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("schemas").setLevel(logging.WARNING)  # a stale claim taken over is said
     io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
 
 
@@ -166,7 +187,7 @@ def wikipedia(
         streams_per_range=streams_per_range,
         min_document_words=min_document_words,
     )
-    _run(build, config, _expand(inputs), ctx.args, "pages")
+    _run(build, config, _expand(inputs, config.output), ctx.args, "pages")
 
 
 @main.command(context_settings=_PASS_THROUGH)
@@ -196,7 +217,7 @@ def books(ctx, inputs, output, num_shards, overwrite, allow_file_errors, min_doc
         allow_file_errors=allow_file_errors,
         min_document_words=min_document_words,
     )
-    _run(build, config, _expand(inputs), ctx.args, "books")
+    _run(build, config, _expand(inputs, config.output), ctx.args, "books")
 
 
 @main.command(context_settings=_PASS_THROUGH)
@@ -237,7 +258,7 @@ def text(
         validation_fraction=validation_fraction,
         test_fraction=test_fraction,
     )
-    _run(build, config, _expand(inputs), ctx.args, "records (documents and rejected files)")
+    _run(build, config, _expand(inputs, config.output), ctx.args, "records (documents and rejected files)")
 
 
 @main.command(context_settings=_PASS_THROUGH)
@@ -278,6 +299,7 @@ def corpus(
         num_shards=num_shards,
         overwrite=overwrite,
     )
+    _apart({"--output": output}, {"--input": inputs})
     try:
         manifests = [(folder, io.load_manifest(folder, DOCUMENTS.name)) for folder in inputs]
     except io.InputError as err:
@@ -361,15 +383,22 @@ def examples(ctx, **flags):
     from pipelines.examples.pipeline import build, spill_folder
     from pipelines.examples.spill import remove_folder
     from schemas import DOCUMENTS
-    from wordpiece.tokenizer import VocabError, WordPieceTokenizer
+    from wordpiece.tokenizer import WordPieceTokenizer
 
     io.use_beam_options(ctx.args)
     try:
         config = _examples_config(flags)
+    except ValueError as err:  # the settings: the command line is wrong
+        _fail(str(err))
+    _apart(
+        {"--output": config.output, "--temp-location": config.temp_location},
+        {"--corpus": config.corpus, "--vocab": config.vocab},
+    )
+    try:
         tokenizer = WordPieceTokenizer.load(config.vocab, cased=config.cased)
         manifest = io.load_manifest(config.corpus, DOCUMENTS.name)
-    except ValueError as err:  # the settings (exit 2), or the vocabulary or corpus (exit 1)
-        (_fail_run if isinstance(err, (VocabError, io.InputError)) else _fail)(str(err))
+    except ValueError as err:  # the vocabulary or the corpus (VocabError, io.InputError)
+        _fail_run(str(err))
     vocab_sha256 = tokenizer.vocab_sha256
     folder = spill_folder(config, runner_name(ctx.args))
     try:
@@ -379,6 +408,7 @@ def examples(ctx, **flags):
             None,
             ctx.args,
             cleanup=None if folder is None else lambda: remove_folder(folder),
+            command=_stage_command(),
         )
     except (StageFailed, io.InputError, io.OutputError) as err:
         _fail_run(str(err))
@@ -447,7 +477,10 @@ def index(output, overwrite):
     from pipelines.index import add_index
 
     try:
-        result = add_index(output, overwrite=overwrite)
+        with io.claimed(output, "pipelines index"):  # one writer: never beside `pipelines examples`
+            result = add_index(output, overwrite=overwrite)
+    except io.OutputError as err:
+        _fail_run(str(err))
     except io.InputError as err:
         _fail(str(err))
     if result.already_indexed:

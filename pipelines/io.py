@@ -6,40 +6,83 @@ workers, so paths are always URLs understood by ``apache_beam.io.filesystems.Fil
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
+import fsspec
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
+from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
+from schemas.outputs import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
+from schemas.outputs import OutputFolder
+from wordpiece.count import s3_storage_options
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
 
-_KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", COMPLETED_FILE)
-_KNOWN_OUTPUT_DIRS = ("all", "rejects", "examples", *SPLITS)
 TEMP_DIR = ".temp"
 """Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
+STAGE_FILES = (
+    MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", COMPLETED_FILE,
+    *(f"{folder}/*" for folder in ("all", "rejects", "examples", *SPLITS, TEMP_DIR)),
+)  # fmt: skip
+"""What a stage writes into its output (glob patterns; ``*`` crosses ``/``): what its record
+lists until the run ends and records the exact files it left."""
+
+_S3_STORAGE: dict[str, Any] = {}
 
 
 class InputError(ValueError):
     """An input is missing, empty or unusable; the message names it and says what to do."""
 
 
-class OutputError(ValueError):
-    """An output cannot be written (exists and is complete, or is not writable)."""
-
-
 def use_beam_options(beam_args: Sequence[str]) -> None:
-    """Give the launching machine's own file operations (output checks, input globs, manifests)
-    Beam's filesystem options from the command line: ``--s3_endpoint_url``, ``--s3_region_name``
-    and the other ``S3Options`` (without them boto3 reads ``AWS_ENDPOINT_URL`` and the usual AWS
-    credentials). Beam applies them itself only once a pipeline is built; its S3 filesystem refuses
-    to work without them."""
-    FileSystems.set_options(PipelineOptions(list(beam_args)))
+    """Give the launching machine's own file operations (output checks, input globs, manifests,
+    the output's claim) Beam's filesystem options from the command line: ``--s3_endpoint_url``,
+    ``--s3_region_name`` and the other ``S3Options`` (without them boto3 reads
+    ``AWS_ENDPOINT_URL`` and the usual AWS credentials). Beam applies them itself only once a
+    pipeline is built; its S3 filesystem refuses to work without them."""
+    options = PipelineOptions(list(beam_args))
+    FileSystems.set_options(options)
+    _S3_STORAGE.clear()
+    _S3_STORAGE.update(s3_storage_options(options))
+
+
+def _fs(output: str) -> tuple[Any, str]:
+    options = _S3_STORAGE if output.startswith(("s3://", "s3a://")) else {}
+    fs, root = fsspec.core.url_to_fs(output, **options)
+    return fs, root.rstrip("/") or "/"
+
+
+@contextlib.contextmanager
+def claimed(output: str, command: str) -> Iterator[None]:
+    """Hold ``output``'s claim (one writer) around ``command``'s change of an existing output in
+    place (``pipelines index``); a folder that is not there is left to the command to refuse."""
+    fs, root = _fs(output)
+    if not fs.isdir(root):
+        yield
+        return
+    try:
+        held = claim(fs, root, output, Claimant.this_process(command, new_run_id()), option="")
+    except ClaimError as err:
+        raise OutputError(str(err)) from None
+    try:
+        yield
+    finally:
+        release(held)
+
+
+def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
+    """Claim ``output`` for the stage ``command`` on the launching machine (one writer; workers
+    on Dataflow write into it under this claim), refusing a folder that holds files unless
+    ``overwrite`` and they are the earlier run's of the same command
+    (:class:`schemas.outputs.OutputFolder`); :class:`OutputError` says what is there."""
+    return OutputFolder.open(output, *_fs(output), command, STAGE_FILES, overwrite=overwrite)
 
 
 def join(base: str, *parts: str) -> str:
@@ -97,49 +140,6 @@ def file_size(path: str) -> int:
 def is_completed(output: str) -> bool:
     """Whether ``output`` holds a finished stage output (the ``COMPLETED`` marker)."""
     return exists(join(output, COMPLETED_FILE))
-
-
-def prepare_output(output: str, overwrite: bool) -> None:
-    """Make ``output`` ready to receive a stage's files, before the pipeline starts.
-
-    Refuses a folder that holds anything unless ``overwrite`` (changing nothing); with it,
-    removes the files a previous (finished or interrupted) run of a stage left there, and refuses
-    files no stage writes rather than delete them; checks the folder is writable.
-    """
-    present = [m.path for m in FileSystems.match([join(output, "**")])[0].metadata_list]
-    if present and not overwrite:
-        what = (
-            "a completed output" if is_completed(output) else f"{len(present)} file(s) (an unfinished run?)"
-        )
-        raise OutputError(f"--output {output}: already holds {what}; pass --overwrite to replace it")
-    foreign = [path for path in present if not _is_stage_file(output, path)]
-    if foreign:
-        raise OutputError(
-            f"--output {output}: holds files no stage wrote ({foreign[0]}, {len(foreign)} in all); "
-            "choose an empty folder, --overwrite only replaces a stage's own files"
-        )
-    stale = [join(output, name) for name in _KNOWN_OUTPUT_FILES if exists(join(output, name))]
-    for folder, pattern in [(f, "*") for f in _KNOWN_OUTPUT_DIRS] + [(TEMP_DIR, "**")]:
-        stale.extend(m.path for m in FileSystems.match([join(output, folder, pattern)])[0].metadata_list)
-    # The marker goes first, so an interrupted clean-up never leaves a "completed" husk.
-    stale.sort(key=lambda path: not path.endswith(COMPLETED_FILE))
-    if stale:
-        FileSystems.delete(stale)
-    probe = join(output, f".write-probe-{uuid.uuid4().hex}")
-    try:
-        write_bytes(probe, b"probe")  # not empty: Beam's S3 writer cannot upload an empty object
-        FileSystems.delete([probe])
-    except Exception as err:  # Any filesystem error means the same thing to the user.
-        raise OutputError(f"--output {output}: cannot write there ({type(err).__name__}: {err})") from None
-
-
-def _is_stage_file(output: str, path: str) -> bool:
-    """Whether ``path`` (inside ``output``) is a file some stage writes there."""
-    relative = path[len(output.rstrip("/")) :].lstrip("/")
-    head, _, rest = relative.partition("/")
-    if rest:
-        return head in _KNOWN_OUTPUT_DIRS or head == TEMP_DIR
-    return head in _KNOWN_OUTPUT_FILES or head.startswith(".write-probe-")
 
 
 def manifest_sha256(folder: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import json
@@ -101,31 +102,38 @@ def run_stage(
     inputs: Any,
     beam_args: list[str],
     cleanup: Callable[[], Any] | None = None,
+    command: str = "pipelines",
 ) -> dict[str, Any] | None:
-    """Prepare the output, build and run one stage; return its ``stats.json`` (None for a dry run).
+    """Claim and prepare the output, build and run one stage; return its ``stats.json`` (None for
+    a dry run).
 
-    ``cleanup`` (removing the stage's temporary files) runs once the pipeline has ended, finished
-    or failed, unless it was a dry run.
+    The output is claimed for ``command`` here, in the launching process, before anything is
+    written (one writer; Dataflow's workers write under this claim), its earlier run's own files
+    removed with ``--overwrite`` (:func:`pipelines.io.open_output`), and released when the
+    pipeline has ended, finished or failed, after ``cleanup`` (removing the stage's temporary
+    files), which runs then too. A dry run writes nothing and claims nothing.
     """
     retain_freed_memory()
     options = pipeline_options(beam_args)
     io.use_beam_options(beam_args)
     dry_run = is_dry_run(options)
-    if not dry_run:
-        io.prepare_output(config.output, config.overwrite)
-    pipeline = beam.Pipeline(options=options)
-    build(pipeline, config, inputs)
-    try:
-        result = pipeline.run()
-        state = result.wait_until_finish()
-    except (io.InputError, io.OutputError, SchemaError) as err:
-        raise StageFailed(str(err)) from err
-    except Exception as err:  # The runner wraps worker errors in its own types.
-        _LOG.debug("pipeline failed", exc_info=True)
-        raise StageFailed(explain_failure(err)) from err
-    finally:
-        if cleanup is not None and not dry_run:
-            _clean_up(cleanup)
+    folder = None if dry_run else io.open_output(config.output, command, config.overwrite)
+    with folder or contextlib.nullcontext():
+        if folder is not None:
+            folder.begin()
+        pipeline = beam.Pipeline(options=options)
+        build(pipeline, config, inputs)
+        try:
+            result = pipeline.run()
+            state = result.wait_until_finish()
+        except (io.InputError, io.OutputError, SchemaError) as err:
+            raise StageFailed(str(err)) from err
+        except Exception as err:  # The runner wraps worker errors in its own types.
+            _LOG.debug("pipeline failed", exc_info=True)
+            raise StageFailed(explain_failure(err)) from err
+        finally:
+            if cleanup is not None and not dry_run:
+                _clean_up(cleanup)
     if dry_run:
         return None
     if state not in (beam.runners.runner.PipelineState.DONE, None):

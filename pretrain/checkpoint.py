@@ -11,7 +11,8 @@ Layout of a run folder::
                                          vocabulary hash: tensors in safetensors, the rest JSON
         rng-rank00000.json/.safetensors  every rank's RNG states (Python, NumPy, torch CPU, CUDA)
         COMMITTED                        written last, by rank 0, after every rank's files:
-                                         JSON with the step and each file's size and SHA-256
+                                         JSON with the step, the run id and each file's size
+                                         and SHA-256
 
 Nothing is unpickled: a state is split by :func:`save_state` into its tensors (safetensors) and a
 JSON tree that names them. A checkpoint counts only once ``COMMITTED`` exists and every file has the
@@ -19,12 +20,22 @@ size it records (a bucket has no atomic rename; a local folder gets the same rul
 also checks every file's SHA-256 and names the one that differs. Old pickle-based checkpoints
 (``trainer.pt``, ``rng-rank*.pt``) are refused with a one-line error. :func:`latest` finds the newest complete
 one; :func:`prune` keeps the newest ``keep`` and removes incomplete leftovers older than them.
+
+Run id. Every file that can hold it records the run that wrote it and the step (:class:`Stamp`):
+``COMMITTED``, the trainer state and each rank's RNG state (their JSON and safetensors metadata),
+``model.safetensors``' metadata. :func:`resolve` (resume, export, fine-tuning) refuses a checkpoint
+whose files name different runs or steps (two writers mixed in one folder), whose folder name is
+not the step it records (a renamed folder, or a link to another step), that links to a folder
+outside its run's ``checkpoints/``, or whose run is not the run folder's (its ``.output.json``
+record; a checkpoint copied in from another run). Checkpoints of older releases record no run id
+in any file and are read as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -33,6 +44,10 @@ import fsspec
 import numpy as np
 import safetensors.torch
 import torch
+from fsspec.implementations.local import LocalFileSystem
+
+from schemas.claims import new_run_id
+from schemas.outputs import read_record
 
 COMMITTED = "COMMITTED"
 TRAINER_STATE = "trainer"  # trainer.json + trainer.safetensors
@@ -48,6 +63,18 @@ class CheckpointError(ValueError):
 class Checkpoint:
     url: str
     step: int
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What every file of a checkpoint records about the run that wrote it."""
+
+    run_id: str
+    step: int
+
+    def metadata(self) -> dict[str, str]:
+        """As safetensors metadata (strings only)."""
+        return {"run_id": self.run_id, "step": str(self.step)}
 
 
 def step_url(run: str, step: int) -> str:
@@ -104,15 +131,46 @@ def _decode(tree: object, tensors: dict[str, torch.Tensor]) -> object:
     return {k: _decode(v, tensors) for k, v in tree.items()}
 
 
-def save_state(obj: object, url: str) -> None:
+def shared_run_id(world_size: int, run_id: str | None) -> str:
+    """The run id every rank stamps its files with: rank 0's ``run_id`` (a new one when it has
+    none), sent to the other ranks of a torchrun group."""
+    run_id = run_id or new_run_id()
+    if world_size > 1:
+        import torch.distributed as dist
+
+        box = [run_id]
+        dist.broadcast_object_list(box, src=0)  # between this run's own processes
+        run_id = str(box[0])
+    return run_id
+
+
+_STAMP_KEY = "__stamp__"
+
+
+def save_state(obj: object, url: str, stamp: Stamp | None = None) -> None:
     """Write ``obj`` (dicts, lists, tuples, numbers, strings, tensors, arrays) as ``URL.json`` (the
-    tree) and ``URL.safetensors`` (its tensors); nothing in either is code."""
+    tree) and ``URL.safetensors`` (its tensors); nothing in either is code. ``stamp`` goes into
+    both (the JSON's ``__stamp__``, the safetensors metadata)."""
     tensors: dict[str, torch.Tensor] = {}
     tree = _encode(obj, tensors)
+    metadata = None
+    if stamp is not None:
+        if not isinstance(tree, dict) or "__items__" in tree:
+            raise TypeError("a stamped state must be a dict with string keys")
+        tree = {_STAMP_KEY: {"run_id": stamp.run_id, "step": stamp.step}, **tree}
+        metadata = stamp.metadata()
     fs, path = _fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(f"{path}.safetensors", safetensors.torch.save(tensors))
+    fs.pipe_file(f"{path}.safetensors", safetensors.torch.save(tensors, metadata=metadata))
     fs.pipe_file(f"{path}.json", json.dumps(tree, indent=None).encode())
+
+
+def save_model(model: torch.nn.Module, url: str, stamp: Stamp) -> None:
+    """The model in transformers' layout (``config.json``, ``model.safetensors``), the safetensors
+    metadata carrying ``stamp``."""
+    from pretrain import hf
+
+    hf.save_hf(model, url, metadata=stamp.metadata())
 
 
 def load_state(url: str) -> object:
@@ -122,6 +180,8 @@ def load_state(url: str) -> object:
         tree = json.loads(fs.cat_file(f"{path}.json"))
     except ValueError as err:
         raise CheckpointError(f"{url}.json: not valid JSON ({err}); the checkpoint is damaged") from None
+    if isinstance(tree, dict):
+        tree.pop(_STAMP_KEY, None)
     try:
         tensors = safetensors.torch.load(fs.cat_file(f"{path}.safetensors"))
     except FileNotFoundError:
@@ -162,6 +222,108 @@ def verify(url: str) -> None:
             raise CheckpointError(f"{url}/{COMMITTED}: no SHA-256 for {name} (written by an older release)")
         if _sha256(fs, f"{path}/{name}") != want:
             raise CheckpointError(f"{url}/{name}: content differs from its SHA-256 in {COMMITTED}; damaged")
+    check_identity(url, record)
+
+
+# -- which run and step a checkpoint is -------------------------------------------------------------
+
+_MAX_HEADER_BYTES = 100 << 20
+
+
+def _header_stamp(fs: fsspec.AbstractFileSystem, path: str, url: str) -> tuple[str | None, int | None]:
+    """The run id and step in a safetensors file's metadata (its header alone is read)."""
+    with fs.open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if not 0 < size <= _MAX_HEADER_BYTES:
+            raise CheckpointError(f"{url}: not a valid safetensors header (length {size}); damaged")
+        try:
+            header = json.loads(f.read(size))
+        except ValueError:
+            raise CheckpointError(f"{url}: not a valid safetensors header; damaged") from None
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    step = meta.get("step")
+    return meta.get("run_id"), int(step) if isinstance(step, str) and step.isdigit() else None
+
+
+def _json_stamp(fs: fsspec.AbstractFileSystem, path: str) -> tuple[str | None, int | None]:
+    """The run id and step a state's JSON records (its ``__stamp__``)."""
+    try:
+        tree = json.loads(fs.cat_file(path))
+    except ValueError:
+        return None, None  # a damaged state is named when it is loaded
+    stamp = tree.get(_STAMP_KEY) if isinstance(tree, dict) else None
+    if not isinstance(stamp, dict):
+        return None, None
+    return stamp.get("run_id"), stamp.get("step")
+
+
+def _file_stamps(fs: fsspec.AbstractFileSystem, path: str, url: str, names) -> dict:
+    """File name -> (run id, step) for every file of the checkpoint that records them."""
+    stamps = {}
+    for name in sorted(names):
+        if name.endswith(".safetensors"):
+            stamps[name] = _header_stamp(fs, f"{path}/{name}", f"{url}/{name}")
+        elif name.endswith(".json") and (name.startswith(TRAINER_STATE) or name.startswith("rng-rank")):
+            stamps[name] = _json_stamp(fs, f"{path}/{name}")
+    return stamps
+
+
+def check_identity(url: str, record: dict) -> None:
+    """Refuse, in one line naming the file, a checkpoint (whose ``COMMITTED`` is ``record``)
+    whose folder name is not the step it records, that links outside its run's checkpoints
+    folder, whose files record another run or step than ``COMMITTED``, or whose run is not the
+    run folder's (its ``.output.json``)."""
+    fs, path = _fs(url)
+    step, run_id = record.get("step"), record.get("run_id")
+    if not isinstance(step, int) or not isinstance(run_id, (str, type(None))):
+        raise CheckpointError(f"{url}/{COMMITTED}: damaged commit record (step or run_id)")
+    _check_place(fs, path, url, step)
+    stamps = _file_stamps(fs, path, url, record["files"])
+    if run_id is None and all(stamp == (None, None) for stamp in stamps.values()):
+        return  # an older release's checkpoint: no run id anywhere
+    for name, stamp in stamps.items():
+        if stamp != (run_id, step):
+            raise CheckpointError(
+                f"{url}/{name}: written by run {stamp[0]} at step {stamp[1]}, but {COMMITTED} records run "
+                f"{run_id} at step {step}: the checkpoint mixes two runs' files; use another checkpoint"
+            )
+    _check_run_folder(url, run_id)
+
+
+def _check_place(fs: fsspec.AbstractFileSystem, path: str, url: str, step: int) -> None:
+    """The folder is named for the step its files record, and is no link out of its run."""
+    match = _STEP_DIR.search(path)
+    if match and int(match.group(1)) != step:
+        raise CheckpointError(
+            f"{url}: named for step {int(match.group(1))} but its files record step {step}: the folder "
+            f"was renamed or links to another step; rename it back to step-{step:08d} or remove it"
+        )
+    if isinstance(fs, LocalFileSystem):
+        real = os.path.realpath(path)
+        if os.path.dirname(real) != os.path.realpath(os.path.dirname(path)):
+            raise CheckpointError(
+                f"{url}: links to {real}, outside this run's checkpoints folder; use that checkpoint "
+                "from its own run folder"
+            )
+
+
+def _check_run_folder(url: str, run_id: str | None) -> None:
+    """A checkpoint under RUN/checkpoints/ belongs to RUN's run (when RUN records one)."""
+    head, _, name = url.rstrip("/").rpartition("/")
+    run, _, folder = head.rpartition("/")
+    if folder != "checkpoints" or not _STEP_DIR.search(name) or not run:
+        return
+    fs, root = _fs(run)
+    try:
+        owner = read_record(fs, root, run)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+    if owner is not None and owner.command == "pretrain" and owner.run_id != run_id:
+        raise CheckpointError(
+            f"{url}: a checkpoint of run {run_id}, but {run} is run {owner.run_id} (its .output.json): "
+            "copied or linked in from another run; use it from its own run folder, or remove it"
+        )
 
 
 def rng_state() -> dict:
@@ -183,15 +345,17 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def commit(url: str, step: int) -> None:
-    """Write ``COMMITTED`` listing every file of the checkpoint folder with its size and SHA-256."""
+def commit(url: str, step: int, run_id: str | None = None) -> None:
+    """Write ``COMMITTED`` listing every file of the checkpoint folder with its size and SHA-256,
+    and the step and run id (when given) the files record."""
     fs, path = _fs(url)
     files = {
         entry["name"].rsplit("/", 1)[-1]: {"size": int(entry["size"]), "sha256": _sha256(fs, entry["name"])}
         for entry in fs.ls(path, detail=True)
         if entry["type"] == "file" and not entry["name"].endswith(COMMITTED)
     }
-    fs.pipe_file(f"{path}/{COMMITTED}", json.dumps({"step": step, "files": files}, indent=1).encode())
+    record = {"step": step, **({"run_id": run_id} if run_id is not None else {}), "files": files}
+    fs.pipe_file(f"{path}/{COMMITTED}", json.dumps(record, indent=1).encode())
 
 
 def is_complete(url: str) -> bool:
@@ -232,6 +396,20 @@ def latest(run: str) -> Checkpoint | None:
     return None
 
 
+def run_id_of(run: str) -> str | None:
+    """The run id the newest complete checkpoint of ``run`` records (None: none, or an older
+    release's): what a run folder without a record continues with."""
+    found = latest(run)
+    if found is None:
+        return None
+    fs, path = _fs(found.url)
+    try:
+        run_id = json.loads(fs.cat_file(f"{path}/{COMMITTED}")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) else None
+
+
 def resolve(url: str) -> Checkpoint:
     """A checkpoint folder itself, or the newest complete checkpoint of a run folder."""
     url = url.rstrip("/")
@@ -264,6 +442,9 @@ def prune(run: str, keep: int) -> list[str]:
         if checkpoint.url in kept or checkpoint.step > newest:
             continue
         fs, path = _fs(checkpoint.url)
-        fs.rm(path, recursive=True)
+        if isinstance(fs, LocalFileSystem) and os.path.islink(path):
+            os.unlink(path)  # a linked folder: the files it points at are not this run's to delete
+        else:
+            fs.rm(path, recursive=True)
         removed.append(checkpoint.url)
     return removed

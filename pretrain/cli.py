@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -14,9 +15,10 @@ from pretrain.outputs import (
     EXPORT_FILES,
     PRETRAIN_FILES,
     OutputError,
-    OutputState,
-    check_output,
-    clear_output,
+    OutputFolder,
+    OverlapError,
+    check_apart,
+    open_output,
 )
 
 _EPILOG = """\b
@@ -162,18 +164,23 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
         problems = cfg.problems()
         if problems:  # the command line is wrong: exit 2, before anything is read or written
             raise click.UsageError("invalid settings: " + "; ".join(problems))
-        earlier = _check_run_folder(cfg, overwrite) if rank == 0 else None
-        if cfg.resume:
-            given = {
-                name
-                for name in options
-                if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
-            }
-            cfg = inherit_settings(cfg, given)
-        problems = cfg.problems()
-        if problems:  # the flags given with --resume do not fit the run's own settings
-            raise click.UsageError("invalid settings: " + "; ".join(problems))
-        train(cfg, before_fit=None if earlier is None else lambda: _clear_run_folder(earlier))
+        folder = _open_run_folder(cfg, overwrite) if rank == 0 else None
+        with folder or contextlib.nullcontext():
+            if cfg.resume:
+                given = {
+                    name
+                    for name in options
+                    if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+                }
+                cfg = inherit_settings(cfg, given)
+            problems = cfg.problems()
+            if problems:  # the flags given with --resume do not fit the run's own settings
+                raise click.UsageError("invalid settings: " + "; ".join(problems))
+            train(
+                cfg,
+                before_fit=None if folder is None else lambda: _begin(folder),
+                run_id=None if folder is None else folder.run_id,
+            )
     except (TrainingError, OutputError) as err:
         raise click.ClickException(str(err)) from None
     finally:
@@ -183,30 +190,49 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
             dist.destroy_process_group()
 
 
-def _check_run_folder(cfg, overwrite: bool) -> OutputState | None:
-    """Refuse a non-empty --output that this run does not continue (unless --overwrite) and an
-    unwritable one, before any data or model is read; return what --overwrite is to remove."""
+def _refused(message: str) -> click.ClickException:
+    """A combination of paths refused before anything is read: one line, exit 2."""
+    error = click.ClickException(message)
+    error.exit_code = 2
+    return error
+
+
+def _open_run_folder(cfg, overwrite: bool) -> OutputFolder:
+    """Rank 0, before any data or model is read: refuse an --output over an input (exit 2),
+    claim the run folder (one writer), and refuse a non-empty one this run does not continue
+    unless --overwrite (exit 1, saying whose files are there)."""
+    from pretrain import checkpoint as ckpt
+    from schemas.paths import location
+
     output = (cfg.output or cfg.resume or "").rstrip("/")
     if not output:
         raise click.UsageError("--output is required (or --resume RUN, which continues writing into RUN)")
-    continuing = bool(cfg.resume) and cfg.resume.rstrip("/") == output
+    continuing = bool(cfg.resume) and location(cfg.resume) == location(output)
+    try:
+        check_apart(
+            {"--output": output},
+            {"--shards": cfg.shards, "--validation-shards": cfg.validation_shards, "--vocab": cfg.vocab,
+             "--init-from": cfg.init_from, "--resume": None if continuing else cfg.resume},
+        )  # fmt: skip
+    except OverlapError as err:
+        raise _refused(str(err)) from None
     if continuing:
         if overwrite:
             raise click.UsageError(f"--overwrite would delete the run that --resume {cfg.resume} continues")
-        check_output(output, ("*",), overwrite=True)  # writable; its files are the run's own
-        return None
+        return open_output(output, "pretrain", PRETRAIN_FILES, continuing=True, run_id=ckpt.run_id_of(output))
     from pretrain.runtime import exists
 
     hint = f"--resume {output}" if exists(f"{output}/checkpoints") else None
-    return check_output(output, PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
+    return open_output(output, "pretrain", PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
 
 
-def _clear_run_folder(earlier: OutputState) -> None:
-    """--overwrite: remove the earlier run's files, once every check before step 1 has passed."""
-    removed = clear_output(earlier)
+def _begin(folder: OutputFolder) -> None:
+    """Just before step 1, once every check has passed: --overwrite's clean-up (the earlier run's
+    own files), and the run folder's record."""
+    removed = folder.begin()
     if removed:
         logging.getLogger("pretrain").warning(
-            "--overwrite: removed %d file(s) of the earlier run in %s", removed, earlier.url
+            "--overwrite: removed %d file(s) of the earlier run in %s", removed, folder.url
         )
 
 
@@ -230,20 +256,27 @@ def export(checkpoint, fmt, output, overwrite) -> None:
     from pretrain.model import BertForPreTraining
 
     try:
-        state_of_output = check_output(output, EXPORT_FILES, overwrite=overwrite)
-        found = ckpt.resolve(checkpoint)
-        model = BertForPreTraining.from_pretrained(found.url)
-        state = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}")
-        clear_output(state_of_output)
-        export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not state.get("cased", False))
-        fs, root = fsspec.core.url_to_fs(output)
-        fs.pipe_file(
-            f"{root.rstrip('/')}/pretraining.json",
-            json.dumps(
-                {"checkpoint": found.url, "step": state["step"], "tokens_seen": state["tokens_seen"]},
-                indent=1,
-            ).encode(),
-        )
+        check_apart({"--output": output}, {"--checkpoint": checkpoint})
+    except OverlapError as err:
+        raise _refused(str(err)) from None
+    try:
+        with open_output(output, "pretrain export", EXPORT_FILES, overwrite=overwrite) as folder:
+            found = ckpt.resolve(checkpoint)
+            check_apart({"--output": output}, {"--checkpoint": found.url})
+            model = BertForPreTraining.from_pretrained(found.url)
+            state = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}")
+            folder.begin()
+            export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not state.get("cased", False))
+            fs, root = fsspec.core.url_to_fs(output)
+            fs.pipe_file(
+                f"{root.rstrip('/')}/pretraining.json",
+                json.dumps(
+                    {"checkpoint": found.url, "step": state["step"], "tokens_seen": state["tokens_seen"]},
+                    indent=1,
+                ).encode(),
+            )
+    except OverlapError as err:  # --checkpoint RUN resolved to a checkpoint that --output holds
+        raise _refused(str(err)) from None
     except (OutputError, ckpt.CheckpointError, ValueError, OSError) as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")

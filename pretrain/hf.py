@@ -216,11 +216,12 @@ def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def save_hf(model: nn.Module, path: str | os.PathLike) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (transformers' layout) to a folder or URL."""
+def save_hf(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (transformers' layout) to a folder or URL;
+    ``metadata`` joins the safetensors header's ``{"format": "pt"}`` (a checkpoint's run id)."""
     fs, root = fsspec.core.url_to_fs(str(path))
     fs.makedirs(root, exist_ok=True)
-    data = safetensors.torch.save(to_hf_state_dict(model), metadata={"format": "pt"})
+    data = safetensors.torch.save(to_hf_state_dict(model), metadata={**(metadata or {}), "format": "pt"})
     with fs.open(_join(root, SAFETENSORS_FILE), "wb") as f:
         f.write(data)
     with fs.open(_join(root, CONFIG_FILE), "w") as f:

@@ -1,36 +1,34 @@
 """Output folders and scratch space of ``pretrain`` and ``finetune`` runs (local or fsspec URLs).
 
-- :func:`check_output` runs before any expensive work: a folder that already holds files is
-  refused unless the command was told what to do with it (``--resume``, ``--overwrite``); with
-  ``--overwrite`` files the command does not write itself are refused rather than deleted; and the
-  folder must be writable (a probe file is created and removed). Nothing changes on disk when it
-  refuses.
-- :func:`clear_output` then removes the earlier run's own files (``--overwrite``), markers first,
-  so that an interrupted clean-up never leaves a folder that looks complete.
-- :func:`run_scratch` is the one temporary folder of a run: everything temporary (the plot buffer,
-  the TensorBoard mirror of a bucket output) lives in it, and it is removed when the run ends, on
-  success and on failure.
+- :func:`open_output` claims a command's output folder before anything is written and refuses
+  one that holds files unless the command was told what to do with them (``--resume``,
+  ``--overwrite``), saying whose they are (:class:`schemas.outputs.OutputFolder`: one writer per
+  output; ``--overwrite`` removes only the files the earlier run of the same command recorded, in
+  ``OUTPUT/.output.json``, and only once ``begin`` is called after every other check).
+- :func:`check_apart` refuses an output that is, holds or lies inside an input
+  (:func:`schemas.paths.check_apart`), even with ``--overwrite``.
+- :func:`check_writable` probes a folder; :func:`run_scratch` is the one temporary folder of a
+  run, removed when it ends, on success and on failure.
 
 Each command names the files it writes as glob patterns relative to its output folder
-(:data:`PRETRAIN_FILES`, :data:`EXPORT_FILES`, ``finetune``'s in ``finetune/cli.py``).
+(:data:`PRETRAIN_FILES`, :data:`EXPORT_FILES`, ``finetune``'s in ``finetune/cli.py``): what its
+record lists until the run ends and records the exact files it left.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import fsspec
 
-PROBE_PREFIX = ".write-probe-"
-MARKERS = ("COMMITTED", "COMPLETED", "metrics.json")
-"""Files that say an output (or a checkpoint) is complete: removed before anything else."""
+from schemas.outputs import OutputError, OutputFolder
+from schemas.paths import OverlapError, check_apart
 
+PROBE_PREFIX = ".write-probe-"
 PRETRAIN_FILES = (
     "checkpoints/*",
     "metrics.jsonl",
@@ -47,78 +45,44 @@ EXPORT_FILES = (
     "pretraining.json",
 )
 
-
-class OutputError(ValueError):
-    """An output folder that a command may not (or cannot) write into; the message says why.
-    The CLIs exit 1 (an output in the way), the project's exit-code rule."""
-
-
-@dataclass(frozen=True)
-class OutputState:
-    """What :func:`check_output` found: the files of an earlier run to remove with ``--overwrite``."""
-
-    url: str
-    stale: tuple[str, ...]
-    """Full paths (in the folder's filesystem) of files an earlier run of this command wrote."""
+__all__ = [
+    "EXPORT_FILES",
+    "PRETRAIN_FILES",
+    "OutputError",
+    "OutputFolder",
+    "OverlapError",
+    "check_apart",
+    "check_writable",
+    "open_output",
+    "run_scratch",
+]
 
 
-def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, root = fsspec.core.url_to_fs(url)
-    return fs, root.rstrip("/") or "/"
-
-
-def _relative(root: str, path: str) -> str:
-    return path[len(root) :].lstrip("/")
-
-
-def _is_ours(relative: str, patterns: Sequence[str]) -> bool:
-    return relative.startswith(PROBE_PREFIX) or any(fnmatch.fnmatch(relative, p) for p in patterns)
-
-
-def check_output(
+def open_output(
     url: str,
-    ours: Sequence[str],
+    command: str,
+    patterns: Sequence[str],
     *,
-    overwrite: bool,
-    option: str = "--output",
+    overwrite: bool = False,
+    continuing: bool = False,
     continue_hint: str | None = None,
-) -> OutputState:
-    """Check that ``url`` may and can receive a run's files; raise :class:`OutputError` if not.
-
-    ``ours``: glob patterns (relative to ``url``; ``*`` crosses ``/``) of the files the command
-    writes. A folder holding any file is refused unless ``overwrite``; with it, a file that matches
-    no pattern is refused (it is not deleted). ``continue_hint`` (e.g. ``--resume RUN``) is named in
-    the refusal. Changes nothing except a probe file, created and removed.
-    """
-    fs, root = _fs(url)
-    try:
-        if fs.isfile(root):
-            raise OutputError(f"{option} {url}: is a file, not a folder; choose a folder")
-        present = sorted(fs.find(root)) if fs.isdir(root) else []
-    except OSError as err:
-        raise OutputError(f"{option} {url}: cannot read it ({type(err).__name__}: {err})") from None
-    present = [p for p in present if not _relative(root, p).startswith(PROBE_PREFIX)]
-    if present and not overwrite:
-        hint = f"continue it with {continue_hint}, or " if continue_hint else ""
-        raise OutputError(
-            f"{option} {url}: already holds {len(present)} file(s) of an earlier run "
-            f"({_relative(root, present[0])}, ...); {hint}pass --overwrite to replace them, or choose "
-            "an empty folder"
-        )
-    foreign = [p for p in present if not _is_ours(_relative(root, p), ours)]
-    if foreign:
-        raise OutputError(
-            f"{option} {url}: holds files this command does not write ({_relative(root, foreign[0])}, "
-            f"{len(foreign)} in all); --overwrite only replaces a run's own files: choose an empty folder"
-        )
-    check_writable(url, f"{option} {url}")
-    return OutputState(url, tuple(present))
+    option: str = "--output",
+    run_id: str | None = None,
+) -> OutputFolder:
+    """Claim ``url`` for ``command`` (see :meth:`schemas.outputs.OutputFolder.open`); raises
+    :class:`OutputError` (exit 1) naming another writer, or saying what the folder holds."""
+    fs, root = fsspec.core.url_to_fs(url)
+    return OutputFolder.open(
+        url, fs, root, command, patterns,
+        overwrite=overwrite, continuing=continuing, continue_hint=continue_hint, option=option, run_id=run_id,
+    )  # fmt: skip
 
 
 def check_writable(url: str, what: str) -> None:
     """Create and remove a probe file in ``url`` (a local folder or fsspec URL) and remove the
     folders that this made, too; :class:`OutputError` starting with ``what`` when it fails."""
-    fs, root = _fs(url)
+    fs, root = fsspec.core.url_to_fs(url)
+    root = root.rstrip("/") or "/"
     made = []  # the folders makedirs will create, deepest first
     folder = root
     while folder not in ("", "/") and not fs.exists(folder):
@@ -136,27 +100,6 @@ def check_writable(url: str, what: str) -> None:
             with contextlib.suppress(Exception):
                 if fs.isdir(path) and not fs.ls(path):
                     fs.rmdir(path)
-
-
-def clear_output(state: OutputState) -> int:
-    """Remove the earlier run's files that :func:`check_output` found (markers first, then the
-    rest, then the folders left empty); return how many files were removed."""
-    if not state.stale:
-        return 0
-    fs, root = _fs(state.url)
-    ordered = sorted(state.stale, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS)
-    for path in ordered:
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(path)
-    folders = set()
-    for path in state.stale:
-        while (path := path.rsplit("/", 1)[0]) != root and path.startswith(root + "/"):
-            folders.add(path)
-    for folder in sorted(folders, key=len, reverse=True):  # the deepest first
-        with contextlib.suppress(OSError):
-            if fs.isdir(folder) and not fs.ls(folder):
-                fs.rmdir(folder)
-    return len(ordered)
 
 
 @contextlib.contextmanager

@@ -63,13 +63,18 @@ __all__ = ["Processes", "Trainer", "TrainingError", "apply_gradients", "inherit_
 
 
 def train(
-    cfg: TrainConfig, procs: Processes | None = None, *, before_fit: Callable[[], None] | None = None
+    cfg: TrainConfig,
+    procs: Processes | None = None,
+    *,
+    before_fit: Callable[[], None] | None = None,
+    run_id: str | None = None,
 ) -> dict:
     """Run (or continue) pre-training; return the last training metrics record. Temporary files
     live in one folder for the run, removed at the end on success and on failure. ``before_fit``
-    runs on rank 0 once every check has passed, just before step 1 (``--overwrite``'s clean-up)."""
+    runs on rank 0 once every check has passed, just before step 1 (``--overwrite``'s clean-up).
+    ``run_id`` (rank 0's; the run folder's) goes into every checkpoint file; None: a new one."""
     with run_scratch("pretrain-run-") as scratch:
-        trainer = Trainer(resume_config(cfg), procs or init_processes(), scratch=scratch)
+        trainer = Trainer(resume_config(cfg), procs or init_processes(), scratch=scratch, run_id=run_id)
         if before_fit is not None and trainer.procs.is_main:
             before_fit()
         return trainer.fit()
@@ -136,8 +141,11 @@ class Trainer:
     scaler, resume state), then :meth:`fit` runs :meth:`step` until ``--max-steps``, with
     :meth:`log`, :meth:`evaluate` and :meth:`checkpoint` at their intervals."""
 
-    def __init__(self, cfg: TrainConfig, procs: Processes, scratch: str | None = None) -> None:
+    def __init__(
+        self, cfg: TrainConfig, procs: Processes, scratch: str | None = None, run_id: str | None = None
+    ) -> None:
         self.cfg, self.procs = cfg, procs
+        self.run_id = ckpt.shared_run_id(procs.world_size, run_id)  # rank 0's, on every rank
         self.micro, self.accumulation, self.output = _checked_settings(cfg, procs)
         _seed(cfg.seed + procs.rank)
         if procs.device.type == "cuda":
@@ -526,14 +534,15 @@ class Trainer:
         fs, root = fsspec.core.url_to_fs(url)
         fs.makedirs(root, exist_ok=True)
         barrier(procs)
-        ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}")
+        stamp = ckpt.Stamp(self.run_id, step)
+        ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)
         if procs.is_main:
-            self.model.save_pretrained(url)
+            ckpt.save_model(self.model, url, stamp)
             fs.pipe_file(f"{root}/vocab.txt", ("\n".join(self.setup.vocab.vocab) + "\n").encode("utf-8"))
-            ckpt.save_state(self.state_dict(), f"{url}/{ckpt.TRAINER_STATE}")
+            ckpt.save_state(self.state_dict(), f"{url}/{ckpt.TRAINER_STATE}", stamp)
         barrier(procs)
         if procs.is_main:
-            ckpt.commit(url, step)
+            ckpt.commit(url, step, self.run_id)
             ckpt.prune(self.output, self.cfg.keep_checkpoints)
             self.metrics.flush()
             log.info("checkpoint %s", url)

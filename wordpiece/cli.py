@@ -81,6 +81,7 @@ def main() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(_OneLineFormatter())
     logging.basicConfig(level=logging.CRITICAL, handlers=[handler])
+    logging.getLogger("schemas").setLevel(logging.WARNING)  # a stale claim taken over is said
 
 
 @main.command("encode")
@@ -217,6 +218,7 @@ def train(
     pieces per word on --measure-split). The same corpus and options give a byte-identical
     vocab.txt whatever the runner or number of workers.
     """
+    from schemas.paths import check_apart
     from wordpiece.count import CorpusError
     from wordpiece.train import TrainConfig, TrainingError, train_vocabulary
 
@@ -234,10 +236,11 @@ def train(
             num_count_shards=num_count_shards,
             overwrite=overwrite,
         )
+        check_apart({"--output": output}, {"--corpus": corpus})  # exit 2, before the corpus is read
         stats = train_vocabulary(config, ctx.args)
     except (CorpusError, TrainingError, VocabError) as err:
         _fail(str(err))
-    except ValueError as err:  # the settings, refused before anything is read
+    except ValueError as err:  # the settings, or --output over --corpus: refused before anything is read
         _fail(str(err), exit_code=2)
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]

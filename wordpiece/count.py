@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
 from schemas import DOCUMENTS, WORD_COUNTS, Manifest
 from wordpiece.tokenizer import pre_tokenize
@@ -25,6 +27,28 @@ COUNTS_FOLDER = "word_counts"
 
 class CorpusError(ValueError):
     """The corpus is missing, incomplete or damaged; the message names it."""
+
+
+def s3_storage_options(options: PipelineOptions) -> dict[str, Any]:
+    """fsspec's (s3fs') options for the server and credentials that Beam's ``S3Options`` name;
+    empty when none is given (boto3's own defaults then apply to both)."""
+    s3 = options.view_as(S3Options)
+    client = {
+        k: v for k, v in (("endpoint_url", s3.s3_endpoint_url), ("region_name", s3.s3_region_name)) if v
+    }
+    if s3.s3_verify is not None:
+        client["verify"] = s3.s3_verify
+    found: dict[str, Any] = {"client_kwargs": client} if client else {}
+    for ours, theirs in (
+        ("key", "s3_access_key_id"),
+        ("secret", "s3_secret_access_key"),
+        ("token", "s3_session_token"),
+    ):
+        if getattr(s3, theirs):
+            found[ours] = getattr(s3, theirs)
+    if s3.s3_disable_ssl:
+        found["use_ssl"] = False
+    return found
 
 
 def read_bytes(path: str) -> bytes:

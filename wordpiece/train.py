@@ -21,12 +21,12 @@ import heapq
 import json
 import resource
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import apache_beam as beam
+import fsspec
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -44,8 +44,9 @@ from schemas import (
     completed_marker,
     verify_completed,
 )
+from schemas.outputs import OutputError, OutputFolder
 from wordpiece import count as counting
-from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, write_bytes
+from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, s3_storage_options, write_bytes
 from wordpiece.tokenizer import SPECIAL_TOKENS, build_tokenizer, validate_vocab
 
 FEED_REPEATS = 4_096
@@ -55,6 +56,8 @@ UNUSED_BEFORE_UNK = 99
 """In the released layout, [unused0..98] sit between [PAD] and [UNK]; the rest follow [MASK]."""
 SPLITS = ("train", "validation", "test")
 OUTPUT_FILES = (MANIFEST_FILE, STATS_FILE, "vocab.txt", "tokenizer.json")
+OWN_FILES = (*OUTPUT_FILES, COMPLETED_FILE, f"{COUNTS_FOLDER}/*")
+"""Everything ``wordpiece train`` writes into its output (glob patterns): what its record lists."""
 LEARN, MEASURE = "learn", "measure"
 
 
@@ -300,40 +303,16 @@ def _load_corpus_manifest(corpus: str) -> Manifest:
         raise CorpusError(f"--corpus {err}") from None
 
 
-def _prepare_output(config: TrainConfig) -> None:
-    """Refuse a non-empty ``--output`` unless ``--overwrite``; with it, remove only the files a
-    previous run of this command wrote (refusing any other file); check the folder is writable."""
+def _open_output(config: TrainConfig, options: PipelineOptions) -> OutputFolder:
+    """Claim ``--output`` (one writer), refusing a non-empty one unless ``--overwrite`` and its
+    files are an earlier ``wordpiece train`` run's (never anyone else's); check it is writable."""
     output = config.output.rstrip("/")
-    present = [m.path for m in FileSystems.match([FileSystems.join(output, "**")])[0].metadata_list]
-    if present and not config.overwrite:
-        completed = FileSystems.exists(FileSystems.join(output, COMPLETED_FILE))
-        what = "a completed vocabulary" if completed else f"{len(present)} file(s) (an unfinished run?)"
-        raise TrainingError(f"--output {config.output}: already holds {what}; pass --overwrite")
-    ours = {COMPLETED_FILE, *OUTPUT_FILES}
-    foreign = [
-        path
-        for path in present
-        if (relative := path[len(output) :].lstrip("/")) not in ours
-        and not relative.startswith(f"{COUNTS_FOLDER}/")
-        and not relative.startswith(".write-probe-")
-    ]
-    if foreign:
-        raise TrainingError(
-            f"--output {config.output}: holds files wordpiece train did not write ({foreign[0]}, "
-            f"{len(foreign)} in all); choose an empty folder, --overwrite only replaces its own files"
-        )
-    # The marker goes first, so an interrupted clean-up never leaves a "completed" husk.
-    stale = sorted(present, key=lambda path: not path.endswith(COMPLETED_FILE))
-    if stale:
-        FileSystems.delete(stale)
-    probe = FileSystems.join(output, f".write-probe-{uuid.uuid4().hex}")
+    storage = s3_storage_options(options) if output.startswith("s3://") else {}
+    fs, root = fsspec.core.url_to_fs(output, **storage)
     try:
-        write_bytes(probe, b"probe")  # not empty: Beam's S3 writer cannot upload an empty object
-        FileSystems.delete([probe])
-    except Exception as err:  # Any filesystem error means the same thing to the user.
-        raise TrainingError(
-            f"--output {config.output}: cannot write there ({type(err).__name__}: {err})"
-        ) from None
+        return OutputFolder.open(output, fs, root, "wordpiece train", OWN_FILES, overwrite=config.overwrite)
+    except OutputError as err:
+        raise TrainingError(str(err)) from None
 
 
 def _remove_counts(output: str) -> None:
@@ -353,10 +332,26 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
     FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
     manifest = _load_corpus_manifest(config.corpus)
     dry_run = bool(options.view_as(TestOptions).dry_run)
-    if not dry_run:
-        _prepare_output(config)
     if not options.view_as(StandardOptions).runner:
         options.view_as(StandardOptions).runner = "DirectRunner"
+    if dry_run:
+        _count(config, manifest, options)
+        return None
+    with _open_output(config, options) as folder:
+        try:
+            folder.begin()
+        except OutputError as err:
+            raise TrainingError(str(err)) from None
+        _count(config, manifest, options)
+        try:
+            return learn_vocabulary(config)
+        except TrainingError:
+            _remove_counts(config.output)
+            raise
+
+
+def _count(config: TrainConfig, manifest: Manifest, options: PipelineOptions) -> None:
+    """The Beam job that writes the word counts (``word_counts/``)."""
     pipeline = beam.Pipeline(options=options)
     counting.build(
         pipeline,
@@ -368,10 +363,3 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
         num_shards=config.num_count_shards,
     )
     pipeline.run().wait_until_finish()
-    if dry_run:
-        return None
-    try:
-        return learn_vocabulary(config)
-    except TrainingError:
-        _remove_counts(config.output)
-        raise

@@ -150,7 +150,7 @@ def test_a_completed_output_is_refused_unless_overwritten(wiki_output, tmp_path)
     shutil.copytree(wiki_output, out)
     dump = str(require(ENWIKI_EXCERPT))
     result = run_cli("wikipedia", "--input", dump, "--output", str(out), *FAST_RUNNER, expect=1)
-    assert "already holds a completed output; pass --overwrite" in result.output
+    assert "of a completed `pipelines wikipedia` run" in result.output and "pass --overwrite" in result.output
 
 
 def test_an_unwritable_output_is_a_clear_error(tmp_path):

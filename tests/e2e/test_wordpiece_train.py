@@ -74,7 +74,7 @@ def test_bad_inputs_are_one_line_errors(vocab_dir, corpus_output, tmp_path):
     result = run_wordpiece(
         "train", "--corpus", str(corpus_output), "--output", str(vocab_dir), *TRAIN, expect=1
     )
-    assert "already holds a completed vocabulary; pass --overwrite" in result.output
+    assert "of a completed `wordpiece train` run" in result.output and "pass --overwrite" in result.output
     result = run_wordpiece(
         "train",
         "--corpus",

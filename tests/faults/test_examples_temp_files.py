@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pipelines.examples.write as write
 from pipelines.examples.spill import SpillRef
+from pipelines.io import STAGE_FILES
+from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.e2e.conftest import FAST_RUNNER, run_cli
 from tests.faults.test_pipeline_outputs import corpus, write_vocab
 
@@ -31,11 +33,17 @@ def test_overwrite_removes_a_killed_runs_temporary_files_and_a_finished_run_leav
 ):
     vocab = write_vocab(tmp_path / "vocab.txt")
     out = tmp_path / "examples"
-    leftover = out / ".temp" / "part.spill"  # what a killed run leaves
+    leftover = out / ".temp" / "part.spill"  # what a killed run leaves: its record, its temporary files
     leftover.parent.mkdir(parents=True)
+    (out / RECORD_FILE).write_bytes(
+        OutputRecord("pipelines examples", "0123456789abcdef", STAGE_FILES).to_json()
+    )
     leftover.write_bytes(b"spilled")
     refused = _examples(corpus, vocab, out, expect=1)
-    assert "already holds 1 file(s) (an unfinished run?); pass --overwrite" in refused.output
+    assert (
+        "holds the 1 file(s) of an interrupted `pipelines examples` run (.temp/part.spill; run 0123456789abcdef); "
+        "pass --overwrite" in refused.output
+    )
     received = []
 
     def recording_read(pieces):

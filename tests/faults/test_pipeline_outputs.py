@@ -85,7 +85,8 @@ def test_an_empty_split_is_one_line_and_no_completed(corpus, tmp_path, monkeypat
     # paths, the manifest records them absolute (pretrain may start elsewhere).
     before = sorted(p.name for p in out.rglob("*"))
     refused = _examples(corpus, vocab, out, "train", expect=1)
-    assert "already holds 2 file(s)" in refused.output and "--overwrite" in refused.output
+    assert "holds the 2 file(s) of an earlier `pipelines examples` run" in refused.output
+    assert "pass --overwrite to replace them (only them)" in refused.output
     assert sorted(p.name for p in out.rglob("*")) == before
     monkeypatch.chdir(tmp_path)
     _examples(corpus, Path("vocab.txt"), Path("examples"), "train", 0, "--overwrite")
@@ -127,15 +128,16 @@ def test_an_existing_output_is_refused_and_left_as_it_was(corpus, tmp_path):
     args = ("books", "--input", f"{books}/*.txt", "--output", str(out), *FAST_RUNNER)
     refused = run_cli(*args, expect=1)
     assert refused.output.strip().splitlines() == [
-        f"error: --output {out}: already holds 1 file(s) (an unfinished run?); pass --overwrite to replace it"
+        f"error: --output {out}: holds 1 file(s) that no `pipelines books` run recorded writing (notes.txt); "
+        "they are never deleted, even with --overwrite: choose an empty folder, or move them away"
     ]
     forced = run_cli(*args, "--overwrite", expect=1)
-    assert "holds files no stage wrote" in forced.output
+    assert forced.output == refused.output
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
     # A completed output is refused by name, and kept byte for byte.
     before = {p: p.read_bytes() for p in corpus.rglob("*") if p.is_file()}
     again = run_cli("corpus", "--input", str(corpus.parent / "docs"), "--output", str(corpus), expect=1)
-    assert "already holds a completed output; pass --overwrite" in again.output
+    assert "of a completed `pipelines corpus` run" in again.output and "pass --overwrite" in again.output
     assert {p: p.read_bytes() for p in corpus.rglob("*") if p.is_file()} == before
 
 
@@ -186,5 +188,5 @@ def test_wordpiece_train_leaves_no_counts_when_it_fails_and_keeps_foreign_files(
     assert not (out / "COMPLETED").exists() and not list(out.rglob("word_counts/*"))
     (out / "notes.txt").write_text("mine")
     forced = _wordpiece("--corpus", str(corpus), "--output", str(out), "--overwrite", expect=1)
-    assert "holds files wordpiece train did not write" in forced.output
+    assert "1 file(s) that no `wordpiece train` run recorded writing (notes.txt)" in forced.output
     assert (out / "notes.txt").read_text() == "mine"

@@ -1,9 +1,10 @@
-"""Start-up checks of the torch side: output folders (refused, probed, replaced only with
---overwrite and only the command's own files), flag ranges listed all at once, TensorBoard
+"""Start-up checks of the torch side: output folders (claimed, refused, replaced only with
+--overwrite and only the files the command's record lists), flag ranges listed all at once, TensorBoard
 missing, casing against the vocabulary, vocab.txt against the embedding rows. No shards needed."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 from finetune.common import Encoder, FinetuneError, TrainConfig, check_casing, load_encoder
 from pretrain import metrics
 from pretrain.config import TrainConfig as PretrainConfig
-from pretrain.outputs import PRETRAIN_FILES, OutputError, check_output, clear_output, run_scratch
+from pretrain.outputs import PRETRAIN_FILES, OutputError, open_output, run_scratch
+from schemas.outputs import RECORD_FILE
 from tests.unit.test_finetune_common import VOCAB, hf_folder
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -23,17 +25,32 @@ def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def test_a_missing_or_empty_output_is_probed_and_left_as_it_was(tmp_path: Path):
-    assert check_output(str(tmp_path / "a" / "b"), PRETRAIN_FILES, overwrite=False).stale == ()
-    assert not (tmp_path / "a").exists()  # the folders the probe made are gone again
+def _open(url: str, **kw):
+    return open_output(url, "pretrain", PRETRAIN_FILES, **kw)
+
+
+def _record(run: Path, files: list[str]) -> None:
+    """The record an earlier `pretrain` run left, listing ``files``."""
+    folder = _open(str(run), continuing=True)
+    folder.begin()
+    folder.close()
+    assert json.loads((run / RECORD_FILE).read_text())["files"] == sorted(files)
+
+
+def test_a_missing_or_empty_output_is_claimed_and_left_as_it_was(tmp_path: Path):
+    with _open(str(tmp_path / "a" / "b")) as folder:
+        assert folder.stale == () and (tmp_path / "a" / "b" / ".claim").exists()
+    assert not (tmp_path / "a").exists()  # the folders the claim made are gone again
     (tmp_path / "empty").mkdir()
-    check_output(str(tmp_path / "empty"), PRETRAIN_FILES, overwrite=False)
+    _open(str(tmp_path / "empty")).close()
     assert _tree(tmp_path) == ["empty"]
     (tmp_path / "file").write_text("x")
-    with pytest.raises(OutputError, match=r"file/run: cannot write there \(NotADirectoryError"):
-        check_output(str(tmp_path / "file" / "run"), PRETRAIN_FILES, overwrite=False)
+    with pytest.raises(
+        OutputError, match=r"file/run: cannot write there \((NotADirectoryError|FileExistsError)"
+    ):
+        _open(str(tmp_path / "file" / "run"))
     with pytest.raises(OutputError, match="is a file, not a folder"):
-        check_output(str(tmp_path / "file"), PRETRAIN_FILES, overwrite=False)
+        _open(str(tmp_path / "file"))
 
 
 def test_an_earlier_run_is_refused_then_replaced_with_overwrite_markers_first(tmp_path: Path, monkeypatch):
@@ -42,11 +59,15 @@ def test_an_earlier_run_is_refused_then_replaced_with_overwrite_markers_first(tm
     for name in ("COMMITTED", "model.safetensors"):
         (run / "checkpoints" / "step-00000002" / name).write_text(name)
     (run / "metrics.jsonl").write_text("{}\n")
+    _record(run, ["checkpoints/step-00000002/COMMITTED", "checkpoints/step-00000002/model.safetensors",
+                  "metrics.jsonl"])  # fmt: skip
     before = _tree(tmp_path)
-    with pytest.raises(OutputError, match=r"already holds 3 file\(s\).*continue it with --resume R"):
-        check_output(str(run), PRETRAIN_FILES, overwrite=False, continue_hint="--resume R")
+    with pytest.raises(
+        OutputError, match=r"holds the 3 file\(s\) of an earlier `pretrain` run.*continue it with --resume R"
+    ):
+        _open(str(run), continue_hint="--resume R")
     assert _tree(tmp_path) == before
-    state = check_output(str(run), PRETRAIN_FILES, overwrite=True)
+    folder = _open(str(run), overwrite=True)
     removed = []
     original = fsspec.implementations.local.LocalFileSystem.rm
     monkeypatch.setattr(
@@ -54,29 +75,36 @@ def test_an_earlier_run_is_refused_then_replaced_with_overwrite_markers_first(tm
         "rm",
         lambda self, path, **kw: removed.append(Path(path).name) or original(self, path, **kw),
     )
-    assert clear_output(state) == 3 and _tree(tmp_path) == ["run"]
+    assert folder.begin() == 3 and _tree(tmp_path) == ["run", "run/.claim", f"run/{RECORD_FILE}"]
     assert removed[0] == "COMMITTED"  # an interrupted clean-up never leaves a committed husk
+    folder.close()
 
 
 def test_overwrite_never_deletes_files_no_run_wrote(tmp_path: Path):
     run = tmp_path / "run"
     (run / "plots").mkdir(parents=True)
     (run / "plots" / "curves.png").write_bytes(b"png")
+    _record(run, ["plots/curves.png"])
     (run / "notes.txt").write_text("mine")
     before = _tree(tmp_path)
-    with pytest.raises(OutputError, match=r"does not write \(notes.txt, 1 in all\)"):
-        check_output(str(run), PRETRAIN_FILES, overwrite=True)
+    with pytest.raises(
+        OutputError, match=r"1 file\(s\) that no `pretrain` run recorded writing \(notes.txt\)"
+    ):
+        _open(str(run), overwrite=True)
     assert _tree(tmp_path) == before
 
 
 def test_bucket_outputs_are_checked_the_same_way():
     fs = fsspec.filesystem("memory")
     fs.pipe_file("/sweep-bucket/run/metrics.jsonl", b"{}\n")
-    with pytest.raises(OutputError, match="already holds 1 file"):
-        check_output("memory://sweep-bucket/run", PRETRAIN_FILES, overwrite=False)
-    clear_output(check_output("memory://sweep-bucket/run", PRETRAIN_FILES, overwrite=True))
+    with pytest.raises(OutputError, match=r"holds 1 file\(s\) that no `pretrain` run recorded"):
+        _open("memory://sweep-bucket/run", overwrite=True)
+    with _open("memory://sweep-bucket/run", continuing=True) as folder:
+        folder.begin()
+    with _open("memory://sweep-bucket/run", overwrite=True) as folder:
+        folder.begin()
     assert not fs.exists("/sweep-bucket/run/metrics.jsonl")
-    assert not [p for p in fs.find("/sweep-bucket") if ".write-probe-" in p]
+    assert not [p for p in fs.find("/sweep-bucket") if ".claim" in p]
 
 
 def test_run_scratch_is_removed_on_failure(tmp_path: Path, monkeypatch):

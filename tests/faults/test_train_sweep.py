@@ -20,6 +20,7 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 
+from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.clis import CLIS
 from tests.conftest import SHARED_DATA, require
 from tests.faults.test_checkpoint import _checkpoint
@@ -35,9 +36,11 @@ def world(shards, tmp_path_factory) -> Path:
     """Earlier outputs, checkpoints good and bad, and tiny task data, all made in code."""
     root = tmp_path_factory.mktemp("sweep")
     hf_folder(root / "hf")  # also an earlier `pretrain export` output
+    _record(root / "hf", "pretrain export")
     hf_folder(root / "bad-vocab", vocab=[*VOCAB, "extra"])  # vocab.txt 1 longer than the embeddings
     _swapped_vocab_folder(root / "swapped-vocab", shards)
     _checkpoint(root / "run")  # a run folder with a committed checkpoint
+    _record(root / "run", "pretrain")
     (root / "run-foreign").mkdir()
     (root / "run-foreign" / "metrics.jsonl").write_text("{}\n")
     (root / "run-foreign" / "NOTES.md").write_text("someone's notes")
@@ -49,11 +52,18 @@ def world(shards, tmp_path_factory) -> Path:
     for name in ("glue", "squad", "swag", "ner"):
         (root / f"{name}-done").mkdir()
         (root / f"{name}-done" / "metrics.json").write_text(json.dumps({"dev": {"accuracy": 0.9}}))
+        _record(root / f"{name}-done", f"finetune {name}")
     ner = root / "conll"
     ner.mkdir()
     for split in ("train", "valid"):
         (ner / f"{split}.txt").write_text("the DT B-NP O\nmovie NN I-NP B-MISC\n\nplot NN B-NP O\n\n")
     return root
+
+
+def _record(folder: Path, command: str) -> None:
+    """Make ``folder`` an earlier, finished run of ``command``: its record lists every file in it."""
+    files = tuple(sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()))
+    (folder / RECORD_FILE).write_bytes(OutputRecord(command, "0123456789abcdef", ("*",), files).to_json())
 
 
 def _swapped_vocab_folder(folder: Path, shards: Path) -> None:
@@ -98,10 +108,10 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
         ("pretrain: --init-from vocab.txt against the embeddings", f"{init} {{root}}/bad-vocab", "21 tokens but the word embeddings"),
         ("pretrain: --init-from vocab.txt against the shards'", f"{init} {{root}}/hf", "has 20 tokens but the shards' vocabulary"),
         ("pretrain: --init-from vocab.txt, same size, other ids", f"{init} {{root}}/swapped-vocab", "both have 30522 tokens but differ from id 1000"),
-        ("export: existing output", "pretrain export --checkpoint {root}/run --output {root}/hf", "already holds"),
+        ("export: existing output", "pretrain export --checkpoint {root}/run --output {root}/hf", "of an earlier `pretrain export` run"),
         ("export: run folder without a checkpoint", "pretrain export --checkpoint {root}/empty-run --output {root}/new", "no complete checkpoint"),
         ("export: unwritable output", "pretrain export --checkpoint {root}/run --output {root}/blocker/hf", "cannot write"),
-        ("glue: existing output", f"{glue} --checkpoint {{root}}/hf --output {{root}}/glue-done", "already holds"),
+        ("glue: existing output", f"{glue} --checkpoint {{root}}/hf --output {{root}}/glue-done", "of an earlier `finetune glue` run"),
         ("glue: missing data dir", "finetune glue --task rte --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
         ("glue: vocab.txt against the embeddings", f"{glue} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
         ("glue: missing checkpoint", f"{glue} --checkpoint {{root}}/no-model --output {{root}}/new", "no-model"),
@@ -109,18 +119,18 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
         ("glue: unwritable output", f"{glue} --checkpoint {{root}}/hf --output {{root}}/blocker/ft", "cannot write"),
         ("glue: --overwrite, then a missing data dir", "finetune glue --task rte --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/glue-done --overwrite", "nowhere"),
         ("glue: --overwrite, then a missing checkpoint", f"{glue} --checkpoint {{root}}/no-model --output {{root}}/glue-done --overwrite", "no-model"),
-        ("squad: existing output", f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done", "already holds"),
+        ("squad: existing output", f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done", "of an earlier `finetune squad` run"),
         ("squad: missing predict file", "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/new", "nope.json"),
         ("squad: vocab.txt against the embeddings", f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
         ("squad: --overwrite, then a missing predict file", "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/squad-done --overwrite", "nope.json"),
         ("squad: --overwrite, then vocab.txt against the embeddings", f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/squad-done --overwrite", "21 tokens"),
         ("squad: --overwrite, then --lr inf", f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done --overwrite --lr inf", "--lr"),
-        ("swag: existing output", f"{sw} --checkpoint {{root}}/hf --output {{root}}/swag-done", "already holds"),
+        ("swag: existing output", f"{sw} --checkpoint {{root}}/hf --output {{root}}/swag-done", "of an earlier `finetune swag` run"),
         ("swag: missing data dir", "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
         ("swag: vocab.txt against the embeddings", f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
         ("swag: --overwrite, then a missing data dir", "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/swag-done --overwrite", "nowhere"),
         ("swag: --overwrite, then vocab.txt against the embeddings", f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/swag-done --overwrite", "21 tokens"),
-        ("ner: existing output", f"{ner} --checkpoint {{root}}/hf --output {{root}}/ner-done", "already holds"),
+        ("ner: existing output", f"{ner} --checkpoint {{root}}/hf --output {{root}}/ner-done", "of an earlier `finetune ner` run"),
         ("ner: missing data dir", "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
         ("ner: run folder without a checkpoint", f"{ner} --checkpoint {{root}}/empty-run --output {{root}}/new", "no complete checkpoint"),
         ("ner: --overwrite, then a missing data dir", "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/ner-done --overwrite", "nowhere"),
@@ -161,7 +171,7 @@ def test_a_bad_input_is_one_line_and_changes_nothing(index, world, shards):
     assert "Traceback" not in result.output
     line = _one_line(result.output)
     assert expected.format(root=world) in line, (name, line)
-    if "--output" in line and ("already holds" in line or "cannot write" in line):
+    if "--output" in line and (": holds " in line or "cannot write" in line):
         assert result.exit_code == 1, (name, line)  # an output in the way (README: exit codes)
     assert _snapshot(world) == before, f"{name}: files changed"
 
@@ -180,7 +190,7 @@ def test_a_refused_output_is_one_line_on_stderr_of_a_real_process(program, world
     )
     assert done.returncode == 1, done.stderr  # an output in the way (README: exit codes)
     assert "Traceback" not in done.stderr and done.stdout == ""
-    assert "already holds" in _one_line(done.stderr)
+    assert ": holds the " in _one_line(done.stderr) and "earlier" in _one_line(done.stderr)
     assert _snapshot(world) == before
 
 
@@ -236,10 +246,11 @@ def test_overwrite_replaces_an_earlier_finetune_run_once_its_checks_pass(world, 
     output.mkdir()
     (output / "metrics.json").write_text('{"dev": {"f1": 0.5}}')
     (output / "test_predictions.txt").write_text("an earlier run's test split\n")
+    _record(output, "finetune ner")
     args = f"ner --data-dir {world}/conll {QUICK} --checkpoint {world}/hf --output {output} --overwrite"
     result = CliRunner().invoke(CLIS["finetune"], args.split())
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in output.iterdir()) == ["metrics.json", "valid_predictions.txt"]
+    assert sorted(p.name for p in output.iterdir()) == [RECORD_FILE, "metrics.json", "valid_predictions.txt"]
     assert json.loads((output / "metrics.json").read_text())["task"] == "ner"
 
 

@@ -115,12 +115,13 @@ def test_glue_stsb_submission_is_scores(bert_uncased_folder, tmp_path: Path):
 
 
 def test_user_errors_are_one_line_messages(bert_uncased_folder, tmp_path: Path):
+    (tmp_path / "empty").mkdir()
     result = run(
         "glue",
         "--task",
         "mrpc",
         "--data-dir",
-        str(tmp_path),
+        str(tmp_path / "empty"),
         "--checkpoint",
         bert_uncased_folder,
         "--output",
@@ -136,7 +137,7 @@ def test_user_errors_are_one_line_messages(bert_uncased_folder, tmp_path: Path):
         "--data-dir",
         str(data),
         "--checkpoint",
-        str(tmp_path),
+        str(tmp_path / "empty"),
         "--output",
         str(tmp_path / "o"),
         expect=1,

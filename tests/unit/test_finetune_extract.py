@@ -150,13 +150,13 @@ def test_output_is_refused_unless_overwrite_and_damage_is_detected(run, text, tm
     out = tmp_path / "out"
     settings = ExtractSettings(layers="-1", device="cpu")
     extract_features(str(run), str(text), str(out), settings)
-    with pytest.raises(FinetuneError, match="already holds 4 file.*pass --overwrite"):
+    with pytest.raises(FinetuneError, match="holds the 4 file.*`finetune features` run.*--overwrite"):
         extract_features(str(run), str(text), str(out), settings)
     extract_features(str(run), str(text), str(out), ExtractSettings(layers="0", device="cpu"), overwrite=True)
     manifest, table = read_features(str(out))
     assert set(table.column("layer").to_pylist()) == {0} and len(manifest.shards) == 1
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(FinetuneError, match="does not write \\(notes.txt"):
+    with pytest.raises(FinetuneError, match="no `finetune features` run recorded writing \\(notes.txt"):
         extract_features(str(run), str(text), str(out), settings, overwrite=True)
     (out / "notes.txt").unlink()
     shard = out / manifest.shards[0].path
