@@ -448,8 +448,8 @@ def index(output, overwrite):
 
     try:
         result = add_index(output, overwrite=overwrite)
-    except io.InputError as err:
-        _fail(str(err))
+    except (io.InputError, io.OutputError) as err:
+        _fail_run(str(err))
     if result.already_indexed:
         click.echo(f"{output}: already has an index; nothing to do (--overwrite rebuilds it)")
         return
