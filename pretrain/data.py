@@ -54,9 +54,10 @@ whole-shard hashing, no footer reads), ``prefetch`` units ahead on a background 
 mismatch raises :class:`ShardError` naming the shard and the record batch. So do values no
 writer makes (:func:`schemas.example_checks.example_batch_problem`: token ids at or above
 ``vocab_size``, which the trainer sets, masked positions outside the sequence, labels other than
-0 and 1, …), checked as each unit is decoded (about 0.45 ms per 1,024 rows of 128 tokens). A read that fails with an I/O error (a bucket briefly unreachable) is retried with
-back-off, ``retries`` times, and then raises :class:`ShardError`; a retry reads the same bytes,
-so it never changes the data.
+0 and 1, …), checked as each unit is decoded (about 0.45 ms per 1,024 rows of 128 tokens). A
+read that fails with an I/O error (a bucket briefly unreachable) is retried with back-off,
+``retries`` times, and then raises :class:`ShardError`; a retry reads the same bytes, so it never
+changes the data.
 
 Resume. ``state_dict()`` is ``{"epoch", "batches_done", …}``; ``load_state_dict`` before creating
 the iterator makes it skip exactly those batches of this rank without reading units that hold
