@@ -9,13 +9,15 @@ index (``schemas.index``): ``--examples`` examples whose lengths follow the refe
 local GCS emulator (``gcp-storage-emulator``, in memory; a Python server, so rates are a lower
 bound for a real bucket) and read as ``gs://`` through gcsfs.
 
-For 1, 2 and 4 ranks, each rank in turn builds ``pretrain.data.ExampleShards`` and reads one epoch
-through ``ShardLoader`` with 2 DataLoader workers (and once more: 1 rank, no workers), while a simulated training step of
-``--step-ms`` (a sleep: the GPU's share) runs on every batch. Every HTTP request gcsfs makes and
+For 1, 2 and 4 ranks, each rank in turn builds ``pretrain.data.ExampleShards`` with the trainer's
+8 streams per rank and reads one epoch through ``ShardLoader`` with 2 DataLoader workers (and once
+more: 1 rank, no workers), while a simulated training step of ``--step-ms`` (a sleep: the GPU's
+share) runs on every batch. Every HTTP request gcsfs makes and
 every byte it returns is counted, in the workers too (a counter in shared memory), so the figures
 are what a bucket would bill: requests needed to build the reader, bytes fetched per rank and in
-all against the dataset's bytes, examples/s, and the share of wall time the step loop spent
-waiting for the next batch.
+all against the dataset's bytes (above 1x only by the record batches that straddle the segments
+of two processes, ranks or workers: at most ranks × workers − 1 of them), examples/s, and the
+share of wall time the step loop spent waiting for the next batch.
 
 Peer: ``pyarrow.dataset`` over the same gcsfs filesystem, one process reading every shard once
 (as each rank of a naive DDP job would): its requests to open the dataset, bytes, examples/s.
@@ -54,6 +56,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "reader.json"
 VOCAB_SIZE = 30522
 BUCKET = "bench-bucket"
 WORKERS = 2
+STREAMS = 8  # per rank: the trainer's default (pretrain.data.auto_streams) on enough data
 
 # [requests, bytes returned by object reads], shared with the DataLoader workers (fork)
 COUNTS = torch.zeros(2, dtype=torch.int64).share_memory_()
@@ -137,7 +140,7 @@ def read_rank(
     step; what it cost."""
     requests_0, _ = _counts()
     reader = ExampleShards(
-        url, batch_size=batch_size, seed=1, rank=rank, world_size=world_size, streams=WORKERS
+        url, batch_size=batch_size, seed=1, rank=rank, world_size=world_size, streams=STREAMS
     )
     build_requests = _counts()[0] - requests_0
     loader = ShardLoader(reader, workers)
@@ -246,6 +249,7 @@ def main() -> None:
             "dataset_bytes": dataset_bytes,
             "batch_size": args.batch_size,
             "workers_per_rank": WORKERS,
+            "streams_per_rank": STREAMS,
             "step_ms": args.step_ms,
             "ranks": {},
         }

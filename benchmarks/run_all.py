@@ -392,8 +392,9 @@ def rows_reader(r: dict) -> list[Row]:
         wait = sum(x["wait_share"] for x in ranks) / len(ranks)
         rows.append(
             (
-                f"reader, gs:// (GCS emulator), {world_size} rank(s) x {r['workers_per_rank']} workers, "
-                f"{r['shards']} shards of {r['examples']:,} examples ({_n(r['dataset_bytes'] / 1e6)} MB), batch {r['batch_size']}, {r['step_ms']:.0f} ms simulated step",
+                f"reader, gs:// (GCS emulator), {world_size} rank(s) x {r['workers_per_rank']} workers"
+                + (f" x {r['streams_per_rank']} streams, " if "streams_per_rank" in r else ", ")
+                + f"{r['shards']} shards of {r['examples']:,} examples ({_n(r['dataset_bytes'] / 1e6)} MB), batch {r['batch_size']}, {r['step_ms']:.0f} ms simulated step",
                 f"{max(x['build_requests'] for x in ranks)} requests to build a rank's reader; ranks together "
                 f"fetch {run['bytes_fetched_over_dataset']:.2f}x the dataset's bytes; {_n(rate)} examples/s "
                 f"per rank, waiting {wait:.0%}",

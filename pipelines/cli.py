@@ -479,10 +479,8 @@ def index(output, overwrite):
     try:
         with io.claimed(output, "pipelines index"):  # one writer: never beside `pipelines examples`
             result = add_index(output, overwrite=overwrite)
-    except io.OutputError as err:
+    except (io.InputError, io.OutputError) as err:
         _fail_run(str(err))
-    except io.InputError as err:
-        _fail(str(err))
     if result.already_indexed:
         click.echo(f"{output}: already has an index; nothing to do (--overwrite rebuilds it)")
         return

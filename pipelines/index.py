@@ -4,7 +4,9 @@ Outputs of ``pipelines examples`` written before the index existed have shards a
 but no ``index.json``; the trainer's reader refuses them with a line naming this command. It
 reads every shard once, checks it against the manifest's size and SHA-256, walks its record
 batches, and writes ``index.json``, then ``manifest.json`` naming it, then ``COMPLETED``. The
-shards, ``stats.json`` and everything else are left as they are.
+shards, ``stats.json`` and everything else are left as they are. It reads only inside the folder:
+the manifest's shard paths must be relative without ``..`` (``schemas.manifest``), and a local
+shard that is a symbolic link to a file outside the folder is refused.
 
 An interrupted run leaves ``COMPLETED`` matching the manifest *without* the index reference;
 running the command again recognises that and finishes (or redoes) the job.
@@ -29,7 +31,16 @@ from schemas import (
     verify_completed,
 )
 from schemas.examples import EXAMPLES_VERSION
-from schemas.index import INDEX_FILE, ShardIndex, ShardIndexEntry, index_reference, shard_index_entry
+from schemas.index import (
+    INDEX_FILE,
+    MAX_RECORD_BATCH_BYTES,
+    MAX_RECORD_BATCH_ROWS,
+    ShardIndex,
+    ShardIndexEntry,
+    index_reference,
+    shard_index_entry,
+)
+from schemas.manifest import path_leaves_folder
 
 _PARALLEL_READS = 8
 
@@ -70,7 +81,12 @@ def _read_manifest(output: str) -> tuple[Manifest, str | None]:
 
 
 def _index_shard(output: str, shard: ShardEntry) -> tuple[ShardIndexEntry, pa.Schema]:
-    path = io.join(output, shard.path)
+    path = io.join(output, shard.path)  # relative and without `..`: checked with the manifest
+    if path_leaves_folder(output, shard.path):
+        raise io.InputError(
+            f"{path}: a symbolic link to a file outside {output}; an output's shards are read only "
+            "from inside it: copy the file into the folder"
+        )
     try:
         data = io.read_bytes(path)
     except OSError as err:
@@ -86,6 +102,13 @@ def _index_shard(output: str, shard: ShardEntry) -> tuple[ShardIndexEntry, pa.Sc
         raise io.InputError(str(err)) from None
     if entry.num_rows != shard.num_rows:
         raise io.InputError(f"{path}: {entry.num_rows} rows, the manifest says {shard.num_rows}")
+    for k, batch in enumerate(entry.batches):
+        if batch.length > MAX_RECORD_BATCH_BYTES or batch.num_rows > MAX_RECORD_BATCH_ROWS:
+            raise io.InputError(
+                f"{path}: record batch {k} has {batch.num_rows:,} rows in {batch.length:,} bytes, more than "
+                f"the reader takes ({MAX_RECORD_BATCH_ROWS:,} rows, {MAX_RECORD_BATCH_BYTES:,} bytes); "
+                "regenerate the output with `pipelines examples`"
+            )
     return entry, schema
 
 
@@ -102,6 +125,10 @@ def add_index(output: str, overwrite: bool = False) -> IndexResult:
         return IndexResult(len(manifest.shards), 0, 0, already_indexed=True)
     if manifest.format_version != EXAMPLES_VERSION:
         raise io.InputError(f"{output}: examples format version {manifest.format_version} is not supported")
+    if not manifest.shards:
+        raise io.InputError(
+            f"{output}/{MANIFEST_FILE}: lists no shards; regenerate the output with `pipelines examples`"
+        )
     shards = sorted(manifest.shards, key=lambda s: s.path)
     with ThreadPoolExecutor(_PARALLEL_READS) as pool:
         indexed_shards = list(pool.map(lambda s: _index_shard(output, s), shards))

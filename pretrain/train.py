@@ -193,6 +193,7 @@ class Trainer:
         self.reader = self._open_shards("--shards", cfg.shards, streams=cfg.streams)
         self.layout = BatchLayout(cfg.batching, cfg.bucket_window, cfg.seed, self.procs.rank)
         self.setup = prepare(cfg, self.reader)
+        self.reader.vocab_size = self.setup.vocab.vocab_size  # token ids beyond it are a ShardError
         if cfg.dynamic_masking:
             try:
                 settings = masking_from_params(self.reader.params, **cfg.masking_overrides())
@@ -208,7 +209,7 @@ class Trainer:
         if cfg.validation_shards:
             self.validation = self._open_shards(
                 "--validation-shards", cfg.validation_shards, shuffle=False, streams=1,
-                vocab_sha256=self.setup.vocab.vocab_sha256,
+                vocab_sha256=self.setup.vocab.vocab_sha256, vocab_size=self.setup.vocab.vocab_size,
             )  # fmt: skip
             self.validation.masking = validation_masking(self.validation.params, self.setup.vocab.vocab)
 

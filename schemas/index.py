@@ -22,6 +22,14 @@ A batch's bytes ``[offset, offset + length)`` are one encapsulated IPC message (
 body), decoded with ``pyarrow.ipc.read_record_batch(pyarrow.ipc.read_message(bytes), schema)``.
 The offsets come from walking the file's messages with pyarrow (:func:`shard_index_entry`), the
 same blocks the file's footer lists.
+
+A hash only says the index is the one the manifest names, not that whoever wrote both was
+careful, so :meth:`ShardIndex.from_json` checks every field before anything is sized from it:
+exactly these keys, integers that are integers (not strings or booleans), shard paths relative
+inside the folder, byte ranges inside their shard's ``num_bytes`` and at most
+:data:`MAX_RECORD_BATCH_BYTES`, at most :data:`MAX_RECORD_BATCH_ROWS` rows per record batch; and
+:meth:`ShardIndex.check_against` that it lists each of the manifest's shards once, with its size,
+hash and rows. A reader still checks each record batch's rows when it decodes it.
 """
 
 from __future__ import annotations
@@ -29,16 +37,25 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from schemas.manifest import IndexReference, ManifestError
+from schemas.manifest import IndexReference, Manifest, ManifestError, relative_path_problem
 
 INDEX_VERSION = 1
 INDEX_FILE = "index.json"
+MAX_INDEX_BYTES = 256 << 20
+"""The largest ``index.json`` a reader parses (about 2.5 million record batches, 2.5 billion
+examples at the writer's 1,024 rows per batch); the manifest's reference is checked against it
+before the file is read."""
+MAX_RECORD_BATCH_BYTES = 256 << 20
+"""The largest record batch an index may list (the writer's are a few MB: 1,024 rows)."""
+MAX_RECORD_BATCH_ROWS = 1 << 20
+"""The most rows an index may give a record batch (the writer writes 1,024)."""
 _FILE_MAGIC_BYTES = 8  # "ARROW1" and two bytes of padding before the first message
 
 
@@ -99,36 +116,51 @@ class ShardIndex:
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str) -> ShardIndex:
-        """Parse and validate index JSON; errors name ``source``."""
+        """Parse and validate index JSON (every field's type, every byte range and row count
+        within the limits: :func:`_batches`); errors name ``source``."""
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
             raise ManifestError(f"{source}: not valid JSON ({err})") from None
-        if not isinstance(data, dict) or data.get("index_version") != INDEX_VERSION:
-            version = data.get("index_version") if isinstance(data, dict) else None
+        version = data.get("index_version") if isinstance(data, dict) else None
+        if type(version) is not int or version != INDEX_VERSION:
             raise ManifestError(
-                f"{source}: index version {version!r} is not supported (this code reads {INDEX_VERSION}); "
+                f"{source}: index version {version!r:.40} is not supported (this code reads {INDEX_VERSION}); "
                 "rebuild it with `pipelines index OUTPUT --overwrite`"
             )
         try:
+            _expect(
+                set(data) == _TOP_KEYS, f"not an object with exactly the keys {', '.join(sorted(_TOP_KEYS))}"
+            )
+            _expect(isinstance(data["format"], str), "format is not a string")
+            _expect(_is_count(data["format_version"]), "format_version is not a non-negative integer")
+            _expect(isinstance(data["schema"], str), "schema is not a string")
+            _expect(isinstance(data["shards"], list), "shards is not a list")
             schema = ipc.read_schema(pa.py_buffer(base64.b64decode(data["schema"], validate=True)))
-            shards = []
-            for s in data["shards"]:
-                columns = [s["batches"][key] for key in ("offset", "length", "num_rows", "sha256")]
-                batches = tuple(
-                    BatchEntry(int(o), int(n), int(r), str(h)) for o, n, r, h in zip(*columns, strict=True)
-                )
-                shards.append(ShardIndexEntry(str(s["path"]), int(s["num_bytes"]), str(s["sha256"]), batches))
-            return cls(str(data["format"]), int(data["format_version"]), schema, tuple(shards))
-        except (KeyError, TypeError, ValueError, pa.ArrowInvalid) as err:
-            raise ManifestError(f"{source}: malformed index ({type(err).__name__}: {err})") from None
+            shards = tuple(_shard(s) for s in data["shards"])
+        except (_Malformed, ValueError, pa.ArrowInvalid) as err:
+            raise ManifestError(
+                f"{source}: malformed index ({err}); rebuild it with `pipelines index OUTPUT --overwrite`"
+            ) from None
+        return cls(data["format"], data["format_version"], schema, shards)
 
-    def check_against(self, shards: Sequence, source: str) -> None:
-        """Raise ``ManifestError`` unless the index covers exactly the manifest's ``shards``
-        (``ShardEntry``s) with the same sizes, hashes and row counts."""
-        mine = {s.path: s for s in self.shards}
+    def check_against(self, manifest: Manifest, source: str) -> None:
+        """Raise ``ManifestError`` unless the index covers exactly the shards of ``manifest``, each
+        once, with the same sizes, hashes and row counts, in the manifest's format."""
         problems = []
-        for shard in shards:
+        if (self.format, self.format_version) != (manifest.format, manifest.format_version):
+            problems.append(
+                f"it indexes {self.format!r} version {self.format_version}, the manifest holds "
+                f"{manifest.format!r} version {manifest.format_version}"
+            )
+        mine: dict[str, ShardIndexEntry] = {}
+        for entry in self.shards:
+            if entry.path in mine:
+                problems.append(f"{entry.path} is listed twice")
+            mine[entry.path] = entry
+        listed = {shard.path for shard in manifest.shards}
+        problems += [f"{path} is not in the manifest" for path in mine if path not in listed]
+        for shard in manifest.shards:
             entry = mine.get(shard.path)
             if entry is None:
                 problems.append(f"{shard.path} is not in the index")
@@ -139,9 +171,85 @@ class ShardIndex:
             ):
                 problems.append(f"{shard.path} differs from the manifest's entry")
         if problems:
-            raise ManifestError(
-                f"{source}: " + "; ".join(problems) + "; rebuild it with `pipelines index OUTPUT --overwrite`"
-            )
+            shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+            raise ManifestError(f"{source}: {shown}; rebuild it with `pipelines index OUTPUT --overwrite`")
+
+
+class _Malformed(Exception):
+    """What is wrong with the JSON of an index (the message of a ``ManifestError``)."""
+
+
+_TOP_KEYS = {"index_version", "format", "format_version", "schema", "shards"}
+_SHARD_KEYS = {"path", "num_bytes", "sha256", "batches"}
+_BATCH_KEYS = ("offset", "length", "num_rows", "sha256")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _expect(condition: bool, problem: str) -> None:
+    if not condition:
+        raise _Malformed(problem)
+
+
+def _is_count(value: object) -> bool:
+    """A JSON integer that is not negative (and not ``true``/``false``)."""
+    return type(value) is int and value >= 0
+
+
+def _shard(data: object) -> ShardIndexEntry:
+    _expect(
+        isinstance(data, dict) and set(data) == _SHARD_KEYS,
+        f"a shard is not an object with exactly the keys {', '.join(sorted(_SHARD_KEYS))}",
+    )
+    path = data["path"]
+    problem = relative_path_problem(path)
+    _expect(problem is None, f"shard {path!r:.200}: {problem}")
+    _expect(_is_count(data["num_bytes"]), f"{path}: num_bytes is not a non-negative integer")
+    _expect(
+        isinstance(data["sha256"], str) and bool(_SHA256_HEX.fullmatch(data["sha256"])),
+        f"{path}: sha256 is not a hex SHA-256",
+    )
+    return ShardIndexEntry(
+        path, data["num_bytes"], data["sha256"], _batches(path, data["num_bytes"], data["batches"])
+    )
+
+
+def _batches(path: str, num_bytes: int, data: object) -> tuple[BatchEntry, ...]:
+    """A shard's record batches, each checked before anything is sized from it: a byte range of
+    at most :data:`MAX_RECORD_BATCH_BYTES` inside the shard's ``num_bytes``, at most
+    :data:`MAX_RECORD_BATCH_ROWS` rows, a hex SHA-256."""
+    _expect(
+        isinstance(data, dict) and set(data) == set(_BATCH_KEYS),
+        f"{path}: batches is not an object with exactly the keys {', '.join(_BATCH_KEYS)}",
+    )
+    columns = [data[key] for key in _BATCH_KEYS]
+    _expect(
+        all(isinstance(c, list) for c in columns) and len({len(c) for c in columns}) == 1,
+        f"{path}: the batches' {', '.join(_BATCH_KEYS)} are not lists of one length",
+    )
+    offsets, lengths, rows, hashes = columns
+    for k, (offset, length, num_rows, digest) in enumerate(zip(offsets, lengths, rows, hashes, strict=True)):
+        problem = _batch_problem(offset, length, num_rows, digest, num_bytes)
+        if problem is not None:
+            raise _Malformed(f"{path}: record batch {k}: {problem}")
+    return tuple(map(BatchEntry, offsets, lengths, rows, hashes))
+
+
+def _batch_problem(
+    offset: object, length: object, num_rows: object, digest: object, num_bytes: int
+) -> str | None:
+    """What is wrong with one record batch's entry, or None (the message is built only then)."""
+    if not (_is_count(offset) and _is_count(length) and 0 < length <= MAX_RECORD_BATCH_BYTES):
+        return (
+            f"offset {offset!r:.40} and length {length!r:.40} are not integers with 0 <= offset and "
+            f"0 < length <= {MAX_RECORD_BATCH_BYTES:,}"
+        )
+    if offset + length > num_bytes:
+        return f"bytes {offset}-{offset + length} lie beyond the shard's {num_bytes:,} bytes"
+    if not (_is_count(num_rows) and num_rows <= MAX_RECORD_BATCH_ROWS):
+        return f"num_rows {num_rows!r:.40} is not an integer from 0 to {MAX_RECORD_BATCH_ROWS:,}"
+    if not (isinstance(digest, str) and _SHA256_HEX.fullmatch(digest)):
+        return "sha256 is not a hex SHA-256"
+    return None
 
 
 def shard_index_entry(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -93,18 +94,87 @@ class Manifest:
             raise ManifestError(
                 f"{source}: manifest version {version!r} is not supported (this code reads {MANIFEST_VERSION})"
             )
+        for key in ("shards", "rejects"):
+            if not isinstance(data.get(key, []), list):
+                raise ManifestError(f"{source}: {key} is not a list")
         try:
             return cls(
                 format=str(data["format"]),
                 format_version=int(data["format_version"]),
                 producer=str(data["producer"]),
                 params=dict(data["params"]),
-                shards=tuple(ShardEntry(**s) for s in data["shards"]),
-                rejects=tuple(ShardEntry(**s) for s in data.get("rejects", [])),
-                index=IndexReference(**data["index"]) if data.get("index") is not None else None,
+                shards=tuple(shard_entry(s, source) for s in data["shards"]),
+                rejects=tuple(shard_entry(s, source) for s in data.get("rejects", [])),
+                index=_index_reference(data["index"], source) if data.get("index") is not None else None,
             )
+        except ManifestError:
+            raise
         except (KeyError, TypeError, ValueError) as err:
             raise ManifestError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
+
+
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def relative_path_problem(path: object) -> str | None:
+    """Why ``path`` is not a safe file path inside an output folder, or None: it must be a
+    relative POSIX path whose parts are letters, digits and ``_.=+-`` not starting with a dot (no
+    absolute path, URL, ``..``, ``.``, empty part, backslash or control character)."""
+    if not isinstance(path, str) or not path:
+        return f"the path {path!r} is not a non-empty string"
+    if len(path) > 1024 or not all(_PATH_PART.fullmatch(part) for part in path.split("/")):
+        return f"the path {path!r} is not a relative path inside the folder"
+    return None
+
+
+def shard_entry(data: object, source: str) -> ShardEntry:
+    """A manifest's shard entry, its path checked (:func:`relative_path_problem`) and its fields
+    typed (strings, non-negative integers that are not booleans, a hex SHA-256); errors name
+    ``source``."""
+    problem = _entry_problem(data, ShardEntry, ("format", "split"))
+    if problem is not None:
+        name = data.get("path") if isinstance(data, dict) else None
+        raise ManifestError(f"{source}: shard {name!r:.200}: {problem}")
+    return ShardEntry(**data)
+
+
+def _index_reference(data: object, source: str) -> IndexReference:
+    """The manifest's reference to its record-batch index, checked as :func:`shard_entry` checks a
+    shard."""
+    problem = _entry_problem(data, IndexReference, ())
+    if problem is not None:
+        raise ManifestError(f"{source}: index: {problem}")
+    return IndexReference(**data)
+
+
+def _entry_problem(data: object, kind: type, strings: tuple[str, ...]) -> str | None:
+    """What is wrong with a JSON object meant to be a ``kind`` (``path``, ``num_bytes``,
+    ``sha256`` and, for a shard, ``num_rows`` and the ``strings``), or None."""
+    keys = set(kind.__dataclass_fields__)
+    if not isinstance(data, dict) or set(data) != keys:
+        return f"not an object with exactly the keys {', '.join(sorted(keys))}"
+    problem = relative_path_problem(data["path"])
+    for key in strings:
+        if problem is None and not isinstance(data[key], str):
+            problem = f"{key} {data[key]!r:.80} is not a string"
+    for key in ("num_rows", "num_bytes"):
+        if problem is None and key in keys and (type(data[key]) is not int or data[key] < 0):
+            problem = f"{key} {data[key]!r:.80} is not a non-negative integer"
+    if problem is None and not (isinstance(data["sha256"], str) and _SHA256.fullmatch(data["sha256"])):
+        problem = f"sha256 {data['sha256']!r:.80} is not a hex SHA-256"
+    return problem
+
+
+def path_leaves_folder(folder: str, relative: str) -> bool:
+    """Whether the local file ``folder/relative`` resolves, through symlinks, to a place outside
+    ``folder`` (also resolved); always False for a URL (``gs://``, ``s3://``, ``memory://``: no
+    symlinks). ``relative`` must have passed :func:`relative_path_problem`."""
+    if "://" in folder and not folder.startswith("file://"):
+        return False
+    root = os.path.realpath(folder.removeprefix("file://"))
+    resolved = os.path.realpath(os.path.join(root, relative))
+    return os.path.commonpath([root, resolved]) != root
 
 
 def absolute_reference(path: str) -> str:

@@ -69,7 +69,7 @@ def test_the_index_written_with_the_shards_matches_their_bytes(examples_output):
     text = (examples_output / "index.json").read_bytes()
     assert manifest.index is not None and manifest.index.num_bytes == len(text)
     index = ShardIndex.from_json(text, "index.json")
-    index.check_against(manifest.shards, "index.json")
+    index.check_against(manifest, "index.json")
     for entry in index.shards:
         assert entry == shard_index_entry(entry.path, (examples_output / entry.path).read_bytes())[0]
     assert index.schema.equals(examples_format(30522).schema, check_metadata=True)

@@ -20,6 +20,7 @@ import torch
 
 from pretrain.collate import DynamicMasking, collate
 from pretrain.data import ExampleShards, ShardError, ShardLoader
+from pretrain.streams import segment_positions
 from schemas import Manifest, ManifestError, ShardEntry, completed_marker
 from schemas.examples import examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference, shard_index_entry
@@ -47,16 +48,21 @@ def _row(uid: int) -> dict:
     }
 
 
-def _shard_bytes(rows: list[dict]) -> bytes:
+def _shard_bytes(rows: list[dict], batch_rows: int = 7) -> bytes:
     table = FMT.to_table(rows)
     sink = io.BytesIO()
     with ipc.new_file(sink, table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as writer:
-        writer.write_table(table, max_chunksize=7)
+        writer.write_table(table, max_chunksize=batch_rows)
     return sink.getvalue()
 
 
 def _write_folder(
-    url: str, *, complete: bool = True, with_index: bool = True, shard_rows: tuple[int, ...] = SHARD_ROWS
+    url: str,
+    *,
+    complete: bool = True,
+    with_index: bool = True,
+    shard_rows: tuple[int, ...] = SHARD_ROWS,
+    batch_rows: int = 7,
 ) -> str:
     """An examples output as ``pipelines examples`` writes it (``with_index=False``: as it wrote
     it before the record-batch index existed)."""
@@ -64,7 +70,7 @@ def _write_folder(
     fs.makedirs(f"{root}/examples", exist_ok=True)
     entries, indexed, uid = [], [], 0
     for i, count in enumerate(shard_rows):
-        blob = _shard_bytes([_row(uid + k) for k in range(count)])
+        blob = _shard_bytes([_row(uid + k) for k in range(count)], batch_rows)
         uid += count
         path = f"examples/part-{i:05d}-of-{len(shard_rows):05d}.arrow"
         fs.pipe_file(f"{root}/{path}", blob)
@@ -116,7 +122,7 @@ def _global_sequence(ds: ExampleShards) -> list[int]:
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 @pytest.mark.parametrize("drop_last", [True, False])
-@pytest.mark.parametrize("streams", [None, 2])
+@pytest.mark.parametrize("streams", [None, 2, 4])
 def test_every_example_once_per_epoch_across_ranks(folder, world_size, drop_last, streams):
     batch_size, total = 4, sum(SHARD_ROWS)
     make = functools.partial(
@@ -138,15 +144,17 @@ def test_every_example_once_per_epoch_across_ranks(folder, world_size, drop_last
     else:
         assert set(seen) == set(range(total))
         assert len(seen) == total + ds.padded_examples
-    # stream s = rank s // streams, batches j with j % streams == s % streams; the streams,
-    # concatenated, are the epoch's global sequence (wrapping around to its start when padded)
-    by_stream = [
-        [u for j, b in enumerate(ranks[s // ds.streams]) if j % ds.streams == s % ds.streams for u in b]
-        for s in range(world_size * ds.streams)
-    ]
+    # stream v of rank r: its batches j with j % streams == v; it reads segment
+    # r * streams + segment_positions(streams)[v] of the epoch's global sequence, so the segments,
+    # concatenated, are that sequence (wrapping around to its start when padded)
+    segments: dict[int, list[int]] = {}
+    for r, batches in enumerate(ranks):
+        for v, position in enumerate(segment_positions(ds.streams)):
+            stream = [u for j, b in enumerate(batches) if j % ds.streams == v for u in b]
+            segments[r * ds.streams + position] = stream
     sequence = _global_sequence(ds)
     assert sorted(sequence) == list(range(total))
-    assert [u for stream in by_stream for u in stream] == (sequence + sequence)[: len(seen)]
+    assert [u for g in sorted(segments) for u in segments[g]] == (sequence + sequence)[: len(seen)]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -160,8 +168,8 @@ def test_same_batches_for_any_number_of_workers(folder, rank):
 
 
 def test_workers_read_disjoint_units(folder, monkeypatch):
-    """Each worker reads only the units of its streams: a unit is read twice only where it
-    straddles two streams."""
+    """Each worker reads only the units of its streams (here one each): a unit is read twice only
+    where it straddles the segments of two workers' streams."""
     ds = ExampleShards(folder, batch_size=2, seed=4, streams=4)
     single = _run(ds)
     read: dict[int, list[tuple[int, int]]] = {}
@@ -243,6 +251,15 @@ def test_resume_state_from_other_settings_is_refused(folder):
     state = ExampleShards(folder, batch_size=4, world_size=2).state_at(3)
     with pytest.raises(ValueError, match="world_size=2 but this reader has 1"):
         ExampleShards(folder, batch_size=4).load_state_dict(state)
+    # a state saved before streams read digit-reversed segments: the same order with 2 streams
+    for streams, same_order in ((2, True), (4, False)):
+        reader = ExampleShards(folder, batch_size=2, streams=streams)
+        old = {k: v for k, v in reader.state_at(3).items() if k != "order"}
+        if same_order:
+            reader.load_state_dict(old)
+        else:
+            with pytest.raises(ValueError, match="reader order 1, this reader's is 2"):
+                reader.load_state_dict(old)
 
 
 def test_padding_and_token_types(folder):

@@ -1,0 +1,126 @@
+"""The values of a decoded record batch of examples, checked before a model sees them.
+
+A shard whose bytes match their SHA-256 is only as trustworthy as whoever wrote the index and the
+manifest. :func:`example_batch_problem` checks what the writer guarantees and the trainer relies
+on, with a few vectorised passes over the batch (no loop over rows): the Arrow structure itself
+(offsets inside their buffers), no nulls, ``num_tokens`` from 1 to the shards' sequence length
+and equal to the length of ``input_ids``, token ids (``input_ids``, ``masked_lm_ids``) below the
+vocabulary size, ``num_tokens_a`` (the segment boundary) from 0 to ``num_tokens``, as many
+``masked_lm_ids`` as ``masked_lm_positions``, positions strictly ascending inside the row's real
+tokens, and next-sentence labels of 0 or 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class ExampleLimits:
+    """What the values of a record batch must fit: the vocabulary (token ids below
+    ``vocab_size``; None checks only the id type's range) and the sequence length (``num_tokens``
+    at most ``max_seq_length``; None: the int16 range)."""
+
+    vocab_size: int | None = None
+    max_seq_length: int | None = None
+
+
+def example_batch_problem(batch: pa.RecordBatch, limits: ExampleLimits) -> str | None:
+    """The first problem of a decoded record batch of examples as one phrase naming the column
+    and the row (its place in the record batch), or None when every value is in range."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid as err:
+        return f"malformed Arrow data ({err})"
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        values = column.flatten() if pa.types.is_list(column.type) else column
+        if column.null_count or values.null_count:
+            return f"row {_first_null_row(column)}: {name} holds a null"
+    num_tokens = _numpy(batch.column("num_tokens"))
+    longest = limits.max_seq_length or np.iinfo(np.int16).max
+    problem = _first(num_tokens < 1, "num_tokens {} is below 1", num_tokens) or _first(
+        num_tokens > longest, f"num_tokens {{}} exceeds the shards' max_seq_length {longest}", num_tokens
+    )
+    if problem:
+        return problem
+    lengths = _numpy(pc.list_value_length(batch.column("input_ids")))
+    problem = _first(lengths != num_tokens, "input_ids holds {} tokens, num_tokens says otherwise", lengths)
+    segment = _numpy(batch.column("num_tokens_a"))
+    problem = problem or _first(
+        (segment < 0) | (segment > num_tokens), "num_tokens_a {} lies outside 0..num_tokens", segment
+    )
+    labels = _numpy(batch.column("next_sentence_labels"))
+    problem = problem or _first(
+        (labels != 0) & (labels != 1), "next_sentence_labels {} is not 0 or 1", labels
+    )
+    return problem or _ids_problem(batch, lengths, limits) or _positions_problem(batch, num_tokens)
+
+
+def _ids_problem(batch: pa.RecordBatch, lengths: np.ndarray, limits: ExampleLimits) -> str | None:
+    """Token ids at or above the vocabulary size, in input_ids or masked_lm_ids."""
+    if limits.vocab_size is None:
+        return None
+    for name in ("input_ids", "masked_lm_ids"):
+        column = batch.column(name)
+        values = column.flatten().to_numpy()  # unsigned ids, zero-copy: no cast of the big column
+        if values.size and int(values.max()) >= limits.vocab_size:
+            first = int(np.argmax(values >= limits.vocab_size))
+            counts = lengths if name == "input_ids" else _numpy(pc.list_value_length(column))
+            row = int(np.searchsorted(np.cumsum(counts), first, side="right"))
+            return (
+                f"row {row}: {name} holds token id {int(values[first])}, not below the vocabulary's "
+                f"{limits.vocab_size} tokens"
+            )
+    return None
+
+
+def _positions_problem(batch: pa.RecordBatch, num_tokens: np.ndarray) -> str | None:
+    """masked_lm_positions that are not strictly ascending inside the row's real tokens, or not as
+    many as the row's masked_lm_ids."""
+    positions = batch.column("masked_lm_positions")
+    counts = _numpy(pc.list_value_length(positions))
+    problem = _first(
+        counts != _numpy(pc.list_value_length(batch.column("masked_lm_ids"))),
+        "{} masked_lm_positions but another number of masked_lm_ids",
+        counts,
+    )
+    flat = _numpy(positions.flatten())
+    if problem or not flat.size:
+        return problem
+    rows = np.repeat(np.arange(len(counts)), counts)
+    outside = (flat < 0) | (flat >= num_tokens[rows])
+    if outside.any():
+        at = int(np.argmax(outside))
+        return (
+            f"row {rows[at]}: masked_lm_positions holds {int(flat[at])}, outside the row's "
+            f"{int(num_tokens[rows[at]])} tokens"
+        )
+    backwards = (np.diff(flat) <= 0) & (rows[1:] == rows[:-1])
+    if backwards.any():
+        return f"row {rows[int(np.argmax(backwards)) + 1]}: masked_lm_positions are not strictly ascending"
+    return None
+
+
+def _first_null_row(column: pa.Array) -> int:
+    """The first row that is null or, in a list column, holds a null."""
+    if column.null_count:
+        return int(np.argmax(_numpy(pc.is_null(column))))
+    first = int(np.argmax(_numpy(pc.is_null(column.flatten()))))
+    return int(np.searchsorted(np.cumsum(_numpy(pc.list_value_length(column))), first, side="right"))
+
+
+def _numpy(array: pa.Array) -> np.ndarray:
+    """An integer column as int64 (no wrap-around in the comparisons)."""
+    return array.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _first(bad: np.ndarray, template: str, values: np.ndarray) -> str | None:
+    """``row R: template`` with the first bad row's value, or None when no row is bad."""
+    if not bad.any():
+        return None
+    row = int(np.argmax(bad))
+    return f"row {row}: " + template.format(int(values[row]))

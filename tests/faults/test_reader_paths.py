@@ -1,0 +1,146 @@
+"""Shard paths that leave the output folder — ``..``, absolute, a symbolic link to a file outside —
+with every hash matched: the reader and ``pipelines index`` read nothing outside the folder and
+say so in one line (``pretrain`` and ``pipelines index``: exit 1); ``pipelines index`` on a
+missing folder is exit 1 too (an input missing, README)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pretrain.data import ExampleShards
+from schemas import ManifestError
+from tests.clis import CLIS
+from tests.faults.reader_folders import copy_output, load, pretrain, rewrite, run
+
+SHARD = "examples/part-00000-of-00002.arrow"
+
+
+def _moved_out(folder: Path, outside: Path, new_path: str) -> None:
+    """Move the first shard to ``outside`` and give it ``new_path`` in the manifest and the index
+    (its hashes still match the bytes)."""
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(folder / SHARD, outside)
+
+    def rename(data: dict) -> None:
+        for shard in data["shards"]:
+            if shard["path"] == SHARD:
+                shard["path"] = new_path
+
+    rewrite(folder, index=rename, manifest=rename)
+
+
+def _cases(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (where the shard goes, the path the manifest gives it)."""
+    return {
+        "dot-dot": (tmp_path / "elsewhere" / "part.arrow", "../elsewhere/part.arrow"),
+        "inner dot-dot": (tmp_path / "elsewhere" / "part.arrow", "examples/../../elsewhere/part.arrow"),
+        "absolute": (tmp_path / "elsewhere" / "part.arrow", str(tmp_path / "elsewhere" / "part.arrow")),
+        "URL": (tmp_path / "elsewhere" / "part.arrow", f"file://{tmp_path}/elsewhere/part.arrow"),
+        "empty part": (tmp_path / "out" / "examples" / "part.arrow", "examples//part.arrow"),
+    }
+
+
+@pytest.mark.parametrize("name", ["dot-dot", "inner dot-dot", "absolute", "URL", "empty part"])
+def test_a_shard_path_out_of_the_folder_is_refused(shards, tmp_path, name):
+    folder = copy_output(shards, tmp_path / "out")
+    outside, new_path = _cases(tmp_path)[name]
+    _moved_out(folder, outside, new_path)
+    with pytest.raises(ManifestError) as caught:
+        ExampleShards(str(folder), batch_size=8)
+    message = str(caught.value)
+    assert message == (
+        f"{folder}/manifest.json: shard {new_path!r}: the path {new_path!r} is not a relative path inside the folder"
+    )
+    code, line = pretrain(folder, tmp_path / "run")
+    assert code == 1 and line == f"Error: --shards {folder}: {message}"
+
+
+def _symlinked(shards: Path, tmp_path: Path) -> Path:
+    """An output whose first shard is a symbolic link to an identical copy outside the folder."""
+    folder = copy_output(shards, tmp_path / "out")
+    outside = tmp_path / "elsewhere" / "part.arrow"
+    outside.parent.mkdir()
+    shutil.move(folder / SHARD, outside)
+    (folder / SHARD).symlink_to(outside)
+    return folder
+
+
+def test_a_symlink_out_of_the_folder_is_refused(shards, tmp_path):
+    folder = _symlinked(shards, tmp_path)
+    with pytest.raises(ManifestError) as caught:
+        ExampleShards(str(folder), batch_size=8)
+    assert str(caught.value) == (
+        f"{folder}/{SHARD}: a symbolic link to a file outside {folder}; the shards of an output are read "
+        "only from inside it: copy the file into the folder"
+    )
+    code, line = pretrain(folder, tmp_path / "run")
+    assert code == 1 and line == f"Error: --shards {folder}: {caught.value}"
+
+
+def test_symlinks_inside_the_folder_and_to_the_folder_are_followed(shards, tmp_path):
+    """A shard linked to another file inside the folder, and the whole folder reached through a
+    link (shards kept on another disk), read as usual."""
+    folder = copy_output(shards, tmp_path / "out")
+    (folder / "store").mkdir()
+    shutil.move(folder / SHARD, folder / "store" / "part.arrow")
+    (folder / SHARD).symlink_to(folder / "store" / "part.arrow")
+    (tmp_path / "link").symlink_to(folder)
+    for url in (folder, tmp_path / "link"):
+        reader = ExampleShards(str(url), batch_size=64, shuffle=False)
+        assert sum(len(b["input_ids"]) for b in reader) == reader.num_examples - reader.dropped_examples
+
+
+def _unindexed(folder: Path) -> None:
+    """As `pipelines examples` wrote outputs before the index: no index.json, no reference."""
+    (folder / "index.json").unlink()
+    rewrite(folder, manifest=lambda data: data.pop("index"))
+
+
+@pytest.mark.parametrize("name", ["dot-dot", "absolute"])
+def test_pipelines_index_reads_nothing_out_of_the_folder(shards, tmp_path, name):
+    folder = copy_output(shards, tmp_path / "out")
+    outside, new_path = _cases(tmp_path)[name]
+    _moved_out(folder, outside, new_path)
+    _unindexed(folder)
+    code, line = run("pipelines", "index", str(folder))
+    assert code == 1 and line == (
+        f"error: {folder}/manifest.json: shard {new_path!r}: the path {new_path!r} is not a relative path "
+        "inside the folder"
+    )
+    assert not (folder / "index.json").exists()
+
+
+def test_pipelines_index_refuses_a_symlink_out_of_the_folder(shards, tmp_path):
+    folder = _symlinked(shards, tmp_path)
+    _unindexed(folder)
+    before = hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
+    code, line = run("pipelines", "index", str(folder))
+    assert code == 1 and line == (
+        f"error: {folder}/{SHARD}: a symbolic link to a file outside {folder}; an output's shards are read only "
+        "from inside it: copy the file into the folder"
+    )
+    assert hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest() == before
+    assert not (folder / "index.json").exists()
+
+
+def test_pipelines_index_on_a_missing_folder_is_exit_1(tmp_path):
+    code, line = run("pipelines", "index", str(tmp_path / "nowhere"))
+    assert code == 1 and line == (
+        f"error: {tmp_path}/nowhere: no manifest.json; give the output folder of `pipelines examples`"
+    )
+
+
+def test_pipelines_index_reindexes_a_clean_output(shards, tmp_path):
+    """The counterpart: the same output with its shards inside is indexed and reads."""
+    folder = copy_output(shards, tmp_path / "out")
+    expected = load(folder, "index.json")
+    _unindexed(folder)
+    result = CliRunner().invoke(CLIS["pipelines"], ["index", str(folder)])
+    assert result.exit_code == 0 and "2 shards, 8 record batches" in result.output, result.output
+    assert load(folder, "index.json") == expected
+    assert len(list(ExampleShards(str(folder), batch_size=64))) > 0
