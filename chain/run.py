@@ -254,7 +254,12 @@ def _run_stage(stage: Stage, header: str, state: dict, state_url: str, interrupt
             log("   " + " ".join(shlex.quote(Path(a).name if i == 0 else a) for i, a in enumerate(command)))
             code, seconds, peak_mb = run_process(command, interrupts)
         else:
-            extra = stage.action() or {}
+            try:
+                extra = stage.action() or {}
+            except (ValueError, OSError) as err:  # the in-process stage's one-line reason
+                state[stage.name] = {"key": key, "failed": True}
+                write_json(state_url, state)
+                raise ChainError(f"stage {stage.name} failed: {err}") from None
             code, seconds, peak_mb = 0, time.perf_counter() - started, None
     except ChainInterrupted as err:
         _record_interrupt(stage, key, err.signum, state, state_url)
