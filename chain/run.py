@@ -254,12 +254,7 @@ def _run_stage(stage: Stage, header: str, state: dict, state_url: str, interrupt
             log("   " + " ".join(shlex.quote(Path(a).name if i == 0 else a) for i, a in enumerate(command)))
             code, seconds, peak_mb = run_process(command, interrupts)
         else:
-            try:
-                extra = stage.action() or {}
-            except (ValueError, OSError) as err:  # the in-process stage's one-line reason
-                state[stage.name] = {"key": key, "failed": True}
-                write_json(state_url, state)
-                raise ChainError(f"stage {stage.name} failed: {err}") from None
+            extra = _act(stage)
             code, seconds, peak_mb = 0, time.perf_counter() - started, None
     except ChainInterrupted as err:
         _record_interrupt(stage, key, err.signum, state, state_url)
@@ -278,6 +273,14 @@ def _run_stage(stage: Stage, header: str, state: dict, state_url: str, interrupt
         **extra,
     }
     write_json(state_url, state)
+
+
+def _act(stage: Stage) -> dict:
+    """Run an in-process stage; its error (an input too small, an output in the way) is one line."""
+    try:
+        return stage.action() or {}
+    except (ValueError, OSError) as err:
+        raise ChainError(f"stage {stage.name} failed: {err}") from None
 
 
 def _record_interrupt(stage: Stage, key: str, signum: int, state: dict, state_url: str) -> None:

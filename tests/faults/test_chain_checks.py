@@ -6,7 +6,6 @@ for the command line (no path looked at), 1 for an input, and nothing written.""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -181,4 +180,3 @@ def test_a_failing_in_process_stage_is_one_line_not_a_traceback(tmp_path):
     stages = [Stage("task", "a derived task", str(tmp_path / "task"), action=refuse)]
     with pytest.raises(ChainError, match=r"^stage task failed: corpus: only 3 sentence pairs"):
         run_chain(stages, str(tmp_path), log=lambda line: None)
-    assert json.loads((tmp_path / "chain.json").read_text())["task"]["failed"] is True
