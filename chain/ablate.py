@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from chain import checks
+from chain.checks import SettingsError
 from chain.plan import ChainConfig, plan
 from chain.run import Stage, exists, script
 
@@ -110,24 +112,51 @@ class AblationConfig:
     corpus: str | None = None
     """A completed ``pipelines corpus`` output to use instead of building one from ``wiki_dump``."""
     glue_dir: str | None = None
-    glue_task: str = "mrpc"
+    glue_task: str | None = None
+    """The task of ``glue_dir`` (``mrpc`` when not given); refused without ``glue_dir``."""
     ner_dir: str | None = None
     """A CoNLL-2003 folder (train.txt, valid.txt) for Tables 7 and 8; None leaves NER out."""
     seed: int = 12345
     runner: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        problems = []
+        if problems := self.problems():
+            raise SettingsError(problems)
+
+    def problems(self) -> list[str]:
+        """Every value or combination of values the study refuses, one line each (exit 2)."""
+        found = [] if self.workdir else ["--workdir must not be empty"]
         if not (self.wiki_dump or self.corpus):
-            problems.append("give --wiki-dump (to build the corpus) or --corpus (a completed corpus)")
+            found.append("give --wiki-dump (to build the corpus) or --corpus (a completed corpus)")
         if self.wiki_dump and self.corpus:
-            problems.append("give --wiki-dump or --corpus, not both")
+            found.append("give --wiki-dump or --corpus, not both")
         if self.books and self.corpus:
-            problems.append(
+            found.append(
                 "--books goes into the corpus the study builds; it cannot be added to a given --corpus"
             )
-        if problems:
-            raise ValueError("; ".join(problems))
+        p = self.preset
+        found += checks.seed_problems(self.seed, max(p.pretrain_seeds, p.finetune_seeds, p.ner_seeds))
+        found += checks.beam_problems(self.runner)
+        found += checks.glue_problems(self.glue_dir, self.glue_task)
+        return found
+
+    def input_problems(self) -> list[str]:
+        """Every input that is missing or lacks what a stage reads, one line each (exit 1)."""
+        found = []
+        if self.wiki_dump:
+            found += checks.files_problems("--wiki-dump", self.wiki_dump)
+        if self.books:
+            found += checks.books_problems(self.books)
+        if self.corpus:
+            # vocabulary and shards read train, the held-out shards validation; the derived
+            # task's training pairs come from validation and its dev pairs from test.
+            splits = ("train", "validation") if self.glue_dir else ("train", "validation", "test")
+            found += checks.corpus_problems(self.corpus, splits)
+        if self.glue_dir:
+            found += checks.glue_dir_problems(self.glue_dir, self.glue_task)
+        if self.ner_dir:
+            found += checks.ner_dir_problems(self.ner_dir)
+        return found
 
     def url(self, *parts: str) -> str:
         return "/".join([self.workdir.rstrip("/"), *parts])
@@ -361,7 +390,7 @@ def shared_stages(cfg: AblationConfig) -> tuple[list[Stage], dict[str, str]]:
         "pairs": chain.url("shards", f"seq{chain.max_seq_length}"),
         "validation": chain.url("shards", f"seq{chain.max_seq_length}-validation"),
         "task_dir": cfg.glue_dir or chain.url("tasks", "next-sentence"),
-        "task": cfg.glue_task if cfg.glue_dir else "mrpc",
+        "task": chain.task,
     }
     return stages, where
 

@@ -10,6 +10,7 @@ import click
 
 from chain.ablate import PRESETS, AblationConfig, grid, stages
 from chain.ablate_report import build_report
+from chain.checks import SettingsError, refuse
 from chain.run import ChainError, check_apart, exit_code, run_chain
 from schemas.paths import OverlapError
 
@@ -35,7 +36,7 @@ from schemas.paths import OverlapError
 )
 @click.option("--corpus", help="A completed `pipelines corpus` output to use instead of --wiki-dump.")
 @click.option("--glue-dir", help="A GLUE task folder to fine-tune on; default: the demo's derived task.")
-@click.option("--glue-task", default="mrpc", show_default=True, help="The task of --glue-dir.")
+@click.option("--glue-task", help="The task of --glue-dir (cola, sst2, mrpc, ...; default mrpc).")
 @click.option("--ner-dir", help="A CoNLL-2003 folder (train.txt, valid.txt) for Tables 7 and 8.")
 @click.option("--seed", type=int, default=12345, show_default=True, help="First seed (seed, seed+1, ...).")
 @click.option("--beam-option", "beam", multiple=True, help="Passed to every pipeline.")
@@ -46,15 +47,17 @@ def main(
     """Pre-train and fine-tune the grid of the paper's Tables 5-8 and Figure 5, then write
     WORKDIR/ablations/report.md and report.html.
 
-    Reruns skip every finished run (the demo chain's rules, state in WORKDIR/chain.json).
+    Reruns skip every finished run (the demo chain's rules, state in WORKDIR/chain.json). Every
+    flag, then every input, is checked before the first stage, with --dry-run too (exit 2 or 1,
+    one line a problem).
     """
     try:
         cfg = AblationConfig(
             workdir=workdir.rstrip("/"), preset=PRESETS[preset], wiki_dump=wiki_dump, books=books, corpus=corpus,
             glue_dir=glue_dir, glue_task=glue_task, ner_dir=ner_dir, seed=seed, runner=tuple(beam),
         )  # fmt: skip
-    except ValueError as err:
-        raise click.UsageError(str(err)) from None
+    except SettingsError as err:
+        refuse(err.problems, 2)
     if wiki_dump and not books:
         click.echo(
             "(no --books: the corpus is the dump's alone, smaller than make demo's; the quick preset's "
@@ -70,6 +73,7 @@ def main(
     except OverlapError as err:  # the command line is wrong: exit 2 (--dry-run too), nothing read
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    refuse(cfg.input_problems(), 1)
     if dry_run:
         click.echo(f"preset {preset}: {len(g.runs)} pre-training runs, {len(g.finetunes)} fine-tuning runs")
         for number, stage in enumerate(plan, 1):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import fsspec
 
+from chain import checks
 from chain.ablate import AblationConfig, Grid
 from chain.report import _cat, _markdown_to_html, _png, _table
 from chain.run import Stage, read_json
@@ -269,7 +270,9 @@ def build_report(
     cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict, task_label: str | None = None
 ) -> dict[str, str]:
     """Write the study's report under ``W/ablations``; return the paths written."""
-    task_label = task_label or (cfg.glue_task.upper() if cfg.glue_dir else "next-sentence task")
+    task_label = task_label or (
+        (cfg.glue_task or checks.DERIVED_TASK).upper() if cfg.glue_dir else "next-sentence task"
+    )
     results = collect(cfg, g)
     points = figure5_points(results)
     p = cfg.preset

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from chain.checks import refuse
 from chain.plan import ChainConfig, outputs, plan
 from chain.report import build
 from chain.run import ChainError, check_apart, exit_code, run_chain
@@ -22,7 +23,7 @@ from schemas.paths import OverlapError
 @click.option(
     "--glue-dir", help="A GLUE task folder to fine-tune on; default: a task derived from the corpus."
 )
-@click.option("--glue-task", default="mrpc", show_default=True, help="The task of --glue-dir.")
+@click.option("--glue-task", help="The task of --glue-dir (cola, sst2, mrpc, ...; default mrpc).")
 @click.option("--vocab-size", type=int, default=8000, show_default=True)
 @click.option("--model", default="tiny", show_default=True, help="pretrain --config.")
 @click.option("--pretrain-steps", type=int, default=300, show_default=True)
@@ -41,19 +42,22 @@ def main(workdir, wiki_dump, books, glue_dir, glue_task, vocab_size, model, pret
     and write WORKDIR/report/report.md and report.html.
 
     A rerun skips the stages whose output is complete and whose settings did not change, redoes
-    the others and everything after them, and continues an interrupted pre-training run.
+    the others and everything after them, and continues an interrupted pre-training run. Every
+    flag, then every input, is checked before the first stage (exit 2 or 1, one line a problem).
     """
     cfg = ChainConfig(
         workdir=workdir.rstrip("/"), wiki_dump=wiki_dump, books=books, glue_dir=glue_dir, glue_task=glue_task,
         vocab_size=vocab_size, model=model, pretrain_steps=pretrain_steps, precision=precision,
         finetune_epochs=finetune_epochs, seed=seed, runner=tuple(beam),
     )  # fmt: skip
+    refuse(cfg.problems(), 2)
     stages = plan(cfg)
     try:
         check_apart(cfg.workdir, stages, {"--wiki-dump": wiki_dump, "--books": books, "--glue-dir": glue_dir})
     except OverlapError as err:  # the command line is wrong: exit 2, nothing read or written
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    refuse(cfg.input_problems(), 1)
     if not books:
         click.echo(
             "(no --books folder: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"

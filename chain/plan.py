@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from chain import checks
 from chain.run import Stage, exists, read_json, script
 from chain.task import write_task
+
+NUM_UNUSED = 100
+"""``[unused]`` slots the vocabulary stage reserves (``wordpiece train --num-unused``)."""
 
 
 @dataclass(frozen=True)
@@ -18,7 +22,8 @@ class ChainConfig:
     """A folder of plain-text books (``*.txt``), or None to skip the books stage."""
     glue_dir: str | None = None
     """A GLUE task folder to fine-tune on (with ``glue_task``); None derives a task from the corpus."""
-    glue_task: str = "mrpc"
+    glue_task: str | None = None
+    """The task of ``glue_dir`` (``mrpc`` when not given); refused without ``glue_dir``."""
     vocab_size: int = 8000
     max_seq_length: int = 128
     dupe_factor: int = 2
@@ -34,6 +39,39 @@ class ChainConfig:
 
     def url(self, *parts: str) -> str:
         return "/".join([self.workdir.rstrip("/"), *parts])
+
+    @property
+    def task(self) -> str:
+        """The GLUE task fine-tuned on: ``glue_task``, or the derived task's MRPC layout."""
+        return (self.glue_task if self.glue_dir else None) or checks.DERIVED_TASK
+
+    def problems(self) -> list[str]:
+        """Every value or combination of values the stages would refuse, one line each (exit 2)."""
+        from wordpiece.tokenizer import SPECIAL_TOKENS
+
+        reserved = len(SPECIAL_TOKENS) + NUM_UNUSED
+        found = [] if self.workdir else ["--workdir must not be empty"]
+        if self.vocab_size <= reserved:
+            found.append(
+                f"--vocab-size {self.vocab_size} leaves no room for word pieces after {len(SPECIAL_TOKENS)} "
+                f"special tokens and {NUM_UNUSED} [unused] slots: give at least {reserved + 1}"
+            )
+        found += checks.model_problems(self.model, self.precision)
+        found += checks.at_least("--pretrain-steps", self.pretrain_steps, 1)
+        found += checks.positive("--finetune-epochs", self.finetune_epochs)
+        found += checks.seed_problems(self.seed)
+        found += checks.beam_problems(self.runner)
+        found += checks.glue_problems(self.glue_dir, self.glue_task)
+        return found
+
+    def input_problems(self) -> list[str]:
+        """Every input that is missing or lacks what a stage reads, one line each (exit 1)."""
+        found = checks.files_problems("--wiki-dump", self.wiki_dump)
+        if self.books:
+            found += checks.books_problems(self.books)
+        if self.glue_dir:
+            found += checks.glue_dir_problems(self.glue_dir, self.glue_task)
+        return found
 
 
 def _completed(url: str) -> bool:
@@ -87,7 +125,7 @@ def _corpus_stages(cfg: ChainConfig) -> list[Stage]:
             f"wordpiece train: {cfg.vocab_size:,} tokens",
             u("vocab"),
             [script("wordpiece"), "train", "--corpus", u("corpus", "all"), "--output", u("vocab"),
-             "--vocab-size", str(cfg.vocab_size), "--num-unused", "100", "--overwrite", *beam],
+             "--vocab-size", str(cfg.vocab_size), "--num-unused", str(NUM_UNUSED), "--overwrite", *beam],
             done=lambda: _completed(u("vocab")),
             upstream=("corpus",),
         ),
@@ -171,9 +209,9 @@ def _finetune_stages(cfg: ChainConfig) -> list[Stage]:
     run = u("runs", cfg.model)
     stages = []
     if cfg.glue_dir:
-        data_dir, task = cfg.glue_dir, cfg.glue_task
+        data_dir, task = cfg.glue_dir, cfg.task
     else:
-        data_dir, task = u("tasks", "next-sentence"), "mrpc"
+        data_dir, task = u("tasks", "next-sentence"), cfg.task
         stages.append(
             Stage(
                 "task",
@@ -218,7 +256,7 @@ def outputs(cfg: ChainConfig) -> dict[str, str]:
         "validation_shards": u("shards", f"seq{cfg.max_seq_length}-validation"),
         "run": u("runs", cfg.model),
         "export": u("hf", cfg.model),
-        "finetune": u("finetune", cfg.glue_task if cfg.glue_dir else "next-sentence"),
+        "finetune": u("finetune", cfg.task if cfg.glue_dir else "next-sentence"),
     }
 
 

@@ -346,6 +346,13 @@ FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM star
     f"two-layer BiLSTM (units = the encoder's hidden size) and a classifier; --lr defaults to {FEATURE_LR:g}.",
 )
 @click.option(
+    "--doc-stride",
+    type=int,
+    help="A sentence longer than --max-seq-length is read in overlapping windows this many "
+    "sub-tokens apart, every word tagged from the window where it has the most context "
+    "(default: half a window).",
+)
+@click.option(
     "--cache-features",
     is_flag=True,
     help="With --features: run the frozen encoder over train.txt once and keep its activations in "
@@ -359,7 +366,12 @@ FEATURE_LR = 1e-3  # the default --lr of the feature-based mode: the BiLSTM star
     "--features choice, so Table 7's six rows cost one encoder pass. Implies --cache-features.",
 )
 def ner(
-    data_dir: str, features: str | None, cache_features: bool, feature_cache: str | None, **opts: Any
+    data_dir: str,
+    features: str | None,
+    doc_stride: int | None,
+    cache_features: bool,
+    feature_cache: str | None,
+    **opts: Any,
 ) -> None:
     """Fine-tune for named-entity recognition (CoNLL-2003 layout, IOB1 or IOB2), or with --features
     train a BiLSTM tagger on the frozen encoder's activations; write metrics.json (entity-level
@@ -370,6 +382,8 @@ def ner(
         raise click.UsageError(
             "--cache-features and --feature-cache need --features (the fine-tuned mode trains the encoder)"
         )
+    if doc_stride is not None and doc_stride < 1:
+        raise click.UsageError(f"--doc-stride must be at least 1, got {doc_stride}")
     source = click.get_current_context().get_parameter_source("lr")
     if features is not None and source == click.core.ParameterSource.DEFAULT:
         opts["lr"] = FEATURE_LR
@@ -386,6 +400,7 @@ def ner(
         opts["output"],
         config,
         max_seq_length=opts["max_seq_length"],
+        doc_stride=doc_stride,
         max_train_examples=opts["max_train_examples"],
         max_eval_examples=opts["max_eval_examples"],
         cased=opts["cased"],
@@ -393,7 +408,13 @@ def ner(
         cache_features=cache_features,
         feature_cache=feature_cache,
     )
-    click.echo(json.dumps({"task": "ner", "mode": result["mode"], "dev": result["dev"]}, indent=2))
+    longer = {split: counts["longer_than_one_window"] for split, counts in result["windows"].items()}
+    click.echo(
+        json.dumps(
+            {"task": "ner", "mode": result["mode"], "dev": result["dev"], "longer_than_one_window": longer},
+            indent=2,
+        )
+    )
 
 
 _FEATURES_EPILOG = """\b

@@ -5,7 +5,10 @@ sentences and ``-DOCSTART-`` lines between documents; ``train.txt``, ``valid.txt
 ``test.txt`` (optional) in ``--data-dir``. Tags in IOB1 (the original release) or IOB2 are both
 accepted and converted to IOB2. Reading and scoring (conlleval's) are :mod:`finetune.conll`. As
 in the paper, each word is tagged at its first sub-token, and each sentence is encoded with as much
-of its document around it as fits (:func:`sentence_features`).
+of its document around it as fits; a sentence longer than ``max_seq_length`` is read in
+overlapping windows, ``doc_stride`` sub-tokens apart, every word tagged from the window where it
+has the most context (:mod:`finetune.ner_windows`). ``metrics.json`` says how many sentences of
+each split needed more than one window.
 
 Two modes: fine-tuned (:class:`TokenClassifier`, the whole model trained) and, with
 ``features``, feature-based (the paper's Table 7: the encoder frozen, the chosen layers' activations
@@ -28,7 +31,6 @@ from torch import nn
 
 from finetune import ner_features
 from finetune.common import (
-    Encoder,
     FinetuneError,
     TaskOutput,
     TrainConfig,
@@ -40,86 +42,12 @@ from finetune.common import (
     load_encoder,
     predict,
 )
-from finetune.conll import SPLIT_FILES, Sentence, read_conll, score, to_iob2
+from finetune.conll import SPLIT_FILES, Sentence, read_conll, score
 from finetune.heads import IGNORE, collate_tokens
 from finetune.hidden import FEATURE_CHOICES
+from finetune.ner_windows import Windows, default_doc_stride, sentence_features
 
 logger = logging.getLogger(__name__)
-
-
-def _word_pieces(encoder: Encoder, sentences: Sequence[Sentence]) -> list[list[list[int]]]:
-    """Each sentence's words as sub-token ids (an empty encoding becomes ``[UNK]``)."""
-    unk = encoder.tokenizer.special_ids()["[UNK]"]
-    flat = [w for s in sentences for w in s.words]
-    pieces = encoder.tokenizer.encode_batch(flat)
-    out, at = [], 0
-    for s in sentences:
-        out.append([p or [unk] for p in pieces[at : at + len(s.words)]])
-        at += len(s.words)
-    return out
-
-
-def sentence_features(
-    sentences: Sequence[Sentence],
-    encoder: Encoder,
-    labels: Sequence[str],
-    max_seq_length: int,
-    *,
-    spans: bool = False,
-) -> tuple[list[dict[str, Any]], list[list[int]]]:
-    """One feature per sentence: ``[CLS] left context, sentence, right context [SEP]``, the context
-    taken alternately from the neighbouring sentences of the same document (nearest first) until
-    ``max_seq_length`` is full (the paper's "maximal document context"). Only the sentence's first
-    sub-tokens carry labels. Returns the features and, per sentence, the positions of its words
-    (a word truncated away, in a sentence longer than the window, has position -1). With
-    ``spans``, each feature also has ``sentence_start``/``sentence_end``: where the sentence's own
-    sub-tokens lie in the window (at least one token)."""
-    special = encoder.tokenizer.special_ids()
-    cls_id, sep_id = special["[CLS]"], special["[SEP]"]
-    label_id = {tag: i for i, tag in enumerate(labels)}
-    pieces = _word_pieces(encoder, sentences)
-    flat = [[p for word in words for p in word] for words in pieces]
-    room = max_seq_length - 2
-    features, positions = [], []
-    for index, sentence in enumerate(sentences):
-        ids, word_at, budget = [], [], room
-        for word in pieces[index]:
-            if len(ids) + len(word) > room:
-                word_at.append(-1)
-                continue
-            word_at.append(len(ids))
-            ids.extend(word)
-        budget -= len(ids)
-        left: list[int] = []
-        right: list[int] = []
-        lo, hi = index - 1, index + 1
-        while budget > 0:
-            grew = False
-            if hi < len(sentences) and sentences[hi].document == sentence.document:
-                take = flat[hi][:budget]
-                right.extend(take)
-                budget -= len(take)
-                hi, grew = hi + 1, True
-            if budget > 0 and lo >= 0 and sentences[lo].document == sentence.document:
-                take = flat[lo][-budget:]
-                left[:0] = take
-                budget -= len(take)
-                lo, grew = lo - 1, True
-            if not grew:
-                break
-        offset = 1 + len(left)
-        input_ids = [cls_id, *left, *ids, *right, sep_id]
-        targets = [IGNORE] * len(input_ids)
-        word_at = [p + offset if p >= 0 else -1 for p in word_at]
-        for at, tag in zip(word_at, sentence.tags, strict=True):
-            if at >= 0:
-                targets[at] = label_id.get(tag, IGNORE)
-        feature = {"input_ids": input_ids, "token_type_ids": [0] * len(input_ids), "labels": targets}
-        if spans:
-            feature["sentence_start"], feature["sentence_end"] = offset, offset + max(len(ids), 1)
-        features.append(feature)
-        positions.append(word_at)
-    return features, positions
 
 
 class TokenClassifier(nn.Module):
@@ -157,18 +85,16 @@ def label_set(sentences: Sequence[Sentence]) -> list[str]:
     return ["O"] + [f"{p}-{k}" for k in kinds for p in ("B", "I")]
 
 
-def _tag(model: nn.Module, sentences, encoder, labels, max_seq_length, config) -> list[list[str]]:
-    """Predicted IOB2 tags for every word (a word truncated away is tagged ``O``)."""
-    features, positions = sentence_features(sentences, encoder, labels, max_seq_length)
+def tag_windows(
+    model: nn.Module, windows: Windows, labels: Sequence[str], config: TrainConfig
+) -> list[list[str]]:
+    """Predicted IOB2 tags for every word of every sentence of ``windows`` (:func:`sentence_features`),
+    each word read from its window."""
     outputs = predict(
-        model, features, batch_size=config.eval_batch_size, device=config.device,
+        model, windows.features, batch_size=config.eval_batch_size, device=config.device,
         precision=config.precision, collate_fn=collate_tokens, progress=config.progress,
     )  # fmt: skip
-    tags = []
-    for logits, word_at in zip(outputs, positions, strict=True):
-        best = logits.argmax(-1).tolist()
-        tags.append(to_iob2([labels[best[p]] if p >= 0 else "O" for p in word_at]))
-    return tags
+    return windows.tags([logits.argmax(-1).tolist() for logits in outputs], labels)
 
 
 def _write_predictions(fs, path: str, sentences: Sequence[Sentence], predicted) -> None:
@@ -201,6 +127,7 @@ def run_ner(
     config: TrainConfig,
     *,
     max_seq_length: int = 128,
+    doc_stride: int | None = None,
     max_train_examples: int | None = None,
     max_eval_examples: int | None = None,
     cased: bool | None = None,
@@ -212,6 +139,9 @@ def run_ner(
     """Fine-tune ``checkpoint`` for NER on ``data_dir`` (train.txt; scored on valid.txt and, when
     present, test.txt) and write ``metrics.json`` and ``{valid,test}_predictions.txt``.
 
+    A sentence longer than ``max_seq_length`` is read in windows ``doc_stride`` sub-tokens apart
+    (default: half a window; :mod:`finetune.ner_windows`), so every word is trained on and tagged;
+    ``metrics.json``'s ``windows`` counts, per split, the sentences that needed more than one.
     ``features`` (one of :data:`finetune.hidden.FEATURE_CHOICES`) is the feature-based mode of the
     paper's Table 7: the encoder frozen, those layers of each sentence fed to a two-layer BiLSTM
     and a classifier (:mod:`finetune.ner_features`); ``cache_features`` runs the frozen encoder
@@ -220,23 +150,25 @@ def run_ner(
     later runs with any ``features`` choice. ``before_training`` (the CLI's ``--overwrite``
     clean-up) is called once the data, checkpoint and settings have passed their checks (the
     feature tagger built), right before training."""
-    if features is not None:
-        check_feature_choice(features)
-    elif cache_features or feature_cache is not None:
-        raise FinetuneError(
-            "--cache-features and --feature-cache need --features (the fine-tuned mode trains the encoder)"
-        )
+    check_settings(features, cache_features, feature_cache, doc_stride)
     train, splits = _read_splits(data_dir, max_train_examples, max_eval_examples)
     labels = label_set(train)
     encoder = load_encoder(checkpoint, cased=cased)
     check_max_seq_length(max_seq_length, encoder)
     check_casing(encoder, [" ".join(s.words) for s in train])
+    stride = doc_stride or default_doc_stride(max_seq_length)
+
+    def windows_of(sentences: Sequence[Sentence]) -> Windows:
+        return sentence_features(
+            sentences, encoder, labels, max_seq_length, doc_stride=stride, spans=features is not None
+        )
+
     if features is None:
         model: nn.Module = TokenClassifier(encoder.model, len(labels), seed=config.seed)
-        tag = _fine_tuned(model, train, encoder, labels, max_seq_length, config, before_training)
+        tag = _fine_tuned(model, train, windows_of, labels, config, before_training)
     else:
-        settings = (max_seq_length, config, cache_features, feature_cache, before_training)
-        tag, model = _feature_based(encoder, train, labels, features, *settings)
+        settings = (config, cache_features, feature_cache, before_training)
+        tag, model = _feature_based(encoder, train, windows_of, labels, features, *settings)
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
     result: dict[str, Any] = {
@@ -248,6 +180,7 @@ def run_ner(
         "train": tag.trained.to_dict(),
         "num_examples": {"train": len(train), **{k: len(v) for k, v in splits.items()}},
         "max_seq_length": max_seq_length,
+        "doc_stride": stride,
         "mode": "fine-tuned" if features is None else "feature-based",
         "files": [],
     }
@@ -257,59 +190,83 @@ def run_ner(
         _write_predictions(fs, f"{root}/{name}_predictions.txt", sentences, predicted)
         result["files"].append(f"{name}_predictions.txt")
         logger.info("ner: %s F1 %.4f", name, result[name]["f1"])
+    result["windows"] = tag.windows
     if features is not None:
         result["feature_based"] = _feature_summary(
             model, features, cache_features, feature_cache, tag.activations
         )
     result["dev"] = {k: result["valid"][k] for k in ("precision", "recall", "f1")}
-    with fs.open(f"{root}/metrics.json", "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
-        f.write("\n")
+    _write_json(fs, f"{root}/metrics.json", result)
     return result
 
 
-class _Tagger:
-    """What :func:`run_ner` scores with: ``tag(split name, sentences)``, the :class:`TrainResult`
-    and, feature-based, how each split's activations were obtained."""
+def _write_json(fs, path: str, data: dict[str, Any]) -> None:
+    with fs.open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
 
-    def __init__(self, tag: Callable[[str, Sequence[Sentence]], list[list[str]]], trained: TrainResult):
-        self.tag, self.trained, self.activations = tag, trained, {}
+
+class _Tagger:
+    """What :func:`run_ner` scores with: ``tag(split name, sentences)``, the :class:`TrainResult`,
+    each split's window count (``windows``) and, feature-based, how each split's activations were
+    obtained."""
+
+    def __init__(
+        self,
+        tag: Callable[[str, Windows], list[list[str]]],
+        trained: TrainResult,
+        windows_of: Callable[[Sequence[Sentence]], Windows],
+        train_windows: Windows,
+    ):
+        self._tag, self.trained, self._windows_of = tag, trained, windows_of
+        self.windows: dict[str, dict[str, int]] = {}
+        self.activations: dict[str, str] = {}
+        self._count("train", train_windows)
+
+    def _count(self, name: str, windows: Windows) -> None:
+        self.windows[name] = windows.summary()
+        if windows.num_long:
+            logger.info(
+                "ner: %d of %d %s sentences were longer than one window and were read in overlapping windows",
+                windows.num_long, len(windows.words), name,
+            )  # fmt: skip
 
     def __call__(self, name: str, sentences: Sequence[Sentence]) -> list[list[str]]:
-        return self.tag(name, sentences)
+        windows = self._windows_of(sentences)
+        self._count(name, windows)
+        return self._tag(name, windows)
 
 
-def _fine_tuned(model, train, encoder, labels, max_seq_length, config, before_training) -> _Tagger:
+def _fine_tuned(model, train, windows_of, labels, config, before_training) -> _Tagger:
     """Train the whole :class:`TokenClassifier` on the training sentences."""
-    inputs, _ = sentence_features(train, encoder, labels, max_seq_length)
+    windows = windows_of(train)
     if before_training is not None:
         before_training()
-    trained = fit(model, inputs, config, collate_fn=collate_tokens)
+    trained = fit(model, windows.features, config, collate_fn=collate_tokens)
     return _Tagger(
-        lambda _name, sentences: _tag(model, sentences, encoder, labels, max_seq_length, config), trained
+        lambda _name, split: tag_windows(model, split, labels, config), trained, windows_of, windows
     )
 
 
 def _feature_based(
-    encoder, train, labels, features, max_seq_length, config, cache, folder, before_training
+    encoder, train, windows_of, labels, features, config, cache, folder, before_training
 ) -> tuple[_Tagger, nn.Module]:
     """Train a feature tagger on the frozen encoder (:mod:`finetune.ner_features`)."""
     model = ner_features.feature_tagger(encoder, labels, features, config)
-    inputs, _ = sentence_features(train, encoder, labels, max_seq_length, spans=True)
+    windows = windows_of(train)
     if before_training is not None:
         before_training()
     trained, how = ner_features.fit_feature_tagger(
-        model, inputs, config, cache=cache, folder=folder, source=encoder.source
+        model, windows.features, config, cache=cache, folder=folder, source=encoder.source
     )
 
-    def tag(name: str, sentences: Sequence[Sentence]) -> list[list[str]]:
-        split_inputs, positions = sentence_features(sentences, encoder, labels, max_seq_length, spans=True)
+    def tag(name: str, split: Windows) -> list[list[str]]:
         tags, tagger.activations[name] = ner_features.tag_feature_based(
-            model, split_inputs, positions, labels, config, folder=folder, split=name, source=encoder.source
+            model, split, labels, config, folder=folder, split=name, source=encoder.source
         )
         return tags
 
-    tagger = _Tagger(tag, trained)
+    tagger = _Tagger(tag, trained, windows_of, windows)
     tagger.activations["train"] = how
     return tagger, model
 
@@ -333,3 +290,17 @@ def check_feature_choice(features: str) -> None:
     """Refuse an unknown ``--features`` before any file is read."""
     if features not in FEATURE_CHOICES:
         raise FinetuneError(f"--features must be one of {', '.join(FEATURE_CHOICES)}, got {features!r}")
+
+
+def check_settings(
+    features: str | None, cache_features: bool, feature_cache: str | None, doc_stride: int | None
+) -> None:
+    """Refuse settings that cannot work together before any file is read."""
+    if features is not None:
+        check_feature_choice(features)
+    elif cache_features or feature_cache is not None:
+        raise FinetuneError(
+            "--cache-features and --feature-cache need --features (the fine-tuned mode trains the encoder)"
+        )
+    if doc_stride is not None and doc_stride < 1:
+        raise FinetuneError(f"--doc-stride must be at least 1, got {doc_stride}")

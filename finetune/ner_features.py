@@ -3,7 +3,8 @@ folder of cached activations that ``finetune ner --feature-cache DIR`` shares be
 
 The encoder reads each sentence in its window of document context; the head
 (:class:`finetune.heads.FeatureTagger`) runs over the sentence's own sub-tokens only (the span of
-``sentence_features(..., spans=True)``), which is all that is scored. With ``--cache-features``
+``sentence_features(..., spans=True)``; in each window of a sentence longer than one), which is
+all that is scored. With ``--cache-features``
 the frozen encoder runs once over the training set instead of once per epoch. With
 ``--feature-cache DIR`` the activations of *every* layer of every split (train, valid, test) are
 also written to ``DIR`` (safetensors, one file per split) and read back by any later run over the
@@ -29,8 +30,8 @@ import safetensors.torch
 import torch
 
 from finetune.common import MODEL_INPUTS, Encoder, FinetuneError, TrainConfig, TrainResult, fit, predict
-from finetune.conll import to_iob2
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens, collate_with_layers, sentence_only
+from finetune.ner_windows import Windows
 from pretrain.runtime import resolve_device, resolve_precision
 
 logger = logging.getLogger(__name__)
@@ -198,8 +199,7 @@ def fit_feature_tagger(
 
 def tag_feature_based(
     model: FeatureTagger,
-    inputs: list[dict[str, Any]],
-    positions: Sequence[Sequence[int]],
+    windows: Windows,
     labels: Sequence[str],
     config: TrainConfig,
     *,
@@ -207,9 +207,11 @@ def tag_feature_based(
     split: str,
     source: str,
 ) -> tuple[list[list[str]], str]:
-    """Predicted IOB2 tags for each sentence (``positions``: its words in the window, -1 for a word
-    truncated away, tagged ``O``), the activations live or, with ``folder``, shared through it.
-    Returns the tags and how the activations were obtained."""
+    """Predicted IOB2 tags for every word of every sentence of ``windows`` (features with sentence
+    spans; a long sentence's words each read from the window where they have the most context),
+    the activations live or, with ``folder``, shared through it. Returns the tags and how the
+    activations were obtained."""
+    inputs = windows.features
     starts = [f["sentence_start"] for f in inputs]
     outcome = "live"
     if folder is not None:
@@ -218,8 +220,4 @@ def tag_feature_based(
         model, inputs, batch_size=config.eval_batch_size, device=config.device, precision=config.precision,
         collate_fn=collate_with_layers(collate_tokens), progress=config.progress, inputs=SPAN_INPUTS,
     )  # fmt: skip
-    tags = []
-    for logits, word_at, start in zip(outputs, positions, starts, strict=True):
-        best = logits.argmax(-1).tolist()
-        tags.append(to_iob2([labels[best[p - start]] if p >= 0 else "O" for p in word_at]))
-    return tags, outcome
+    return windows.tags([logits.argmax(-1).tolist() for logits in outputs], labels, starts), outcome

@@ -69,10 +69,9 @@ def _run(build, config, inputs, beam_args: list[str], record_name: str) -> None:
     for line in summary_lines(stats, config.output, record_name):
         click.echo(line)
     allowed = getattr(config, "allow_file_errors", False)
-    for reason, count in stats["file_errors"].items():
+    for reason, count in stats["file_errors"].items() if allowed else ():
         click.echo(
-            f"{'warning' if allowed else 'error'}: {count} input file(s) ended early ({reason}); "
-            f"see {config.output}/rejects",
+            f"warning: {count} input file(s) ended early ({reason}); see {config.output}/rejects",
             err=True,
         )
     reason = incomplete_reason(stats, allowed)
@@ -127,8 +126,9 @@ def _source_options(func):
     func = click.option(
         "--allow-file-errors",
         is_flag=True,
-        help="Mark the output COMPLETED although input files ended early (truncated, undecodable); "
-        "without it such a run exits 1 and is not COMPLETED.",
+        help="Mark the output COMPLETED although input files had errors (truncated, undecodable, "
+        "unreadable), keeping what was read before each; without it such a run exits 1, is not "
+        "COMPLETED, and stats.json names the files.",
     )(func)
     func = click.option("--overwrite", is_flag=True, help="Replace a completed output at --output.")(func)
     func = click.option(
@@ -243,7 +243,9 @@ def text(
 
     One sentence per line, a blank line between documents (UTF-8). The output has the
     train/validation/test layout of `pipelines corpus` (by default everything in train), so
-    `pipelines examples --corpus OUTPUT` takes it. Empty and binary files are rejects.
+    `pipelines examples --corpus OUTPUT` takes it. Empty files are rejects; a file that is not
+    UTF-8 text (an invalid byte, a NUL byte) fails the run, naming the file, byte and line, unless
+    --allow-file-errors, which keeps the documents before that byte.
     """
     from pipelines.plaintext.pipeline import build
 

@@ -268,8 +268,15 @@ def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) ->
     ``allow_file_errors`` (``--allow-file-errors``) accepts the pages read before a file ended.
     """
     if stats["file_errors"] and not allow_file_errors:
-        reasons = ", ".join(f"{reason} ({count})" for reason, count in stats["file_errors"].items())
-        return f"input file(s) ended early: {reasons}"
+        files = stats.get("files_with_errors") or []
+        if not files:
+            reasons = ", ".join(f"{reason} ({count})" for reason, count in stats["file_errors"].items())
+            return f"input file(s) ended early: {reasons}"
+        more = f" (and {len(files) - 1:,} more file(s): see stats.json)" if len(files) > 1 else ""
+        return (
+            f"{files[0]['file']}: {files[0]['detail']}{more}; --allow-file-errors keeps what was read before "
+            "each error"
+        )
     if not stats["documents_out"]:
         return f"no documents written ({stats['records_in']:,} records read; see stats.json)"
     return None
@@ -297,8 +304,11 @@ def _finish(
     tally: Counter,
     counted_in: str,
     input_files: list[dict],
+    file_errors: list[dict],
 ) -> dict[str, Any]:
     stats = build_stats(tally, counted_in)
+    if file_errors:  # the files and what happened to each, for the one-line error (absent when none)
+        stats["files_with_errors"] = sorted(file_errors, key=lambda f: (f["file"], f["detail"]))
     if input_files:
         params = {**params, "input_files": sorted(input_files, key=lambda f: f["path"])}
     data = [ShardEntry(**e) for e in entries if e["format"] == DOCUMENTS.name]
@@ -384,6 +394,12 @@ class WriteStageOutput(beam.PTransform):
         )
         all_entries = entries | "All shards" >> beam.Flatten()
         hashes = outcomes.pipeline | "Hash inputs" >> HashInputs(self._input_files)
+        file_errors = (
+            outcomes
+            | "File errors" >> beam.Filter(lambda o: o.kind == FILE_ERROR)
+            | "File error rows"
+            >> beam.Map(lambda o: {"file": o.row["origin"], "reason": o.reason, "detail": o.row["detail"]})
+        )
         return (
             outcomes.pipeline
             | "Finish" >> beam.Create([None])
@@ -397,5 +413,6 @@ class WriteStageOutput(beam.PTransform):
                 beam.pvalue.AsSingleton(total),
                 self._counted_in,
                 beam.pvalue.AsList(hashes),
+                beam.pvalue.AsList(file_errors),
             )
         )

@@ -1,7 +1,8 @@
 """``pipelines books``: a folder or glob of plain-text books into documents, one per book.
 
 Graph: book files → reshuffle → read, decode and clean each book (one ``Outcome`` per file)
-→ ``WriteStageOutput``.
+→ ``WriteStageOutput``. A book that cannot be read or decoded is a file error, not a record:
+``records_in`` counts the books read.
 """
 
 from __future__ import annotations
@@ -12,10 +13,22 @@ from pipelines import io
 from pipelines.books.clean import BookRejected, clean_book
 from pipelines.config import BooksConfig
 from pipelines.progress import ShowProgress
-from pipelines.stage import CountRecords, Outcome, WriteStageOutput, reject_outcome, sentences_outcome
+from pipelines.stage import (
+    FILE_ERROR,
+    REJECTED,
+    CountRecords,
+    Outcome,
+    WriteStageOutput,
+    reject_outcome,
+    sentences_outcome,
+)
 from pipelines.text import paragraphs_to_sentences
 
 SOURCE = "books"
+FILE_ERROR_REASONS = ("undecodable", "unreadable")
+"""Books that could not be read or decoded: file errors (``stats.json``'s ``file_errors``), which
+leave the output unmarked unless ``--allow-file-errors``; a ``binary`` or ``empty`` file is not a
+book and stays a reject."""
 
 
 def _title_from_path(path: str) -> str:
@@ -30,8 +43,17 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
         book = clean_book(data, name)
     except BookRejected as err:
         excerpt = data[:200].decode("utf-8", errors="replace")
+        # Text that cannot be decoded is a damaged input file, not a record to drop quietly.
+        kind = FILE_ERROR if err.reason in FILE_ERROR_REASONS else REJECTED
+        detail = err.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else err.detail
         return reject_outcome(
-            source=SOURCE, origin=path, record_id=name, reason=err.reason, detail=err.detail, excerpt=excerpt
+            source=SOURCE,
+            origin=path,
+            record_id=name,
+            reason=err.reason,
+            detail=detail,
+            excerpt=excerpt,
+            kind=kind,
         )
     return sentences_outcome(
         paragraphs_to_sentences(book.paragraphs),
@@ -48,16 +70,17 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
 
 
 def read_book_outcome(path: str, min_document_words: int) -> Outcome:
-    """Read one book file and clean it; an unreadable file is a reject, never a crash."""
+    """Read one book file and clean it; an unreadable file is a file error, never a crash."""
     try:
         data = io.read_bytes(path)
-    except Exception as err:  # Any filesystem error: the book is rejected, the others go on.
+    except Exception as err:  # Any filesystem error: a file error, the other books go on.
         return reject_outcome(
             source=SOURCE,
             origin=path,
             record_id=path.rsplit("/", 1)[-1],
             reason="unreadable",
             detail=f"{type(err).__name__}: {err}"[:500],
+            kind=FILE_ERROR,
         )
     return book_outcome(path, data, min_document_words)
 
@@ -71,7 +94,11 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         | "Progress" >> beam.ParDo(ShowProgress("pipelines books: cleaning", "books"))
     )
     outcomes = paths | "Clean books" >> beam.Map(read_book_outcome, config.min_document_words)
-    books_read = paths | "Count books" >> CountRecords()
+    books_read = (
+        outcomes
+        | "Books read" >> beam.Filter(lambda o: o.kind != FILE_ERROR)
+        | "Count books" >> CountRecords()
+    )
     _ = outcomes | "Write" >> WriteStageOutput(
         output=config.output,
         producer="pipelines books",

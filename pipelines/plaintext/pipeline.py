@@ -10,9 +10,15 @@ Graph: input files → reshuffle → read and parse each file (``Outcome`` per d
 ``WriteStageOutput`` with the splits of a ``pipelines corpus`` output (by default every document
 in ``train``), so ``pipelines examples --corpus OUT`` takes it directly.
 
-Bad input is counted, never a crash: an empty (or whitespace-only) file and a binary file
-(NUL bytes or not UTF-8) are rejects with that reason (see ``OUT/rejects``); a file with no
-blank line is one document, counted as ``files_without_blank_lines`` in ``stats.json``.
+Bad input is counted, never a crash. An empty (or whitespace-only) file is a reject ``empty``
+(see ``OUT/rejects``); a file with no blank line is one document, counted as
+``files_without_blank_lines`` in ``stats.json``. A file that is not UTF-8 text is a file error
+(``stats.json``'s ``file_errors`` and ``files_with_errors``, and a row in ``OUT/rejects``), which
+leaves the output unmarked unless ``--allow-file-errors``: ``undecodable`` at its first invalid
+UTF-8 byte, ``binary`` at its first NUL byte (UTF-16 text, or not text at all). The file is read
+up to the document holding that byte: the documents before it are kept, the rest is counted as
+``bytes_not_read`` and ``lines_not_read``. An input file that cannot be read at all is a file
+error ``unreadable``.
 """
 
 from __future__ import annotations
@@ -25,12 +31,19 @@ from pipelines import io
 from pipelines.config import TextConfig
 from pipelines.corpus.split import assign_split
 from pipelines.progress import ShowProgress
-from pipelines.stage import Outcome, WriteStageOutput, reject_outcome, sentences_outcome
+from pipelines.stage import (
+    FILE_ERROR,
+    REJECTED,
+    Outcome,
+    WriteStageOutput,
+    reject_outcome,
+    sentences_outcome,
+)
 
 SOURCE = "text"
 
 
-def _reject(path: str, reason: str, detail: str, data: bytes = b"") -> Outcome:
+def _reject(path: str, reason: str, detail: str, data: bytes = b"", kind: str = REJECTED) -> Outcome:
     excerpt = data[:200].decode("utf-8", errors="replace") if data else None
     return reject_outcome(
         source=SOURCE,
@@ -39,6 +52,7 @@ def _reject(path: str, reason: str, detail: str, data: bytes = b"") -> Outcome:
         reason=reason,
         detail=detail,
         excerpt=excerpt,
+        kind=kind,
     )
 
 
@@ -55,53 +69,87 @@ def parse_documents(text: str) -> list[list[str]]:
 
 
 def text_file_outcomes(path: str, data: bytes, min_document_words: int) -> list[Outcome]:
-    """One file's documents as outcomes, or one reject saying why the file was not used.
+    """One file's documents as outcomes, with a reject saying why a file was not (wholly) used.
 
     The first outcome carries the file's counts: ``records_in`` (its documents, or 1 for a
-    rejected file: what ``stats.json`` reconciles against), ``text_files`` (files read) and
-    ``files_without_blank_lines``.
+    rejected file: what ``stats.json`` reconciles against; a file error is not a record),
+    ``text_files`` (files read) and ``files_without_blank_lines``.
     """
     outcomes = _parse_file(path, data, min_document_words)
-    counts = {**(outcomes[0].counts or {}), "records_in": len(outcomes), "text_files": 1}
+    records = sum(o.kind != FILE_ERROR for o in outcomes)
+    counts = {**(outcomes[0].counts or {}), "records_in": records, "text_files": 1}
     return [dataclasses.replace(outcomes[0], counts=counts), *outcomes[1:]]
 
 
-def _parse_file(path: str, data: bytes, min_document_words: int) -> list[Outcome]:
-    if b"\x00" in data:
-        return [_reject(path, "binary", "the file holds NUL bytes: not a text file", data)]
+def decode_text(data: bytes) -> tuple[str | None, tuple[int, str, str] | None]:
+    """``data`` as UTF-8 text, or None and ``(offset, reason, what)`` of the first byte that keeps
+    it from being text: invalid UTF-8 (``undecodable``) or a NUL byte (``binary``)."""
+    nul = data.find(b"\x00")
+    binary = (nul, "binary", "a NUL byte (UTF-16, or not text)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        return [_reject(path, "binary", f"not UTF-8 at byte {err.start}", data)]
+        return None, binary if 0 <= nul < err.start else (err.start, "undecodable", "not UTF-8")
+    return (None, binary) if nul >= 0 else (text, None)
+
+
+def _cut_file(path: str, data: bytes, min_document_words: int, bad: tuple[int, str, str]) -> list[Outcome]:
+    """The documents that end before the bad byte, and a file error counting what was not read."""
+    offset, reason, what = bad
+    line = data.count(b"\n", 0, offset) + 1
+    lines = data[:offset].decode("utf-8").split("\n")
+    # The line holding the bad byte is incomplete; the documents before the last blank line are whole.
+    blank = max((i for i, text in enumerate(lines[:-1]) if not text.strip()), default=-1)
+    read = "\n".join(lines[: blank + 1])
+    kept = parse_documents(read.removeprefix("\ufeff"))
+    unread_bytes = len(data) - (len(read.encode("utf-8")) + 1 if blank >= 0 else 0)
+    num_lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    detail = (
+        f"{what} at byte {offset:,} (line {line:,}); {len(kept):,} document(s) before it read, "
+        f"{unread_bytes:,} bytes from line {blank + 2:,} on not read"
+    )
+    error = _reject(path, reason, detail, data[max(0, offset - 100) : offset + 100], kind=FILE_ERROR)
+    error = dataclasses.replace(
+        error, counts={"bytes_not_read": unread_bytes, "lines_not_read": num_lines - blank - 1}
+    )
+    return [*_documents(path, kept, min_document_words, {}), error]
+
+
+def _documents(path: str, documents: list[list[str]], min_document_words: int, counts: dict) -> list[Outcome]:
+    name = path.rsplit("/", 1)[-1]
+    return [
+        sentences_outcome(
+            sentences,
+            min_document_words,
+            counts=counts if number == 0 and counts else None,
+            source=SOURCE,
+            origin=path,
+            title=f"{name}#{number}",
+        )
+        for number, sentences in enumerate(documents)
+    ]
+
+
+def _parse_file(path: str, data: bytes, min_document_words: int) -> list[Outcome]:
+    text, bad = decode_text(data)
+    if text is None:
+        return _cut_file(path, data, min_document_words, bad)
     documents = parse_documents(text.removeprefix("\ufeff"))
     if not documents:
         return [_reject(path, "empty", "the file has no non-blank line")]
     counts = {}
     if len(documents) == 1 and len(text.splitlines()) > 1:
         counts["files_without_blank_lines"] = 1
-    name = path.rsplit("/", 1)[-1]
-    outcomes = []
-    for number, sentences in enumerate(documents):
-        outcomes.append(
-            sentences_outcome(
-                sentences,
-                min_document_words,
-                counts=counts if number == 0 and counts else None,
-                source=SOURCE,
-                origin=path,
-                title=f"{name}#{number}",
-            )
-        )
-    return outcomes
+    return _documents(path, documents, min_document_words, counts)
 
 
 def read_text_file(path: str, min_document_words: int) -> list[Outcome]:
-    """Read one input file and parse it; an unreadable file is a reject, never a crash."""
+    """Read one input file and parse it; a file that cannot be read is a file error, never a crash."""
     try:
         data = io.read_bytes(path)
-    except Exception as err:  # Any filesystem error: the file is rejected, the others go on.
-        reject = _reject(path, "unreadable", f"{type(err).__name__}: {err}"[:500])
-        return [dataclasses.replace(reject, counts={"records_in": 1, "text_files": 1})]
+    except Exception as err:  # Any filesystem error: a file error, the others go on.
+        error = _reject(path, "unreadable", f"{type(err).__name__}: {err}"[:500], kind=FILE_ERROR)
+        return [dataclasses.replace(error, counts={"records_in": 0, "text_files": 1})]
     return text_file_outcomes(path, data, min_document_words)
 
 

@@ -10,7 +10,8 @@ import pytest
 from finetune.common import FinetuneError
 from finetune.conll import Sentence, entities, read_conll, score, to_iob2
 from finetune.heads import IGNORE
-from finetune.ner import label_set, sentence_features
+from finetune.ner import label_set
+from finetune.ner_windows import sentence_features
 from tests.conftest import SHARED_DATA, require
 
 VALID = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
@@ -118,13 +119,41 @@ def test_each_sentence_gets_document_context_and_first_subtoken_labels():
         Sentence(("ffff",), ("B-ORG",), 2, 10),  # another document: never context
     ]
     labels = label_set(doc)
-    features, positions = sentence_features(doc, _Encoder(), labels, max_seq_length=12)
-    middle = features[1]
+    windows = sentence_features(doc, _Encoder(), labels, max_seq_length=12)
+    middle = windows.features[1]
     # [CLS] aa b | ccc d | ee [SEP]: 3 + 4 + 2 + 2 = 11 tokens <= 12
     assert len(middle["input_ids"]) == 11
-    assert positions[1] == [4, 7]
+    assert windows.words[1] == [(1, 4), (1, 7)] and windows.num_long == 0
     assert [i for i, t in enumerate(middle["labels"]) if t != IGNORE] == [4, 7]
     assert middle["labels"][4] == labels.index("B-LOC") and middle["labels"][7] == labels.index("O")
-    assert len(features[3]["input_ids"]) == 6  # alone in its document
-    tight, _ = sentence_features(doc, _Encoder(), labels, max_seq_length=7)
+    assert len(windows.features[3]["input_ids"]) == 6  # alone in its document
+    tight = sentence_features(doc, _Encoder(), labels, max_seq_length=7).features
     assert len(tight[1]["input_ids"]) == 7  # context cut to fit
+
+
+def test_a_long_sentence_is_read_in_windows_each_word_labelled_once():
+    """14 sub-tokens in windows of 6 (max_seq_length 8) starting 3 apart: 0-5, 3-8, 6-11, 9-13.
+    Each word is labelled in the window where its first sub-token has the most context."""
+    words = ("aa", "bbb", "c", "dd", "eee", "f", "gg")  # sub-tokens start at 0, 2, 5, 6, 8, 11, 12
+    tags = ("B-PER", "I-PER", "O", "B-LOC", "O", "B-ORG", "O")
+    doc = [Sentence(("x",), ("O",), 1, 1), Sentence(words, tags, 1, 3)]
+    labels = label_set(doc)
+    windows = sentence_features(doc, _Encoder(), labels, max_seq_length=8, doc_stride=3, spans=True)
+    assert windows.num_long == 1 and len(windows.features) == 1 + 4
+    assert windows.summary() == {"sentences": 2, "longer_than_one_window": 1, "windows": 5}
+    long = windows.features[1:]
+    assert [len(f["input_ids"]) for f in long] == [8, 8, 8, 7]  # no document context once overflowing
+    assert [(f["sentence_start"], f["sentence_end"]) for f in long] == [(1, 7), (1, 7), (1, 7), (1, 6)]
+    # first sub-token -> its window (most context: min(left, right) in the window, first on ties)
+    assert windows.words[1] == [(1, 1), (1, 3), (2, 3), (2, 4), (3, 3), (4, 3), (4, 4)]
+    labelled = [
+        (f, p)
+        for f, feature in enumerate(windows.features)
+        for p, t in enumerate(feature["labels"])
+        if t != IGNORE
+    ]
+    assert sorted(labelled) == sorted([(0, 1), *windows.words[1]])  # every word once, nothing else
+    for (f, p), tag in zip(windows.words[1], tags, strict=True):
+        assert windows.features[f]["labels"][p] == labels.index(tag)
+    best = [[max(t, 0) for t in f["labels"]] for f in windows.features]
+    assert windows.tags(best, labels)[1] == list(tags)
