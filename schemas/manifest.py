@@ -3,6 +3,11 @@
 An output folder is complete only when ``COMPLETED`` exists and holds the SHA-256 of
 ``manifest.json``; the marker is written last, so a crash never leaves an output that looks
 finished. ``manifest.json`` lists every shard with its split, row count, size and SHA-256.
+
+Outputs whose records are token ids (``examples``) name the vocabulary those ids index:
+``params.vocab_sha256`` (required: its identity, :class:`ManifestVocabulary`), ``params.cased``
+and, since shards carry their vocabulary, ``vocab_file``: the copy in the folder (``vocab.txt``)
+with its size and SHA-256, so shards moved to another machine need nothing beside them.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,6 +23,13 @@ MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 STATS_FILE = "stats.json"
 COMPLETED_FILE = "COMPLETED"
+VOCAB_FILE = "vocab.txt"
+"""The vocabulary an ``examples`` output carries: one token per line in id order."""
+VOCAB_FORMATS = frozenset({"examples"})
+"""Record formats of token ids: their manifests must name the vocabulary by ``params.vocab_sha256``."""
+MAX_VOCAB_FILE_BYTES = 64 << 20
+"""The largest vocabulary copy a manifest may name (a million tokens take about 10 MB)."""
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class ManifestError(ValueError):
@@ -45,6 +58,81 @@ class IndexReference:
 
 
 @dataclass(frozen=True)
+class VocabFile:
+    """The vocabulary copy of an ``examples`` output: a file name in the output folder, its size and
+    the SHA-256 of its bytes (what ``COMPLETED``, through the manifest, vouches for)."""
+
+    path: str
+    num_bytes: int
+    sha256: str
+
+    @classmethod
+    def from_json(cls, data: Any, source: str) -> VocabFile:
+        """Parse ``manifest.json``'s ``vocab_file`` object, refusing any other shape with one line:
+        a plain file name (no folder, never ``..``), a size up to :data:`MAX_VOCAB_FILE_BYTES`,
+        64 lower-case hex digits."""
+        wanted = (
+            f'{source}: vocab_file must be {{"path": a file name in the folder, "num_bytes": '
+            f'0..{MAX_VOCAB_FILE_BYTES}, "sha256": 64 hex digits}}, got {json.dumps(data)[:120]}; '
+            "the manifest is damaged: copy the shards again"
+        )
+        if not isinstance(data, dict) or set(data) != {"path", "num_bytes", "sha256"}:
+            raise ManifestError(wanted)
+        path, num_bytes, sha256 = data["path"], data["num_bytes"], data["sha256"]
+        if (
+            not isinstance(path, str)
+            or path in ("", ".", "..")
+            or any(c in path for c in "/\\\0")
+            or type(num_bytes) is not int
+            or not 0 <= num_bytes <= MAX_VOCAB_FILE_BYTES
+            or not isinstance(sha256, str)
+            or not _SHA256_HEX.fullmatch(sha256)
+        ):
+            raise ManifestError(wanted)
+        return cls(path, num_bytes, sha256)
+
+
+@dataclass(frozen=True)
+class ManifestVocabulary:
+    """What an ``examples`` manifest says of the vocabulary its token ids index."""
+
+    sha256: str
+    """``params.vocab_sha256``: SHA-256 of the tokens in id order joined by newlines (the
+    vocabulary's identity, the same for its vocab.txt and tokenizer.json)."""
+    cased: bool | None
+    """``params.cased``: whether the text was tokenised cased (None: not recorded)."""
+    source: str | None
+    """``params.vocab``: where ``pipelines examples`` read it (an absolute path or URL)."""
+    copy: VocabFile | None
+    """``vocab_file``: the copy inside the output; None for outputs written before shards carried it."""
+
+
+def manifest_vocabulary(manifest: Manifest, source: str) -> ManifestVocabulary:
+    """The vocabulary fields of a manifest, checked: ``params.vocab_sha256`` is required (64
+    lower-case hex digits), ``params.cased`` is true or false and ``params.vocab`` a string when
+    present. Raises :class:`ManifestError`, one line naming ``source``."""
+    params = manifest.params
+    damaged = "the manifest is damaged: write the shards again (pipelines examples), or copy them again"
+    recorded = params.get("vocab_sha256")
+    if recorded is None:
+        raise ManifestError(
+            f"{source}: no params.vocab_sha256 (the SHA-256 of the vocabulary the token ids index); {damaged}"
+        )
+    if not isinstance(recorded, str) or not _SHA256_HEX.fullmatch(recorded):
+        raise ManifestError(
+            f"{source}: params.vocab_sha256 is {json.dumps(recorded)[:80]}, not a SHA-256 (64 hex digits); {damaged}"
+        )
+    cased, vocab = params.get("cased"), params.get("vocab")
+    if cased is not None and not isinstance(cased, bool):
+        raise ManifestError(
+            f"{source}: params.cased is {json.dumps(cased)[:80]}, not true or false; {damaged}"
+        )
+    if vocab is not None and not isinstance(vocab, str):
+        raise ManifestError(f"{source}: params.vocab is {json.dumps(vocab)[:80]}, not a path; {damaged}")
+    return ManifestVocabulary(recorded, cased, vocab, manifest.vocab_file)
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What a stage wrote: record format, producing command, parameters and shards."""
 
@@ -57,6 +145,8 @@ class Manifest:
     manifest_version: int = MANIFEST_VERSION
     index: IndexReference | None = None
     """The record-batch index (``examples`` outputs since it exists); absent from the JSON when None."""
+    vocab_file: VocabFile | None = None
+    """The vocabulary copy (``examples`` outputs since they carry one); absent from the JSON when None."""
 
     def splits(self) -> list[str]:
         """The split names present, in first-seen order."""
@@ -75,8 +165,9 @@ class Manifest:
         data = asdict(self)
         data["shards"] = sorted(data["shards"], key=lambda s: s["path"])
         data["rejects"] = sorted(data["rejects"], key=lambda s: s["path"])
-        if data["index"] is None:
-            del data["index"]  # manifests without an index keep their old bytes (and COMPLETED)
+        for optional in ("index", "vocab_file"):
+            if data[optional] is None:
+                del data[optional]  # manifests without one keep their old bytes (and COMPLETED)
         return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
     @classmethod
@@ -93,8 +184,10 @@ class Manifest:
             raise ManifestError(
                 f"{source}: manifest version {version!r} is not supported (this code reads {MANIFEST_VERSION})"
             )
+        vocab_file = data.get("vocab_file")
+        vocab_file = None if vocab_file is None else VocabFile.from_json(vocab_file, source)
         try:
-            return cls(
+            manifest = cls(
                 format=str(data["format"]),
                 format_version=int(data["format_version"]),
                 producer=str(data["producer"]),
@@ -102,9 +195,13 @@ class Manifest:
                 shards=tuple(ShardEntry(**s) for s in data["shards"]),
                 rejects=tuple(ShardEntry(**s) for s in data.get("rejects", [])),
                 index=IndexReference(**data["index"]) if data.get("index") is not None else None,
+                vocab_file=vocab_file,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ManifestError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
+        if manifest.format in VOCAB_FORMATS:
+            manifest_vocabulary(manifest, source)  # token ids are never read without their vocabulary
+        return manifest
 
 
 def absolute_reference(path: str) -> str:
