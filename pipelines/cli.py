@@ -370,11 +370,10 @@ def examples(ctx, **flags):
         manifest = io.load_manifest(config.corpus, DOCUMENTS.name)
     except ValueError as err:  # the settings (exit 2), or the vocabulary or corpus (exit 1)
         (_fail_run if isinstance(err, (VocabError, io.InputError)) else _fail)(str(err))
-    vocab_sha256 = tokenizer.vocab_sha256
     folder = spill_folder(config, runner_name(ctx.args))
     try:
         stats = run_stage(
-            lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256, folder),
+            lambda p, c, _: build(p, c, manifest, tokenizer.vocab, folder),
             config,
             None,
             ctx.args,

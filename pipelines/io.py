@@ -19,7 +19,14 @@ from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, Manifest
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
 
-_KNOWN_OUTPUT_FILES = (MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", COMPLETED_FILE)
+_KNOWN_OUTPUT_FILES = (
+    MANIFEST_FILE,
+    "stats.json",
+    "length_histogram.png",
+    "index.json",
+    "vocab.txt",
+    COMPLETED_FILE,
+)
 _KNOWN_OUTPUT_DIRS = ("all", "rejects", "examples", *SPLITS)
 TEMP_DIR = ".temp"
 """Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
