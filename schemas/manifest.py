@@ -71,25 +71,21 @@ class VocabFile:
         """Parse ``manifest.json``'s ``vocab_file`` object, refusing any other shape with one line:
         a plain file name (no folder, never ``..``), a size up to :data:`MAX_VOCAB_FILE_BYTES`,
         64 lower-case hex digits."""
-        wanted = (
-            f'{source}: vocab_file must be {{"path": a file name in the folder, "num_bytes": '
-            f'0..{MAX_VOCAB_FILE_BYTES}, "sha256": 64 hex digits}}, got {json.dumps(data)[:120]}; '
-            "the manifest is damaged: copy the shards again"
-        )
         if not isinstance(data, dict) or set(data) != {"path", "num_bytes", "sha256"}:
-            raise ManifestError(wanted)
-        path, num_bytes, sha256 = data["path"], data["num_bytes"], data["sha256"]
-        if (
-            not isinstance(path, str)
-            or path in ("", ".", "..")
-            or any(c in path for c in "/\\\0")
-            or type(num_bytes) is not int
-            or not 0 <= num_bytes <= MAX_VOCAB_FILE_BYTES
-            or not isinstance(sha256, str)
-            or not _SHA256_HEX.fullmatch(sha256)
+            problem = "is not an object of exactly path, num_bytes and sha256"
+        elif (
+            not isinstance(data["path"], str)
+            or data["path"] in ("", ".", "..")
+            or any(c in data["path"] for c in "/\\\0")
         ):
-            raise ManifestError(wanted)
-        return cls(path, num_bytes, sha256)
+            problem = f"path {json.dumps(data['path'])[:80]} is not a file name inside the folder"
+        elif type(data["num_bytes"]) is not int or not 0 <= data["num_bytes"] <= MAX_VOCAB_FILE_BYTES:
+            problem = f"num_bytes {json.dumps(data['num_bytes'])[:80]} is not a size of 0 to {MAX_VOCAB_FILE_BYTES:,} bytes"
+        elif not isinstance(data["sha256"], str) or not _SHA256_HEX.fullmatch(data["sha256"]):
+            problem = f"sha256 {json.dumps(data['sha256'])[:80]} is not a SHA-256 (64 hex digits)"
+        else:
+            return cls(data["path"], data["num_bytes"], data["sha256"])
+        raise ManifestError(f"{source}: vocab_file {problem}; the manifest is damaged: copy the shards again")
 
 
 @dataclass(frozen=True)

@@ -64,28 +64,38 @@ def test_other_formats_need_no_vocabulary():
 
 
 @pytest.mark.parametrize(
-    "vocab_file",
+    ("vocab_file", "problem"),
     [
-        {"path": "../vocab.txt", "num_bytes": 1, "sha256": SHA},
-        {"path": "/etc/passwd", "num_bytes": 1, "sha256": SHA},
-        {"path": "sub/vocab.txt", "num_bytes": 1, "sha256": SHA},
-        {"path": "..", "num_bytes": 1, "sha256": SHA},
-        {"path": "", "num_bytes": 1, "sha256": SHA},
-        {"path": "vocab.txt", "num_bytes": -1, "sha256": SHA},
-        {"path": "vocab.txt", "num_bytes": 10**12, "sha256": SHA},
-        {"path": "vocab.txt", "num_bytes": "12", "sha256": SHA},
-        {"path": "vocab.txt", "num_bytes": True, "sha256": SHA},
-        {"path": "vocab.txt", "num_bytes": 1, "sha256": "x" * 64},
-        {"path": "vocab.txt", "num_bytes": 1},
-        {"path": "vocab.txt", "num_bytes": 1, "sha256": SHA, "extra": 1},
-        "vocab.txt",
+        (
+            {"path": "../vocab.txt", "num_bytes": 1, "sha256": SHA},
+            'path "../vocab.txt" is not a file name inside',
+        ),
+        ({"path": "/etc/passwd", "num_bytes": 1, "sha256": SHA}, "is not a file name inside the folder"),
+        ({"path": "sub/vocab.txt", "num_bytes": 1, "sha256": SHA}, "is not a file name inside the folder"),
+        ({"path": "..", "num_bytes": 1, "sha256": SHA}, "is not a file name inside the folder"),
+        ({"path": "", "num_bytes": 1, "sha256": SHA}, "is not a file name inside the folder"),
+        ({"path": 7, "num_bytes": 1, "sha256": SHA}, "path 7 is not a file name"),
+        (
+            {"path": "vocab.txt", "num_bytes": -1, "sha256": SHA},
+            "num_bytes -1 is not a size of 0 to 67,108,864",
+        ),
+        ({"path": "vocab.txt", "num_bytes": 10**12, "sha256": SHA}, "num_bytes 1000000000000 is not a size"),
+        ({"path": "vocab.txt", "num_bytes": "12", "sha256": SHA}, 'num_bytes "12" is not a size'),
+        ({"path": "vocab.txt", "num_bytes": True, "sha256": SHA}, "num_bytes true is not a size"),
+        ({"path": "vocab.txt", "num_bytes": 1, "sha256": "x" * 64}, 'sha256 "xxxx'),
+        ({"path": "vocab.txt", "num_bytes": 1}, "is not an object of exactly path, num_bytes and sha256"),
+        ({"path": "vocab.txt", "num_bytes": 1, "sha256": SHA, "extra": 1}, "is not an object of exactly"),
+        ("vocab.txt", "is not an object of exactly"),
     ],
 )
-def test_a_vocabulary_file_entry_of_another_shape_is_one_line(vocab_file):
+def test_a_vocabulary_file_entry_of_another_shape_is_one_line(vocab_file, problem):
     data = json.loads(_manifest({"vocab_sha256": SHA, "cased": False}).to_json())
     data["vocab_file"] = vocab_file
-    with pytest.raises(ManifestError, match=r"^m\.json: vocab_file must be .*copy the shards again$"):
+    with pytest.raises(
+        ManifestError, match=r"^m\.json: vocab_file .*; the manifest is damaged: copy the shards again$"
+    ) as err:
         Manifest.from_json(json.dumps(data), "m.json")
+    assert problem in str(err.value)
 
 
 def test_vocab_txt_bytes_read_back_to_the_same_tokens_and_hash():
