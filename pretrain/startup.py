@@ -197,9 +197,9 @@ def shards_vocabulary(
 ) -> tuple[str, WordPieceTokenizer]:
     """The vocabulary the shards at ``shards`` (read by ``probe``) were made with, and where it was
     read: ``override`` (``--vocab``) when given, else the copy the folder carries (``vocab.txt``,
-    checked against its size and SHA-256 in the manifest before use), else, for outputs written
-    before shards carried their vocabulary, the path their manifest records. Whichever it is, its
-    tokens must hash to the manifest's ``params.vocab_sha256``; the casing is the manifest's."""
+    checked against its size and SHA-256 in the manifest before use); outputs written before
+    shards carried their vocabulary need ``override``. Either way its tokens must hash to the
+    manifest's ``params.vocab_sha256``; the casing is the manifest's."""
     folder = shards.rstrip("/")
     try:
         recorded = manifest_vocabulary(probe.manifest, f"{folder}/{MANIFEST_FILE}")
@@ -210,29 +210,19 @@ def shards_vocabulary(
             f"{folder}/{MANIFEST_FILE}: no params.cased (whether the text was tokenised cased); "
             "the manifest is damaged: write the shards again (pipelines examples)"
         )
-    try:
-        if override:
-            url, vocab = override, _load_vocab(override, recorded.cased)
-        elif recorded.copy is not None:
-            url = f"{folder}/{recorded.copy.path}"
-            vocab = _carried_vocab(url, recorded.copy, recorded.cased)
-        elif recorded.source:
-            url = recorded.source
-            vocab = _load_vocab(url, recorded.cased)
-        else:
-            raise TrainingError(
-                f"{folder}/{MANIFEST_FILE} names no vocabulary; pass --vocab with the vocabulary the shards were made with"
-            )
-    except VocabError as err:
-        if override:
-            raise TrainingError(f"--vocab: {err}") from None
+    if override:
+        url, vocab = override, _load_vocab(override, recorded.cased)
+    elif recorded.copy is not None:
+        url = f"{folder}/{recorded.copy.path}"
+        vocab = _carried_vocab(url, recorded.copy, recorded.cased)
+    else:  # never a path the manifest names: a file from a bucket does not choose what this reads
+        made_with = f" (params.vocab records {recorded.source!r})" if recorded.source else ""
         raise TrainingError(
-            f"{folder} carries no copy of its vocabulary (written before shards did), and the one its manifest "
-            f"names cannot be loaded ({err}); pass --vocab with the vocabulary they were made with"
-        ) from None
+            f"{folder} carries no copy of its vocabulary (written before shards did): pass --vocab with "
+            f"the vocabulary they were made with{made_with}"
+        )
     if vocab.vocab_sha256 != recorded.sha256:
-        made_with = f"{folder}/{recorded.copy.path}" if recorded.copy else recorded.source
-        named = f" ({made_with})" if made_with and made_with != url else ""
+        named = f" ({folder}/{recorded.copy.path})" if recorded.copy and override else ""
         raise TrainingError(
             f"{'--vocab ' if override else ''}{url} is not the vocabulary the shards at {folder} were made "
             f"with{named}: SHA-256 {vocab.vocab_sha256[:12]}… against {recorded.sha256[:12]}… in "
@@ -242,11 +232,11 @@ def shards_vocabulary(
 
 
 def _load_vocab(url: str, cased: bool) -> WordPieceTokenizer:
-    """The vocabulary at ``url``; any failure to read it is a :class:`VocabError`."""
+    """The vocabulary ``--vocab`` names."""
     try:
         return WordPieceTokenizer.load(url, cased=cased)
-    except OSError as err:
-        raise VocabError(f"{url}: cannot read ({err})") from None
+    except (VocabError, OSError) as err:
+        raise TrainingError(f"--vocab: {err}") from None
 
 
 def _carried_vocab(url: str, copy: VocabFile, cased: bool) -> WordPieceTokenizer:

@@ -69,14 +69,15 @@ class VocabFile:
     @classmethod
     def from_json(cls, data: Any, source: str) -> VocabFile:
         """Parse ``manifest.json``'s ``vocab_file`` object, refusing any other shape with one line:
-        a plain file name (no folder, never ``..``), a size up to :data:`MAX_VOCAB_FILE_BYTES`,
-        64 lower-case hex digits."""
+        a plain file name (no folder, never ``..``, no control characters), a size up to
+        :data:`MAX_VOCAB_FILE_BYTES`, 64 lower-case hex digits."""
         if not isinstance(data, dict) or set(data) != {"path", "num_bytes", "sha256"}:
             problem = "is not an object of exactly path, num_bytes and sha256"
         elif (
             not isinstance(data["path"], str)
             or data["path"] in ("", ".", "..")
-            or any(c in data["path"] for c in "/\\\0")
+            or not data["path"].isprintable()
+            or any(c in data["path"] for c in "/\\")
         ):
             problem = f"path {json.dumps(data['path'])[:80]} is not a file name inside the folder"
         elif type(data["num_bytes"]) is not int or not 0 <= data["num_bytes"] <= MAX_VOCAB_FILE_BYTES:

@@ -75,6 +75,8 @@ def test_other_formats_need_no_vocabulary():
         ({"path": "..", "num_bytes": 1, "sha256": SHA}, "is not a file name inside the folder"),
         ({"path": "", "num_bytes": 1, "sha256": SHA}, "is not a file name inside the folder"),
         ({"path": 7, "num_bytes": 1, "sha256": SHA}, "path 7 is not a file name"),
+        ({"path": "vocab\n.txt", "num_bytes": 1, "sha256": SHA}, 'path "vocab\\n.txt" is not a file name'),
+        ({"path": "vocab\u0000.txt", "num_bytes": 1, "sha256": SHA}, "is not a file name inside the folder"),
         (
             {"path": "vocab.txt", "num_bytes": -1, "sha256": SHA},
             "num_bytes -1 is not a size of 0 to 67,108,864",
