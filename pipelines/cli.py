@@ -401,11 +401,10 @@ def examples(ctx, **flags):
         manifest = io.load_manifest(config.corpus, DOCUMENTS.name)
     except ValueError as err:  # the vocabulary or the corpus (VocabError, io.InputError)
         _fail_run(str(err))
-    vocab_sha256 = tokenizer.vocab_sha256
     folder = spill_folder(config, runner_name(ctx.args))
     try:
         stats = run_stage(
-            lambda p, c, _: build(p, c, manifest, tokenizer.vocab_size, vocab_sha256, folder),
+            lambda p, c, _: build(p, c, manifest, tokenizer.vocab, folder),
             config,
             None,
             ctx.args,

@@ -28,7 +28,7 @@ SPLITS = ("train", "validation", "test")
 TEMP_DIR = ".temp"
 """Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
 STAGE_FILES = (
-    MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", COMPLETED_FILE,
+    MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", "vocab.txt", COMPLETED_FILE,
     *(f"{folder}/*" for folder in ("all", "rejects", "examples", *SPLITS, TEMP_DIR)),
 )  # fmt: skip
 """What a stage writes into its output (glob patterns; ``*`` crosses ``/``): what its record

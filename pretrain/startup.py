@@ -2,18 +2,21 @@
 
 The torchrun process group (:class:`Processes`), and :func:`prepare`: the model (new, from
 ``--init-from``, or the one ``--resume`` continues), the vocabulary and the saved trainer state,
-with every check that can fail before training - the shards' sequence length and masking, the
-vocabulary's hash against the manifest's, the model's shape against ``--config`` and the
-vocabulary. Problems raise :class:`TrainingError`, one line naming the flag or file.
+with every check that can fail before training - the shards' sequence length and masking, their
+vocabulary (:func:`shards_vocabulary`: the copy the shards carry, or ``--vocab``, checked against
+the manifest's hash), the model's shape against ``--config`` and the vocabulary. Problems raise
+:class:`TrainingError`, one line naming the flag or file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
 
+import fsspec
 import torch
 import torch.distributed as dist
 
@@ -23,7 +26,9 @@ from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining
 from pretrain.runtime import exists
-from wordpiece.tokenizer import VocabError, WordPieceTokenizer, read_vocab_file
+from schemas import MANIFEST_FILE, ManifestError, VocabFile, manifest_vocabulary
+from schemas.manifest import path_leaves_folder
+from wordpiece.tokenizer import VocabError, WordPieceTokenizer, parse_vocab_txt, read_vocab_file
 
 log = logging.getLogger("pretrain")
 
@@ -92,18 +97,11 @@ class Setup:
     resumed_from: ckpt.Checkpoint | None
 
 
-def _shard_params(reader: ExampleShards) -> tuple[int, bool, bool]:
+def _shard_params(reader: ExampleShards) -> tuple[int, bool]:
     params = reader.params
     pairs = params.get("pairs") or {}
     max_len = int(pairs.get("max_seq_length") or params.get("max_seq_length") or 0)
-    return max_len, bool(params.get("cased", False)), params.get("masking", True) is not False
-
-
-def _load_vocab(url: str, cased: bool) -> WordPieceTokenizer:
-    try:
-        return WordPieceTokenizer.load(url, cased=cased)
-    except (VocabError, OSError) as err:
-        raise TrainingError(f"cannot load the vocabulary: {err}") from None
+    return max_len, params.get("masking", True) is not False
 
 
 def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
@@ -111,7 +109,7 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
     max_len, vocab_url, vocab = _check_shards(cfg, probe)
     trainer_state, resumed_from = None, None
     if cfg.resume:
-        model, trainer_state, resumed_from = _resumed_model(cfg, vocab)
+        model, trainer_state, resumed_from = _resumed_model(cfg, vocab, vocab_url)
     elif cfg.init_from:
         source = cfg.init_from
         with contextlib.suppress(ckpt.CheckpointError):
@@ -176,7 +174,7 @@ def check_init_vocab(flag_value: str, source: str, vocab: WordPieceTokenizer, vo
 
 def _check_shards(cfg: TrainConfig, probe: ExampleShards) -> tuple[int, str, WordPieceTokenizer]:
     """The shards' sequence length, and the vocabulary they were made with (checked by hash)."""
-    max_len, cased, masked = _shard_params(probe)
+    max_len, masked = _shard_params(probe)
     if not max_len:
         raise TrainingError(f"{cfg.shards}/manifest.json: no max_seq_length in the generation parameters")
     if cfg.max_seq_length is not None and cfg.max_seq_length != max_len:
@@ -190,18 +188,82 @@ def _check_shards(cfg: TrainConfig, probe: ExampleShards) -> tuple[int, str, Wor
             f"{cfg.shards}: packed shards (--format packed) have no next-sentence pairs; add --no-nsp "
             "(or --objective ltr)"
         )
-    vocab_url = cfg.vocab or probe.params.get("vocab")
-    if not vocab_url:
-        raise TrainingError(f"{cfg.shards}/manifest.json names no vocabulary; pass --vocab")
-    vocab = _load_vocab(vocab_url, cased)
-    recorded = probe.params.get("vocab_sha256")
-    if recorded and recorded != vocab.vocab_sha256:
-        raise TrainingError(
-            f"{vocab_url} is not the vocabulary the shards at {cfg.shards} were made with "
-            f"(SHA-256 {vocab.vocab_sha256[:12]}… vs {recorded[:12]}… in the manifest)"
-        )
-    warn_unknown_share(cfg.shards, cased)
+    vocab_url, vocab = shards_vocabulary(cfg.shards, probe, cfg.vocab)
+    warn_unknown_share(cfg.shards, vocab.cased)
     return max_len, vocab_url, vocab
+
+
+def shards_vocabulary(
+    shards: str, probe: ExampleShards, override: str | None = None
+) -> tuple[str, WordPieceTokenizer]:
+    """The vocabulary the shards at ``shards`` (read by ``probe``) were made with, and where it was
+    read: ``override`` (``--vocab``) when given, else the copy the folder carries (``vocab.txt``,
+    checked against its size and SHA-256 in the manifest before use); outputs written before
+    shards carried their vocabulary need ``override``. Either way its tokens must hash to the
+    manifest's ``params.vocab_sha256``; the casing is the manifest's."""
+    folder = shards.rstrip("/")
+    try:
+        recorded = manifest_vocabulary(probe.manifest, f"{folder}/{MANIFEST_FILE}")
+    except ManifestError as err:
+        raise TrainingError(str(err)) from None
+    if recorded.cased is None:
+        raise TrainingError(
+            f"{folder}/{MANIFEST_FILE}: no params.cased (whether the text was tokenised cased); "
+            "the manifest is damaged: write the shards again (pipelines examples)"
+        )
+    if override:
+        url, vocab = override, _load_vocab(override, recorded.cased)
+    elif recorded.copy is not None:
+        url = f"{folder}/{recorded.copy.path}"
+        if path_leaves_folder(folder, recorded.copy.path):
+            raise TrainingError(f"{url}: a link to a file outside the shards folder: copy the file itself")
+        vocab = _carried_vocab(url, recorded.copy, recorded.cased)
+    else:  # never a path the manifest names: a file from a bucket does not choose what this reads
+        made_with = f" (params.vocab records {recorded.source!r})" if recorded.source else ""
+        raise TrainingError(
+            f"{folder} carries no copy of its vocabulary (written before shards did): pass --vocab with "
+            f"the vocabulary they were made with{made_with}"
+        )
+    if vocab.vocab_sha256 != recorded.sha256:
+        named = f" ({folder}/{recorded.copy.path})" if recorded.copy and override else ""
+        raise TrainingError(
+            f"{'--vocab ' if override else ''}{url} is not the vocabulary the shards at {folder} were made "
+            f"with{named}: SHA-256 {vocab.vocab_sha256[:12]}… against {recorded.sha256[:12]}… in "
+            f"{folder}/{MANIFEST_FILE}"
+        )
+    return url, vocab
+
+
+def _load_vocab(url: str, cased: bool) -> WordPieceTokenizer:
+    """The vocabulary ``--vocab`` names."""
+    try:
+        return WordPieceTokenizer.load(url, cased=cased)
+    except (VocabError, OSError) as err:
+        raise TrainingError(f"--vocab: {err}") from None
+
+
+def _carried_vocab(url: str, copy: VocabFile, cased: bool) -> WordPieceTokenizer:
+    """The vocabulary copy of a shards folder (at ``url``, as the manifest's ``copy`` names it),
+    used only once its bytes match the size and SHA-256 recorded there (never more is read)."""
+    try:
+        with fsspec.open(url, "rb") as f:
+            data = f.read(copy.num_bytes + 1)
+    except FileNotFoundError:
+        raise TrainingError(
+            f"{url}: missing, but the manifest names it as the shards' vocabulary: copy the whole shards "
+            "folder, or pass --vocab with the vocabulary they were made with"
+        ) from None
+    except OSError as err:
+        raise TrainingError(f"{url}: cannot read the shards' vocabulary ({err})") from None
+    if len(data) != copy.num_bytes or hashlib.sha256(data).hexdigest() != copy.sha256:
+        raise TrainingError(
+            f"{url}: differs from the size and SHA-256 the manifest records for it (modified or damaged): "
+            "copy the shards folder again, or pass --vocab with the vocabulary they were made with"
+        )
+    try:
+        return WordPieceTokenizer(parse_vocab_txt(data, url), cased, source=url)
+    except VocabError as err:
+        raise TrainingError(str(err)) from None
 
 
 UNK_WARN_SHARE = 0.01
@@ -214,8 +276,6 @@ def warn_unknown_share(shards: str, cased: bool) -> float | None:
     :data:`UNK_WARN_SHARE` ``[UNK]`` tokens (``--cased`` examples over an uncased vocabulary give
     about 7%); return the recorded share (None when ``stats.json`` or the figure is absent)."""
     import json
-
-    import fsspec
 
     try:
         with fsspec.open(f"{shards.rstrip('/')}/stats.json", "r", encoding="utf-8") as f:
@@ -236,10 +296,11 @@ def warn_unknown_share(shards: str, cased: bool) -> float | None:
 
 
 def _resumed_model(
-    cfg: TrainConfig, vocab: WordPieceTokenizer
+    cfg: TrainConfig, vocab: WordPieceTokenizer, vocab_url: str
 ) -> tuple[BertForPreTraining, dict, ckpt.Checkpoint]:
     """The model and trainer state of the checkpoint ``--resume`` continues, checked against the
-    objective and (when given) ``--config``."""
+    objective, the shards' vocabulary (by the hash the checkpoint records) and (when given)
+    ``--config``."""
     try:
         resumed_from = ckpt.resolve(cfg.resume)
     except ckpt.CheckpointError as err:
@@ -251,6 +312,14 @@ def _resumed_model(
             f"{model.config.causal}; --resume must keep --objective and --no-nsp as they were"
         )
     trainer_state = ckpt.load_state(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
+    trained_on = trainer_state.get("vocab_sha256") if isinstance(trainer_state, dict) else None
+    if trained_on != vocab.vocab_sha256:
+        recorded = f"SHA-256 {trained_on[:12]}…" if isinstance(trained_on, str) else "no vocabulary hash"
+        raise TrainingError(
+            f"{resumed_from.url} was trained with another vocabulary than the shards' {vocab_url} "
+            f"({recorded} in its {ckpt.TRAINER_STATE}.json, {vocab.vocab_sha256[:12]}… for the shards): "
+            "--resume needs shards made with the run's vocabulary"
+        )
     if cfg.config is not None:
         wanted = BertConfig.preset(cfg.config, vocab.vocab_size)
         got = model.config

@@ -3,6 +3,11 @@
 An output folder is complete only when ``COMPLETED`` exists and holds the SHA-256 of
 ``manifest.json``; the marker is written last, so a crash never leaves an output that looks
 finished. ``manifest.json`` lists every shard with its split, row count, size and SHA-256.
+
+Outputs whose records are token ids (``examples``) name the vocabulary those ids index:
+``params.vocab_sha256`` (required: its identity, :class:`ManifestVocabulary`), ``params.cased``
+and, since shards carry their vocabulary, ``vocab_file``: the copy in the folder (``vocab.txt``)
+with its size and SHA-256, so shards moved to another machine need nothing beside them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,12 @@ MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 STATS_FILE = "stats.json"
 COMPLETED_FILE = "COMPLETED"
+VOCAB_FILE = "vocab.txt"
+"""The vocabulary an ``examples`` output carries: one token per line in id order."""
+VOCAB_FORMATS = frozenset({"examples"})
+"""Record formats of token ids: their manifests must name the vocabulary by ``params.vocab_sha256``."""
+MAX_VOCAB_FILE_BYTES = 64 << 20
+"""The largest vocabulary copy a manifest may name (a million tokens take about 10 MB)."""
 
 
 class ManifestError(ValueError):
@@ -46,6 +57,56 @@ class IndexReference:
 
 
 @dataclass(frozen=True)
+class VocabFile:
+    """The vocabulary copy of an ``examples`` output: its path inside the output folder, its size and
+    the SHA-256 of its bytes (what ``COMPLETED``, through the manifest, vouches for)."""
+
+    path: str
+    num_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ManifestVocabulary:
+    """What an ``examples`` manifest says of the vocabulary its token ids index."""
+
+    sha256: str
+    """``params.vocab_sha256``: SHA-256 of the tokens in id order joined by newlines (the
+    vocabulary's identity, the same for its vocab.txt and tokenizer.json)."""
+    cased: bool | None
+    """``params.cased``: whether the text was tokenised cased (None: not recorded)."""
+    source: str | None
+    """``params.vocab``: where ``pipelines examples`` read it (an absolute path or URL)."""
+    copy: VocabFile | None
+    """``vocab_file``: the copy inside the output; None for outputs written before shards carried it."""
+
+
+def manifest_vocabulary(manifest: Manifest, source: str) -> ManifestVocabulary:
+    """The vocabulary fields of a manifest, checked: ``params.vocab_sha256`` is required (64
+    lower-case hex digits), ``params.cased`` is true or false and ``params.vocab`` a string when
+    present. Raises :class:`ManifestError`, one line naming ``source``."""
+    params = manifest.params
+    damaged = "the manifest is damaged: write the shards again (pipelines examples), or copy them again"
+    recorded = params.get("vocab_sha256")
+    if recorded is None:
+        raise ManifestError(
+            f"{source}: no params.vocab_sha256 (the SHA-256 of the vocabulary the token ids index); {damaged}"
+        )
+    if not isinstance(recorded, str) or not _SHA256.fullmatch(recorded):
+        raise ManifestError(
+            f"{source}: params.vocab_sha256 is {json.dumps(recorded)[:80]}, not a SHA-256 (64 hex digits); {damaged}"
+        )
+    cased, vocab = params.get("cased"), params.get("vocab")
+    if cased is not None and not isinstance(cased, bool):
+        raise ManifestError(
+            f"{source}: params.cased is {json.dumps(cased)[:80]}, not true or false; {damaged}"
+        )
+    if vocab is not None and not isinstance(vocab, str):
+        raise ManifestError(f"{source}: params.vocab is {json.dumps(vocab)[:80]}, not a path; {damaged}")
+    return ManifestVocabulary(recorded, cased, vocab, manifest.vocab_file)
+
+
+@dataclass(frozen=True)
 class Manifest:
     """What a stage wrote: record format, producing command, parameters and shards."""
 
@@ -58,6 +119,8 @@ class Manifest:
     manifest_version: int = MANIFEST_VERSION
     index: IndexReference | None = None
     """The record-batch index (``examples`` outputs since it exists); absent from the JSON when None."""
+    vocab_file: VocabFile | None = None
+    """The vocabulary copy (``examples`` outputs since they carry one); absent from the JSON when None."""
 
     def splits(self) -> list[str]:
         """The split names present, in first-seen order."""
@@ -76,8 +139,9 @@ class Manifest:
         data = asdict(self)
         data["shards"] = sorted(data["shards"], key=lambda s: s["path"])
         data["rejects"] = sorted(data["rejects"], key=lambda s: s["path"])
-        if data["index"] is None:
-            del data["index"]  # manifests without an index keep their old bytes (and COMPLETED)
+        for optional in ("index", "vocab_file"):
+            if data[optional] is None:
+                del data[optional]  # manifests without one keep their old bytes (and COMPLETED)
         return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
     @classmethod
@@ -98,7 +162,7 @@ class Manifest:
             if not isinstance(data.get(key, []), list):
                 raise ManifestError(f"{source}: {key} is not a list")
         try:
-            return cls(
+            manifest = cls(
                 format=str(data["format"]),
                 format_version=int(data["format_version"]),
                 producer=str(data["producer"]),
@@ -106,11 +170,17 @@ class Manifest:
                 shards=tuple(shard_entry(s, source) for s in data["shards"]),
                 rejects=tuple(shard_entry(s, source) for s in data.get("rejects", [])),
                 index=_index_reference(data["index"], source) if data.get("index") is not None else None,
+                vocab_file=_vocab_file(data["vocab_file"], source)
+                if data.get("vocab_file") is not None
+                else None,
             )
         except ManifestError:
             raise
         except (KeyError, TypeError, ValueError) as err:
             raise ManifestError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
+        if manifest.format in VOCAB_FORMATS:
+            manifest_vocabulary(manifest, source)  # token ids are never read without their vocabulary
+        return manifest
 
 
 _PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
@@ -137,6 +207,19 @@ def shard_entry(data: object, source: str) -> ShardEntry:
         name = data.get("path") if isinstance(data, dict) else None
         raise ManifestError(f"{source}: shard {name!r:.200}: {problem}")
     return ShardEntry(**data)
+
+
+def _vocab_file(data: object, source: str) -> VocabFile:
+    """The manifest's ``vocab_file``, checked as :func:`shard_entry` checks a shard, its size at
+    most :data:`MAX_VOCAB_FILE_BYTES`."""
+    problem = _entry_problem(data, VocabFile, ())
+    if problem is None and data["num_bytes"] > MAX_VOCAB_FILE_BYTES:  # type: ignore[index]
+        problem = f"num_bytes {data['num_bytes']} is above {MAX_VOCAB_FILE_BYTES:,}"  # type: ignore[index]
+    if problem is not None:
+        raise ManifestError(
+            f"{source}: vocab_file: {problem}; the manifest is damaged: copy the shards again"
+        )
+    return VocabFile(**data)  # type: ignore[arg-type]
 
 
 def _index_reference(data: object, source: str) -> IndexReference:

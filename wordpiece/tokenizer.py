@@ -136,13 +136,31 @@ def read_vocab_file(path: str) -> list[str]:
     strict UTF-8 without BOM; only the line ending (``\\n`` or ``\\r\\n``) is stripped from each
     line, and one final newline is optional. Raises :class:`VocabError`.
     """
-    text = _decode_utf8(_read_bytes(path), path)
+    return parse_vocab_txt(_read_bytes(path), path)
+
+
+def parse_vocab_txt(data: bytes, source: str) -> list[str]:
+    """The validated tokens of a ``vocab.txt`` already read (``source`` names it in errors); the
+    rules of :func:`read_vocab_file`. Raises :class:`VocabError`."""
+    text = _decode_utf8(data, source)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # The final newline ends the last line; it does not start an empty one.
     tokens = [line[:-1] if line.endswith("\r") else line for line in lines]
-    validate_vocab(tokens, path)
+    validate_vocab(tokens, source)
     return tokens
+
+
+def vocab_txt_bytes(tokens: Sequence[str]) -> bytes:
+    """A vocabulary as ``vocab.txt`` bytes: one token per line in id order, UTF-8, a final newline
+    (what ``wordpiece train`` writes, and the layout of the released BERT vocabularies)."""
+    return ("\n".join(tokens) + "\n").encode("utf-8")
+
+
+def vocab_sha256(tokens: Sequence[str]) -> str:
+    """SHA-256 of the tokens in id order joined by newlines: a vocabulary's identity, the same for a
+    ``vocab.txt`` and its ``tokenizer.json`` (what example manifests record as ``params.vocab_sha256``)."""
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
 
 
 def _vocab_and_casing(path: str) -> tuple[list[str], bool | None]:
@@ -401,9 +419,9 @@ class WordPieceTokenizer:
 
     @property
     def vocab_sha256(self) -> str:
-        """SHA-256 of the tokens in id order joined by newlines: the identity that example manifests
-        record (``params.vocab_sha256``), equal for a vocab.txt and its tokenizer.json."""
-        return hashlib.sha256("\n".join(self.vocab).encode("utf-8")).hexdigest()
+        """:func:`vocab_sha256` of this vocabulary: the identity that example manifests record
+        (``params.vocab_sha256``), equal for a vocab.txt and its tokenizer.json."""
+        return vocab_sha256(self.vocab)
 
     def replacement_ids(self, whole_vocab: bool = False) -> list[int]:
         """Ids a masked-LM "random token" may take: every id when ``whole_vocab`` (as the reference

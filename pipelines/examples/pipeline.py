@@ -20,8 +20,10 @@ batches of examples, never one element per pair):
 6. The examples go to their shards as Arrow record batches (``shard_pieces``: shard chosen by
    a hash of the pair's identity) and ``WriteExampleShards`` sorts and writes each shard, then
    ``length_histogram.png``, ``index.json`` (every record batch's byte range, rows and SHA-256,
-   taken from the bytes as they are written; ``schemas.index``), ``stats.json``,
-   ``manifest.json`` (with the vocabulary's SHA-256 and the index's) and ``COMPLETED``.
+   taken from the bytes as they are written; ``schemas.index``), ``vocab.txt`` (the vocabulary
+   the ids index, so that the shards need nothing beside them wherever they are copied),
+   ``stats.json``, ``manifest.json`` (the vocabulary's SHA-256, the copy's and the index's) and
+   ``COMPLETED``.
 
 ``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
 packs their full sentences without NSP pairs.
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import io as bytes_io
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -53,10 +56,11 @@ from pipelines.examples.spill import TEMP_DIR, remove_folder, run_folder
 from pipelines.examples.write import WriteExampleShards
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
-from schemas import Manifest, RecordFormat, ShardEntry, absolute_reference
+from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
 from wordpiece.masking import MaskingConfig
+from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
 
 LENGTH_HISTOGRAM_FILE = "length_histogram.png"
 SPILL_MODES = ("auto", "always", "never")
@@ -193,11 +197,31 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
     return buffer.getvalue()
 
 
+@dataclass(frozen=True)
+class CarriedVocabulary:
+    """The vocabulary as an examples output carries it, made once on the launching machine from the
+    tokens it loaded: ``vocab.txt``'s bytes, their manifest entry and the tokens' identity."""
+
+    data: bytes
+    file: VocabFile
+    sha256: str
+    """:func:`wordpiece.tokenizer.vocab_sha256`: the manifest's ``params.vocab_sha256``."""
+    size: int
+
+    @classmethod
+    def of(cls, tokens: Sequence[str]) -> CarriedVocabulary:
+        """The copy of ``tokens`` (in id order), as :data:`schemas.VOCAB_FILE` in the output folder."""
+        data = vocab_txt_bytes(tokens)
+        return cls(
+            data, VocabFile(VOCAB_FILE, len(data), io.sha256_hex(data)), vocab_sha256(tokens), len(tokens)
+        )
+
+
 def _finish_output(
     _,
     config: ExamplesConfig,
     fmt: RecordFormat,
-    vocab_sha256: str,
+    vocab: CarriedVocabulary,
     folder: str | None,
     entries: list[dict],
     tally: Counter,
@@ -224,15 +248,22 @@ def _finish_output(
     shards = tuple(ShardEntry(**e) for e in entries)
     params = {
         **config.params(),
-        "vocab_sha256": vocab_sha256,
+        "vocab_sha256": vocab.sha256,
         "corpus_manifest_sha256": io.manifest_sha256(config.corpus),
     }
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
     io.write_bytes(io.join(config.output, LENGTH_HISTOGRAM_FILE), png)
     index_json = index.to_json()
     io.write_bytes(io.join(config.output, INDEX_FILE), index_json.encode("utf-8"))
+    io.write_bytes(io.join(config.output, vocab.file.path), vocab.data)
     manifest = Manifest(
-        "examples", EXAMPLES_VERSION, "pipelines examples", params, shards, index=index_reference(index_json)
+        "examples",
+        EXAMPLES_VERSION,
+        "pipelines examples",
+        params,
+        shards,
+        index=index_reference(index_json),
+        vocab_file=vocab.file,
     )
     write_completion(config.output, stats, manifest)
     return stats
@@ -274,14 +305,15 @@ def build(
     pipeline: beam.Pipeline,
     config: ExamplesConfig,
     manifest: Manifest,
-    vocab_size: int,
-    vocab_sha256: str,
+    vocab: Sequence[str],
     folder: str | None,
 ):
-    """Add the examples stage to ``pipeline``; its temporary files go under ``folder``
-    (``spill_folder``; None: no spilling), removed before the output is marked ``COMPLETED``."""
+    """Add the examples stage to ``pipeline`` for the corpus ``manifest`` and the tokens of the
+    vocabulary (``vocab``, in id order; the output carries a copy); its temporary files go under
+    ``folder`` (``spill_folder``; None: no spilling), removed before the output is marked ``COMPLETED``."""
     shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
-    fmt = examples_format(vocab_size)
+    carried = CarriedVocabulary.of(vocab)
+    fmt = examples_format(carried.size)
     tokenize = TokenizeShard(config.vocab, config.cased, config.num_buckets, folder)
     documents = (
         pipeline
@@ -307,7 +339,7 @@ def build(
             _finish_output,
             config,
             fmt,
-            vocab_sha256,
+            carried,
             folder,
             beam.pvalue.AsList(entries),
             beam.pvalue.AsSingleton(tally),

@@ -125,7 +125,13 @@ def test_wikipedia_corpus_and_vocabulary_on_bucket_paths(gcs_emulator, tmp_path)
         *FAST_RUNNER,
     )
     names = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
-    assert {"shards/seq64/COMPLETED", "shards/seq64/examples/part-00002-of-00003.arrow"} <= names
+    assert {
+        "shards/seq64/COMPLETED",
+        "shards/seq64/examples/part-00002-of-00003.arrow",
+        "shards/seq64/vocab.txt",  # the shards carry their vocabulary
+    } <= names
+    copy = gcs_emulator.blob("shards/seq64/vocab.txt").download_as_bytes()
+    assert copy == gcs_emulator.blob("vocab/vocab.txt").download_as_bytes()
     assert not [n for n in names if "/.temp/" in n]  # spilled there (a local runner), then removed
     _stream_examples_from_bucket(gcs_emulator)
 
