@@ -131,9 +131,10 @@ def table(result: dict) -> str:
     """The runs as aligned text lines (for the log of the device call)."""
     lines = [f"machine: {result['machine']}"]
     for run in result["runs"]:
+        mfu = f"{run['mfu']:.3f}" if "mfu" in run else "  —  "
+        peak = f"{run['peak_memory_gb']:5.1f} GiB" if "peak_memory_gb" in run else "—"
         figures = (
-            f"{run['tokens_per_s']:>11,.0f} tokens/s  MFU {run.get('mfu', float('nan')):.3f}  "
-            f"wait {run['data_wait_share']:.3f}  peak {run.get('peak_memory_gb', 0):5.1f} GiB"
+            f"{run['tokens_per_s']:>11,.0f} tokens/s  MFU {mfu}  wait {run['data_wait_share']:.3f}  peak {peak}"
             if "tokens_per_s" in run
             else run["status"]
         )

@@ -190,7 +190,7 @@ def test_the_counter_sees_a_read_of_a_device_value(shards, tmp_path, like_cuda):
 
     def add_and_read(loss, batch):
         add(loss, batch)
-        float(loss.mlm_loss)  # what a careless metrics line would do
+        float(loss.mlm_loss.detach())  # what a careless metrics line would do
 
     trainer.window.add = add_and_read
     found = _count_steps(trainer, like_cuda, steps=2)
