@@ -18,7 +18,7 @@ GLUE_TASK ?= mrpc
 # bf16 autocast is slower than fp32 on most CPUs; use it (or fp16) on a GPU.
 PRECISION ?= $(shell $(PY) -c "import torch; print('bf16' if torch.cuda.is_available() else 'fp32')" 2>/dev/null || echo fp32)
 
-.PHONY: setup test demo lint bench constraints clean
+.PHONY: setup test demo lint bench gpu-data constraints clean
 
 setup: $(STAMP)
 
@@ -56,6 +56,11 @@ $(WX_VENV)/.installed:
 
 bench: $(STAMP) $(WIKI_EXCERPT) $(WX_VENV)/.installed
 	$(PY) benchmarks/run_all.py
+
+# The inputs of benchmarks/gpu_check.sh (shards at 128 and 512, the vocabulary), built here on the
+# CPU and carried to a GPU machine that has no .venv and no network.
+gpu-data: $(STAMP)
+	bash benchmarks/gpu_data.sh
 
 constraints: $(STAMP)
 	@echo "edit setup.py, then: $(PY) -m pip freeze --exclude-editable > constraints.txt (keep torch==2.13.0)"

@@ -1,56 +1,125 @@
 #!/usr/bin/env bash
-# One prepared GPU check (issues 5 and 13). Run from the repository root:
-#     bash benchmarks/gpu_check.sh          (OUT=folder STEPS=300 BATCH=128 SHARDS=folder to change)
-# 1. benchmarks/sdpa_check.py: which SDPA kernel the padded (masked), mask-free and packed batch
-#    layouts get; on CUDA it fails unless the mask-free and packed ones get flash or
-#    memory-efficient attention.
-# 2. pretrain at sequence length 128 in bf16 and in fp16 (loss scaling), with each --batching
-#    layout (padded, bucketed, packed): tokens/s (non-padding), samples/s, MFU, peak memory, data
-#    wait, loss; on shards made on the spot from the Wikipedia excerpt (or SHARDS=folder).
-# On a GPU: the base model, a few hundred steps. Without CUDA it runs its CPU fallback instead (the
-# tiny model, fp32, a few steps, the shared enwiki excerpt when .cache has none): the same commands,
-# so the script is known to run end to end; the figures mean nothing there.
-# It needs .venv (make setup) and .cache/enwiki-excerpt.xml.bz2 (make demo fetches it) on a GPU.
-set -euo pipefail
+# The prepared GPU check (issue 24): one script, run once on a lent GPU machine, every figure as JSON.
+#
+#   bash benchmarks/gpu_check.sh               on the GPU machine, from the repository root
+#   bash benchmarks/gpu_check.sh --cpu-smoke   here: the same commands end to end, tiny model, 3 steps
+#
+# The GPU machine has no network and no .venv: system python3 (torch, transformers, pyarrow, fsspec,
+# click, safetensors, numpy), PYTHONPATH=$PWD. Its inputs are built here first (`make gpu-data`:
+# shards at 128 and 512 of the enwiki excerpt with bert-base-uncased's vocabulary, plus vocab.txt)
+# and carried along (the device tool's `carry: ["gpu-data"]`); --vocab names the carried copy.
+#
+# What runs, most important first, each under `timeout`, until BUDGET_S (default 400 s) is spent:
+# `pretrain` BERT-base for 60 steps at seq 128 (batch 256) and 512 (batch 64) with every --batching
+# layout, bf16 and fp16, compiled (the CUDA default) and eager, and CUDA graphs
+# (--compile-mode reduce-overhead); the one-step pairing against transformers' BertForPreTraining on
+# the same 25 real batches (benchmarks/train_step.py --device cuda); the SDPA kernel check.
+# Figures: OUT/runs/NAME.json per run (steady-state tokens/s, MFU, data wait, peak memory; a failure
+# with its exit status and log tail), OUT/train_step_cuda.json, OUT/machine.json, and all of them
+# in OUT/gpu_check.json (benchmarks/gpu_check.py). Copy that file to benchmarks/results/ and
+# `python benchmarks/run_all.py --summary-only` puts it in benchmarks/summary.md.
+set -uo pipefail
+MODE=gpu
+case "${1:-}" in
+  "") ;;
+  --cpu-smoke) MODE=cpu-smoke ;;
+  *) echo "usage: bash benchmarks/gpu_check.sh [--cpu-smoke]" >&2; exit 2 ;;
+esac
 OUT=${OUT:-/tmp/gpu_check}
-BIN=.venv/bin
-if command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv; then
-  CONFIG=${CONFIG:-base} STEPS=${STEPS:-300} BATCH=${BATCH:-128} PRECISIONS=${PRECISIONS:-"bf16 fp16"}
-  WORKERS=4 WARMUP=50 VOCAB_SIZE=30522 INPUT=${INPUT:-.cache/enwiki-excerpt.xml.bz2}
-  RUNNER=(--runner DirectRunner --direct_num_workers 8 --direct_running_mode multi_processing)
+DATA=${GPU_DATA:-gpu-data}
+SCRATCH=${SCRATCH:-$(mktemp -d /tmp/gpu_check_scratch.XXXXXX)}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$SCRATCH/inductor}  # shared by the runs: warm recompiles
+if [ "$MODE" = gpu ]; then
+  PYTHON=${PYTHON:-python3}
+  CONFIG=base STEPS=${STEPS:-60} LOG_STEPS=10 WORKERS=8 BATCH_128=256 BATCH_512=64
+  BUDGET_S=${BUDGET_S:-400} RUN_LIMIT_S=180 MIN_START_S=40
+  PAIRING=(--device cuda --config base:256 --steps 20 --warmup 5 --threads 8)
 else
-  echo "no CUDA device: CPU fallback (tiny model, fp32, a few steps; the figures mean nothing)"
-  CONFIG=${CONFIG:-tiny} STEPS=${STEPS:-4} BATCH=${BATCH:-8} PRECISIONS=${PRECISIONS:-fp32}
-  WORKERS=0 WARMUP=2 VOCAB_SIZE=8000 INPUT=${INPUT:-.cache/enwiki-excerpt.xml.bz2}
-  [ -f "$INPUT" ] || INPUT=../shared/data/wiki/gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2
-  RUNNER=(--runner FnApiRunner)
+  PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+  CONFIG=tiny STEPS=${STEPS:-3} LOG_STEPS=1 WORKERS=0 BATCH_128=8 BATCH_512=4
+  BUDGET_S=${BUDGET_S:-3000} RUN_LIMIT_S=600 MIN_START_S=10
+  PAIRING=(--device cpu --config tiny:8 --steps 2 --warmup 1 --threads 2)
 fi
-mkdir -p "$OUT"
-$BIN/python benchmarks/sdpa_check.py --require-fast
-
-if [ -z "${SHARDS:-}" ]; then
-  SHARDS="$OUT/seq128"
-  $BIN/pipelines wikipedia --input "$INPUT" --output "$OUT/wiki" --num-shards 4 --overwrite "${RUNNER[@]}"
-  $BIN/pipelines corpus --input "$OUT/wiki" --output "$OUT/corpus" --num-shards 4 --overwrite "${RUNNER[@]}"
-  $BIN/wordpiece train --corpus "$OUT/corpus" --output "$OUT/vocab" --vocab-size "$VOCAB_SIZE" --overwrite
-  $BIN/pipelines examples --corpus "$OUT/corpus" --vocab "$OUT/vocab/vocab.txt" --output "$SHARDS" \
-    --max-seq-length 128 --dupe-factor 5 --num-shards 16 --num-buckets 64 --overwrite "${RUNNER[@]}"
-fi
-for precision in $PRECISIONS; do
-  for batching in padded bucketed packed; do
-    run="$OUT/run-$precision-$batching"
-    rm -rf "$run"
-    $BIN/pretrain --shards "$SHARDS" --config "$CONFIG" --output "$run" --batching "$batching" \
-      --global-batch-size "$BATCH" --max-steps "$STEPS" --lr 1e-4 --warmup-steps "$WARMUP" --precision "$precision" \
-      --log-steps "$(( STEPS > 50 ? 50 : 1 ))" --save-steps "$STEPS" --num-workers "$WORKERS" --quiet
-    $BIN/python - "$run/metrics.jsonl" "$precision $batching" <<'PY'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if '"train"' in line]
-steady = rows[1:] or rows  # the first window includes start-up
-mean = lambda key: sum(r.get(key, 0.0) for r in steady) / len(steady)
-print(f"{sys.argv[2]:15s}: {mean('tokens_per_s'):,.0f} tokens/s, {mean('samples_per_s'):,.0f} samples/s, "
-      f"MFU {mean('mfu'):.3f}, peak memory {max(r.get('peak_memory_gb', 0) for r in rows):.1f} GiB, "
-      f"data wait {mean('data_wait_share'):.3f}, skipped steps {rows[-1]['skipped_steps']}, loss {rows[-1]['loss']:.3f}")
-PY
-  done
+for input in "$DATA/seq128/manifest.json" "$DATA/seq512/manifest.json" "$DATA/vocab.txt"; do
+  [ -f "$input" ] || { echo "gpu_check.sh: $input is missing: run \`make gpu-data\` first (on the CPU machine)" >&2; exit 1; }
 done
+rm -rf "$OUT/runs" "$OUT/logs"
+mkdir -p "$OUT/runs" "$OUT/logs" "$SCRATCH"
+trap 'rm -rf "$SCRATCH"' EXIT
+deadline=$((SECONDS + BUDGET_S))
+echo "gpu_check ($MODE): $PYTHON, budget ${BUDGET_S}s, figures in $OUT"
+"$PYTHON" benchmarks/gpu_check.py machine "$OUT"
+
+# time_left LIMIT: the seconds a command may take now (at most LIMIT), or nothing when too few are left
+time_left() {
+  local left=$((deadline - SECONDS))
+  [ "$left" -ge "$MIN_START_S" ] && echo $(( left < $1 ? left : $1 ))
+}
+
+# pretrain NAME SEQ BATCHING PRECISION FLAG...: one run, summarised into OUT/runs/NAME.json
+pretrain() {
+  local name=$1 seq=$2 batching=$3 precision=$4
+  shift 4
+  local batch_var=BATCH_$seq
+  local cmd=("$PYTHON" -m pretrain --shards "$DATA/seq$seq" --vocab "$DATA/vocab.txt" --config "$CONFIG"
+    --output "$SCRATCH/$name" --batching "$batching" --precision "$precision" "$@"
+    --global-batch-size "${!batch_var}" --max-steps "$STEPS" --log-steps "$LOG_STEPS" --save-steps "$STEPS"
+    --keep-checkpoints 1 --lr 1e-4 --warmup-steps 10 --num-workers "$WORKERS")
+  local limit
+  if ! limit=$(time_left "$RUN_LIMIT_S"); then
+    "$PYTHON" benchmarks/gpu_check.py skipped "$OUT" "$name" "not run: the time budget was spent" -- "${cmd[@]}"
+    echo "$name: not run (budget spent)"
+    return
+  fi
+  local start=$SECONDS
+  timeout --kill-after=20 "$limit" "${cmd[@]}" >"$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  "$PYTHON" benchmarks/gpu_check.py run "$OUT" "$name" "$SCRATCH/$name" "$rc" "$((SECONDS - start))" \
+    "$OUT/logs/$name.log" -- "${cmd[@]}"
+  rm -rf "${SCRATCH:?}/$name"  # a BERT-base checkpoint is 1.3 GB
+}
+
+# the one-step pairing against transformers, on the same real batches
+pairing() {
+  local name=train_step_pairing limit
+  local cmd=("$PYTHON" benchmarks/train_step.py --shards "$DATA/seq128" --vocab "$DATA/vocab.txt" "${PAIRING[@]}"
+    --json "$OUT/train_step_cuda.json")
+  if ! limit=$(time_left 200); then
+    "$PYTHON" benchmarks/gpu_check.py skipped "$OUT" "$name" "not run: the time budget was spent" -- "${cmd[@]}"
+    return
+  fi
+  local start=$SECONDS
+  timeout --kill-after=20 "$limit" "${cmd[@]}" >"$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  "$PYTHON" benchmarks/gpu_check.py step "$OUT" "$name" "$rc" "$((SECONDS - start))" "$OUT/logs/$name.log" \
+    "$OUT/train_step_cuda.json"
+  tail -n 8 "$OUT/logs/$name.log"
+}
+
+pretrain seq128-padded-bf16-compiled 128 padded bf16 --compile
+pairing
+pretrain seq128-packed-bf16-compiled 128 packed bf16 --compile
+pretrain seq128-bucketed-bf16-compiled 128 bucketed bf16 --compile
+pretrain seq128-padded-bf16-eager 128 padded bf16 --no-compile
+pretrain seq512-padded-bf16-compiled 512 padded bf16 --compile
+pretrain seq512-packed-bf16-compiled 512 packed bf16 --compile
+pretrain seq512-bucketed-bf16-compiled 512 bucketed bf16 --compile
+pretrain seq128-bucketed-bf16-cudagraphs 128 bucketed bf16 --compile --compile-mode reduce-overhead
+pretrain seq128-padded-fp16-compiled 128 padded fp16 --compile
+pretrain seq128-packed-bf16-eager 128 packed bf16 --no-compile
+pretrain seq128-bucketed-bf16-eager 128 bucketed bf16 --no-compile
+pretrain seq128-packed-fp16-compiled 128 packed fp16 --compile
+pretrain seq512-packed-bf16-eager 512 packed bf16 --no-compile
+pretrain seq128-packed-bf16-cudagraphs 128 packed bf16 --compile --compile-mode reduce-overhead
+pretrain seq512-padded-bf16-eager 512 padded bf16 --no-compile
+pretrain seq128-bucketed-fp16-compiled 128 bucketed fp16 --compile
+
+if limit=$(time_left 60); then
+  timeout "$limit" "$PYTHON" benchmarks/sdpa_check.py --require-fast >"$OUT/logs/sdpa_check.log" 2>&1
+  rc=$?
+  "$PYTHON" -c 'import json, sys; print(json.dumps({"rc": int(sys.argv[1]), "output": open(sys.argv[2]).read().splitlines()[-20:]}))' \
+    "$rc" "$OUT/logs/sdpa_check.log" >"$OUT/sdpa_check.json"
+fi
+"$PYTHON" benchmarks/gpu_check.py collect "$OUT"
+echo "gpu_check ($MODE) done in $SECONDS s: $OUT/gpu_check.json"

@@ -506,11 +506,59 @@ RENDERERS: dict[str, Callable[[dict], list[Row]]] = {
 }
 
 
-NOT_MEASURED = [
-    "* the pre-training step on a GPU (bf16/fp16, flash attention with `--batching bucketed` or "
-    "`packed`): `benchmarks/gpu_check.sh` measures it, with no transformers peer; not run on this CPU machine.",
-]
+NOT_MEASURED: list[str] = []
 """Comparisons a user would ask for that no script measures yet: listed, not left out silently."""
+
+GPU_RESULTS = RESULTS_DIR / "gpu_check.json"
+"""``benchmarks/gpu_check.sh``'s figures (its ``OUT/gpu_check.json``, copied here after a GPU run)."""
+GPU_COMMAND = "bash benchmarks/gpu_check.sh"
+GPU_NOT_MEASURED = (
+    "* pre-training on a GPU (`pretrain` BERT-base at seq 128 and 512, every `--batching` layout, bf16 and "
+    "fp16, compiled and eager, CUDA graphs; one step against transformers' BertForPreTraining on the same "
+    "batches): **not measured** (no `results/gpu_check.json` yet). `make gpu-data` here, then "
+    f"`{GPU_COMMAND}` on a GPU machine (docs/pretrain.md), and copy its `gpu_check.json` into `benchmarks/results/`."
+)
+
+
+def rows_gpu_check(r: dict) -> list[Row]:
+    """One row per ``pretrain`` run of the GPU check (no peer), and the one-step pairing's ratios."""
+    gpu = (r.get("machine") or {}).get("gpu") or "no GPU named"
+    rows = []
+    for run in r["runs"]:
+        what = (
+            f"pre-training on {gpu}, `{run['name']}` (BERT-base, steady state after the first metrics window)"
+        )
+        if "tokens_per_s" not in run:
+            rows.append((what, run["status"], "—", "—"))
+            continue
+        mfu = f", MFU {run['mfu']:.3f}" if "mfu" in run else ""
+        ours = (
+            f"{_n(run['tokens_per_s'])} tokens/s{mfu}, data wait {run['data_wait_share']:.1%}, "
+            f"peak {run.get('peak_memory_gb', 0):.1f} GiB"
+        )
+        rows.append((what, ours, "—", "—"))
+    for step in r["steps"]:
+        for run in (step.get("result") or {}).get("runs", []):
+            variants = run["variants"]
+            what = (
+                f"one training step on {gpu}, config {run['config']}, batch {run['batch_size']} of real enwiki "
+                f"shards at seq 128, bf16 autocast, AdamW, clipping; the same batches for every variant"
+            )
+            peer = variants["transformers_collator"]
+            for ours in [v for v in ("ours", "ours_compiled") if v in variants]:
+                prefix = "" if ours == "ours" else "compiled_"
+                rows.append(
+                    (
+                        what,
+                        f"{ours}: {_n(variants[ours]['tokens_per_s'])} tokens/s",
+                        "BertForPreTraining (SDPA) fed by DataCollatorForLanguageModeling: "
+                        f"{_n(peer['tokens_per_s'])} tokens/s",
+                        _x(run[f"{prefix}speedup_vs_transformers_collator"]),
+                    )
+                )
+        if step["status"] != "ok":
+            rows.append((f"one training step on {gpu}", step["status"], "—", "—"))
+    return rows
 
 
 def render_summary() -> str:
@@ -549,6 +597,18 @@ def render_summary() -> str:
                 f"| {bench.name} | {what} | {ours} | {peer} | {ratio} "
                 f"| `{bench.command_line()}` → `results/{bench.results.name}` |"
             )
+    if GPU_RESULTS.exists():
+        try:
+            gpu_rows = rows_gpu_check(json.loads(GPU_RESULTS.read_text()))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as err:
+            gpu_rows = [(f"unreadable results ({type(err).__name__}: {err})", "—", "—", "—")]
+        for what, ours, peer, ratio in gpu_rows:
+            lines.append(
+                f"| gpu_check | {what} | {ours} | {peer} | {ratio} | `{GPU_COMMAND}` → `results/gpu_check.json` |"
+            )
+    else:
+        notes.append(GPU_NOT_MEASURED)
+    known.add(GPU_RESULTS.name)
     for extra in sorted(RESULTS_DIR.glob("*.json")):
         if extra.name not in known:
             for what, ours, peer, ratio in rows_generic(extra.stem, json.loads(extra.read_text())):

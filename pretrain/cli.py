@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from pretrain.config import BATCHING_MODES, LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
+from pretrain.config import BATCHING_MODES, COMPILE_MODES, LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
 from pretrain.outputs import (
     EXPORT_FILES,
@@ -136,7 +136,19 @@ Examples:
 @click.option("--num-workers", type=int, default=2, show_default=True, help="DataLoader workers per rank.")
 @click.option("--streams", type=int, help="Reader streams per rank (default 8, fewer for small data).")
 @click.option("--dropout", type=float, help="Override hidden and attention dropout of a new model.")
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option(
+    "--compile/--no-compile",
+    "compile_",
+    default=None,
+    help="torch.compile the model and loss. Default: on for CUDA (eager if compiling fails), off on CPU.",
+)
+@click.option(
+    "--compile-mode",
+    type=click.Choice(COMPILE_MODES),
+    default="default",
+    show_default=True,
+    help="reduce-overhead: CUDA graphs too, one per batch shape (few with --batching bucketed).",
+)
 @click.option("--quiet", is_flag=True, help="Warnings and errors only.")
 @click.option("--rank-report", hidden=True, help="Folder for per-rank weight/example digests (tests).")
 @click.pass_context

@@ -21,6 +21,8 @@ MASKING_OVERRIDES = (
 )
 LR_SCHEDULES = ("transformers", "reference")
 OBJECTIVES = ("mlm", "ltr")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes; ``reduce-overhead`` adds CUDA graphs (one per batch shape)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ class TrainConfig:
     """Consecutive batches whose examples ``bucketed`` regroups by length."""
     num_workers: int = 2
     streams: int | None = None
-    compile: bool = False
+    compile: bool | None = None
+    """``torch.compile`` the model and loss; None: on for CUDA, off elsewhere."""
+    compile_mode: str = "default"
     dropout: float | None = None
     max_seq_length: int | None = None
     """If given, must equal the shards' max_seq_length (a guard for phase-2 command lines)."""
@@ -135,6 +139,12 @@ class TrainConfig:
             found.append(
                 "--objective ltr needs padded or bucketed batches (causal attention), not --batching packed"
             )
+        if self.compile_mode not in COMPILE_MODES:
+            found.append(
+                f"--compile-mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"
+            )
+        elif self.compile is False and self.compile_mode != "default":
+            found.append(f"--compile-mode {self.compile_mode} applies when compiling: drop --no-compile")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             found.append(f"--dropout must be in [0, 1), got {self.dropout}")
         return found

@@ -5,12 +5,17 @@
 file always describes the training that the checkpoints hold. Bucket outputs are written from a
 local mirror at every flush (a bucket object cannot be appended to).
 
+Each training record says whether its window includes the process's start-up (``startup_window``:
+the first record after start or resume, which also holds ``torch.compile``'s compilation), so that
+steady-state figures leave it out.
+
 MFU = achieved model FLOPs / the GPU's peak dense FLOPs for the precision, with model FLOPs per
 token from :func:`pretrain.model.training_flops_per_token` at the batch's padded length and
 counting real (non-padding) tokens only; reported for the GPUs in :data:`PEAK_TFLOPS`.
 
 TensorBoard is optional: without the ``tensorboard`` package a run warns once, at start, and
-writes ``metrics.jsonl`` and the plots only. Temporary files (the PNG buffer, the TensorBoard
+writes ``metrics.jsonl`` and the plots only; without ``matplotlib`` (a bare GPU image) it warns at
+the end and writes no plots. Temporary files (the PNG buffer, the TensorBoard
 mirror of a bucket output) go to the run's scratch folder (:func:`pretrain.outputs.run_scratch`).
 """
 
@@ -149,8 +154,16 @@ class MetricsLog:
                 self.fs.put_file(os.path.join(self._mirror, name), f"{self.root}/tensorboard/{name}")
 
     def plot(self) -> list[str]:
-        """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``."""
-        import matplotlib
+        """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``;
+        none (with a warning) without matplotlib."""
+        try:
+            import matplotlib
+        except ImportError:
+            log.warning(
+                "matplotlib is not installed: no plots in %s/plots (metrics.jsonl has every figure)",
+                self.output,
+            )
+            return []
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

@@ -627,7 +627,7 @@ def pretraining_loss(
         nsp_loss = F.cross_entropy(nsp_logits, next_sentence_labels.reshape(-1))
         with torch.no_grad():
             nsp_correct = (nsp_logits.argmax(-1) == next_sentence_labels.reshape(-1)).sum()
-        nsp_count = torch.tensor(next_sentence_labels.numel(), device=nsp_correct.device)
+        nsp_count = nsp_correct.new_full((), next_sentence_labels.numel())  # a fill: no host copy, no sync
     return PretrainingLoss(
         total=mlm_loss + nsp_loss,
         mlm_loss=mlm_loss,

@@ -7,9 +7,16 @@
   ``‖w‖ / ‖update‖`` (1 where either norm is zero). Biases and LayerNorm parameters (the group
   :func:`parameter_groups` marks ``trust_ratio: False``) get neither weight decay nor the trust
   ratio, as ``exclude_from_layer_adaptation`` defaults to ``exclude_from_weight_decay`` in the
-  reference LAMB. The step runs on whole groups with ``torch._foreach_*`` ops, not a Python loop.
+  reference LAMB. The step runs on whole groups with ``torch._foreach_*`` ops, not a Python loop;
+  its step count is one tensor per group on the parameters' device (as in NVIDIA's fused LAMB), so
+  that a skipped step is decided there too.
 - AdamW: ``torch.optim.AdamW`` (decoupled weight decay; the reference's ``AdamWeightDecay`` has no
-  bias correction, which only matters in the first few hundred steps of warm-up).
+  bias correction, which only matters in the first few hundred steps of warm-up): torch's fused
+  kernel on CUDA, foreach ops elsewhere (on CPU bitwise the updates of torch's per-tensor loop,
+  which its fused CPU kernel is not).
+- :func:`step_unless`: the step, unless a 0-d ``found_inf`` flag on the device says the gradients
+  are not finite. Fused AdamW and :class:`Lamb` take the flag as ``GradScaler`` hands it to them
+  (``optimizer.found_inf``) and skip on the device, so the host never waits for it.
 - Two schedules (``--lr-schedule``):
 
   - ``transformers`` (:func:`warmup_decay`, the default): linear warm-up to the peak over
@@ -44,7 +51,13 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB: Adam moments with a layer-wise trust ratio (see the module docstring)."""
+    """LAMB: Adam moments with a layer-wise trust ratio (see the module docstring).
+
+    Like torch's fused optimizers it reads ``found_inf`` and ``grad_scale`` (0-d tensors) when
+    ``GradScaler`` or :func:`step_unless` set them: the gradients are unscaled by ``grad_scale``,
+    and a step with ``found_inf`` nonzero leaves parameters, moments and step counts as they were,
+    without the flag being read on the host.
+    """
 
     def __init__(
         self,
@@ -57,6 +70,7 @@ class Lamb(torch.optim.Optimizer):
         if lr <= 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"invalid LAMB settings: lr={lr}, betas={betas}, eps={eps}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+        self._step_supports_amp_scaling = True  # GradScaler hands over found_inf and grad_scale
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -65,32 +79,62 @@ class Lamb(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if params:
-                self._update_group(group, params)
+                self._update_group(group, params, grad_scale, found_inf)
         return loss
 
-    def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a state; one saved with a step count per parameter (before the count moved to the
+        group) gets its group's count from them."""
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            steps = [self.state[p].pop("step") for p in group["params"] if "step" in self.state[p]]
+            if "step" not in group and steps:
+                group["step"] = torch.tensor(float(max(steps)), dtype=torch.float64)
+
+    def _update_group(
+        self,
+        group: dict,
+        params: list[torch.Tensor],
+        grad_scale: torch.Tensor | None,
+        found_inf: torch.Tensor | None,
+    ) -> None:
         beta1, beta2 = group["betas"]
         adapt = group.get("trust_ratio", True)
-        grads = [p.grad.float() for p in params]
+        grads = [p.grad.float() for p in params]  # fp32 gradients: the tensors themselves
+        if grad_scale is not None:
+            torch._foreach_mul_(grads, grad_scale.double().reciprocal().float())
+        keep = None if found_inf is None else found_inf == 0
+        if keep is not None:  # skipped: zero gradients and moments decayed by 1, so nothing moves
+            _zero_unless(grads, keep)
+            beta1_now, beta2_now = torch.where(keep, beta1, 1.0), torch.where(keep, beta2, 1.0)
         for param in params:
             state = self.state[param]
             if not state:
-                state["step"] = 0
                 state["exp_avg"] = torch.zeros_like(param, dtype=torch.float32)
                 state["exp_avg_sq"] = torch.zeros_like(param, dtype=torch.float32)
-            state["step"] += 1
+        device = params[0].device
+        if "step" not in group:
+            group["step"] = torch.zeros((), dtype=torch.float64, device=device)
+        elif group["step"].device != device:  # loaded from a checkpoint, on the host
+            group["step"] = group["step"].to(device, torch.float64)
+        step = group["step"]
+        # the bias corrections of the count this update is made at (float64, as Python's ** was)
+        count = step + 1
+        correction1, correction2 = (1 - beta1**count).float(), (1 - beta2**count).float()
+        step.add_(1 if keep is None else keep.double())
         states = [self.state[p] for p in params]
         exp_avgs = [s["exp_avg"] for s in states]
         exp_avg_sqs = [s["exp_avg_sq"] for s in states]
-        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_mul_(exp_avgs, beta1 if keep is None else beta1_now)
         torch._foreach_add_(exp_avgs, grads, alpha=1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_mul_(exp_avg_sqs, beta2 if keep is None else beta2_now)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
-        m_hat = torch._foreach_div(exp_avgs, [1 - beta1 ** s["step"] for s in states])
-        denom = torch._foreach_div(exp_avg_sqs, [1 - beta2 ** s["step"] for s in states])
+        m_hat = torch._foreach_div(exp_avgs, correction1)
+        denom = torch._foreach_div(exp_avg_sqs, correction2)
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, group["eps"])
         updates = torch._foreach_div(m_hat, denom)
@@ -102,7 +146,11 @@ class Lamb(torch.optim.Optimizer):
             w_norm = torch.stack(torch._foreach_norm(weights))
             u_norm = torch.stack(torch._foreach_norm(updates))
             trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            if keep is not None:
+                trust = trust * keep
             torch._foreach_mul_(updates, list(trust.unbind()))
+        elif keep is not None:
+            torch._foreach_mul_(updates, keep.float())
         if all(p.dtype == torch.float32 for p in params):
             torch._foreach_add_(params, updates, alpha=-group["lr"])
         else:
@@ -110,13 +158,52 @@ class Lamb(torch.optim.Optimizer):
                 param.add_(update.to(param.dtype), alpha=-group["lr"])
 
 
+_INTEGER_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _zero_unless(tensors: list[torch.Tensor], keep: torch.Tensor) -> None:
+    """Set every element of ``tensors`` to zero where the 0-d bool ``keep`` is False, leave them
+    bitwise as they are where it is True: their bit patterns are multiplied by 0 or 1 as integers,
+    where, unlike in floating point, ``0 * NaN`` and ``0 * inf`` are 0."""
+    by_type: dict[torch.dtype, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        integer = _INTEGER_OF_SIZE[tensor.element_size()]
+        by_type.setdefault(integer, []).append(tensor.view(integer))
+    for integer, views in by_type.items():
+        torch._foreach_mul_(views, keep.to(integer))
+
+
+def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
+    """``optimizer.step()`` unless ``found_inf`` (a 0-d float tensor, nonzero to skip) is set.
+
+    Optimizers that take the flag (fused AdamW, :class:`Lamb`: ``_step_supports_amp_scaling``)
+    get it as ``GradScaler`` gives it and skip on the device, with no host sync; any other reads
+    it on the host first.
+    """
+    if getattr(optimizer, "_step_supports_amp_scaling", False):
+        optimizer.grad_scale, optimizer.found_inf = None, found_inf
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.grad_scale, optimizer.found_inf
+    elif not found_inf.item():
+        optimizer.step()
+
+
+FUSED_DEVICES = ("cuda",)
+"""Devices where AdamW runs torch's fused kernel (elsewhere: foreach ops)."""
+
+
 def build_optimizer(
     name: str, model: torch.nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999), eps=1e-6
 ) -> torch.optim.Optimizer:
-    """``adamw`` or ``lamb`` over :func:`parameter_groups`."""
+    """``adamw`` (fused on :data:`FUSED_DEVICES`) or ``lamb`` over :func:`parameter_groups`, for
+    the device the model's parameters are on."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+        device = next(model.parameters()).device.type
+        fused = {"fused": True} if device in FUSED_DEVICES else {"foreach": True}
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps)
     raise ValueError(f"unknown optimizer {name!r}: choose adamw or lamb")

@@ -12,9 +12,23 @@ not shift the global RNG that dropout draws from. On CPU a resumed run is bitwis
 that never stopped (tested by SIGKILL); on GPU, kernels that are not deterministic can make the
 two differ in the last bits.
 
-Non-finite gradients. A step whose gradient norm is not finite is not applied (the GradScaler
-does this for fp16; for bf16/fp32 we check): it is counted in ``skipped_steps``, the data it used
-is consumed and the schedule moves on.
+Non-finite gradients. A step whose gradient norm is not finite is not applied: it is counted in
+``skipped_steps``, the data it used is consumed and the schedule moves on. With fp16 the grad
+scaler also lowers its scale.
+
+No host sync inside a step. Everything the step counts from a batch (tokens, masked positions,
+pairs) is read from the host copy (:mod:`pretrain.feed`, which also copies the next batch to the
+GPU ahead of use); losses, accuracy counts and skipped steps accumulate on the device and are read
+once per metrics record (``--log-steps``) and at checkpoints; a non-finite gradient norm skips the
+update on the device (fused AdamW and LAMB take the flag as the grad scaler gives it); with DDP the
+loss weights come from an all-reduce on the device that the host does not wait for, and the ranks
+agree on a stop signal over a host (gloo) all-reduce that runs in the background, read one step
+later (so a signal stops every rank at the same step, one step after it arrived).
+
+``torch.compile`` is on by default on CUDA (``--no-compile`` turns it off), off elsewhere;
+``--compile-mode reduce-overhead`` adds CUDA graphs, one per batch shape (``--batching bucketed``
+gives few). When compiling was not asked for by name, a model that fails to compile runs eagerly.
+The first metrics record of a process includes start-up and compilation (``startup_window``).
 
 Phase 2. ``--resume RUN --shards OTHER``: the model, optimizer and step continue; the reader
 starts at the beginning of the new shards (its saved position belongs to the old ones), and the
@@ -24,7 +38,9 @@ learning-rate schedule is re-evaluated with the new ``--max-steps``/``--warmup-s
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -36,22 +52,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from pretrain import checkpoint as ckpt
-from pretrain.batching import (
-    BatchLayout,
-    batch_shape,
-    example_tokens,
-    model_inputs,
-    num_real_tokens,
-    to_device,
-)
+from pretrain.batching import BatchLayout, example_tokens
 from pretrain.collate import DynamicMasking, masking_from_params, validation_masking
 from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards, ShardError, ShardLoader
+from pretrain.feed import DeviceFeed, MicroBatch
 from pretrain.metrics import MetricsLog, peak_flops
-from pretrain.model import compile_model, left_to_right_batch, pretraining_loss, training_flops_per_token
-from pretrain.optim import build_optimizer, build_scheduler
+from pretrain.model import left_to_right_batch, pretraining_loss, training_flops_per_token
+from pretrain.optim import build_optimizer, build_scheduler, step_unless
 from pretrain.outputs import run_scratch
 from pretrain.progress import Progress
 from pretrain.runtime import autocast
@@ -101,39 +112,60 @@ class Position:
     batches_done: int = 0
 
 
+class _StopVote:
+    """Whether every rank stops now (see the module docstring): one rank reads its own signal;
+    several cast their vote each step in a background all-reduce over gloo (the host) and act on
+    the vote of the step before, which every rank reads alike."""
+
+    def __init__(self, procs: Processes, stop: _Stop) -> None:
+        self.stop, self.several = stop, procs.world_size > 1
+        self.group = dist.new_group(backend="gloo") if self.several else None
+        self.pending: tuple[dist.Work, torch.Tensor] | None = None
+
+    def __call__(self) -> bool:
+        if not self.several:
+            return self.stop.requested
+        decided = False
+        if self.pending is not None:
+            work, votes = self.pending
+            work.wait()
+            decided = bool(votes[0] > 0)  # a host tensor
+        votes = torch.tensor([float(self.stop.requested)])
+        self.pending = (dist.all_reduce(votes, group=self.group, async_op=True), votes)
+        return decided
+
+
 class _Window:
     """This rank's sums since the last metrics record: losses and accuracy counts (on the device),
-    real tokens / samples / micro batches / padded widths (on the host), time waiting for data."""
+    real tokens / samples / micro batches / padded widths (on the host), time waiting for data;
+    and the counts not yet in :class:`Position`: tokens (host) and skipped steps (device)."""
 
     def __init__(self, device: torch.device) -> None:
         self.losses = torch.zeros(7, dtype=torch.float64, device=device)
+        self.skipped = torch.zeros((), dtype=torch.float64, device=device)
         self.counts = np.zeros(4)
         self.pending_tokens = 0  # not yet in Position.tokens_seen (added at a record or a save)
         self.reset()
 
     def reset(self) -> None:
-        """Start a new window (``pending_tokens`` is reset where it is counted)."""
+        """Start a new window (the pending counts are reset where they are counted)."""
         self.losses.zero_()
         self.counts[:], self.wait_s, self.start = 0, 0.0, time.perf_counter()
 
-    def add(self, loss, shape: tuple[int, int], cpu_tokens: int) -> None:
-        """Count one micro batch (``shape``: its examples and padded width)."""
+    def add(self, loss, batch: MicroBatch) -> None:
+        """Count one micro batch: its losses on the device, its sizes from the host."""
         parts = (loss.total, loss.mlm_loss, loss.nsp_loss)
         counts = (loss.mlm_correct, loss.mlm_count, loss.nsp_correct, loss.nsp_count)
-        self.losses += torch.stack([p.detach().double() for p in parts] + [c.double() for c in counts])
-        self.counts += [cpu_tokens, shape[0], 1, shape[1]]
-        self.pending_tokens += cpu_tokens
+        # one stack in float32 (exact for these counts), then float64: three kernels, not nine
+        self.losses += torch.stack([p.detach() for p in parts] + list(counts)).double()
+        self.counts += [batch.num_tokens, batch.shape[0], 1, batch.shape[1]]
+        self.pending_tokens += batch.num_tokens
 
-
-def _forward_loss(forward, batch: dict, device: torch.device):
-    """The model's pre-training loss on a host batch (any layout; see :mod:`pretrain.batching`)."""
-    outputs = forward(**to_device(model_inputs(batch), device))
-    batch = to_device(
-        {k: batch[k] for k in ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")}, device
-    )
-    return pretraining_loss(
-        outputs, batch["masked_lm_ids"], batch["masked_lm_weights"], batch["next_sentence_labels"]
-    )
+    def take_skipped(self) -> int:
+        """The steps skipped since the last call (or record), read from the device; then zero."""
+        skipped = int(self.skipped.item())
+        self.skipped.zero_()
+        return skipped
 
 
 class Trainer:
@@ -167,6 +199,7 @@ class Trainer:
             else None
         )
         self.window = _Window(procs.device)
+        self.first_record = True  # this process's first metrics record includes start-up
         self.seen: list[str] | None = [] if cfg.rank_report else None  # example digests, for the rank report
         self.progress = None
 
@@ -217,6 +250,7 @@ class Trainer:
         """The model on its device, the optimizer and the grad scaler (enabled for fp16)."""
         cfg = self.cfg
         self.model = self.setup.model.to(self.procs.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(
             cfg.optimizer,
             self.model,
@@ -266,14 +300,27 @@ class Trainer:
             )
 
     def _build_forward(self) -> None:
-        """DDP around the model when there are several ranks; ``torch.compile`` when asked."""
-        procs = self.procs
+        """DDP around the model when there are several ranks; ``torch.compile`` when asked, or by
+        default on CUDA (where a model that fails to compile then runs eagerly, with a warning)."""
+        cfg, procs = self.cfg, self.procs
         self.ddp_model = self.model
         if procs.world_size > 1:
             self.ddp_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[procs.local_rank] if procs.device.type == "cuda" else None
             )
-        self.forward = compile_model(self.ddp_model) if self.cfg.compile else self.ddp_model
+        self.compiled = cfg.compile if cfg.compile is not None else procs.device.type == "cuda"
+        self.forward, self.loss = self.ddp_model, pretraining_loss
+        if self.compiled:
+            if cfg.compile is None:
+                from torch import _dynamo
+
+                _dynamo.config.suppress_errors = True  # the default may fall back to eager
+            mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+            dynamic = None if cfg.batching == "padded" else True  # bucketed, packed: shapes vary by design
+            compile_regions(self.model, mode, dynamic)
+            self.loss = torch.compile(pretraining_loss, mode=mode, dynamic=dynamic)
+            if procs.is_main:
+                log.info("torch.compile (mode %s): the first steps compile the model", cfg.compile_mode)
 
     def _log_start(self) -> None:
         if not self.procs.is_main:
@@ -289,22 +336,27 @@ class Trainer:
         )  # fmt: skip
 
     def batches(self):
-        """The micro batches from the current position on, epoch after epoch, in --batching's
-        layout (which may re-read a bucketing window from its start: see pretrain/batching.py)."""
-        position = self.position
+        """``(micro batch, the reader's (epoch, batches done) after it)`` from the current
+        position on, epoch after epoch, in --batching's layout (which may re-read a bucketing
+        window from its start: see pretrain/batching.py); LTR batches for --objective ltr."""
+        epoch, done = self.position.epoch, self.position.batches_done
         while True:
-            if position.batches_done >= len(self.reader):
-                position.epoch, position.batches_done = position.epoch + 1, 0
-            for batch in self.layout.epoch_batches(self._read, position.batches_done, position.epoch):
-                position.batches_done += 1
-                yield batch
+            if done >= len(self.reader):
+                epoch, done = epoch + 1, 0
+            for batch in self.layout.epoch_batches(functools.partial(self._read, epoch), done, epoch):
+                done += 1
+                if self.cfg.objective == "ltr":
+                    batch = left_to_right_batch(batch)
+                yield batch, (epoch, done)
 
-    def _read(self, first: int):
-        """The reader's batches of the current epoch from batch ``first`` on, from DataLoader
-        workers started once per run (``ShardLoader``: persistent, told the epoch each time)."""
+    def _read(self, epoch: int, first: int):
+        """The reader's batches of ``epoch`` from batch ``first`` on, from DataLoader workers
+        started once per run (``ShardLoader``: persistent, told the epoch each time). Batches are
+        pinned there for the GPU when the layout passes them on as they are (padded)."""
         if self.loader is None:
-            self.loader = ShardLoader(self.reader, self.workers, pin_memory=self.procs.device.type == "cuda")
-        return self.loader.epoch(self.position.epoch, first)
+            pin = self.procs.device.type == "cuda" and self.cfg.batching == "padded"
+            self.loader = ShardLoader(self.reader, self.workers, pin_memory=pin)
+        return self.loader.epoch(epoch, first)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -319,7 +371,7 @@ class Trainer:
             self.progress = Progress(
                 cfg.max_steps, desc="pretrain", initial=position.step, enabled=shown, interval_s=None
             )
-        data = self.batches()
+        data, stop_now = DeviceFeed(self.batches(), procs.device), _StopVote(procs, stop)
         record: dict = {}
         self.window.reset()
         self.model.train()
@@ -336,12 +388,10 @@ class Trainer:
                     and step < cfg.max_steps
                 ):
                     self.evaluate()
-                stop_now = (
-                    all_sum(procs, [float(stop.requested)])[0] > 0 if procs.world_size > 1 else stop.requested
-                )
-                if step % cfg.save_steps == 0 or step == cfg.max_steps or stop_now:
+                stopping = stop_now()
+                if step % cfg.save_steps == 0 or step == cfg.max_steps or stopping:
                     self.checkpoint()
-                if stop_now:
+                if stopping:
                     if procs.is_main:
                         log.warning(
                             "stopped by a signal at step %d; resume with --resume %s", step, self.output
@@ -369,49 +419,68 @@ class Trainer:
                 self.metrics.close()  # a failed run keeps its records; TensorBoard's writer stops
         return record
 
-    def step(self, data) -> tuple[torch.Tensor, float]:
+    def step(self, data: DeviceFeed) -> tuple[torch.Tensor, float]:
         """One optimizer step: ``accumulation`` micro batches forward and backward, then the update
-        (skipped when the gradients are not finite). Returns the gradient norm and the step's lr."""
-        cfg, procs = self.cfg, self.procs
+        (skipped on the device when the gradients are not finite). Returns the gradient norm (on
+        the device) and the step's lr. Nothing here waits for the device."""
+        cfg, procs, position = self.cfg, self.procs, self.position
         waited = time.perf_counter()
-        step_batches = [next(data) for _ in range(self.accumulation)]
-        if cfg.objective == "ltr":
-            step_batches = [left_to_right_batch(b) for b in step_batches]
+        micro = [next(data) for _ in range(self.accumulation)]
         self.window.wait_s += time.perf_counter() - waited
-        # the step's loss is the mean over every masked token (and every pair) of the global
-        # batch, however it is split into ranks and micro batches: weigh each micro batch's means
-        masked = [float(b["masked_lm_weights"].sum()) for b in step_batches]
-        pairs = [float(b["next_sentence_labels"].numel() * cfg.uses_nsp) for b in step_batches]
-        total_masked, total_pairs = all_sum(procs, [sum(masked), sum(pairs)])
-        share = procs.world_size / max(total_masked, 1.0)  # DDP averages over ranks
-        for index, batch in enumerate(step_batches):
-            sync = index == self.accumulation - 1 or procs.world_size == 1
-            weights = masked[index] * share, pairs[index] * procs.world_size / max(total_pairs, 1.0)
-            self._micro_step(batch, sync, weights)
-        grad_norm, applied = apply_gradients(self.model, self.optimizer, self.scaler, cfg.max_grad_norm)
-        self.position.skipped_steps += not applied
+        position.epoch, position.batches_done = micro[-1].position
+        for index, (batch, weights) in enumerate(zip(micro, self._loss_weights(micro), strict=True)):
+            self._micro_step(batch, index == len(micro) - 1 or procs.world_size == 1, weights)
+        grad_norm, skipped = apply_gradients(self.params, self.optimizer, self.scaler, cfg.max_grad_norm)
+        self.window.skipped += skipped
         lr_used = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.position.step += 1
+        position.step += 1
         if self.progress is not None:
             self.progress.update(1)
         return grad_norm, lr_used
 
-    def _micro_step(self, batch: dict, sync: bool, weights: tuple[float, float]) -> None:
+    def _loss_weights(self, micro: list[MicroBatch]) -> list[tuple]:
+        """Each micro batch's (MLM, NSP) weight. The step's loss is the mean over every masked
+        token (and every pair) of the global batch, however it is split into ranks and micro
+        batches, so each micro batch's means are weighed by its share of the totals (times the
+        ranks: DDP averages over them). One rank: host numbers. Several: the totals are summed by
+        an all-reduce on the device, which the host does not wait for, and the weights are device
+        scalars (the same float64 arithmetic, so the same values)."""
+        procs, world = self.procs, self.procs.world_size
+        masked = [b.num_masked for b in micro]
+        pairs = [float(b.num_pairs * self.cfg.uses_nsp) for b in micro]
+        if world == 1:
+            total_masked, total_pairs = max(sum(masked), 1.0), max(sum(pairs), 1.0)
+        else:
+            totals = torch.tensor([sum(masked), sum(pairs)], dtype=torch.float64)
+            if procs.device.type == "cuda":
+                totals = totals.pin_memory()
+            totals = totals.to(procs.device, non_blocking=True)
+            dist.all_reduce(totals, async_op=True).wait()  # NCCL: the stream waits, not the host
+            total_masked, total_pairs = totals.clamp(min=1.0).unbind()
+        share = world / total_masked
+        return [(m * share, p * world / total_pairs) for m, p in zip(masked, pairs, strict=True)]
+
+    def _micro_step(self, batch: MicroBatch, sync: bool, weights: tuple) -> None:
         """Forward and backward of one micro batch, its MLM and NSP means weighted by ``weights``;
         DDP's gradient all-reduce only when ``sync`` (the step's last micro batch)."""
-        cpu_tokens = num_real_tokens(batch)  # on the host: no device sync
         if self.seen is not None:
-            self.seen.extend(_example_keys(batch))
+            self.seen.extend(_example_keys(batch.host))
         with (
             contextlib.nullcontext() if sync else self.ddp_model.no_sync(),
             autocast(self.procs.device, self.cfg.precision),
         ):
-            loss = _forward_loss(self.forward, batch, self.procs.device)
+            loss = self._loss_of(batch)
             objective = loss.mlm_loss * weights[0] + loss.nsp_loss * weights[1]
             self.scaler.scale(objective).backward()
-        self.window.add(loss, batch_shape(batch), cpu_tokens)
+        self.window.add(loss, batch)
+
+    def _loss_of(self, batch: MicroBatch):
+        """The model's pre-training loss on a micro batch (under the caller's autocast)."""
+        if self.compiled and self.cfg.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()  # the outputs of the last run are done with
+        return self.loss(self.forward(**batch.inputs), **batch.targets)
 
     # -- log, evaluate, checkpoint ----------------------------------------------------------------
 
@@ -419,9 +488,14 @@ class Trainer:
         """The training record of the window since the last one, summed over ranks; rank 0 writes
         it to the metrics and the progress bar (or the log). Starts a new window."""
         procs, window, position = self.procs, self.window, self.position
-        totals = all_sum(
-            procs, [*window.losses.tolist(), *window.counts.tolist(), window.wait_s, window.pending_tokens]
-        )
+        # the window's one read of the device: it waits for the steps queued so far, so the time
+        # taken after it covers the window's computation
+        *losses, skipped, norm = torch.cat(
+            [window.losses, window.skipped.view(1), grad_norm.detach().double().view(1)]
+        ).tolist()
+        window.skipped.zero_()
+        position.skipped_steps += int(skipped)
+        totals = all_sum(procs, [*losses, *window.counts.tolist(), window.wait_s, window.pending_tokens])
         position.tokens_seen += int(totals[12])
         window.pending_tokens = 0
         elapsed = time.perf_counter() - window.start
@@ -435,7 +509,7 @@ class Trainer:
             "mlm_accuracy": totals[3] / max(1.0, totals[4]),
             "nsp_accuracy": totals[5] / max(1.0, totals[6]),
             "lr": lr_used,
-            "grad_norm": float(grad_norm),
+            "grad_norm": norm,
             "loss_scale": float(self.scaler.get_scale()) if self.scaler.is_enabled() else 1.0,
             "tokens_per_s": tokens / elapsed,
             "samples_per_s": totals[8] / elapsed,
@@ -446,7 +520,9 @@ class Trainer:
             "masked_tokens": int(totals[4]),  # positions predicted
             "skipped_steps": position.skipped_steps,
             "epoch": position.epoch,
+            "startup_window": self.first_record,  # includes start-up (and compilation): not steady
         }
+        self.first_record = False
         if procs.device.type == "cuda":
             record["peak_memory_gb"] = torch.cuda.max_memory_allocated(procs.device) / 2**30
         if self.peak is not None:
@@ -477,22 +553,21 @@ class Trainer:
         per rank, summed over ranks; rank 0 logs the record."""
         cfg, procs = self.cfg, self.procs
         self.model.eval()
-        sums = np.zeros(5)  # mlm loss × count, mlm correct, mlm count, nsp correct, nsp count
+        # mlm loss × count, mlm correct, mlm count, nsp correct, nsp count: summed on the device
+        sums = torch.zeros(5, dtype=torch.float64, device=procs.device)
         self.validation.set_epoch(0)
         loader = torch.utils.data.DataLoader(
             self.validation, batch_size=None, num_workers=0, generator=torch.Generator()
         )
-        for index, batch in enumerate(loader):
-            if index >= cfg.eval_batches:
-                break
-            batch = self.layout.single(batch)
-            if cfg.objective == "ltr":
-                batch = left_to_right_batch(batch)
+        batches = (self.layout.single(b) for b in itertools.islice(loader, cfg.eval_batches))
+        if cfg.objective == "ltr":
+            batches = (left_to_right_batch(b) for b in batches)
+        for batch in DeviceFeed(((b, None) for b in batches), procs.device):
             with autocast(procs.device, cfg.precision):
-                loss = _forward_loss(self.forward, batch, procs.device)
-            count = float(loss.mlm_count)
-            sums += [float(loss.mlm_loss) * count, float(loss.mlm_correct), count, float(loss.nsp_correct),
-                     float(loss.nsp_count)]  # fmt: skip
+                loss = self._loss_of(batch)
+            count = loss.mlm_count.double()
+            sums += torch.stack([loss.mlm_loss.double() * count, loss.mlm_correct.double(), count,
+                                 loss.nsp_correct.double(), loss.nsp_count.double()])  # fmt: skip
         self.model.train()
         totals = all_sum(procs, sums.tolist())
         mlm_loss = totals[0] / max(1.0, totals[2])
@@ -531,6 +606,7 @@ class Trainer:
         procs = self.procs
         self.position.tokens_seen += int(all_sum(procs, [self.window.pending_tokens])[0])
         self.window.pending_tokens = 0
+        self.position.skipped_steps += self.window.take_skipped()
         url = ckpt.step_url(self.output, step)
         fs, root = fsspec.core.url_to_fs(url)
         fs.makedirs(root, exist_ok=True)
@@ -618,26 +694,34 @@ def _data_position(state: dict | None, cfg: TrainConfig) -> dict | None:
     return data
 
 
+def compile_regions(model: torch.nn.Module, mode: str | None, dynamic: bool | None) -> None:
+    """``torch.compile`` a BERT region by region, in place: every encoder layer (the same code,
+    so one compilation serves all of them, several times faster to compile than the whole model
+    and within a few percent of its speed), the embeddings and the heads. The compiled regions
+    run inside the eager model, so DDP and the checkpoints see the same module."""
+    for region in (*model.bert.encoder.layer, model.bert.embeddings, model.cls):
+        region.compile(mode=mode, dynamic=dynamic)
+
+
 def apply_gradients(
-    model: torch.nn.Module,
+    params: list[torch.Tensor],
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     max_grad_norm: float,
-) -> tuple[torch.Tensor, bool]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Unscale, clip and apply the accumulated gradients unless their norm is not finite.
 
-    Returns the gradient norm (before clipping) and whether the update was applied. With fp16 the
-    scaler also lowers its scale after a skipped step; with bf16/fp32 its ``update`` is a no-op.
+    Returns the gradient norm (before clipping) and a 0-d float tensor, 1 when the update was
+    skipped, both on the device: with fused AdamW or LAMB the decision is made there, and nothing
+    here waits for it (see :func:`pretrain.optim.step_unless`). With fp16 the scaler lowers its
+    scale after a step whose gradients overflowed; with bf16/fp32 its calls are no-ops.
     """
     scaler.unscale_(optimizer)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or float("inf"))
-    applied = math.isfinite(float(grad_norm))
-    if scaler.is_enabled():
-        scaler.step(optimizer)  # skips the update itself when the gradients are not finite
-    elif applied:
-        optimizer.step()
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm or float("inf"), foreach=True)
+    skipped = (~torch.isfinite(grad_norm)).float()
+    step_unless(optimizer, skipped)
     scaler.update()
-    return grad_norm, applied
+    return grad_norm, skipped
 
 
 def _example_keys(batch: dict) -> list[str]:
@@ -674,6 +758,7 @@ def _write_rank_report(
 # the paths and the per-invocation switches.
 _NOT_INHERITED = frozenset(
     {"shards", "output", "resume", "init_from", "validation_shards", "vocab", "max_seq_length", "rank_report"}
+    | {"compile", "compile_mode"}  # decided by the machine a run continues on
 )
 
 

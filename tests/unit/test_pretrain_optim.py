@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from pretrain.config import TrainConfig
-from pretrain.optim import Lamb, build_scheduler, parameter_groups, reference_decay
+from pretrain.model import BertConfig, BertForPreTraining
+from pretrain.optim import (
+    Lamb,
+    build_optimizer,
+    build_scheduler,
+    parameter_groups,
+    reference_decay,
+    step_unless,
+)
 
 
 def test_reference_decay_is_bert_optimization_py():
@@ -85,3 +93,62 @@ def test_lamb_foreach_step_equals_the_per_tensor_loop_and_skips_bias_and_layer_n
     bias.grad = torch.tensor([3.0, -0.5])
     opt.step()
     assert bias.detach().tolist() == pytest.approx([-0.1, 0.1])
+
+
+def _tiny_steps(
+    make_optimizer, flags=None, steps: int = 3
+) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
+    """A tiny BERT's weights after ``steps`` updates with seeded gradients; ``flags``: the
+    ``found_inf`` given to each step (None: a plain ``step()``)."""
+    model = BertForPreTraining(BertConfig.preset("tiny", 300), seed=0)
+    optimizer = make_optimizer(model)
+    generator = torch.Generator().manual_seed(1)
+    for index in range(steps):
+        for param in model.parameters():
+            param.grad = torch.randn(param.shape, generator=generator)
+        if flags is None:
+            optimizer.step()
+        else:
+            step_unless(optimizer, torch.tensor(flags[index]))
+    return [p.detach().clone() for p in model.parameters()], optimizer
+
+
+def test_adamw_on_cpu_is_bitwise_the_per_tensor_loop_it_was():
+    built, optimizer = _tiny_steps(lambda m: build_optimizer("adamw", m, 1e-2, 0.01))
+    assert optimizer.defaults["foreach"] and not optimizer.defaults["fused"]  # fused only on CUDA
+    loop, _ = _tiny_steps(
+        lambda m: torch.optim.AdamW(parameter_groups(m, 0.01), lr=1e-2, eps=1e-6, foreach=False)
+    )
+    assert all(torch.equal(a, b) for a, b in zip(built, loop, strict=True))
+
+
+def test_lamb_with_the_skip_flag_unset_is_bitwise_lamb_without_it():
+    plain, _ = _tiny_steps(lambda m: build_optimizer("lamb", m, 1e-2, 0.01))
+    flagged, optimizer = _tiny_steps(lambda m: build_optimizer("lamb", m, 1e-2, 0.01), flags=[0.0, 0.0, 0.0])
+    assert all(torch.equal(a, b) for a, b in zip(plain, flagged, strict=True))
+    assert [float(g["step"]) for g in optimizer.param_groups] == [3.0, 3.0]
+    # a skipped step changes nothing: weights, moments and count are those of the step before it
+    skipped, optimizer = _tiny_steps(
+        lambda m: build_optimizer("lamb", m, 1e-2, 0.01), flags=[0.0, 1.0], steps=2
+    )
+    one, before = _tiny_steps(lambda m: build_optimizer("lamb", m, 1e-2, 0.01), steps=1)
+    assert all(torch.equal(a, b) for a, b in zip(skipped, one, strict=True))
+    assert [float(g["step"]) for g in optimizer.param_groups] == [1.0, 1.0]
+    moments = [s["exp_avg_sq"] for s in optimizer.state.values()]
+    assert all(torch.equal(a, b["exp_avg_sq"]) for a, b in zip(moments, before.state.values(), strict=True))
+
+
+def test_lamb_loads_a_state_saved_with_a_step_count_per_parameter():
+    weight = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    optimizer = Lamb([weight], lr=0.1)
+    weight.grad = torch.tensor([1.0, -2.0])
+    optimizer.step()
+    state = optimizer.state_dict()
+    del state["param_groups"][0]["step"]  # as written before the count moved to the group
+    state["state"][0]["step"] = 1
+    again = Lamb([torch.nn.Parameter(weight.detach().clone())], lr=0.1)
+    again.load_state_dict(state)
+    assert (
+        float(again.param_groups[0]["step"]) == 1.0
+        and "step" not in again.state[again.param_groups[0]["params"][0]]
+    )

@@ -62,23 +62,42 @@ def test_lamb_step_by_hand():
         build_optimizer("sgd", torch.nn.Linear(2, 2), 1e-3, 0.01)
 
 
+OPTIMIZERS = {
+    "adamw": lambda params: torch.optim.AdamW(params, lr=0.1, foreach=True),  # skips on the host
+    "adamw-fused": lambda params: torch.optim.AdamW(params, lr=0.1, fused=True),  # on the device
+    "lamb": lambda params: Lamb(params, lr=0.1),  # on the device
+}
+
+
+@pytest.mark.parametrize("kind", OPTIMIZERS)
 @pytest.mark.parametrize("fp16", [False, True])
-def test_non_finite_gradients_are_skipped_and_never_applied(fp16):
+def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
     model = torch.nn.Linear(3, 1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    params = list(model.parameters())
+    optimizer = OPTIMIZERS[kind](params)
     scaler = torch.amp.GradScaler("cpu", enabled=fp16)
-    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(2):  # moments to keep
+        scaler.scale(model(torch.ones(2, 3)).sum()).backward()
+        apply_gradients(params, optimizer, scaler, 1.0)
+        optimizer.zero_grad()
+    before = [p.detach().clone() for p in params]
+    state = [{k: v.clone() for k, v in optimizer.state[p].items()} for p in params]
+    steps = [g["step"].clone() for g in optimizer.param_groups if "step" in g]  # LAMB's count
+    scale = scaler.get_scale()
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
     model.weight.grad[0, 1] = float("nan")
-    norm, applied = apply_gradients(model, optimizer, scaler, 1.0)
-    assert not applied and not torch.isfinite(norm)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    norm, skipped = apply_gradients(params, optimizer, scaler, 1.0)
+    assert skipped.item() == 1.0 and not torch.isfinite(norm)
+    assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
+    for saved, param in zip(state, params, strict=True):  # moments and step counts too
+        assert all(torch.equal(value, optimizer.state[param][key]) for key, value in saved.items())
+    assert steps == [g["step"] for g in optimizer.param_groups if "step" in g]
     if fp16:
-        assert scaler.get_scale() == 65536.0 / 2  # the scale backs off after an overflow
+        assert scaler.get_scale() == scale / 2  # the scale backs off after an overflow
     optimizer.zero_grad()
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
-    norm, applied = apply_gradients(model, optimizer, scaler, 1.0)
-    assert applied and not torch.equal(before[0], model.weight)
+    norm, skipped = apply_gradients(params, optimizer, scaler, 1.0)
+    assert skipped.item() == 0.0 and not torch.equal(before[0], model.weight)
 
 
 def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_path):

@@ -1,0 +1,196 @@
+"""The figures of ``benchmarks/gpu_check.sh``: each run summarised as JSON, and all of them in one file.
+
+    python3 benchmarks/gpu_check.py machine OUT                   OUT/machine.json
+    python3 benchmarks/gpu_check.py run OUT NAME RUN_DIR RC WALL_S LOG -- COMMAND...
+                                                                  OUT/runs/NAME.json
+    python3 benchmarks/gpu_check.py skipped OUT NAME REASON -- COMMAND...
+    python3 benchmarks/gpu_check.py step OUT NAME RC WALL_S LOG RESULT_JSON
+    python3 benchmarks/gpu_check.py collect OUT                   OUT/gpu_check.json, a table on stdout
+
+Steady state: a ``pretrain`` run's figures come from its metrics records after the first
+(``startup_window``: start-up, data workers, ``torch.compile``), weighted by each window's time:
+real (non-padding) tokens/s, samples/s, MFU, the share of time waiting for data; peak GPU memory is
+the run's largest. A run that failed or timed out is recorded with its exit status and the end of
+its log, and the script goes on. Standard library only (runs on a bare GPU image).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+LOG_TAIL_LINES = 15
+
+
+def steady_figures(records: list[dict]) -> dict:
+    """Time-weighted figures of the training records that are not a start-up window."""
+    train = [r for r in records if r.get("split", "train") == "train"]
+    steady = [r for r in train if not r.get("startup_window", r is train[0])]
+    out: dict = {"records": len(train), "steady_records": len(steady)}
+    if train:
+        last = train[-1]
+        out |= {"steps": last["step"], "loss": last["loss"], "skipped_steps": last["skipped_steps"]}
+        memory = [r["peak_memory_gb"] for r in train if "peak_memory_gb" in r]
+        if memory:
+            out["peak_memory_gb"] = max(memory)
+    if not steady:
+        return out
+    seconds = [r["tokens"] / r["tokens_per_s"] for r in steady if r["tokens_per_s"] > 0]
+    total_s = sum(seconds)
+    if total_s <= 0:
+        return out
+    start = train.index(steady[0])
+    out["steady_steps"] = steady[-1]["step"] - (train[start - 1]["step"] if start else 0)
+    out["steady_s"] = total_s
+    out["tokens_per_s"] = sum(r["tokens"] for r in steady) / total_s
+    out["samples_per_s"] = sum(r["samples_per_s"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
+    out["data_wait_share"] = (
+        sum(r["data_wait_share"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
+    )
+    if all("mfu" in r for r in steady):
+        out["mfu"] = sum(r["mfu"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
+    return out
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of a log (empty when there is none)."""
+    if not path.exists():
+        return []
+    return path.read_text(errors="replace").splitlines()[-lines:]
+
+
+def run_record(name: str, run_dir: Path, rc: int, wall_s: float, log: Path, command: list[str]) -> dict:
+    """One ``pretrain`` run: its settings as given, exit status, wall time, steady-state figures."""
+    record = {"name": name, "command": " ".join(command), "rc": rc, "wall_s": wall_s}
+    record["status"] = "ok" if rc == 0 else ("timed out" if rc in (124, 137) else "failed")
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists():
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        record |= steady_figures(rows)
+    if rc != 0:
+        record["log_tail"] = log_tail(log)
+    warnings = [line for line in log_tail(log, 10**6) if "WARNING" in line or "fall back" in line.lower()]
+    if warnings:
+        record["warnings"] = warnings[:5]
+    return record
+
+
+def step_record(name: str, rc: int, wall_s: float, log: Path, result: Path) -> dict:
+    """The one-step pairing (``train_step.py --device cuda``): its own JSON, with exit status."""
+    record = {"name": name, "rc": rc, "wall_s": wall_s, "status": "ok" if rc == 0 else "failed"}
+    if result.exists():
+        record["result"] = json.loads(result.read_text())
+    if rc != 0:
+        record["log_tail"] = log_tail(log)
+    return record
+
+
+def machine_record() -> dict:
+    """The GPU (name, memory), torch and transformers versions, CPU count."""
+    import os
+    import platform
+
+    record = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    try:
+        import torch
+
+        record["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            record |= {
+                "gpu": props.name,
+                "gpu_memory_gb": props.total_memory / 2**30,
+                "cuda": torch.version.cuda,
+            }
+        else:
+            record["gpu"] = None
+        import transformers
+
+        record["transformers"] = transformers.__version__
+    except ImportError as err:
+        record["import_error"] = str(err)
+    return record
+
+
+def collect(out: Path) -> dict:
+    """Everything under ``out`` in one record: the machine, every run, the pairing, the SDPA check."""
+    result: dict = {"machine": _read(out / "machine.json"), "runs": [], "steps": []}
+    for path in sorted((out / "runs").glob("*.json"), key=lambda p: _read(p).get("order", 0)):
+        record = _read(path)
+        (result["steps"] if "result" in record or record.get("kind") == "step" else result["runs"]).append(
+            record
+        )
+    for extra in ("sdpa_check",):
+        if (out / f"{extra}.json").exists():
+            result[extra] = _read(out / f"{extra}.json")
+    return result
+
+
+def table(result: dict) -> str:
+    """The runs as aligned text lines (for the log of the device call)."""
+    lines = [f"machine: {result['machine']}"]
+    for run in result["runs"]:
+        mfu = f"{run['mfu']:.3f}" if "mfu" in run else "  —  "
+        peak = f"{run['peak_memory_gb']:5.1f} GiB" if "peak_memory_gb" in run else "—"
+        figures = (
+            f"{run['tokens_per_s']:>11,.0f} tokens/s  MFU {mfu}  wait {run['data_wait_share']:.3f}  peak {peak}"
+            if "tokens_per_s" in run
+            else run["status"]
+        )
+        lines.append(f"{run['name']:38s} {figures}  ({run.get('wall_s', 0):.0f} s, rc {run.get('rc')})")
+    for step in result["steps"]:
+        for run in step.get("result", {}).get("runs", []):
+            for name, variant in run["variants"].items():
+                lines.append(f"{step['name']}: {name:24s} {variant['tokens_per_s']:>11,.0f} tokens/s")
+            ratios = {k: round(v, 2) for k, v in run.items() if "speedup_vs" in k and "cpu" not in k}
+            lines.append(f"{step['name']}: {ratios}")
+        if step["status"] != "ok":
+            lines.append(f"{step['name']}: {step['status']} (rc {step['rc']})")
+    return "\n".join(lines)
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    command, out, *rest = argv
+    out = Path(out)
+    given = rest[rest.index("--") + 1 :] if "--" in rest else []
+    rest = rest[: rest.index("--")] if "--" in rest else rest
+    order = len(list((out / "runs").glob("*.json")))
+    if command == "machine":
+        _write(out / "machine.json", machine_record())
+    elif command == "run":
+        name, run_dir, rc, wall_s, log = rest
+        record = run_record(name, Path(run_dir), int(rc), float(wall_s), Path(log), given)
+        _write(out / "runs" / f"{name}.json", record | {"order": order})
+        print(table({"machine": "", "runs": [record], "steps": []}).splitlines()[-1])
+    elif command == "skipped":
+        name, reason = rest
+        _write(
+            out / "runs" / f"{name}.json",
+            {"name": name, "status": reason, "command": " ".join(given), "order": order},
+        )
+    elif command == "step":
+        name, rc, wall_s, log, result = rest
+        record = step_record(name, int(rc), float(wall_s), Path(log), Path(result))
+        _write(out / "runs" / f"{name}.json", record | {"kind": "step", "order": order})
+    elif command == "collect":
+        result = collect(out)
+        _write(out / "gpu_check.json", result)
+        print(table(result))
+    else:
+        print(f"unknown command {command!r}: machine, run, skipped, step or collect", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
