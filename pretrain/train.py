@@ -224,8 +224,12 @@ class Trainer:
         fits (:func:`pretrain.startup.prepare`), the validation reader and the worker count."""
         cfg = self.cfg
         self.reader = self._open_shards("--shards", cfg.shards, streams=cfg.streams)
-        self.layout = BatchLayout(cfg.batching, cfg.bucket_window, cfg.seed, self.procs.rank)
         self.setup = prepare(cfg, self.reader)
+        # packed batches take a few static shapes, cut at the shards' length
+        length = self.setup.max_seq_length
+        self.layout = BatchLayout(
+            cfg.batching, cfg.bucket_window, cfg.seed, self.procs.rank, max_seq_length=length
+        )
         self.reader.vocab_size = self.setup.vocab.vocab_size  # token ids beyond it are a ShardError
         if cfg.dynamic_masking:
             try:

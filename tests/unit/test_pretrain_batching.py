@@ -311,7 +311,8 @@ def test_gpu_check_script_parses_and_passes_only_flags_pretrain_has():
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
-    command = text[text.index("$BIN/pretrain ") :].split("\n    $BIN/python")[0]
-    given = set(re.findall(r"(--[a-z][a-z0-9-]*)", command))
-    known = {opt for param in pretrain_main.params for opt in param.opts}
+    command = text[text.index("-m pretrain ") :].split(")\n")[0]  # the command every run shares
+    runs = re.findall(r"^pretrain seq\S+ \d+ \S+ \S+ (.*)$", text, flags=re.M)  # and each run's flags
+    given = set(re.findall(r"(--[a-z][a-z0-9-]*)", " ".join([command, *runs])))
+    known = {opt for param in pretrain_main.params for opt in [*param.opts, *param.secondary_opts]}
     assert "--batching" in given and given <= known, given - known
