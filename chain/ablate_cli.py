@@ -11,9 +11,12 @@ import click
 from chain.ablate import PRESETS, AblationConfig, grid, stages
 from chain.ablate_report import build_report
 from chain.run import ChainError, exit_code, run_chain
+from schemas.commands import OneLineCommand
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option(
     "--workdir", default="out/ablate", show_default=True, help="Folder or bucket URL for every output."

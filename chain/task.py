@@ -17,6 +17,7 @@ import fsspec
 import pyarrow.dataset as ds
 
 from schemas import Manifest
+from schemas.files import write_file
 
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
 
@@ -77,6 +78,6 @@ def write_task(
                 "documents (--validation-fraction/--test-fraction) or fine-tune on a GLUE folder"
             )
         text = HEADER + "".join(f"{label}\t{a}\t{b}\t{s1}\t{s2}\n" for label, a, b, s1, s2 in rows)
-        fs.pipe_file(f"{root}/{name}.tsv", text.encode("utf-8"))
+        write_file(f"{root}/{name}.tsv", text, fs)
         sizes[name] = {"pairs": len(rows), "positive": sum(r[0] for r in rows)}
     return sizes

@@ -16,7 +16,6 @@ share, is :mod:`finetune.ner_features`.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +42,7 @@ from finetune.common import (
 from finetune.conll import SPLIT_FILES, Sentence, read_conll, score, to_iob2
 from finetune.heads import IGNORE, collate_tokens
 from finetune.hidden import FEATURE_CHOICES
+from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -173,11 +173,11 @@ def _tag(model: nn.Module, sentences, encoder, labels, max_seq_length, config) -
 
 def _write_predictions(fs, path: str, sentences: Sequence[Sentence], predicted) -> None:
     """conlleval's input: ``word gold predicted`` a line, a blank line after each sentence."""
-    with fs.open(path, "w") as f:
-        for sentence, tags in zip(sentences, predicted, strict=True):
-            for word, gold, pred in zip(sentence.words, sentence.tags, tags, strict=True):
-                f.write(f"{word} {gold} {pred}\n")
-            f.write("\n")
+    lines = []
+    for sentence, tags in zip(sentences, predicted, strict=True):
+        lines.extend(f"{w} {g} {p}\n" for w, g, p in zip(sentence.words, sentence.tags, tags, strict=True))
+        lines.append("\n")
+    write_file(path, "".join(lines), fs)
 
 
 def _read_splits(
@@ -262,9 +262,7 @@ def run_ner(
             model, features, cache_features, feature_cache, tag.activations
         )
     result["dev"] = {k: result["valid"][k] for k in ("precision", "recall", "f1")}
-    with fs.open(f"{root}/metrics.json", "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_json(f"{root}/metrics.json", result, fs, sort_keys=True)
     return result
 
 

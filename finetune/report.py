@@ -15,6 +15,8 @@ from typing import Any
 
 import fsspec
 
+from schemas.files import write_file, write_json
+
 GLUE_COLUMNS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
 GLUE_HEADERS = {
     "mnli": "MNLI-(m/mm)",
@@ -235,9 +237,6 @@ def write_report(
         raise ValueError(f"--output {output}: already holds {earlier[0]}; pass --overwrite to replace it")
     report = build_report(read_metrics(run_folders), label)
     fs.makedirs(root, exist_ok=True)
-    with fs.open(f"{root}/results.json", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    with fs.open(f"{root}/results.md", "w") as f:
-        f.write(to_markdown(report))
+    write_json(f"{root}/results.json", report, fs)
+    write_file(f"{root}/results.md", to_markdown(report), fs)
     return report

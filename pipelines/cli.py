@@ -18,6 +18,7 @@ from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaCon
 from pipelines.runner import StageFailed, run_stage, runner_name, summary_lines
 from pipelines.stage import incomplete_reason
 from schemas import SchemaError
+from schemas.commands import OneLineGroup
 
 if TYPE_CHECKING:
     from pipelines.examples.pipeline import ExamplesConfig
@@ -80,7 +81,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
         _fail_run(str(err))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log Beam's progress and full tracebacks.")
 def main(verbose: bool) -> None:
@@ -99,6 +100,8 @@ def main(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
     )
+    # Beam logs a failed step's traceback at ERROR; our one `error:` line carries its message.
+    logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
 
 
@@ -448,8 +451,8 @@ def index(output, overwrite):
 
     try:
         result = add_index(output, overwrite=overwrite)
-    except io.InputError as err:
-        _fail(str(err))
+    except (io.InputError, io.OutputError) as err:  # the folder is missing or not an examples output
+        _fail_run(str(err))
     if result.already_indexed:
         click.echo(f"{output}: already has an index; nothing to do (--overwrite rebuilds it)")
         return
@@ -462,7 +465,9 @@ def index(output, overwrite):
 
 @main.command()
 @click.argument("folder")
-@click.option("--samples", type=int, default=3, show_default=True, help="Documents to show.")
+@click.option(
+    "--samples", type=click.IntRange(min=0), default=3, show_default=True, help="Documents to show."
+)
 def show(folder, samples):
     """Summarise a completed documents output and print the first sentences of a few documents."""
     from pipelines.show import describe

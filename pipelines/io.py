@@ -12,9 +12,11 @@ from collections.abc import Iterable, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
+from schemas.files import is_temporary_name, write_error, write_local_file
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -63,10 +65,22 @@ def open_binary(path: str):
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write a whole file (bucket objects appear atomically when closed)."""
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
+def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
+    """Write a whole file, or nothing under its name: ``data`` is the bytes, or pieces of them
+    already made (written back to back). Locally through a temporary name beside ``path``, renamed
+    once whole (``schemas.files.write_local_file``); on a bucket one upload through Beam's
+    filesystems, whose object appears only once complete. A failure (a full disk) is an
+    :class:`OutputError` naming the file."""
+    chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+    try:
+        if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):
+            write_local_file(path, chunks)
+            return
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            for chunk in chunks:
+                f.write(chunk)
+    except OSError as err:  # Beam's BeamIOError is one too
+        raise OutputError(str(write_error(err, path))) from None
 
 
 def sha256_hex(data: bytes) -> str:
@@ -119,6 +133,7 @@ def prepare_output(output: str, overwrite: bool) -> None:
             "choose an empty folder, --overwrite only replaces a stage's own files"
         )
     stale = [join(output, name) for name in _KNOWN_OUTPUT_FILES if exists(join(output, name))]
+    stale.extend(path for path in present if is_temporary_name(_relative(output, path)))  # a killed write's
     for folder, pattern in [(f, "*") for f in _KNOWN_OUTPUT_DIRS] + [(TEMP_DIR, "**")]:
         stale.extend(m.path for m in FileSystems.match([join(output, folder, pattern)])[0].metadata_list)
     # The marker goes first, so an interrupted clean-up never leaves a "completed" husk.
@@ -133,13 +148,18 @@ def prepare_output(output: str, overwrite: bool) -> None:
         raise OutputError(f"--output {output}: cannot write there ({type(err).__name__}: {err})") from None
 
 
+def _relative(output: str, path: str) -> str:
+    return path[len(output.rstrip("/")) :].lstrip("/")
+
+
 def _is_stage_file(output: str, path: str) -> bool:
-    """Whether ``path`` (inside ``output``) is a file some stage writes there."""
-    relative = path[len(output.rstrip("/")) :].lstrip("/")
+    """Whether ``path`` (inside ``output``) is a file some stage writes there (or was writing when
+    it was killed: a temporary name)."""
+    relative = _relative(output, path)
     head, _, rest = relative.partition("/")
     if rest:
         return head in _KNOWN_OUTPUT_DIRS or head == TEMP_DIR
-    return head in _KNOWN_OUTPUT_FILES or head.startswith(".write-probe-")
+    return head in _KNOWN_OUTPUT_FILES or head.startswith(".write-probe-") or is_temporary_name(head)
 
 
 def manifest_sha256(folder: str) -> str:

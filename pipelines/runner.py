@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import json
 import logging
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -18,6 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import io
 from schemas import STATS_FILE, SchemaError
+from schemas.commands import STOP_SIGNALS, raise_if_stopped, raise_stopped, stop_received
 
 DEFAULT_RUNNER = "DirectRunner"
 _OUR_ERRORS = ("InputError", "OutputError", "SchemaError", "ManifestError", "DumpError")
@@ -84,9 +88,13 @@ def is_dry_run(options: PipelineOptions) -> bool:
     return bool(options.view_as(TestOptions).dry_run)
 
 
+_STEP_ANNOTATION = re.compile(r"\s*\[while running '[^']*'\]")
+"""What Beam appends to a worker's error message: the step it ran."""
+
+
 def explain_failure(err: BaseException) -> str:
     """The line of a (possibly runner-wrapped) exception a user can act on."""
-    text = str(err)
+    text = _STEP_ANNOTATION.sub("", str(err))
     for name in _OUR_ERRORS:
         match = re.search(rf"{name}: (.+)", text)
         if match:
@@ -105,7 +113,7 @@ def run_stage(
     """Prepare the output, build and run one stage; return its ``stats.json`` (None for a dry run).
 
     ``cleanup`` (removing the stage's temporary files) runs once the pipeline has ended, finished
-    or failed, unless it was a dry run.
+    or failed (or was stopped by a signal: :func:`run_pipeline`), unless it was a dry run.
     """
     retain_freed_memory()
     options = pipeline_options(beam_args)
@@ -116,10 +124,9 @@ def run_stage(
     pipeline = beam.Pipeline(options=options)
     build(pipeline, config, inputs)
     try:
-        result = pipeline.run()
-        state = result.wait_until_finish()
-    except (io.InputError, io.OutputError, SchemaError) as err:
-        raise StageFailed(str(err)) from err
+        state = run_pipeline(pipeline, config.output)
+    except (io.InputError, io.OutputError, SchemaError) as err:  # raised again by Beam, step named
+        raise StageFailed(_STEP_ANNOTATION.sub("", str(err))) from err
     except Exception as err:  # The runner wraps worker errors in its own types.
         _LOG.debug("pipeline failed", exc_info=True)
         raise StageFailed(explain_failure(err)) from err
@@ -131,6 +138,73 @@ def run_stage(
     if state not in (beam.runners.runner.PipelineState.DONE, None):
         raise StageFailed(f"the pipeline ended in state {state}; see the runner's logs")
     return json.loads(io.read_bytes(io.join(config.output, STATS_FILE)))
+
+
+def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
+    """Run ``pipeline``, wait for it and return its final state. A stop signal (SIGINT, SIGTERM)
+    ends it as ``schemas.commands.Stopped`` (``output`` not marked COMPLETED), whatever error
+    Beam's runner rewrapped it as; the local runner's worker processes
+    (``--direct_running_mode multi_processing``), which the runner waits for as it unwinds, are
+    stopped with it."""
+    with _workers_stop_with_us():
+        try:
+            return pipeline.run().wait_until_finish()
+        except BaseException:
+            raise_if_stopped(f"{output} is not marked COMPLETED")
+            raise
+
+
+@contextlib.contextmanager
+def _workers_stop_with_us() -> Iterator[None]:
+    """While the block runs: a stop signal first sends SIGTERM to this process's descendants (the
+    runner's SDK workers, which a signal to this process alone does not reach), then goes to the
+    handler that was there; the runner's threads that see their worker die say nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def stop(signum: int, frame: Any) -> None:
+        for pid in _descendants(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        handler = previous[signum]
+        (handler if callable(handler) else raise_stopped)(signum, frame)
+
+    hook = threading.excepthook
+
+    def quiet_when_stopped(args: threading.ExceptHookArgs) -> None:
+        if stop_received() is None:
+            hook(args)
+
+    threading.excepthook = quiet_when_stopped
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        threading.excepthook = hook
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children first), from ``/proc`` (none where there is none)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            parents.setdefault(ppid, []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        children = parents.get(queue.pop(0), [])
+        found.extend(children)
+        queue.extend(children)
+    return found
 
 
 def _clean_up(cleanup: Callable[[], Any]) -> None:

@@ -34,6 +34,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
+from schemas.files import is_temporary_name, write_file
+
 COMMITTED = "COMMITTED"
 TRAINER_STATE = "trainer"  # trainer.json + trainer.safetensors
 OLD_FORMAT = ("trainer.pt", "rng-rank00000.pt")
@@ -111,8 +113,8 @@ def save_state(obj: object, url: str) -> None:
     tree = _encode(obj, tensors)
     fs, path = _fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(f"{path}.safetensors", safetensors.torch.save(tensors))
-    fs.pipe_file(f"{path}.json", json.dumps(tree, indent=None).encode())
+    write_file(f"{path}.safetensors", safetensors.torch.save(tensors), fs)
+    write_file(f"{path}.json", json.dumps(tree, indent=None), fs)
 
 
 def load_state(url: str) -> object:
@@ -129,9 +131,14 @@ def load_state(url: str) -> object:
     except Exception as err:  # safetensors raises its own error types for a bad header
         raise CheckpointError(f"{url}.safetensors: not a valid safetensors file ({err})") from None
     try:
-        return _decode(tree, tensors)
+        state = _decode(tree, tensors)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{url}.json: does not match {url}.safetensors ({err})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{url}.json: holds a JSON {type(tree).__name__}, not a state; the checkpoint is damaged"
+        )
+    return state
 
 
 def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -189,9 +196,11 @@ def commit(url: str, step: int) -> None:
     files = {
         entry["name"].rsplit("/", 1)[-1]: {"size": int(entry["size"]), "sha256": _sha256(fs, entry["name"])}
         for entry in fs.ls(path, detail=True)
-        if entry["type"] == "file" and not entry["name"].endswith(COMMITTED)
+        if entry["type"] == "file"
+        and not entry["name"].endswith(COMMITTED)
+        and not is_temporary_name(entry["name"].rsplit("/", 1)[-1])  # a killed earlier attempt's
     }
-    fs.pipe_file(f"{path}/{COMMITTED}", json.dumps({"step": step, "files": files}, indent=1).encode())
+    write_file(f"{path}/{COMMITTED}", json.dumps({"step": step, "files": files}, indent=1), fs)
 
 
 def is_complete(url: str) -> bool:

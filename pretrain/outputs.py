@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import fsspec
 
+from schemas.files import is_temporary_name
+
 PROBE_PREFIX = ".write-probe-"
 MARKERS = ("COMMITTED", "COMPLETED", "metrics.json")
 """Files that say an output (or a checkpoint) is complete: removed before anything else."""
@@ -72,7 +74,9 @@ def _relative(root: str, path: str) -> str:
 
 
 def _is_ours(relative: str, patterns: Sequence[str]) -> bool:
-    return relative.startswith(PROBE_PREFIX) or any(fnmatch.fnmatch(relative, p) for p in patterns)
+    if relative.startswith(PROBE_PREFIX) or is_temporary_name(relative.rsplit("/", 1)[-1]):
+        return True  # a probe, or a file a killed run was writing (schemas.files)
+    return any(fnmatch.fnmatch(relative, p) for p in patterns)
 
 
 def check_output(

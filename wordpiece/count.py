@@ -14,9 +14,9 @@ import hashlib
 from collections import Counter
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.io import read_bytes, write_bytes
 from schemas import DOCUMENTS, WORD_COUNTS, Manifest
 from wordpiece.tokenizer import pre_tokenize
 
@@ -25,18 +25,6 @@ COUNTS_FOLDER = "word_counts"
 
 class CorpusError(ValueError):
     """The corpus is missing, incomplete or damaged; the message names it."""
-
-
-def read_bytes(path: str) -> bytes:
-    """Read a whole file through Beam's filesystems (local or bucket)."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read()
-
-
-def write_bytes(path: str, data: bytes) -> None:
-    """Write a whole file through Beam's filesystems."""
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
 
 
 def read_documents(shard: tuple[str, str]) -> list[list[str]]:

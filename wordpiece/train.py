@@ -31,6 +31,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from pipelines.io import read_bytes, write_bytes
+from pipelines.runner import run_pipeline
 from schemas import (
     COMPLETED_FILE,
     DOCUMENTS,
@@ -45,7 +47,7 @@ from schemas import (
     verify_completed,
 )
 from wordpiece import count as counting
-from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, write_bytes
+from wordpiece.count import COUNTS_FOLDER, CorpusError
 from wordpiece.tokenizer import SPECIAL_TOKENS, build_tokenizer, validate_vocab
 
 FEED_REPEATS = 4_096
@@ -367,7 +369,7 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
         output=config.output,
         num_shards=config.num_count_shards,
     )
-    pipeline.run().wait_until_finish()
+    run_pipeline(pipeline, config.output)
     if dry_run:
         return None
     try:
