@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from finetune.common import PRECISIONS, FinetuneError, TrainConfig
+from finetune.common import PRECISIONS, FinetuneError, SettingsError, TrainConfig
 from finetune.hidden import FEATURE_CHOICES
 from pretrain.outputs import OutputError, check_output, clear_output
 from pretrain.runtime import MAX_SEED
@@ -72,6 +72,8 @@ def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     _setup_logging()
     try:
         return function(*args, **kwargs)
+    except SettingsError as err:  # refused before anything was read: exit 2
+        raise click.UsageError(str(err)) from None
     except (FinetuneError, ValueError) as err:
         raise click.ClickException(str(err)) from None
 

@@ -58,6 +58,10 @@ class FinetuneError(ValueError):
     """A problem with the user's input (checkpoint, data file, settings); the message names it."""
 
 
+class SettingsError(FinetuneError):
+    """Settings refused before anything is read: the command line is wrong (the CLIs exit 2)."""
+
+
 # --- the pre-trained encoder -----------------------------------------------------------------------
 
 
@@ -446,7 +450,7 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if problems:
-            raise FinetuneError("; ".join(problems))
+            raise SettingsError("; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from finetune.common import PRECISIONS, Encoder, FinetuneError, load_encoder
+from finetune.common import PRECISIONS, Encoder, FinetuneError, SettingsError, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
 from finetune.squad import doc_windows, is_max_context
 from pretrain import outputs, runtime
@@ -82,7 +82,7 @@ class ExtractSettings:
         if self.max_shard_bytes < 1:
             problems.append(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if problems:
-            raise FinetuneError("; ".join(problems))
+            raise SettingsError("; ".join(problems))
 
     @property
     def window(self) -> int:

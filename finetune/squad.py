@@ -39,6 +39,7 @@ from torch import nn
 from finetune.common import (
     Encoder,
     FinetuneError,
+    SettingsError,
     TaskOutput,
     TrainConfig,
     check_casing,
@@ -594,7 +595,7 @@ class SquadSettings:
                 f"of up to --max-query-length {self.max_query_length} tokens: lower --max-query-length"
             )
         if problems:
-            raise FinetuneError("; ".join(problems))
+            raise SettingsError("; ".join(problems))
 
     @property
     def window(self) -> dict[str, int]:

@@ -24,6 +24,14 @@ from schemas import STATS_FILE, SchemaError
 from schemas.commands import STOP_SIGNALS, raise_if_stopped, raise_stopped, stop_received
 
 DEFAULT_RUNNER = "DirectRunner"
+_IN_PROCESS_RUNNERS = (
+    "DirectRunner",
+    "FnApiRunner",
+    "SwitchingDirectRunner",
+    "BundleBasedDirectRunner",
+    "PrismRunner",
+)
+"""Runners whose work ends with this process and its children (a service runner's job goes on)."""
 _OUR_ERRORS = ("InputError", "OutputError", "SchemaError", "ManifestError", "DumpError")
 _LOG = logging.getLogger(__name__)
 
@@ -146,11 +154,13 @@ def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
     Beam's runner rewrapped it as; the local runner's worker processes
     (``--direct_running_mode multi_processing``), which the runner waits for as it unwinds, are
     stopped with it."""
+    runner = str(pipeline.options.view_as(StandardOptions).runner or DEFAULT_RUNNER).rsplit(".", 1)[-1]
+    remote = "" if runner in _IN_PROCESS_RUNNERS else f"; the job may still run on {runner}: cancel it there"
     with _workers_stop_with_us():
         try:
             return pipeline.run().wait_until_finish()
         except BaseException:
-            raise_if_stopped(f"{output} is not marked COMPLETED")
+            raise_if_stopped(f"{output} is not marked COMPLETED{remote}")
             raise
 
 
