@@ -267,8 +267,10 @@ def params(size, vocab_size, max_position_embeddings, nsp) -> None:
 
     try:
         config = BertConfig.preset(size, vocab_size, max_position_embeddings=max_position_embeddings, nsp=nsp)
-    except ValueError as err:  # the command line is wrong: exit 2
-        raise click.UsageError(f"--config {size}: {err}") from None
+    except ValueError as err:  # the command line is wrong: one line, exit 2
+        refused = click.ClickException(f"--config {size}: {err}")
+        refused.exit_code = 2
+        raise refused from None
     counts = parameter_counts(config)
     shape = f"L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads}"
     click.echo(f"{size} ({shape}, vocabulary {vocab_size})")

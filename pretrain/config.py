@@ -158,8 +158,11 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 found.append(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
-        if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
-            found.append(f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}")
+        if self.max_predictions_per_seq is not None and not 1 <= self.max_predictions_per_seq <= 32767:
+            found.append(
+                f"--max-predictions-per-seq must be between 1 and 32767 (int16 positions), "
+                f"got {self.max_predictions_per_seq}"
+            )
         if self.streams is not None and self.streams < 1:
             found.append(f"--streams must be at least 1, got {self.streams}")
         return found

@@ -13,6 +13,8 @@ HUGE = str(2**70)
 PRETRAIN = ["--shards", "{missing}", "--output", "{out}", "--config", "tiny"]
 GLUE = ["glue", "--task", "rte", "--data-dir", "{missing}", "--checkpoint", "{missing}", "--output", "{out}"]
 SQUAD = ["squad", "--version", "1.1", "--predict-file", "{missing}/dev.json", "--checkpoint", "{missing}"]
+EXAMPLES = ["examples", "--corpus", "{missing}", "--vocab", "{missing}/vocab.txt", "--output", "{out}"]
+WORDPIECE = ["train", "--corpus", "{missing}", "--output", "{out}"]
 REFUSED = {
     "pretrain --seed -5": ("pretrain", [*PRETRAIN, "--seed", "-5"], "--seed must be between 0 and 4294967295, got -5"),
     "pretrain --seed 2**70": ("pretrain", [*PRETRAIN, "--seed", HUGE], f"--seed must be between 0 and 4294967295, got {HUGE}"),
@@ -28,6 +30,14 @@ REFUSED = {
     "finetune squad --max-predict-examples 0": ("finetune", [*SQUAD, "--output", "{out}", "--max-predict-examples", "0"], "Invalid value for '--max-predict-examples'"),
     "finetune squad --doc-stride 0": ("finetune", [*SQUAD, "--output", "{out}", "--doc-stride", "0"], "--doc-stride must be at least 1, got 0"),
     "finetune squad --seed 2**70": ("finetune", [*SQUAD, "--output", "{out}", "--seed", HUGE], "--seed must be between 0 and 4294967295"),
+    "pipelines examples --num-buckets 2**70": ("pipelines", [*EXAMPLES, "--num-buckets", HUGE], "--num-buckets must be between 1 and 1,000,000"),
+    "pipelines examples --max-predictions-per-seq 2**70": ("pipelines", [*EXAMPLES, "--max-predictions-per-seq", HUGE], "is more than the --max-seq-length 128 positions"),
+    "pipelines examples --dupe-factor 40000": ("pipelines", [*EXAMPLES, "--dupe-factor", "40000"], "--dupe-factor must be between 1 and 32,767"),
+    "pipelines corpus --num-shards 2**70": ("pipelines", ["corpus", "--input", "{missing}", "--output", "{out}", "--num-shards", HUGE], "--num-shards must be between 1 and 1,000,000"),
+    "wordpiece train --vocab-size 2**70": ("wordpiece", [*WORDPIECE, "--vocab-size", HUGE], "--vocab-size must be at most 4,294,967,296"),
+    "wordpiece train --min-frequency 2**70": ("wordpiece", [*WORDPIECE, "--min-frequency", HUGE], "--min-frequency must be between 1 and"),
+    "wordpiece train --num-count-shards 2**70": ("wordpiece", [*WORDPIECE, "--num-count-shards", HUGE], "--num-count-shards must be between 1 and 1,000,000"),
+    "pretrain --max-predictions-per-seq 2**70": ("pretrain", [*PRETRAIN, "--dynamic-masking", "--max-predictions-per-seq", HUGE], "--max-predictions-per-seq must be between 1 and 32767"),
     "pipelines show --samples -1": ("pipelines", ["show", "{missing}", "--samples", "-1"], "Invalid value for '--samples'"),
     "wordpiece encode --batch-size 2**70": ("wordpiece", ["encode", "--vocab", "{missing}", "--batch-size", HUGE], "Invalid value for '--batch-size'"),
 }  # fmt: skip
