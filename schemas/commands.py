@@ -30,7 +30,6 @@ import click
 from schemas.files import WriteError
 
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _received: list[int] = []  # the stop signals this process received while a command ran

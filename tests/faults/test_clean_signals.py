@@ -133,7 +133,7 @@ COMMANDS = {
     "pipelines examples": ("pipelines.io:write_bytes", ".arrow", ["pipelines", "examples", "--corpus", "{corpus}", "--vocab", "{vocab}", "--output", "{out}", "--num-shards", "1", "--num-buckets", "2", "--max-seq-length", "32", *FAST]),
     "pipelines index": ("pipelines.index:add_index", "", ["pipelines", "index", "{out}"]),
     "pipelines show": ("pipelines.show:describe", "", ["pipelines", "show", "{corpus}"]),
-    "wordpiece train": ("pipelines.io:write_bytes", "word_counts", ["wordpiece", "train", "--corpus", "{corpus}", "--output", "{out}", "--vocab-size", "300", "--num-unused", "0", "--measure-split", "train", *FAST]),
+    "wordpiece train": ("wordpiece.count:write_bytes", "word_counts", ["wordpiece", "train", "--corpus", "{corpus}", "--output", "{out}", "--vocab-size", "300", "--num-unused", "0", "--measure-split", "train", *FAST]),
     "wordpiece encode": ("wordpiece.tokenizer:WordPieceTokenizer.encode_batch", "", ["wordpiece", "encode", "--vocab", "{bert}/vocab.txt", "--uncased"]),
     "pretrain": ("pretrain.train:Trainer.step", "", ["pretrain", *_pretrain_args(Path("{shards}"), Path("{out}"), steps=3)]),
     "pretrain export": ("pretrain.hf:save_hf", "", ["pretrain", "export", "--checkpoint", "{run}", "--output", "{out}"]),
@@ -159,10 +159,12 @@ DETAIL = {  # what the line says after "interrupted by SIG...": what is left
 TOOLS = {**CLIS, "chain ablate": chain_ablate}
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_every_command_stops_on_a_signal_with_one_line(command, inputs, request, tmp_path, monkeypatch):
+def test_every_command_stops_on_a_signal_with_one_line(
+    command, signum, inputs, request, tmp_path, monkeypatch
+):
     target, needle, (tool, *args) = COMMANDS[command]
-    signum = (signal.SIGINT, signal.SIGTERM)[sorted(COMMANDS).index(command) % 2]  # both, in turn
     paths = {k: str(v) for k, v in inputs.items()} | {"out": str(tmp_path / "out")}
     fixture = {"corpus": "corpus_output", "shards": "shards", "run": "checkpoint_run", "vocab": "vocab"}
     for key, name in fixture.items():
@@ -216,9 +218,9 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_pipelines_examples_on_beams_default_runner(signum, corpus_output, vocab, tmp_path):
+def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_path):
     """The issue's case: Ctrl-C while a DoFn runs gave Beam's traceback and exit 1."""
+    signum = signal.SIGINT
     out = tmp_path / "shards"
     process, _ = _held(
         "pipelines.io:write_bytes", ".arrow", 1, tmp_path, "pipelines", "examples", "--corpus", corpus_output,
