@@ -6,18 +6,18 @@ workers, so paths are always URLs understood by ``apache_beam.io.filesystems.Fil
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import uuid
 from collections.abc import Iterable, Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
-from schemas.files import is_temporary_name, temporary_name, write_error, write_local_file
+from schemas.files import WriteError, is_temporary_name
+from wordpiece.count import read_bytes
+from wordpiece.count import write_bytes as beam_write_bytes
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -55,49 +55,19 @@ def exists(path: str) -> bool:
     return FileSystems.exists(path)
 
 
-def read_bytes(path: str) -> bytes:
-    """Read a whole file, uncompressed."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read()
-
-
 def open_binary(path: str):
     """Open a file for binary reading without Beam's transparent decompression."""
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
-    """Write a whole file, or nothing under its name: ``data`` is the bytes, or pieces of them
-    already made (written back to back). Locally through a temporary name beside ``path``, renamed
-    once whole (``schemas.files.write_local_file``). On ``gs://`` one upload, which Beam's GCS
-    writer cancels when the block fails (the object appears only once complete). On other buckets
-    (``s3://``) Beam's writer completes a multipart upload whenever it is closed, after a failed
-    part too: there the object is uploaded under a temporary name and renamed once whole. A failure
-    (a full disk) is an :class:`OutputError` naming the file; the temporary file is removed."""
-    chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+    """Write a whole file, or nothing under its name (``data``: the bytes, or pieces of them already
+    made), through the Beam side's one writer, ``wordpiece.count.write_bytes``; a failure (a full
+    disk) is an :class:`OutputError` naming the file."""
     try:
-        if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):
-            write_local_file(path, chunks)
-        elif path.startswith("gs://"):
-            _upload(path, chunks)
-        else:
-            folder, name = path.rsplit("/", 1)
-            temp = f"{folder}/{temporary_name(name)}"
-            try:
-                _upload(temp, chunks)
-                FileSystems.rename([temp], [path])
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    FileSystems.delete([temp])
-                raise
-    except OSError as err:  # Beam's BeamIOError is one too
-        raise OutputError(str(write_error(err, path))) from None
-
-
-def _upload(path: str, chunks: Sequence[bytes]) -> None:
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        for chunk in chunks:
-            f.write(chunk)
+        beam_write_bytes(path, data)
+    except WriteError as err:
+        raise OutputError(str(err)) from None
 
 
 def sha256_hex(data: bytes) -> str:

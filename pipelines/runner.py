@@ -32,7 +32,15 @@ _IN_PROCESS_RUNNERS = (
     "PrismRunner",
 )
 """Runners whose work ends with this process and its children (a service runner's job goes on)."""
-_OUR_ERRORS = ("InputError", "OutputError", "SchemaError", "ManifestError", "DumpError")
+_OUR_ERRORS = (
+    "InputError",
+    "OutputError",
+    "SchemaError",
+    "ManifestError",
+    "DumpError",
+    "WriteError",
+    "CorpusError",
+)
 _LOG = logging.getLogger(__name__)
 
 

@@ -219,6 +219,7 @@ def train(
     pieces per word on --measure-split). The same corpus and options give a byte-identical
     vocab.txt whatever the runner or number of workers.
     """
+    from pipelines.runner import explain_failure
     from wordpiece.count import CorpusError
     from wordpiece.train import TrainConfig, TrainingError, train_vocabulary
 
@@ -240,11 +241,11 @@ def train(
         _fail(str(err), exit_code=2)
     try:
         stats = train_vocabulary(config, ctx.args)
-    except (CorpusError, TrainingError, VocabError, ValueError) as err:  # ValueError: an output error
+    # it ran and failed: the corpus, the vocabulary, an output in the way (ValueError), a full disk
+    except (CorpusError, TrainingError, VocabError, ValueError, OSError) as err:
         _fail(str(err))
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        _fail(f"{type(err).__name__}: {lines[-1] if lines else 'no message'}")
+        _fail(explain_failure(err))
     if stats is None:
         click.echo("dry run: the counting job was built and not submitted; nothing was written")
         return

@@ -20,6 +20,7 @@ from schemas.files import is_temporary_name
 from tests.conftest import SHARED_DATA, require
 from tests.faults.full_disk import fill_disk_after
 from tests.unit.test_finetune_common import hf_folder
+from wordpiece.cli import main as wordpiece
 
 FULL = "No space left on device"
 
@@ -108,6 +109,20 @@ def test_pipelines_examples_names_the_shard_and_is_not_completed(corpus_output, 
     shard = out / "examples" / "part-00001-of-00002.arrow"
     assert _one_error_line(result.output) == f"error: {shard}: cannot write it ({FULL})"
     assert not shard.exists() and not (out / ".temp").exists() and not _leftovers(out)
+
+
+@pytest.mark.parametrize("name", ["learn-00000-of-00001.arrow", "vocab.txt"])  # in a DoFn, then after Beam
+def test_wordpiece_train_names_the_file_and_is_not_completed(name, corpus_output, tmp_path, monkeypatch):
+    out = tmp_path / "vocab"
+    fill_disk_after(monkeypatch, name)
+    result = _invoke(
+        wordpiece, "train", "--corpus", corpus_output, "--output", out, "--vocab-size", "2000",
+        "--num-count-shards", "1", "--runner", "FnApiRunner",
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    target = out / "word_counts" / name if name.endswith(".arrow") else out / name
+    assert _one_error_line(result.output) == f"error: {target}: cannot write it ({FULL})"
+    assert not target.exists() and not _leftovers(out)
 
 
 def test_pretrain_checkpoint_on_a_full_disk_is_one_line_and_never_done(shards, tmp_path, monkeypatch):
