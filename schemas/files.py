@@ -18,10 +18,11 @@ killed process or a lost connection leaves either the earlier state or the whole
   commits what was written so far (gcsfs, s3fs), while ``memory://`` shows the file from the
   moment it is opened.
 
-The Beam side (``pipelines.io.write_bytes``) writes locally through :func:`write_local_file` too,
-and to buckets through Beam's filesystems: on ``gs://`` one upload, which Beam's GCS writer cancels
-when the writing block fails; on ``s3://`` under a temporary name renamed once whole, because Beam's
-S3 writer completes its multipart upload whenever it is closed, after a failed part too.
+The Beam side (``wordpiece.count.write_bytes``, which ``pipelines.io.write_bytes`` wraps) writes
+locally through :func:`write_local_file` too, and to buckets through Beam's filesystems: on
+``gs://`` one upload, which Beam's GCS writer cancels when the writing block fails; on ``s3://``
+under a temporary name renamed once whole, because Beam's S3 writer completes its multipart upload
+whenever it is closed, after a failed part too.
 """
 
 from __future__ import annotations
