@@ -12,10 +12,13 @@ from chain.ablate import PRESETS, AblationConfig, grid, stages
 from chain.ablate_report import build_report
 from chain.checks import SettingsError, refuse
 from chain.run import ChainError, check_apart, exit_code, run_chain
+from schemas.commands import OneLineCommand
 from schemas.paths import OverlapError
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option(
     "--workdir", default="out/ablate", show_default=True, help="Folder or bucket URL for every output."

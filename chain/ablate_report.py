@@ -20,6 +20,7 @@ from chain import checks
 from chain.ablate import AblationConfig, Grid
 from chain.report import _cat, _markdown_to_html, _png, _table
 from chain.run import Stage, read_json
+from schemas.files import write_file, write_json
 
 PAPER_TABLE5 = {  # MNLI-m, QNLI, MRPC, SST-2 (accuracy), SQuAD v1.1 (F1)
     "BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5),
@@ -317,17 +318,17 @@ def _write(cfg: AblationConfig, sections: list[str], points, results, png: bytes
     markdown = "\n".join(sections)
     figure = ""
     if png:
-        fs.pipe_file(f"{root}/figure5.png", png)
+        write_file(f"{root}/figure5.png", png, fs)
         markdown += "\n![Figure 5: dev accuracy against pre-training steps](figure5.png)\n"
         figure = f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="Figure 5"></figure>'
     csv = "run,step,mean,std,n\n" + "".join(
         f"{q['run']},{q['step']},{'' if q['mean'] is None else q['mean']},{'' if q['std'] is None else q['std']},{q['n']}\n"
         for q in points
     )
-    fs.pipe_file(f"{root}/figure5.json", (json.dumps(points, indent=1) + "\n").encode())
-    fs.pipe_file(f"{root}/figure5.csv", csv.encode())
-    fs.pipe_file(f"{root}/results.json", (json.dumps(results, indent=1) + "\n").encode())
-    fs.pipe_file(f"{root}/report.md", markdown.encode())
+    write_json(f"{root}/figure5.json", points, fs, indent=1)
+    write_file(f"{root}/figure5.csv", csv, fs)
+    write_json(f"{root}/results.json", results, fs, indent=1)
+    write_file(f"{root}/report.md", markdown, fs)
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>BERT ablations</title><style>"
         "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
@@ -335,6 +336,6 @@ def _write(cfg: AblationConfig, sections: list[str], points, results, png: bytes
         "th{background:#f3f3f3}img{max-width:100%}</style></head><body>"
         + "".join(_markdown_to_html(s) for s in sections) + figure + "</body></html>"
     )  # fmt: skip
-    fs.pipe_file(f"{root}/report.html", page.encode())
+    write_file(f"{root}/report.html", page, fs)
     base = cfg.url("ablations")
     return {"markdown": f"{base}/report.md", "html": f"{base}/report.html", "figure5": f"{base}/figure5.png"}

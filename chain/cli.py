@@ -10,10 +10,13 @@ from chain.checks import refuse
 from chain.plan import ChainConfig, outputs, plan
 from chain.report import build
 from chain.run import ChainError, check_apart, exit_code, run_chain
+from schemas.commands import OneLineCommand
 from schemas.paths import OverlapError
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    cls=OneLineCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option(
     "--workdir", default="out/demo", show_default=True, help="Folder or bucket URL for every output."

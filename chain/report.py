@@ -14,6 +14,7 @@ import json
 import fsspec
 
 from chain.run import read_json
+from schemas.files import write_file
 
 
 def _cat(url: str) -> bytes | None:
@@ -247,9 +248,9 @@ def _write(workdir: str, sections: Sections, images: dict[str, bytes]) -> dict[s
     fs, root = fsspec.core.url_to_fs(f"{workdir.rstrip('/')}/report")
     fs.makedirs(root, exist_ok=True)
     for name, data in images.items():
-        fs.pipe_file(f"{root}/{name}", data)
-    fs.pipe_file(f"{root}/report.md", markdown.encode())
-    fs.pipe_file(f"{root}/report.html", page.encode())
+        write_file(f"{root}/{name}", data, fs)
+    write_file(f"{root}/report.md", markdown, fs)
+    write_file(f"{root}/report.html", page, fs)
     base = f"{workdir.rstrip('/')}/report"
     return {"markdown": f"{base}/report.md", "html": f"{base}/report.html"}
 

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import fsspec
 
+from schemas import files
+
 STATE_FILE = "chain.json"
 
 
@@ -77,7 +79,7 @@ def read_json(url: str) -> dict | None:
 def write_json(url: str, data: dict) -> None:
     fs, path = _fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+    files.write_json(path, data, fs, indent=1, sort_keys=True)
 
 
 def script(name: str) -> str:

@@ -17,6 +17,7 @@ import fsspec
 import pyarrow.dataset as ds
 
 from schemas import Manifest
+from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
 TASK_FILES = ("train.tsv", "dev.tsv")
@@ -82,5 +83,5 @@ def write_task(
         folder.begin()
         for name, rows in tables.items():
             text = HEADER + "".join(f"{label}\t{a}\t{b}\t{s1}\t{s2}\n" for label, a, b, s1, s2 in rows)
-            fs.pipe_file(f"{folder.root}/{name}.tsv", text.encode("utf-8"))
+            write_file(f"{folder.root}/{name}.tsv", text, fs)
     return {name: {"pairs": len(rows), "positive": sum(r[0] for r in rows)} for name, rows in tables.items()}

@@ -14,9 +14,11 @@ from typing import Any
 
 import click
 
-from finetune.common import PRECISIONS, FinetuneError, TrainConfig
+from finetune.common import PRECISIONS, FinetuneError, SettingsError, TrainConfig
 from finetune.hidden import FEATURE_CHOICES
 from pretrain.outputs import OutputError, OverlapError, check_apart, open_output
+from pretrain.runtime import MAX_SEED
+from schemas.commands import OneLineGroup
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 CHECKPOINT_HELP = (
@@ -40,6 +42,10 @@ OUTPUT_FILES = {
     ),
 }
 """The files each training command writes into --output (glob patterns): what --overwrite replaces."""
+MIN_SEQ_LENGTH = 8
+"""The shortest ``--max-seq-length`` of a training command (``finetune.common.check_max_seq_length``)."""
+MAX_SEEDS = 100
+"""The most runs per setting ``--seeds`` takes (the paper: 5)."""
 OVERWRITE_HELP = "Replace an earlier run's files in --output; without it a non-empty --output is refused."
 
 
@@ -94,6 +100,8 @@ def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     _setup_logging()
     try:
         return function(*args, **kwargs)
+    except SettingsError as err:  # refused before anything was read: exit 2
+        raise click.UsageError(str(err)) from None
     except (FinetuneError, ValueError) as err:
         raise click.ClickException(str(err)) from None
 
@@ -114,7 +122,9 @@ def _training_options(epochs: float, lr: float, batch_size: int) -> Callable:
             click.option(
                 "--seed", type=int, default=42, show_default=True, help="Seeds the head, data order, dropout."
             ),
-            click.option("--max-seq-length", type=int, default=128, show_default=True),
+            click.option(
+                "--max-seq-length", type=click.IntRange(min=MIN_SEQ_LENGTH), default=128, show_default=True
+            ),
             click.option("--warmup-proportion", type=float, default=0.1, show_default=True),
             click.option("--weight-decay", type=float, default=0.01, show_default=True),
             click.option(
@@ -126,10 +136,14 @@ def _training_options(epochs: float, lr: float, batch_size: int) -> Callable:
             ),
             click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, ..."),
             click.option(
-                "--max-train-examples", type=int, help="Train on the first N training examples (quick runs)."
+                "--max-train-examples",
+                type=click.IntRange(min=1),
+                help="Train on the first N training examples (quick runs).",
             ),
             click.option(
-                "--max-eval-examples", type=int, help="Evaluate on the first N dev examples (quick runs)."
+                "--max-eval-examples",
+                type=click.IntRange(min=1),
+                help="Evaluate on the first N dev examples (quick runs).",
             ),
             click.option(
                 "--cased/--uncased",
@@ -160,7 +174,7 @@ def _config(opts: dict[str, Any]) -> TrainConfig:
         raise click.UsageError(str(err)) from None
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=OneLineGroup, context_settings=CONTEXT)
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 def main() -> None:
     """Fine-tune a pre-trained BERT on GLUE, SQuAD and SWAG (BERT paper, Section 4).
@@ -204,7 +218,11 @@ Examples:
     help="The paper's grid: batch {16, 32} x lr {5e-5, 3e-5, 2e-5} x epochs {2, 3, 4}.",
 )
 @click.option(
-    "--seeds", type=int, default=1, show_default=True, help="Runs per setting (seed, seed+1, ...): mean ± sd."
+    "--seeds",
+    type=click.IntRange(1, MAX_SEEDS),
+    default=1,
+    show_default=True,
+    help="Runs per setting (seed, seed+1, ...): mean ± sd.",
 )
 @click.option("--diagnostic", help="MNLI only: GLUE's diagnostic.tsv, predicted into AX.tsv.")
 @click.option(
@@ -249,6 +267,10 @@ def glue(
     from finetune.glue import run_glue
 
     config = _config(opts)
+    if config.seed + seeds - 1 > MAX_SEED:
+        raise click.UsageError(
+            f"--seed {config.seed} with --seeds {seeds} goes past the largest seed, {MAX_SEED}"
+        )
     inputs = {"--data-dir": data_dir, "--checkpoint": opts["checkpoint"], "--diagnostic": diagnostic}
     result = _into_output(
         "glue",
@@ -494,8 +516,12 @@ Examples:
 @click.option("--max-query-length", type=int, help="Default 64.")
 @click.option("--n-best-size", type=int, help="Default 20.")
 @click.option("--max-answer-length", type=int, help="Default 30.")
-@click.option("--max-train-examples", type=int, help="Train on the first N questions (quick runs).")
-@click.option("--max-predict-examples", type=int, help="Answer the first N questions (quick runs).")
+@click.option(
+    "--max-train-examples", type=click.IntRange(min=1), help="Train on the first N questions (quick runs)."
+)
+@click.option(
+    "--max-predict-examples", type=click.IntRange(min=1), help="Answer the first N questions (quick runs)."
+)
 @click.option("--precision", type=click.Choice(PRECISIONS))
 @click.option("--device")
 @click.option(

@@ -43,6 +43,7 @@ from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
+from schemas.files import write_file
 from wordpiece.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what predict
 
 class FinetuneError(ValueError):
     """A problem with the user's input (checkpoint, data file, settings); the message names it."""
+
+
+class SettingsError(FinetuneError):
+    """Settings refused before anything is read: the command line is wrong (the CLIs exit 2)."""
 
 
 # --- the pre-trained encoder -----------------------------------------------------------------------
@@ -102,9 +107,13 @@ def _recorded_casing(folder: str) -> bool | None:
             ) from None
         if isinstance(state, dict) and "cased" in state:
             return bool(state["cased"])
-    text = _read_text(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}")
-    if text is not None:
-        config = json.loads(text)
+    fs, root = fsspec.core.url_to_fs(folder)
+    path = f"{root.rstrip('/')}/{hf.TOKENIZER_CONFIG_FILE}"
+    if fs.exists(path):
+        try:
+            config = hf.read_json_object(fs, path, f"{folder}/{hf.TOKENIZER_CONFIG_FILE}")
+        except ValueError as err:
+            raise FinetuneError(str(err)) from None
         if "do_lower_case" in config:
             return not bool(config["do_lower_case"])
     return None
@@ -396,8 +405,8 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
     fs.makedirs(root, exist_ok=True)
     with fsspec.open(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
         vocab = f.read()
-    fs.pipe_file(f"{root}/{hf.VOCAB_FILE}", vocab)
-    fs.pipe_file(f"{root}/{hf.SAFETENSORS_FILE}", safetensors.torch.save(state, metadata={"format": "pt"}))
+    write_file(f"{root}/{hf.VOCAB_FILE}", vocab, fs)
+    write_file(f"{root}/{hf.SAFETENSORS_FILE}", safetensors.torch.save(state, metadata={"format": "pt"}), fs)
     runtime.write_json(f"{folder}/{hf.CONFIG_FILE}", {**config, **config_updates})
     runtime.write_json(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased})
 
@@ -431,6 +440,7 @@ class TrainConfig:
         runtime.positive_finite("--lr", self.lr, problems)
         if self.batch_size < 1:
             problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
+        runtime.seed_in_range("--seed", self.seed, problems)
         if self.eval_batch_size < 1:
             problems.append(f"the evaluation batch size must be at least 1, got {self.eval_batch_size}")
         if not 0 <= self.warmup_proportion < 1:
@@ -440,7 +450,7 @@ class TrainConfig:
         if self.precision not in PRECISIONS:
             problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if problems:
-            raise FinetuneError("; ".join(problems))
+            raise SettingsError("; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""

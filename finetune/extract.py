@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from finetune.common import PRECISIONS, Encoder, FinetuneError, load_encoder
+from finetune.common import PRECISIONS, Encoder, FinetuneError, SettingsError, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
 from finetune.squad import doc_windows, is_max_context
 from pretrain import outputs, runtime
@@ -43,6 +43,7 @@ from pretrain.outputs import OutputFolder
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker
 from schemas.features import FEATURES_NAME, features_format
+from schemas.files import write_file
 from schemas.formats import RecordFormat
 from schemas.manifest import ManifestError, verify_completed
 
@@ -81,7 +82,7 @@ class ExtractSettings:
         if self.max_shard_bytes < 1:
             problems.append(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if problems:
-            raise FinetuneError("; ".join(problems))
+            raise SettingsError("; ".join(problems))
 
     @property
     def window(self) -> int:
@@ -261,8 +262,7 @@ class _ShardWriter:
         name = SHARD_PATTERN.format(len(self.entries))
         table = pa.concat_tables(self.pending)
         data = self.fmt.to_ipc_bytes(table, f"{self.root}/{name}")
-        with self.fs.open(f"{self.root}/{name}", "wb") as f:
-            f.write(data)
+        write_file(f"{self.root}/{name}", data, self.fs)
         digest = hashlib.sha256(data).hexdigest()
         self.entries.append(ShardEntry(name, FEATURES_NAME, "all", len(table), len(data), digest))
         self.pending = []
@@ -270,8 +270,7 @@ class _ShardWriter:
 
 def _write_json(fs, path: str, obj: Any) -> str:
     text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
-    with fs.open(path, "w") as f:
-        f.write(text)
+    write_file(path, text, fs)
     return text
 
 
@@ -341,10 +340,8 @@ def _extract_into(
     fs, root = fsspec.core.url_to_fs(output)
     _write_json(fs, f"{root}/{STATS_FILE}", stats)
     manifest_json = manifest.to_json()
-    with fs.open(f"{root}/{MANIFEST_FILE}", "w") as f:
-        f.write(manifest_json)
-    with fs.open(f"{root}/{COMPLETED_FILE}", "w") as f:
-        f.write(completed_marker(manifest_json))
+    write_file(f"{root}/{MANIFEST_FILE}", manifest_json, fs)
+    write_file(f"{root}/{COMPLETED_FILE}", completed_marker(manifest_json), fs)
     return stats
 
 

@@ -38,6 +38,7 @@ from finetune.common import (
 )
 from finetune.glue_model import MODEL_FOLDER, build_classifier, head_weights, load_head, save_classifier
 from pretrain.runtime import exists, output_folder, write_json
+from schemas.files import write_file
 
 logger = logging.getLogger(__name__)
 
@@ -379,8 +380,7 @@ def prediction_strings(task: GlueTask, predictions: Sequence) -> list[str]:
 def write_submission(path: str, examples: Sequence[GlueExample], predictions: Sequence[str]) -> None:
     """A GLUE server file: header ``index\\tprediction``, then one row per test example."""
     lines = ["index\tprediction"] + [f"{e.index}\t{p}" for e, p in zip(examples, predictions, strict=True)]
-    with fsspec.open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    write_file(path, "\n".join(lines) + "\n")
 
 
 def majority_baseline(
@@ -671,8 +671,7 @@ def _write_predictions(
         lines = ["index\tprediction\tlabel"] + [
             f"{e.index}\t{p}\t{e.label}" for e, p in zip(examples, strings, strict=True)
         ]
-        with fs.open(f"{root}/{name}", "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        write_file(f"{root}/{name}", "\n".join(lines) + "\n", fs)
         written.append(name)
     for stem, examples in test.items():
         name = DIAGNOSTIC_SUBMISSION if stem == "diagnostic" else task.test[stem]

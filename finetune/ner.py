@@ -19,7 +19,6 @@ share, is :mod:`finetune.ner_features`.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,6 +45,7 @@ from finetune.conll import SPLIT_FILES, Sentence, read_conll, score
 from finetune.heads import IGNORE, collate_tokens
 from finetune.hidden import FEATURE_CHOICES
 from finetune.ner_windows import Windows, default_doc_stride, sentence_features
+from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +99,11 @@ def tag_windows(
 
 def _write_predictions(fs, path: str, sentences: Sequence[Sentence], predicted) -> None:
     """conlleval's input: ``word gold predicted`` a line, a blank line after each sentence."""
-    with fs.open(path, "w") as f:
-        for sentence, tags in zip(sentences, predicted, strict=True):
-            for word, gold, pred in zip(sentence.words, sentence.tags, tags, strict=True):
-                f.write(f"{word} {gold} {pred}\n")
-            f.write("\n")
+    lines = []
+    for sentence, tags in zip(sentences, predicted, strict=True):
+        lines.extend(f"{w} {g} {p}\n" for w, g, p in zip(sentence.words, sentence.tags, tags, strict=True))
+        lines.append("\n")
+    write_file(path, "".join(lines), fs)
 
 
 def _read_splits(
@@ -196,14 +196,8 @@ def run_ner(
             model, features, cache_features, feature_cache, tag.activations
         )
     result["dev"] = {k: result["valid"][k] for k in ("precision", "recall", "f1")}
-    _write_json(fs, f"{root}/metrics.json", result)
+    write_json(f"{root}/metrics.json", result, fs, sort_keys=True)
     return result
-
-
-def _write_json(fs, path: str, data: dict[str, Any]) -> None:
-    with fs.open(path, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
 
 
 class _Tagger:

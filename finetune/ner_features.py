@@ -33,6 +33,7 @@ from finetune.common import MODEL_INPUTS, Encoder, FinetuneError, TrainConfig, T
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens, collate_with_layers, sentence_only
 from finetune.ner_windows import Windows
 from pretrain.runtime import resolve_device, resolve_precision
+from schemas.files import write_file
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def load_cached(
 def save_cached(
     folder: str, digest: str, layers: torch.Tensor, lengths: Sequence[int], metadata: dict[str, str]
 ) -> str:
-    """Write one split's activations to ``folder`` (temporary name, then renamed); returns the path."""
+    """Write one split's activations to ``folder`` (whole or not at all); returns the path."""
     path = _cache_path(folder, digest)
     fs, local = fsspec.core.url_to_fs(path)
     fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
@@ -123,9 +124,7 @@ def save_cached(
     data = safetensors.torch.save(
         tensors, metadata={"format": CACHE_FORMAT, "version": CACHE_VERSION, **metadata}
     )
-    with fs.open(f"{local}.tmp", "wb") as f:
-        f.write(data)
-    fs.mv(f"{local}.tmp", local)
+    write_file(local, data, fs)
     return path
 
 

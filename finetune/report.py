@@ -16,6 +16,7 @@ from typing import Any
 import fsspec
 
 from pretrain.outputs import open_output
+from schemas.files import write_file, write_json
 
 GLUE_COLUMNS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
 GLUE_HEADERS = {
@@ -236,9 +237,6 @@ def write_report(
         report = build_report(read_metrics(run_folders), label)
         folder.begin()
         fs, root = fsspec.core.url_to_fs(output)
-        with fs.open(f"{root}/results.json", "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-        with fs.open(f"{root}/results.md", "w") as f:
-            f.write(to_markdown(report))
+        write_json(f"{root}/results.json", report, fs)
+        write_file(f"{root}/results.md", to_markdown(report), fs)
     return report

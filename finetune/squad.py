@@ -33,13 +33,13 @@ from typing import Any
 import fsspec
 import torch
 import torch.nn.functional as F
-from fsspec.implementations.local import LocalFileSystem
 from tokenizers import Tokenizer
 from torch import nn
 
 from finetune.common import (
     Encoder,
     FinetuneError,
+    SettingsError,
     TaskOutput,
     TrainConfig,
     check_casing,
@@ -53,6 +53,7 @@ from finetune.heads import BiLSTM
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
 from pretrain import hf
 from pretrain.model import BertModel
+from schemas.files import write_json
 
 logger = logging.getLogger(__name__)
 
@@ -497,16 +498,8 @@ def _as_data(examples: Sequence[SquadExample]) -> list[dict]:
 
 
 def _write_json(url: str, obj: Any) -> None:
-    """Write ``obj`` as indented UTF-8 JSON to a path or fsspec URL, whole or not at all: a local
-    file through a temporary file and a rename; on a bucket one object upload (atomic there)."""
-    data = (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    fs, path = fsspec.core.url_to_fs(url)
-    if not isinstance(fs, LocalFileSystem):
-        fs.pipe_file(path, data)
-        return
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    """Write ``obj`` as indented UTF-8 JSON to a path or fsspec URL, whole or not at all."""
+    write_json(url, obj, ensure_ascii=False)
 
 
 def predict_answers(
@@ -602,7 +595,7 @@ class SquadSettings:
                 f"of up to --max-query-length {self.max_query_length} tokens: lower --max-query-length"
             )
         if problems:
-            raise FinetuneError("; ".join(problems))
+            raise SettingsError("; ".join(problems))
 
     @property
     def window(self) -> dict[str, int]:

@@ -33,6 +33,7 @@ from finetune.common import (
     stack,
 )
 from pretrain.runtime import exists, output_folder, write_json
+from schemas.files import write_file
 
 logger = logging.getLogger(__name__)
 
@@ -142,15 +143,11 @@ def _write_predictions(
     """``dev_predictions.csv`` (index, pred, label) and, when given, ``test_predictions.csv`` (the
     leaderboard's one ``pred`` per row) under ``output``; returns the files' names."""
     fs, root = output_folder(output)
-    with fs.open(f"{root}/dev_predictions.csv", "w") as f:
-        f.write(
-            "index,pred,label\n"
-            + "".join(f"{e.index},{p},{e.label}\n" for e, p in zip(dev, dev_predictions, strict=True))
-        )
+    rows = "".join(f"{e.index},{p},{e.label}\n" for e, p in zip(dev, dev_predictions, strict=True))
+    write_file(f"{root}/dev_predictions.csv", "index,pred,label\n" + rows, fs)
     files = ["dev_predictions.csv"]
     if test_predictions is not None:
-        with fs.open(f"{root}/test_predictions.csv", "w") as f:
-            f.write("pred\n" + "".join(f"{p}\n" for p in test_predictions))
+        write_file(f"{root}/test_predictions.csv", "pred\n" + "".join(f"{p}\n" for p in test_predictions), fs)
         files.append("test_predictions.csv")
     return files
 

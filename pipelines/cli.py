@@ -18,6 +18,7 @@ from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaCon
 from pipelines.runner import StageFailed, run_stage, runner_name, summary_lines
 from pipelines.stage import incomplete_reason
 from schemas import SchemaError
+from schemas.commands import OneLineGroup
 from schemas.paths import OverlapError, check_apart
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _expand(patterns: tuple[str, ...], output: str) -> list[str]:
     return files
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log Beam's progress and full tracebacks.")
 def main(verbose: bool) -> None:
@@ -119,6 +120,8 @@ def main(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("schemas").setLevel(logging.WARNING)  # a stale claim taken over is said
+    # Beam logs a failed step's traceback at ERROR; our one `error:` line carries its message.
+    logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
 
 
@@ -494,7 +497,9 @@ def index(output, overwrite):
 
 @main.command()
 @click.argument("folder")
-@click.option("--samples", type=int, default=3, show_default=True, help="Documents to show.")
+@click.option(
+    "--samples", type=click.IntRange(min=0), default=3, show_default=True, help="Documents to show."
+)
 def show(folder, samples):
     """Summarise a completed documents output and print the first sentences of a few documents."""
     from pipelines.show import describe

@@ -11,6 +11,16 @@ from typing import Any
 
 from schemas import absolute_reference
 
+MAX_SHARDS = 1_000_000
+"""The most files (or buckets) a flag may ask for: every one is a placeholder element of the
+pipeline before any data flows (100-500 MB each covers petabytes)."""
+
+
+def check_count(flag: str, value: int, problems: list[str], most: int = MAX_SHARDS) -> None:
+    """Append ``"<flag> must be between 1 and <most>, got <value>"`` unless it is."""
+    if not 1 <= value <= most:
+        problems.append(f"{flag} must be between 1 and {most:,}, got {value}")
+
 
 def _check(problems: list[str]) -> None:
     if problems:
@@ -36,8 +46,7 @@ class SourceConfig:
             problems.append("--input is required (a file, a glob or a bucket URL; repeatable)")
         if not self.output:
             problems.append("--output is required")
-        if self.num_shards < 1:
-            problems.append(f"--num-shards must be at least 1, got {self.num_shards}")
+        check_count("--num-shards", self.num_shards, problems)
         if self.min_document_words < 0:
             problems.append(f"--min-document-words must be 0 or more, got {self.min_document_words}")
         return problems
@@ -130,8 +139,7 @@ class CorpusConfig:
             problems.append(f"--shingle-words must be between 1 and 64, got {self.shingle_words}")
         if self.minhash_bands < 1 or self.minhash_rows < 1:
             problems.append("--minhash-bands and --minhash-rows must be at least 1")
-        if self.num_shards < 1:
-            problems.append(f"--num-shards must be at least 1, got {self.num_shards}")
+        check_count("--num-shards", self.num_shards, problems)
         _check(problems)
 
     @property

@@ -18,9 +18,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
 from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
+from schemas.files import WriteError
 from schemas.outputs import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
 from schemas.outputs import OutputFolder
-from wordpiece.count import s3_storage_options
+from wordpiece.count import read_bytes, s3_storage_options
+from wordpiece.count import write_bytes as beam_write_bytes
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -95,21 +97,19 @@ def exists(path: str) -> bool:
     return FileSystems.exists(path)
 
 
-def read_bytes(path: str) -> bytes:
-    """Read a whole file, uncompressed."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read()
-
-
 def open_binary(path: str):
     """Open a file for binary reading without Beam's transparent decompression."""
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write a whole file (bucket objects appear atomically when closed)."""
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
+def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
+    """Write a whole file, or nothing under its name (``data``: the bytes, or pieces of them already
+    made), through the Beam side's one writer, ``wordpiece.count.write_bytes``; a failure (a full
+    disk) is an :class:`OutputError` naming the file."""
+    try:
+        beam_write_bytes(path, data)
+    except WriteError as err:
+        raise OutputError(str(err)) from None
 
 
 def sha256_hex(data: bytes) -> str:

@@ -8,7 +8,6 @@ import ctypes.util
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,9 +18,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import io
 from schemas import STATS_FILE, SchemaError
+from wordpiece.beam_jobs import DEFAULT_RUNNER, STEP_ANNOTATION, explain_failure, run_pipeline
 
-DEFAULT_RUNNER = "DirectRunner"
-_OUR_ERRORS = ("InputError", "OutputError", "SchemaError", "ManifestError", "DumpError")
 _LOG = logging.getLogger(__name__)
 
 
@@ -85,17 +83,6 @@ def is_dry_run(options: PipelineOptions) -> bool:
     return bool(options.view_as(TestOptions).dry_run)
 
 
-def explain_failure(err: BaseException) -> str:
-    """The line of a (possibly runner-wrapped) exception a user can act on."""
-    text = str(err)
-    for name in _OUR_ERRORS:
-        match = re.search(rf"{name}: (.+)", text)
-        if match:
-            return match.group(1).strip()
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[-1] if lines else 'no message'}"
-
-
 def run_stage(
     build: Callable[[beam.Pipeline, Any, Any], None],
     config: Any,
@@ -110,8 +97,9 @@ def run_stage(
     The output is claimed for ``command`` here, in the launching process, before anything is
     written (one writer; Dataflow's workers write under this claim), its earlier run's own files
     removed with ``--overwrite`` (:func:`pipelines.io.open_output`), and released when the
-    pipeline has ended, finished or failed, after ``cleanup`` (removing the stage's temporary
-    files), which runs then too. A dry run writes nothing and claims nothing.
+    pipeline has ended, finished or failed (or was stopped by a signal: :func:`run_pipeline`),
+    after ``cleanup`` (removing the stage's temporary files), which runs then too. A dry run
+    writes nothing and claims nothing.
     """
     retain_freed_memory()
     options = pipeline_options(beam_args)
@@ -124,10 +112,9 @@ def run_stage(
         pipeline = beam.Pipeline(options=options)
         build(pipeline, config, inputs)
         try:
-            result = pipeline.run()
-            state = result.wait_until_finish()
-        except (io.InputError, io.OutputError, SchemaError) as err:
-            raise StageFailed(str(err)) from err
+            state = run_pipeline(pipeline, config.output)
+        except (io.InputError, io.OutputError, SchemaError) as err:  # raised again by Beam, step named
+            raise StageFailed(STEP_ANNOTATION.sub("", str(err))) from err
         except Exception as err:  # The runner wraps worker errors in its own types.
             _LOG.debug("pipeline failed", exc_info=True)
             raise StageFailed(explain_failure(err)) from err

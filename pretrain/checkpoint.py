@@ -47,6 +47,7 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 from schemas.claims import new_run_id
+from schemas.files import is_temporary_name, write_file
 from schemas.outputs import read_record
 
 COMMITTED = "COMMITTED"
@@ -161,8 +162,8 @@ def save_state(obj: object, url: str, stamp: Stamp | None = None) -> None:
         metadata = stamp.metadata()
     fs, path = _fs(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(f"{path}.safetensors", safetensors.torch.save(tensors, metadata=metadata))
-    fs.pipe_file(f"{path}.json", json.dumps(tree, indent=None).encode())
+    write_file(f"{path}.safetensors", safetensors.torch.save(tensors, metadata=metadata), fs)
+    write_file(f"{path}.json", json.dumps(tree, indent=None), fs)
 
 
 def save_model(model: torch.nn.Module, url: str, stamp: Stamp) -> None:
@@ -189,9 +190,14 @@ def load_state(url: str) -> object:
     except Exception as err:  # safetensors raises its own error types for a bad header
         raise CheckpointError(f"{url}.safetensors: not a valid safetensors file ({err})") from None
     try:
-        return _decode(tree, tensors)
+        state = _decode(tree, tensors)
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{url}.json: does not match {url}.safetensors ({err})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{url}.json: holds a JSON {type(tree).__name__}, not a state; the checkpoint is damaged"
+        )
+    return state
 
 
 def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -352,10 +358,12 @@ def commit(url: str, step: int, run_id: str | None = None) -> None:
     files = {
         entry["name"].rsplit("/", 1)[-1]: {"size": int(entry["size"]), "sha256": _sha256(fs, entry["name"])}
         for entry in fs.ls(path, detail=True)
-        if entry["type"] == "file" and not entry["name"].endswith(COMMITTED)
+        if entry["type"] == "file"
+        and not entry["name"].endswith(COMMITTED)
+        and not is_temporary_name(entry["name"].rsplit("/", 1)[-1])  # a killed earlier attempt's
     }
     record = {"step": step, **({"run_id": run_id} if run_id is not None else {}), "files": files}
-    fs.pipe_file(f"{path}/{COMMITTED}", json.dumps(record, indent=1).encode())
+    write_file(f"{path}/{COMMITTED}", json.dumps(record, indent=1), fs)
 
 
 def is_complete(url: str) -> bool:

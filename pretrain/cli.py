@@ -20,6 +20,7 @@ from pretrain.outputs import (
     check_apart,
     open_output,
 )
+from schemas.commands import OneLineGroup
 
 _EPILOG = """\b
 Examples:
@@ -33,6 +34,7 @@ Examples:
 
 
 @click.group(
+    cls=OneLineGroup,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_EPILOG,
@@ -173,7 +175,7 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
         raise click.UsageError("--shards is required (or a command: pretrain export --help)")
     try:
         cfg = TrainConfig(compile=compile_, **options)
-        problems = cfg.problems()
+        problems = _problems(cfg)
         if problems:  # the command line is wrong: exit 2, before anything is read or written
             raise click.UsageError("invalid settings: " + "; ".join(problems))
         folder = _open_run_folder(cfg, overwrite) if rank == 0 else None
@@ -185,7 +187,7 @@ def main(ctx, quiet, compile_, overwrite, **options) -> None:
                     if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
                 }
                 cfg = inherit_settings(cfg, given)
-            problems = cfg.problems()
+            problems = _problems(cfg)
             if problems:  # the flags given with --resume do not fit the run's own settings
                 raise click.UsageError("invalid settings: " + "; ".join(problems))
             train(
@@ -207,6 +209,17 @@ def _refused(message: str) -> click.ClickException:
     error = click.ClickException(message)
     error.exit_code = 2
     return error
+
+
+def _problems(cfg) -> list[str]:
+    """Every problem with the settings, the batch split over this run's ranks included."""
+    problems = cfg.problems()
+    if not problems:
+        try:
+            cfg.accumulation(int(os.environ.get("WORLD_SIZE", "1")))
+        except ValueError as err:
+            problems.append(str(err))
+    return problems
 
 
 def _open_run_folder(cfg, overwrite: bool) -> OutputFolder:
@@ -259,13 +272,10 @@ def _begin(folder: OutputFolder) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export in --output.")
 def export(checkpoint, fmt, output, overwrite) -> None:
     """Write a checkpoint in transformers' format (BertForPreTraining.from_pretrained loads it)."""
-    import json
-
-    import fsspec
-
     from pretrain import checkpoint as ckpt
     from pretrain.hf import export_hf
     from pretrain.model import BertForPreTraining
+    from schemas.files import write_json
 
     try:
         check_apart({"--output": output}, {"--checkpoint": checkpoint})
@@ -279,13 +289,10 @@ def export(checkpoint, fmt, output, overwrite) -> None:
             state = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}")
             folder.begin()
             export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not state.get("cased", False))
-            fs, root = fsspec.core.url_to_fs(output)
-            fs.pipe_file(
-                f"{root.rstrip('/')}/pretraining.json",
-                json.dumps(
-                    {"checkpoint": found.url, "step": state["step"], "tokens_seen": state["tokens_seen"]},
-                    indent=1,
-                ).encode(),
+            write_json(
+                f"{output.rstrip('/')}/pretraining.json",
+                {"checkpoint": found.url, "step": found.step, "tokens_seen": state.get("tokens_seen")},
+                indent=1,
             )
     except OverlapError as err:  # --checkpoint RUN resolved to a checkpoint that --output holds
         raise _refused(str(err)) from None
@@ -296,8 +303,8 @@ def export(checkpoint, fmt, output, overwrite) -> None:
 
 @main.command()
 @click.option("--config", "size", default="base", show_default=True, help="A preset or L/H/A.")
-@click.option("--vocab-size", type=int, default=30522, show_default=True)
-@click.option("--max-position-embeddings", type=int, default=512, show_default=True)
+@click.option("--vocab-size", type=click.IntRange(min=1), default=30522, show_default=True)
+@click.option("--max-position-embeddings", type=click.IntRange(min=1), default=512, show_default=True)
 @click.option("--no-nsp", "nsp", flag_value=False, default=True, help="Without the NSP head.")
 def params(size, vocab_size, max_position_embeddings, nsp) -> None:
     """Print the parameter count of a model size (as transformers' BertForPreTraining counts it)."""
@@ -305,8 +312,10 @@ def params(size, vocab_size, max_position_embeddings, nsp) -> None:
 
     try:
         config = BertConfig.preset(size, vocab_size, max_position_embeddings=max_position_embeddings, nsp=nsp)
-    except ValueError as err:
-        raise click.ClickException(f"--config {size}: {err}") from None
+    except ValueError as err:  # the command line is wrong: one line, exit 2
+        refused = click.ClickException(f"--config {size}: {err}")
+        refused.exit_code = 2
+        raise refused from None
     counts = parameter_counts(config)
     shape = f"L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads}"
     click.echo(f"{size} ({shape}, vocabulary {vocab_size})")

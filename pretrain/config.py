@@ -8,7 +8,7 @@ from typing import Any
 
 from pretrain.batching import BATCHING_MODES
 from pretrain.model import parse_model_size
-from pretrain.runtime import PRECISIONS, non_negative_finite, positive_finite
+from pretrain.runtime import PRECISIONS, non_negative_finite, positive_finite, seed_in_range
 
 OPTIMIZERS = ("adamw", "lamb")
 MASKING_OVERRIDES = (
@@ -114,6 +114,9 @@ class TrainConfig:
                 found.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             found.append(f"--micro-batch-size must be at least 1, got {self.micro_batch_size}")
+        if self.max_seq_length is not None and self.max_seq_length < 1:
+            found.append(f"--max-seq-length must be at least 1, got {self.max_seq_length}")
+        seed_in_range("--seed", self.seed, found)
         for name in ("warmup_steps", "eval_steps", "num_workers", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 found.append(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
@@ -165,8 +168,11 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 found.append(f"--{name.replace('_', '-')} must be in [0, 1], got {value}")
-        if self.max_predictions_per_seq is not None and self.max_predictions_per_seq < 1:
-            found.append(f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}")
+        if self.max_predictions_per_seq is not None and not 1 <= self.max_predictions_per_seq <= 32767:
+            found.append(
+                f"--max-predictions-per-seq must be between 1 and 32767 (int16 positions), "
+                f"got {self.max_predictions_per_seq}"
+            )
         if self.streams is not None and self.streams < 1:
             found.append(f"--streams must be at least 1, got {self.streams}")
         return found

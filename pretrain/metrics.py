@@ -15,20 +15,23 @@ counting real (non-padding) tokens only; reported for the GPUs in :data:`PEAK_TF
 
 TensorBoard is optional: without the ``tensorboard`` package a run warns once, at start, and
 writes ``metrics.jsonl`` and the plots only; without ``matplotlib`` (a bare GPU image) it warns at
-the end and writes no plots. Temporary files (the PNG buffer, the TensorBoard
-mirror of a bucket output) go to the run's scratch folder (:func:`pretrain.outputs.run_scratch`).
+the end and writes no plots. The TensorBoard mirror of a bucket output goes to the run's scratch
+folder (:func:`pretrain.outputs.run_scratch`). ``metrics.jsonl`` and the plots are written whole
+(``schemas.files``); TensorBoard's event files grow as it appends to them.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import fsspec
+
+from schemas.files import write_file
 
 log = logging.getLogger("pretrain")
 TENSORBOARD_MISSING = (
@@ -139,13 +142,7 @@ class MetricsLog:
 
     def _write_records(self) -> None:
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
-        if self.local:
-            Path(self.root).mkdir(parents=True, exist_ok=True)
-            tmp = f"{self.root}/metrics.jsonl.tmp"
-            Path(tmp).write_text(text)
-            os.replace(tmp, f"{self.root}/metrics.jsonl")
-        else:
-            self.fs.pipe_file(f"{self.root}/metrics.jsonl", text.encode())
+        write_file(f"{self.root}/metrics.jsonl", text, self.fs)  # whole, never a truncated file
 
     def _upload_events(self) -> None:
         """Copy the local mirror's TensorBoard event files to a bucket output."""
@@ -205,18 +202,9 @@ class MetricsLog:
             if axis.lines:
                 axis.legend(fontsize=8)
         figure.tight_layout()
-        written = []
         target = f"{self.root}/plots/curves.png"
-        self.fs.makedirs(f"{self.root}/plots", exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="plot-", dir=self._plot_dir()) as folder:
-            buffer_path = os.path.join(folder, "curves.png")
-            figure.savefig(buffer_path, dpi=100, metadata={"Software": None})
-            plt.close(figure)
-            self.fs.put_file(buffer_path, target)
-        written.append(target)
-        return written
-
-    def _plot_dir(self) -> str | None:
-        """Where the PNG buffer goes: the scratch folder while it exists (it is gone after
-        :meth:`close` when the log made it), else the system's temporary folder."""
-        return self.scratch if os.path.isdir(self.scratch) else None
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+        plt.close(figure)
+        write_file(target, buffer.getvalue(), self.fs)
+        return [target]

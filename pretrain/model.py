@@ -188,8 +188,12 @@ class BertConfig:
         if problems:
             raise ValueError(f"{source}: cannot load this BERT config: " + "; ".join(problems))
         fields = {k: v for k, v in data.items() if k in known}
-        fields.setdefault("intermediate_size", 4 * data["hidden_size"])
-        return cls(**fields)
+        if isinstance(data["hidden_size"], int):
+            fields.setdefault("intermediate_size", 4 * data["hidden_size"])
+        try:
+            return cls(**fields)
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
 
 
 def parse_model_size(name: str) -> tuple[int, int, int]:
@@ -554,7 +558,9 @@ class BertForPreTraining(nn.Module):
         run folder (one with ``checkpoints/``) loads its newest complete checkpoint, as the CLIs do.
         """
         path = _resolve_run_folder(path)
-        config = dataclasses.replace(BertConfig.from_hf_dict(*hf.read_config(path)), **overrides)
+        data, source = hf.read_config(path)
+        config = dataclasses.replace(BertConfig.from_hf_dict(data, source), **overrides)
+        hf.check_weights_fit(config, path, source)  # before a tensor is made: the config may lie
         model = cls(config, seed=seed)
         hf.load_hf_state_dict(model, *hf.read_weights(path))
         return model

@@ -106,12 +106,13 @@ class Progress:
         if self._bar is not None:
             self._bar.set_postfix(**values)
 
-    def close(self) -> None:
-        """End the bar, or write the final line (``done``, units and time taken)."""
+    def close(self, finished: bool = True) -> None:
+        """End the bar, or write the final line (``done``, units and time taken); with
+        ``finished`` False (the loop failed or was stopped) no ``done`` line: the error says why."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        elif self.mode == "lines":
+        elif self.mode == "lines" and finished:
             done = self.n - self._initial
             elapsed = format_duration(self._clock() - self._start)
             units = self.unit + ("es" if self.unit.endswith(("s", "sh", "ch", "x")) else "s")

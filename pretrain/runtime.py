@@ -1,17 +1,18 @@
 """Run-time helpers that ``pretrain/`` and ``finetune/`` share: the precisions a run may use, the
 device and precision it does use, the autocast context for that precision, and existence
 checks, output folders and JSON writing on local paths or fsspec URLs (``gs://``, ``memory://``,
-...), and the range checks of the two configs' numeric flags."""
+...), and the range checks of the two configs' numeric flags (seeds included)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from typing import Any
 
 import fsspec
 import torch
+
+from schemas import files
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 """The training precisions (``finetune`` adds ``auto``: bf16 where the GPU supports it)."""
@@ -55,13 +56,21 @@ def output_folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def write_json(url: str, obj: Any) -> None:
-    """Write ``obj`` as indented, key-sorted JSON (plus a newline) to a path or URL, making the
-    parent folder first."""
+    """Write ``obj`` as indented, key-sorted JSON (plus a newline) to a path or URL, whole or not at
+    all (``schemas.files``), making the parent folder first."""
     fs, local = fsspec.core.url_to_fs(url)
     fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(local, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
+    files.write_json(local, obj, fs, sort_keys=True)
+
+
+MAX_SEED = 2**32 - 1
+"""The largest ``--seed``: every RNG a seed reaches (torch, NumPy, Python) takes it as it is."""
+
+
+def seed_in_range(flag: str, value: int, problems: list[str]) -> None:
+    """Append ``"<flag> must be between 0 and 4294967295, got <value>"`` unless it is."""
+    if not 0 <= value <= MAX_SEED:
+        problems.append(f"{flag} must be between 0 and {MAX_SEED}, got {value}")
 
 
 def positive_finite(flag: str, value: float, problems: list[str]) -> None:

@@ -305,13 +305,16 @@ def _resumed_model(
         resumed_from = ckpt.resolve(cfg.resume)
     except ckpt.CheckpointError as err:
         raise TrainingError(str(err)) from None
-    model = BertForPreTraining.from_pretrained(resumed_from.url)
+    try:
+        model = BertForPreTraining.from_pretrained(resumed_from.url)
+        trainer_state = ckpt.load_state(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
+    except (OSError, ValueError) as err:  # a config or state that does not fit its weights, say
+        raise TrainingError(f"--resume {cfg.resume}: {err}") from None
     if (model.config.nsp, model.config.causal) != (cfg.uses_nsp, cfg.objective == "ltr"):
         raise TrainingError(
             f"{resumed_from.url} was trained with nsp={model.config.nsp}, causal="
             f"{model.config.causal}; --resume must keep --objective and --no-nsp as they were"
         )
-    trainer_state = ckpt.load_state(f"{resumed_from.url}/{ckpt.TRAINER_STATE}")
     trained_on = trainer_state.get("vocab_sha256") if isinstance(trainer_state, dict) else None
     if trained_on != vocab.vocab_sha256:
         recorded = f"SHA-256 {trained_on[:12]}…" if isinstance(trained_on, str) else "no vocabulary hash"

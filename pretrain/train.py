@@ -67,6 +67,8 @@ from pretrain.outputs import run_scratch
 from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, TrainingError, all_sum, barrier, check_output, init_processes, prepare
+from schemas.commands import Stopped
+from schemas.files import write_file, write_json
 
 log = logging.getLogger("pretrain")
 
@@ -92,13 +94,21 @@ def train(
 
 
 class _Stop:
-    """SIGTERM/SIGINT (pre-emption): finish the step, save a checkpoint, stop."""
+    """SIGTERM/SIGINT (pre-emption): finish the step, save a checkpoint, stop (``fit`` then raises
+    ``Stopped``: exit 130/143). A second signal stops at once; the checkpoints committed before
+    stay complete."""
 
     def __init__(self) -> None:
-        self.requested = False
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
 
     def __call__(self, signum, frame) -> None:
-        self.requested = True
+        if self.signum is not None:
+            raise Stopped(signum, "the checkpoints committed before are complete")
+        self.signum = signum
 
 
 @dataclass
@@ -377,6 +387,7 @@ class Trainer:
             )
         data, stop_now = DeviceFeed(self.batches(), procs.device), _StopVote(procs, stop)
         record: dict = {}
+        finished = False
         self.window.reset()
         self.model.train()
         try:
@@ -396,12 +407,12 @@ class Trainer:
                 if step % cfg.save_steps == 0 or step == cfg.max_steps or stopping:
                     self.checkpoint()
                 if stopping:
-                    if procs.is_main:
-                        log.warning(
-                            "stopped by a signal at step %d; resume with --resume %s", step, self.output
-                        )
-                    break
+                    raise Stopped(
+                        stop.signum or signal.SIGTERM,  # another rank's signal stops this one too
+                        f"stopped at step {step}, its checkpoint saved: continue with --resume {self.output}",
+                    )
             self._finish()
+            finished = True
         except (ShardError, RuntimeError, ConnectionError) as err:
             if not isinstance(err, ShardError):  # torch's report of a dead worker, raised anywhere
                 if self.loader is None or not self.loader.is_worker_failure(err):
@@ -418,7 +429,7 @@ class Trainer:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             if self.progress is not None:
-                self.progress.close()
+                self.progress.close(finished)
             if self.metrics is not None:
                 self.metrics.close()  # a failed run keeps its records; TensorBoard's writer stops
         return record
@@ -619,7 +630,7 @@ class Trainer:
         ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)
         if procs.is_main:
             ckpt.save_model(self.model, url, stamp)
-            fs.pipe_file(f"{root}/vocab.txt", ("\n".join(self.setup.vocab.vocab) + "\n").encode("utf-8"))
+            write_file(f"{root}/vocab.txt", "\n".join(self.setup.vocab.vocab) + "\n", fs)
             ckpt.save_state(self.state_dict(), f"{url}/{ckpt.TRAINER_STATE}", stamp)
         barrier(procs)
         if procs.is_main:
@@ -745,17 +756,16 @@ def _write_rank_report(
     folder: str, procs: Processes, model: torch.nn.Module, seen: list[str], step: int
 ) -> None:
     """Per rank: a digest of the weights and the examples it trained on (tests of DDP)."""
-    import json
 
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, f"rank{procs.rank}.json"), "w") as f:
-        json.dump(
-            {"rank": procs.rank, "step": step, "weights_sha256": digest.hexdigest(), "examples": seen}, f
-        )
+    write_json(
+        os.path.join(folder, f"rank{procs.rank}.json"),
+        {"rank": procs.rank, "step": step, "weights_sha256": digest.hexdigest(), "examples": seen},
+        indent=None,
+    )
 
 
 # Settings a resumed run takes from its checkpoint unless given again: everything but the data,
@@ -771,9 +781,13 @@ def inherit_settings(cfg: TrainConfig, given: set[str]) -> TrainConfig:
     ``cfg.resume`` continues, so that ``--resume RUN`` alone continues the run as it was set up."""
     try:
         found = ckpt.resolve(cfg.resume)
-    except ckpt.CheckpointError as err:
+        saved = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}").get("train_config")
+    except (ckpt.CheckpointError, OSError) as err:
         raise TrainingError(str(err)) from None
-    saved = ckpt.load_state(f"{found.url}/{ckpt.TRAINER_STATE}").get("train_config", {})
+    if not isinstance(saved, dict):
+        raise TrainingError(
+            f"{found.url}/{ckpt.TRAINER_STATE}.json: no train_config; the checkpoint is damaged"
+        )
     known = set(TrainConfig.__dataclass_fields__)
     inherited = {
         k: v

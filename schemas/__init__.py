@@ -1,7 +1,8 @@
-"""On-disk formats shared by every stage: Arrow record formats, manifests, markers.
+"""On-disk formats shared by every stage: Arrow record formats, manifests, markers; and how every
+stage writes a file (``files.py``) and ends a command (``commands.py``).
 
-This package imports pyarrow only (never Beam or torch), so any stage and any outside
-reader can depend on it.
+This package imports pyarrow only (never Beam or torch), so any stage and any outside reader can
+depend on it; ``files.py`` adds fsspec and ``commands.py`` click, both core dependencies.
 """
 
 from schemas.documents import DOCUMENTS

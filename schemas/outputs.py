@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.claims import CLAIM_FILE, Claim, Claimant, ClaimError, claim, new_run_id, release
+from schemas.files import final_name, is_temporary_name, write_file
 from schemas.manifest import COMPLETED_FILE
 
 RECORD_FILE = ".output.json"
@@ -66,9 +67,16 @@ class OutputRecord:
     ended: str | None = None
 
     def owns(self, relative: str) -> bool:
-        """Whether the file ``relative`` is one this run wrote (by its list, else its patterns)."""
-        if self.files is not None:
-            return relative in self.files
+        """Whether the file ``relative`` is one this run wrote (by its list, else its patterns),
+        or a temporary file it was writing when it was killed (:func:`schemas.files.temporary_name`
+        beside a file of its patterns)."""
+        if self.files is not None and relative in self.files:
+            return True
+        folder, _, name = relative.rpartition("/")
+        if is_temporary_name(name):
+            relative = f"{folder}/{final_name(name)}" if folder else final_name(name)
+        elif self.files is not None:
+            return False
         return any(fnmatch.fnmatch(relative, pattern) for pattern in self.patterns)
 
     def to_json(self) -> bytes:
@@ -261,7 +269,7 @@ class OutputFolder:
                     self.fs.rm(path)
             _remove_folders(self.fs, _emptied(self.root, paths))
             record = OutputRecord(self.command, self.run_id, self.patterns)
-            self.fs.pipe_file(f"{self.root}/{RECORD_FILE}", record.to_json())
+            write_file(f"{self.root}/{RECORD_FILE}", record.to_json(), self.fs)
         except OSError as err:
             raise OutputError(
                 f"{self.option} {self.url}: cannot replace the earlier run's files or record this run "
@@ -298,9 +306,8 @@ class OutputFolder:
             return False
         old = read_record(self.fs, self.root, self.url)
         started = old.started if old is not None else _now()
-        self.fs.pipe_file(
-            path, OutputRecord(self.command, self.run_id, self.patterns, files, started, _now()).to_json()
-        )
+        record = OutputRecord(self.command, self.run_id, self.patterns, files, started, _now())
+        write_file(path, record.to_json(), self.fs)
         return True
 
     def __enter__(self) -> OutputFolder:

@@ -3,7 +3,8 @@
 Commands: ``train`` (learn a vocabulary from a corpus) and ``encode`` (tokenise standard input
 with a vocabulary). Library code lives in
 ``wordpiece.tokenizer``; each command here only parses flags, loads, and reports errors as one
-``error:`` line with exit code 2.
+``error:`` line: exit 1 when it ran and failed, 2 when a setting is refused before anything is
+read (``schemas.commands``: 130/143 for SIGINT/SIGTERM).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import BinaryIO, NoReturn
 
 import click
 
+from schemas.commands import OneLineGroup
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
 
@@ -67,7 +69,7 @@ class _OneLineFormatter(logging.Formatter):
         return f"{record.levelname.lower()}: {record.name}: {message[0] if message else ''}"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 def main() -> None:
     """Train a WordPiece vocabulary from corpus documents and tokenise exactly as BERT does.
@@ -101,7 +103,7 @@ def main() -> None:
 @click.option("--tokens", "as_tokens", is_flag=True, help="Write WordPiece strings instead of ids.")
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1_000_000),
     default=1000,
     show_default=True,
     help="Lines tokenised together; memory is bounded by this many lines.",
@@ -219,6 +221,7 @@ def train(
     vocab.txt whatever the runner or number of workers.
     """
     from schemas.paths import check_apart
+    from wordpiece.beam_jobs import explain_failure
     from wordpiece.count import CorpusError
     from wordpiece.train import TrainConfig, TrainingError, train_vocabulary
 
@@ -237,14 +240,15 @@ def train(
             overwrite=overwrite,
         )
         check_apart({"--output": output}, {"--corpus": corpus})  # exit 2, before the corpus is read
-        stats = train_vocabulary(config, ctx.args)
-    except (CorpusError, TrainingError, VocabError) as err:
-        _fail(str(err))
     except ValueError as err:  # the settings, or --output over --corpus: refused before anything is read
         _fail(str(err), exit_code=2)
+    try:
+        stats = train_vocabulary(config, ctx.args)
+    # it ran and failed: the corpus, the vocabulary, an output in the way (ValueError), a full disk
+    except (CorpusError, TrainingError, VocabError, ValueError, OSError) as err:
+        _fail(str(err))
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        _fail(f"{type(err).__name__}: {lines[-1] if lines else 'no message'}")
+        _fail(explain_failure(err))
     if stats is None:
         click.echo("dry run: the counting job was built and not submitted; nothing was written")
         return

@@ -10,16 +10,20 @@ statistics never read the text again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
 from schemas import DOCUMENTS, WORD_COUNTS, Manifest
+from schemas.files import temporary_name, write_error, write_local_file
 from wordpiece.tokenizer import pre_tokenize
 
 COUNTS_FOLDER = "word_counts"
@@ -52,15 +56,44 @@ def s3_storage_options(options: PipelineOptions) -> dict[str, Any]:
 
 
 def read_bytes(path: str) -> bytes:
-    """Read a whole file through Beam's filesystems (local or bucket)."""
+    """Read a whole file through Beam's filesystems (local or bucket), uncompressed."""
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         return f.read()
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write a whole file through Beam's filesystems."""
+def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
+    """The Beam side's one writer (``pipelines.io.write_bytes`` too): a whole file, or nothing
+    under its name. ``data`` is the bytes, or pieces of them already made (written back to back).
+    Locally through a temporary name beside ``path``, renamed once whole
+    (``schemas.files.write_local_file``). On ``gs://`` one upload, which Beam's GCS writer cancels
+    when the block fails (the object appears only once complete). On other buckets (``s3://``)
+    Beam's writer completes a multipart upload whenever it is closed, after a failed part too:
+    there the object goes up under a temporary name and is renamed once whole. A failure (a full
+    disk) is a ``schemas.files.WriteError`` naming the file; the temporary file is removed."""
+    chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+    try:
+        if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):
+            write_local_file(path, chunks)
+        elif path.startswith("gs://"):
+            _upload(path, chunks)
+        else:
+            folder, name = path.rsplit("/", 1)
+            temp = f"{folder}/{temporary_name(name)}"
+            try:
+                _upload(temp, chunks)
+                FileSystems.rename([temp], [path])
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    FileSystems.delete([temp])
+                raise
+    except OSError as err:  # Beam's BeamIOError is one too
+        raise write_error(err, path) from None
+
+
+def _upload(path: str, chunks: Sequence[bytes]) -> None:
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
+        for chunk in chunks:
+            f.write(chunk)
 
 
 def read_documents(shard: tuple[str, str]) -> list[list[str]]:

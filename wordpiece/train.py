@@ -46,6 +46,7 @@ from schemas import (
 )
 from schemas.outputs import OutputError, OutputFolder
 from wordpiece import count as counting
+from wordpiece.beam_jobs import run_pipeline
 from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, s3_storage_options, write_bytes
 from wordpiece.tokenizer import SPECIAL_TOKENS, build_tokenizer, validate_vocab
 
@@ -59,6 +60,10 @@ OUTPUT_FILES = (MANIFEST_FILE, STATS_FILE, "vocab.txt", "tokenizer.json")
 OWN_FILES = (*OUTPUT_FILES, COMPLETED_FILE, f"{COUNTS_FOLDER}/*")
 """Everything ``wordpiece train`` writes into its output (glob patterns): what its record lists."""
 LEARN, MEASURE = "learn", "measure"
+MAX_VOCAB_SIZE = 2**32
+MAX_COUNT = 2**63 - 1
+"""A word count (int64 in ``word_counts``), and so the highest ``--min-frequency``."""
+MAX_COUNT_SHARDS = 1_000_000
 
 
 class TrainingError(ValueError):
@@ -94,8 +99,12 @@ class TrainConfig:
                 f"--vocab-size {self.vocab_size} leaves no room for pieces after {len(SPECIAL_TOKENS)} special "
                 f"tokens and --num-unused {self.num_unused}"
             )
-        if self.min_frequency < 1:
-            problems.append(f"--min-frequency must be at least 1, got {self.min_frequency}")
+        if self.vocab_size > MAX_VOCAB_SIZE:
+            problems.append(
+                f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (ids are uint32), got {self.vocab_size}"
+            )
+        if not 1 <= self.min_frequency <= MAX_COUNT:
+            problems.append(f"--min-frequency must be between 1 and {MAX_COUNT:,}, got {self.min_frequency}")
         if self.limit_alphabet < 1:
             problems.append(f"--limit-alphabet must be at least 1, got {self.limit_alphabet}")
         if self.num_unused < 0:
@@ -103,8 +112,10 @@ class TrainConfig:
         unknown = [s for s in (*self.splits, self.measure_split) if s not in SPLITS]
         if unknown or not self.splits:
             problems.append(f"--split takes {', '.join(SPLITS)}; got {', '.join(unknown) or 'none'}")
-        if self.num_count_shards < 1:
-            problems.append(f"--num-count-shards must be at least 1, got {self.num_count_shards}")
+        if not 1 <= self.num_count_shards <= MAX_COUNT_SHARDS:
+            problems.append(
+                f"--num-count-shards must be between 1 and {MAX_COUNT_SHARDS:,}, got {self.num_count_shards}"
+            )
         if problems:
             raise ValueError("invalid configuration: " + "; ".join(problems))
 
@@ -362,4 +373,4 @@ def _count(config: TrainConfig, manifest: Manifest, options: PipelineOptions) ->
         output=config.output,
         num_shards=config.num_count_shards,
     )
-    pipeline.run().wait_until_finish()
+    run_pipeline(pipeline, config.output)

@@ -48,6 +48,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import io
+from pipelines.config import check_count
 from pipelines.examples.dofns import FulfilBucket, PackGroup, PlanBatch, TokenizeShard
 from pipelines.examples.finish import ExampleVocab  # noqa: F401 (imported from here by callers)
 from pipelines.examples.packing import FORMATS
@@ -63,6 +64,8 @@ from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
 
 LENGTH_HISTOGRAM_FILE = "length_histogram.png"
+MAX_DUPE_FACTOR = 32_767
+"""``dupe_index`` is an int16 column (schemas/examples.py)."""
 SPILL_MODES = ("auto", "always", "never")
 LOCAL_RUNNERS = (
     "DirectRunner",
@@ -115,9 +118,14 @@ class ExamplesConfig:
             problems.append("--temp-location is where spilled files go; --spill never writes none, drop one")
         if self.split not in io.SPLITS:
             problems.append(f"--split takes {', '.join(io.SPLITS)}, got {self.split}")
-        for name in ("dupe_factor", "num_shards", "num_buckets"):
-            if getattr(self, name) < 1:
-                problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        check_count("--dupe-factor", self.dupe_factor, problems, most=MAX_DUPE_FACTOR)
+        check_count("--num-shards", self.num_shards, problems)
+        check_count("--num-buckets", self.num_buckets, problems)
+        if self.masking.max_predictions_per_seq > self.pairs.max_seq_length:
+            problems.append(
+                f"--max-predictions-per-seq {self.masking.max_predictions_per_seq} is more than the "
+                f"--max-seq-length {self.pairs.max_seq_length} positions there are"
+            )
         if problems:
             raise ValueError("invalid configuration: " + "; ".join(problems))
 

@@ -64,11 +64,10 @@ def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple
         return list(pieces)
     path = io.join(folder, f"{uuid.uuid4().hex}{SPILL_SUFFIX}")
     refs, offset = [], 0
-    with FileSystems.create(path) as f:
-        for key, data in pieces:
-            f.write(data)
-            refs.append((key, SpillRef(path, offset, len(data))))
-            offset += len(data)
+    for key, data in pieces:
+        refs.append((key, SpillRef(path, offset, len(data))))
+        offset += len(data)
+    io.write_bytes(path, [data for _, data in pieces])
     return refs
 
 

@@ -1,0 +1,134 @@
+"""Whole files or none: how every file of every stage is put on disk.
+
+Nothing a command writes ever lies under its final name incomplete, so that a full disk, a
+killed process or a lost connection leaves either the earlier state or the whole new file:
+
+- **Local paths** (:func:`write_local_file`): the bytes go to a temporary name beside the file
+  (``.NAME.<12 hex>.tmp``, :func:`temporary_name`), are flushed to the disk and renamed over
+  ``NAME`` only once whole; a rename within one folder is atomic on POSIX. On any failure (an
+  ``OSError``, a signal) the temporary file is removed; only a process killed outright (SIGKILL,
+  a power cut) can leave one, and output checks recognise it (:func:`is_temporary_name`).
+- **Buckets and other fsspec filesystems** (:func:`write_file`): the whole bytes go up in one
+  ``pipe_file`` call. An object store makes an object visible only once its upload completes:
+  gcsfs sends one request below 50 MB and otherwise a resumable upload that the last chunk
+  finalises (and deletes the session on failure); s3fs a single ``PutObject`` below 100 MB and
+  otherwise a multipart upload that exists only once ``CompleteMultipartUpload`` succeeds;
+  fsspec's ``memory://`` stores the bytes at once. Streaming through ``fs.open(path, "wb")`` is
+  never used for a final file: a ``with`` block closes the file on an exception too, and closing
+  commits what was written so far (gcsfs, s3fs), while ``memory://`` shows the file from the
+  moment it is opened.
+
+The Beam side (``wordpiece.count.write_bytes``, which ``pipelines.io.write_bytes`` wraps) writes
+locally through :func:`write_local_file` too, and to buckets through Beam's filesystems: on
+``gs://`` one upload, which Beam's GCS writer cancels when the writing block fails; on ``s3://``
+under a temporary name renamed once whole, because Beam's S3 writer completes its multipart upload
+whenever it is closed, after a failed part too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+TEMP_SUFFIX = ".tmp"
+_TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
+
+
+class WriteError(OSError):
+    """A file could not be written (a full disk, no permission, a lost connection): one line
+    naming the file and the system's reason; nothing was left under its name."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot write it ({self.strerror})"
+
+
+def temporary_name(name: str) -> str:
+    """The name a file called ``name`` is written under until it is whole (a hidden file)."""
+    return f".{name}.{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}"
+
+
+def is_temporary_name(name: str) -> bool:
+    """Whether a file name (no folder) is one of :func:`temporary_name`'s: what a process killed
+    while writing leaves behind, never a finished file."""
+    return _TEMPORARY.match(name) is not None
+
+
+def final_name(name: str) -> str:
+    """The name of the file a temporary name (:func:`temporary_name`) was to become."""
+    match = _TEMPORARY.match(name)
+    if match is None:
+        raise ValueError(f"{name!r} is not a temporary name")
+    return match.group(1)
+
+
+def write_error(err: OSError, path: str) -> WriteError:
+    """``err`` as a :class:`WriteError` naming ``path`` (errno and reason kept)."""
+    reason = err.strerror or str(err) or type(err).__name__
+    return WriteError(err.errno, reason, str(path))
+
+
+def write_local_file(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` (bytes already made: never a generator that may fail half-way) to the local
+    ``path`` through a temporary file beside it, synced, then renamed over ``path``; the folder is
+    made when missing. Raises :class:`WriteError` naming ``path``; the temporary file is removed
+    on any failure, a stop signal included."""
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    temp = os.path.join(folder, temporary_name(name))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(temp, "xb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException as err:
+        try:
+            os.remove(temp)
+        except OSError:
+            pass
+        if isinstance(err, OSError) and not isinstance(err, WriteError):
+            raise write_error(err, path) from None
+        raise
+
+
+def write_file(path: str, data: bytes | str, fs: fsspec.AbstractFileSystem | None = None) -> None:
+    """Write ``data`` (text is UTF-8) whole or not at all: ``path`` is a local path or fsspec URL,
+    or, with ``fs``, a path in that filesystem (as ``fsspec.core.url_to_fs`` returns it). Locally
+    through :func:`write_local_file`; elsewhere one ``pipe_file`` upload. Raises
+    :class:`WriteError` naming the file."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    name = path  # for messages: the URL as given, or the filesystem's own
+    if fs is None:
+        fs, path = fsspec.core.url_to_fs(path)
+    else:
+        name = fs.unstrip_protocol(path)
+    if isinstance(fs, LocalFileSystem):
+        write_local_file(path, [data])
+        return
+    try:
+        fs.pipe_file(path, data)
+    except OSError as err:
+        raise write_error(err, name) from None
+
+
+def write_json(
+    path: str,
+    obj: Any,
+    fs: fsspec.AbstractFileSystem | None = None,
+    *,
+    indent: int | None = 2,
+    **options: Any,
+) -> None:
+    """:func:`write_file` of ``obj`` as JSON (indented by ``indent``, ``options`` for ``json.dumps``)
+    and a final newline."""
+    write_file(path, json.dumps(obj, indent=indent, **options) + "\n", fs)

@@ -1,0 +1,61 @@
+"""The README's exit rule for every numeric flag (a sweep of -5, 0, 2**70, NaN and infinity over
+every command found these): a value the settings refuse is exit 2 with one line naming the flag,
+before anything is read or written; never a traceback (``pretrain --seed -5`` was one)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from tests.clis import CLIS
+
+HUGE = str(2**70)
+PRETRAIN = ["--shards", "{missing}", "--output", "{out}", "--config", "tiny"]
+GLUE = ["glue", "--task", "rte", "--data-dir", "{missing}", "--checkpoint", "{missing}", "--output", "{out}"]
+SQUAD = ["squad", "--version", "1.1", "--predict-file", "{missing}/dev.json", "--checkpoint", "{missing}"]
+EXAMPLES = ["examples", "--corpus", "{missing}", "--vocab", "{missing}/vocab.txt", "--output", "{out}"]
+WORDPIECE = ["train", "--corpus", "{missing}", "--output", "{out}"]
+REFUSED = {
+    "pretrain --seed -5": ("pretrain", [*PRETRAIN, "--seed", "-5"], "--seed must be between 0 and 4294967295, got -5"),
+    "pretrain --seed 2**70": ("pretrain", [*PRETRAIN, "--seed", HUGE], f"--seed must be between 0 and 4294967295, got {HUGE}"),
+    "pretrain --max-seq-length 0": ("pretrain", [*PRETRAIN, "--max-seq-length", "0"], "--max-seq-length must be at least 1, got 0"),
+    "pretrain --micro-batch-size 3": ("pretrain", [*PRETRAIN, "--global-batch-size", "8", "--micro-batch-size", "3"], "--micro-batch-size 3 must divide the per-rank batch 8"),
+    "pretrain params --vocab-size 0": ("pretrain", ["params", "--vocab-size", "0"], "Invalid value for '--vocab-size'"),
+    "pretrain params --config 0/8/2": ("pretrain", ["params", "--config", "0/8/2"], "--config 0/8/2: unknown config preset"),
+    "finetune glue --seed -1": ("finetune", [*GLUE, "--seed", "-1"], "--seed must be between 0 and 4294967295, got -1"),
+    "finetune glue --seeds 0": ("finetune", [*GLUE, "--seeds", "0"], "Invalid value for '--seeds'"),
+    "finetune glue --seed + --seeds": ("finetune", [*GLUE, "--seed", "4294967295", "--seeds", "2"], "goes past the largest seed"),
+    "finetune glue --max-train-examples -5": ("finetune", [*GLUE, "--max-train-examples", "-5"], "Invalid value for '--max-train-examples'"),
+    "finetune glue --max-seq-length 4": ("finetune", [*GLUE, "--max-seq-length", "4"], "Invalid value for '--max-seq-length'"),
+    "finetune squad --max-predict-examples 0": ("finetune", [*SQUAD, "--output", "{out}", "--max-predict-examples", "0"], "Invalid value for '--max-predict-examples'"),
+    "finetune squad --doc-stride 0": ("finetune", [*SQUAD, "--output", "{out}", "--doc-stride", "0"], "--doc-stride must be at least 1, got 0"),
+    "finetune squad --seed 2**70": ("finetune", [*SQUAD, "--output", "{out}", "--seed", HUGE], "--seed must be between 0 and 4294967295"),
+    "pipelines examples --num-buckets 2**70": ("pipelines", [*EXAMPLES, "--num-buckets", HUGE], "--num-buckets must be between 1 and 1,000,000"),
+    "pipelines examples --max-predictions-per-seq 2**70": ("pipelines", [*EXAMPLES, "--max-predictions-per-seq", HUGE], "is more than the --max-seq-length 128 positions"),
+    "pipelines examples --dupe-factor 40000": ("pipelines", [*EXAMPLES, "--dupe-factor", "40000"], "--dupe-factor must be between 1 and 32,767"),
+    "pipelines corpus --num-shards 2**70": ("pipelines", ["corpus", "--input", "{missing}", "--output", "{out}", "--num-shards", HUGE], "--num-shards must be between 1 and 1,000,000"),
+    "wordpiece train --vocab-size 2**70": ("wordpiece", [*WORDPIECE, "--vocab-size", HUGE], "--vocab-size must be at most 4,294,967,296"),
+    "wordpiece train --min-frequency 2**70": ("wordpiece", [*WORDPIECE, "--min-frequency", HUGE], "--min-frequency must be between 1 and"),
+    "wordpiece train --num-count-shards 2**70": ("wordpiece", [*WORDPIECE, "--num-count-shards", HUGE], "--num-count-shards must be between 1 and 1,000,000"),
+    "pretrain --max-predictions-per-seq 2**70": ("pretrain", [*PRETRAIN, "--dynamic-masking", "--max-predictions-per-seq", HUGE], "--max-predictions-per-seq must be between 1 and 32767"),
+    "pipelines show --samples -1": ("pipelines", ["show", "{missing}", "--samples", "-1"], "Invalid value for '--samples'"),
+    "wordpiece encode --batch-size 2**70": ("wordpiece", ["encode", "--vocab", "{missing}", "--batch-size", HUGE], "Invalid value for '--batch-size'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_refused_number_is_exit_2_with_one_line_before_anything_is_read(case, tmp_path):
+    tool, args, said = REFUSED[case]
+    paths = {"missing": str(tmp_path / "missing"), "out": str(tmp_path / "out")}
+    result = CliRunner().invoke(CLIS[tool], [a.format(**paths) for a in args], input="hello\n")
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and said in result.output, result.output
+    errors = [line for line in result.output.splitlines() if line.lower().startswith("error")]
+    assert len(errors) == 1, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_pipelines_index_of_a_missing_folder_ran_and_failed_exit_1(tmp_path):
+    result = CliRunner().invoke(CLIS["pipelines"], ["index", str(tmp_path / "missing")])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"error: {tmp_path / 'missing'}") and "Traceback" not in result.output

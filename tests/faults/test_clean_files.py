@@ -1,0 +1,90 @@
+"""Whole files or none (``schemas.files``, ``pipelines.io.write_bytes``): a disk that fills up
+mid-write, a failing bucket upload or a stop signal leave neither a truncated file under its final
+name nor a temporary file, keep what was there before, and say so in one line naming the file."""
+
+from __future__ import annotations
+
+import errno
+import signal
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from pipelines import io
+from schemas.files import (
+    WriteError,
+    is_temporary_name,
+    temporary_name,
+    write_file,
+    write_json,
+    write_local_file,
+)
+from tests.faults.full_disk import FullMemoryFileSystem, fill_disk_after
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_a_whole_file_appears_under_its_name_and_nothing_else_stays(tmp_path: Path):
+    write_local_file(tmp_path / "a" / "b.bin", [b"x" * 10, b"y" * 5])  # the folder is made
+    write_file(str(tmp_path / "c.json"), "{}")
+    write_json(str(tmp_path / "d.json"), {"k": 1})
+    assert (tmp_path / "a" / "b.bin").read_bytes() == b"x" * 10 + b"y" * 5
+    assert (tmp_path / "d.json").read_text() == '{\n  "k": 1\n}\n'
+    assert _files(tmp_path) == ["a/b.bin", "c.json", "d.json"]
+
+
+def test_temporary_names_are_recognised_and_finished_names_are_not():
+    name = temporary_name("model.safetensors")
+    assert name.startswith(".model.safetensors.") and is_temporary_name(name)
+    for finished in ("model.safetensors", "metrics.jsonl.tmp", ".hidden", "x.0123456789ab.tmp"):
+        assert not is_temporary_name(finished)
+
+
+def test_a_full_disk_leaves_the_earlier_file_and_no_temporary_file(tmp_path: Path, monkeypatch):
+    target = tmp_path / "model.safetensors"
+    target.write_bytes(b"the earlier, complete file")
+    failed = fill_disk_after(monkeypatch, "model.safetensors", limit_bytes=10)
+    with pytest.raises(WriteError) as caught:
+        write_file(str(target), b"z" * 1000)
+    assert failed == [str(target)]
+    assert str(caught.value) == f"{target}: cannot write it (No space left on device)"
+    assert caught.value.errno == errno.ENOSPC
+    assert target.read_bytes() == b"the earlier, complete file"
+    assert _files(tmp_path) == ["model.safetensors"]
+
+
+def test_a_stop_signal_mid_write_removes_the_temporary_file(tmp_path: Path):
+    def chunks():
+        yield b"first part"
+        signal.raise_signal(signal.SIGINT)  # Python's default handler: KeyboardInterrupt here
+        yield b"never written"
+
+    with pytest.raises(KeyboardInterrupt):
+        write_local_file(tmp_path / "out.bin", chunks())
+    assert _files(tmp_path) == []
+
+
+def test_a_failed_bucket_upload_leaves_no_object(monkeypatch):
+    fs = FullMemoryFileSystem()
+    monkeypatch.setattr(FullMemoryFileSystem, "store", {})
+    write_file("fullmem://bucket/run/small.json", b"{}")
+    with pytest.raises(WriteError, match=r"^fullmem://bucket/run/big.bin: cannot write it \(No space left"):
+        write_file("fullmem://bucket/run/big.bin", b"b" * 1000)
+    assert fs.find("/bucket") == ["/bucket/run/small.json"]
+
+
+def test_memory_buckets_take_the_whole_bytes_in_one_upload():
+    write_file("memory://clean-files/a/b.txt", "whole")
+    assert fsspec.filesystem("memory").cat_file("/clean-files/a/b.txt") == b"whole"
+
+
+def test_the_beam_side_writes_whole_files_and_names_the_file_on_a_full_disk(tmp_path: Path, monkeypatch):
+    io.write_bytes(str(tmp_path / "ok" / "part-0.arrow"), [b"ab", b"cd"])
+    assert (tmp_path / "ok" / "part-0.arrow").read_bytes() == b"abcd"
+    fill_disk_after(monkeypatch, "part-1.arrow", limit_bytes=1)
+    with pytest.raises(io.OutputError, match=r"ok/part-1.arrow: cannot write it \(No space left on device\)"):
+        io.write_bytes(str(tmp_path / "ok" / "part-1.arrow"), b"abcd")
+    assert _files(tmp_path) == ["ok/part-0.arrow"]
