@@ -40,3 +40,51 @@ def test_long_function_table_is_not_stale():
     lengths = {_key(where): lines for lines, where in function_lengths()}
     stale = [name for name in LONG_FUNCTIONS if lengths.get(name, 0) <= MAX_LINES]
     assert not stale, f"now under {MAX_LINES} lines (remove from LONG_FUNCTIONS): {stale}"
+
+
+# Who may import whom (../shared/ARCHITECTURE.md, docs/architecture.md): the project's packages
+# each package may name, and the frameworks it must never import.
+MAY_IMPORT = {
+    "schemas": {"schemas"},
+    "wordpiece": {"wordpiece", "schemas"},
+    "pipelines": {"pipelines", "wordpiece", "schemas"},
+    "pretrain": {"pretrain", "wordpiece", "schemas"},
+    "finetune": {"finetune", "pretrain", "wordpiece", "schemas"},
+    "chain": {"chain", "finetune", "pretrain", "wordpiece", "schemas"},
+}
+NEVER = {
+    "schemas": {"apache_beam", "torch"},
+    "wordpiece": {"torch"},
+    "pipelines": {"torch"},
+    "pretrain": {"apache_beam"},
+    "finetune": {"apache_beam"},
+    "chain": {"apache_beam"},
+}
+
+
+def test_each_package_imports_only_what_the_architecture_allows():
+    import ast
+
+    from benchmarks.function_lengths import _imported, project_files
+
+    wrong = []
+    for module, path in project_files().items():
+        package = module.split(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for name in _imported(node, module, path.name == "__init__.py"):
+                first = name.split(".")[0]
+                if first in NEVER[package] or (first in MAY_IMPORT and first not in MAY_IMPORT[package]):
+                    wrong.append(f"{module} imports {name}")
+    assert not wrong, "; ".join(sorted(set(wrong)))
+
+
+def test_the_trainer_and_fine_tuning_import_no_beam():
+    """The GPU machine has no Beam: the torch side must not reach it through wordpiece."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pretrain.cli, pretrain.train, pretrain.startup, finetune.cli, finetune.glue; "
+        "sys.exit('apache_beam' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
