@@ -420,7 +420,7 @@ class Trainer:
                 err = self.loader.failure(err)
             raise TrainingError(
                 f"{err}; stopped at step {position.step}; the checkpoints written so far are complete: "
-                f"continue with --resume {self.output} once the data is reachable"
+                f"continue with --resume {self.output} once the data is reachable and whole"
             ) from None
         finally:
             data.close()

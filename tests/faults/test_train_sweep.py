@@ -278,5 +278,5 @@ def test_a_shard_lost_mid_run_is_one_line_naming_the_step_and_the_resume(shards,
     message = str(caught.value)
     assert "\n" not in message, message
     assert message.startswith("part-00000-of-00001.arrow: unreadable after 3 attempts; stopped at step 1; ")
-    assert message.endswith(f"continue with --resume {output} once the data is reachable")
+    assert message.endswith(f"continue with --resume {output} once the data is reachable and whole")
     assert not (output / "COMPLETED").exists()
