@@ -541,7 +541,11 @@ class ExampleShards(torch.utils.data.IterableDataset):
                 self.batches_done += 1
                 yield collate(pa.Table.from_batches(parts), self.masking, rng)
         finally:
+            # The reading thread ends before the iterator does: one left inside Arrow or a read when
+            # the interpreter exits aborts the process ("terminate called without an active
+            # exception"), as it did after evaluation's early break. It stops at its next put.
             stop.set()
+            thread.join(timeout=self.timeout_s)
 
 
 def _max_seq_length(params: dict) -> int | None:

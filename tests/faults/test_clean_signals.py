@@ -144,7 +144,7 @@ COMMANDS = {
     "finetune squad": (TRAINING, "", ["finetune", "squad", "--version", "1.1", "--train-file", "{squad}", "--predict-file", "{squad}", "--checkpoint", "{bert}", "--output", "{out}", "--epochs", "1", "--batch-size", "2", "--max-seq-length", "64", "--doc-stride", "32", "--max-query-length", "16"]),
     "finetune features": ("finetune.extract:_ShardWriter.flush", "", ["finetune", "features", "--checkpoint", "{bert}", "--input", "{text}", "--output", "{out}", "--max-seq-length", "16", "--layers", "-1"]),
     "finetune evaluate squad": ("finetune.squad:evaluate_file", "", ["finetune", "evaluate", "squad", "--version", "1.1", "--data-file", "{squad}", "--predictions", "{squad}"]),
-    "finetune report": ("finetune.report:write_report", "", ["finetune", "report", "{out}", "--output", "{out}/results"]),
+    "finetune report": ("finetune.report:write_report", "", ["finetune", "report", "{out}", "--output", "{out}-report"]),
     "chain": ("chain.cli:run_chain", "", ["chain", "--workdir", "{out}", "--wiki-dump", "{dump}"]),
     "chain ablate": ("chain.ablate_cli:run_chain", "", ["chain ablate", "--workdir", "{out}", "--wiki-dump", "{dump}", "--preset", "smoke"]),
 }  # fmt: skip

@@ -613,3 +613,17 @@ def test_a_dead_or_stuck_worker_stops_the_run_with_a_message(folder, monkeypatch
         with pytest.raises(ShardError, match=r"(no data|sent nothing) for 1 s"):
             _epoch_uids(ShardLoader(ds, workers, timeout_s=1.0), 0)
     assert time.monotonic() - started < 15
+
+
+def test_an_iterator_left_early_stops_its_reading_thread(folder):
+    """Evaluation breaks off after --eval-batches: the reading thread must be gone when the
+    iterator is, or the interpreter's exit can abort inside Arrow (exit 134)."""
+    import threading
+
+    ds = ExampleShards(folder, batch_size=2, seed=0, prefetch=1)
+    before = set(threading.enumerate())
+    batches = iter(ds)
+    next(batches)
+    assert set(threading.enumerate()) - before  # reading ahead
+    batches.close()
+    assert not set(threading.enumerate()) - before

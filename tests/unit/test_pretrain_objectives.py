@@ -132,4 +132,4 @@ def test_params_command_prints_the_papers_sizes():
     result = CliRunner().invoke(pretrain_cli, ["params", "--config", "large"])
     assert "336,226,108" in result.output  # the paper's "340M"
     result = CliRunner().invoke(pretrain_cli, ["params", "--config", "12/770/12"])
-    assert result.exit_code == 1 and "--config 12/770/12" in result.output
+    assert result.exit_code == 2 and "--config 12/770/12" in result.output
