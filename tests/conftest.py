@@ -49,6 +49,26 @@ def require(path: Path) -> Path:
     return path
 
 
+def save_tiny_bert(folder: Path, *, layers: int = 1, **overrides) -> Path:
+    """A randomly initialised ``layers``-layer, 32-wide BERT over the released uncased vocabulary,
+    saved in transformers' layout with its ``vocab.txt`` and ``tokenizer_config.json`` (so real text
+    tokenises); ``overrides`` are :class:`pretrain.model.BertConfig` fields. Skips where the shared
+    data is absent."""
+    import json
+
+    from pretrain.model import BertConfig, BertForPreTraining
+
+    vocab = require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt").read_text().splitlines()
+    config = BertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+        intermediate_size=64, **overrides,
+    )  # fmt: skip
+    BertForPreTraining(config, seed=0).save_pretrained(folder)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return folder
+
+
 @pytest.fixture
 def enwiki_excerpt() -> Path:
     """The first 206 pages of a real enwiki pages-articles dump (bz2)."""

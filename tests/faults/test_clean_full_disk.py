@@ -5,7 +5,6 @@ no temporary file and no completion marker; and a full standard output is one li
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from finetune.cli import main as finetune
 from pipelines.cli import main as pipelines
 from pretrain.cli import main as pretrain
 from schemas.files import is_temporary_name
-from tests.conftest import SHARED_DATA, require
+from tests.conftest import SHARED_DATA, require, save_tiny_bert
 from tests.faults.full_disk import fill_disk_after
 from tests.unit.test_finetune_common import hf_folder
 from wordpiece.cli import main as wordpiece
@@ -48,21 +47,7 @@ def _leftovers(root: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def bert_folder(tmp_path_factory) -> Path:
     """A tiny random BERT over the released uncased vocabulary (real text tokenises)."""
-    from pretrain.model import BertConfig, BertForPreTraining
-
-    vocab = require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt").read_text().splitlines()
-    folder = tmp_path_factory.mktemp("bert")
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
-    BertForPreTraining(config).save_pretrained(folder)
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
-    return folder
+    return save_tiny_bert(tmp_path_factory.mktemp("bert"))
 
 
 def test_finetune_glue_leaves_no_truncated_model(bert_folder: Path, tmp_path: Path, monkeypatch):

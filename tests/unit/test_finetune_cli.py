@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from finetune.cli import main
-from tests.conftest import SHARED_DATA, require
+from tests.conftest import SHARED_DATA, require, save_tiny_bert
 from tests.unit.test_finetune_common import VOCAB, tiny_model
 
 SAMPLES = SHARED_DATA / "glue_format_samples"
@@ -19,22 +19,8 @@ QUICK = ["--epochs", "1", "--batch-size", "2", "--max-seq-length", "32", "--lr",
 
 @pytest.fixture(scope="module")
 def bert_uncased_folder(tmp_path_factory) -> str:
-    """A tiny random BERT over the released uncased vocabulary (so real text tokenises)."""
-    vocab = require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt").read_text().splitlines()
-    from pretrain.model import BertConfig, BertForPreTraining
-
-    folder = tmp_path_factory.mktemp("bert")
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
-    BertForPreTraining(config).save_pretrained(folder)
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
-    return str(folder)
+    """A tiny random BERT over the released uncased vocabulary (real text tokenises)."""
+    return str(save_tiny_bert(tmp_path_factory.mktemp("bert")))
 
 
 def run(*args: str, expect: int = 0):
