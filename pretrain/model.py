@@ -685,6 +685,14 @@ def parameter_counts(config: BertConfig) -> dict[str, int]:
     return counts
 
 
+def training_state_bytes(config: BertConfig) -> int:
+    """Bytes that the fp32 weights, their gradients and AdamW's two moments take (16 per parameter,
+    over the padded vocabulary the embeddings hold): the least a training run of ``config`` needs,
+    before activations. LAMB keeps the same state."""
+    padded = dataclasses.replace(config, vocab_size=config.padded_vocab_size)
+    return 16 * parameter_counts(padded)["total"]
+
+
 def training_flops_per_token(
     config: BertConfig, seq_length: int, predictions_per_token: float = 20 / 128
 ) -> float:

@@ -24,7 +24,7 @@ from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards
-from pretrain.model import BertConfig, BertForPreTraining
+from pretrain.model import BertConfig, BertForPreTraining, parameter_counts, training_state_bytes
 from pretrain.runtime import exists
 from schemas import MANIFEST_FILE, ManifestError, VocabFile, manifest_vocabulary
 from schemas.manifest import path_leaves_folder
@@ -104,8 +104,9 @@ def _shard_params(reader: ExampleShards) -> tuple[int, bool]:
     return max_len, params.get("masking", True) is not False
 
 
-def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
-    """Model, vocabulary and resume state, with every check that can fail before training."""
+def prepare(cfg: TrainConfig, probe: ExampleShards, device: torch.device | None = None) -> Setup:
+    """Model, vocabulary and resume state, with every check that can fail before training; a new
+    model is sized against ``device``'s memory (:func:`check_fits`) before it is allocated."""
     max_len, vocab_url, vocab = _check_shards(cfg, probe)
     trainer_state, resumed_from = None, None
     if cfg.resume:
@@ -124,6 +125,7 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
         if cfg.dropout is not None:
             overrides |= {"hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.dropout}
         config = BertConfig.preset(cfg.config or "base", vocab.vocab_size, **overrides)
+        check_fits(config, cfg.config or "base", device or torch.device("cpu"))
         model = BertForPreTraining(config, seed=cfg.seed)
 
     if model.config.vocab_size != vocab.vocab_size:
@@ -137,6 +139,29 @@ def prepare(cfg: TrainConfig, probe: ExampleShards) -> Setup:
             f"{model.config.max_position_embeddings} positions"
         )
     return Setup(model, vocab, max_len, trainer_state, resumed_from)
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """All the memory of ``device``: the GPU's total, or the host's physical memory for the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits(config: BertConfig, size: str, device: torch.device, memory: int | None = None) -> None:
+    """Refuse, before a byte is allocated, a new model whose weights, gradients and optimizer state
+    alone (:func:`pretrain.model.training_state_bytes`) exceed all of ``device``'s memory
+    (``memory`` overrides it, for tests): ``--config 1000/4096/32`` is one line, not minutes of
+    allocation ending in an out-of-memory kill."""
+    memory = device_memory_bytes(device) if memory is None else memory
+    needed = training_state_bytes(config)
+    if needed > memory:
+        params = parameter_counts(config)["total"]
+        raise TrainingError(
+            f"--config {size}: {params / 1e6:,.0f}M parameters, whose weights, gradients and AdamW "
+            f"state alone take {needed / 2**30:,.1f} GiB, more than all {memory / 2**30:,.1f} GiB of "
+            f"this {device.type.upper()}'s memory; choose a smaller --config"
+        )
 
 
 def check_init_vocab(flag_value: str, source: str, vocab: WordPieceTokenizer, vocab_url: str) -> None:

@@ -234,7 +234,7 @@ class Trainer:
         fits (:func:`pretrain.startup.prepare`), the validation reader and the worker count."""
         cfg = self.cfg
         self.reader = self._open_shards("--shards", cfg.shards, streams=cfg.streams)
-        self.setup = prepare(cfg, self.reader)
+        self.setup = prepare(cfg, self.reader, self.procs.device)
         # packed batches take a few static shapes, cut at the shards' length
         length = self.setup.max_seq_length
         self.layout = BatchLayout(

@@ -9,7 +9,8 @@ Each tool's top-level click group (or command) is built with ``cls=OneLineGroup`
 - turns SIGINT and SIGTERM into :class:`Stopped` (a ``KeyboardInterrupt``, so ``except
   Exception`` never swallows it and every ``finally`` still runs: temporary files are removed,
   nothing is marked complete), which ends the command with one line and 128 + the signal's
-  number. Code that stops gracefully instead (``pretrain`` saves a checkpoint first) installs its
+  number (under torchrun, only local rank 0 prints it: every process of a node receives the
+  same Ctrl-C, and one line per node says it). Code that stops gracefully instead (``pretrain`` saves a checkpoint first) installs its
   own handlers and raises :class:`Stopped` itself once it has stopped; code whose libraries
   rewrap the exception (Beam's runners turn it into a ``RuntimeError``) asks
   :func:`stop_received` which signal came;
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -108,7 +110,8 @@ def _invoke(invoke, ctx: click.Context):
             return invoke(ctx)
         except KeyboardInterrupt as err:  # ours, or one a library raised again in its place
             stop = err if isinstance(err, Stopped) else Stopped(stop_received() or signal.SIGINT)
-            click.echo(f"error: {stop.line()}", err=True)
+            if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node under torchrun
+                click.echo(f"error: {stop.line()}", err=True)
             ctx.exit(stop.exit_code)
         except OSError as err:
             if err.errno == errno.EPIPE:  # click ends a broken pipe quietly itself

@@ -207,3 +207,33 @@ def test_a_damaged_tokenizer_config_is_one_line(tmp_path):
     (folder / "tokenizer_config.json").write_text("{oops")
     with pytest.raises(FinetuneError, match=r"tokenizer_config.json: not valid JSON"):
         load_encoder(str(folder))
+
+
+def test_a_new_model_larger_than_the_machine_is_one_line_before_it_is_allocated(
+    shards, tmp_path, monkeypatch
+):
+    """``--config L/H/A`` makes a new model from the command line alone: its weights, gradients and
+    optimizer state are sized against the device's memory before any tensor exists."""
+    _forbid_models(monkeypatch)
+    out = tmp_path / "out"
+    line = _one_error(
+        pretrain, ["--shards", shards, "--output", out, "--config", "1000/8192/64", "--max-steps", "1"]
+    )
+    assert line.startswith("Error: --config 1000/8192/64: 805,")
+    assert "M parameters, whose weights, gradients and AdamW state alone take" in line
+    assert line.endswith("GiB of this CPU's memory; choose a smaller --config")
+    assert not (out / "COMPLETED").exists()
+
+
+def test_the_memory_check_counts_16_bytes_a_parameter_over_the_padded_vocabulary():
+    from pretrain.model import parameter_counts, training_state_bytes
+    from pretrain.startup import TrainingError, check_fits
+
+    config = BertConfig.preset("base", 30522)
+    padded = BertConfig.preset("base", 30528)  # 30522 rounded up to a multiple of 64
+    assert training_state_bytes(config) == 16 * parameter_counts(padded)["total"]
+    check_fits(config, "base", torch.device("cpu"), memory=training_state_bytes(config))  # fits exactly
+    with pytest.raises(
+        TrainingError, match=r"^--config base: 110M parameters, .* take 1\.6 GiB, more than all 1\.0 GiB"
+    ):
+        check_fits(config, "base", torch.device("cpu"), memory=2**30)

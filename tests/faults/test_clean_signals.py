@@ -277,3 +277,25 @@ def test_pretrain_saves_a_checkpoint_then_exits_143(shards, tmp_path):
         == f"error: interrupted by SIGTERM; stopped at step 2, its checkpoint saved: continue with --resume {run}"
     )
     assert (run / "checkpoints" / "step-00000002" / "COMMITTED").exists()
+
+
+@pytest.mark.parametrize(("local_rank", "lines"), [(None, 1), ("0", 1), ("3", 0)])
+def test_under_torchrun_one_process_a_node_says_it_was_interrupted(monkeypatch, local_rank, lines):
+    """Ctrl-C reaches every process of a node: the exit status is every process's, the line local
+    rank 0's alone."""
+    import click
+
+    from schemas.commands import OneLineCommand, Stopped
+
+    @click.command(cls=OneLineCommand)
+    def stopped():
+        raise Stopped(signal.SIGINT, "its output is not marked COMPLETED")
+
+    if local_rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    result = CliRunner().invoke(stopped, [])
+    assert result.exit_code == 130
+    said = [line for line in result.output.splitlines() if line.startswith("error: interrupted by SIGINT")]
+    assert len(said) == lines, result.output
