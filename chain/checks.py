@@ -19,8 +19,8 @@ import sys
 from collections.abc import Sequence
 
 import click
-import fsspec
 
+from chain.run import filesystem
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, ManifestError, verify_completed
 
 SEED_MAX = 2**31 - 1
@@ -117,24 +117,19 @@ def positive(flag: str, value: float) -> list[str]:
 # --- the inputs ------------------------------------------------------------------------------------
 
 
-def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path.rstrip("/")
-
-
 def _is_file(url: str) -> bool:
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
     return fs.isfile(path)
 
 
 def _is_dir(url: str) -> bool:
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
     return fs.isdir(path)
 
 
 def files_problems(flag: str, pattern: str) -> list[str]:
     """``pattern`` (a file, or a glob as the pipelines take it) must name at least one file."""
-    fs, path = _fs(pattern)
+    fs, path = filesystem(pattern)
     if any(c in path for c in "*?["):
         if not [p for p in fs.glob(path) if fs.isfile(p)]:
             return [f"{flag} {pattern}: no file matches it"]
@@ -148,7 +143,7 @@ def books_problems(folder: str) -> list[str]:
     """``--books`` must be a folder holding ``*.txt`` books (what the books stage reads)."""
     if not _is_dir(folder):
         return [f"--books {folder}: no such folder"]
-    fs, path = _fs(folder)
+    fs, path = filesystem(folder)
     if not fs.glob(f"{path}/*.txt"):
         return [f"--books {folder}: no *.txt files in it (the books stage reads {folder.rstrip('/')}/*.txt)"]
     return []
@@ -184,7 +179,7 @@ def ner_dir_problems(ner_dir: str) -> list[str]:
 def corpus_problems(corpus: str, splits: Sequence[str]) -> list[str]:
     """``--corpus`` must be a ``COMPLETED`` ``pipelines corpus`` output (its marker matching its
     manifest) with documents in each of ``splits``."""
-    fs, root = _fs(corpus)
+    fs, root = filesystem(corpus)
     marker_path, manifest_path = f"{root}/{COMPLETED_FILE}", f"{root}/{MANIFEST_FILE}"
     try:
         marker = fs.cat_file(marker_path).decode("utf-8") if fs.exists(marker_path) else None

@@ -58,18 +58,19 @@ class Stage:
     info: dict = field(default_factory=dict)
 
 
-def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem of ``url`` and its path there, without a trailing slash."""
     fs, path = fsspec.core.url_to_fs(url)
     return fs, path.rstrip("/")
 
 
 def exists(url: str) -> bool:
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
     return fs.exists(path)
 
 
 def read_json(url: str) -> dict | None:
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
     try:
         return json.loads(fs.cat_file(path))
     except (FileNotFoundError, ValueError):
@@ -77,7 +78,7 @@ def read_json(url: str) -> dict | None:
 
 
 def write_json(url: str, data: dict) -> None:
-    fs, path = _fs(url)
+    fs, path = filesystem(url)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     files.write_json(path, data, fs, indent=1, sort_keys=True)
 

@@ -45,7 +45,7 @@ from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEn
 from schemas.features import FEATURES_NAME, features_format
 from schemas.files import write_file
 from schemas.formats import RecordFormat
-from schemas.manifest import ManifestError, verify_completed
+from schemas.manifest import ManifestError, bytes_match, verify_completed
 
 logger = logging.getLogger(__name__)
 
@@ -419,7 +419,7 @@ def iter_features(output: str) -> Iterator[pa.Table]:
     for entry in manifest.shards:
         with fs.open(f"{root}/{entry.path}", "rb") as f:
             data = f.read()
-        if len(data) != entry.num_bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
+        if not bytes_match(data, entry):
             raise FinetuneError(f"{output}/{entry.path}: does not match {MANIFEST_FILE} (size or SHA-256)")
         yield fmt.read_ipc(data, f"{output}/{entry.path}")
 

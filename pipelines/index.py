@@ -40,7 +40,7 @@ from schemas.index import (
     index_reference,
     shard_index_entry,
 )
-from schemas.manifest import path_leaves_folder
+from schemas.manifest import bytes_match, path_leaves_folder
 
 _PARALLEL_READS = 8
 
@@ -91,7 +91,7 @@ def _index_shard(output: str, shard: ShardEntry) -> tuple[ShardIndexEntry, pa.Sc
         data = io.read_bytes(path)
     except OSError as err:
         raise io.InputError(f"{path}: cannot read the shard ({err})") from None
-    if len(data) != shard.num_bytes or io.sha256_hex(data) != shard.sha256:
+    if not bytes_match(data, shard):
         raise io.InputError(
             f"{path}: differs from its manifest entry (size or SHA-256); the shard was modified or "
             "damaged: regenerate the output with `pipelines examples`"

@@ -100,7 +100,7 @@ from schemas import COMPLETED_FILE, MANIFEST_FILE, ManifestError, SchemaError, v
 from schemas.example_checks import ExampleLimits, example_batch_problem
 from schemas.examples import examples_format
 from schemas.index import INDEX_FILE, MAX_INDEX_BYTES, ShardIndex
-from schemas.manifest import path_leaves_folder
+from schemas.manifest import bytes_match, path_leaves_folder
 
 log = logging.getLogger(__name__)
 
@@ -270,11 +270,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
             )
         self._check_inside([reference.path])
         data = self._read_small(reference.path)
-        if (
-            data is None
-            or len(data) != reference.num_bytes
-            or hashlib.sha256(data).hexdigest() != reference.sha256
-        ):
+        if data is None or not bytes_match(data, reference):
             what = "missing" if data is None else "differs from the SHA-256 in the manifest"
             raise ManifestError(f"{source}: {what}; rebuild it with `pipelines index {self.url} --overwrite`")
         index = ShardIndex.from_json(data, source)

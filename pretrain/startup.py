@@ -11,7 +11,6 @@ the manifest's hash), the model's shape against ``--config`` and the vocabulary.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining, parameter_counts, training_state_bytes
 from pretrain.runtime import exists
 from schemas import MANIFEST_FILE, ManifestError, VocabFile, manifest_vocabulary
-from schemas.manifest import path_leaves_folder
+from schemas.manifest import bytes_match, path_leaves_folder
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer, parse_vocab_txt, read_vocab_file
 
 log = logging.getLogger("pretrain")
@@ -280,7 +279,7 @@ def _carried_vocab(url: str, copy: VocabFile, cased: bool) -> WordPieceTokenizer
         ) from None
     except OSError as err:
         raise TrainingError(f"{url}: cannot read the shards' vocabulary ({err})") from None
-    if len(data) != copy.num_bytes or hashlib.sha256(data).hexdigest() != copy.sha256:
+    if not bytes_match(data, copy):
         raise TrainingError(
             f"{url}: differs from the size and SHA-256 the manifest records for it (modified or damaged): "
             "copy the shards folder again, or pass --vocab with the vocabulary they were made with"

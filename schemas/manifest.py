@@ -249,6 +249,11 @@ def _entry_problem(data: object, kind: type, strings: tuple[str, ...]) -> str | 
     return problem
 
 
+def bytes_match(data: bytes, entry: ShardEntry | IndexReference | VocabFile) -> bool:
+    """Whether ``data`` is the file a manifest ``entry`` records: its size, then its SHA-256."""
+    return len(data) == entry.num_bytes and hashlib.sha256(data).hexdigest() == entry.sha256
+
+
 def path_leaves_folder(folder: str, relative: str) -> bool:
     """Whether the local file ``folder/relative`` resolves, through symlinks, to a place outside
     ``folder`` (also resolved); always False for a URL (``gs://``, ``s3://``, ``memory://``: no
