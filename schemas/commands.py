@@ -14,18 +14,25 @@ Each tool's top-level click group (or command) is built with ``cls=OneLineGroup`
   own handlers and raises :class:`Stopped` itself once it has stopped; code whose libraries
   rewrap the exception (Beam's runners turn it into a ``RuntimeError``) asks
   :func:`stop_received` which signal came;
-- turns an ``OSError`` no command caught (a full disk while writing) into one line naming the
-  file (:func:`os_error_line`) and exit 1.
+- turns a :class:`CommandError` into one ``error:`` line and its exit code (2 for a
+  :class:`UsageError`, 1 otherwise), and an ``OSError`` no command caught (a full disk while
+  writing) into one line naming the file (:func:`os_error_line`) and exit 1.
+
+This is the one place where an error becomes a line and an exit code: commands raise, never
+print and exit themselves. Click's own parsing errors keep click's form (Usage line, exit 2).
+Flag defaults come from the typed configs (:func:`config_option`), declared once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 
@@ -35,6 +42,30 @@ EXIT_FAILED = 1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _received: list[int] = []  # the stop signals this process received while a command ran
+
+
+class CommandError(Exception):
+    """A command ran and failed: one line (the message) and exit status ``exit_code`` (1). The
+    message names the file or flag and says what to do."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(CommandError):
+    """The user's command line is wrong (a value or combination the settings refuse, an output
+    over an input), found before anything is read: exit 2."""
+
+    exit_code = 2
+
+
+class InputError(CommandError):
+    """An input the user named is missing, incomplete, damaged or of the wrong kind (a shard, a
+    manifest, a vocabulary, a checkpoint, a data file, or a file this project wrote earlier)."""
+
+
+class OutputError(CommandError):
+    """The output the user named cannot be used: another writer holds it, it holds files that are
+    not this command's, or it cannot be written."""
 
 
 class Stopped(KeyboardInterrupt):
@@ -102,9 +133,15 @@ def os_error_line(err: OSError) -> str:
     return f"{type(err).__name__}: {text[0] if text else 'no message'}"
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: a newline or carriage return inside it (a path, a value read from a
+    file) is shown escaped."""
+    return text.strip().replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _invoke(invoke, ctx: click.Context):
-    """Run a command's ``invoke`` under :func:`stopping_on_signals`, ending a stop or an uncaught
-    ``OSError`` with one ``error:`` line and its exit status."""
+    """Run a command's ``invoke`` under :func:`stopping_on_signals`, ending a stop, a
+    :class:`CommandError` or an uncaught ``OSError`` with one ``error:`` line and its exit status."""
     with stopping_on_signals():
         try:
             return invoke(ctx)
@@ -113,10 +150,13 @@ def _invoke(invoke, ctx: click.Context):
             if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node under torchrun
                 click.echo(f"error: {stop.line()}", err=True)
             ctx.exit(stop.exit_code)
+        except CommandError as err:
+            click.echo(f"error: {one_line(str(err))}", err=True)
+            ctx.exit(err.exit_code)
         except OSError as err:
             if err.errno == errno.EPIPE:  # click ends a broken pipe quietly itself
                 raise
-            click.echo(f"error: {os_error_line(err)}", err=True)
+            click.echo(f"error: {one_line(os_error_line(err))}", err=True)
             ctx.exit(EXIT_FAILED)
 
 
@@ -132,3 +172,27 @@ class OneLineCommand(click.Command):
 
     def invoke(self, ctx: click.Context):
         return _invoke(super().invoke, ctx)
+
+
+def config_default(config: type, name: str) -> Any:
+    """The default of the field ``name`` of the dataclass ``config`` (a nested one is named by a
+    dotted path, ``pairs.max_seq_length``): a flag's default is declared there, once."""
+    head, _, rest = name.partition(".")
+    field = {f.name: f for f in dataclasses.fields(config)}[head]
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        raise KeyError(f"{config.__name__}.{head} has no default")
+    if not rest:
+        return value
+    return config_default(type(value), rest)
+
+
+def config_option(config: type, name: str, *decls: str, **attrs: Any) -> Callable:
+    """A click option whose default is the config's (:func:`config_default`), shown in ``--help``.
+    ``decls`` default to ``--<name with dashes>`` (the last part of a dotted name)."""
+    flag = "--" + name.rsplit(".", 1)[-1].replace("_", "-")
+    attrs.setdefault("show_default", True)
+    return click.option(*(decls or (flag,)), default=config_default(config, name), **attrs)

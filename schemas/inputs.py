@@ -1,0 +1,134 @@
+"""Reading what a user or a bucket supplies, bounded and typed.
+
+Every input is a regular file or a bucket object (:func:`check_file`: a FIFO would block, a
+device never ends); every read has a size limit (:func:`read_bytes`, :func:`lines`), and a line
+or document over it is one :class:`~schemas.commands.InputError` naming the file, the line and
+the limit, never the text itself. JSON is parsed strictly (:func:`loads`: UTF-8, no lone
+surrogates, bounded nesting) and read field by field with its type checked (:func:`field`,
+:func:`boolean`), so a wrong type is one line naming the file, the record and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from schemas.commands import InputError
+
+MiB = 1 << 20
+MAX_JSON_BYTES = 512 * MiB
+"""The largest JSON document read whole (SQuAD's train set is 40 MB)."""
+MAX_LINE_BYTES = 16 * MiB
+"""The longest line of a text input (a TSV row, a sentence file's line)."""
+
+_KINDS = {
+    stat.S_ISFIFO: "a FIFO (named pipe)",
+    stat.S_ISCHR: "a character device",
+    stat.S_ISBLK: "a block device",
+    stat.S_ISSOCK: "a socket",
+    stat.S_ISDIR: "a folder",
+}
+
+
+def check_file(path: str | os.PathLike, fs: Any = None) -> None:
+    """Refuse ``path`` unless it is a regular file (symlinks followed) or an object in a bucket.
+    ``fs``: the fsspec filesystem of ``path`` (None: a local path)."""
+    if fs is not None and "file" not in fs.protocol and "local" not in fs.protocol:
+        return  # an object store holds objects only
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror or err})") from None
+    for test, kind in _KINDS.items():
+        if test(mode):
+            raise InputError(f"{path}: is {kind}, not a regular file; give a file")
+
+
+def read_bytes(f, where: str, limit: int) -> bytes:
+    """All of the open binary file ``f``, or :class:`InputError` when it holds more than ``limit``
+    bytes (read no further than that)."""
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{where}: larger than the limit of {limit:,} bytes for this kind of file")
+    return data
+
+
+def lines(f, where: str, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+    """The lines of the open binary file ``f`` (with their line ends), each at most ``limit``
+    bytes; a longer one is :class:`InputError` naming the line number, never its text."""
+    number = 0
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            raise InputError(f"{where}: line {number:,} is longer than the limit of {limit:,} bytes")
+        yield line
+
+
+def loads(data: bytes | str, where: str) -> Any:
+    """JSON parsed strictly: UTF-8, no lone surrogate in a string, nesting Python can hold.
+    :class:`InputError` naming ``where`` (and the line and column) otherwise."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(f"{where}: not UTF-8 at byte {err.start:,}") from None
+    try:
+        value = json.loads(data)
+    except json.JSONDecodeError as err:
+        raise InputError(
+            f"{where}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+        ) from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: holds a lone UTF-16 surrogate (\\ud800-\\udfff), not text") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
+    return value
+
+
+def field(record: Any, key: str, kinds: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
+    """``record[key]`` checked to be of ``kinds`` (``bool`` is never taken for a number); missing:
+    ``default`` when one is given. :class:`InputError` naming ``where`` and ``key`` otherwise."""
+    if not isinstance(record, Mapping):
+        raise InputError(f"{where}: a {type(record).__name__} where a JSON object is expected")
+    if key not in record:
+        if default is not ...:
+            return default
+        raise InputError(f"{where}: the field {key!r} is missing")
+    value = record[key]
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise InputError(f"{where}: the field {key!r} is a {type(value).__name__}, not {names}")
+    return value
+
+
+TRUE_STRINGS, FALSE_STRINGS = ("true", "True", "TRUE", "1"), ("false", "False", "FALSE", "0")
+"""Strings some converters write for a JSON boolean, taken as one (:func:`boolean`)."""
+
+
+def boolean(record: Any, key: str, where: str, default: Any = ...) -> bool:
+    """``record[key]`` as a boolean: ``true``/``false``, or one of :data:`TRUE_STRINGS` and
+    :data:`FALSE_STRINGS`; any other value is :class:`InputError`."""
+    value = field(record, key, (bool, str), where, default)
+    if isinstance(value, bool) or value is default:
+        return value
+    if value in TRUE_STRINGS or value in FALSE_STRINGS:
+        return value in TRUE_STRINGS
+    raise InputError(f"{where}: the field {key!r} is {value[:20]!r}, not a boolean (true or false)")
+
+
+def items(record: Any, key: str, where: str, default: Any = ...) -> Iterable[Any]:
+    """``record[key]`` checked to be a JSON array."""
+    return field(record, key, list, where, default)
