@@ -18,8 +18,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
 from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
+from schemas.commands import InputError, OutputError
 from schemas.files import WriteError
-from schemas.outputs import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
 from schemas.outputs import OutputFolder
 from wordpiece.count import read_bytes, s3_storage_options
 from wordpiece.count import write_bytes as beam_write_bytes
@@ -30,17 +30,13 @@ SPLITS = ("train", "validation", "test")
 TEMP_DIR = ".temp"
 """Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
 STAGE_FILES = (
-    MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", "vocab.txt", COMPLETED_FILE,
+    *(MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", "vocab.txt", COMPLETED_FILE),
     *(f"{folder}/*" for folder in ("all", "rejects", "examples", *SPLITS, TEMP_DIR)),
-)  # fmt: skip
+)
 """What a stage writes into its output (glob patterns; ``*`` crosses ``/``): what its record
 lists until the run ends and records the exact files it left."""
 
 _S3_STORAGE: dict[str, Any] = {}
-
-
-class InputError(ValueError):
-    """An input is missing, empty or unusable; the message names it and says what to do."""
 
 
 def use_beam_options(beam_args: Sequence[str]) -> None:

@@ -23,14 +23,11 @@ from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
 from schemas import DOCUMENTS, WORD_COUNTS, Manifest
+from schemas.commands import InputError
 from schemas.files import temporary_name, write_error, write_local_file
 from wordpiece.tokenizer import pre_tokenize
 
 COUNTS_FOLDER = "word_counts"
-
-
-class CorpusError(ValueError):
-    """The corpus is missing, incomplete or damaged; the message names it."""
 
 
 def s3_storage_options(options: PipelineOptions) -> dict[str, Any]:
@@ -101,7 +98,7 @@ def read_documents(shard: tuple[str, str]) -> list[list[str]]:
     path, expected_sha256 = shard
     data = read_bytes(path)
     if hashlib.sha256(data).hexdigest() != expected_sha256:
-        raise CorpusError(f"{path}: checksum differs from its manifest; the corpus was modified or damaged")
+        raise InputError(f"{path}: checksum differs from its manifest; the corpus was modified or damaged")
     return DOCUMENTS.read_ipc(data, source=path).column("sentences").to_pylist()
 
 

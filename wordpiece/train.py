@@ -44,10 +44,11 @@ from schemas import (
     completed_marker,
     verify_completed,
 )
+from schemas.commands import InputError
 from schemas.outputs import OutputError, OutputFolder
 from wordpiece import count as counting
 from wordpiece.beam_jobs import run_pipeline
-from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, s3_storage_options, write_bytes
+from wordpiece.count import COUNTS_FOLDER, read_bytes, s3_storage_options, write_bytes
 from wordpiece.tokenizer import SPECIAL_TOKENS, build_tokenizer, validate_vocab
 
 FEED_REPEATS = 4_096
@@ -311,7 +312,7 @@ def _load_corpus_manifest(corpus: str) -> Manifest:
         )
         return verify_completed(text, marker, corpus, DOCUMENTS.name)
     except (ManifestError, OSError) as err:
-        raise CorpusError(f"--corpus {err}") from None
+        raise InputError(f"--corpus {err}") from None
 
 
 def _open_output(config: TrainConfig, options: PipelineOptions) -> OutputFolder:

@@ -60,6 +60,7 @@ from pipelines.stats import sum_tallies
 from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
+from wordpiece.beam_jobs import LOCAL_RUNNERS
 from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
 
@@ -67,14 +68,6 @@ LENGTH_HISTOGRAM_FILE = "length_histogram.png"
 MAX_DUPE_FACTOR = 32_767
 """``dupe_index`` is an int16 column (schemas/examples.py)."""
 SPILL_MODES = ("auto", "always", "never")
-LOCAL_RUNNERS = (
-    "DirectRunner",
-    "FnApiRunner",
-    "SwitchingDirectRunner",
-    "BundleBasedDirectRunner",
-    "PrismRunner",
-)
-"""Runners that hold every PCollection crossing a stage boundary in memory: ``--spill auto`` spills there."""
 
 
 @dataclass(frozen=True)
@@ -277,7 +270,7 @@ def _finish_output(
     return stats
 
 
-def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple):
     """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies.
     Only references to the spilled documents, requests and pieces go through the shuffles."""
     bucketed = batches | "Bucket" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
@@ -287,24 +280,25 @@ def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str
         | "Bucket sizes" >> beam.CombinePerKey(sum)
     )
     planned = batches | "Plan pairs" >> beam.ParDo(
-        PlanBatch(config, fmt, folder), beam.pvalue.AsDict(bucket_sizes)
+        PlanBatch(config, fmt, folder, tokens), beam.pvalue.AsDict(bucket_sizes)
     ).with_outputs("pieces", "tallies", main="requests")
     fulfilled = (
         {"documents": bucketed, "requests": planned.requests}
         | "Meet by bucket" >> beam.CoGroupByKey()
-        | "Random B" >> beam.ParDo(FulfilBucket(config, fmt, folder)).with_outputs("pieces", "tallies")
+        | "Random B"
+        >> beam.ParDo(FulfilBucket(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
     pieces = (planned.pieces, fulfilled.pieces) | "All pieces" >> beam.Flatten()
     return pieces, (planned.tallies, fulfilled.tallies)
 
 
-def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple):
     """Packed sentences: a group's documents meet on one worker and are packed there."""
     packed = (
         batches
         | "Group" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
         | "Meet by group" >> beam.GroupByKey()
-        | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder)).with_outputs("pieces", "tallies")
+        | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
     return packed.pieces, (packed.tallies,)
 
@@ -322,7 +316,8 @@ def build(
     shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     carried = CarriedVocabulary.of(vocab)
     fmt = examples_format(carried.size)
-    tokenize = TokenizeShard(config.vocab, config.cased, config.num_buckets, folder)
+    tokens = tuple(vocab)  # travels inside the DoFns: no worker opens the vocabulary file
+    tokenize = TokenizeShard(tokens, config.cased, config.num_buckets, folder)
     documents = (
         pipeline
         | "Corpus shards" >> beam.Create(shards)
@@ -330,9 +325,9 @@ def build(
         | "Tokenise" >> beam.ParDo(tokenize).with_outputs("tallies", main="batches")
     )
     if config.format == "packed":
-        pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder)
+        pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder, tokens)
     else:
-        pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder)
+        pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder, tokens)
     entries = pieces | "Write" >> WriteExampleShards(config.output, "examples", config.num_shards, fmt)
     tally = (
         (documents.tallies, *tallies)
