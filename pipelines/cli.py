@@ -280,7 +280,7 @@ def examples(**flags):
         config,
         load,
         {"--corpus": config.corpus},
-        writes={"--temp-location": folder or ()},
+        writes={"--temp-location": config.temp_location if folder else ()},  # else OUTPUT/.temp
         submitter_reads={"--vocab": config.vocab},
         cleanup=None if folder is None else lambda: remove_folder(folder),
         fmt="examples",

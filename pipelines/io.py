@@ -20,6 +20,7 @@ from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, Manifest
 from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
 from schemas.commands import InputError, OutputError
 from schemas.files import WriteError
+from schemas.inputs import check_file
 from schemas.outputs import OutputFolder
 from wordpiece.count import read_bytes, s3_storage_options
 from wordpiece.count import write_bytes as beam_write_bytes
@@ -124,6 +125,8 @@ def expand_inputs(patterns: Iterable[str]) -> list[str]:
         matched = [m for m in matched if not m.endswith("/")]
         if not matched:
             raise InputError(f"--input {pattern}: no file matches this path or pattern")
+        for path in matched if "://" not in pattern else ():
+            check_file(path)  # a FIFO or a device would block or never end
         files.update(matched)
     return sorted(files)
 
