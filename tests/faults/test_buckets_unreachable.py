@@ -121,3 +121,51 @@ def test_access_denied_names_the_role_to_grant(error, role, expected):
     found = buckets._explain(error, "--x", "gs://b/o", role)
     assert type(found) is (InputError if role == "read" else OutputError)
     assert str(found).startswith("--x gs://b/o: ") and expected in str(found)
+
+
+COMMANDS = {
+    "pipelines wikipedia": ("pipelines", "wikipedia --input {url}/dump.xml.bz2 --output {url}/wiki"),
+    "pipelines books": ("pipelines", "books --input {url}/in/*.txt --output {url}/books"),
+    "pipelines text": ("pipelines", "text --input {url}/text.txt --output {url}/text"),
+    "pipelines corpus": ("pipelines", "corpus --input {url}/wiki --output {url}/corpus"),
+    "pipelines examples": (
+        "pipelines",
+        "examples --corpus {url}/corpus --vocab {url}/vocab.txt --output {url}/ex",
+    ),
+    "pipelines index": ("pipelines", "index {url}/ex"),
+    "pipelines show": ("pipelines", "show {url}/corpus"),
+    "wordpiece train": ("wordpiece", "train --corpus {url}/corpus --output {url}/vocab"),
+    "wordpiece encode": ("wordpiece", "encode --vocab {url}/vocab.txt"),
+}
+BUCKET_FAULTS = ("gs without credentials", "s3 without credentials", "gs unreachable", "s3 unreachable")
+
+
+@pytest.fixture
+def bucket_fault(request, no_cloud_credentials, monkeypatch):
+    """The cloud's URL and the line's expected start for one kind of fault."""
+    fault = request.param
+    cloud = fault[:2]
+    if fault.endswith("unreachable"):
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST" if cloud == "gs" else "AWS_ENDPOINT_URL", closed_port())
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        return f"{cloud}://b", "cannot connect to 127.0.0.1:"
+    return f"{cloud}://b", "no Google Cloud credentials" if cloud == "gs" else "no AWS credentials"
+
+
+@pytest.mark.parametrize("bucket_fault", BUCKET_FAULTS, indirect=True)
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_gives_one_line_for_a_bucket_it_cannot_use(bucket_fault, command):
+    from click.testing import CliRunner
+
+    from tests.clis import CLIS
+
+    url, expected = bucket_fault
+    tool, args = COMMANDS[command]
+    start = time.monotonic()
+    result = CliRunner().invoke(CLIS[tool], args.format(url=url).split(), input="text\n")
+    seconds = time.monotonic() - start
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and f" {url}/" in lines[0] and expected in lines[0]
+    assert seconds < buckets.LIMIT_S

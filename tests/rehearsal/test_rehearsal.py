@@ -44,6 +44,7 @@ def test_every_stage_runs_on_isolated_workers_byte_identical_to_fnapirunner(chai
     result, same = chain[stage]
     assert result.exit_code == 0, result.output
     assert same, f"{stage}: the rehearsal's output differs from FnApiRunner's"
+    assert "sdist" not in result.output and "warning" not in result.output  # the package's build is quiet
 
 
 def test_a_local_vocabulary_travels_with_the_job(chain):
