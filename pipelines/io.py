@@ -19,11 +19,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
 from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
 from schemas.commands import InputError, OutputError
-from schemas.files import WriteError
 from schemas.inputs import check_file
 from schemas.outputs import OutputFolder
-from wordpiece.count import read_bytes, s3_storage_options
-from wordpiece.count import write_bytes as beam_write_bytes
+from wordpiece.count import read_bytes, s3_storage_options, write_bytes  # noqa: F401 (io.write_bytes)
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -41,11 +39,8 @@ _S3_STORAGE: dict[str, Any] = {}
 
 
 def use_beam_options(beam_args: Sequence[str]) -> None:
-    """Give the launching machine's own file operations (output checks, input globs, manifests,
-    the output's claim) Beam's filesystem options from the command line: ``--s3_endpoint_url``,
-    ``--s3_region_name`` and the other ``S3Options`` (without them boto3 reads
-    ``AWS_ENDPOINT_URL`` and the usual AWS credentials). Beam applies them itself only once a
-    pipeline is built; its S3 filesystem refuses to work without them."""
+    """Give the launching machine's own file operations Beam's filesystem options (``S3Options``
+    such as ``--s3_endpoint_url``), which Beam applies itself only once a pipeline is built."""
     options = PipelineOptions(list(beam_args))
     FileSystems.set_options(options)
     _S3_STORAGE.clear()
@@ -77,10 +72,8 @@ def claimed(output: str, command: str) -> Iterator[None]:
 
 
 def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
-    """Claim ``output`` for the stage ``command`` on the launching machine (one writer; workers
-    on Dataflow write into it under this claim), refusing a folder that holds files unless
-    ``overwrite`` and they are the earlier run's of the same command
-    (:class:`schemas.outputs.OutputFolder`); :class:`OutputError` says what is there."""
+    """Claim ``output`` for the stage ``command`` on the launching machine (one writer; remote
+    workers write under this claim): :class:`schemas.outputs.OutputFolder`."""
     return OutputFolder.open(output, *_fs(output), command, STAGE_FILES, overwrite=overwrite)
 
 
@@ -97,16 +90,6 @@ def exists(path: str) -> bool:
 def open_binary(path: str):
     """Open a file for binary reading without Beam's transparent decompression."""
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
-def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
-    """Write a whole file, or nothing under its name (``data``: the bytes, or pieces of them already
-    made), through the Beam side's one writer, ``wordpiece.count.write_bytes``; a failure (a full
-    disk) is an :class:`OutputError` naming the file."""
-    try:
-        beam_write_bytes(path, data)
-    except WriteError as err:
-        raise OutputError(str(err)) from None
 
 
 def sha256_hex(data: bytes) -> str:

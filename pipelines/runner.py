@@ -42,18 +42,12 @@ def run_stage(
     cleanup: Callable[[], Any] | None = None,
     fmt: str = DOCUMENTS.name,
 ) -> tuple[dict[str, Any], str] | None:
-    """Check, claim, build and run one stage; return its ``stats.json`` and a line saying what
-    its output holds (None for a dry run, which writes nothing and claims nothing).
-
-    Before anything is read: the paths workers use (``reads``, ``--output`` and ``writes``) and
-    the buckets (``submitter_reads`` too: read here, never by a worker) are checked
-    (:func:`wordpiece.beam_jobs.check_job`); then ``load_inputs()`` gives what ``build`` needs.
-    The output is claimed for ``command`` here, in the launching process (one writer; remote
-    workers write under this claim), its earlier run's files removed with ``--overwrite``, and
-    released when the job has ended, after ``cleanup`` (the stage's temporary files). When the
-    runner says DONE the output is read back (:func:`finished_output`): a job that left no
-    ``stats.json`` there, or claims a completion it did not write, is :class:`PipelineFailed`.
-    """
+    """Check, claim, build and run one stage; its ``stats.json`` and a line saying what its
+    output holds (None for a dry run, which writes and claims nothing). Before anything is read
+    the paths workers use (``reads``, ``--output``, ``writes``) and every bucket (``submitter_reads``
+    too) are checked (:func:`wordpiece.beam_jobs.check_job`); ``load_inputs()`` then gives what
+    ``build`` needs. The output is claimed here for ``command`` and released after ``cleanup``; a
+    DONE job's output is read back and verified (:func:`finished_output`)."""
     options = job_options(beam_args)
     io.use_beam_options(beam_args)
     check_job(options, reads, {"--output": config.output, **(writes or {})}, submitter_reads)

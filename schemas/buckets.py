@@ -1,14 +1,13 @@
 """The buckets a command names, probed before it starts work: each once, bounded in time.
 
 A command that reads or writes ``gs://`` or ``s3://`` paths calls :func:`probe` with them, by
-flag, before it builds or reads anything. Per bucket: its endpoint answers, credentials are
-there, the bucket exists, each input can be read (looked up) and each output written (an empty
-object put under it and deleted). All of it runs in a daemon thread against one deadline
+flag, before it builds or reads anything. Per bucket: credentials are there, its endpoint
+answers, the bucket exists, each input can be looked up and each output written (an empty object
+put under it and deleted). All of it runs in a daemon thread against one deadline
 (:data:`LIMIT_S`), so a hang (gcsfs asking a metadata server that is not there, retrying for
-minutes) becomes one line. Every problem is one :class:`~schemas.commands.CommandError` line
-naming the flag, the path and that cloud's usual remedy: exit 1. An input that does not exist
-in a bucket that does is left to the command, which says what it expected there. Local paths
-and other protocols are not probed.
+minutes) is one line too. Every problem is one :class:`~schemas.commands.CommandError` line naming
+the flag, the path and that cloud's usual remedy: exit 1. An input missing from a bucket that
+exists is left to the command, which says what it expected there. Local paths are not probed.
 """
 
 from __future__ import annotations
@@ -29,26 +28,31 @@ LIMIT_S = 20.0
 CONNECT_S = 5.0
 """The most one connection to a bucket's endpoint waits."""
 CLOUDS = {"gs": "gs", "gcs": "gs", "s3": "s3", "s3a": "s3"}
-"""Protocols probed, by cloud."""
 _GLOB = re.compile(r"[*?\[]")
-
+_GRANT = "gcloud storage buckets add-iam-policy-binding gs://{b} --member=... --role=roles/storage.object"
 _REMEDIES = {
-    ("gs", "credentials"): "no Google Cloud credentials found: run `gcloud auth application-default login`, "
-    "or set GOOGLE_APPLICATION_CREDENTIALS to a service account's key file",
-    ("gs", "read"): "access denied: grant the account roles/storage.objectViewer on gs://{bucket} "
-    "(gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=... --role=...)",
-    ("gs", "write"): "no write access: grant the account roles/storage.objectAdmin on gs://{bucket} "
-    "(gcloud storage buckets add-iam-policy-binding gs://{bucket} --member=... --role=...)",
-    ("gs", "missing"): "no such bucket: create it (gcloud storage buckets create gs://{bucket} "
-    "--location=REGION) or correct the name",
-    ("s3", "credentials"): "no AWS credentials found: run `aws configure`, or set AWS_ACCESS_KEY_ID and "
-    "AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for a server other than AWS)",
-    ("s3", "read"): "access denied: the IAM policy must allow s3:ListBucket and s3:GetObject on {bucket}",
-    (
-        "s3",
-        "write",
-    ): "no write access: the IAM policy must allow s3:PutObject and s3:DeleteObject on {bucket}",
-    ("s3", "missing"): "no such bucket: create it (aws s3 mb s3://{bucket}) or correct the name",
+    "gs": {
+        "credentials": "no Google Cloud credentials found: run `gcloud auth application-default login`, "
+        "or set GOOGLE_APPLICATION_CREDENTIALS to a service account's key file",
+        "read": f"access denied: grant the account read access ({_GRANT}Viewer)",
+        "write": f"no write access: grant the account write access ({_GRANT}Admin)",
+        "missing": "no such bucket: create it (gcloud storage buckets create gs://{b} --location=REGION)",
+        "endpoint": "the endpoint (STORAGE_EMULATOR_HOST for an emulator)",
+    },
+    "s3": {
+        "credentials": "no AWS credentials found: run `aws configure`, or set AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for a server other than AWS)",
+        "read": "access denied: the IAM policy must allow s3:ListBucket and s3:GetObject on {b}",
+        "write": "no write access: the IAM policy must allow s3:PutObject and s3:DeleteObject on {b}",
+        "missing": "no such bucket: create it (aws s3 mb s3://{b})",
+        "endpoint": "the endpoint (AWS_ENDPOINT_URL or --s3_endpoint_url for a server other than AWS)",
+    },
+}
+_CREDENTIAL_ERRORS = {
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "RefreshError",
+    "DefaultCredentialsError",
 }
 
 
@@ -67,7 +71,7 @@ def probe(
         for role, named in (("read", reads or {}), ("write", writes or {}))
         for flag, paths in named.items()
         for path in ([paths] if isinstance(paths, str) else paths)
-        if _cloud(path)
+        if _split(path)
     ]
     if not uses:
         return
@@ -76,7 +80,7 @@ def probe(
 
     def work() -> None:
         try:
-            _probe(uses, dict(storage_options or {}), state)
+            _probe(uses, storage_options or {}, state)
         except BaseException as err:  # handed to the caller's thread
             state["error"] = err
 
@@ -85,94 +89,77 @@ def probe(
     thread.join(limit_s)
     if thread.is_alive():
         flag, path, _ = state["use"]
+        cloud, bucket, _ = _split(path)
         raise CommandError(
-            f"{flag} {path}: no answer from {_bucket_url(path)} within {limit_s:.0f} s; check the network "
-            f"(a proxy, a firewall) and {_endpoint_hint(_cloud(path))}"
+            f"{flag} {path}: no answer from {cloud}://{bucket} within {limit_s:.0f} s; check the network "
+            f"(a proxy, a firewall) and {_REMEDIES[cloud]['endpoint']}"
         )
     if "error" in state:
         raise state["error"]
 
 
-def _cloud(path: str) -> str | None:
-    return CLOUDS.get(path.split("://", 1)[0].lower()) if "://" in path else None
+def _split(path: str) -> tuple[str, str, str] | None:
+    """(cloud, bucket, path without the protocol) of a bucket URL; None for anything else."""
+    protocol, _, rest = path.partition("://")
+    cloud = CLOUDS.get(protocol.lower()) if rest else None
+    return (cloud, rest.split("/", 1)[0], rest.rstrip("/")) if cloud else None
 
 
-def _bucket(path: str) -> str:
-    return path.split("://", 1)[1].split("/", 1)[0]
-
-
-def _bucket_url(path: str) -> str:
-    return f"{_cloud(path)}://{_bucket(path)}"
-
-
-def _probe(uses: list[tuple[str, str, str]], options: dict, state: dict) -> None:
-    filesystems: dict[str, Any] = {}
+def _probe(uses: list[tuple[str, str, str]], options: Mapping, state: dict) -> None:
+    filesystems: dict[tuple[str, str], Any] = {}
     for use in uses:
-        state["use"] = use
-        flag, path, role = use
-        cloud, bucket = _cloud(path), _bucket(path)
-        key = f"{cloud}://{bucket}"
+        state["use"] = flag, path, role = use
+        cloud, bucket, key = _split(path)
         try:
-            if key not in filesystems:
+            if (cloud, bucket) not in filesystems:
                 fs = _filesystem(cloud, options.get(cloud, {}))
                 _reach(cloud, options.get(cloud, {}))
-                filesystems[key] = fs
-            _use(filesystems[key], path.split("://", 1)[1].rstrip("/"), role, bucket)
+                filesystems[cloud, bucket] = fs
+            fs = filesystems[cloud, bucket]
+            if role == "write":
+                probe_object = f"{key}/.probe-{uuid.uuid4().hex}"
+                fs.pipe_file(probe_object, b"")
+                fs.rm_file(probe_object)
+                continue
+            literal = _GLOB.split(key, 1)[0]
+            try:
+                fs.info(literal if literal == key else literal.rsplit("/", 1)[0])
+            except FileNotFoundError:
+                fs.info(bucket)  # not found again: no such bucket; else the command says what is missing
         except CommandError as err:
             raise type(err)(f"{flag} {path}: {err}") from None
         except Exception as err:  # any client library's error: one line, classified
             raise _explain(err, flag, path, role) from None
 
 
-def _use(fs: Any, path: str, role: str, bucket: str) -> None:
-    if role == "write":
-        probe_object = f"{path}/.probe-{uuid.uuid4().hex}"
-        fs.pipe_file(probe_object, b"")
-        fs.rm_file(probe_object)
-        return
-    literal = _GLOB.split(path, 1)[0]
-    literal = literal if literal == path else literal.rsplit("/", 1)[0]
-    try:
-        fs.info(literal or bucket)
-    except FileNotFoundError:
-        fs.info(bucket)  # FileNotFoundError again: no such bucket; else the command says what is missing
-
-
 def _reach(cloud: str, options: Mapping[str, Any]) -> None:
     """Open one connection to the cloud's endpoint (not through a proxy: then the client says)."""
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
         return
-    url = _endpoint(cloud, options)
+    if cloud == "gs":
+        url = os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
+    else:
+        names = (os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
+        url = options.get("client_kwargs", {}).get("endpoint_url") or next(
+            filter(None, names), "s3.amazonaws.com"
+        )
     parts = urlsplit(url if "://" in url else f"https://{url}")
     host, port = parts.hostname or "", parts.port or (80 if parts.scheme == "http" else 443)
     try:
         socket.create_connection((host, port), timeout=CONNECT_S).close()
     except socket.gaierror:
-        raise CommandError(f"cannot resolve {host}: no network or no DNS; {_endpoint_hint(cloud)}") from None
+        raise CommandError(
+            f"cannot resolve {host}: no network or no DNS; {_REMEDIES[cloud]['endpoint']}"
+        ) from None
     except TimeoutError:
         raise CommandError(
             f"no answer from {host}:{port} within {CONNECT_S:.0f} s; check the network"
         ) from None
     except OSError as err:
-        reason = err.strerror or type(err).__name__
-        raise CommandError(f"cannot connect to {host}:{port} ({reason}); {_endpoint_hint(cloud)}") from None
-
-
-def _endpoint(cloud: str, options: Mapping[str, Any]) -> str:
-    if cloud == "gs":
-        return os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
-    return (
-        options.get("client_kwargs", {}).get("endpoint_url")
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-        or "https://s3.amazonaws.com"
-    )
-
-
-def _endpoint_hint(cloud: str | None) -> str:
-    if cloud == "gs":
-        return "the endpoint (STORAGE_EMULATOR_HOST for an emulator)"
-    return "the endpoint (AWS_ENDPOINT_URL or --s3_endpoint_url for a server other than AWS)"
+        reason = f"{err.strerror or type(err).__name__}"
+        raise CommandError(
+            f"cannot connect to {host}:{port} ({reason}); {_REMEDIES[cloud]['endpoint']}"
+        ) from None
 
 
 def _filesystem(cloud: str, options: Mapping[str, Any]) -> Any:
@@ -191,37 +178,38 @@ def _filesystem(cloud: str, options: Mapping[str, Any]) -> Any:
                     scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
                 )
             except DefaultCredentialsError:
-                raise CommandError(_REMEDIES["gs", "credentials"]) from None
+                raise CommandError(_REMEDIES["gs"]["credentials"]) from None
         return gcsfs.GCSFileSystem(token=token, skip_instance_cache=True, **options)
     import botocore.session
     import s3fs
 
     if not (options.get("anon") or options.get("key") or botocore.session.get_session().get_credentials()):
-        raise CommandError(_REMEDIES["s3", "credentials"])
+        raise CommandError(_REMEDIES["s3"]["credentials"])
     config = {"connect_timeout": CONNECT_S, "read_timeout": CONNECT_S, "retries": {"max_attempts": 1}}
-    config.update(options.get("config_kwargs", {}))
     rest = {k: v for k, v in options.items() if k != "config_kwargs"}
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, config_kwargs=config, **rest)
+    fs = s3fs.S3FileSystem(
+        skip_instance_cache=True, config_kwargs={**config, **options.get("config_kwargs", {})}, **rest
+    )
     fs.retries = 1
     return fs
 
 
 def _explain(err: Exception, flag: str, path: str, role: str) -> CommandError:
     """One line for a client library's error: which bucket, what is wrong, what to do."""
-    cloud, bucket = _cloud(path), _bucket(path)
-    names = {c.__name__ for c in type(err).__mro__}
-    text = str(err)
-    code = getattr(err, "code", None)
+    cloud, bucket, _ = _split(path)
+    text = str(err).strip()
     if isinstance(err, FileNotFoundError) or "NoSuchBucket" in text:
         kind = "missing"
-    elif isinstance(err, PermissionError) or code in (401, 403) or text.startswith("Forbidden"):
+    elif (
+        isinstance(err, PermissionError)
+        or getattr(err, "code", None) in (401, 403)
+        or text.startswith("Forbidden")
+    ):
         kind = role
-    elif names & {"NoCredentialsError", "PartialCredentialsError", "RefreshError", "DefaultCredentialsError"}:
-        kind = "credentials"
+    elif {c.__name__ for c in type(err).__mro__} & _CREDENTIAL_ERRORS:
+        return CommandError(f"{flag} {path}: {_REMEDIES[cloud]['credentials']}")
     else:
-        first = text.strip().splitlines()[0] if text.strip() else "no message"
+        first = text.splitlines()[0] if text else "no message"
         return CommandError(f"{flag} {path}: cannot use {cloud}://{bucket} ({type(err).__name__}: {first})")
-    line = f"{flag} {path}: " + _REMEDIES[cloud, kind].format(bucket=bucket)
-    if kind == "credentials":
-        return CommandError(line)
+    line = f"{flag} {path}: {_REMEDIES[cloud][kind].format(b=bucket)}"
     return (InputError if role == "read" else OutputError)(line)

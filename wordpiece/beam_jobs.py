@@ -91,11 +91,9 @@ def check_job(
     writes: Mapping[str, str | Iterable[str]],
     submitter_reads: Mapping[str, str | Iterable[str]] | None = None,
 ) -> None:
-    """Before anything is read, built or submitted: on a runner whose workers run elsewhere,
-    every path they read (``reads``) or write (``writes``, Beam's temporary and staging folders)
-    must be a URL they reach (:class:`UsageError` naming the flag, exit 2); then every bucket named
-    is probed, ``submitter_reads`` (read here only, such as a vocabulary) included
-    (:func:`schemas.buckets.probe`: one line within 20 s, exit 1)."""
+    """Before anything is read, built or submitted: where workers run elsewhere, every path they
+    read or write (Beam's temporary and staging folders too) must be a URL (else UsageError
+    naming the flag); then every bucket, ``submitter_reads`` included, is probed (exit 1)."""
     google = options.view_as(GoogleCloudOptions)
     if workers_elsewhere(options):
         runner = runner_name(options)
@@ -122,13 +120,10 @@ def check_job(
 
 
 def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
-    """Run ``pipeline``, wait for it and return its final state; a dry run (:func:`dry_run`)
-    builds the job (every DoFn pickled), and the workers' package with ``--dry_run=sdist``, and
-    runs nothing on any runner (None). A stop signal (SIGINT, SIGTERM) ends it as
-    ``schemas.commands.Stopped`` (``output`` not marked COMPLETED), whatever error Beam's runner
-    rewrapped it as; the local runner's worker processes, which the runner waits for as it
-    unwinds, are stopped with it. Building the package on a remote submission prints on standard
-    error: that is kept out of the user's way unless Beam's log is on (``--verbose``)."""
+    """Run ``pipeline`` and return its final state. A dry run builds the job (every DoFn pickled;
+    with ``--dry_run=sdist`` the workers' package too) and runs nothing, on any runner (None). A
+    stop signal ends it as ``Stopped`` (with the local runner's worker processes), whatever Beam
+    rewrapped it as. The package's build on a remote submission is quiet unless ``--verbose``."""
     options = pipeline.options
     quiet = _quiet_stderr if workers_elsewhere(options) and not _beam_logs() else contextlib.nullcontext
     if dry_run(options):

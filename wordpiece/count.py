@@ -59,14 +59,10 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
-    """The Beam side's one writer (``pipelines.io.write_bytes`` too): a whole file, or nothing
-    under its name. ``data`` is the bytes, or pieces of them already made (written back to back).
-    Locally through a temporary name beside ``path``, renamed once whole
-    (``schemas.files.write_local_file``). On ``gs://`` one upload, which Beam's GCS writer cancels
-    when the block fails (the object appears only once complete). On other buckets (``s3://``)
-    Beam's writer completes a multipart upload whenever it is closed, after a failed part too:
-    there the object goes up under a temporary name and is renamed once whole. A failure (a full
-    disk) is a ``schemas.files.WriteError`` naming the file; the temporary file is removed."""
+    """The Beam side's one writer (``pipelines.io.write_bytes``): a whole file or nothing under its
+    name; ``data`` is the bytes or pieces of them. Locally and on ``s3://`` (whose multipart upload
+    completes even after a failed part) through a temporary name renamed once whole; on ``gs://``
+    one upload, which Beam cancels when the block fails. A failure is a ``WriteError``."""
     chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
         if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):

@@ -1,40 +1,25 @@
 """``pipelines examples``: corpus documents + a vocabulary → masked, NSP-paired example shards.
 
-Graph (no worker ever holds the corpus; elements are batches of documents and record
-batches of examples, never one element per pair):
+Graph (elements are batches of documents and record batches of examples, never one per pair;
+the DoFns are in ``dofns.py``): the split's shards are tokenised in batches of about
+``BATCH_SENTENCES`` sentences (``wordpiece.chunk_cache``) and filed into buckets, ``hash(doc_id)
+mod num_buckets``; a small side input counts documents per bucket. Per batch and dupe pass,
+``plan_batch`` (one generator seeded by (seed, document, pass); each pair keyed by 64 bits for
+everything decided later) finishes actual-next pairs and turns random-next ones into requests for
+a bucket drawn in proportion to its documents (the requester's own left out), so every other
+document is equally likely, as in the reference. Requests meet documents by bucket
+(``CoGroupByKey``; ``fulfil_bucket`` cuts B); pairs are truncated, assembled and masked as arrays
+(``finish``); the pieces go to their shards by a hash of the pair's identity and
+``WriteExampleShards`` writes each shard, then ``length_histogram.png``, ``index.json``,
+``vocab.txt`` (the vocabulary the ids index), ``stats.json``, ``manifest.json`` and ``COMPLETED``.
+``--format packed`` replaces planning and pairing: a group's documents meet and
+``packing.pack_group`` packs their sentences without NSP.
 
-1. Read the split's document shards and tokenise them in batches of about ``BATCH_SENTENCES``
-   sentences through a chunk cache (``wordpiece.chunk_cache``: each distinct space-separated
-   chunk tokenised once; literal ``[SEP]`` text stays text). Documents are filed into buckets,
-   ``hash(doc_id) mod num_buckets``.
-2. Count documents per bucket (a small side input).
-3. Per batch of documents, every dupe pass (``plan_batch``: one generator seeded by (seed,
-   document, pass); each pair gets a 64-bit key from it for everything decided later).
-   Actual-next pairs are finished there. Pairs whose B must come from another document become
-   requests, one element per (batch, bucket): a bucket drawn with probability proportional to
-   its documents (the requester's own left out) and an index inside it, so every other
-   document is equally likely, as in the reference, and never the requester's own.
-4. Requests and documents meet by bucket (``CoGroupByKey``); ``fulfil_bucket`` cuts B.
-5. ``finish_pairs`` truncates, assembles and (unless ``--no-masking``) masks pairs as arrays;
-   each pair's draws are hashes of its key, so batching changes nothing.
-6. The examples go to their shards as Arrow record batches (``shard_pieces``: shard chosen by
-   a hash of the pair's identity) and ``WriteExampleShards`` sorts and writes each shard, then
-   ``length_histogram.png``, ``index.json`` (every record batch's byte range, rows and SHA-256,
-   taken from the bytes as they are written; ``schemas.index``), ``vocab.txt`` (the vocabulary
-   the ids index, so that the shards need nothing beside them wherever they are copied),
-   ``stats.json``, ``manifest.json`` (the vocabulary's SHA-256, the copy's and the index's) and
-   ``COMPLETED``.
-
-``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
-packs their full sentences without NSP pairs.
-
-The DoFns are in ``dofns.py``. Spilling (``--spill``, ``spill.py``): on Beam's local runners, which hold every PCollection that
-crosses a stage boundary in memory, the tokenised documents (by bucket), the requests and the
-example pieces are written to temporary files by the DoFn that makes them, and only references
-go through the shuffles; each consumer reads back its own pieces. Peak memory is then set by
-``BATCH_SENTENCES`` (``PLAN_SENTENCE_PASSES`` for planning), one bucket and one shard, not by
-the input or the dupe factor. The temporary folder is removed before ``COMPLETED`` is written,
-and by the command after a failure.
+Spilling (``--spill``, ``spill.py``): on Beam's local runners, which hold every PCollection that
+crosses a stage boundary in memory, documents, requests and example pieces go to temporary files
+and only references through the shuffles, so peak memory is set by ``BATCH_SENTENCES``, one
+bucket and one shard. The folder is removed before ``COMPLETED`` is written, and by the command
+after a failure.
 """
 
 from __future__ import annotations
