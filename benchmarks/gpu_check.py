@@ -11,7 +11,8 @@ Steady state: a ``pretrain`` run's figures come from its metrics records after t
 (``startup_window``: start-up, data workers, ``torch.compile``), weighted by each window's time:
 real (non-padding) tokens/s, samples/s, MFU, the share of time waiting for data; peak GPU memory is
 the run's largest. A run that failed or timed out is recorded with its exit status and the end of
-its log, and the script goes on. Standard library only (runs on a bare GPU image).
+its log, and the script goes on. Standard library only (runs on a bare GPU image). Copied to
+``benchmarks/results/gpu_check.json``, its figures are rendered by ``run_all.py`` like the others.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
+from benchmarks.harness import Row, n, x
+
 LOG_TAIL_LINES = 15
+NOT_MEASURED = (
+    "pre-training on a GPU (`pretrain` BERT-base at seq 128 and 512, every `--batching` layout, bf16 and "
+    "fp16, compiled and eager, CUDA graphs; one step against transformers' BertForPreTraining on the same "
+    "batches): **not measured** (no `results/gpu_check.json` yet). `make gpu-data` here, then "
+    "`bash benchmarks/gpu_check.sh` on a GPU machine, and copy its `gpu_check.json` into `benchmarks/results/`."
+)
 
 
 def steady_figures(records: list[dict]) -> dict:
@@ -34,30 +45,28 @@ def steady_figures(records: list[dict]) -> dict:
         memory = [r["peak_memory_gb"] for r in train if "peak_memory_gb" in r]
         if memory:
             out["peak_memory_gb"] = max(memory)
-    if not steady:
-        return out
     seconds = [r["tokens"] / r["tokens_per_s"] for r in steady if r["tokens_per_s"] > 0]
     total_s = sum(seconds)
-    if total_s <= 0:
+    if not steady or total_s <= 0:
         return out
     start = train.index(steady[0])
+
+    def weighted(key: str) -> float:
+        return sum(r[key] * s for r, s in zip(steady, seconds, strict=True)) / total_s
+
     out["steady_steps"] = steady[-1]["step"] - (train[start - 1]["step"] if start else 0)
     out["steady_s"] = total_s
     out["tokens_per_s"] = sum(r["tokens"] for r in steady) / total_s
-    out["samples_per_s"] = sum(r["samples_per_s"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
-    out["data_wait_share"] = (
-        sum(r["data_wait_share"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
-    )
+    out["samples_per_s"] = weighted("samples_per_s")
+    out["data_wait_share"] = weighted("data_wait_share")
     if all("mfu" in r for r in steady):
-        out["mfu"] = sum(r["mfu"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
+        out["mfu"] = weighted("mfu")
     return out
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     """The last ``lines`` lines of a log (empty when there is none)."""
-    if not path.exists():
-        return []
-    return path.read_text(errors="replace").splitlines()[-lines:]
+    return path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
 
 
 def run_record(name: str, run_dir: Path, rc: int, wall_s: float, log: Path, command: list[str]) -> dict:
@@ -66,8 +75,9 @@ def run_record(name: str, run_dir: Path, rc: int, wall_s: float, log: Path, comm
     record["status"] = "ok" if rc == 0 else ("timed out" if rc in (124, 137) else "failed")
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists():
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        record |= steady_figures(rows)
+        record |= steady_figures(
+            [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        )
     if rc != 0:
         record["log_tail"] = log_tail(log)
     warnings = [line for line in log_tail(log, 10**6) if "WARNING" in line or "fall back" in line.lower()]
@@ -87,15 +97,13 @@ def step_record(name: str, rc: int, wall_s: float, log: Path, result: Path) -> d
 
 
 def machine_record() -> dict:
-    """The GPU (name, memory), torch and transformers versions, CPU count."""
-    import os
-    import platform
-
-    record = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    """The machine (:func:`harness.machine`), and the GPU, torch and transformers as found."""
+    record = harness.machine()
     try:
         import torch
 
         record["torch"] = torch.__version__
+        record["gpu"] = None
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
             record |= {
@@ -103,8 +111,6 @@ def machine_record() -> dict:
                 "gpu_memory_gb": props.total_memory / 2**30,
                 "cuda": torch.version.cuda,
             }
-        else:
-            record["gpu"] = None
         import transformers
 
         record["transformers"] = transformers.__version__
@@ -118,12 +124,10 @@ def collect(out: Path) -> dict:
     result: dict = {"machine": _read(out / "machine.json"), "runs": [], "steps": []}
     for path in sorted((out / "runs").glob("*.json"), key=lambda p: _read(p).get("order", 0)):
         record = _read(path)
-        (result["steps"] if "result" in record or record.get("kind") == "step" else result["runs"]).append(
-            record
-        )
-    for extra in ("sdpa_check",):
-        if (out / f"{extra}.json").exists():
-            result[extra] = _read(out / f"{extra}.json")
+        result["steps" if record.get("kind") == "step" else "runs"].append(record)
+    if (out / "sdpa_check.json").exists():
+        result["sdpa_check"] = _read(out / "sdpa_check.json")
+    result["conditions"] = harness.measured("bash benchmarks/gpu_check.sh", result["machine"])
     return result
 
 
@@ -140,14 +144,52 @@ def table(result: dict) -> str:
         )
         lines.append(f"{run['name']:38s} {figures}  ({run.get('wall_s', 0):.0f} s, rc {run.get('rc')})")
     for step in result["steps"]:
-        for run in step.get("result", {}).get("runs", []):
-            for name, variant in run["variants"].items():
-                lines.append(f"{step['name']}: {name:24s} {variant['tokens_per_s']:>11,.0f} tokens/s")
-            ratios = {k: round(v, 2) for k, v in run.items() if "speedup_vs" in k and "cpu" not in k}
-            lines.append(f"{step['name']}: {ratios}")
-        if step["status"] != "ok":
-            lines.append(f"{step['name']}: {step['status']} (rc {step['rc']})")
+        lines += [f"{step['name']}: " + " | ".join(row[1:]) for row in step_rows(step, "")]
     return "\n".join(lines)
+
+
+def step_rows(step: dict, gpu: str) -> list[Row]:
+    """The one-step pairing's ratios (ours, and ours compiled, against transformers fed by its collator)."""
+    found = []
+    for run in (step.get("result") or {}).get("runs", []):
+        variants, peer = run["variants"], run["variants"]["transformers_collator"]
+        what = (
+            f"one training step on {gpu}, config {run['config']}, batch {run['batch_size']} of real enwiki "
+            f"shards at seq 128, bf16 autocast, AdamW, clipping; the same batches for every variant"
+        )
+        for ours, prefix in (("ours", ""), ("ours_compiled", "compiled_")):
+            if ours in variants:
+                found.append(
+                    (
+                        what,
+                        f"{ours}: {n(variants[ours]['tokens_per_s'])} tokens/s",
+                        f"BertForPreTraining (SDPA) fed by DataCollatorForLanguageModeling: {n(peer['tokens_per_s'])} tokens/s",
+                        x(run[f"{prefix}speedup_vs_transformers_collator"]),
+                    )
+                )
+    if step["status"] != "ok":
+        found.append((f"one training step on {gpu}", step["status"], "—", "—"))
+    return found
+
+
+def rows(r: dict) -> list[Row]:
+    """One row per ``pretrain`` run of the GPU check (no peer), and the one-step pairing's ratios."""
+    gpu = (r.get("machine") or {}).get("gpu") or "no GPU named"
+    found = []
+    for run in r["runs"]:
+        what = (
+            f"pre-training on {gpu}, `{run['name']}` (BERT-base, steady state after the first metrics window)"
+        )
+        if "tokens_per_s" not in run:
+            found.append((what, run["status"], "—", "—"))
+            continue
+        mfu = f", MFU {run['mfu']:.3f}" if "mfu" in run else ""
+        ours = (
+            f"{n(run['tokens_per_s'])} tokens/s{mfu}, data wait {run['data_wait_share']:.1%}, "
+            f"peak {run.get('peak_memory_gb', 0):.1f} GiB"
+        )
+        found.append((what, ours, "—", "—"))
+    return found + [row for step in r["steps"] for row in step_rows(step, gpu)]
 
 
 def _read(path: Path) -> dict:
@@ -174,10 +216,8 @@ def main(argv: list[str]) -> int:
         print(table({"machine": "", "runs": [record], "steps": []}).splitlines()[-1])
     elif command == "skipped":
         name, reason = rest
-        _write(
-            out / "runs" / f"{name}.json",
-            {"name": name, "status": reason, "command": " ".join(given), "order": order},
-        )
+        record = {"name": name, "status": reason, "command": " ".join(given), "order": order}
+        _write(out / "runs" / f"{name}.json", record)
     elif command == "step":
         name, rc, wall_s, log, result = rest
         record = step_record(name, int(rc), float(wall_s), Path(log), Path(result))
