@@ -18,6 +18,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,8 +65,8 @@ def require(*paths: Path) -> None:
 
 def cpu_s() -> float:
     """CPU seconds (user + system) of this process and of the children it has waited for."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def interleave(

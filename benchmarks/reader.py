@@ -86,8 +86,9 @@ def synthetic_shards(folder: Path, examples: int, shards: int, seed: int = 0) ->
     index_json = ShardIndex("examples", EXAMPLES_VERSION, fmt.schema, tuple(indexed)).to_json()
     (folder / INDEX_FILE).write_text(index_json)
     reference = index_reference(index_json)
+    params = {"max_seq_length": 128, "vocab_sha256": "0" * 64}  # no vocabulary: synthetic ids
     manifest = Manifest(
-        "examples", EXAMPLES_VERSION, "benchmarks/reader.py", {}, tuple(entries), index=reference
+        "examples", EXAMPLES_VERSION, "benchmarks/reader.py", params, tuple(entries), index=reference
     ).to_json()
     (folder / "manifest.json").write_text(manifest)
     (folder / "COMPLETED").write_text(completed_marker(manifest))
@@ -260,7 +261,7 @@ def _peer(r: dict) -> str:
 
 def rows(r: dict) -> list[Row]:
     found, peer_rate = [], r["pyarrow_dataset_gcsfs"]["examples_per_s"]
-    data = f"{r['shards']} shards of {r['examples']:,} examples ({n(r['dataset_bytes'] / 1e6)} MB)"
+    data = f"{r['examples']:,} examples in {r['shards']} shards ({n(r['dataset_bytes'] / 1e6)} MB)"
     step = f"batch {r['batch_size']}, {r['step_ms']:.0f} ms simulated step"
     for world_size, run in r["ranks"].items():
         ranks = run["per_rank"]
