@@ -129,8 +129,7 @@ def main() -> None:
         )
         runs = [measure(f, args.config, args.window, args.warmup) for f in folders]
     result = {"config": args.config, "threads": args.threads, "window": args.window, "runs": runs}
-    print("\n".join(layouts_table(result)))
-    harness.write(args.json, result, "torch")
+    harness.write(args.json, result, "torch", rows=rows)
 
 
 def rows(r: dict) -> list[Row]:

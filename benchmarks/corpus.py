@@ -2,13 +2,12 @@
 
     python benchmarks/corpus.py [--wiki DUMP.xml.bz2] [--books 'DIR/*.txt'] [--wikiextractor PYTHON]
 
-Per-core rates come from the stage functions run in this one process (pages/s and MB/s of raw
-input; the run with the median CPU time of ``--repeats``); the wall time of each ``pipelines``
-command on Beam's in-process runner is reported beside them. WikiExtractor 3.1.0 (AGPL) runs as a
-separate program (``--processes 1``), never imported, from its own virtual environment
-(``.venv-wikiextractor``, made by ``make bench``; ``--wikiextractor`` names another Python); its CPU
-time is that of all its processes. A markup-leak rate (output lines with wiki markup per 1,000
-lines) compares how clean each output is.
+Per-core rates of the stage functions run in this process (pages/s and MB/s of raw input; the run
+with the median CPU time of ``--repeats``), and the wall time of each ``pipelines`` command on
+Beam's in-process runner. WikiExtractor 3.1.0 (AGPL) runs as a separate program
+(``--processes 1``), never imported, from its own venv (``.venv-wikiextractor``, made by ``make
+bench``); its CPU time is that of all its processes. Markup leaks (output lines with wiki markup
+per 1,000 lines) compare how clean each output is.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from benchmarks import harness
 from benchmarks.harness import Row, n, x
 
-WIKIEXTRACTOR = harness.ROOT / ".venv-wikiextractor" / "bin" / "python"
 LEAK = re.compile(r"\{\{|\}\}|\[\[|\]\]|<ref|\{\||\|\}|&nbsp;|thumb\||^[=*#|!:;]|Category:|File:")
 
 
@@ -39,23 +37,18 @@ def wikipedia(dump: Path) -> dict:
     from pipelines.wiki.dump import iter_pages
     from pipelines.wiki.pipeline import page_outcome
 
-    pages = documents = wikitext_bytes = 0
-    sentences: list[str] = []
+    pages, wikitext_bytes, sentences = 0, 0, []
     start = harness.cpu_s()
     with open(dump, "rb") as f:
         for page in iter_pages(f):
             pages += 1
             wikitext_bytes += len(page.text.encode("utf-8"))
             outcome = page_outcome(page, str(dump), min_document_words=8)
-            if outcome.kind == "document":
-                documents += 1
-                sentences.extend(outcome.row["sentences"])
+            sentences += outcome.row["sentences"] if outcome.kind == "document" else []
     cpu = harness.cpu_s() - start
     return {
         "pages": pages,
-        "documents": documents,
         "wikitext_mb": wikitext_bytes / 1e6,
-        "compressed_mb": dump.stat().st_size / 1e6,
         "cpu_s": cpu,
         "pages_per_s_per_core": pages / cpu,
         "wikitext_mb_per_s_per_core": wikitext_bytes / 1e6 / cpu,
@@ -66,15 +59,20 @@ def wikipedia(dump: Path) -> dict:
 def wikiextractor(python: Path, dump: Path) -> dict:
     """WikiExtractor (one extraction process) on the dump, as a separate program."""
     with tempfile.TemporaryDirectory() as out:
-        run = harness.run(
-            [str(python), "-m", "wikiextractor.WikiExtractor", str(dump), "-o", out, "--processes", "1", "-q"]
-        )
-        lines = [
-            line
-            for path in sorted(Path(out).rglob("wiki_*"))
-            for line in path.read_text(encoding="utf-8").splitlines()
-            if not line.startswith(("<doc", "</doc"))
+        command = [
+            str(python),
+            "-m",
+            "wikiextractor.WikiExtractor",
+            str(dump),
+            "-o",
+            out,
+            "--processes",
+            "1",
+            "-q",
         ]
+        run = harness.run(command)
+        texts = [path.read_text(encoding="utf-8") for path in sorted(Path(out).rglob("wiki_*"))]
+    lines = [line for text in texts for line in text.splitlines() if not line.startswith(("<doc", "</doc"))]
     return {
         "cpu_s": run.cpu_s,
         "wall_s": run.wall_s,
@@ -92,17 +90,15 @@ def books(pattern: str) -> dict:
     mb = sum(os.path.getsize(f) for f in files) / 1e6
     start = harness.cpu_s()
     outcomes = [book_outcome(f, Path(f).read_bytes(), 100) for f in files]
-    cpu = harness.cpu_s() - start
-    start = harness.cpu_s()
+    middle = harness.cpu_s()
     for outcome in outcomes:
         if outcome.kind == "document":
             minhash_signature(outcome.row["sentences"], 5, 120)
-    minhash_cpu = harness.cpu_s() - start
+    cpu, minhash_cpu = middle - start, harness.cpu_s() - middle
     return {
         "books": len(files),
         "mb": mb,
         "cpu_s": cpu,
-        "books_per_s_per_core": len(files) / cpu,
         "mb_per_s_per_core": mb / cpu,
         "minhash_mb_per_s_per_core": mb / minhash_cpu,
     }
@@ -110,16 +106,18 @@ def books(pattern: str) -> dict:
 
 def commands(dump: Path, pattern: str) -> dict:
     """Wall time of the three commands on Beam's in-process runner (one worker)."""
-    timings = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, args in {
-            "wikipedia": ["--input", str(dump), "--output", f"{tmp}/wiki"],
-            "books": ["--input", pattern, "--output", f"{tmp}/books"],
-            "corpus": ["--input", f"{tmp}/wiki", "--input", f"{tmp}/books", "--output", f"{tmp}/all"],
-        }.items():
-            command = [sys.executable, "-m", "pipelines.cli", name, *args, "--num-shards", "4"]
-            timings[f"{name}_wall_s"] = harness.run([*command, "--runner", "FnApiRunner"]).wall_s
-    return timings
+        return {
+            "wikipedia_wall_s": harness.pipelines(
+                "wikipedia", input=dump, output=f"{tmp}/wiki", num_shards=4
+            ).wall_s,
+            "books_wall_s": harness.pipelines(
+                "books", input=pattern, output=f"{tmp}/books", num_shards=4
+            ).wall_s,
+            "corpus_wall_s": harness.pipelines(
+                "corpus", input=[f"{tmp}/wiki", f"{tmp}/books"], output=f"{tmp}/all", num_shards=4
+            ).wall_s,
+        }
 
 
 def median_run(measure, repeats: int, *args) -> dict:
@@ -134,44 +132,33 @@ def main() -> None:
         "--wiki", type=Path, default=harness.WIKI_DUMP, help="a pages-articles dump (.xml.bz2)"
     )
     parser.add_argument("--books", default=str(harness.BOOKS / "*.txt"), help="a glob of plain-text books")
-    parser.add_argument("--wikiextractor", type=Path, default=WIKIEXTRACTOR, help="Python with wikiextractor")
+    peer = harness.ROOT / ".venv-wikiextractor" / "bin" / "python"
+    parser.add_argument("--wikiextractor", type=Path, default=peer, help="Python with wikiextractor")
     parser.add_argument("--skip-commands", action="store_true", help="only the per-core stage timings")
     parser.add_argument("--repeats", type=int, default=3, help="runs per timing; the median is kept")
     args = parser.parse_args()
     harness.require(args.wiki)
     result: dict = {"wikipedia": median_run(wikipedia, args.repeats, args.wiki)}
-    wiki = result["wikipedia"]
-    print(
-        f"wikipedia: {wiki['wikitext_mb_per_s_per_core']:.2f} MB/s/core, leaks {wiki['leak_per_1000_lines']:.2f}"
-    )
     if args.wikiextractor.exists():
-        peer = result["wikiextractor"] = median_run(
-            wikiextractor, args.repeats, args.wikiextractor, args.wiki
-        )
-        result["speed_ratio_vs_wikiextractor"] = peer["cpu_s"] / wiki["cpu_s"]
-        print(
-            f"wikiextractor: {peer['cpu_s']:.2f} s CPU; ours/theirs {result['speed_ratio_vs_wikiextractor']:.2f}x"
+        result["wikiextractor"] = median_run(wikiextractor, args.repeats, args.wikiextractor, args.wiki)
+        result["speed_ratio_vs_wikiextractor"] = (
+            result["wikiextractor"]["cpu_s"] / result["wikipedia"]["cpu_s"]
         )
     else:
         print(f"wikiextractor: skipped, no {args.wikiextractor} ('make bench' installs it in its own venv)")
     if glob.glob(args.books):
         result["books"] = median_run(books, args.repeats, args.books)
-        print(f"books: {result['books']['mb_per_s_per_core']:.2f} MB/s/core")
         if not args.skip_commands:
             result["commands"] = commands(args.wiki, args.books)
-            print(f"commands (wall s, FnApiRunner): {result['commands']}")
-    harness.write(args.json, result)
+    harness.write(args.json, result, rows=rows)
 
 
 def rows(r: dict) -> list[Row]:
-    wiki = r["wikipedia"]
-    peer, ratio = "— (no WikiExtractor in this run)", "—"
+    wiki, peer, ratio = r["wikipedia"], "— (no WikiExtractor in this run)", "—"
     if "wikiextractor" in r:
         peer_rate = wiki["wikitext_mb"] / r["wikiextractor"]["cpu_s"]
-        peer = (
-            f"WikiExtractor 3.1.0 (`--processes 1`), same dump: {n(peer_rate)} MB/s per core, "
-            f"{r['wikiextractor']['leak_per_1000_lines']:.2f} markup leaks per 1,000 lines"
-        )
+        leaks = r["wikiextractor"]["leak_per_1000_lines"]
+        peer = f"WikiExtractor 3.1.0, same dump: {n(peer_rate)} MB/s per core, {leaks:.2f} markup leaks per 1,000 lines"
         ratio = x(r["speed_ratio_vs_wikiextractor"])
     found = [
         (
@@ -184,35 +171,19 @@ def rows(r: dict) -> list[Row]:
         )
     ]
     if "books" in r:
-        where = f"{r['books']['books']} Gutenberg books ({n(r['books']['mb'])} MB), 1 core"
+        b = r["books"]
+        where = f"{b['books']} Gutenberg books ({n(b['mb'])} MB), 1 core"
         found.append(
-            (
-                f"books: decode, strip, unwrap, split; {where}",
-                f"{n(r['books']['mb_per_s_per_core'])} MB/s",
-                "—",
-                "—",
-            )
+            (f"books: decode, strip, unwrap, split; {where}", f"{n(b['mb_per_s_per_core'])} MB/s", "—", "—")
         )
         found.append(
-            (
-                f"corpus: MinHash signatures; {where}",
-                f"{n(r['books']['minhash_mb_per_s_per_core'])} MB/s",
-                "—",
-                "—",
-            )
+            (f"corpus: MinHash signatures; {where}", f"{n(b['minhash_mb_per_s_per_core'])} MB/s", "—", "—")
         )
     if "commands" in r:
         walls = ", ".join(
             f"`pipelines {k.removesuffix('_wall_s')}` {v:.1f} s" for k, v in r["commands"].items()
         )
-        found.append(
-            (
-                "whole commands, wall time on Beam's in-process runner (one worker, start-up included)",
-                walls,
-                "—",
-                "—",
-            )
-        )
+        found.append(("whole commands, wall time on Beam's in-process runner, one worker", walls, "—", "—"))
     return found
 
 

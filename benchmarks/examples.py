@@ -39,23 +39,18 @@ TOLERANCE = 0.01
 SPREAD_SEEDS = 40
 REVISION = "google-research/bert create_pretraining_data.py from bert-tensorflow 1.0.4 (2020 release)"
 SEED = 12345
+REFERENCE_FLAGS = (
+    f"--do_lower_case=True --max_seq_length=128 --max_predictions_per_seq=20 --masked_lm_prob=0.15 "
+    f"--short_seq_prob=0.1 --random_seed={SEED}"
+)
 
 
 def ensure_reference_venv() -> None:
     """Create ``.venv-reference`` with tensorflow-cpu 2.21.0 and bert-tensorflow 1.0.4 when absent."""
     if not REF_PY.exists():
         harness.run([sys.executable, "-m", "venv", str(REF_VENV)])
-        harness.run(
-            [
-                str(REF_PY),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "tensorflow-cpu==2.21.0",
-                "bert-tensorflow==1.0.4",
-            ]
-        )
+        pip = [str(REF_PY), "-m", "pip", "install", "--quiet"]
+        harness.run([*pip, "tensorflow-cpu==2.21.0", "bert-tensorflow==1.0.4"])
 
 
 def write_input(folder: Path, num_books: int) -> tuple[Path, Path]:
@@ -75,30 +70,17 @@ def write_input(folder: Path, num_books: int) -> tuple[Path, Path]:
 
 
 def run_reference(text: Path, out: Path, dupe: int) -> None:
-    flags = {
-        "input_file": text,
-        "output_file": out,
-        "vocab_file": harness.VOCAB,
-        "do_lower_case": True,
-        "max_seq_length": 128,
-        "max_predictions_per_seq": 20,
-        "masked_lm_prob": 0.15,
-        "short_seq_prob": 0.1,
-        "random_seed": SEED,
-        "dupe_factor": dupe,
-    }
-    harness.run([str(REF_PY), str(SHIM), *(f"--{k}={v}" for k, v in flags.items())])
+    paths = [f"--input_file={text}", f"--output_file={out}", f"--vocab_file={harness.VOCAB}"]
+    harness.run([str(REF_PY), str(SHIM), *paths, *REFERENCE_FLAGS.split(), f"--dupe_factor={dupe}"])
 
 
 def run_ours(text: Path, work: Path, dupe: int) -> None:
-    cli = [sys.executable, "-m", "pipelines.cli"]
-    corpus, runner = work / "corpus", ["--runner", "FnApiRunner"]
-    work.mkdir()
-    harness.run([*cli, "text", "--input", str(text), "--output", str(corpus), "--num-shards", "1", *runner])
-    examples = ["--corpus", str(corpus), "--vocab", str(harness.VOCAB), "--output", str(work / "examples")]
-    sizes = ["--max-seq-length", "128", "--max-predictions-per-seq", "20", "--dupe-factor", str(dupe)]
-    shards = ["--seed", str(SEED), "--num-shards", "8", "--num-buckets", "64"]
-    harness.run([*cli, "examples", *examples, *sizes, *shards, *runner])
+    harness.pipelines("text", input=text, output=work / "corpus", num_shards=1)
+    sizes = {"max_seq_length": 128, "max_predictions_per_seq": 20, "dupe_factor": dupe}
+    shards = {"seed": SEED, "num_shards": 8, "num_buckets": 64}
+    harness.pipelines(
+        "examples", corpus=work / "corpus", vocab=harness.VOCAB, output=work / "examples", **sizes, **shards
+    )
 
 
 def seed_spread(corpus: Path, dupe: int, seeds: int = SPREAD_SEEDS) -> dict:
@@ -237,10 +219,7 @@ def main() -> None:
     result["random_next_rate_over_seeds"] = spread["random_next_rate"]
     result["examples_over_seeds"] = spread["examples"]
     result["tolerance"] = TOLERANCE
-    print(
-        f"ours / reference per CPU-second: {result['ratio_marginal']:.1f}x marginal, {result['ratio_whole']:.2f}x whole"
-    )
-    harness.write(args.json, result)
+    harness.write(args.json, result, rows=rows)
 
 
 def rows(r: dict) -> list[Row]:

@@ -94,7 +94,6 @@ def main() -> None:
                     "dupe_factor": dupe,
                     **run,
                 }
-                print(f"--spill {mode}: {b} books, dupe {dupe}: {run['peak_rss_mb']:,.0f} MB", flush=True)
     result: dict = {
         "command": "pipelines examples --max-seq-length 128 --max-predictions-per-seq 20 --num-shards 8 "
         f"--num-buckets 64 --runner {args.runner} --spill always|never {args.extra}".strip(),
@@ -113,7 +112,7 @@ def main() -> None:
             "ratio_by_input_size": ratios(by_size),
             "ratio_by_dupe_factor": ratios(by_dupe),
         }
-    harness.write(args.json, result)
+    harness.write(args.json, result, rows=rows)
 
 
 def rows(r: dict) -> list[Row]:

@@ -110,23 +110,13 @@ def main() -> None:
         "warmup": args.warmup,
         "mean_real_tokens_per_batch": real,
         "widths": {k: [int(inputs[k][i]["input_ids"].size(1)) for i in measured] for k in steps},
-        "variants": {},
     }
-    for k, t in times.items():
-        wall, cpu = statistics.median(t["wall_s"]), statistics.median(t["cpu_s"])
-        result["variants"][k] = {
-            "median_step_s": wall,
-            "examples_per_s": args.batch / wall,
-            "tokens_per_s": real / wall,
-            "tokens_per_cpu_s": real / cpu,
-            "step_s": t["wall_s"],
-        }
+    v = result["variants"] = harness.step_medians(times, real)
+    for name in steps:
+        v[name]["examples_per_s"] = args.batch / v[name]["median_step_s"]
     for name in PADDING:
-        result[f"speedup_vs_{name}"] = (
-            result["variants"][name]["median_step_s"] / result["variants"]["ours"]["median_step_s"]
-        )
-    print("\n".join(" | ".join(row) for row in rows(result)))
-    harness.write(args.json, result, "torch", "transformers")
+        result[f"speedup_vs_{name}"] = v[name]["median_step_s"] / v["ours"]["median_step_s"]
+    harness.write(args.json, result, "torch", "transformers", rows=rows)
 
 
 def rows(r: dict) -> list[Row]:

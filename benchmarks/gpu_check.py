@@ -5,7 +5,7 @@
                                                                   OUT/runs/NAME.json
     python3 benchmarks/gpu_check.py skipped OUT NAME REASON -- COMMAND...
     python3 benchmarks/gpu_check.py step OUT NAME RC WALL_S LOG RESULT_JSON
-    python3 benchmarks/gpu_check.py collect OUT                   OUT/gpu_check.json, a table on stdout
+    python3 benchmarks/gpu_check.py collect OUT                   OUT/gpu_check.json, its rows on stdout
 
 Steady state: a ``pretrain`` run's figures come from its metrics records after the first
 (``startup_window``: start-up, data workers, ``torch.compile``), weighted by each window's time:
@@ -18,6 +18,7 @@ its log, and the script goes on. Standard library only (runs on a bare GPU image
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -131,42 +132,21 @@ def collect(out: Path) -> dict:
     return result
 
 
-def table(result: dict) -> str:
-    """The runs as aligned text lines (for the log of the device call)."""
-    lines = [f"machine: {result['machine']}"]
-    for run in result["runs"]:
-        mfu = f"{run['mfu']:.3f}" if "mfu" in run else "  —  "
-        peak = f"{run['peak_memory_gb']:5.1f} GiB" if "peak_memory_gb" in run else "—"
-        figures = (
-            f"{run['tokens_per_s']:>11,.0f} tokens/s  MFU {mfu}  wait {run['data_wait_share']:.3f}  peak {peak}"
-            if "tokens_per_s" in run
-            else run["status"]
-        )
-        lines.append(f"{run['name']:38s} {figures}  ({run.get('wall_s', 0):.0f} s, rc {run.get('rc')})")
-    for step in result["steps"]:
-        lines += [f"{step['name']}: " + " | ".join(row[1:]) for row in step_rows(step, "")]
-    return "\n".join(lines)
-
-
 def step_rows(step: dict, gpu: str) -> list[Row]:
     """The one-step pairing's ratios (ours, and ours compiled, against transformers fed by its collator)."""
-    found = []
-    for run in (step.get("result") or {}).get("runs", []):
-        variants, peer = run["variants"], run["variants"]["transformers_collator"]
+    found, result = [], step.get("result") or {}
+    peer = "BertForPreTraining (SDPA) fed by DataCollatorForLanguageModeling"
+    for run in result.get("runs", []):
         what = (
             f"one training step on {gpu}, config {run['config']}, batch {run['batch_size']} of real enwiki "
-            f"shards at seq 128, bf16 autocast, AdamW, clipping; the same batches for every variant"
+            f"shards at seq 128, {result.get('precision', '?')}, AdamW, clipping; the same batches for every variant"
         )
+        v = run["variants"]
         for ours, prefix in (("ours", ""), ("ours_compiled", "compiled_")):
-            if ours in variants:
-                found.append(
-                    (
-                        what,
-                        f"{ours}: {n(variants[ours]['tokens_per_s'])} tokens/s",
-                        f"BertForPreTraining (SDPA) fed by DataCollatorForLanguageModeling: {n(peer['tokens_per_s'])} tokens/s",
-                        x(run[f"{prefix}speedup_vs_transformers_collator"]),
-                    )
-                )
+            if ours in v:
+                ratio = x(run[f"{prefix}speedup_vs_transformers_collator"])
+                peer_figure = f"{peer}: {n(v['transformers_collator']['tokens_per_s'])} tokens/s"
+                found.append((what, f"{ours}: {n(v[ours]['tokens_per_s'])} tokens/s", peer_figure, ratio))
     if step["status"] != "ok":
         found.append((f"one training step on {gpu}", step["status"], "—", "—"))
     return found
@@ -174,21 +154,23 @@ def step_rows(step: dict, gpu: str) -> list[Row]:
 
 def rows(r: dict) -> list[Row]:
     """One row per ``pretrain`` run of the GPU check (no peer), and the one-step pairing's ratios."""
-    gpu = (r.get("machine") or {}).get("gpu") or "no GPU named"
-    found = []
+    gpu, found = (r.get("machine") or {}).get("gpu") or "no GPU named", []
     for run in r["runs"]:
-        what = (
-            f"pre-training on {gpu}, `{run['name']}` (BERT-base, steady state after the first metrics window)"
-        )
+        config = re.search(r"--config (\S+)", run.get("command", ""))
+        what = f"pre-training on {gpu}, `{run['name']}`, config {config[1] if config else '?'}, steady state"
         if "tokens_per_s" not in run:
             found.append((what, run["status"], "—", "—"))
             continue
         mfu = f", MFU {run['mfu']:.3f}" if "mfu" in run else ""
-        ours = (
-            f"{n(run['tokens_per_s'])} tokens/s{mfu}, data wait {run['data_wait_share']:.1%}, "
-            f"peak {run.get('peak_memory_gb', 0):.1f} GiB"
+        wait, peak = run["data_wait_share"], run.get("peak_memory_gb", 0)
+        found.append(
+            (
+                what,
+                f"{n(run['tokens_per_s'])} tokens/s{mfu}, data wait {wait:.1%}, peak {peak:.1f} GiB",
+                "—",
+                "—",
+            )
         )
-        found.append((what, ours, "—", "—"))
     return found + [row for step in r["steps"] for row in step_rows(step, gpu)]
 
 
@@ -213,7 +195,9 @@ def main(argv: list[str]) -> int:
         name, run_dir, rc, wall_s, log = rest
         record = run_record(name, Path(run_dir), int(rc), float(wall_s), Path(log), given)
         _write(out / "runs" / f"{name}.json", record | {"order": order})
-        print(table({"machine": "", "runs": [record], "steps": []}).splitlines()[-1])
+        print(
+            " | ".join(rows({"runs": [record], "steps": []})[0][1:]) + f"  ({record['status']}, {wall_s} s)"
+        )
     elif command == "skipped":
         name, reason = rest
         record = {"name": name, "status": reason, "command": " ".join(given), "order": order}
@@ -225,7 +209,7 @@ def main(argv: list[str]) -> int:
     elif command == "collect":
         result = collect(out)
         _write(out / "gpu_check.json", result)
-        print(table(result))
+        print("\n".join(" | ".join(row) for row in rows(result)))
     else:
         print(f"unknown command {command!r}: machine, run, skipped, step or collect", file=sys.stderr)
         return 2

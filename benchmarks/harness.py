@@ -1,13 +1,12 @@
 """What every benchmark script shares: inputs, timing, subprocesses, the machine, results, rendering.
 
-A benchmark is a script ``benchmarks/NAME.py`` run from the repository root (``python
-benchmarks/NAME.py``). It parses its flags with :func:`parser`, times with :func:`interleave` (ours
-and the peer in turn, so machine noise hits both alike) or :func:`run` (a command as a subprocess:
-wall and CPU seconds, peak RSS), writes ``benchmarks/results/NAME.json`` with :func:`write` (the
-figures and the conditions: command line, machine, load, date) and renders its own summary rows
-from that JSON with ``rows(result)``. Heavy imports (torch, transformers, Beam) stay inside the
-scripts' functions, so rendering reads the JSON files with the standard library alone. This module
-is standard library only: ``gpu_check.py`` uses it on a bare GPU image.
+A benchmark is a script ``benchmarks/NAME.py`` run from the repository root. It parses its flags
+with :func:`parser`, times with :func:`interleave` (ours and the peer in turn, so machine noise hits
+both alike) or :func:`run` (a command as a subprocess: wall and CPU seconds, peak RSS), writes
+``benchmarks/results/NAME.json`` with :func:`write` (the figures and the conditions they were
+measured under) and renders its summary rows from that JSON with its ``rows(result)``. Heavy imports
+stay inside the scripts' functions, so rendering needs the standard library alone, as this module
+does (``gpu_check.py`` uses it on a bare GPU image).
 """
 
 from __future__ import annotations
@@ -40,15 +39,12 @@ Row = tuple[str, str, str, str]
 
 
 def parser(doc: str, name: str | None) -> argparse.ArgumentParser:
-    """The script's flags: its docstring as ``--help`` and, for a script with results (``name``),
+    """The script's flags: its docstring as ``--help``; for a script with results (``name``),
     ``--json`` (default ``results/NAME.json``)."""
     parsed = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if name:
         parsed.add_argument(
-            "--json",
-            type=Path,
-            default=RESULTS / f"{name}.json",
-            help="where the figures go (default: %(default)s)",
+            "--json", type=Path, default=RESULTS / f"{name}.json", help="where the figures go"
         )
     return parsed
 
@@ -60,43 +56,38 @@ def require(*paths: Path) -> None:
             sys.exit(f"benchmark input missing: {path} (the ../shared/data checkout next to the repository)")
 
 
-# -- timing ---------------------------------------------------------------------------------------
-
-
 def cpu_s() -> float:
     """CPU seconds (user + system) of this process and of the children it has waited for."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def interleave(
-    variants: dict[str, Callable[[int], object]],
-    rounds: int,
-    warmup: int = 0,
-    sync: Callable[[], None] | None = None,
-) -> dict[str, dict[str, list[float]]]:
-    """Call ``variant(i)`` of every variant in turn, for ``i`` in ``range(warmup + rounds)``: the
-    wall and CPU seconds (:func:`cpu_s`, children included) of each call after the warm-up, as
-    ``{name: {"wall_s": [...], "cpu_s": [...]}}``. ``sync`` runs before and after each timed call
-    (a device synchronisation)."""
-    times = {name: {"wall_s": [], "cpu_s": []} for name in variants}
+def interleave(variants: dict[str, Callable[[int], object]], rounds: int, warmup: int = 0, sync=None) -> dict:
+    """Call ``variant(i)`` of every variant in turn, for ``i`` in ``range(warmup + rounds)``; the wall
+    and CPU seconds (children included) of each call after the warm-up, as ``{name: {"wall_s": [...],
+    "cpu_s": [...]}}``. ``sync`` runs before and after each call (a device synchronisation)."""
+    times, sync = {name: {"wall_s": [], "cpu_s": []} for name in variants}, sync or (lambda: None)
     for index in range(warmup + rounds):
         for name, call in variants.items():
-            if sync:
-                sync()
+            sync()
             wall, cpu = time.perf_counter(), cpu_s()
             call(index)
-            if sync:
-                sync()
+            sync()
             if index >= warmup:
                 times[name]["wall_s"].append(time.perf_counter() - wall)
                 times[name]["cpu_s"].append(cpu_s() - cpu)
     return times
 
 
-def medians(times: dict[str, list[float]]) -> dict[str, float]:
-    """``{"wall_s": [...], "cpu_s": [...]}`` as their medians, under the keys ``median_*``."""
-    return {f"median_{key}": statistics.median(values) for key, values in times.items()}
+def step_medians(times: dict, tokens: float) -> dict:
+    """Per variant of :func:`interleave`'s ``times``: the median wall and CPU seconds of its steps,
+    ``tokens`` (real tokens per step) over each, and every step's wall seconds."""
+    found = {}
+    for name, t in times.items():
+        wall, cpu = statistics.median(t["wall_s"]), statistics.median(t["cpu_s"])
+        found[name] = {"median_step_s": wall, "tokens_per_s": tokens / wall, "median_step_cpu_s": cpu}
+        found[name] |= {"tokens_per_cpu_s": tokens / cpu, "step_s": t["wall_s"]}
+    return found
 
 
 @dataclass(frozen=True)
@@ -109,12 +100,14 @@ class Run:
     stdout: str
 
 
-def run(command: list[str], env: dict[str, str] | None = None) -> Run:
+def run(command: list[str]) -> Run:
     """Run ``command`` from the repository root (on ``PYTHONPATH``); exit with its stderr's tail if it
-    fails. Its CPU time and peak RSS are the kernel's (``os.wait4``: the child and every descendant
-    it waited for), what ``/usr/bin/time -v`` reports."""
-    env = {**os.environ, **(env or {})}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    fails. CPU time and peak RSS are the kernel's (``os.wait4``: the child and the descendants it
+    waited for), what ``/usr/bin/time -v`` reports."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
@@ -126,86 +119,67 @@ def run(command: list[str], env: dict[str, str] | None = None) -> Run:
         if process.returncode:
             tail = err.read().decode(errors="replace")[-2000:]
             sys.exit(f"{' '.join(command)} failed (exit status {process.returncode}):\n{tail}")
-        stdout = out.read().decode(errors="replace")
-    return Run(wall_s, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, stdout)
+        return Run(wall_s, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.read().decode())
+
+
+def pipelines(command: str, *extra: str, runner: str = "FnApiRunner", **flags) -> Run:
+    """:func:`run` ``pipelines COMMAND`` with ``flags`` (``max_seq_length=128`` gives ``--max-seq-length
+    128``; a list repeats the flag) and ``extra`` arguments."""
+    args = [sys.executable, "-m", "pipelines.cli", command, "--runner", runner, *extra]
+    for key, value in flags.items():
+        for item in value if isinstance(value, list) else [value]:
+            args += [f"--{key.replace('_', '-')}", str(item)]
+    return run(args)
 
 
 def make_shards(folder: Path, lengths: list[int]) -> list[Path]:
     """Real ``pipelines examples`` shards (train split, dupe factor 2) of the enwiki excerpt with the
     released bert-base-uncased vocabulary, one output per sequence length (about a minute each)."""
     require(WIKI_DUMP, VOCAB)
-    cli, runner = [sys.executable, "-m", "pipelines.cli"], ["--runner", "FnApiRunner"]
-    wiki, corpus = ["--output", str(folder / "wiki")], ["--output", str(folder / "corpus")]
-    run([*cli, "wikipedia", "--input", str(WIKI_DUMP), *wiki, "--num-shards", "4", *runner])
-    run([*cli, "corpus", "--input", str(folder / "wiki"), *corpus, "--num-shards", "2", *runner])
-    outputs = [folder / f"seq{length}" for length in lengths]
-    for length, out in zip(lengths, outputs, strict=True):
-        inputs = [
-            "--corpus",
-            str(folder / "corpus"),
-            "--vocab",
-            str(VOCAB),
-            "--output",
-            str(out),
-            "--split",
-            "train",
-        ]
-        sizes = [
-            "--max-seq-length",
-            str(length),
-            "--dupe-factor",
-            "2",
-            "--num-shards",
-            "4",
-            "--num-buckets",
-            "8",
-        ]
-        run([*cli, "examples", *inputs, *sizes, *runner])
-    return outputs
-
-
-# -- the machine and the results ------------------------------------------------------------------
+    pipelines("wikipedia", input=WIKI_DUMP, output=folder / "wiki", num_shards=4)
+    pipelines("corpus", input=folder / "wiki", output=folder / "corpus", num_shards=2)
+    for length in lengths:
+        sizes = {"max_seq_length": length, "dupe_factor": 2, "num_shards": 4, "num_buckets": 8}
+        pipelines(
+            "examples",
+            corpus=folder / "corpus",
+            vocab=VOCAB,
+            output=folder / f"seq{length}",
+            split="train",
+            **sizes,
+        )
+    return [folder / f"seq{length}" for length in lengths]
 
 
 def machine() -> dict:
     """The CPU model, its cores (all, and those this process may use), the load, Python's version."""
-    model = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [
-            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line
-        ]
-        model = names[0] if names else model
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
     return {
-        "cpu": model,
+        "cpu": models[0] if models else platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
-        "usable_cores": usable,
+        "usable_cores": len(os.sched_getaffinity(0)),
         "load_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
     }
 
 
-def versions(*packages: str) -> dict[str, str]:
-    """The installed version of each package (``"absent"`` when it is not installed)."""
-    found = {}
+def measured(command: str, machine_figures: dict, *packages: str) -> dict:
+    """The ``conditions`` of a result: the command, the machine, the UTC date, ``packages``' versions."""
+    versions = {}
     for package in packages:
         try:
-            found[package] = importlib.metadata.version(package)
+            versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
-            found[package] = "absent"
-    return found
-
-
-def measured(command: str, machine_figures: dict, *packages: str) -> dict:
-    """The ``conditions`` of a result: the command line, the machine, the UTC date, ``packages``' versions."""
+            versions[package] = "absent"
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    return {"command": command, "machine": machine_figures, "date": today, "versions": versions(*packages)}
+    return {"command": command, "machine": machine_figures, "date": today, "versions": versions}
 
 
-def write(path: Path, result: dict, *packages: str) -> None:
-    """Write ``result`` to ``path`` (JSON) with its ``conditions``: the command line that produced it,
-    the machine as it was at the end of the run, the UTC date and the versions of ``packages``."""
+def write(path: Path, result: dict, *packages: str, rows: Callable[[dict], list[Row]] | None = None) -> None:
+    """Print ``rows(result)`` and write ``result`` to ``path`` (JSON) with its conditions (:func:`measured`:
+    the command line of this process, the machine at the end of the run, ``packages``' versions)."""
+    print("\n".join(" | ".join(row) for row in (rows(result) if rows else [])))
     script = Path(sys.argv[0]).resolve()
     shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
     conditions = measured(" ".join(["python", str(shown), *sys.argv[1:]]), machine(), *packages)
@@ -214,14 +188,9 @@ def write(path: Path, result: dict, *packages: str) -> None:
     print(f"wrote {path}")
 
 
-# -- rendering ------------------------------------------------------------------------------------
-
-
 def n(value: float, digits: int = 3) -> str:
     """A figure to ``digits`` significant digits, with thousands separators."""
-    if value >= 10 ** (digits - 1):
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+    return f"{value:,.0f}" if value >= 10 ** (digits - 1) else f"{value:.{digits}g}"
 
 
 def x(ratio: float) -> str:
@@ -230,14 +199,11 @@ def x(ratio: float) -> str:
 
 
 def conditions(result: dict) -> str:
-    """One line on how a result was measured, from its recorded ``conditions`` (or says none are)."""
+    """How a result was measured, in words, from its recorded ``conditions``."""
     recorded = result.get("conditions")
     if not recorded:
         return "machine and load not recorded in the results file"
-    m = recorded["machine"]
-    where = [f"`{recorded['command']}` on {recorded['date']}"]
+    m, said = recorded["machine"], f"`{recorded['command']}` on {recorded['date']}"
     if "cpu" in m:
-        where.append(f"{m['cpu']}, {m['usable_cores']} of {m['cores']} cores usable, load {m['load_1m']}")
-    if m.get("gpu"):
-        where.append(m["gpu"])
-    return ": ".join(where[:2]) + "".join(f", {w}" for w in where[2:])
+        said += f": {m['cpu']}, {m['usable_cores']} of {m['cores']} cores usable, load {m['load_1m']}"
+    return said + (f", {m['gpu']}" if m.get("gpu") else "")

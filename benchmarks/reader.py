@@ -240,14 +240,12 @@ def main() -> None:
             per_rank = [read_rank(counts, url, r, world_size, args) for r in range(world_size)]
             fetched = sum(r["bytes_fetched"] for r in per_rank) / dataset_bytes
             result["ranks"][str(world_size)] = {"per_rank": per_rank, "bytes_fetched_over_dataset": fetched}
-            print(f"{world_size} rank(s): {per_rank}")
         result["one_rank_no_workers"] = read_rank(counts, url, 0, 1, args, workers=0)
         result["pyarrow_dataset_gcsfs"] = read_pyarrow(counts, options, args)
-        print(f"no workers: {result['one_rank_no_workers']}\npeer: {result['pyarrow_dataset_gcsfs']}")
     finally:
         server.terminate()
         server.wait(timeout=10)
-    harness.write(args.json, result, "torch", "gcsfs", "pyarrow")
+    harness.write(args.json, result, "torch", "gcsfs", "pyarrow", rows=rows)
 
 
 def _peer(r: dict) -> str:

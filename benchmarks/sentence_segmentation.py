@@ -26,6 +26,7 @@ import re
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,50 +112,23 @@ def predicted_boundaries(segment: Segmenter, passage: Passage) -> frozenset[int]
     return frozenset(starts - {0})
 
 
-@dataclass
-class Scores:
-    """Boundary counts over a set of passages, and the precision, recall and F1 they give."""
-
-    true_positives: int = 0
-    false_positives: int = 0
-    false_negatives: int = 0
-    exact_passages: int = 0
-    passages: int = 0
-
-    def add(self, gold: frozenset[int], predicted: frozenset[int]) -> None:
-        self.true_positives += len(gold & predicted)
-        self.false_positives += len(predicted - gold)
-        self.false_negatives += len(gold - predicted)
-        self.exact_passages += gold == predicted
-        self.passages += 1
-
-    @property
-    def precision(self) -> float:
-        predicted = self.true_positives + self.false_positives
-        return self.true_positives / predicted if predicted else 1.0
-
-    @property
-    def recall(self) -> float:
-        gold = self.true_positives + self.false_negatives
-        return self.true_positives / gold if gold else 1.0
-
-    @property
-    def f1(self) -> float:
-        p, r = self.precision, self.recall
-        return 2 * p * r / (p + r) if p + r else 0.0
-
-    def as_dict(self) -> dict[str, float | int]:
-        rates = {"precision": self.precision, "recall": self.recall, "f1": self.f1}
-        return rates | {"exact_share": self.exact_passages / max(1, self.passages)} | vars(self)
-
-
-def evaluate(segment: Segmenter, passages: Iterable[Passage]) -> dict[str, Scores]:
-    """Scores of ``segment`` against the gold, overall (key ``all``) and per source."""
-    scores: dict[str, Scores] = {"all": Scores()}
+def evaluate(segment: Segmenter, passages: Iterable[Passage]) -> dict[str, dict]:
+    """Boundary precision, recall and F1 of ``segment`` against the gold, and the share of passages
+    it splits exactly, overall (key ``all``) and per source, with the counts behind them."""
+    counts: dict[str, Counter] = {}
     for passage in passages:
         gold, predicted = passage.boundaries, predicted_boundaries(segment, passage)
-        scores["all"].add(gold, predicted)
-        scores.setdefault(passage.source, Scores()).add(gold, predicted)
+        for key in ("all", passage.source):
+            c = counts.setdefault(key, Counter())
+            c.update(true_positives=len(gold & predicted), false_positives=len(predicted - gold))
+            c.update(false_negatives=len(gold - predicted), exact_passages=gold == predicted, passages=1)
+    scores = {}
+    for key, c in counts.items():
+        tp, fp, fn = c["true_positives"], c["false_positives"], c["false_negatives"]
+        precision, recall = tp / (tp + fp) if tp + fp else 1.0, tp / (tp + fn) if tp + fn else 1.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        exact = c["exact_passages"] / c["passages"]
+        scores[key] = {"precision": precision, "recall": recall, "f1": f1, "exact_share": exact, **c}
     return scores
 
 
@@ -296,7 +270,7 @@ def main() -> None:
         except ImportError as error:
             report["skipped"].append(f"skipped {name}: {error.name or error} is not installed")
             continue
-        scores = {source: s.as_dict() for source, s in evaluate(segment, passages).items()}
+        scores = evaluate(segment, passages)
         speed = throughput(segment, corpus, args.budget, args.repeats)
         report["candidates"][name] = {"description": description, "scores": scores, **speed}
     print("\n".join(report["skipped"] + candidates_table(report) + [""] + sources_table(report)))

@@ -123,12 +123,7 @@ def main() -> None:
             mode: result["runs"][f"ours {mode}"]["mb_per_s"] / result["runs"][f"{peer} {mode}"]["mb_per_s"]
             for mode in ("single", "batch")
         }
-    print(f"{len(lines):,} lines, {mb:.2f} MB, {tokens:,} tokens; pinned to CPU {cpu}")
-    for key, t in result["runs"].items():
-        print(
-            f"{key:<22}{t['tokens_per_s']:>12,.0f} tokens/s {t['wall_s']:>7.2f} s wall {t['cpu_s']:>7.2f} s CPU"
-        )
-    harness.write(args.json, result, "tokenizers", "transformers")
+    harness.write(args.json, result, "tokenizers", "transformers", rows=rows)
 
 
 def rows(r: dict) -> list[Row]:
@@ -144,6 +139,20 @@ def rows(r: dict) -> list[Row]:
         for peer, label in PEERS.items()
         for mode, ratio in r[f"ratio_ours_vs_{peer}"].items()
     ]
+
+
+def runs_table(r: dict) -> list[str]:
+    """Every run's MB/s, lines/s and tokens/s, and ours over each peer."""
+    lines = ["| run | MB/s | lines/s | tokens/s |", "|---|---:|---:|---:|"]
+    for name, t in r["runs"].items():
+        lines.append(f"| {name} | {t['mb_per_s']:.2f} | {t['lines_per_s']:,.0f} | {t['tokens_per_s']:,.0f} |")
+    for peer in PEERS:
+        ratio = r[f"ratio_ours_vs_{peer}"]
+        lines.append(f"| ours / {peer} | {x(ratio['single'])} single, {x(ratio['batch'])} batched | | |")
+    return lines
+
+
+TABLES = {"runs": runs_table}
 
 
 if __name__ == "__main__":

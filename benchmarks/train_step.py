@@ -176,23 +176,13 @@ def measure(shards: Path, name: str, batch_size: int, args, device, precision: s
         "steps": args.steps,
         "warmup": args.warmup,
         "transformers_attention": theirs.config._attn_implementation,
-        "variants": {},
     }
     if device.type == "cuda":
         run["peak_memory_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-    for k, t in times.items():
-        wall, cpu = statistics.median(t["wall_s"]), statistics.median(t["cpu_s"])
-        run["variants"][k] = {
-            "median_step_s": wall,
-            "tokens_per_s": real / wall,
-            "median_step_cpu_s": cpu,
-            "tokens_per_cpu_s": real / cpu,
-            "step_s": t["wall_s"],
-        }
+    v = run["variants"] = harness.step_medians(times, real)
     for peer in PAD_TO:
         for ours, prefix in (("ours", ""), ("ours_compiled", "compiled_")):
             if ours in steps:
-                v = run["variants"]
                 run[f"{prefix}speedup_vs_{peer}"] = v[peer]["median_step_s"] / v[ours]["median_step_s"]
                 run[f"{prefix}cpu_speedup_vs_{peer}"] = (
                     v[peer]["median_step_cpu_s"] / v[ours]["median_step_cpu_s"]
@@ -235,11 +225,6 @@ def main() -> None:
             measure(shards, name, batch, args, device, precision)
             for name, batch in args.config or [("mini", 32), ("base", 8)]
         ]
-    for run in runs:
-        print(
-            f"config {run['config']}, batch {run['batch_size']}: "
-            + ", ".join(f"{k} {v['tokens_per_s']:,.0f} tokens/s" for k, v in run["variants"].items())
-        )
     result = {
         "shards": args.shards
         or f"made from {harness.WIKI_DUMP.parent} (enwiki excerpt), seq {MAX_SEQ}, dupe 2",
@@ -249,7 +234,7 @@ def main() -> None:
         "precision": precision,
         "runs": runs,
     }
-    harness.write(args.json, result, "torch", "transformers")
+    harness.write(args.json, result, "torch", "transformers", rows=rows)
 
 
 def rows(r: dict) -> list[Row]:

@@ -45,10 +45,7 @@ def main() -> None:
         "mb_per_s": megabytes / median,
         "pages_per_s": len(pages) / median,
     }
-    print(
-        f"{len(pages)} pages, {megabytes:.2f} MB: {result['mb_per_s']:.2f} MB/s, {result['pages_per_s']:.1f} pages/s"
-    )
-    harness.write(args.json, result)
+    harness.write(args.json, result, rows=rows)
 
 
 def rows(r: dict) -> list[Row]:

@@ -87,10 +87,8 @@ def main() -> None:
         call = f"from benchmarks.wordpiece_train import one_size; one_size({size}, {args.vocab_size})"
         child = harness.run([sys.executable, "-c", call])
         sizes.append(json.loads(child.stdout) | {"peak_rss_mb": child.peak_rss_mb})
-        print(f"{size:>9,} distinct words: {sizes[-1]['learn_s']:.1f} s, peak RSS {child.peak_rss_mb:.0f} MB")
     result = {"sizes": sizes, "real_text": real_text(args.vocab_size)}
-    print(f"books: {result['real_text']}")
-    harness.write(args.json, result, "tokenizers")
+    harness.write(args.json, result, "tokenizers", rows=rows)
 
 
 def rows(r: dict) -> list[Row]:
