@@ -2,23 +2,13 @@
 
     python benchmarks/batching.py [--shards FOLDER ...] [--config mini] [--window 16] [--threads 2]
 
-Input: real ``pipelines examples`` shards, by default made here from the enwiki excerpt with the
-released bert-base-uncased vocabulary at seq 128 (batch 32) and 512 (batch 8), so both batches hold
-up to 4,096 tokens (``--shards``: other folders, batch ``4096 / max_seq_length``). The first
-``--window`` batches the trainer's reader yields (seed 0, one rank, static masks) are laid out
-three ways, each a full pass over the same examples:
-
-- peer, ``padded``: each batch padded to its longest example rounded up to 8, what transformers'
-  ``DataCollatorForLanguageModeling`` (``pad_to_multiple_of=8``) gives;
-- ``bucketed``: the window's examples sorted by length into batches, each trimmed (a batch with no
-  padding runs attention without a mask);
-- ``packed``: each batch as its real tokens end to end, rounded up to a static size (on CPU,
-  attention scatters into a padded block, so only the dense layers skip the padding).
-
-One training step each (forward, backward, AdamW; fp32 CPU), the three layouts interleaved batch by
-batch, after ``--warmup`` unmeasured steps. tokens/s counts real tokens, the same in every layout,
-so the ratio is the speed-up; tokens per CPU-second are steadier on a shared machine. The padding
-share is the padded positions over the positions the dense layers compute.
+The first ``--window`` batches of real shards (made here from the enwiki excerpt at seq 128, batch
+32, and 512, batch 8, unless ``--shards``) laid out three ways over the same examples: ``padded``
+(the peer: each batch to its longest, rounded up to 8, as transformers' collator pads),
+``bucketed`` (the window sorted by length into batches, each trimmed; no padding, no mask) and
+``packed`` (real tokens end to end, to a static size). One training step each (forward, backward,
+AdamW; fp32 CPU), the layouts interleaved batch by batch; tokens/s counts real tokens, the same in
+every layout; the padding share is padded positions over the positions the dense layers compute.
 """
 
 from __future__ import annotations

@@ -2,22 +2,15 @@
 
     python benchmarks/examples.py [--books 8] [--dupe-factor 5] [--repeats 5]
 
-The peer: google-research/bert's create_pretraining_data.py and tokenization.py, unmodified, as
-bert-tensorflow 1.0.4 ships them (the 2020 release), under tensorflow-cpu 2.21.0 in its own venv
-(``.venv-reference``, created here when absent) through ``benchmarks/reference_shim.py``
-(``tensorflow`` -> ``tensorflow.compat.v1``). Ours: ``pipelines text`` + ``pipelines examples``
-(FnApiRunner), the whole commands. Input: the Gutenberg books, cleaned by our books cleaner and
-written in the reference's format (one sentence per line, a blank line between books); seq 128,
-20 predictions, masked LM prob 0.15, short-seq prob 0.1, seed 12345, bert-base-uncased's vocab.
-
-CPU seconds of each whole command (its processes included) are measured on the full input and on
-a tiny one (its first 20 lines): the tiny run is the fixed start-up, subtracted to give the
-marginal rate. Each repeat runs reference tiny, ours tiny, reference full, ours full back to back,
-so each repeat's marginal time has the machine's drift mostly cancelled; the figure is the median
-over the repeats, with each repeat's own ratio (their spread) and the ratio from the least CPU
-time of each command. Statistics compared: the masked share of tokens and the 80/10/10 split
-(+-0.01 each), and the random-next share and the number of examples, each within three standard
-deviations of its spread over 40 seeds of our planner on this input.
+The peer: google-research/bert's create_pretraining_data.py, unmodified, from bert-tensorflow 1.0.4
+under tensorflow-cpu 2.21.0 in its own venv (``.venv-reference``, made here when absent) through
+``reference_shim.py``. Ours: ``pipelines text`` + ``pipelines examples``, the whole commands. Input:
+the Gutenberg books in the reference's format; seq 128, 20 predictions, dupe 5, seed 12345. CPU
+seconds of each command are measured on the full input and on its first 20 lines (the start-up,
+subtracted for the marginal rate); each repeat runs reference tiny, ours tiny, reference full, ours
+full back to back, and the figure is the median over repeats, with each repeat's ratio and the
+ratio from each command's least CPU time. Statistics compared: masked share and 80/10/10 split
+(+-0.01), random-next share and examples within 3 sd of their spread over 40 seeds of our planner.
 """
 
 from __future__ import annotations

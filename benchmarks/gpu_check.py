@@ -2,17 +2,14 @@
 
     python3 benchmarks/gpu_check.py machine OUT                   OUT/machine.json
     python3 benchmarks/gpu_check.py run OUT NAME RUN_DIR RC WALL_S LOG -- COMMAND...
-                                                                  OUT/runs/NAME.json
     python3 benchmarks/gpu_check.py skipped OUT NAME REASON -- COMMAND...
     python3 benchmarks/gpu_check.py step OUT NAME RC WALL_S LOG RESULT_JSON
-    python3 benchmarks/gpu_check.py collect OUT                   OUT/gpu_check.json, its rows on stdout
+    python3 benchmarks/gpu_check.py collect OUT                   OUT/gpu_check.json
 
-Steady state: a ``pretrain`` run's figures come from its metrics records after the first
-(``startup_window``: start-up, data workers, ``torch.compile``), weighted by each window's time:
-real (non-padding) tokens/s, samples/s, MFU, the share of time waiting for data; peak GPU memory is
-the run's largest. A run that failed or timed out is recorded with its exit status and the end of
-its log, and the script goes on. Standard library only (runs on a bare GPU image). Copied to
-``benchmarks/results/gpu_check.json``, its figures are rendered by ``run_all.py`` like the others.
+A ``pretrain`` run's figures come from its metrics records after the start-up window
+(``startup_window``), weighted by each window's time: real tokens/s, samples/s, MFU, the share of
+time waiting for data, peak GPU memory. A run that failed or timed out keeps its exit status and log
+tail. Standard library only (a bare GPU image).
 """
 
 from __future__ import annotations

@@ -2,21 +2,13 @@
 
     python benchmarks/reader.py [--examples 64000] [--shards 8] [--batch-size 128] [--step-ms 20]
 
-Input: synthetic shards written with the examples schema and the writer's own serialisation and
-index (``schemas.index``): ``--examples`` examples whose lengths follow the reference generator's
-(90% at 128, 10% shorter) with Zipf-distributed ids of a 30,522 vocabulary, 20 masks each, zstd,
-1,024 rows per record batch, uploaded to a local GCS emulator (``gcp-storage-emulator``, in memory;
-a Python server, so rates are a lower bound for a real bucket) and read as ``gs://`` through gcsfs.
-
-For 1, 2 and 4 ranks, each rank in turn builds ``pretrain.data.ExampleShards`` with the trainer's 8
-streams per rank and reads one epoch through ``ShardLoader`` with 2 DataLoader workers (and once
-more: 1 rank, no workers), while a simulated training step of ``--step-ms`` (a sleep: the GPU's
-share) runs on every batch. Every HTTP request gcsfs makes and every byte it receives is counted,
-in the workers too (a counter in shared memory): requests to build the reader, bytes fetched
-against the dataset's (above 1x only by the record batches that straddle two processes' segments),
-examples/s, and the share of wall time spent waiting for the next batch. Peer: ``pyarrow.dataset``
-over the same gcsfs filesystem, one process reading every shard once (as each rank of a naive DDP
-job would), into the same collate, with the same simulated step.
+Synthetic shards written with the examples schema and index (90% of examples at 128 tokens, Zipf
+ids, 20 masks) on a local GCS emulator, read as ``gs://`` through gcsfs. For 1, 2 and 4 ranks (8
+streams and 2 DataLoader workers each; and 1 rank in process) each rank reads an epoch through
+``ShardLoader`` with a simulated ``--step-ms`` step per batch. Every request gcsfs makes and byte it
+receives is counted, in the workers too: requests to build the reader, bytes against the dataset's,
+examples/s and the share of time waiting. The peer: ``pyarrow.dataset`` over the same filesystem,
+one process reading every shard, into the same collate with the same step.
 """
 
 from __future__ import annotations
@@ -263,13 +255,13 @@ def rows(r: dict) -> list[Row]:
     step = f"batch {r['batch_size']}, {r['step_ms']:.0f} ms simulated step"
     for world_size, run in r["ranks"].items():
         ranks = run["per_rank"]
-        rate = sum(x["examples_per_s"] for x in ranks) / len(ranks)
-        wait = sum(x["wait_share"] for x in ranks) / len(ranks)
+        rate = sum(k["examples_per_s"] for k in ranks) / len(ranks)
+        wait = sum(k["wait_share"] for k in ranks) / len(ranks)
         found.append(
             (
                 f"reader, gs:// (GCS emulator), {world_size} rank(s) x {r['workers_per_rank']} workers x "
                 f"{r['streams_per_rank']} streams, {data}, {step}",
-                f"{max(x['build_requests'] for x in ranks)} requests to build a rank's reader; ranks together "
+                f"{max(k['build_requests'] for k in ranks)} requests to build a rank's reader; ranks together "
                 f"fetch {run['bytes_fetched_over_dataset']:.2f}x the dataset's bytes; {n(rate)} examples/s "
                 f"per rank, waiting {wait:.0%}",
                 _peer(r),

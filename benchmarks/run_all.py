@@ -1,21 +1,14 @@
 """Run every benchmark, then render its figures into ``summary.md`` and the marked Markdown blocks.
 
-    python benchmarks/run_all.py [--only NAME ...]     run the benchmarks, then render
+    python benchmarks/run_all.py [--only NAME ...]     run the benchmarks (each its own process), render
     python benchmarks/run_all.py --summary-only        render from benchmarks/results/*.json only
 
-Each benchmark runs as its own process (``python benchmarks/NAME.py``, from the repository root)
-and writes ``benchmarks/results/NAME.json``; one that fails is reported and the others still run
-(exit status 1 at the end). ``gpu_check`` runs on a GPU machine (``gpu_check.sh``); its JSON,
-copied into ``results/``, is rendered like the others.
-
-Rendering reads the JSON files only: ``summary.md`` is every benchmark's rows (``rows(result)`` of
-its script) in one table, and in ``README.md``, ``docs/*.md`` and ``benchmarks/README.md`` a block
-
-    <!-- figures: NAME -->         (or NAME.TABLE: one of the script's TABLES)
-    <!-- /figures -->
-
-is filled with that benchmark's rows (or table) and the conditions it was measured under.
-``tests/unit/test_bench_figures.py`` fails when a block or ``summary.md`` differs from its rendering.
+Rendering reads the JSON files only: ``summary.md`` is every benchmark's ``rows(result)``, and in
+README.md, docs/*.md and benchmarks/README.md each block ``<!-- figures: NAME -->`` (or
+``NAME.TABLE``, one of the script's ``TABLES``) … ``<!-- /figures -->`` holds that benchmark's rows
+(or table) and its conditions. ``gpu_check`` runs on a GPU machine (``gpu_check.sh``); its JSON,
+copied into ``results/``, is rendered like the others. tests/unit/test_bench_figures.py fails when
+a block or summary.md differs from its rendering.
 """
 
 from __future__ import annotations
@@ -32,19 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from benchmarks import harness
 
 BENCHMARKS = (
-    "corpus",
-    "wikitext_speed",
-    "sentence_segmentation",
-    "tokenization",
-    "wordpiece_train",
-    "examples",
-    "examples_memory",
-    "reader",
-    "train_step",
-    "batching",
-    "finetune_step",
-)
-RENDERED = (*BENCHMARKS, "gpu_check")
+    "corpus wikitext_speed sentence_segmentation tokenization wordpiece_train examples examples_memory reader "
+    "train_step batching finetune_step"
+).split()
+RENDERED = [*BENCHMARKS, "gpu_check"]
 SUMMARY = harness.ROOT / "benchmarks" / "summary.md"
 BLOCK = re.compile(r"(<!-- figures: ([\w.]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
 
@@ -74,15 +58,14 @@ def render_block(key: str, results: Path = harness.RESULTS) -> str:
     if name not in RENDERED:
         raise ValueError(f"no benchmark named {name!r} (figures blocks name one of {', '.join(RENDERED)})")
     module = importlib.import_module(f"benchmarks.{name}")
-    if table and table not in getattr(module, "TABLES", {}):
-        raise ValueError(
-            f"benchmarks/{name}.py has no table {table!r}: {', '.join(getattr(module, 'TABLES', {}))}"
-        )
+    tables = getattr(module, "TABLES", {})
+    if table and table not in tables:
+        raise ValueError(f"benchmarks/{name}.py has no table {table!r}: {', '.join(tables)}")
     data = result(name, results)
     if data is None:
         return not_measured(name) + "\n"
     if table:
-        lines = module.TABLES[table](data)
+        lines = tables[table](data)
     else:
         lines = ["| measured | ours | peer | ratio |", "|---|---|---|---|"]
         lines += ["| " + " | ".join(row) + " |" for row in module.rows(data)]
@@ -124,25 +107,18 @@ def render_summary(results: Path = harness.RESULTS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def stale(results: Path = harness.RESULTS) -> list[str]:
-    """The files whose figures differ from their rendering from ``results``."""
-    found = [str(SUMMARY)] if not SUMMARY.exists() or SUMMARY.read_text() != render_summary(results) else []
+def renderings(results: Path = harness.RESULTS) -> dict[Path, tuple[str, str]]:
+    """Every file with figures: its text now, and its text rendered from ``results``."""
+    found = {SUMMARY: (SUMMARY.read_text() if SUMMARY.exists() else "", render_summary(results))}
     for path in markdown_files():
-        text = path.read_text() if path.exists() else ""
-        if render_markdown(text, results) != text:
-            found.append(str(path))
+        text = path.read_text()
+        found[path] = (text, render_markdown(text, results))
     return found
 
 
-def render() -> None:
-    """Write ``summary.md`` and every figures block from the results."""
-    SUMMARY.write_text(render_summary())
-    for path in markdown_files():
-        text = path.read_text() if path.exists() else ""
-        rendered = render_markdown(text)
-        if rendered != text:
-            path.write_text(rendered)
-            print(f"rendered the figures of {path.relative_to(harness.ROOT)}")
+def stale(results: Path = harness.RESULTS) -> list[str]:
+    """The files whose figures differ from their rendering from ``results``."""
+    return [str(path) for path, (text, rendered) in renderings(results).items() if text != rendered]
 
 
 def main() -> int:
@@ -161,7 +137,10 @@ def main() -> int:
             f"-- {name}: {'ok' if status == 0 else f'FAILED (exit status {status})'} in {time.perf_counter() - start:.0f} s"
         )
         failed += [name] if status else []
-    render()
+    for path, (text, rendered) in renderings().items():
+        if text != rendered:
+            path.write_text(rendered)
+            print(f"rendered the figures of {path.relative_to(harness.ROOT)}")
     return 1 if failed else 0
 
 

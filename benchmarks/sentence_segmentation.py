@@ -2,20 +2,13 @@
 
     python benchmarks/sentence_segmentation.py [--budget SECONDS] [--show-errors NAME]
 
-The gold set (``benchmarks/data/sentence_gold.json``) holds no third-party text, only locators
-into ``../shared/data``: passages ``{"file", "start_line", "end_line", "sentence_starts"}``. A
-passage's text is lines ``start_line..end_line`` (1-based, inclusive) of the file decoded as UTF-8
-(BOM optional, else cp1252) with CRs removed, each line stripped, joined with single spaces and
-every whitespace run collapsed; ``sentence_starts`` are the code-point offsets where its gold
-sentences start (docs/sentence-segmentation.md).
-
-Accuracy is scored on the boundaries inside a passage (every sentence start but the first):
-precision, recall and F1 over all passages, and the share of passages whose boundaries are exactly
-the gold ones. Throughput is the UTF-8 input over the time spent inside the segmenter, one
-paragraph per call (as the pipelines call it), pinned to one core, on about 2 MB of paragraphs of
-the Gutenberg novels; a slow segmenter stops after ``--budget`` seconds and its rate is the one on
-the part it got through. Ours is ``pipelines.text.split_sentences``; the peers: raw Bling Fire (the
-library it wraps), pysbd, syntok and NLTK Punkt (untrained and trained on the throughput text).
+The gold set (``data/sentence_gold.json``, docs/sentence-segmentation.md) holds locators into
+``../shared/data`` and the offsets where each gold sentence starts. Scored: precision, recall and F1
+of the boundaries inside a passage, and the share of passages split exactly. Throughput: UTF-8 input
+over the time inside the segmenter, one paragraph per call, pinned to one core, on 2 MB of the
+novels' paragraphs; a segmenter slower than ``--budget`` seconds is rated on the part it got
+through. Ours is ``pipelines.text.split_sentences``; the peers raw Bling Fire (what it wraps),
+pysbd, syntok and NLTK Punkt (untrained, and trained on the throughput text).
 """
 
 from __future__ import annotations

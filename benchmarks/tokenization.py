@@ -2,16 +2,11 @@
 
     python benchmarks/tokenization.py [--books 'DIR/*.txt'] [--vocab vocab.txt] [--repeats 3]
 
-Text: every line of the Gutenberg novels (UTF-8 with BOM, Latin-1 fallback); MB/s counts the UTF-8
-bytes of those lines. Vocabulary: the released BERT-Base uncased one, tokenised uncased. Two
-peers: the ``tokenizers`` library we build on, called as a user would
-(``BertWordPieceTokenizer(vocab, lowercase=True)``), and transformers' ``BertTokenizerFast``. Two
-modes: one line per call and batches of 1,000 lines. Every run produces ids, checked equal to the
-others'. The six runs are interleaved ``--repeats`` times; the medians are kept.
-
-One core: ``TOKENIZERS_PARALLELISM=false`` (batch calls run serially instead of on the Rayon pool)
-and ``RAYON_NUM_THREADS=1`` are set before ``tokenizers`` is imported, and the process is pinned to
-one CPU; the CPU seconds beside the wall seconds are the check (CPU/wall <= 1).
+Every line of the Gutenberg novels with the released uncased vocabulary, one line per call and
+batches of 1,000; the peers are the ``tokenizers`` library we build on (``BertWordPieceTokenizer``)
+and transformers' ``BertTokenizerFast``; every run's ids are checked equal. One core: the process is
+pinned to one CPU, ``TOKENIZERS_PARALLELISM=false`` and ``RAYON_NUM_THREADS=1``. The six runs are
+interleaved ``--repeats`` times, medians kept.
 """
 
 from __future__ import annotations

@@ -1,33 +1,20 @@
 """One pre-training step, ours against transformers' BertForPreTraining, at mini and base size.
 
-    python benchmarks/train_step.py [--shards FOLDER] [--config mini:32 --config base:8]
-                                    [--steps 5] [--warmup 1] [--threads 2]
+    python benchmarks/train_step.py [--shards FOLDER] [--config mini:32 --config base:8] [--steps 5]
     python3 benchmarks/train_step.py --device cuda --shards gpu-data/seq128 --vocab gpu-data/vocab.txt \\
         --config base:256 --steps 20 --warmup 5 --json OUT/train_step_cuda.json      (gpu_check.sh)
 
-Input: real ``pipelines examples`` shards at seq 128 (by default made here from the enwiki excerpt
-with the released bert-base-uncased vocabulary, about 20 s; ``--shards`` names another folder). The
-trainer's reader (seed 0, one rank, one stream, static masks) yields the batches; every variant
-steps over the same examples in the same batches, the variants interleaved step by step. Each
-``--config NAME:BATCH`` is one run: ``mini`` (4/256) at batch 32, ``base`` (12/768/12) at batch 8.
-
-- ``ours``: ``pretrain.model`` as ``pretrain --batching padded`` (the default) runs it: each batch
-  padded to its longest example rounded up to 8; the MLM head only at the masked slots; SDPA.
-- ``transformers_collator`` (the headline peer): ``BertForPreTraining`` fed by transformers' own
-  ``DataCollatorForLanguageModeling`` (``mlm_probability=0.15``): the same examples with the written
-  masks undone, collated and masked by the collator, padded to the batch's longest; MLM logits over
-  the whole vocabulary at every position; SDPA.
-- ``transformers_pad128``: the same with ``pad_to_multiple_of=128``, as google-research/bert's
-  TFRecords feed the model.
-
-Every step: zero grads, forward, loss, backward, clipping at 1.0, AdamW over the same parameter
-groups (``pretrain.optim.build_optimizer``). fp32 on CPU; tokens/s counts real tokens, the same for
-every variant; the CPU seconds are recorded too. Median of ``--steps`` steps after ``--warmup``.
-
-``--device cuda``: bf16 autocast (``--precision``), AdamW as the trainer builds it there (fused);
-every batch on the GPU before the timing, each step timed between two synchronisations; a fourth
-variant, ``ours_compiled``, is ours as ``pretrain`` runs it on CUDA by default (``torch.compile``
-region by region, and the loss), compiled during the warm-up. The peak GPU memory is recorded.
+The same batches of real seq-128 shards (made here from the enwiki excerpt unless ``--shards``; the
+trainer's reader, seed 0, one stream) for every variant, the variants interleaved step by step;
+each step zero grads, forward, loss, backward, clipping at 1.0 and AdamW over the same parameter
+groups; medians of ``--steps`` after ``--warmup``; tokens/s counts real tokens. Ours is
+``pretrain.model`` as ``--batching padded`` feeds it (to the batch's longest, rounded up to 8; MLM
+head at the masked slots only). The peers: ``BertForPreTraining`` fed by transformers'
+``DataCollatorForLanguageModeling`` (the examples with the written masks undone, masked by the
+collator, padded to the longest; logits over the vocabulary at every position), and the same padded
+to 128 as google-research/bert's TFRecords. ``--device cuda``: bf16 autocast, fused AdamW, batches
+on the GPU before timing, each step between two synchronisations, and ``ours_compiled`` (as
+``pretrain`` runs on CUDA: ``torch.compile`` region by region, compiled in the warm-up).
 """
 
 from __future__ import annotations
