@@ -33,6 +33,8 @@ DATA = ROOT.parent / "shared" / "data"
 WIKI_DUMP = DATA / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 BOOKS = DATA / "books" / "gutenberg"
 VOCAB = DATA / "vocab" / "bert-base-uncased_vocab.txt"
+LOAD_AT_START = round(os.getloadavg()[0], 2)
+"""The machine's 1-minute load when the benchmark started (before its own work)."""
 
 Row = tuple[str, str, str, str]
 """One summary row: (what is measured, on which input; ours; the peer; the ratio), Markdown cells."""
@@ -152,13 +154,15 @@ def make_shards(folder: Path, lengths: list[int]) -> list[Path]:
 
 
 def machine() -> dict:
-    """The CPU model, its cores (all, and those this process may use), the load, Python's version."""
+    """The CPU model, its cores (all, and those this process may use), the load at the start and now
+    (the benchmark's own work included), Python's version."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     models = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
     return {
         "cpu": models[0] if models else platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)),
+        "load_1m_start": LOAD_AT_START,
         "load_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
     }
@@ -190,7 +194,7 @@ def write(path: Path, result: dict, *packages: str, rows: Callable[[dict], list[
 
 def n(value: float, digits: int = 3) -> str:
     """A figure to ``digits`` significant digits, with thousands separators."""
-    return f"{value:,.0f}" if value >= 10 ** (digits - 1) else f"{value:.{digits}g}"
+    return f"{value:,.0f}" if value >= 10 ** (digits - 1) else f"{value:#.{digits}g}"
 
 
 def x(ratio: float) -> str:
@@ -205,5 +209,10 @@ def conditions(result: dict) -> str:
         return "machine and load not recorded in the results file"
     m, said = recorded["machine"], f"`{recorded['command']}` on {recorded['date']}"
     if "cpu" in m:
-        said += f": {m['cpu']}, {m['usable_cores']} of {m['cores']} cores usable, load {m['load_1m']}"
+        load = (
+            f"load {m['load_1m_start']} at the start, {m['load_1m']} at the end"
+            if "load_1m_start" in m
+            else f"load {m['load_1m']}"
+        )
+        said += f": {m['cpu']}, {m['usable_cores']} of {m['cores']} cores usable, {load}"
     return said + (f", {m['gpu']}" if m.get("gpu") else "")
