@@ -1,5 +1,6 @@
 """Every benchmark figure in the Markdown is rendered from benchmarks/results/, never typed by hand:
-the marked blocks and benchmarks/summary.md equal their rendering from the committed results."""
+the marked blocks and benchmarks/summary.md equal their rendering from the committed results. And
+every name the benchmarks import from the product exists (they import it inside functions)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,40 @@ def test_the_benchmarks_readme_types_no_figure_outside_its_blocks():
     text = run_all.BLOCK.sub("", (harness.ROOT / "benchmarks" / "README.md").read_text())
     typed = [m[0] for m in FIGURE.finditer(text)]
     assert not typed, f"figures typed by hand in benchmarks/README.md: {typed}"
+
+
+def _defined(path) -> set[str]:
+    """The names a module defines or imports at its top level."""
+    import ast
+
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return names
+
+
+def test_every_product_name_a_benchmark_imports_exists():
+    import ast
+
+    from benchmarks.function_lengths import PACKAGES, project_files
+
+    modules, missing = project_files(), []
+    for script in sorted((harness.ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
+                if node.module not in modules:
+                    missing.append(f"{script.name}: no module {node.module}")
+                    continue
+                names = _defined(modules[node.module])
+                missing += [
+                    f"{script.name}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name not in names and f"{node.module}.{alias.name}" not in modules
+                ]
+    assert not missing, f"benchmarks import names the product no longer has: {missing}"
