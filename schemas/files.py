@@ -80,6 +80,7 @@ def write_local_file(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
     made when missing. Raises :class:`WriteError` naming ``path``; the temporary file is removed
     on any failure, a stop signal included."""
     path = os.fspath(path)
+    _journal(path)
     folder, name = os.path.split(os.path.abspath(path))
     temp = os.path.join(folder, temporary_name(name))
     try:
@@ -115,10 +116,19 @@ def write_file(path: str, data: bytes | str, fs: fsspec.AbstractFileSystem | Non
     if isinstance(fs, LocalFileSystem):
         write_local_file(path, [data])
         return
+    _journal(fs.unstrip_protocol(path))
     try:
         fs.pipe_file(path, data)
     except OSError as err:
         raise write_error(err, name) from None
+
+
+def _journal(url: str) -> None:
+    """Record ``url`` in the output that holds it before it is written (``schemas.outputs``,
+    which writes its record through this module)."""
+    from schemas.outputs import journal
+
+    journal(url)
 
 
 def write_json(

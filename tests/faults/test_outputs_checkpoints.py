@@ -39,7 +39,9 @@ def _checkpoint(run: Path, run_id: str, step: int = 2, stamped: bool = True) -> 
 
 def _record(run: Path, run_id: str) -> None:
     run.mkdir(parents=True, exist_ok=True)
-    (run / RECORD_FILE).write_bytes(OutputRecord("pretrain", run_id, ("checkpoints/*",)).to_json())
+    (run / RECORD_FILE).write_bytes(
+        OutputRecord("pretrain", run_id, [], "2026-01-01T00:00:00+00:00").to_json()
+    )
 
 
 def _refusals(run: Path, tmp_path: Path) -> list[str]:

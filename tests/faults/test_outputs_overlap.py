@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from schemas.paths import CONTAINS, INSIDE, SAME, OverlapError, check_apart, location, relation
+from schemas.commands import UsageError
+from schemas.paths import CONTAINS, INSIDE, SAME, check_apart, location, relation
 from tests.clis import CLIS
 
 TAIL = "an output is never written over an input, even with --overwrite; choose another"
@@ -66,7 +67,7 @@ def test_locations_follow_symlinks_and_normalise_urls(tmp_path: Path, monkeypatc
     assert location("~") == os.path.expanduser("~")
     assert location("gcs://b//x/./y/") == "gs://b/x/y" == location("GS://b/x/y")
     assert location("s3a://b/x/../y") == "s3://b/y"
-    with pytest.raises(OverlapError, match=r"--output link is the same place as --data-dir real \(both are "):
+    with pytest.raises(UsageError, match=r"--output link is the same place as --data-dir real \(both are "):
         check_apart({"--output": "link"}, {"--data-dir": "real"})
     check_apart({"--output": "out", "--cache": None}, {"--data-dir": ["real", ""], "--vocab": None})
 
@@ -135,6 +136,19 @@ def test_every_finetune_command_checks_its_inputs(tmp_path: Path):
     assert "holds --input" in line
     run = _data(tmp_path / "mrpc", "metrics.json")
     assert "holds RUNS" in _refused("finetune", "report", run, "--output", tmp_path)
+
+
+def test_the_feature_cache_is_never_written_into_an_input(tmp_path: Path):
+    conll = _data(tmp_path / "conll", "train.txt", "valid.txt")
+    before = _files(conll)
+    line = _refused(
+        "finetune", "ner", "--data-dir", conll, "--checkpoint", tmp_path / "c", "--output", tmp_path / "out",
+        "--features", "last", "--feature-cache", conll / "cache",
+    )  # fmt: skip
+    assert line == (
+        f"Error: --feature-cache {conll / 'cache'} lies inside --data-dir {conll}: {TAIL} --feature-cache"
+    )
+    assert _files(conll) == before and not (conll / "cache").exists() and not (tmp_path / "out").exists()
 
 
 def test_pipelines_never_write_over_their_input(tmp_path: Path):
