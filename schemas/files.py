@@ -31,13 +31,16 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 TEMP_SUFFIX = ".tmp"
+BEFORE_WRITE: list[Callable[[str], None]] = []
+"""Called with each file's path or URL before it is written: ``schemas.outputs`` records it there in
+the journal of the output this process holds it in."""
 _TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
 
 
@@ -124,11 +127,8 @@ def write_file(path: str, data: bytes | str, fs: fsspec.AbstractFileSystem | Non
 
 
 def _journal(url: str) -> None:
-    """Record ``url`` in the output that holds it before it is written (``schemas.outputs``,
-    which writes its record through this module)."""
-    from schemas.outputs import journal
-
-    journal(url)
+    for note in BEFORE_WRITE:
+        note(url)
 
 
 def write_json(

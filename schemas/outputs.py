@@ -29,6 +29,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from schemas import files
 from schemas.commands import OutputError
 from schemas.files import final_name, is_temporary_name, write_file
 from schemas.manifest import COMPLETED_FILE
@@ -247,6 +248,9 @@ def journal(*urls: str) -> None:
                 changed.append(folder)
         for folder in changed:
             folder.save()
+
+
+files.BEFORE_WRITE.append(journal)
 
 
 class OutputFolder:
