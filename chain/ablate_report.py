@@ -312,8 +312,8 @@ def build_report(
 
 
 def _write(cfg: AblationConfig, sections: list[str], points, results, png: bytes | None) -> dict[str, str]:
-    """The report's files into ``WORKDIR/ablations``, claimed; an earlier report's files replaced."""
-    with OutputFolder.open(cfg.url("ablations"), "chain ablate", overwrite=True, option="") as folder:
+    """The report's files into ``WORKDIR/ablations`` (beside the runs' folders), claimed and journaled."""
+    with OutputFolder.open(cfg.url("ablations"), "chain ablate", continuing=True, option="") as folder:
         folder.begin()
         return _write_files(cfg, folder.fs, folder.root, sections, points, results, png)
 
