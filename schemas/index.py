@@ -1,35 +1,12 @@
 """The record-batch index of an output's Arrow shards: where every record batch lies, and its hash.
 
-``index.json`` sits beside ``manifest.json``; the manifest names it and holds its size and
-SHA-256 (``Manifest.index``), and ``COMPLETED`` holds the manifest's hash, so the index is as
-trustworthy as the manifest. With it a reader needs no request per shard: it knows every record
-batch's byte range and row count, fetches just those bytes and checks them against their own
-SHA-256 (a record batch is verified alone, without hashing its whole shard). Layout:
-
-.. code-block:: json
-
-    {
-      "index_version": 1,
-      "format": "examples", "format_version": 1,
-      "schema": "<base64 of the shards' Arrow schema as an IPC message>",
-      "shards": [
-        {"path": "train/part-00000-of-00002.arrow", "num_bytes": 123456, "sha256": "…",
-         "batches": {"offset": [184, …], "length": [5232, …], "num_rows": [1024, …], "sha256": ["…", …]}}
-      ]
-    }
-
-A batch's bytes ``[offset, offset + length)`` are one encapsulated IPC message (metadata and
-body), decoded with ``pyarrow.ipc.read_record_batch(pyarrow.ipc.read_message(bytes), schema)``.
-The offsets come from walking the file's messages with pyarrow (:func:`shard_index_entry`), the
-same blocks the file's footer lists.
-
-A hash only says the index is the one the manifest names, not that whoever wrote both was
-careful, so :meth:`ShardIndex.from_json` checks every field before anything is sized from it:
-exactly these keys, integers that are integers (not strings or booleans), shard paths relative
-inside the folder, byte ranges inside their shard's ``num_bytes`` and at most
-:data:`MAX_RECORD_BATCH_BYTES`, at most :data:`MAX_RECORD_BATCH_ROWS` rows per record batch; and
-:meth:`ShardIndex.check_against` that it lists each of the manifest's shards once, with its size,
-hash and rows. A reader still checks each record batch's rows when it decodes it.
+``index.json`` sits beside ``manifest.json``, which names it with its size and SHA-256
+(``Manifest.index``), so it is as trustworthy as the manifest. With it a reader knows every record
+batch's byte range and row count without a request per shard, fetches just those bytes and checks
+them against their own SHA-256. A batch's bytes are one encapsulated IPC message, decoded with
+``pyarrow.ipc.read_record_batch(pyarrow.ipc.read_message(bytes), schema)``; the layout is in
+docs/shards.md. :meth:`ShardIndex.from_json` checks every field before anything is sized from it,
+:meth:`ShardIndex.check_against` that it lists each of the manifest's shards once, alike.
 """
 
 from __future__ import annotations
