@@ -36,7 +36,7 @@ from schemas.manifest import COMPLETED_FILE
 from schemas.paths import location
 
 CLAIM_FILE, RECORD_FILE = ".claim", ".output.json"
-RECORD_FORMAT, RECORD_VERSION = "output-record", 2
+RECORD_FORMAT, RECORD_VERSION = "output-record", 1
 MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")
 """Files that say an output (or a checkpoint) is complete: deleted before the others."""
 _CLAIMANT = dict(
@@ -196,8 +196,9 @@ def read_record(fs: Any, root: str, url: str) -> OutputRecord | None:
         return None
     with contextlib.suppress(ValueError, RecursionError, KeyError, TypeError):
         r = json.loads(data)
-        if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(r["files"], list):
-            record = OutputRecord(r["command"], r["run_id"], r["files"], r["started"], r["ended"])
+        files = r["files"] or []  # null: a killed run whose files are unknown (none is taken for its own)
+        if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(files, list):
+            record = OutputRecord(r["command"], r["run_id"], files, r["started"], r["ended"])
             fields = (record.command, record.run_id, record.started, record.ended or "")
             inside = (
                 posixpath.normpath(f) == f.rstrip("/") and not f.startswith(("/", "..")) for f in record.files

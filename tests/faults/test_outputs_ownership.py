@@ -150,8 +150,22 @@ def test_a_record_that_names_a_file_outside_its_folder_deletes_nothing(tmp_path:
     (out / "a").write_text("kept")
     data = json.loads(OutputRecord("pretrain", "r", ["a"], "t").to_json())
     (out / RECORD_FILE).write_text(json.dumps({**data, "files": ["a", entry]}))
-    assert f"{out}/{RECORD_FILE}: not an output-record version 2" in _refusal(out, overwrite=True)
+    assert f"{out}/{RECORD_FILE}: not an output-record version 1" in _refusal(out, overwrite=True)
     assert (tmp_path / "outside.txt").read_text() == (out / "a").read_text() == "kept"
+
+
+def test_a_record_without_a_file_list_claims_no_file(tmp_path: Path):
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "x").write_text("whose?")
+    record = {"format": "output-record", "version": 1, "command": "pretrain", "run_id": "r", "started": "t"}
+    (out / RECORD_FILE).write_text(
+        json.dumps({**record, "ended": None, "patterns": ["checkpoints/*"], "files": None})
+    )
+    assert "holds 1 file(s) that no `pretrain` run recorded writing (checkpoints/x)" in _refusal(
+        out, overwrite=True
+    )
+    assert (out / "checkpoints" / "x").read_text() == "whose?"
 
 
 @pytest.mark.skipif(not tensorboard_available(), reason="tensorboard is not installed")
@@ -254,8 +268,8 @@ def test_another_commands_output_is_never_replaced(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b'{"format": "output-record", "version": 1}', b"[1, 2]", b'{"format": "output-record", '
-     b'"version": 2, "command": "finetune report", "run_id": "x", "started": "t", "ended": null, "files": 3}'],
+    [b"{not json", b'{"format": "output-record", "version": 9}', b"[1, 2]", b'{"format": "output-record", '
+     b'"version": 1, "command": "finetune report", "run_id": "x", "started": "t", "ended": null, "files": 3}'],
 )  # fmt: skip
 def test_a_damaged_record_is_one_line_and_nothing_is_deleted(tmp_path: Path, content: bytes):
     out = tmp_path / "results"
@@ -263,7 +277,7 @@ def test_a_damaged_record_is_one_line_and_nothing_is_deleted(tmp_path: Path, con
     (out / RECORD_FILE).write_bytes(content)
     (out / "results.md").write_text("kept")
     assert _report(tmp_path, out, "--overwrite", expect=1) == [
-        f"{out}/{RECORD_FILE}: not an output-record version 2; if the folder holds nothing of value, delete it, "
+        f"{out}/{RECORD_FILE}: not an output-record version 1; if the folder holds nothing of value, delete it, "
         "else choose another folder"
     ]
     assert (out / "results.md").read_text() == "kept" and not (out / ".claim").exists()
