@@ -74,9 +74,12 @@ def test_stamped_checkpoints_resolve_and_record_one_run_everywhere(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "names",
-    [("trainer.json", "trainer.safetensors"), ("rng-rank00000.json", "rng-rank00000.safetensors"),
-     ("model.safetensors", "config.json")],
-)  # fmt: skip
+    [
+        ("trainer.json", "trainer.safetensors"),
+        ("rng-rank00000.json", "rng-rank00000.safetensors"),
+        ("model.safetensors", "config.json"),
+    ],
+)
 def test_a_checkpoint_mixing_two_runs_is_refused_naming_the_file(tmp_path: Path, names):
     run = tmp_path / "run"
     mine = _checkpoint(run, "aaaaaaaaaaaaaaaa")

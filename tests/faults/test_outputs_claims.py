@@ -62,9 +62,13 @@ class Holder:
 
     def __init__(self, url: str, command: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, url, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=_env(), cwd=ROOT, text=True,
-        )  # fmt: skip
+            [sys.executable, "-c", HOLDER, url, command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_env(),
+            cwd=ROOT,
+            text=True,
+        )
         self.run_id = self.process.stdout.readline().strip()
         assert self.run_id, "the holder did not claim"
         self.pid = self.process.pid
@@ -86,9 +90,13 @@ def _busy_line(url: Path | str, holder: Holder, command: str, prefix: str) -> st
 
 def _command(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True, env=_env(), cwd=ROOT,
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 def _error_lines(done: subprocess.CompletedProcess) -> list[str]:
@@ -208,9 +216,21 @@ def test_a_feature_cache_has_one_writer(tmp_path: Path):
         str(cache), "finetune ner --feature-cache", continuing=True, option="--feature-cache"
     ) as holder:
         result = CliRunner().invoke(
-            finetune, ["ner", "--data-dir", str(tmp_path / "conll"), "--checkpoint", str(tmp_path / "c"), "--output",
-                       str(tmp_path / "out"), "--features", "last", "--feature-cache", str(cache)],
-        )  # fmt: skip
+            finetune,
+            [
+                "ner",
+                "--data-dir",
+                str(tmp_path / "conll"),
+                "--checkpoint",
+                str(tmp_path / "c"),
+                "--output",
+                str(tmp_path / "out"),
+                "--features",
+                "last",
+                "--feature-cache",
+                str(cache),
+            ],
+        )
     assert result.exit_code == 1, result.output
     assert (
         f"--feature-cache {cache}: being written by `finetune ner --feature-cache` (run {holder.run_id}"
@@ -261,8 +281,25 @@ def test_two_pretrain_processes_never_write_one_run(shards, tmp_path: Path, capl
     from pretrain.cli import main as pretrain
 
     out = tmp_path / "run"
-    args = ["--shards", shards, "--output", out, "--config", "tiny", "--global-batch-size", "8", "--max-steps",
-            "2", "--save-steps", "2", "--precision", "fp32", "--num-workers", "0", "--quiet"]  # fmt: skip
+    args = [
+        "--shards",
+        shards,
+        "--output",
+        out,
+        "--config",
+        "tiny",
+        "--global-batch-size",
+        "8",
+        "--max-steps",
+        "2",
+        "--save-steps",
+        "2",
+        "--precision",
+        "fp32",
+        "--num-workers",
+        "0",
+        "--quiet",
+    ]
     holder = Holder(str(out), "pretrain")
     try:
         done = _command("pretrain", *args)
@@ -289,8 +326,25 @@ def test_two_pretrain_processes_never_write_one_run(shards, tmp_path: Path, capl
 @pytest.mark.slow
 def test_two_example_writers_never_mix_shards(corpus_output, vocab, tmp_path: Path):
     out = tmp_path / "shards"
-    args = ["examples", "--corpus", corpus_output, "--vocab", vocab, "--output", out, "--max-seq-length", "64",
-            "--dupe-factor", "1", "--num-shards", "2", "--num-buckets", "4", "--runner", "FnApiRunner"]  # fmt: skip
+    args = [
+        "examples",
+        "--corpus",
+        corpus_output,
+        "--vocab",
+        vocab,
+        "--output",
+        out,
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "2",
+        "--num-buckets",
+        "4",
+        "--runner",
+        "FnApiRunner",
+    ]
     holder = Holder(str(out), "pipelines examples")
     try:
         done = _command("pipelines", *args)

@@ -78,9 +78,11 @@ def test_a_killed_runs_record_lists_every_file_it_made_and_overwrite_deletes_exa
     _killed_run(out)
     record = _record(out)
     assert record["ended"] is None and record["files"] == [
-        "metrics.jsonl", "checkpoints/step-00000001/model.safetensors",
-        "checkpoints/step-00000001/rng-rank00001.json", ".temp/",
-    ]  # fmt: skip
+        "metrics.jsonl",
+        "checkpoints/step-00000001/model.safetensors",
+        "checkpoints/step-00000001/rng-rank00001.json",
+        ".temp/",
+    ]
     # the user's files under names the run's glob patterns matched (checkpoints/*, plots/*, *.jsonl)
     mine = {"checkpoints/notes.txt": "mine", "plots/curves.png": "my plot", "old.jsonl": "mine too"}
     for name, text in mine.items():
@@ -217,9 +219,19 @@ def test_a_folder_of_user_data_is_named_as_such_and_never_deleted(tmp_path: Path
     for flags in ((), ("--overwrite",)):
         result = CliRunner().invoke(
             finetune,
-            ["glue", "--task", "mrpc", "--data-dir", str(tmp_path / "glue"), "--checkpoint", str(tmp_path / "none"),
-             "--output", str(data), *flags],
-        )  # fmt: skip
+            [
+                "glue",
+                "--task",
+                "mrpc",
+                "--data-dir",
+                str(tmp_path / "glue"),
+                "--checkpoint",
+                str(tmp_path / "none"),
+                "--output",
+                str(data),
+                *flags,
+            ],
+        )
         assert result.exit_code == 1, result.output
         assert (
             result.output.strip()
@@ -245,9 +257,11 @@ def test_overwrite_replaces_exactly_the_files_the_earlier_run_journaled(tmp_path
     ]
     (out / "notes.md").write_text("mine")  # added by hand after the run: not the run's own
     refused = _report(tmp_path, out, "--overwrite", expect=1)
-    assert refused[0].endswith("holds 1 file(s) that no `finetune report` run recorded writing (notes.md), "
-                               "besides the 2 of its earlier run; they are never deleted, even with --overwrite: "
-                               "choose an empty folder, or move them away")  # fmt: skip
+    assert refused[0].endswith(
+        "holds 1 file(s) that no `finetune report` run recorded writing (notes.md), "
+        "besides the 2 of its earlier run; they are never deleted, even with --overwrite: "
+        "choose an empty folder, or move them away"
+    )
     (out / "notes.md").unlink()
     _report(tmp_path, out, "--overwrite")
     assert _record(out)["run_id"] != record["run_id"]
@@ -268,9 +282,14 @@ def test_another_commands_output_is_never_replaced(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b'{"format": "output-record", "version": 9}', b"[1, 2]", b'{"format": "output-record", '
-     b'"version": 1, "command": "finetune report", "run_id": "x", "started": "t", "ended": null, "files": 3}'],
-)  # fmt: skip
+    [
+        b"{not json",
+        b'{"format": "output-record", "version": 9}',
+        b"[1, 2]",
+        b'{"format": "output-record", '
+        b'"version": 1, "command": "finetune report", "run_id": "x", "started": "t", "ended": null, "files": 3}',
+    ],
+)
 def test_a_damaged_record_is_one_line_and_nothing_is_deleted(tmp_path: Path, content: bytes):
     out = tmp_path / "results"
     out.mkdir()
@@ -287,8 +306,24 @@ def test_a_damaged_record_is_one_line_and_nothing_is_deleted(tmp_path: Path, con
 
 
 def _finetune_glue(inputs, out: Path) -> list[str]:  # noqa: F811 (the fixture's value)
-    return ["finetune", "glue", "--task", "rte", "--data-dir", inputs["glue"], "--checkpoint", inputs["bert"],
-            "--output", out, "--epochs", "1", "--batch-size", "2", "--max-seq-length", "32"]  # fmt: skip
+    return [
+        "finetune",
+        "glue",
+        "--task",
+        "rte",
+        "--data-dir",
+        inputs["glue"],
+        "--checkpoint",
+        inputs["bert"],
+        "--output",
+        out,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-seq-length",
+        "32",
+    ]
 
 
 @pytest.mark.slow
@@ -312,13 +347,44 @@ def test_a_killed_commands_overwrite_keeps_the_users_file(
     if command == "finetune glue":
         args = _finetune_glue(inputs, out)
     elif command == "pretrain":
-        args = ["pretrain", "--shards", request.getfixturevalue("shards"), "--output", out, "--config", "tiny",
-                "--max-steps", "3", "--save-steps", "1", "--global-batch-size", "4", "--num-workers", "0",
-                "--precision", "fp32"]  # fmt: skip
+        args = [
+            "pretrain",
+            "--shards",
+            request.getfixturevalue("shards"),
+            "--output",
+            out,
+            "--config",
+            "tiny",
+            "--max-steps",
+            "3",
+            "--save-steps",
+            "1",
+            "--global-batch-size",
+            "4",
+            "--num-workers",
+            "0",
+            "--precision",
+            "fp32",
+        ]
     else:
-        args = ["pipelines", "examples", "--corpus", request.getfixturevalue("corpus_output"), "--vocab",
-                request.getfixturevalue("vocab"), "--output", out, "--max-seq-length", "32", "--num-shards", "2",
-                "--num-buckets", "2", "--runner", "FnApiRunner"]  # fmt: skip
+        args = [
+            "pipelines",
+            "examples",
+            "--corpus",
+            request.getfixturevalue("corpus_output"),
+            "--vocab",
+            request.getfixturevalue("vocab"),
+            "--output",
+            out,
+            "--max-seq-length",
+            "32",
+            "--num-shards",
+            "2",
+            "--num-buckets",
+            "2",
+            "--runner",
+            "FnApiRunner",
+        ]
     process, _ = _held(*held, tmp_path, *map(str, args))
     process.kill()
     process.communicate(timeout=60)
@@ -329,10 +395,19 @@ def test_a_killed_commands_overwrite_keeps_the_users_file(
     (out / mine).write_text("the user's")
     tool, *rest = map(str, args)
     done = subprocess.run(
-        [sys.executable, "-m", {"finetune": "finetune", "pretrain": "pretrain", "pipelines": "pipelines"}[tool],
-         *rest, "--overwrite"], capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [
+            sys.executable,
+            "-m",
+            {"finetune": "finetune", "pretrain": "pretrain", "pipelines": "pipelines"}[tool],
+            *rest,
+            "--overwrite",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=600,
-    )  # fmt: skip
+    )
     assert done.returncode == 1, done.stderr
     assert f"holds 1 file(s) that no `{command}` run recorded writing ({mine})" in done.stderr
     assert (out / mine).read_text() == "the user's" and all((out / f).exists() for f in made)
