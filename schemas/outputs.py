@@ -39,9 +39,6 @@ CLAIM_FILE, RECORD_FILE = ".claim", ".output.json"
 RECORD_FORMAT, RECORD_VERSION = "output-record", 1
 MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")
 """Files that say an output (or a checkpoint) is complete: deleted before the others."""
-_CLAIMANT = dict(
-    command=(str,), run_id=(str,), host=(str,), pid=(int,), process_start=(int, type(None)), claimed=(str,)
-)
 
 log = logging.getLogger(__name__)
 _lock = threading.RLock()
@@ -58,8 +55,7 @@ def _now() -> str:
 
 
 def process_start(pid: int) -> int | None:
-    """When process ``pid`` started (ticks since boot, from ``/proc``; None where unknown): with
-    the pid it names a process even after the pid is reused."""
+    """When process ``pid`` started (ticks since boot, from ``/proc``; None where unknown)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
@@ -68,7 +64,8 @@ def process_start(pid: int) -> int | None:
         return None
 
 
-def _running(pid: int, started: int | None) -> bool:
+def _running(pid: int, started: object) -> bool:
+    """Whether ``pid`` (started at ``started``, when known: pids are reused) runs on this host."""
     if not os.path.isdir("/proc/self"):
         return True  # no /proc (macOS): a claim is never taken over, the user removes it
     return (now := process_start(pid)) is not None and started in (None, now)
@@ -89,7 +86,7 @@ def _cat(fs: Any, path: str) -> bytes | None:
 
 
 def _claim(fs: Any, root: str, url: str, command: str, run_id: str, where: str) -> bytes:
-    """Create the claim file of ``root`` (made if needed) for this process; its exact bytes."""
+    """Create the claim file of ``root`` (made if needed); its exact bytes."""
     path, claim_url = f"{root}/{CLAIM_FILE}", f"{url.rstrip('/')}/{CLAIM_FILE}"
     me = {"command": command, "run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}
     me.update(process_start=process_start(os.getpid()), claimed=_now())
@@ -97,21 +94,20 @@ def _claim(fs: Any, root: str, url: str, command: str, run_id: str, where: str) 
     fs.makedirs(root, exist_ok=True)
     for _ in range(3):
         if (existing := _cat(fs, path)) is not None:
-            c = None
-            with contextlib.suppress(ValueError, RecursionError):
+            try:
                 c = json.loads(existing)
-            if not (isinstance(c, dict) and all(type(c.get(k)) in t for k, t in _CLAIMANT.items())):
+                named = f"`{c['command']}` (run {c['run_id']}, pid {int(c['pid'])} on host {c['host']}, since {c['claimed']})"
+            except (ValueError, RecursionError, KeyError, TypeError):
                 raise OutputError(
                     f"{claim_url}: not a claim this release can read; if no other command writes there, "
                     f"remove it ({remove_hint(claim_url)}) and start again"
-                )
-            named = f"`{c['command']}` (run {c['run_id']}, pid {c['pid']} on host {c['host']}, since {c['claimed']})"
+                ) from None
             if c["host"] != me["host"]:
                 raise OutputError(
                     f"{where}: claimed by {named}, which cannot be checked from this host; if it no longer "
                     f"runs, remove the claim ({remove_hint(claim_url)}) and start again"
                 )
-            if _running(c["pid"], c["process_start"]):
+            if _running(int(c["pid"]), c.get("process_start")):
                 raise OutputError(
                     f"{where}: being written by {named}; wait for it to end, or choose another folder"
                 )
@@ -132,8 +128,8 @@ def _claim(fs: Any, root: str, url: str, command: str, run_id: str, where: str) 
 
 
 def _take_over(fs: Any, path: str, stale: bytes) -> bool:
-    """Move a stale claim aside (one mover wins: another gets FileNotFoundError) and delete it;
-    put back a claim another writer made meanwhile. Whether this process took the stale one over."""
+    """Move a stale claim aside (one mover wins) and delete it; put back another writer's that was
+    moved by mistake. Whether this process took the stale one over."""
     aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
     with contextlib.suppress(FileNotFoundError, FileExistsError):
         fs.mv(path, aside)
@@ -163,17 +159,14 @@ class OutputRecord:
 
     command: str
     run_id: str
-    files: dict[str, None]
-    """The journal, in order (any iterable of paths is taken); a dict, for lookups."""
+    files: dict[str, None]  # the journal in order (from any iterable); a dict for lookups
     started: str
-    ended: str | None = None
-    """When the run ended; None while it runs, or when it was killed."""
+    ended: str | None = None  # None while it runs, or when it was killed
 
     def __post_init__(self) -> None:
         self.files = dict.fromkeys(self.files)
 
     def to_json(self) -> bytes:
-        """The record file's content."""
         data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, **asdict(self), "files": list(self.files)}
         return (json.dumps(data, indent=1) + "\n").encode("utf-8")
 
@@ -212,7 +205,7 @@ def read_record(fs: Any, root: str, url: str) -> OutputRecord | None:
 
 
 def _machinery(relative: str) -> bool:
-    """The claim (and a stale one moved aside), the record and its temporary file: no run's files."""
+    """The claim (a stale one moved aside too) and the record (and its temporary file)."""
     name = final_name(relative) if is_temporary_name(relative) else relative
     return relative.startswith(CLAIM_FILE) or name == RECORD_FILE
 
