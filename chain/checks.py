@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import click
 
 from chain.run import filesystem
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, ManifestError, verify_completed
+from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, verify_completed
+from schemas.commands import InputError
 
 SEED_MAX = 2**31 - 1
 """The largest ``--seed``: every stage seeds ``seed + k`` (k < a few) into generators that take
@@ -187,7 +188,7 @@ def corpus_problems(corpus: str, splits: Sequence[str]) -> list[str]:
             return [f"--corpus {corpus}: no such folder"]
         text = fs.cat_file(manifest_path).decode("utf-8") if marker is not None else ""
         manifest = verify_completed(text, marker, corpus, DOCUMENTS.name)
-    except ManifestError as err:
+    except InputError as err:
         return [f"--corpus {err}"]
     except (OSError, UnicodeDecodeError) as err:
         return [f"--corpus {corpus}: cannot read its manifest ({type(err).__name__}: {err})"]

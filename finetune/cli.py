@@ -6,6 +6,7 @@ calls one library function (:func:`finetune.glue.run_glue`, :func:`finetune.swag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -16,9 +17,10 @@ import click
 
 from finetune.common import PRECISIONS, FinetuneError, SettingsError, TrainConfig
 from finetune.hidden import FEATURE_CHOICES
-from pretrain.outputs import OutputError, OverlapError, check_apart, open_output
 from pretrain.runtime import MAX_SEED
-from schemas.commands import OneLineGroup
+from schemas.commands import OneLineGroup, OutputError, UsageError
+from schemas.outputs import OutputFolder
+from schemas.paths import check_apart
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 CHECKPOINT_HELP = (
@@ -27,21 +29,6 @@ CHECKPOINT_HELP = (
 )
 
 
-OUTPUT_FILES = {
-    "glue": ("metrics.json", "*.tsv", "runs/*", "model/*"),
-    "swag": ("metrics.json", "dev_predictions.csv", "test_predictions.csv"),
-    "ner": ("metrics.json", "*_predictions.txt"),
-    "squad": (
-        "metrics.json",
-        "predictions.json",
-        "nbest_predictions.json",
-        "null_odds.json",
-        "predictions_tuned_threshold.json",
-        "model/*",
-        "*.tmp",
-    ),
-}
-"""The files each training command writes into --output (glob patterns): what --overwrite replaces."""
 MIN_SEQ_LENGTH = 8
 """The shortest ``--max-seq-length`` of a training command (``finetune.common.check_max_seq_length``)."""
 MAX_SEEDS = 100
@@ -56,12 +43,12 @@ def _refused(message: str) -> click.ClickException:
     return error
 
 
-def _check_apart(output: str, inputs: dict[str, str | None]) -> None:
-    """--output is none of the inputs, holds none and lies inside none (exit 2), even with
-    --overwrite: ``finetune glue --data-dir D --output D`` never touches D."""
+def _check_apart(output: str | None, inputs: dict[str, str | None], flag: str = "--output") -> None:
+    """--output (or ``flag``) is none of the inputs, holds none and lies inside none (exit 2), even
+    with --overwrite: ``finetune glue --data-dir D --output D`` never touches D."""
     try:
-        check_apart({"--output": output}, inputs)
-    except OverlapError as err:
+        check_apart({flag: output}, inputs)
+    except UsageError as err:
         raise _refused(str(err)) from None
 
 
@@ -72,6 +59,7 @@ def _into_output(
     inputs: dict[str, str | None],
     function: Callable,
     *args,
+    cache: str | None = None,
     **kwargs,
 ) -> Any:
     """Run a training command's library ``function`` into its claimed --output: checked against
@@ -79,14 +67,22 @@ def _into_output(
     refused unless --overwrite, saying whose files are there: exit 1), released at the end. The
     function's ``before_training`` hook removes the earlier run's own files (never others) once
     the data, checkpoint and settings checks have passed, so that a run refused by any of them
-    leaves the earlier output as it was, and records this run's."""
+    leaves the earlier output as it was, and records this run's. ``cache`` (``--feature-cache``)
+    is claimed too, as a folder runs add to."""
     _check_apart(output, inputs)
-    try:
-        folder = open_output(output, f"finetune {command}", OUTPUT_FILES[command], overwrite=overwrite)
-    except OutputError as err:
-        raise click.ClickException(str(err)) from None
-    with folder:
-        return _call(function, *args, before_training=folder.begin, **kwargs)
+    with contextlib.ExitStack() as stack:
+        try:
+            folders = [
+                stack.enter_context(OutputFolder.open(output, f"finetune {command}", overwrite=overwrite))
+            ]
+            if cache:
+                claimed = OutputFolder.open(
+                    cache, "finetune ner --feature-cache", continuing=True, option="--feature-cache"
+                )
+                folders.append(stack.enter_context(claimed))
+        except OutputError as err:
+            raise click.ClickException(str(err)) from None
+        return _call(function, *args, before_training=lambda: [f.begin() for f in folders], **kwargs)
 
 
 def _setup_logging() -> None:
@@ -410,12 +406,13 @@ def ner(
     if features is not None and source == click.core.ParameterSource.DEFAULT:
         opts["lr"] = FEATURE_LR
     config = _config(opts)
-    inputs = {"--data-dir": data_dir, "--checkpoint": opts["checkpoint"], "--feature-cache": feature_cache}
+    inputs = {"--data-dir": data_dir, "--checkpoint": opts["checkpoint"]}
+    _check_apart(feature_cache, inputs, "--feature-cache")
     result = _into_output(
         "ner",
         opts["output"],
         opts["overwrite"],
-        inputs,
+        {**inputs, "--feature-cache": feature_cache},
         run_ner,
         data_dir,
         opts["checkpoint"],
@@ -429,6 +426,7 @@ def ner(
         features=features,
         cache_features=cache_features,
         feature_cache=feature_cache,
+        cache=feature_cache,
     )
     longer = {split: counts["longer_than_one_window"] for split, counts in result["windows"].items()}
     click.echo(

@@ -38,14 +38,15 @@ import torch
 from finetune.common import PRECISIONS, Encoder, FinetuneError, SettingsError, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
 from finetune.squad import doc_windows, is_max_context
-from pretrain import outputs, runtime
-from pretrain.outputs import OutputFolder
+from pretrain import runtime
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker
+from schemas.commands import InputError, OutputError
 from schemas.features import FEATURES_NAME, features_format
 from schemas.files import write_file
 from schemas.formats import RecordFormat
-from schemas.manifest import ManifestError, bytes_match, verify_completed
+from schemas.manifest import bytes_match, verify_completed
+from schemas.outputs import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -220,18 +221,14 @@ def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
 # --- the output folder -----------------------------------------------------------------------------
 
 
-FEATURES_FILES = (COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, "features-*.arrow")
-"""What ``finetune features`` writes into ``--output``: all that ``--overwrite`` replaces."""
-
-
 def open_output(output: str, overwrite: bool) -> OutputFolder:
     """Before anything is read: claim ``output`` (one writer), refusing one that already has
     files unless ``overwrite`` and they are an earlier ``finetune features`` run's, and one that
-    cannot be written (:func:`pretrain.outputs.open_output`). Nothing on disk changes but the
+    cannot be written (:class:`schemas.outputs.OutputFolder`). Nothing on disk changes but the
     claim."""
     try:
-        return outputs.open_output(output, "finetune features", FEATURES_FILES, overwrite=overwrite)
-    except outputs.OutputError as err:
+        return OutputFolder.open(output, "finetune features", overwrite=overwrite)
+    except OutputError as err:
         raise FinetuneError(str(err)) from None
 
 
@@ -406,7 +403,7 @@ def read_manifest(output: str) -> Manifest:
         raise FinetuneError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
     try:
         return verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
-    except ManifestError as err:
+    except InputError as err:
         raise FinetuneError(str(err)) from None
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import fsspec
 
-from pretrain.outputs import open_output
 from schemas.files import write_file, write_json
+from schemas.outputs import OutputFolder
 
 GLUE_COLUMNS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
 GLUE_HEADERS = {
@@ -224,16 +224,13 @@ def _as_list(value: Any) -> list[float] | None:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-REPORT_FILES = ("results.json", "results.md")
-
-
 def write_report(
     run_folders: Sequence[str], output: str, label: str = "Ours", overwrite: bool = False
 ) -> dict[str, Any]:
     """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``
     (claimed: one writer); an earlier report there is refused unless ``overwrite``, and files no
     report wrote always (before any run is read)."""
-    with open_output(output, "finetune report", REPORT_FILES, overwrite=overwrite) as folder:
+    with OutputFolder.open(output, "finetune report", overwrite=overwrite) as folder:
         report = build_report(read_metrics(run_folders), label)
         folder.begin()
         fs, root = fsspec.core.url_to_fs(output)

@@ -17,9 +17,8 @@ from pipelines import io
 from pipelines.config import BooksConfig, CorpusConfig, TextConfig, WikipediaConfig
 from pipelines.runner import StageFailed, run_stage, runner_name, summary_lines
 from pipelines.stage import incomplete_reason
-from schemas import SchemaError
-from schemas.commands import OneLineGroup
-from schemas.paths import OverlapError, check_apart
+from schemas.commands import InputError, OneLineGroup, UsageError
+from schemas.paths import check_apart
 
 if TYPE_CHECKING:
     from pipelines.examples.pipeline import ExamplesConfig
@@ -50,7 +49,7 @@ def _apart(outputs: dict, inputs: dict) -> None:
     found before any input is read), even with --overwrite."""
     try:
         check_apart(outputs, inputs)
-    except OverlapError as err:
+    except UsageError as err:
         _fail(str(err))
 
 
@@ -506,7 +505,7 @@ def show(folder, samples):
 
     try:
         lines = describe(folder, num_samples=samples)
-    except (io.InputError, SchemaError) as err:
+    except (io.InputError, InputError) as err:
         _fail_run(str(err))
     for line in lines:
         click.echo(line)

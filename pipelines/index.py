@@ -25,11 +25,11 @@ from schemas import (
     COMPLETED_FILE,
     MANIFEST_FILE,
     Manifest,
-    ManifestError,
     ShardEntry,
     completed_marker,
     verify_completed,
 )
+from schemas.commands import InputError
 from schemas.examples import EXAMPLES_VERSION
 from schemas.index import (
     INDEX_FILE,
@@ -69,13 +69,13 @@ def _read_manifest(output: str) -> tuple[Manifest, str | None]:
     try:
         try:
             manifest = verify_completed(text, marker, output, "examples")
-        except ManifestError:
+        except InputError:
             manifest = Manifest.from_json(text, manifest_path)
             unindexed = dataclasses.replace(manifest, index=None).to_json()
             if manifest.index is None or marker != completed_marker(unindexed):
                 raise
             return dataclasses.replace(manifest, index=None), marker  # interrupted: start again
-    except ManifestError as err:
+    except InputError as err:
         raise io.InputError(str(err)) from None
     return manifest, marker
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import fsspec
@@ -16,10 +16,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
-from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
+from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, commands, outputs, verify_completed
+from schemas.commands import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
 from schemas.files import WriteError
-from schemas.outputs import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
 from schemas.outputs import OutputFolder
 from wordpiece.count import read_bytes, s3_storage_options
 from wordpiece.count import write_bytes as beam_write_bytes
@@ -29,12 +28,6 @@ SPLITS = ("train", "validation", "test")
 
 TEMP_DIR = ".temp"
 """Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
-STAGE_FILES = (
-    MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", "vocab.txt", COMPLETED_FILE,
-    *(f"{folder}/*" for folder in ("all", "rejects", "examples", *SPLITS, TEMP_DIR)),
-)  # fmt: skip
-"""What a stage writes into its output (glob patterns; ``*`` crosses ``/``): what its record
-lists until the run ends and records the exact files it left."""
 
 _S3_STORAGE: dict[str, Any] = {}
 
@@ -61,22 +54,10 @@ def _fs(output: str) -> tuple[Any, str]:
     return fs, root.rstrip("/") or "/"
 
 
-@contextlib.contextmanager
-def claimed(output: str, command: str) -> Iterator[None]:
+def claimed(output: str, command: str) -> contextlib.AbstractContextManager:
     """Hold ``output``'s claim (one writer) around ``command``'s change of an existing output in
     place (``pipelines index``); a folder that is not there is left to the command to refuse."""
-    fs, root = _fs(output)
-    if not fs.isdir(root):
-        yield
-        return
-    try:
-        held = claim(fs, root, output, Claimant.this_process(command, new_run_id()), option="")
-    except ClaimError as err:
-        raise OutputError(str(err)) from None
-    try:
-        yield
-    finally:
-        release(held)
+    return outputs.claimed(output, command, _fs(output)[0])
 
 
 def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
@@ -84,7 +65,7 @@ def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
     on Dataflow write into it under this claim), refusing a folder that holds files unless
     ``overwrite`` and they are the earlier run's of the same command
     (:class:`schemas.outputs.OutputFolder`); :class:`OutputError` says what is there."""
-    return OutputFolder.open(output, *_fs(output), command, STAGE_FILES, overwrite=overwrite)
+    return OutputFolder.open(output, command, fs=_fs(output)[0], overwrite=overwrite)
 
 
 def join(base: str, *parts: str) -> str:
@@ -159,7 +140,7 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
     try:
         text = read_bytes(manifest_path).decode("utf-8") if marker is not None else ""
         return verify_completed(text, marker, folder, expected_format)
-    except ManifestError as err:
+    except commands.InputError as err:
         raise InputError(str(err)) from None
     except OSError as err:
         raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None

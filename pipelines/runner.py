@@ -17,7 +17,8 @@ import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 
 from pipelines import io
-from schemas import STATS_FILE, SchemaError
+from schemas import STATS_FILE
+from schemas.commands import InputError
 from wordpiece.beam_jobs import DEFAULT_RUNNER, STEP_ANNOTATION, explain_failure, run_pipeline
 
 _LOG = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ def run_stage(
         build(pipeline, config, inputs)
         try:
             state = run_pipeline(pipeline, config.output)
-        except (io.InputError, io.OutputError, SchemaError) as err:  # raised again by Beam, step named
+        except (io.InputError, io.OutputError, InputError) as err:  # raised again by Beam, step named
             raise StageFailed(STEP_ANNOTATION.sub("", str(err))) from err
         except Exception as err:  # The runner wraps worker errors in its own types.
             _LOG.debug("pipeline failed", exc_info=True)

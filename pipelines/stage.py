@@ -33,6 +33,7 @@ from schemas import (
     absolute_reference,
     completed_marker,
 )
+from schemas.outputs import journal
 from schemas.rejects import EXCERPT_CHARS
 
 DOCUMENT = "document"
@@ -212,6 +213,7 @@ class WriteShards(beam.PTransform):
 
     def expand(self, rows):
         n, key = self._num_shards, self._shard_key
+        journal(*(io.join(self._output, shard_name(self._split, i, n)) for i in range(n)))  # before workers
         keyed = rows | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
         # One placeholder per shard, so that every shard file exists even when empty.
         placeholders = rows.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
@@ -350,6 +352,7 @@ class WriteStageOutput(beam.PTransform):
         self._extra_tallies, self._split_of, self._counted_in = tuple(extra_tallies), split_of, counted_in
 
     def expand(self, outcomes):
+        journal(*(io.join(self._output, name) for name in (STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)))
         outcomes = outcomes | "Count" >> beam.ParDo(CountOutcomes(self._namespace))
         split_of = self._split_of
         documents = outcomes | "Documents" >> beam.Filter(lambda o: o.kind == DOCUMENT)

@@ -25,7 +25,8 @@ from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining, parameter_counts, training_state_bytes
 from pretrain.runtime import exists
-from schemas import MANIFEST_FILE, ManifestError, VocabFile, manifest_vocabulary
+from schemas import MANIFEST_FILE, VocabFile, manifest_vocabulary
+from schemas.commands import InputError
 from schemas.manifest import bytes_match, path_leaves_folder
 from wordpiece.tokenizer import VocabError, WordPieceTokenizer, parse_vocab_txt, read_vocab_file
 
@@ -228,7 +229,7 @@ def shards_vocabulary(
     folder = shards.rstrip("/")
     try:
         recorded = manifest_vocabulary(probe.manifest, f"{folder}/{MANIFEST_FILE}")
-    except ManifestError as err:
+    except InputError as err:
         raise TrainingError(str(err)) from None
     if recorded.cased is None:
         raise TrainingError(

@@ -32,8 +32,6 @@ _IN_PROCESS_RUNNERS = (
 _OUR_ERRORS = (
     "InputError",
     "OutputError",
-    "SchemaError",
-    "ManifestError",
     "DumpError",
     "WriteError",
     "CorpusError",

@@ -220,6 +220,7 @@ def train(
     pieces per word on --measure-split). The same corpus and options give a byte-identical
     vocab.txt whatever the runner or number of workers.
     """
+    from schemas.commands import CommandError, UsageError
     from schemas.paths import check_apart
     from wordpiece.beam_jobs import explain_failure
     from wordpiece.count import CorpusError
@@ -240,12 +241,12 @@ def train(
             overwrite=overwrite,
         )
         check_apart({"--output": output}, {"--corpus": corpus})  # exit 2, before the corpus is read
-    except ValueError as err:  # the settings, or --output over --corpus: refused before anything is read
+    except (ValueError, UsageError) as err:  # the settings, or --output over --corpus: exit 2
         _fail(str(err), exit_code=2)
     try:
         stats = train_vocabulary(config, ctx.args)
     # it ran and failed: the corpus, the vocabulary, an output in the way (ValueError), a full disk
-    except (CorpusError, TrainingError, VocabError, ValueError, OSError) as err:
+    except (CorpusError, TrainingError, VocabError, ValueError, OSError, CommandError) as err:
         _fail(str(err))
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
         _fail(explain_failure(err))

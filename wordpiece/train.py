@@ -38,13 +38,13 @@ from schemas import (
     STATS_FILE,
     WORD_COUNTS,
     Manifest,
-    ManifestError,
     ShardEntry,
     absolute_reference,
     completed_marker,
     verify_completed,
 )
-from schemas.outputs import OutputError, OutputFolder
+from schemas.commands import InputError, OutputError
+from schemas.outputs import OutputFolder
 from wordpiece import count as counting
 from wordpiece.beam_jobs import run_pipeline
 from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, s3_storage_options, write_bytes
@@ -57,8 +57,6 @@ UNUSED_BEFORE_UNK = 99
 """In the released layout, [unused0..98] sit between [PAD] and [UNK]; the rest follow [MASK]."""
 SPLITS = ("train", "validation", "test")
 OUTPUT_FILES = (MANIFEST_FILE, STATS_FILE, "vocab.txt", "tokenizer.json")
-OWN_FILES = (*OUTPUT_FILES, COMPLETED_FILE, f"{COUNTS_FOLDER}/*")
-"""Everything ``wordpiece train`` writes into its output (glob patterns): what its record lists."""
 LEARN, MEASURE = "learn", "measure"
 MAX_VOCAB_SIZE = 2**32
 MAX_COUNT = 2**63 - 1
@@ -310,7 +308,7 @@ def _load_corpus_manifest(corpus: str) -> Manifest:
             read_bytes(FileSystems.join(corpus, MANIFEST_FILE)).decode("utf-8") if marker is not None else ""
         )
         return verify_completed(text, marker, corpus, DOCUMENTS.name)
-    except (ManifestError, OSError) as err:
+    except (InputError, OSError) as err:
         raise CorpusError(f"--corpus {err}") from None
 
 
@@ -319,9 +317,9 @@ def _open_output(config: TrainConfig, options: PipelineOptions) -> OutputFolder:
     files are an earlier ``wordpiece train`` run's (never anyone else's); check it is writable."""
     output = config.output.rstrip("/")
     storage = s3_storage_options(options) if output.startswith("s3://") else {}
-    fs, root = fsspec.core.url_to_fs(output, **storage)
+    fs = fsspec.core.url_to_fs(output, **storage)[0]
     try:
-        return OutputFolder.open(output, fs, root, "wordpiece train", OWN_FILES, overwrite=config.overwrite)
+        return OutputFolder.open(output, "wordpiece train", fs=fs, overwrite=config.overwrite)
     except OutputError as err:
         raise TrainingError(str(err)) from None
 

@@ -60,6 +60,8 @@ from pipelines.stats import sum_tallies
 from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
+from schemas.manifest import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE
+from schemas.outputs import journal
 from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
 
@@ -321,6 +323,9 @@ def build(
     ``folder`` (``spill_folder``; None: no spilling), removed before the output is marked ``COMPLETED``."""
     shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     carried = CarriedVocabulary.of(vocab)
+    # recorded in the output's journal before workers write them
+    names = [LENGTH_HISTOGRAM_FILE, INDEX_FILE, carried.file.path, STATS_FILE, MANIFEST_FILE, COMPLETED_FILE]
+    journal(*(io.join(config.output, n) for n in names), *([f"{folder}/"] if folder else []))
     fmt = examples_format(carried.size)
     tokenize = TokenizeShard(config.vocab, config.cased, config.num_buckets, folder)
     documents = (

@@ -27,6 +27,7 @@ from pipelines.stage import shard_name
 from schemas import RecordFormat, ShardEntry
 from schemas.formats import batch_row_counts
 from schemas.index import shard_index_entry
+from schemas.outputs import journal
 from wordpiece.masking import hashed_bits
 
 STREAM_SHARD = 21
@@ -115,6 +116,7 @@ class WriteExampleShards(beam.PTransform):
 
     def expand(self, pieces):
         n = self._num_shards
+        journal(*(io.join(self._output, shard_name(self._split, i, n)) for i in range(n)))  # before workers
         # One placeholder per shard, so that every shard file exists even when empty.
         placeholders = pieces.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
         return (

@@ -19,6 +19,7 @@ from finetune.extract import ExtractSettings, extract_features, read_features, v
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
 from schemas import COMPLETED_FILE, MANIFEST_FILE
+from schemas.commands import InputError
 
 WORDS = "the a cat dog sat on mat play walk".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##ing", "##s", ",", "."]
@@ -200,7 +201,6 @@ def test_cli_writes_shards_and_names_bad_flags(run, text, tmp_path):
 
 def test_the_features_schema_refuses_bad_rows():
     from schemas.features import features_format
-    from schemas.formats import SchemaError
 
     fmt = features_format(2)
     good = {
@@ -212,9 +212,9 @@ def test_the_features_schema_refuses_bad_rows():
         "vector": [0.5, 1.0],
     }
     assert fmt.to_table([good]).column("vector").type.list_size == 2
-    with pytest.raises(SchemaError, match="word_index must be -1"):
+    with pytest.raises(InputError, match="word_index must be -1"):
         fmt.to_table([{**good, "word_index": -2}])
-    with pytest.raises(SchemaError, match="do not fit"):
+    with pytest.raises(InputError, match="do not fit"):
         fmt.to_table([{**good, "vector": [0.5]}])
 
 

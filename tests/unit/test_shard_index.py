@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from pipelines.cli import main as pipelines_main
 from pretrain.data import ExampleShards
-from schemas import Manifest, ManifestError, ShardEntry, completed_marker, verify_completed
+from schemas import Manifest, ShardEntry, completed_marker, verify_completed
+from schemas.commands import InputError
 from schemas.examples import examples_format
 from schemas.formats import batch_row_counts
 from schemas.index import ShardIndex, shard_index_entry
@@ -63,9 +64,9 @@ def test_index_json_round_trip_and_version():
     back = ShardIndex.from_json(text, "index.json")
     assert back.shards == index.shards and back.schema.equals(FMT.schema, check_metadata=True)
     assert back.to_json() == text
-    with pytest.raises(ManifestError, match=r"index\.json: index version 2 is not supported"):
+    with pytest.raises(InputError, match=r"index\.json: index version 2 is not supported"):
         ShardIndex.from_json(text.replace('"index_version":1', '"index_version":2'), "index.json")
-    with pytest.raises(ManifestError, match=r"index\.json: malformed index"):
+    with pytest.raises(InputError, match=r"index\.json: malformed index"):
         ShardIndex.from_json(text.replace('"offset"', '"offsets"'), "index.json")
 
 
@@ -96,7 +97,7 @@ def _snapshot(root) -> dict[str, bytes]:
 def test_pipelines_index_adds_the_index_and_touches_nothing_else(tmp_path):
     root = tmp_path / "old"
     url = _old_output(root)
-    with pytest.raises(ManifestError, match=f"add it with `pipelines index {url}`"):
+    with pytest.raises(InputError, match=f"add it with `pipelines index {url}`"):
         ExampleShards(url, batch_size=100)
     before = _snapshot(root)
     result = CliRunner().invoke(pipelines_main, ["index", url], prog_name="pipelines")
