@@ -163,6 +163,15 @@ def vocab_sha256(tokens: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
 
 
+def replacement_ids(tokens: Sequence[str], whole_vocab: bool = False) -> list[int]:
+    """Ids a masked-LM "random token" may take: every id when ``whole_vocab`` (as the reference
+    generator), else the real tokens only (no :data:`SPECIAL_TOKENS`, no ``[unusedN]``)."""
+    if whole_vocab:
+        return list(range(len(tokens)))
+    special = frozenset(SPECIAL_TOKENS)
+    return [i for i, t in enumerate(tokens) if t not in special and not t.startswith("[unused")]
+
+
 def _vocab_and_casing(path: str) -> tuple[list[str], bool | None]:
     """The validated vocabulary of a ``vocab.txt`` or ``tokenizer.json`` (by its ``.json``
     suffix), and the casing a tokenizer.json records (None for a vocab.txt)."""
@@ -424,12 +433,8 @@ class WordPieceTokenizer:
         return vocab_sha256(self.vocab)
 
     def replacement_ids(self, whole_vocab: bool = False) -> list[int]:
-        """Ids a masked-LM "random token" may take: every id when ``whole_vocab`` (as the reference
-        generator), else the real tokens only (no :data:`SPECIAL_TOKENS`, no ``[unusedN]``)."""
-        if whole_vocab:
-            return list(range(len(self.vocab)))
-        special = frozenset(SPECIAL_TOKENS)
-        return [i for i, t in enumerate(self.vocab) if t not in special and not t.startswith("[unused")]
+        """:func:`replacement_ids` of this vocabulary."""
+        return replacement_ids(self.vocab, whole_vocab)
 
     def special_ids(self) -> dict[str, int]:
         """Each of :data:`SPECIAL_TOKENS` with its id, e.g. ``{"[PAD]": 0, "[UNK]": 100, ...}``."""

@@ -21,28 +21,19 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
+from pipelines.examples.finish import ExampleColumns, ExampleVocab, mask_and_count
 from pipelines.examples.pairs import TokenizedDocument, seeded_generator
-from pipelines.stats import bucket_label
-from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
+from wordpiece.masking import MaskingConfig
 
 FORMATS = ("pairs", "packed")
 """``pipelines examples --format``: NSP pairs (BERT) or packed sentences without NSP."""
 
 PACKED_NEXT_SENTENCE_LABEL = 0
 """``next_sentence_labels`` of every packed example: a constant, there are no pairs."""
-
-
-class PackingVocab(Protocol):
-    """The ids packing needs (``pipeline.ExampleVocab`` has them)."""
-
-    cls_id: int
-    sep_id: int
-    unk_id: int
-    masking: MaskingVocab
 
 
 class PackedSequence(NamedTuple):
@@ -117,62 +108,35 @@ def finish_packed(
     dupe_index: int,
     first_index: int,
     masking: MaskingConfig | None,
-    vocab: PackingVocab,
-) -> tuple[list[dict], Counter]:
-    """``[CLS] ... [SEP]`` rows of packed sequences, masked (unless ``masking`` is None) by the
-    rule of :func:`wordpiece.masking.mask_batch` with each sequence's key.
-
-    ``first_index`` numbers the rows within their (group, pass), for the shard key.
-    """
+    vocab: ExampleVocab,
+) -> tuple[ExampleColumns, Counter]:
+    """``[CLS] ... [SEP]`` examples of packed sequences, masked (unless ``masking`` is None) with
+    each sequence's key; ``first_index`` numbers them within their (group, pass)."""
     n = len(sequences)
     cls_, sep = np.array([vocab.cls_id], np.int32), np.array([vocab.sep_id], np.int32)
-    pieces = []
-    for sequence in sequences:
-        pieces += (cls_, sequence.tokens, sep)
-    ids = np.concatenate(pieces).astype(np.int32) if pieces else np.zeros(0, np.int32)
+    ids = np.concatenate(
+        [part for s in sequences for part in (cls_, s.tokens, sep)] or [np.zeros(0, np.int32)]
+    )
     lengths = np.fromiter((len(s.tokens) + 2 for s in sequences), np.int64, n)
-    starts = np.cumsum(lengths) - lengths
     tally = Counter(
         examples=n,
-        tokens=int(lengths.sum()),
-        unk_tokens=int(np.count_nonzero(ids == vocab.unk_id)),
         document_separators=sum(s.num_documents - 1 for s in sequences),
         split_sentences=sum(s.num_split_sentences for s in sequences),
     )
-    values, counts = np.unique(lengths, return_counts=True)
-    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-        tally[f"hist/{bucket_label(value)}"] += count
-    if masking is not None:
-        masked = mask_batch(ids, starts, lengths, keys, masking, vocab.masking)
-        output, positions, labels = masked.input_ids, masked.positions, masked.labels
-        prediction_ends = np.cumsum(masked.num_predictions).tolist()
-        tally.update(
-            predictions=len(positions),
-            masked_to_mask=int(masked.num_to_mask.sum()),
-            masked_unchanged=int(masked.num_unchanged.sum()),
-        )
-    else:
-        output, positions, labels, prediction_ends = ids, ids[:0], ids[:0], [0] * n
-    rows = []
-    prediction_start = 0
-    for index, (sequence, start, length, prediction_end) in enumerate(
-        zip(sequences, starts.tolist(), lengths.tolist(), prediction_ends, strict=True)
-    ):
-        rows.append(
-            {
-                "input_ids": output[start : start + length],
-                "masked_lm_positions": positions[prediction_start:prediction_end],
-                "masked_lm_ids": labels[prediction_start:prediction_end],
-                "next_sentence_labels": PACKED_NEXT_SENTENCE_LABEL,
-                "num_tokens_a": length,  # one segment: token type 0 throughout
-                "num_tokens": length,
-                "doc_id": sequence.doc_id,
-                "dupe_index": dupe_index,
-                "_pair": first_index + index,
-            }
-        )
-        prediction_start = prediction_end
-    return rows, tally
+    output, positions, labels, num_predictions = mask_and_count(ids, lengths, keys, masking, vocab, tally)
+    columns = ExampleColumns(
+        input_ids=output,
+        num_tokens=lengths,
+        positions=positions,
+        labels=labels,
+        num_predictions=num_predictions,
+        num_tokens_a=lengths,  # one segment: token type 0 throughout
+        next_sentence_labels=np.full(n, PACKED_NEXT_SENTENCE_LABEL, np.int8),
+        doc_ids=np.array([s.doc_id for s in sequences], dtype=object),
+        dupe_index=np.full(n, dupe_index, np.int64),
+        pair_index=first_index + np.arange(n, dtype=np.int64),
+    )
+    return columns, tally
 
 
 def pack_group(
@@ -183,11 +147,11 @@ def pack_group(
     dupe_factor: int,
     max_seq_length: int,
     masking: MaskingConfig | None,
-    vocab: PackingVocab,
+    vocab: ExampleVocab,
     batch_size: int = 4096,
 ):
-    """Every dupe pass of one group's documents, packed and masked: yields ``(rows, tally)`` in
-    batches. The rows do not depend on the order ``documents`` come in."""
+    """Every dupe pass of one group's documents, packed and masked: yields ``(columns, tally)`` in
+    batches. The examples do not depend on the order ``documents`` come in."""
     for dupe in range(dupe_factor):
         ordered = sorted(documents, key=lambda d: document_order_key(seed, dupe, d.doc_id))
         sequences = pack_documents(ordered, max_seq_length, vocab.sep_id)

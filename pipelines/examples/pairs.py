@@ -1,9 +1,9 @@
 """Next-sentence pairs, as the reference generator's ``create_instances_from_document`` makes them.
 
 The reference picks the random B from a corpus held in memory. Here a document is planned
-on its own (``plan_pairs``): each pair whose B must come from another document carries a
-request for ``random_b_length`` tokens, which the pipeline fulfils elsewhere with
-``take_random_b``; ``truncate_pairs`` then trims a batch of pairs at once.
+on its own (``plan_cuts``): each pair whose B must come from another document carries a
+request for ``random_b_length`` tokens, which the pipeline fulfils by bucket
+(``batches.fulfil_bucket``); ``truncate_pairs`` then trims a batch of pairs at once.
 
 Randomness is a pure function of data identity, never of a worker or of the order work
 arrives in: a document pass draws from a generator seeded by (seed, document, dupe pass)
@@ -23,9 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from wordpiece.masking import hashed_bits, hashed_uniforms
-
-__all__ = ["hashed_bits", "hashed_uniforms"]
+from wordpiece.masking import hashed_bits
 
 _POPCOUNT_8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 
@@ -92,30 +90,6 @@ def tokenized_document(doc_id: str, sentences: Sequence[Sequence[int]]) -> Token
     return TokenizedDocument(doc_id, tokens, offsets)
 
 
-class PairPlan(NamedTuple):
-    """One pair before truncation: A, and either its actual continuation B or a request."""
-
-    doc_id: str
-    dupe_index: int
-    pair_index: int
-    tokens_a: np.ndarray
-    tokens_b: np.ndarray
-    """The actual next sentences (label 0); empty when B must be a random span."""
-    random_b_length: int
-    """Tokens wanted from another document (label 1); 0 for an actual continuation."""
-    key: int
-    """64 random bits that seed every later decision about this pair (truncation, masking)."""
-    document_draw: float
-    """Uniform in [0, 1): which other document B comes from (random next only)."""
-    sentence_draw: float
-    """Uniform in [0, 1): the sentence of that document B starts at (random next only)."""
-
-    @property
-    def is_random_next(self) -> bool:
-        """Whether B comes from another document (``next_sentence_labels`` = 1)."""
-        return self.random_b_length > 0
-
-
 class PairCuts(NamedTuple):
     """One document pass's pairs as arrays (one entry per pair, in pair order); offsets are token
     offsets into the document's ``tokens``."""
@@ -172,42 +146,6 @@ def plan_cuts(document: TokenizedDocument, config: PairConfig, rng: np.random.Ge
     a_start, a_end, b_end = table[:, 0], table[:, 1], table[:, 2]
     random_b_length = np.where(b_end == a_end, np.maximum(1, target - (a_end - a_start)), 0)
     return PairCuts(a_start, a_end, b_end, random_b_length, keys, other[:, 0], other[:, 1])
-
-
-def plan_pairs(
-    document: TokenizedDocument, dupe_index: int, config: PairConfig, rng: np.random.Generator
-) -> list[PairPlan]:
-    """:func:`plan_cuts` as one :class:`PairPlan` per pair, with A and B as views of the document."""
-    cuts = plan_cuts(document, config, rng)
-    tokens = document.tokens
-    return [
-        PairPlan(
-            document.doc_id,
-            dupe_index,
-            index,
-            tokens[a_start:a_end],
-            tokens[a_end:b_end],
-            random_b_length,
-            key,
-            document_draw,
-            sentence_draw,
-        )
-        for index, (a_start, a_end, b_end, random_b_length, key, document_draw, sentence_draw) in enumerate(
-            zip(*(c.tolist() for c in cuts), strict=True)
-        )
-    ]
-
-
-def take_random_b(
-    tokens: np.ndarray, offsets: Sequence[int], length: int, sentence_draw: float
-) -> np.ndarray:
-    """From a random sentence of another document (its ``tokens`` and sentence ``offsets``),
-    whole sentences until ``length`` tokens."""
-    num_sentences = len(offsets) - 1
-    first = int(sentence_draw * num_sentences)
-    # The first sentence end at or past first + length, or the document's end.
-    last = min(bisect.bisect_left(offsets, offsets[first] + length, first + 1), num_sentences)
-    return tokens[offsets[first] : offsets[last]]
 
 
 def _coin_heads(keys: np.ndarray, num_coins: np.ndarray, stream: int) -> np.ndarray:

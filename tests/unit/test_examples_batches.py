@@ -107,7 +107,8 @@ def test_random_b_is_whole_sentences_of_another_document():
             # Not truncated at the front: B starts at a sentence boundary of its document.
             if len(row["input_ids"]) < unmasked.pairs.max_seq_length:
                 start = next(i for i in range(len(tokens)) if tokens[i : i + len(b)] == b)
-                assert start in documents[source].offsets.tolist()
+                offsets = documents[source].offsets.tolist()
+                assert start in offsets and start + len(b) in offsets  # whole sentences
 
 
 def test_draws_are_uniform_over_the_other_documents():
