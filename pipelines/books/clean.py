@@ -4,7 +4,8 @@ Pure functions, no Beam. ``clean_book`` runs: ``decode_book`` -> ``normalize_new
 ``strip_gutenberg`` (header, footer, licence) -> ``split_blocks`` (blank-line separated lines)
 -> ``drop_table_of_contents`` -> ``unwrap_lines`` (one line per paragraph) -> drop paragraphs
 that ``is_boilerplate`` or ``is_heading``. Every heuristic errs on the side of keeping text:
-a stray heading costs little, lost prose more.
+a stray heading costs little, lost prose more. A book that cannot be used gives a
+:class:`Rejection` instead.
 """
 
 from __future__ import annotations
@@ -18,24 +19,18 @@ from typing import NamedTuple
 import charset_normalizer
 
 
-class BookRejected(Exception):
-    """A book that cannot be used; ``reason`` is a snake_case code, ``detail`` says why."""
+class Rejection(NamedTuple):
+    """Why a book cannot be used: ``reason`` is a snake_case code (``binary``, ``undecodable``,
+    ``empty``), ``detail`` a sentence naming the book."""
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
+    reason: str
+    detail: str
 
 
 @dataclass(frozen=True)
 class CleanBook:
-    """A cleaned book: its prose paragraphs (one line each) and what was removed.
-
-    Header and footer lines are those ``strip_gutenberg`` cut (credits included); TOC lines
-    those of contents lists and of a title page before one; heading paragraphs include
-    separators and illustration markers; boilerplate paragraphs include everything cut after
-    ``THE END`` or a transcriber's note at the very end.
-    """
+    """A cleaned book: its prose paragraphs (one line each) and how much of each kind was removed
+    (boilerplate counts everything cut after ``THE END`` or a final transcriber's note)."""
 
     title: str | None
     paragraphs: list[str]
@@ -60,10 +55,10 @@ class GutenbergParts:
 
 
 MAX_CONTROL_SHARE = 0.01
+"""Decoded text with more than this share of control characters is taken for binary data."""
 MAX_REPLACED_SHARE = 0.001
 """At most this share of a book's characters may be undecodable bytes (replaced by U+FFFD);
 a book with more is rejected ``undecodable`` (or, without a BOM, decoded as a legacy code page)."""
-"""Decoded text with more than this share of control characters is taken for binary data."""
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _BOMS = [
@@ -125,57 +120,45 @@ def _decode_replacing(data: bytes, encoding: str) -> tuple[str, int] | None:
     return (text, replaced) if replaced <= MAX_REPLACED_SHARE * max(len(text), 1) else None
 
 
-def decode_book(data: bytes, name: str = "<book>") -> DecodedBook:
-    """Decode a book's bytes; return ``(text, encoding, replaced)`` or raise ``BookRejected``.
+def decode_book(data: bytes, name: str = "<book>") -> DecodedBook | Rejection:
+    """Decode a book's bytes: ``(text, encoding, replaced)``, or a :class:`Rejection`.
 
     A BOM (UTF-32, UTF-8, UTF-16) decides; else NUL bytes mean BOM-less UTF-16 when they sit in
     the odd or the even positions only, binary otherwise; else UTF-8; else ``_decode_legacy``.
     A BOM's encoding or UTF-8 (text with valid multi-byte sequences) tolerates undecodable bytes
     up to ``MAX_REPLACED_SHARE`` of the characters, each replaced by U+FFFD and counted in
-    ``replaced``; above it a BOM'd book is ``undecodable`` and a BOM-less one legacy-decoded. Text with more than ``MAX_CONTROL_SHARE`` control characters is binary;
-    the few control characters of accepted text are removed.
+    ``replaced``; above it a BOM'd book is ``undecodable`` and a BOM-less one legacy-decoded.
+    Text with more than ``MAX_CONTROL_SHARE`` control characters is binary; the few control
+    characters of accepted text are removed.
     """
     if not data.strip():
-        raise BookRejected("empty", f"{name}: no bytes or only whitespace")
+        return Rejection("empty", f"{name}: no bytes or only whitespace")
     bom, encoding = next(((b, e) for b, e in _BOMS if data.startswith(b)), (b"", ""))
+    if not bom and b"\x00" in data and not (encoding := _sniff_utf16(data)):
+        return Rejection("binary", f"{name}: NUL bytes and not UTF-16")
+    codec = encoding.removesuffix("-sig") or "utf-8"
+    replaced = 0
     try:
-        if bom:
-            text = data[len(bom) :].decode(encoding.removesuffix("-sig"))
-        elif b"\x00" in data:
-            if not (encoding := _sniff_utf16(data)):
-                raise BookRejected("binary", f"{name}: NUL bytes and not UTF-16")
-            text = data.decode(encoding)
-        else:
-            text, encoding = data.decode("utf-8"), "utf-8"
+        text = data[len(bom) :].decode(codec)
     except UnicodeDecodeError as exc:
-        replaced = 0
-        if bom:
-            tolerated = _decode_replacing(data[len(bom) :], encoding.removesuffix("-sig"))
-            if tolerated is None:
-                raise BookRejected(
-                    "undecodable", f"{name}: {encoding} BOM but {exc.reason} (beyond the tolerated share)"
-                ) from None
+        if not bom and b"\x00" in data:
+            return Rejection("binary", f"{name}: NUL bytes and not UTF-16")
+        tolerated = _decode_replacing(data[len(bom) :], codec)
+        if bom and tolerated is None:
+            return Rejection(
+                "undecodable", f"{name}: {encoding} BOM but {exc.reason} (beyond the tolerated share)"
+            )
+        if bom or (tolerated is not None and re.search(r"[^\x00-\x7f\ufffd]", tolerated[0])):
             text, replaced = tolerated
-        elif b"\x00" in data:
-            raise BookRejected("binary", f"{name}: NUL bytes and not UTF-16") from None
-        elif (tolerated := _decode_replacing(data, "utf-8")) is not None and re.search(
-            r"[^\x00-\x7f\ufffd]", tolerated[0]
-        ):
-            (text, replaced), encoding = tolerated, "utf-8"
         else:
             text, encoding = _decode_legacy(data)
-        return _finish_decoding(text, encoding, replaced, name)
-    return _finish_decoding(text, encoding, 0, name)
-
-
-def _finish_decoding(text: str, encoding: str, replaced: int, name: str) -> DecodedBook:
     controls = len(_CONTROL_RE.findall(text))
     if controls > MAX_CONTROL_SHARE * len(text):
-        raise BookRejected("binary", f"{name}: {controls} control characters in {len(text)}")
+        return Rejection("binary", f"{name}: {controls} control characters in {len(text)}")
     text = _CONTROL_RE.sub("", text).lstrip("\ufeff")
     if not text.strip():
-        raise BookRejected("empty", f"{name}: no text after decoding as {encoding}")
-    return DecodedBook(text, encoding, replaced)
+        return Rejection("empty", f"{name}: no text after decoding as {encoding or 'utf-8'}")
+    return DecodedBook(text, encoding or "utf-8", replaced)
 
 
 def normalize_newlines(text: str) -> str:
@@ -277,11 +260,6 @@ def unwrap_lines(lines: list[str]) -> str:
         glued = previous.endswith(("-", "–", "—")) and previous[-2:-1].strip() and line[:1].isalnum()
         parts.append(line if glued else " " + line)
     return " ".join(_ILLUSTRATION_RE.sub(" ", "".join(parts)).split())
-
-
-def split_paragraphs(text: str) -> list[str]:
-    """The paragraphs of ``text`` (blocks from ``split_blocks``), each unwrapped onto one line."""
-    return [p for p in map(unwrap_lines, split_blocks(text)) if p]
 
 
 _CONTENTS_RE = re.compile(r"^(table\s+of\s+)?contents\W*$", _I)
@@ -411,13 +389,13 @@ def is_boilerplate(paragraph: str) -> bool:
     return bool(_BOILERPLATE_RE.search(paragraph))
 
 
-def clean_book(data: bytes, name: str, *, min_words: int = 0) -> CleanBook:
-    """Clean one book file into prose paragraphs; raise ``BookRejected`` for unusable input.
-
-    Reasons: ``binary``, ``undecodable``, ``empty`` (from ``decode_book``, or no prose paragraph
-    left) and ``too_short`` (fewer than ``min_words`` words of prose; 0 disables the check).
-    """
-    text, encoding, replaced = decode_book(data, name)
+def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
+    """Clean one book file into prose paragraphs, or say why it cannot be used: a
+    :class:`Rejection` from ``decode_book``, or ``empty`` when no prose paragraph is left."""
+    decoded = decode_book(data, name)
+    if isinstance(decoded, Rejection):
+        return decoded
+    text, encoding, replaced = decoded
     parts = strip_gutenberg(normalize_newlines(text))
     blocks, num_toc_lines = drop_table_of_contents(split_blocks(parts.body))
     paragraphs: list[str] = []
@@ -435,9 +413,7 @@ def clean_book(data: bytes, name: str, *, min_words: int = 0) -> CleanBook:
         else:
             paragraphs.append(paragraph)
     if not paragraphs:
-        raise BookRejected("empty", f"{name}: no prose paragraphs left after cleaning")
-    if (words := sum(len(p.split()) for p in paragraphs)) < min_words:
-        raise BookRejected("too_short", f"{name}: {words} words of prose, fewer than {min_words}")
+        return Rejection("empty", f"{name}: no prose paragraphs left after cleaning")
     return CleanBook(
         title=parts.title,
         paragraphs=paragraphs,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipelines import io
-from pipelines.books.clean import BookRejected, clean_book
+from pipelines.books.clean import Rejection, clean_book
 from pipelines.config import BooksConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
@@ -39,20 +39,17 @@ def _title_from_path(path: str) -> str:
 def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
     """Clean one book file into a document, or say why it was dropped or rejected."""
     name = path.rsplit("/", 1)[-1]
-    try:
-        book = clean_book(data, name)
-    except BookRejected as err:
-        excerpt = data[:200].decode("utf-8", errors="replace")
+    book = clean_book(data, name)
+    if isinstance(book, Rejection):
         # Text that cannot be decoded is a damaged input file, not a record to drop quietly.
-        kind = FILE_ERROR if err.reason in FILE_ERROR_REASONS else REJECTED
-        detail = err.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else err.detail
+        kind = FILE_ERROR if book.reason in FILE_ERROR_REASONS else REJECTED
         return reject_outcome(
             source=SOURCE,
             origin=path,
             record_id=name,
-            reason=err.reason,
-            detail=detail,
-            excerpt=excerpt,
+            reason=book.reason,
+            detail=book.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else book.detail,
+            excerpt=data[:200].decode("utf-8", errors="replace"),
             kind=kind,
         )
     return sentences_outcome(

@@ -28,7 +28,7 @@ from pipelines.stage import (
 )
 from pipelines.text import paragraphs_to_sentences
 from pipelines.wiki.dump import (
-    DumpError,
+    Defect,
     RawPage,
     index_path_for,
     iter_pages,
@@ -51,11 +51,13 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # Allowed in XML 1.0
 
 @dataclass(frozen=True)
 class ReadTask:
-    """One unit of reading: a whole file (``start is None``) or a byte range of bz2 streams."""
+    """One unit of reading: a whole file (``start is None``) or a byte range of bz2 streams; or
+    a multistream index that cannot be read (``defect``), reported as a file error."""
 
     path: str
     start: int | None = None
     end: int | None = None
+    defect: Defect | None = None
 
 
 def is_index_file(path: str) -> bool:
@@ -65,15 +67,15 @@ def is_index_file(path: str) -> bool:
 
 
 def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
-    """Split a multistream dump with an index into stream ranges; read any other file whole."""
-    try:
-        index_path = index_path_for(path)
-    except ValueError:  # Not named like a multistream dump: there is no index to look for.
-        return [ReadTask(path)]
-    if not io.exists(index_path):
+    """Split a multistream dump with an index into stream ranges; read any other file whole (and
+    a dump whose index cannot be read, reporting the index as a file error)."""
+    index_path = index_path_for(path)
+    if index_path is None or not io.exists(index_path):
         return [ReadTask(path)]
     with io.open_binary(index_path) as index:
         offsets = read_stream_offsets(index)
+    if isinstance(offsets, Defect):
+        return [ReadTask(path), ReadTask(index_path, defect=offsets)]
     if not offsets:
         return [ReadTask(path)]
     ranges = plan_stream_ranges(offsets, io.file_size(path), streams_per_range)
@@ -82,22 +84,28 @@ def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
 
 def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     """Yield the pages of one read task; a corrupt file ends in one file-error outcome."""
-    num_pages = 0
-    try:
+    num_pages, defect = 0, task.defect
+    if defect is None:
         with io.open_binary(task.path) as f:
             pages = iter_pages(f) if task.start is None else iter_range_pages(f, task.start, task.end)
             for page in pages:
+                if isinstance(page, Defect):
+                    defect = page
+                    break
                 num_pages += 1
                 yield page
-    except DumpError as err:
+    if defect is not None:
         where = "" if task.start is None else f" (bytes {task.start}-{task.end})"
+        kept = (
+            f"the {num_pages} pages before it were kept" if task.defect is None else "the dump is read whole"
+        )
         yield reject_outcome(
             source=SOURCE,
             origin=task.path,
             record_id="file",
-            reason=err.reason,
+            reason=defect.reason,
             kind=FILE_ERROR,
-            detail=f"{err.detail}{where}; the {num_pages} pages before it were kept",
+            detail=f"{defect.detail}{where}; {kept}",
         )
 
 
