@@ -186,7 +186,9 @@ def _choose_whole_words(
     group_owner = cand_owner[group_start]
     group_first = np.flatnonzero(group_start)
     group_size = np.diff(np.append(group_first, len(candidates)))
-    order_key = hashed_uniforms(keys[group_owner], np.arange(num_groups), STREAM_WORD_ORDER)
+    # Each word's draw is counted from its sequence's first word: the same in any batch.
+    counters = np.arange(num_groups) - np.searchsorted(group_owner, group_owner)
+    order_key = hashed_uniforms(keys[group_owner], counters, STREAM_WORD_ORDER)
     order = np.lexsort((order_key, group_owner))
     owners, indexes = [], []
     group_owner_l, size_l, first_l = group_owner.tolist(), group_size.tolist(), group_first.tolist()
