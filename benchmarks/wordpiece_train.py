@@ -25,7 +25,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "wordpiece_train.json"
 
 _ONE_SIZE = """
 import json, random, resource, sys, time
-from wordpiece.train import TrainConfig, alphabet_of, learn_pieces
+from wordpiece.train import VocabConfig, alphabet_of, learn_pieces
 distinct, vocab_size = int(sys.argv[1]), int(sys.argv[2])
 rng = random.Random(0)
 syllables = [a + b for a in "bcdfghjklmnprstvwz" for b in "aeiou"] + list("aeiouy")
@@ -33,7 +33,7 @@ words = set()
 while len(words) < distinct:
     words.add("".join(rng.choice(syllables) for _ in range(rng.randint(1, 5))))
 counts = sorted((w, max(1, int(10_000_000 / (rank + 1)))) for rank, w in enumerate(sorted(words)))
-config = TrainConfig(corpus="c", output="o", vocab_size=vocab_size, num_unused=0)
+config = VocabConfig(corpus="c", output="o", vocab_size=vocab_size, num_unused=0)
 start = time.perf_counter()
 alphabet = alphabet_of(counts, config.limit_alphabet)
 pieces = learn_pieces(counts, alphabet, config, vocab_size - 5)
@@ -69,7 +69,7 @@ def bench_real_text(vocab_size: int) -> dict | None:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     from wordpiece.tokenizer import pre_tokenize
-    from wordpiece.train import TrainConfig, alphabet_of, learn_pieces
+    from wordpiece.train import VocabConfig, alphabet_of, learn_pieces
 
     books = sorted((SHARED / "books" / "gutenberg").glob("*.txt"))
     if not books:
@@ -82,7 +82,7 @@ def bench_real_text(vocab_size: int) -> dict | None:
     for line in lines:
         counts.update(pre_tokenize(line, cased=False))
     count_s = time.perf_counter() - start
-    config = TrainConfig(corpus="c", output="o", vocab_size=vocab_size, num_unused=0)
+    config = VocabConfig(corpus="c", output="o", vocab_size=vocab_size, num_unused=0)
     start = time.perf_counter()
     items = sorted(counts.items())
     learn_pieces(items, alphabet_of(items, config.limit_alphabet), config, vocab_size - 5)

@@ -44,11 +44,12 @@ from schemas import (
     completed_marker,
     verify_completed,
 )
-from schemas.outputs import OutputError, OutputFolder
+from schemas.commands import InputError, UsageError
+from schemas.outputs import OutputFolder
 from wordpiece import count as counting
 from wordpiece.beam_jobs import run_pipeline
-from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, s3_storage_options, write_bytes
-from wordpiece.tokenizer import SPECIAL_TOKENS, build_tokenizer, validate_vocab
+from wordpiece.count import COUNTS_FOLDER, read_bytes, s3_storage_options, write_bytes
+from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 
 FEED_REPEATS = 4_096
 RELEASED_NUM_UNUSED = 994
@@ -66,13 +67,9 @@ MAX_COUNT = 2**63 - 1
 MAX_COUNT_SHARDS = 1_000_000
 
 
-class TrainingError(ValueError):
-    """Options and data that cannot give a valid vocabulary; the message says what to change."""
-
-
 @dataclass(frozen=True)
-class TrainConfig:
-    """Options of ``wordpiece train``, validated on creation (every problem at once)."""
+class VocabConfig:
+    """Options of ``wordpiece train``, validated on creation (every problem at once: exit 2)."""
 
     corpus: str
     output: str
@@ -87,7 +84,8 @@ class TrainConfig:
     overwrite: bool = False
     params_version: int = field(default=1)
 
-    def __post_init__(self) -> None:
+    def problems(self) -> list[str]:
+        """Every problem with the options, as sentences naming the flag."""
         problems = []
         if not self.corpus:
             problems.append("--corpus is required (a completed `pipelines corpus` output)")
@@ -116,8 +114,11 @@ class TrainConfig:
             problems.append(
                 f"--num-count-shards must be between 1 and {MAX_COUNT_SHARDS:,}, got {self.num_count_shards}"
             )
-        if problems:
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+        return problems
+
+    def __post_init__(self) -> None:
+        if problems := self.problems():
+            raise UsageError("invalid configuration: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """Parameters recorded in the manifest."""
@@ -191,7 +192,7 @@ def _feed(counts: Iterable[tuple[str, int]]) -> Iterator[str]:
 
 
 def learn_pieces(
-    counts: Iterable[tuple[str, int]], alphabet: Alphabet, config: TrainConfig, num_pieces: int
+    counts: Iterable[tuple[str, int]], alphabet: Alphabet, config: VocabConfig, num_pieces: int
 ) -> list[str]:
     """WordPiece characters and pieces learned from word counts, deterministically.
 
@@ -240,16 +241,16 @@ def measure(tokenizer: Tokenizer, counts: Iterable[tuple[str, int]]) -> dict[str
     }
 
 
-def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
+def learn_vocabulary(config: VocabConfig) -> dict[str, Any]:
     """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats, manifest."""
     start = time.perf_counter()
     alphabet = alphabet_of(read_counts(config.output, LEARN), config.limit_alphabet)
     if not alphabet.kept:
-        raise TrainingError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
+        raise InputError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
     num_pieces = config.vocab_size - len(SPECIAL_TOKENS) - config.num_unused
     kept_alphabet = len(alphabet.kept) + len(alphabet.continuing)
     if num_pieces < kept_alphabet:
-        raise TrainingError(
+        raise InputError(
             f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and ## forms plus "
             f"{len(SPECIAL_TOKENS) + config.num_unused} special and unused tokens need at least "
             f"{kept_alphabet + len(SPECIAL_TOKENS) + config.num_unused}; raise --vocab-size or lower "
@@ -257,8 +258,7 @@ def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
         )
     pieces = learn_pieces(read_counts(config.output, LEARN), alphabet, config, num_pieces)
     vocab = vocab_layout(pieces, config.num_unused)
-    validate_vocab(vocab, "learned vocabulary")
-    tokenizer = build_tokenizer(vocab, config.cased)
+    tokenizer = WordPieceTokenizer(vocab, config.cased, "learned vocabulary").tokenizer
     train_s = time.perf_counter() - start
 
     vocab_bytes = ("\n".join(vocab) + "\n").encode("utf-8")
@@ -311,19 +311,16 @@ def _load_corpus_manifest(corpus: str) -> Manifest:
         )
         return verify_completed(text, marker, corpus, DOCUMENTS.name)
     except (ManifestError, OSError) as err:
-        raise CorpusError(f"--corpus {err}") from None
+        raise InputError(f"--corpus {err}") from None
 
 
-def _open_output(config: TrainConfig, options: PipelineOptions) -> OutputFolder:
+def _open_output(config: VocabConfig, options: PipelineOptions) -> OutputFolder:
     """Claim ``--output`` (one writer), refusing a non-empty one unless ``--overwrite`` and its
     files are an earlier ``wordpiece train`` run's (never anyone else's); check it is writable."""
     output = config.output.rstrip("/")
     storage = s3_storage_options(options) if output.startswith("s3://") else {}
     fs, root = fsspec.core.url_to_fs(output, **storage)
-    try:
-        return OutputFolder.open(output, fs, root, "wordpiece train", OWN_FILES, overwrite=config.overwrite)
-    except OutputError as err:
-        raise TrainingError(str(err)) from None
+    return OutputFolder.open(output, fs, root, "wordpiece train", OWN_FILES, overwrite=config.overwrite)
 
 
 def _remove_counts(output: str) -> None:
@@ -334,7 +331,7 @@ def _remove_counts(output: str) -> None:
         FileSystems.delete(counts)
 
 
-def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any] | None:
+def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any] | None:
     """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json.
 
     With Dataflow's ``--dry_run=True`` the counting job is only built, and None is returned.
@@ -349,19 +346,16 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
         _count(config, manifest, options)
         return None
     with _open_output(config, options) as folder:
-        try:
-            folder.begin()
-        except OutputError as err:
-            raise TrainingError(str(err)) from None
+        folder.begin()
         _count(config, manifest, options)
         try:
             return learn_vocabulary(config)
-        except TrainingError:
+        except InputError:
             _remove_counts(config.output)
             raise
 
 
-def _count(config: TrainConfig, manifest: Manifest, options: PipelineOptions) -> None:
+def _count(config: VocabConfig, manifest: Manifest, options: PipelineOptions) -> None:
     """The Beam job that writes the word counts (``word_counts/``)."""
     pipeline = beam.Pipeline(options=options)
     counting.build(
