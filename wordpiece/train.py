@@ -44,7 +44,7 @@ from schemas import (
     completed_marker,
     verify_completed,
 )
-from schemas.commands import InputError, UsageError
+from schemas.commands import InputError
 from schemas.outputs import OutputFolder
 from wordpiece import count as counting
 from wordpiece.beam_jobs import run_pipeline
@@ -69,7 +69,7 @@ MAX_COUNT_SHARDS = 1_000_000
 
 @dataclass(frozen=True)
 class VocabConfig:
-    """Options of ``wordpiece train``, validated on creation (every problem at once: exit 2)."""
+    """Options of ``wordpiece train``, validated on creation (``ValueError`` lists every problem)."""
 
     corpus: str
     output: str
@@ -118,7 +118,7 @@ class VocabConfig:
 
     def __post_init__(self) -> None:
         if problems := self.problems():
-            raise UsageError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid configuration: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """Parameters recorded in the manifest."""
