@@ -23,9 +23,13 @@ from pipelines.stage import (
     sentences_outcome,
 )
 from pipelines.text import paragraphs_to_sentences
+from schemas.commands import InputError
+from schemas.inputs import MAX_LINE_BYTES, lines
 
 SOURCE = "books"
-FILE_ERROR_REASONS = ("undecodable", "unreadable")
+MAX_BOOK_BYTES = 128 << 20
+"""The largest book read (the longest novels are a few MB)."""
+FILE_ERROR_REASONS = ("undecodable", "unreadable", "too_large", "line_too_long")
 """Books that could not be read or decoded: file errors (``stats.json``'s ``file_errors``), which
 leave the output unmarked unless ``--allow-file-errors``; a ``binary`` or ``empty`` file is not a
 book and stays a reject."""
@@ -66,17 +70,36 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
     )
 
 
+def _read_book(path: str) -> bytes | tuple[str, str]:
+    """A book's bytes, or ``(reason, detail)`` when it holds a line longer than ``MAX_LINE_BYTES``
+    or more than ``MAX_BOOK_BYTES`` (a device or a sparse file is never read whole)."""
+    parts, size = [], 0
+    with io.open_binary(path) as f:
+        try:
+            for line in lines(f, path, MAX_LINE_BYTES):
+                size += len(line)
+                if size > MAX_BOOK_BYTES:
+                    return "too_large", f"larger than the limit of {MAX_BOOK_BYTES:,} bytes for one book"
+                parts.append(line)
+        except InputError as err:
+            return "line_too_long", str(err).removeprefix(f"{path}: ")
+    return b"".join(parts)
+
+
 def read_book_outcome(path: str, min_document_words: int) -> Outcome:
-    """Read one book file and clean it; an unreadable file is a file error, never a crash."""
+    """Read one book file and clean it; a file that cannot be read is a file error, never a crash."""
     try:
-        data = io.read_bytes(path)
+        data = _read_book(path)
     except Exception as err:  # Any filesystem error: a file error, the other books go on.
+        data = "unreadable", f"{type(err).__name__}: {err}"[:500]
+    if isinstance(data, tuple):
+        reason, detail = data
         return reject_outcome(
             source=SOURCE,
             origin=path,
             record_id=path.rsplit("/", 1)[-1],
-            reason="unreadable",
-            detail=f"{type(err).__name__}: {err}"[:500],
+            reason=reason,
+            detail=detail,
             kind=FILE_ERROR,
         )
     return book_outcome(path, data, min_document_words)

@@ -262,4 +262,28 @@ def fulfil_bucket(
         wanted.pair_index,
     )
     masking = config.masking if config.apply_masking else None
-    yield from finish_in_batches(batch, config.pairs, masking, vocab)
+    finished = finish_in_batches(batch, config.pairs, masking, vocab)
+    columns, tally = next(finished)
+    # doc_id is a hash of the text: a B from another document with A's doc_id is a copy of A's text.
+    doc_ids = np.array([d.doc_id for d in documents], dtype=object)
+    tally["random_next_same_text"] = int(np.count_nonzero(doc_ids[target] == wanted.doc_ids))
+    yield columns, tally
+    yield from finished
+
+
+MAX_SAME_TEXT_SHARE = 0.1
+"""Above this share of random-next pairs whose B comes from a copy of A's own document,
+``pipelines examples`` warns (:func:`random_next_warning`)."""
+
+
+def random_next_warning(stats: dict) -> str | None:
+    """The warning for an examples run (its ``stats.json``) whose random next sentences come
+    mostly from copies of the same text, where the NSP labels mean nothing; None otherwise."""
+    share = stats.get("random_next_same_text_share")
+    if share is None or share <= MAX_SAME_TEXT_SHARE:
+        return None
+    return (
+        f"random-next share {1 - share:.2f}: {share:.0%} of the random next sentences come from copies "
+        "of their own document, too few distinct documents for next sentence prediction "
+        "(`pipelines corpus` removes duplicates)"
+    )

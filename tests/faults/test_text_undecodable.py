@@ -123,6 +123,7 @@ def test_an_unreadable_file_is_a_file_error_not_a_reject(tmp_path, monkeypatch):
         raise OSError(f"connection reset reading {path}")
 
     monkeypatch.setattr(io, "read_bytes", fail)
+    monkeypatch.setattr(io, "open_binary", fail)
     (error,) = read_text_file("gs://b/in/a.txt", 0)
     assert error.kind == FILE_ERROR and error.reason == "unreadable" and error.counts["records_in"] == 0
     book = read_book_outcome("gs://b/books/a.txt", 0)
