@@ -54,10 +54,10 @@ def sum_tallies(tallies) -> Counter:
     return total
 
 
-def build_stats(tally: Mapping[str, int], counted_in: str = "records_in") -> dict[str, Any]:
+def build_stats(tally: Mapping[str, int]) -> dict[str, Any]:
     """Shape a summed tally into the ``stats.json`` layout and check that the counts reconcile.
 
-    ``reconciles`` is true when every record read (``counted_in``) is accounted for as
+    ``reconciles`` is true when every record read (``records_in``) is accounted for as
     written, dropped or rejected. Whole-file errors are listed apart under ``file_errors``.
     """
     nested: dict[str, dict[str, int]] = {"dropped": {}, "rejected": {}, "file_errors": {}, "splits": {}}
@@ -75,7 +75,7 @@ def build_stats(tally: Mapping[str, int], counted_in: str = "records_in") -> dic
         else:
             flat[key] = value
     stats: dict[str, Any] = {
-        "records_in": flat.pop(counted_in, 0),
+        "records_in": flat.pop("records_in", 0),
         "documents_out": flat.pop("documents_out", 0),
         "dropped": dict(sorted(nested["dropped"].items())),
         "rejected": dict(sorted(nested["rejected"].items())),

@@ -124,7 +124,6 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         producer="pipelines books",
         params=config.params(),
         num_shards=config.num_shards,
-        namespace="pipelines.books",
         extra_tallies=[books_read],
         input_files=files,
     )

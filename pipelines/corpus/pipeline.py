@@ -18,12 +18,11 @@ from pipelines.corpus.split import assign_split
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
     DOCUMENT,
+    DROPPED,
     CountRecords,
     Outcome,
     WriteStageOutput,
-    document_outcome,
     document_sort_key,
-    dropped_outcome,
 )
 from schemas import Manifest, absolute_reference
 
@@ -32,14 +31,14 @@ def keep_one_of_each(element: tuple[str, list[dict]]) -> list[Outcome]:
     """Of documents sharing a ``doc_id``, keep the first in sort order and drop the others."""
     _, rows = element
     rows = sorted(rows, key=document_sort_key)
-    return [document_outcome(rows[0])] + [dropped_outcome("exact_duplicate") for _ in rows[1:]]
+    return [Outcome(DOCUMENT, "", rows[0])] + [Outcome(DROPPED, "exact_duplicate") for _ in rows[1:]]
 
 
 def mark_or_keep(element: tuple[str, dict[str, list]]) -> Outcome:
     """Join a document with its near-duplicate mark (if any)."""
     _, grouped = element
     (row,) = grouped["document"]
-    return dropped_outcome("near_duplicate") if grouped["near"] else document_outcome(row)
+    return Outcome(DROPPED, "near_duplicate") if grouped["near"] else Outcome(DOCUMENT, "", row)
 
 
 def input_shards(manifests: list[tuple[str, Manifest]]) -> list[tuple[str, str]]:
@@ -126,7 +125,6 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
             producer="pipelines corpus",
             params={**config.params(), "input_manifests": input_manifests(manifests)},
             num_shards=config.num_shards,
-            namespace="pipelines.corpus",
             extra_tallies=[documents_read],
             split_of=split_of,
         )

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.examples.finish import ExampleColumns, ExampleVocab, PairBatch, finish_pairs
-from pipelines.examples.pairs import PairConfig, TokenizedDocument, plan_cuts, seeded_generator
+from pipelines.examples.pairs import PairConfig, PairCuts, TokenizedDocument, plan_cuts, seeded_generator
 from pipelines.stage import shard_index
 from wordpiece.chunk_cache import ChunkCache, ragged_gather
 from wordpiece.masking import MaskingConfig
@@ -114,48 +114,27 @@ class Requests(NamedTuple):
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls._fields))
 
 
-class _Passes(NamedTuple):
-    batch: PairBatch
-    random_b_length: np.ndarray
-    document_draws: np.ndarray
-    sentence_draws: np.ndarray
-    own_buckets: np.ndarray
-
-
 def _plan_passes(
     documents: Sequence[TokenizedDocument], dupe_factor: int, seed: int, pairs: PairConfig, num_buckets: int
-) -> _Passes:
-    """Every pass of every document, as one :class:`PairBatch` over the documents' tokens."""
+) -> tuple[PairBatch, PairCuts, np.ndarray]:
+    """Every pass of every document: the pairs as one :class:`PairBatch` over the documents'
+    tokens, their cuts (with the random-B draws) and each pair's own bucket."""
     bases = np.cumsum([0] + [len(d.tokens) for d in documents])
-    parts = []
+    cuts, labels = [], []  # labels: document number, dupe index, pair index and own bucket per pair
     for number, document in enumerate(documents):
-        bucket = bucket_of(document.doc_id, num_buckets)
+        bucket, base = bucket_of(document.doc_id, num_buckets), bases[number]
         for dupe in range(dupe_factor):
-            cuts = plan_cuts(document, pairs, seeded_generator(seed, document.doc_id, dupe))
-            n = len(cuts.keys)
-            parts.append(
-                (cuts.a_start + bases[number], cuts.a_end - cuts.a_start, cuts.a_end + bases[number],
-                 cuts.b_end - cuts.a_end, cuts.keys, np.full(n, number), np.full(n, dupe), np.arange(n),
-                 cuts.random_b_length, cuts.document_draws, cuts.sentence_draws, np.full(n, bucket))
-            )  # fmt: skip
-    (
-        a_start,
-        a_length,
-        b_start,
-        b_length,
-        keys,
-        number,
-        dupe,
-        pair,
-        random_b,
-        doc_draws,
-        sentence_draws,
-        own,
-    ) = (np.concatenate(column) for column in zip(*parts, strict=True))
+            c = plan_cuts(document, pairs, seeded_generator(seed, document.doc_id, dupe))
+            cuts.append(c._replace(a_start=c.a_start + base, a_end=c.a_end + base, b_end=c.b_end + base))
+            n = len(c.keys)
+            labels.append(np.stack([np.full(n, number), np.full(n, dupe), np.arange(n), np.full(n, bucket)]))
+    c = PairCuts(*(np.concatenate(column) for column in zip(*cuts, strict=True)))
+    number, dupe, pair, own = np.concatenate(labels, axis=1)
     doc_ids = np.array([d.doc_id for d in documents], dtype=object)[number]
     pool = np.concatenate([d.tokens for d in documents])
-    batch = PairBatch(pool, a_start, a_length, b_start, b_length, keys, random_b > 0, doc_ids, dupe, pair)
-    return _Passes(batch, random_b, doc_draws, sentence_draws, own)
+    a_length, b_length, random_next = c.a_end - c.a_start, c.b_end - c.a_end, c.random_b_length > 0
+    batch = PairBatch(pool, c.a_start, a_length, c.a_end, b_length, c.keys, random_next, doc_ids, dupe, pair)
+    return batch, c, own
 
 
 def finish_in_batches(
@@ -177,15 +156,16 @@ def plan_batch(
     """Every dupe pass of a batch of documents (``config`` an ``ExamplesConfig``): the finished
     actual-next examples with their tallies, what else goes to ``stats.json`` (the random-next
     pairs with no other document to draw from), and the random-next requests by bucket."""
-    passes = _plan_passes(documents, config.dupe_factor, config.seed, config.pairs, config.num_buckets)
-    batch = passes.batch
+    batch, cuts, own = _plan_passes(
+        documents, config.dupe_factor, config.seed, config.pairs, config.num_buckets
+    )
     masking = config.masking if config.apply_masking else None
     finished = list(finish_in_batches(batch.take(~batch.random_next), config.pairs, masking, vocab))
     tally: Counter = Counter()
     random = np.flatnonzero(batch.random_next)
     if not len(random):
         return finished, tally, []
-    drawn = drawer.draw(passes.own_buckets[random], passes.document_draws[random])
+    drawn = drawer.draw(own[random], cuts.document_draws[random])
     if drawn is None:
         tally["pairs_without_other_document"] += len(random)
         return finished, tally, []
@@ -204,8 +184,8 @@ def plan_batch(
                     batch.dupe_index[rows],
                     batch.pair_index[rows],
                     batch.keys[rows],
-                    passes.random_b_length[rows],
-                    passes.sentence_draws[rows],
+                    cuts.random_b_length[rows],
+                    cuts.sentence_draws[rows],
                     index[first:end],
                     batch.a_length[rows],
                     ragged_gather(batch.pool, batch.a_start[rows], batch.a_length[rows]),
@@ -224,8 +204,7 @@ def fulfil_bucket(
     """Cut each request's B from its document of this bucket and finish the pairs, in batches.
 
     A request's index counts the bucket's documents in ``doc_id`` order, its own left out. B is
-    whole sentences from a random one (``sentence_draws``) until ``random_b_length`` tokens, as
-    ``take_random_b`` cuts it.
+    whole sentences from a random one (``sentence_draws``) until ``random_b_length`` tokens.
     """
     documents = sorted(documents, key=lambda d: d.doc_id)
     requests = list(requests)

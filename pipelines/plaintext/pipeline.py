@@ -173,7 +173,6 @@ def build(pipeline: beam.Pipeline, config: TextConfig, files: list[str]) -> None
         producer="pipelines text",
         params=config.params(),
         num_shards=config.num_shards,
-        namespace="pipelines.text",
         split_of=split_of,
         input_files=files,
     )

@@ -18,11 +18,11 @@ from pipelines import io
 from pipelines.config import WikipediaConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
+    DROPPED,
     FILE_ERROR,
     CountRecords,
     Outcome,
     WriteStageOutput,
-    dropped_outcome,
     reject_outcome,
     sentences_outcome,
 )
@@ -123,9 +123,9 @@ def garbled_text(text: str) -> tuple[str, str] | None:
 def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome:
     """Clean one page into a document, or say why it was dropped or rejected."""
     if page.redirect_title is not None:
-        return dropped_outcome("redirect")
+        return Outcome(DROPPED, "redirect")
     if page.ns != ARTICLE_NAMESPACE:
-        return dropped_outcome("not_article_namespace")
+        return Outcome(DROPPED, "not_article_namespace")
     if garbled := garbled_text(page.text):
         reason, detail = garbled
         return reject_outcome(
@@ -151,7 +151,7 @@ def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome
             excerpt=page.text,
         )
     if cleaned.is_disambiguation:
-        return dropped_outcome("disambiguation")
+        return Outcome(DROPPED, "disambiguation")
     return sentences_outcome(
         sentences,
         min_document_words,
@@ -209,7 +209,6 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
             producer="pipelines wikipedia",
             params=config.params(),
             num_shards=config.num_shards,
-            namespace="pipelines.wikipedia",
             extra_tallies=[pages_read],
             input_files=files,
         )

@@ -3,46 +3,25 @@
 "We extract only the text passages and ignore lists, tables, and headers": the page is parsed
 with mwparserfromhell and a walker renders only what a reader sees as running prose.
 
-* Dropped: headings, list lines (``*``, ``#``, ``;``, ``:``), tables, references and footnotes,
-  galleries, files/images (captions included), categories, interlanguage links, comments, magic
-  words, templates not in ``_TEMPLATES`` (infoboxes, navboxes, citations, IPA, ...) and the
-  contents of the non-prose tags in ``_DROPPED_TAGS``. ``<math>`` and ``{{math}}`` are replaced
-  by *nothing* (no placeholder): a placeholder would become a frequent fake word.
-* Kept: link text (``[[a|b]]`` → b, ``[[a]]s`` → as; namespace and interwiki prefixes are not
-  shown), titles of bracketed external links (bare URLs are dropped), bold/italic text, the
-  contents of inline HTML; ``<br>`` becomes a space and HTML entities are unescaped.
-* Templates that carry prose are rendered by ``_TEMPLATES``. ``{{nihongo}}`` keeps the English
-  text only (the kanji and romaji are dropped); ``{{lang-xx}}`` keeps the text without the
-  "French:" label; ``{{convert}}`` keeps the input value and unit (``10 km``), not the conversion.
+* Dropped: headings, list lines, tables, references, galleries, files/images, categories,
+  interlanguage links, comments, magic words, templates not in ``_TEMPLATES`` and the contents of
+  ``_DROPPED_TAGS``. ``<math>`` and ``{{math}}`` leave nothing (a placeholder would become a
+  frequent fake word).
+* Kept: link text (``[[a|b]]`` → b, ``[[a]]s`` → as), titles of bracketed external links,
+  bold/italic text, the contents of inline HTML; ``<br>`` becomes a space, entities are unescaped.
+  Templates that carry prose are rendered by ``_TEMPLATES`` (``{{convert|10|km}}`` → "10 km").
 
-A paragraph is a run of prose lines. Lines that are not prose end one and are dropped: list
-items, headings, preformatted lines (leading space), bold-only pseudo-headings and lines still
-holding markup. Paragraphs shorter than ``MIN_PARAGRAPH_CHARS`` or without a letter are removed.
-Templates count as rendered (a renderer in ``_TEMPLATES``) or dropped (cut by the pre-pass or met
-by the walker); those inside dropped material (references, infobox arguments, tables) are not
-counted.
+A paragraph is a run of prose lines; list items, headings, preformatted lines, bold-only
+pseudo-headings and lines still holding markup end one. Paragraphs shorter than
+``MIN_PARAGRAPH_CHARS`` or without a letter are removed. Templates count as rendered or dropped;
+those inside dropped material are not counted.
 
-Speed. Building mwparserfromhell's tree in Python took ~85% of the time, mostly for material then
-thrown away (references, citation templates, infoboxes, tables). Two steps avoid it:
-
-1. ``_prepass`` cuts out what the walker would drop anyway, before parsing, with linear regex and
-   ``str.find`` scans and no tree: comments; the tags in ``_CUT_TAGS`` (a tag runs to the next
-   closing tag of its name, as in MediaWiki); file, category and interlanguage links (brackets
-   balanced within the paragraph); templates without a renderer; line-start ``{| tables |}``;
-   then list lines that hold only text and links (whatever the cuts left of them).
-   Braces pair up as in MediaWiki's preprocessor: a run of ``{`` opens one element, a run of
-   ``}`` closes the innermost ones, two braces for a template and three for a ``{{{parameter}}}``.
-   A construct is cut only once its end is found: unterminated markup is left to the parser,
-   which treats it as before. Templates with a renderer or a name that is not plain text
-   (``{{lang-{{{1}}}|...}}``) and parameters are kept, but what is nested in them is still cut.
-   Each cut leaves ``_GAP``, which the walker deletes from the text it renders; it keeps the
-   text on either side apart as the removed node did (a line starting after a cut template is
-   not a list item or a preformatted line).
-2. ``_parse`` runs mwparserfromhell's tokenizer on what is left and, before building the tree,
-   ``_plain_links`` turns each link whose target and text are plain text into one text token.
-
-Together they make cleaning 3-4x faster (``benchmarks/wikitext_speed.py``). The output is the same
-except where mwparserfromhell had failed on markup that the pre-pass now cuts (less debris).
+Building mwparserfromhell's tree costs most of the time, mostly for material then thrown away, so
+``_prepass`` first cuts out what the walker would drop, with linear scans and no tree (comments,
+``_CUT_TAGS``, file/category/interlanguage links, templates without a renderer, tables, plain
+list lines; braces pair up as in MediaWiki's preprocessor, and a construct is cut only once its
+end is found), leaving ``_GAP``; and ``_parse`` turns each plain link into one text token before
+the tree is built (``benchmarks/wikitext_speed.py``).
 """
 
 from __future__ import annotations
