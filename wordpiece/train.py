@@ -1,17 +1,14 @@
 """``wordpiece train``: learn a BERT-layout WordPiece vocabulary from a corpus, at any size.
 
-1. A Beam pipeline (``count.py``) counts pre-tokenised words in the learning splits and in
-   the measurement split, writing ``word_counts/`` shards.
-2. The vocabulary is learned from those counts with the ``tokenizers`` WordPiece trainer,
-   never from the text: memory grows with the number of distinct words, not corpus size.
-3. The learned pieces are laid out as the released BERT vocabularies are (``vocab_layout``),
-   written as ``vocab.txt`` and ``tokenizer.json``, and measured on the measurement split.
+A Beam pipeline (``count.py``) counts pre-tokenised words of the learning splits and of the
+measurement split into ``word_counts/``; the ``tokenizers`` WordPiece trainer learns from those
+counts, never from the text (memory grows with the distinct words, not the corpus); the pieces
+are laid out as the released BERT vocabularies (``vocab_layout``), written as ``vocab.txt`` and
+``tokenizer.json`` and measured on the measurement split.
 
-Feeding counts: ``tokenizers`` has no public API that takes word counts, so each distinct word
-is fed as whitespace-joined repeats (at most ``FEED_REPEATS`` per string) to a trainer whose
-pre-tokenizer only splits on whitespace and whose normaliser is off: the trainer's own word
-counts equal ours exactly. The cost is a pass in Rust over the total word count (tens of
-millions of words per second), with memory bounded by one string.
+``tokenizers`` takes no word counts, so each distinct word is fed as whitespace-joined repeats
+(at most ``FEED_REPEATS`` a string) to a trainer that only splits on whitespace: its word counts
+equal ours exactly, at the cost of one pass in Rust over the total word count.
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ from schemas.outputs import OutputFolder
 from wordpiece import count as counting
 from wordpiece.beam_jobs import run_pipeline
 from wordpiece.count import COUNTS_FOLDER, read_bytes, s3_storage_options, write_bytes
-from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
+from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer, vocab_txt_bytes
 
 FEED_REPEATS = 4_096
 RELEASED_NUM_UNUSED = 994
@@ -241,7 +238,7 @@ def measure(tokenizer: Tokenizer, counts: Iterable[tuple[str, int]]) -> dict[str
     }
 
 
-def learn_vocabulary(config: VocabConfig) -> dict[str, Any]:
+def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[str, Any]:
     """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats, manifest."""
     start = time.perf_counter()
     alphabet = alphabet_of(read_counts(config.output, LEARN), config.limit_alphabet)
@@ -261,7 +258,7 @@ def learn_vocabulary(config: VocabConfig) -> dict[str, Any]:
     tokenizer = WordPieceTokenizer(vocab, config.cased, "learned vocabulary").tokenizer
     train_s = time.perf_counter() - start
 
-    vocab_bytes = ("\n".join(vocab) + "\n").encode("utf-8")
+    vocab_bytes = vocab_txt_bytes(vocab)
     tokenizer_bytes = tokenizer.to_str(pretty=True).encode("utf-8")
     stats = {
         "vocab_size": len(vocab),
@@ -283,8 +280,8 @@ def learn_vocabulary(config: VocabConfig) -> dict[str, Any]:
     entries = []
     for name, (data, fmt, rows) in files.items():
         write_bytes(FileSystems.join(config.output, name), data)
-        entries.append(ShardEntry(name, fmt, "", rows, len(data), _sha256(data)))
-    params = {**config.params(), "corpus_manifest_sha256": _manifest_sha256(config.corpus)}
+        entries.append(ShardEntry(name, fmt, "", rows, len(data), hashlib.sha256(data).hexdigest()))
+    params = {**config.params(), "corpus_manifest_sha256": corpus_manifest_sha256}
     manifest = Manifest("wordpiece", 1, "wordpiece train", params, tuple(entries))
     manifest_json = manifest.to_json()
     write_bytes(FileSystems.join(config.output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode())
@@ -293,23 +290,15 @@ def learn_vocabulary(config: VocabConfig) -> dict[str, Any]:
     return stats
 
 
-def _manifest_sha256(corpus: str) -> str:
-    """The corpus manifest's SHA-256 as its COMPLETED marker records it."""
-    return read_bytes(FileSystems.join(corpus, COMPLETED_FILE)).decode("utf-8").strip()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _load_corpus_manifest(corpus: str) -> Manifest:
+def _load_corpus_manifest(corpus: str) -> tuple[Manifest, str]:
+    """The completed corpus's manifest and its SHA-256, as its COMPLETED marker records it."""
     marker_path = FileSystems.join(corpus, COMPLETED_FILE)
     try:
         marker = read_bytes(marker_path).decode("utf-8") if FileSystems.exists(marker_path) else None
         text = (
             read_bytes(FileSystems.join(corpus, MANIFEST_FILE)).decode("utf-8") if marker is not None else ""
         )
-        return verify_completed(text, marker, corpus, DOCUMENTS.name)
+        return verify_completed(text, marker, corpus, DOCUMENTS.name), (marker or "").strip()
     except (ManifestError, OSError) as err:
         raise InputError(f"--corpus {err}") from None
 
@@ -338,7 +327,7 @@ def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any
     """
     options = PipelineOptions(beam_args)
     FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
-    manifest = _load_corpus_manifest(config.corpus)
+    manifest, manifest_sha256 = _load_corpus_manifest(config.corpus)
     dry_run = bool(options.view_as(TestOptions).dry_run)
     if not options.view_as(StandardOptions).runner:
         options.view_as(StandardOptions).runner = "DirectRunner"
@@ -349,7 +338,7 @@ def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any
         folder.begin()
         _count(config, manifest, options)
         try:
-            return learn_vocabulary(config)
+            return learn_vocabulary(config, manifest_sha256)
         except InputError:
             _remove_counts(config.output)
             raise

@@ -161,22 +161,6 @@ def test_release_never_removes_another_writers_claim(tmp_path: Path):
     assert json.loads((tmp_path / "out" / CLAIM_FILE).read_text())["host"] == "another-host"
 
 
-def test_pipelines_index_changes_an_output_only_under_its_claim(tmp_path: Path):
-    from tests.e2e.conftest import run_cli
-
-    out = tmp_path / "shards"
-    with _open(str(out), "pipelines examples") as holder:
-        result = run_cli("index", str(out), expect=1)
-    assert result.output.strip() == (
-        f"error: {out}: being written by `pipelines examples` (run {holder.run_id}, pid {os.getpid()} on host "
-        f"{socket.gethostname()}, since {holder.held.claimant.claimed}); wait for it to end, or choose another "
-        "folder"
-    )
-
-
-# -- buckets: a conditional create ---------------------------------------------------------------------
-
-
 @pytest.mark.s3
 def test_s3_claims_are_conditional_creates(s3_server):
     fs = fsspec.filesystem("s3")
