@@ -1,9 +1,9 @@
 """What every corpus stage shares: outcomes, deterministic shard writing, and the finish.
 
-A stage maps each record it reads to one ``Outcome``. ``WriteStageOutput`` then writes the
-documents as sorted Arrow shards (shard chosen by a hash of the document id, rows sorted, so the
-bytes do not depend on runner, workers or bundles), the rejects beside them, and last
-``stats.json``, ``manifest.json`` (with the size and SHA-256 of every raw input) and ``COMPLETED``.
+A stage maps each record to one ``Outcome``; ``WriteStageOutput`` writes the documents as sorted
+Arrow shards (shard by a hash of the id, so the bytes do not depend on runner or workers), the
+rejects, then ``stats.json``, ``manifest.json`` (with every raw input's size and SHA-256) and
+``COMPLETED``.
 """
 
 from __future__ import annotations
@@ -166,6 +166,19 @@ def _write_shard(
     return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
 
 
+class GroupByShard(beam.PTransform):
+    """``(shard, element)`` pairs grouped by shard, each of ``num_shards`` present (a placeholder
+    None each, so that every shard file exists even when empty)."""
+
+    def __init__(self, num_shards: int):
+        super().__init__()
+        self._num_shards = num_shards
+
+    def expand(self, keyed):
+        every = keyed.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(self._num_shards)])
+        return (keyed, every) | "Merge" >> beam.Flatten() | "Group by shard" >> beam.GroupByKey()
+
+
 class WriteShards(beam.PTransform):
     """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each."""
 
@@ -184,13 +197,10 @@ class WriteShards(beam.PTransform):
 
     def expand(self, rows):
         n, key = self._num_shards, self._shard_key
-        keyed = rows | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
-        # One placeholder per shard, so that every shard file exists even when empty.
-        placeholders = rows.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
         return (
-            (keyed, placeholders)
-            | "Merge" >> beam.Flatten()
-            | "Group by shard" >> beam.GroupByKey()
+            rows
+            | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
+            | GroupByShard(n)
             | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt, self._sort_key)
         )
 

@@ -1,9 +1,6 @@
-"""Counting what a stage did, as data: tallies that sum across workers into ``stats.json``.
-
-Every record a stage reads ends as exactly one outcome (a document written, or dropped with
-a reason, or rejected with a reason). Tallies are plain ``Counter``s with flat string keys, so
-they combine by addition in any order and the result is the same whatever the runner.
-"""
+"""Counting what a stage did, as data: flat ``Counter`` tallies that sum across workers (in any
+order, on any runner) into ``stats.json``. Every record read ends as exactly one outcome: written,
+dropped or rejected, with a reason."""
 
 from __future__ import annotations
 

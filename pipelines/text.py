@@ -1,8 +1,4 @@
-"""Text normalisation, sentence segmentation and document ids shared by every source.
-
-All functions here are pure: the Wikipedia and books cleaners produce paragraphs, and
-``paragraphs_to_sentences`` turns those into the sentences a document stores.
-"""
+"""Text normalisation, sentence segmentation and document ids shared by every source (pure)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""Masked-LM selection, as the reference generator's ``create_masked_lm_predictions`` does it,
-for a batch of sequences at once: the one masking rule of the project.
+"""Masked-LM selection, the reference generator's ``create_masked_lm_predictions``, for a batch of
+sequences at once: the one masking rule of ``pipelines examples`` and ``pretrain
+--dynamic-masking`` (in ``wordpiece/``, the package both may import; numpy only).
 
-Both the static writer (``pipelines examples``) and the dynamic collate (``pretrain
---dynamic-masking``) call :func:`mask_batch`, so the two give the same statistics. It lives in
-``wordpiece/`` because it works on WordPiece ids and vocabularies only, and because
-``wordpiece/`` is the one package that both ``pipelines/`` (Beam) and ``pretrain/`` (torch) may
-import; it needs numpy alone.
-
-Every random choice is a hash of the sequence's 64-bit key (which the caller draws from a
-generator seeded by data identity) and a counter, so a sequence is masked the same whatever
-batch it is in and whichever worker runs it.
+Every random choice is a hash of the sequence's 64-bit key and a counter, so a sequence is masked
+the same whatever batch it is in and whichever worker runs it.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """BERT-exact WordPiece tokenisation, built from the ``tokenizers`` library's components.
 
-The pipeline is BERT's (Devlin et al., 2018; google-research/bert ``tokenization.py``):
-
-1. **normalise** (``BertNormalizer``): drop NUL, U+FFFD and control/format characters, map every
-   whitespace character to a space, put spaces around CJK ideographs; uncased vocabularies also
-   lower-case and strip accents (NFD, then drop combining marks), cased ones do neither;
-2. **pre-tokenise** (``BertPreTokenizer``): split on whitespace and around every punctuation
-   character (ASCII symbols count as punctuation, as in BERT), giving the *words*;
-3. **WordPiece** (greedy longest match first, continuation pieces prefixed ``##``): a word with
-   no segmentation, or longer than :data:`MAX_INPUT_CHARS_PER_WORD` characters, becomes one
-   ``[UNK]``.
-
-The ids are those of transformers' ``BertTokenizerFast`` for the same vocabulary and casing,
-including literal special-token strings (``[CLS]``, ``[SEP]``, ``[MASK]``, ``[PAD]``, ``[UNK]``
-written in the text become their special ids; google-research/bert splits them into ``[``,
-``mask``, ``]``). See ``docs/wordpiece.md``.
+BERT's pipeline (google-research/bert ``tokenization.py``): ``BertNormalizer`` (drop control
+characters, whitespace to spaces, spaces around CJK ideographs; uncased: lower-case and strip
+accents), ``BertPreTokenizer`` (split at whitespace and around every punctuation character), then
+WordPiece (greedy longest match, ``##`` continuations; a word without a segmentation or over
+:data:`MAX_INPUT_CHARS_PER_WORD` characters is one ``[UNK]``). The ids are those of transformers'
+``BertTokenizerFast``, literal special tokens in the text included (``docs/wordpiece.md``).
 """
 
 from __future__ import annotations

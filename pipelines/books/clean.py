@@ -1,11 +1,9 @@
 """Clean one plain-text book (BooksCorpus / Project Gutenberg style) into prose paragraphs.
 
-Pure functions, no Beam. ``clean_book`` runs: ``decode_book`` -> ``normalize_newlines`` ->
-``strip_gutenberg`` (header, footer, licence) -> ``split_blocks`` (blank-line separated lines)
--> ``drop_table_of_contents`` -> ``unwrap_lines`` (one line per paragraph) -> drop paragraphs
-that ``is_boilerplate`` or ``is_heading``. Every heuristic errs on the side of keeping text:
-a stray heading costs little, lost prose more. A book that cannot be used gives a
-:class:`Rejection` instead.
+``clean_book``: ``decode_book`` -> ``normalize_newlines`` -> ``strip_gutenberg`` (header, footer,
+licence) -> ``split_blocks`` -> ``drop_table_of_contents`` -> ``unwrap_lines`` -> drop what
+``is_boilerplate`` or ``is_heading``. Every heuristic errs toward keeping text; a book that
+cannot be used gives a :class:`Rejection`.
 """
 
 from __future__ import annotations
@@ -44,8 +42,7 @@ class CleanBook:
     num_boilerplate_paragraphs: int = 0
 
 
-@dataclass(frozen=True)
-class GutenbergParts:
+class GutenbergParts(NamedTuple):
     """What ``strip_gutenberg`` returns: the body text, the title and the lines taken away."""
 
     body: str
@@ -81,13 +78,9 @@ def _sniff_utf16(data: bytes) -> str:
 
 
 def _decode_legacy(data: bytes) -> tuple[str, str]:
-    """Decode bytes that are not UTF-8: Western (cp1252/latin-1) unless another script is clear.
-
-    cp1252 is preferred when bytes 0x80-0x9F occur (curly quotes and dashes there, C1 controls
-    in latin-1). charset-normalizer's guess is taken only when most non-ASCII letters it decodes
-    to are not Latin (Cyrillic, Greek, CJK): between Latin code pages its guesses on short or
-    mostly-ASCII text are unreliable (it calls Latin-1 German cp1250) and English dominates.
-    """
+    """Decode bytes that are not UTF-8: cp1252 when bytes 0x80-0x9F occur, else latin-1, unless
+    charset-normalizer's guess decodes to mostly non-Latin letters (Cyrillic, Greek, CJK): between
+    Latin code pages its guesses on mostly-ASCII text are unreliable."""
     western = "cp1252" if re.search(rb"[\x80-\x9f]", data) else "latin-1"
     try:
         western_text = data.decode(western)
@@ -123,13 +116,11 @@ def _decode_replacing(data: bytes, encoding: str) -> tuple[str, int] | None:
 def decode_book(data: bytes, name: str = "<book>") -> DecodedBook | Rejection:
     """Decode a book's bytes: ``(text, encoding, replaced)``, or a :class:`Rejection`.
 
-    A BOM (UTF-32, UTF-8, UTF-16) decides; else NUL bytes mean BOM-less UTF-16 when they sit in
-    the odd or the even positions only, binary otherwise; else UTF-8; else ``_decode_legacy``.
-    A BOM's encoding or UTF-8 (text with valid multi-byte sequences) tolerates undecodable bytes
-    up to ``MAX_REPLACED_SHARE`` of the characters, each replaced by U+FFFD and counted in
-    ``replaced``; above it a BOM'd book is ``undecodable`` and a BOM-less one legacy-decoded.
-    Text with more than ``MAX_CONTROL_SHARE`` control characters is binary; the few control
-    characters of accepted text are removed.
+    A BOM decides; else NUL bytes only in the odd or only in the even positions mean UTF-16 (other
+    NULs: binary); else UTF-8; else ``_decode_legacy``. A BOM's encoding or UTF-8 tolerates up to
+    ``MAX_REPLACED_SHARE`` undecodable bytes (U+FFFD, counted in ``replaced``); beyond it a BOM'd
+    book is ``undecodable``, a BOM-less one legacy-decoded. Over ``MAX_CONTROL_SHARE`` control
+    characters is binary; fewer are removed.
     """
     if not data.strip():
         return Rejection("empty", f"{name}: no bytes or only whitespace")
@@ -182,11 +173,10 @@ MAX_CREDIT_LINES = 6
 def strip_gutenberg(text: str) -> GutenbergParts:
     """Remove the Project Gutenberg header, footer and licence from ``text`` (``\\n`` line ends).
 
-    The header ends at the last ``*** START OF THE/THIS PROJECT GUTENBERG ...`` or
-    ``*END*THE SMALL PRINT!`` line before the footer, which starts at the first later
-    ``*** END OF ...`` or ``End of (the) Project Gutenberg('s) ...`` line. "Produced by ..."
-    paragraphs right after the header go with it. The title is the header's ``Title:`` line
-    (with indented continuation lines). Without markers nothing is removed.
+    The header ends at the last ``*** START OF ...`` or ``*END*THE SMALL PRINT!`` line before the
+    footer, which starts at the first later ``*** END OF ...`` or ``End of (the) Project
+    Gutenberg`` line; "Produced by" paragraphs after the header go with it. The title is the
+    header's ``Title:`` line (and indented continuations). Without markers nothing is removed.
     """
     lines = text.split("\n")
     starts = [i for i, line in enumerate(lines) if _START_RE.match(line)]
@@ -215,13 +205,9 @@ REFLOW_MIN_LINES = 30
 
 
 def _split_reflowed(block: list[str]) -> list[list[str]]:
-    """Split a block of a text without blank lines where a paragraph evidently ended.
-
-    Wrapping fills a line until the next word does not fit, so a line that left room for the
-    next line's first word (width: 90th percentile of line lengths) ended a paragraph if it ends
-    a sentence (``.!?:`` before closing quotes) or is under half the width. Only used on texts
-    without blank lines: hand-wrapped paragraphs would be split at sentence ends.
-    """
+    """Split a block of a text without blank lines where a paragraph evidently ended: a line that
+    left room for the next line's first word (width: the 90th percentile of line lengths) and ends
+    a sentence or is under half the width."""
     width = sorted(map(len, block))[int(0.9 * (len(block) - 1))]
     out: list[list[str]] = [[]]
     for line, following in zip(block, [*block[1:], ""], strict=True):
@@ -233,11 +219,8 @@ def _split_reflowed(block: list[str]) -> list[list[str]]:
 
 
 def split_blocks(text: str) -> list[list[str]]:
-    """Split text into blocks of stripped, non-blank lines separated by blank lines.
-
-    When the blocks average ``REFLOW_MIN_LINES`` lines or more (the blank lines were lost, one
-    paragraph runs into the next), every block is split by ``_split_reflowed``.
-    """
+    """Split text into blocks of stripped, non-blank lines separated by blank lines (by
+    ``_split_reflowed`` when they average ``REFLOW_MIN_LINES`` lines: the blank lines were lost)."""
     chunks = re.split(r"\n[ \t]*(?:\n[ \t]*)+", text)
     blocks = [b for b in ([s.strip() for s in c.split("\n") if s.strip()] for c in chunks) if b]
     if blocks and sum(map(len, blocks)) >= REFLOW_MIN_LINES * len(blocks):
@@ -249,12 +232,8 @@ _ILLUSTRATION_RE = re.compile(r"\[Illustrations?\b[^\]]*\]", _I)
 
 
 def unwrap_lines(lines: list[str]) -> str:
-    """Join a block's lines into one paragraph, whitespace collapsed, ``[Illustration]`` removed.
-
-    Lines are joined with a space, except after a hyphen or dash that directly follows a
-    non-space character: ``word-`` + ``word`` gives ``word-word``. Hyphens are never dropped,
-    since line-end hyphens in these texts are mostly real compounds.
-    """
+    """Join a block's lines into one paragraph, whitespace collapsed, ``[Illustration]`` removed;
+    ``word-`` + ``word`` gives ``word-word`` (line-end hyphens here are mostly real compounds)."""
     parts = lines[:1]
     for previous, line in itertools.pairwise(lines):
         glued = previous.endswith(("-", "–", "—")) and previous[-2:-1].strip() and line[:1].isalnum()
@@ -272,10 +251,8 @@ _SMALL_WORDS = {"a", "an", "the", "of", "and", "or", "in", "on", "to", "by", "fo
 
 
 def _ends_sentence(text: str) -> bool:
-    """Ends (before closing quotes, brackets, ``_``, ``*``) with ``. ! ? … : ,`` or a dash.
-
-    Not with a semicolon, which ends split titles (``Frankenstein;``) far more often than prose.
-    """
+    """Ends (before closing quotes, brackets, ``_``, ``*``) with ``. ! ? … : ,`` or a dash (not a
+    semicolon, which ends split titles, ``Frankenstein;``, more often than prose)."""
     return text.rstrip("\"'”’»)]_* ").endswith(tuple(".!?…:,-–—"))
 
 
@@ -311,12 +288,10 @@ def _is_short_line(block: list[str]) -> bool:
 def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], int]:
     """Drop tables of contents; return the remaining blocks and the number of lines dropped.
 
-    (1) A ``CONTENTS`` / ``TABLE OF CONTENTS`` heading and at least two entries after it: the
-    list runs on over entry blocks (``_is_toc_block``) and single lines of at most 60 characters
-    (a list of illustrations with captions ending in ! or ?), and ends at its last entry block,
-    so short lines after it (dialogue) are kept. (2) Without a heading, a block of three or more
-    lines that each start like ``CHAPTER ...`` or ``IV. ...``. Text before a contents list of
-    fewer than ``FRONT_MATTER_MAX_WORDS`` words is a title page and is dropped with it.
+    A ``CONTENTS`` heading and at least two entries: the list runs over entry blocks and short
+    single lines (captions) and ends at its last entry block (dialogue after it stays). Without a
+    heading: a block of three or more ``CHAPTER ...``/``IV. ...`` lines. Fewer than
+    ``FRONT_MATTER_MAX_WORDS`` words before a list are a title page, dropped with it.
     """
     out: list[list[str]] = []
     removed = i = 0
@@ -343,14 +318,10 @@ def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], in
 
 
 def is_heading(paragraph: str) -> bool:
-    """True for a heading or other non-prose paragraph (one unwrapped line).
-
-    Dropped: text without letters (``* * *``, ``1919``); mostly upper-case text without
-    quotation marks or a final ! or ?, of at most 20 words, or 8 if it ends a sentence
-    (``PREFACE.``, ``THE GREAT WAR``); and, among
-    paragraphs of at most 12 words, ``[...]`` editorial notes, numbered headings (``CHAPTER IV.``,
-    ``Book the First--...``, ``Letter 3``, ``II. A Title``), and text with no sentence-ending
-    punctuation that is Title Case or at most three words (``By Jane Austen``, ``by``).
+    """True for a heading or other non-prose paragraph (one unwrapped line): no letters
+    (``* * *``); mostly upper-case, unquoted, without a final ! or ?, of at most 20 words (8 if it
+    ends a sentence); or, of at most 12 words, ``[...]`` notes, numbered headings (``CHAPTER
+    IV.``, ``Letter 3``, ``II. A Title``) and unpunctuated Title Case or three words at most.
     """
     words = paragraph.split()
     if not any(c.isalpha() for c in paragraph):

@@ -1,9 +1,5 @@
-"""``pipelines books``: a folder or glob of plain-text books into documents, one per book.
-
-Graph: book files → reshuffle → read, decode and clean each book (one ``Outcome`` per file)
-→ ``WriteStageOutput``. A book that cannot be read or decoded is a file error, not a record:
-``records_in`` counts the books read.
-"""
+"""``pipelines books``: plain-text books (one a file) into documents, one per book. A book that
+cannot be read or decoded is a file error, not a record (``records_in`` counts the books read)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """``pipelines corpus``: merge document outputs, remove exact and near duplicates, split.
 
-Graph: every shard of every input manifest → read rows (checksums verified) → group by
-``doc_id`` (exact duplicates: keep one) → MinHash signature per kept document → LSH band
-buckets → near-duplicate marks → join marks with documents by ``doc_id`` → assign each
-survivor a split by a hash of its id → ``WriteStageOutput`` with one folder per split.
-No step holds the corpus on one worker: the joins are keyed shuffles.
+Every input shard (checksums verified) → group by ``doc_id`` (keep one of each) → MinHash
+signatures → LSH band buckets → near-duplicate marks, joined back by ``doc_id`` → a split by a
+hash of the id → ``WriteStageOutput``. No step holds the corpus on one worker.
 """
 
 from __future__ import annotations

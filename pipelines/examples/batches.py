@@ -1,15 +1,9 @@
 """The work of ``pipelines examples`` on a batch of documents at a time: pure functions, no Beam.
 
-* :func:`tokenize_documents`: a table of corpus documents → :class:`TokenizedDocument` (through a
-  :class:`~wordpiece.chunk_cache.ChunkCache`, exactly the tokenizer's ids);
-* :func:`plan_batch`: every dupe pass of every document of a batch (``plan_cuts``, one generator
-  per (seed, document, pass)); actual-next pairs are finished at once, random-next ones become
-  :class:`Requests`, grouped by the bucket their B comes from (:class:`RequestDrawer`);
-* :func:`fulfil_bucket`: a bucket's documents and the requests for them → the random-next
-  examples, B cut from the drawn document (the reference's whole sentences until long enough).
-
-Pairs travel as arrays (:class:`~pipelines.examples.finish.PairBatch`), never as an object
-per pair, and are finished ``FINISH_BATCH`` at a time.
+:func:`tokenize_documents` tokenises a table of documents through a chunk cache;
+:func:`plan_batch` plans every dupe pass, finishes the actual-next pairs and groups random-next
+requests by the bucket their B comes from (:class:`RequestDrawer`); :func:`fulfil_bucket` cuts
+B from a bucket's documents. Pairs travel as arrays, finished ``FINISH_BATCH`` at a time.
 """
 
 from __future__ import annotations

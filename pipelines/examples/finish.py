@@ -1,10 +1,7 @@
-"""Finishing examples as whole arrays: truncate, assemble ``[CLS] A [SEP] B [SEP]``, mask, and turn
-the result into Arrow tables, with no Python loop over examples.
-
-A :class:`PairBatch` names A and B of many pairs as ranges of one flat token array (the
-``pool``); :func:`finish_pairs` gives :class:`ExampleColumns`, the examples as flat arrays plus
-per-example lengths, which :func:`examples_table` turns into a table of the ``examples`` schema.
-Every pair's randomness comes from its key, so the rows do not depend on how pairs are batched.
+"""Finishing examples as whole arrays: truncate, lay out ``[CLS] A [SEP] B [SEP]``, mask, and make
+Arrow tables, with no Python loop over examples. A :class:`PairBatch` names A and B of many pairs
+as ranges of one flat token array; every pair's randomness comes from its key, so the rows do not
+depend on how pairs are batched.
 """
 
 from __future__ import annotations

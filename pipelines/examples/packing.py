@@ -1,19 +1,14 @@
-"""Packed sentences without NSP: the input format of BERT's successors (``--format packed``).
+"""Packed sentences without NSP (``--format packed``): RoBERTa's FULL-SENTENCES input.
 
-RoBERTa's FULL-SENTENCES input (Liu et al., 2019, Section 4.2): each example is contiguous full
-sentences, packed up to the maximum length; when a document ends, the next document's sentences
-follow after an extra ``[SEP]``; there is no second segment and no next-sentence label::
+Each example is contiguous full sentences up to the maximum length, an extra ``[SEP]`` where a
+document ends and the next begins, no second segment and no next-sentence label::
 
     [CLS] d1 s1 d1 s2 [SEP] d2 s1 d2 s2 d2 s3 [SEP]
 
-A sentence that does not fit in what is left of an example starts the next one; a sentence
-longer than a whole example (``max_seq_length - 2`` tokens) is cut into pieces of that length,
-so every token of the input appears exactly once per dupe pass.
-
-Documents are packed within groups (the ``--num-buckets`` buckets of the pairs format): a group
-is one worker's stream, its documents in an order drawn per dupe pass from (seed, pass,
-document), so each pass packs different neighbours. A group's last example of a pass may be
-short. Each example's masking key comes from a generator seeded by (seed, group, pass).
+A sentence that does not fit starts the next example; one longer than a whole example is cut, so
+every token appears once per dupe pass. Documents are packed within groups (the ``--num-buckets``
+buckets), in an order drawn per pass from (seed, pass, document); masking keys come from (seed,
+group, pass).
 """
 
 from __future__ import annotations

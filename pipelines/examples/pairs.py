@@ -1,15 +1,10 @@
 """Next-sentence pairs, as the reference generator's ``create_instances_from_document`` makes them.
 
-The reference picks the random B from a corpus held in memory. Here a document is planned
-on its own (``plan_cuts``): each pair whose B must come from another document carries a
-request for ``random_b_length`` tokens, which the pipeline fulfils by bucket
-(``batches.fulfil_bucket``); ``truncate_pairs`` then trims a batch of pairs at once.
-
-Randomness is a pure function of data identity, never of a worker or of the order work
-arrives in: a document pass draws from a generator seeded by (seed, document, dupe pass)
-(``seeded_generator``), and gives each pair a 64-bit key from it; everything decided later
-about the pair (truncation, masking) is a counter-based hash of that key (``hashed_bits``),
-so a pair comes out the same whatever batch it is finished in.
+A document is planned on its own (``plan_cuts``); a pair whose B must come from another document
+carries a request for ``random_b_length`` tokens, fulfilled by bucket (``batches.fulfil_bucket``).
+Randomness is a function of data identity: a document pass draws from a generator seeded by
+(seed, document, pass) and gives each pair a 64-bit key; later decisions (truncation, masking)
+are counter-based hashes of that key (``hashed_bits``), whatever batch the pair is finished in.
 """
 
 from __future__ import annotations

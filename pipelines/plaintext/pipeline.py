@@ -1,22 +1,14 @@
 """``pipelines text``: files in the reference generator's input format into a corpus output.
 
-The format of google-research/bert's ``create_pretraining_data.py``: UTF-8 text, one sentence
-per line, a blank line between documents. Each line is stripped and kept as one sentence, as
-the reference does; blank lines end a document. Unlike the reference, a new file always starts
-a new document. Duplicates are kept (the reference keeps them).
+The format of google-research/bert's ``create_pretraining_data.py``: UTF-8, one sentence a line
+(stripped), a blank line between documents; a new file starts a new document; duplicates are
+kept, as the reference keeps them. The output has the splits of a ``pipelines corpus`` output.
 
-Graph: input files → reshuffle → read each file as it streams (an ``Outcome`` per document) →
-``WriteStageOutput`` with the splits of a ``pipelines corpus`` output (by default every document
-in ``train``), so ``pipelines examples --corpus OUT`` takes it directly.
-
-Bad input is counted, never a crash. An empty (or whitespace-only) file is a reject ``empty``; a
-file with no blank line is one document, counted as ``files_without_blank_lines``. A file that
-is not UTF-8 text is a file error (``stats.json``'s ``file_errors`` and ``files_with_errors``, and
-a row in ``OUT/rejects``), which leaves the output unmarked unless ``--allow-file-errors``:
-``undecodable`` at its first invalid UTF-8 byte, ``binary`` at its first NUL byte,
-``line_too_long`` at a line longer than ``schemas.inputs.MAX_LINE_BYTES``. The documents before
-the last blank line before that point are kept; the rest is counted as ``bytes_not_read`` and
-``lines_not_read``. A file that cannot be read at all is a file error ``unreadable``.
+Each file is read as it streams. An empty file is a reject ``empty``; a file without a blank line
+is one document (``files_without_blank_lines``). A NUL byte (``binary``), invalid UTF-8
+(``undecodable``) or a line over ``schemas.inputs.MAX_LINE_BYTES`` (``line_too_long``) is a file
+error: the documents before the last blank line before it are kept, the rest counted as
+``bytes_not_read`` (and ``lines_not_read``); a file that cannot be read is ``unreadable``.
 """
 
 from __future__ import annotations

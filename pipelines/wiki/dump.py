@@ -1,13 +1,9 @@
 """Stream pages out of MediaWiki XML dumps: whole files, or byte ranges of multistream dumps.
 
-Pure Python on binary file objects, so the Beam layer can pass files opened with
-``FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)`` (local or ``gs://``;
-without that type Beam decompresses ``.bz2`` itself and byte ranges no longer match the index).
-
-Memory is bounded: input is read and decompressed in 64 KiB chunks and fed to an incremental
-``xml.etree.ElementTree.XMLPullParser``; each finished ``<page>`` is cleared from the tree. A defect
-in the data ends the pages with one :class:`Defect` after the pages before it; an ``OSError``
-raised by the file object itself (storage trouble, not a bad dump) propagates unchanged.
+Pure Python on binary file objects (opened without Beam's decompression, so byte ranges match the
+index), in bounded memory: 64 KiB chunks decompressed into an ``XMLPullParser``, each finished
+``<page>`` cleared. A defect in the data ends the pages with one :class:`Defect`; an ``OSError``
+of the file object itself (storage trouble) propagates.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``pipelines wikipedia``: pages-articles dumps into clean documents.
 
-Graph: dump files → read tasks (a multistream file with its index becomes many byte ranges of
-bz2 streams; any other file is one task) → reshuffle → stream-parse pages → reshuffle →
-clean each page (one ``Outcome`` per page) → ``WriteStageOutput``.
+Dump files → read tasks (a multistream dump with its index: byte ranges of bz2 streams; any other
+file: one task) → parse pages → clean each page into one ``Outcome`` → ``WriteStageOutput``.
 """
 
 from __future__ import annotations
