@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import charset_normalizer
@@ -25,30 +24,14 @@ class Rejection(NamedTuple):
     detail: str
 
 
-@dataclass(frozen=True)
-class CleanBook:
-    """A cleaned book: its prose paragraphs (one line each) and how much of each kind was removed
-    (boilerplate counts everything cut after ``THE END`` or a final transcriber's note)."""
+class CleanBook(NamedTuple):
+    """A cleaned book: its prose paragraphs (one line each), title, encoding and how many
+    undecodable bytes became U+FFFD (see ``MAX_REPLACED_SHARE``)."""
 
     title: str | None
     paragraphs: list[str]
     encoding: str
     replaced_characters: int = 0
-    """Undecodable bytes replaced by U+FFFD (see ``MAX_REPLACED_SHARE``)."""
-    num_header_lines: int = 0
-    num_footer_lines: int = 0
-    num_toc_lines: int = 0
-    num_heading_paragraphs: int = 0
-    num_boilerplate_paragraphs: int = 0
-
-
-class GutenbergParts(NamedTuple):
-    """What ``strip_gutenberg`` returns: the body text, the title and the lines taken away."""
-
-    body: str
-    title: str | None
-    num_header_lines: int
-    num_footer_lines: int
 
 
 MAX_CONTROL_SHARE = 0.01
@@ -170,8 +153,9 @@ MAX_CREDIT_LINES = 6
 """A "Produced by" paragraph longer than this (blank lines lost) loses only its first line."""
 
 
-def strip_gutenberg(text: str) -> GutenbergParts:
-    """Remove the Project Gutenberg header, footer and licence from ``text`` (``\\n`` line ends).
+def strip_gutenberg(text: str) -> tuple[str, str | None]:
+    """``(body, title)``: ``text`` (``\\n`` line ends) without its Project Gutenberg header, footer
+    and licence, and the title the header gives.
 
     The header ends at the last ``*** START OF ...`` or ``*END*THE SMALL PRINT!`` line before the
     footer, which starts at the first later ``*** END OF ...`` or ``End of (the) Project
@@ -197,7 +181,7 @@ def strip_gutenberg(text: str) -> GutenbergParts:
             break
         end = next((j for j in range(start, footer) if not lines[j].strip()), footer)
         start = end if end - start <= MAX_CREDIT_LINES else start + 1
-    return GutenbergParts("\n".join(lines[start:footer]), title, start, len(lines) - footer)
+    return "\n".join(lines[start:footer]), title
 
 
 REFLOW_MIN_LINES = 30
@@ -285,8 +269,8 @@ def _is_short_line(block: list[str]) -> bool:
     return len(block) == 1 and len(block[0]) <= 60
 
 
-def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], int]:
-    """Drop tables of contents; return the remaining blocks and the number of lines dropped.
+def drop_table_of_contents(blocks: list[list[str]]) -> list[list[str]]:
+    """The blocks without their tables of contents.
 
     A ``CONTENTS`` heading and at least two entries: the list runs over entry blocks and short
     single lines (captions) and ends at its last entry block (dialogue after it stays). Without a
@@ -294,7 +278,7 @@ def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], in
     ``FRONT_MATTER_MAX_WORDS`` words before a list are a title page, dropped with it.
     """
     out: list[list[str]] = []
-    removed = i = 0
+    i = 0
     while i < len(blocks):
         block, end = blocks[i], i
         if _CONTENTS_RE.match(block[0]) and (len(block) == 1 or _is_toc_block(block[1:])):
@@ -307,14 +291,12 @@ def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], in
             end = i + 1
         if end > i:
             if sum(len(" ".join(b).split()) for b in out) < FRONT_MATTER_MAX_WORDS:
-                removed += sum(map(len, out))  # a title page before the list goes with it
-                out = []
-            removed += sum(map(len, blocks[i:end]))
+                out = []  # a title page before the list goes with it
             i = end
         else:
             out.append(block)
             i += 1
-    return out, removed
+    return out
 
 
 def is_heading(paragraph: str) -> bool:
@@ -367,32 +349,16 @@ def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
     if isinstance(decoded, Rejection):
         return decoded
     text, encoding, replaced = decoded
-    parts = strip_gutenberg(normalize_newlines(text))
-    blocks, num_toc_lines = drop_table_of_contents(split_blocks(parts.body))
+    body, title = strip_gutenberg(normalize_newlines(text))
+    blocks = drop_table_of_contents(split_blocks(body))
     paragraphs: list[str] = []
-    headings = boilerplate = 0
     for index, paragraph in enumerate(map(unwrap_lines, blocks)):
         if index >= (1 - TAIL_SHARE) * len(blocks) and (
             _THE_END_RE.match(paragraph) or is_boilerplate(paragraph)
         ):
-            boilerplate += len(blocks) - index
-            break
-        if is_boilerplate(paragraph):
-            boilerplate += 1
-        elif not paragraph or is_heading(paragraph):
-            headings += 1
-        else:
+            break  # what follows THE END or a final transcriber's note is boilerplate
+        if paragraph and not is_boilerplate(paragraph) and not is_heading(paragraph):
             paragraphs.append(paragraph)
     if not paragraphs:
         return Rejection("empty", f"{name}: no prose paragraphs left after cleaning")
-    return CleanBook(
-        title=parts.title,
-        paragraphs=paragraphs,
-        encoding=encoding,
-        replaced_characters=replaced,
-        num_header_lines=parts.num_header_lines,
-        num_footer_lines=parts.num_footer_lines,
-        num_toc_lines=num_toc_lines,
-        num_heading_paragraphs=headings,
-        num_boilerplate_paragraphs=boilerplate,
-    )
+    return CleanBook(title, paragraphs, encoding, replaced)

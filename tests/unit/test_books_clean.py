@@ -16,7 +16,6 @@ import pytest
 
 from pipelines.books.clean import (
     CleanBook,
-    GutenbergParts,
     Rejection,
     clean_book,
     decode_book,
@@ -185,11 +184,10 @@ INVENTED_FOOTER = [
 
 def test_strip_gutenberg_header_credits_and_footer() -> None:
     body = ["The keeper climbed the tower at dusk.", ""]
-    parts = strip_gutenberg("\n".join(INVENTED_HEADER + body + INVENTED_FOOTER))
-    assert parts.body == "The keeper climbed the tower at dusk.\n"
-    assert parts.title == "The Lantern Keeper and Other Stories"
-    assert parts.num_header_lines == len(INVENTED_HEADER)
-    assert parts.num_footer_lines == len(INVENTED_FOOTER)
+    assert strip_gutenberg("\n".join(INVENTED_HEADER + body + INVENTED_FOOTER)) == (
+        "The keeper climbed the tower at dusk.\n",
+        "The Lantern Keeper and Other Stories",
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,9 +209,7 @@ def test_strip_gutenberg_header_credits_and_footer() -> None:
 )
 def test_strip_gutenberg_marker_variants(start: str, end: str) -> None:
     text = f"Invented header.\nTitle: The Clock\n{start}\nThe clock struck nine.\n{end}\nInvented licence.\n"
-    parts = strip_gutenberg(text)
-    assert (parts.body, parts.title) == ("The clock struck nine.", "The Clock")
-    assert (parts.num_header_lines, parts.num_footer_lines) == (3, 3)
+    assert strip_gutenberg(text) == ("The clock struck nine.", "The Clock")
 
 
 def test_small_print_after_the_start_marker_ends_the_header() -> None:
@@ -221,23 +217,23 @@ def test_small_print_after_the_start_marker_ends_the_header() -> None:
         "*** START OF THE PROJECT GUTENBERG EBOOK X ***\nInvented small print.\n"
         "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN EBOOKS*END*\nThe story begins.\n"
     )
-    assert strip_gutenberg(text).body == "The story begins.\n"
+    assert strip_gutenberg(text)[0] == "The story begins.\n"
 
 
 def test_text_without_markers_is_kept_whole() -> None:
     text = "Title: Not a header\n\nA story without any markers.\n"
-    assert strip_gutenberg(text) == GutenbergParts(text, None, 0, 0)
+    assert strip_gutenberg(text) == (text, None)
 
 
 def test_only_a_footer_marker_strips_the_footer() -> None:
-    parts = strip_gutenberg("Story text.\n\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nInvented licence.")
-    assert (parts.body, parts.num_header_lines, parts.num_footer_lines) == ("Story text.\n", 0, 2)
+    text = "Story text.\n\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nInvented licence."
+    assert strip_gutenberg(text) == ("Story text.\n", None)
 
 
 def test_produced_by_in_a_file_without_blank_lines_drops_only_that_line() -> None:
     prose = [f"Line {i} of a story whose blank lines were lost." for i in range(10)]
     text = "\n".join(["*** START OF THE PROJECT GUTENBERG EBOOK X ***", "Produced by Someone Kind", *prose])
-    assert strip_gutenberg(text).body == "\n".join(prose)
+    assert strip_gutenberg(text)[0] == "\n".join(prose)
 
 
 # --------------------------------------------------------------------------- paragraphs
@@ -334,7 +330,7 @@ PROSE = [
     ],
 )
 def test_drop_table_of_contents(blocks: list[list[str]], removed: int) -> None:
-    assert drop_table_of_contents([*blocks, PROSE]) == ([PROSE], removed)
+    assert drop_table_of_contents([*blocks, PROSE]) == [PROSE]
 
 
 def test_contents_list_runs_over_captions_and_gives_back_dialogue() -> None:
@@ -347,15 +343,15 @@ def test_contents_list_runs_over_captions_and_gives_back_dialogue() -> None:
     ]
     toc += [["\u201cStop!\u201d"], ["The Lantern"], ["CHAPTER I."]]
     dialogue = [["\u201cHello!\u201d"], ["\u201cWho is it?\u201d"]]
-    assert drop_table_of_contents([*toc, *dialogue, PROSE]) == ([*dialogue, PROSE], 8)
+    assert drop_table_of_contents([*toc, *dialogue, PROSE]) == [*dialogue, PROSE]
 
 
 def test_title_page_before_contents_goes_with_it_but_a_preface_stays() -> None:
     title_page = [["THE LANTERN KEEPER"], ["By Ada Fenwick"], ["LONDON", "Invented & Sons"]]
     contents = [["CONTENTS"], ["CHAPTER I. The Tower"], ["CHAPTER II. The Storm"]]
-    assert drop_table_of_contents([*title_page, *contents, PROSE]) == ([PROSE], 4 + 3)
+    assert drop_table_of_contents([*title_page, *contents, PROSE]) == [PROSE]
     preface = [PROSE * 6]  # 12 lines, about 180 words
-    assert drop_table_of_contents([*preface, *contents, PROSE]) == ([*preface, PROSE], 3)
+    assert drop_table_of_contents([*preface, *contents, PROSE]) == [*preface, PROSE]
 
 
 @pytest.mark.parametrize(
@@ -373,7 +369,7 @@ def test_title_page_before_contents_goes_with_it_but_a_preface_stays() -> None:
     ],
 )
 def test_no_table_of_contents(blocks: list[list[str]]) -> None:
-    assert drop_table_of_contents(blocks) == (blocks, 0)
+    assert drop_table_of_contents(blocks) == blocks
 
 
 # --------------------------------------------------------------------------- headings and boilerplate
@@ -507,11 +503,6 @@ def test_clean_invented_book() -> None:
             "He says:",
         ],
         encoding="utf-8-sig",
-        num_header_lines=len(INVENTED_HEADER) + 1,
-        num_footer_lines=len(INVENTED_FOOTER) + 1,
-        num_toc_lines=2 + 4,  # the title page before the contents list, and the list
-        num_heading_paragraphs=3,  # the illustration, the asterisks, CHAPTER II.
-        num_boilerplate_paragraphs=0,
     )
 
 
@@ -523,16 +514,12 @@ def test_the_end_near_the_end_drops_what_follows() -> None:
         "Ask your bookseller for the complete list of our novels.",
     ]
     book = clean_book("\n\n".join(prose + advert).encode(), "tale.txt")
-    assert (book.paragraphs, book.num_boilerplate_paragraphs) == (prose, 3)
+    assert book.paragraphs == prose
 
 
 def test_book_without_markers_keeps_all_prose() -> None:
     book = clean_book(b"Just one paragraph of prose here.\n\nAnd another one.", "plain.txt")
-    assert (book.title, book.paragraphs, book.num_header_lines) == (
-        None,
-        ["Just one paragraph of prose here.", "And another one."],
-        0,
-    )
+    assert (book.title, book.paragraphs) == (None, ["Just one paragraph of prose here.", "And another one."])
 
 
 def test_book_with_no_prose_left_is_empty() -> None:
@@ -552,16 +539,6 @@ REAL_BOOKS = [
     "The-Adventures-of-Sherlock-Holmes_1661",
 ]
 LATIN1_BOOKS = {"Dracula_345", "The-Adventures-of-Sherlock-Holmes_1661"}
-# Lines removed as contents lists, at least (counted by hand); Alice's edition has no contents
-# list, Pride and Prejudice neither; Sherlock Holmes has one without a CONTENTS heading.
-MIN_TOC_LINES = {
-    "A-Tale-of-Two-Cities_98": 50,
-    "Adventures-of-Huckleberry-Finn_76": 80,
-    "Dracula_345": 54,
-    "Frankenstein_84": 29,
-    "Moby-Dick--Or-The-Whale_2701": 137,
-    "The-Adventures-of-Sherlock-Holmes_1661": 12,
-}
 SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)_]*$")
 TOC_ENTRY = re.compile(r"^(CHAPTER|Chapter|LETTER|Letter|BOOK|Book)\s+[IVXLC\d]+\b|\s\d{1,3}$")
 
@@ -588,7 +565,6 @@ def test_real_book_encoding_and_title(stem: str) -> None:
 def test_real_book_has_no_licence_or_markup(stem: str) -> None:
     book, _ = _real(require(GUTENBERG / f"{stem}.txt"))
     assert len(book.paragraphs) > 500
-    assert book.num_header_lines > 10 and book.num_footer_lines > 300
     for paragraph in book.paragraphs:
         assert "project gutenberg" not in paragraph.lower()
         assert "*** START" not in paragraph and "*** END" not in paragraph
@@ -614,8 +590,6 @@ def test_real_book_starts_and_ends_with_the_novel(stem: str) -> None:
 @pytest.mark.parametrize("stem", REAL_BOOKS)
 def test_real_book_contents_and_headings_are_removed(stem: str) -> None:
     book, _ = _real(require(GUTENBERG / f"{stem}.txt"))
-    assert book.num_toc_lines >= MIN_TOC_LINES.get(stem, 0)
-    assert book.num_heading_paragraphs >= 12  # every novel here has a dozen chapters or more
     short = [p for p in book.paragraphs if len(p.split()) <= 12]
     assert not [p for p in short if TOC_ENTRY.search(p)]
 
@@ -623,11 +597,11 @@ def test_real_book_contents_and_headings_are_removed(stem: str) -> None:
 def test_dracula_and_alice_contents() -> None:
     dracula, _ = _real(require(GUTENBERG / "Dracula_345.txt"))
     alice, _ = _real(require(GUTENBERG / "Alice-s-Adventures-in-Wonderland_11.txt"))
-    # Dracula lists 27 chapters, each a "CHAPTER n" block and a "title ... page" block.
-    assert dracula.num_toc_lines >= 2 * 27
-    # This edition of Alice has no contents list: nothing is taken for one, all 12 chapter
-    # headings go as headings.
-    assert alice.num_toc_lines == 0 and alice.num_heading_paragraphs >= 12
+    # Dracula lists 27 chapters, each a "CHAPTER n" block and a "title ... page" block: the novel
+    # starts after them, with the journal's first entry.
+    assert dracula.paragraphs[1].startswith("_3 May. Bistritz._")
+    # This edition of Alice has no contents list: nothing is taken for one.
+    assert alice.paragraphs[0].startswith("Alice was beginning to get very tired of sitting by her sister")
 
 
 def test_botchan_without_blank_lines() -> None:
