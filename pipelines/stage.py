@@ -87,27 +87,20 @@ class CountRecords(beam.PTransform):
 
 
 def reject_outcome(
-    *,
     source: str,
     origin: str,
     record_id: str,
     reason: str,
     detail: str,
+    *,
     title: str | None = None,
     excerpt: str | None = None,
     kind: str = REJECTED,
 ) -> Outcome:
     """A record (or, with ``kind=FILE_ERROR``, a whole file) that could not be used, kept aside."""
-    row = {
-        "source": source,
-        "origin": origin,
-        "record_id": record_id,
-        "title": title,
-        "reason": reason,
-        "detail": detail,
-        "excerpt": excerpt[:EXCERPT_CHARS] if excerpt else None,
-    }
-    return Outcome(kind, reason, row)
+    excerpt = excerpt[:EXCERPT_CHARS] if excerpt else None
+    row = dict(source=source, origin=origin, record_id=record_id, title=title, reason=reason, detail=detail)
+    return Outcome(kind, reason, {**row, "excerpt": excerpt})
 
 
 def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:

@@ -43,15 +43,9 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
     if isinstance(book, Rejection):
         # Text that cannot be decoded is a damaged input file, not a record to drop quietly.
         kind = FILE_ERROR if book.reason in FILE_ERROR_REASONS else REJECTED
-        return reject_outcome(
-            source=SOURCE,
-            origin=path,
-            record_id=name,
-            reason=book.reason,
-            detail=book.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else book.detail,
-            excerpt=data[:200].decode("utf-8", errors="replace"),
-            kind=kind,
-        )
+        detail = book.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else book.detail
+        excerpt = data[:200].decode("utf-8", errors="replace")
+        return reject_outcome(SOURCE, path, name, book.reason, detail, excerpt=excerpt, kind=kind)
     return sentences_outcome(
         paragraphs_to_sentences(book.paragraphs),
         min_document_words,
@@ -89,15 +83,7 @@ def read_book_outcome(path: str, min_document_words: int) -> Outcome:
     except Exception as err:  # Any filesystem error: a file error, the other books go on.
         data = "unreadable", f"{type(err).__name__}: {err}"[:500]
     if isinstance(data, tuple):
-        reason, detail = data
-        return reject_outcome(
-            source=SOURCE,
-            origin=path,
-            record_id=path.rsplit("/", 1)[-1],
-            reason=reason,
-            detail=detail,
-            kind=FILE_ERROR,
-        )
+        return reject_outcome(SOURCE, path, path.rsplit("/", 1)[-1], *data, kind=FILE_ERROR)
     return book_outcome(path, data, min_document_words)
 
 

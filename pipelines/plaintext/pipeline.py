@@ -32,15 +32,7 @@ _CONTEXT_BYTES = 100
 
 def _reject(path: str, reason: str, detail: str, data: bytes = b"", kind: str = REJECTED) -> Outcome:
     excerpt = data[:200].decode("utf-8", errors="replace") if data else None
-    return reject_outcome(
-        source=SOURCE,
-        origin=path,
-        record_id=path.rsplit("/", 1)[-1],
-        reason=reason,
-        detail=detail,
-        excerpt=excerpt,
-        kind=kind,
-    )
+    return reject_outcome(SOURCE, path, path.rsplit("/", 1)[-1], reason, detail, excerpt=excerpt, kind=kind)
 
 
 def _first_bad_byte(line: bytes) -> tuple[int, str, str] | None:

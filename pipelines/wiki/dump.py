@@ -14,7 +14,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import Any, BinaryIO, NamedTuple
 from xml.etree import ElementTree as ET
 from xml.parsers import expat
 
@@ -43,10 +43,6 @@ class Defect(NamedTuple):
 
     reason: str
     detail: str
-
-
-class _Readable(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
 
 
 class _Source:
@@ -86,11 +82,11 @@ class _Chunks:
             head += data
         self._source = _Source(fileobj, head, None if limit is None else limit - len(head))
         self.not_bz2 = bz2_only and not head.startswith(b"BZh")
-        self._reader: _Readable = self._source
+        self._reader: Any = self._source
         if head.startswith(b"BZh"):
             self._reader = bz2.BZ2File(self._source)
         elif head.startswith(b"\x1f\x8b"):
-            self._reader = gzip.GzipFile(fileobj=self._source, mode="rb")  # type: ignore[arg-type]
+            self._reader = gzip.GzipFile(fileobj=self._source, mode="rb")
         self.damage: tuple[bool, bool, BaseException] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
@@ -292,29 +288,26 @@ def read_stream_offsets(index_fileobj: BinaryIO) -> list[int] | Defect:
     or plain; blank lines ignored), or the :class:`Defect` that keeps it from being read."""
     chunks = _Chunks(index_fileobj)
     offsets: set[int] = set()
-    carry, number = b"", 0
-    for data in chunks:
-        *lines, carry = (carry + data).split(b"\n")
-        for line in lines:
-            number += 1
-            if not _add_offset(offsets, line):
-                return Defect("malformed_index", f"index line {number} does not start with OFFSET:")
+    number = 0
+    for number, line in enumerate(_lines(chunks), 1):
+        head, colon, _ = line.partition(b":")
+        if colon and head.strip().isdigit():
+            offsets.add(int(head))
+        elif line.strip():
+            return Defect("malformed_index", f"index line {number} does not start with OFFSET:")
     if chunks.damage is not None:
         return chunks.defect(number, "index lines")
-    if not _add_offset(offsets, carry):
-        return Defect("malformed_index", f"index line {number + 1} does not start with OFFSET:")
     return sorted(offsets)
 
 
-def _add_offset(offsets: set[int], line: bytes) -> bool:
-    """Add the offset of an index line to ``offsets``; False when the line has none."""
-    if not line.strip():
-        return True
-    head, colon, _ = line.partition(b":")
-    if not colon or not head.strip().isdigit():
-        return False
-    offsets.add(int(head))
-    return True
+def _lines(chunks: _Chunks) -> Iterator[bytes]:
+    """The lines of the decompressed chunks (the last one only when they end undamaged)."""
+    carry = b""
+    for data in chunks:
+        *lines, carry = (carry + data).split(b"\n")
+        yield from lines
+    if chunks.damage is None:
+        yield carry
 
 
 def plan_stream_ranges(offsets: list[int], file_size: int, streams_per_range: int) -> list[tuple[int, int]]:

@@ -98,14 +98,8 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
         kept = (
             f"the {num_pages} pages before it were kept" if task.defect is None else "the dump is read whole"
         )
-        yield reject_outcome(
-            source=SOURCE,
-            origin=task.path,
-            record_id="file",
-            reason=defect.reason,
-            kind=FILE_ERROR,
-            detail=f"{defect.detail}{where}; {kept}",
-        )
+        detail = f"{defect.detail}{where}; {kept}"
+        yield reject_outcome(SOURCE, task.path, "file", defect.reason, detail, kind=FILE_ERROR)
 
 
 def garbled_text(text: str) -> tuple[str, str] | None:
@@ -125,29 +119,16 @@ def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome
         return Outcome(DROPPED, "redirect")
     if page.ns != ARTICLE_NAMESPACE:
         return Outcome(DROPPED, "not_article_namespace")
-    if garbled := garbled_text(page.text):
-        reason, detail = garbled
-        return reject_outcome(
-            source=SOURCE,
-            origin=origin,
-            record_id=str(page.page_id),
-            title=page.title,
-            reason=reason,
-            detail=detail,
-            excerpt=page.text,
-        )
     try:
-        cleaned = clean_wikitext(page.text, page.title)
-        sentences = paragraphs_to_sentences(cleaned.paragraphs, normalized=True)
+        garbled = garbled_text(page.text)
+        if garbled is None:
+            cleaned = clean_wikitext(page.text, page.title)
+            sentences = paragraphs_to_sentences(cleaned.paragraphs, normalized=True)
     except Exception as err:  # A parser failure on one page must never stop the file.
+        garbled = "parse_error", f"{type(err).__name__}: {err}"[:500]
+    if garbled is not None:
         return reject_outcome(
-            source=SOURCE,
-            origin=origin,
-            record_id=str(page.page_id),
-            title=page.title,
-            reason="parse_error",
-            detail=f"{type(err).__name__}: {err}"[:500],
-            excerpt=page.text,
+            SOURCE, origin, str(page.page_id), *garbled, title=page.title, excerpt=page.text
         )
     if cleaned.is_disambiguation:
         return Outcome(DROPPED, "disambiguation")
