@@ -267,13 +267,9 @@ def _finish(
 
 
 class WriteStageOutput(beam.PTransform):
-    """Write a stage's outcomes: document shards per split, rejects, stats, manifest, marker.
-
-    ``split_of(row)`` names a document's split (a corpus output); without it every document
-    goes to the single split ``all``. ``extra_tallies`` add counts measured elsewhere in the
-    graph (the records read, for reconciliation). ``input_files`` are the raw files the stage
-    read, hashed in parallel beside the stage's work for the manifest's ``input_files``.
-    """
+    """Write a stage's outcomes: document shards per split (``split_of(row)``; without it the one
+    split ``all``), rejects, stats, manifest, marker. ``extra_tallies`` add counts measured elsewhere
+    (the records read); ``input_files`` are hashed beside the stage's work for the manifest."""
 
     def __init__(
         self,

@@ -52,11 +52,8 @@ def sum_tallies(tallies) -> Counter:
 
 
 def build_stats(tally: Mapping[str, int]) -> dict[str, Any]:
-    """Shape a summed tally into the ``stats.json`` layout and check that the counts reconcile.
-
-    ``reconciles`` is true when every record read (``records_in``) is accounted for as
-    written, dropped or rejected. Whole-file errors are listed apart under ``file_errors``.
-    """
+    """A summed tally in the ``stats.json`` layout; ``reconciles`` says whether every record read
+    (``records_in``) is written, dropped or rejected."""
     nested: dict[str, dict[str, int]] = {"dropped": {}, "rejected": {}, "file_errors": {}, "splits": {}}
     histograms: dict[str, dict[str, int]] = {name: {} for name in HISTOGRAMS}
     flat: dict[str, int] = {}

@@ -141,12 +141,8 @@ def _num_to_predict(lengths: np.ndarray, config: MaskingConfig) -> np.ndarray:
 def _choose_subsets(
     keys: np.ndarray, num_candidates: np.ndarray, num_wanted: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A uniformly random subset of ``num_wanted[i]`` of ``range(num_candidates[i])`` per sequence.
-
-    Robert Floyd's algorithm, one step for all sequences at a time: the same distribution as
-    the reference's shuffle of every candidate followed by taking the first ones.
-    Returns ``(owner, index)`` of the chosen candidates, grouped by owner, ascending in each.
-    """
+    """A uniformly random subset of ``num_wanted[i]`` of ``range(num_candidates[i])`` per sequence
+    (Floyd's algorithm, a step for all sequences at once): ``(owner, index)``, ascending per owner."""
     take = np.minimum(num_wanted, num_candidates)
     steps = int(take.max(initial=0))
     picks = np.full((len(keys), max(steps, 1)), -1, dtype=np.int64)
@@ -207,15 +203,10 @@ def mask_batch(
     config: MaskingConfig,
     vocab: MaskingVocab,
 ) -> MaskedBatch:
-    """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch (the
-    sequences back to back: ``starts`` is ``cumsum(lengths) - lengths``).
-
-    Of each sequence, ``masked_lm_prob`` of its length (rounded, at least one, at most
-    ``max_predictions_per_seq``) positions other than ``vocab.special`` are chosen at random and
-    replaced: ``mask_share`` [MASK], ``keep_share`` unchanged, ``random_share`` a random id
-    from ``vocab.random_ids`` (80/10/10 by default). With whole-word masking
-    a word (a token and the ``##`` pieces after it) is taken whole or not at all.
-    """
+    """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch: of its
+    positions other than ``vocab.special``, ``masked_lm_prob`` of its length (rounded, at least one, at
+    most ``max_predictions_per_seq``) are chosen at random (whole words with whole-word masking) and
+    replaced: ``mask_share`` [MASK], ``keep_share`` unchanged, the rest a random ``vocab.random_ids``."""
     num_sequences = len(starts)
     candidate = ~vocab.special[ids]
     candidates = np.flatnonzero(candidate)  # flat positions

@@ -284,13 +284,9 @@ def check_lengths(texts: Iterable[str]) -> None:
 
 
 class WordPieceTokenizer:
-    """BERT tokenisation with one vocabulary: ids (no ``[CLS]``/``[SEP]``) or WordPiece strings.
-
-    Attributes: ``cased`` (False: lower-case and strip accents), ``vocab`` (tokens in id order)
-    and ``tokenizer`` (the ``tokenizers.Tokenizer``, which adds ``[CLS]``/``[SEP]`` when asked to,
-    pairs with type id 1 for ``B [SEP]``; its ``save`` file loads in transformers'
-    ``BertTokenizerFast(tokenizer_file=...)`` with the same ids).
-    """
+    """BERT tokenisation with one vocabulary: ``cased``, ``vocab`` (tokens in id order) and
+    ``tokenizer`` (the ``tokenizers.Tokenizer``: ``[CLS] A [SEP] B [SEP]`` with type id 1 for B when
+    asked; its ``save`` file gives the same ids in transformers' ``BertTokenizerFast``)."""
 
     def __init__(self, vocab: Sequence[str], cased: bool, source: str = "vocabulary") -> None:
         """Validate ``vocab`` (tokens in id order; ``source`` names it in errors) and build."""
@@ -301,37 +297,29 @@ class WordPieceTokenizer:
 
     @classmethod
     def load(cls, path: str, cased: bool | None = None) -> WordPieceTokenizer:
-        """Load a ``vocab.txt`` or a ``tokenizer.json`` (by its ``.json`` suffix), local or a URL.
-
-        ``cased=None`` takes the casing from a tokenizer.json's normaliser, or else infers it from
-        the vocabulary and warns which was inferred. A tokenizer.json's settings other than BERT's
-        are refused rather than silently dropped.
-        """
+        """Load a ``vocab.txt`` or ``tokenizer.json`` (by its suffix), local or a URL. ``cased=None``
+        takes a tokenizer.json's casing, or infers it from the vocabulary and warns; a tokenizer.json's
+        settings other than BERT's are refused."""
         vocab, recorded = _vocab_and_casing(path)
-        if cased is None and recorded is not None:
-            cased = recorded
-        elif cased is None:
+        name = {True: "cased", False: "uncased"}
+        if cased is None and recorded is None:
             example = _upper_case_token(vocab)
             cased = example is not None
-            reason = (
+            why = (
                 f"it has tokens with upper-case letters, e.g. {example!r}"
                 if cased
                 else "no token has an upper-case letter"
             )
             warnings.warn(
-                f"{path}: casing not given; inferred {'cased' if cased else 'uncased'} because {reason}. "
+                f"{path}: casing not given; inferred {name[cased]} because {why}. "
                 "Set it with cased=True/False (wordpiece encode --cased/--uncased).",
-                UserWarning,
                 stacklevel=2,
             )
+        elif cased is None:
+            cased = recorded
         elif recorded is not None and cased != recorded:
-            asked = "cased" if cased else "uncased"
-            warnings.warn(
-                f"{path}: its normalizer is {'cased' if recorded else 'uncased'}, but {asked} was asked "
-                f"for; tokenising {asked}.",
-                UserWarning,
-                stacklevel=2,
-            )
+            message = f"{path}: its normalizer is {name[recorded]}, but {name[cased]} was asked for; tokenising {name[cased]}."
+            warnings.warn(message, stacklevel=2)
         loaded = cls.__new__(cls)  # the vocabulary is validated already: not twice
         loaded.cased, loaded.vocab, loaded.tokenizer = cased, vocab, _build(vocab, cased)
         return loaded

@@ -191,13 +191,9 @@ def _feed(counts: Iterable[tuple[str, int]]) -> Iterator[str]:
 def learn_pieces(
     counts: Iterable[tuple[str, int]], alphabet: Alphabet, config: VocabConfig, num_pieces: int
 ) -> list[str]:
-    """WordPiece characters and pieces learned from word counts, deterministically.
-
-    The trainer numbers symbols as it meets them in a hash map, and breaks ties between equally
-    frequent merges by those numbers, so on its own it gives different vocabularies in different
-    processes. Declaring every symbol up front (the kept characters as the initial alphabet, their
-    ``##`` forms as leading tokens) fixes the numbering, and with it every merge.
-    """
+    """WordPiece characters and pieces learned from word counts, deterministically: the trainer
+    numbers symbols as it meets them and breaks ties between merges by those numbers, so every symbol
+    is declared up front (the kept characters and their ``##`` forms), which fixes every merge."""
     learner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     learner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     trainer = trainers.WordPieceTrainer(

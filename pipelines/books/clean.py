@@ -154,14 +154,9 @@ MAX_CREDIT_LINES = 6
 
 
 def strip_gutenberg(text: str) -> tuple[str, str | None]:
-    """``(body, title)``: ``text`` (``\\n`` line ends) without its Project Gutenberg header, footer
-    and licence, and the title the header gives.
-
-    The header ends at the last ``*** START OF ...`` or ``*END*THE SMALL PRINT!`` line before the
-    footer, which starts at the first later ``*** END OF ...`` or ``End of (the) Project
-    Gutenberg`` line; "Produced by" paragraphs after the header go with it. The title is the
-    header's ``Title:`` line (and indented continuations). Without markers nothing is removed.
-    """
+    """``(body, title)``: ``text`` without the Project Gutenberg header (to the last ``*** START OF``
+    or ``*END*THE SMALL PRINT!`` line, "Produced by" paragraphs included), footer and licence (from
+    ``*** END OF`` or ``End of the Project Gutenberg``), and the header's ``Title:``."""
     lines = text.split("\n")
     starts = [i for i, line in enumerate(lines) if _START_RE.match(line)]
     ends = [i for i, line in enumerate(lines) if _END_RE.match(line) and i > (starts or [-1])[0]]
@@ -270,13 +265,9 @@ def _is_short_line(block: list[str]) -> bool:
 
 
 def drop_table_of_contents(blocks: list[list[str]]) -> list[list[str]]:
-    """The blocks without their tables of contents.
-
-    A ``CONTENTS`` heading and at least two entries: the list runs over entry blocks and short
-    single lines (captions) and ends at its last entry block (dialogue after it stays). Without a
-    heading: a block of three or more ``CHAPTER ...``/``IV. ...`` lines. Fewer than
-    ``FRONT_MATTER_MAX_WORDS`` words before a list are a title page, dropped with it.
-    """
+    """The blocks without their tables of contents: a ``CONTENTS`` heading and at least two entry
+    blocks (short single lines in between), or a block of three ``CHAPTER ...``/``IV. ...`` lines;
+    fewer than ``FRONT_MATTER_MAX_WORDS`` words before a list are a title page, dropped with it."""
     out: list[list[str]] = []
     i = 0
     while i < len(blocks):
@@ -300,11 +291,9 @@ def drop_table_of_contents(blocks: list[list[str]]) -> list[list[str]]:
 
 
 def is_heading(paragraph: str) -> bool:
-    """True for a heading or other non-prose paragraph (one unwrapped line): no letters
-    (``* * *``); mostly upper-case, unquoted, without a final ! or ?, of at most 20 words (8 if it
-    ends a sentence); or, of at most 12 words, ``[...]`` notes, numbered headings (``CHAPTER
-    IV.``, ``Letter 3``, ``II. A Title``) and unpunctuated Title Case or three words at most.
-    """
+    """True for a heading or other non-prose paragraph: no letters; mostly upper-case, unquoted,
+    at most 20 words (8 if it ends a sentence); or of at most 12 words, ``[...]``, a numbered heading
+    (``CHAPTER IV.``, ``II. A Title``) or unpunctuated Title Case or three words at most."""
     words = paragraph.split()
     if not any(c.isalpha() for c in paragraph):
         return True

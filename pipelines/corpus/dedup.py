@@ -68,11 +68,8 @@ def _permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def minhash_signature(sentences: Sequence[str], shingle_words: int, num_perm: int) -> np.ndarray:
-    """A ``num_perm``-long uint32 MinHash signature of the document's shingles (seeded, stable).
-
-    Shingles hash to 32 bits; with 32-bit coefficients ``a·h + b`` stays below 2⁶⁴, so the
-    arithmetic is exact in uint64 before the modulus.
-    """
+    """A ``num_perm``-long uint32 MinHash signature of the document's shingles (seeded, stable;
+    32-bit shingle hashes and coefficients keep ``a·h + b`` exact in uint64)."""
     a, b = _permutations(num_perm)
     hashes = shingle_hashes(sentences, shingle_words)
     signature = np.full(num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)

@@ -56,12 +56,8 @@ def tokenize_documents(cache: ChunkCache, table: pa.Table) -> tuple[list[Tokeniz
 
 
 class RequestDrawer:
-    """Which document a random B comes from: uniform over every document but the requester's.
-
-    Documents are filed into buckets (``bucket_of``); a draw picks a bucket with probability
-    proportional to its documents (the requester's own left out) and an index among that
-    bucket's other documents.
-    """
+    """Which document a random B comes from: uniform over every document but the requester's (a
+    bucket by its share of documents, then an index among that bucket's other documents)."""
 
     def __init__(self, bucket_sizes: dict[int, int]):
         self.buckets = np.array(sorted(bucket_sizes), dtype=np.int64)
@@ -70,13 +66,8 @@ class RequestDrawer:
     def draw(
         self, own_buckets: np.ndarray, document_draws: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(bucket, index)`` arrays for uniform draws of requesters in ``own_buckets``, or None
-        when there is no other document.
-
-        With the requester's own document left out of its bucket's count, there are ``total - 1``
-        documents; the draw's place among them maps back to a place among all documents by
-        skipping one at the start of the requester's bucket.
-        """
+        """``(bucket, index)`` arrays for uniform draws of requesters in ``own_buckets`` among the other
+        ``total - 1`` documents (mapped back by skipping the requester's own), or None when there is none."""
         total = int(self.cumulative[-1]) - 1 if len(self.cumulative) else 0
         if total <= 0:
             return None
@@ -195,11 +186,9 @@ def fulfil_bucket(
     config,
     vocab: ExampleVocab,
 ) -> Iterator[tuple[ExampleColumns, Counter]]:
-    """Cut each request's B from its document of this bucket and finish the pairs, in batches.
-
-    A request's index counts the bucket's documents in ``doc_id`` order, its own left out. B is
-    whole sentences from a random one (``sentence_draws``) until ``random_b_length`` tokens.
-    """
+    """Cut each request's B from its document of this bucket (its index counts the bucket's
+    documents in ``doc_id`` order, its own left out): whole sentences from a random one until
+    ``random_b_length`` tokens; the pairs finished in batches."""
     documents = sorted(documents, key=lambda d: d.doc_id)
     requests = list(requests)
     if not requests or not documents:

@@ -47,12 +47,9 @@ class PackedSequence(NamedTuple):
 def pack_documents(
     documents: Sequence[TokenizedDocument], max_seq_length: int, sep_id: int
 ) -> list[PackedSequence]:
-    """Pack the sentences of ``documents`` (in the given order) into examples of at most
-    ``max_seq_length`` tokens once ``[CLS]`` and the final ``[SEP]`` are added.
-
-    Sentences are never split unless one alone is longer than ``max_seq_length - 2`` tokens;
-    documents that share an example are separated by ``sep_id``.
-    """
+    """Pack the sentences of ``documents`` (in order) into examples of at most ``max_seq_length``
+    tokens with ``[CLS]`` and ``[SEP]``, ``sep_id`` between documents; a sentence is cut only when it
+    alone is longer than an example."""
     room = max_seq_length - 2
     if room < 1:
         raise ValueError(f"--max-seq-length must be at least 3 for packed examples, got {max_seq_length}")

@@ -104,14 +104,10 @@ class PairCuts(NamedTuple):
 
 
 def plan_cuts(document: TokenizedDocument, config: PairConfig, rng: np.random.Generator) -> PairCuts:
-    """Cut one document into A/B pairs, the reference's way, as arrays.
-
-    Sentences accumulate into a chunk until the target length (``max_seq_length - 3``, or with
-    probability ``short_seq_prob`` a random shorter one, drawn once per document and pass); the
-    chunk splits at a random sentence into A and B; with probability ``random_next_prob``, and
-    always when the chunk is one sentence, B will be a random span of another document and the
-    chunk's unused sentences are put back.
-    """
+    """Cut one document into A/B pairs, the reference's way, as arrays: sentences accumulate into a
+    chunk until the target length (``max_seq_length - 3``, or with ``short_seq_prob`` a random shorter
+    one), which splits at a random sentence into A and B; with ``random_next_prob``, and always for a
+    one-sentence chunk, B will be a random span of another document and the unused sentences go back."""
     offsets = document.offsets.tolist()
     num_sentences = len(offsets) - 1
     # Every chunk takes at least one sentence for good, so there are at most num_sentences
@@ -159,13 +155,9 @@ def _coin_heads(keys: np.ndarray, num_coins: np.ndarray, stream: int) -> np.ndar
 def truncate_pairs(
     len_a: np.ndarray, len_b: np.ndarray, keys: np.ndarray, max_num_tokens: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Where each pair's A and B are cut: ``(a_front, a_back, b_front, b_back)`` token counts.
-
-    The reference trims one token at a time from the longer side (B on a tie), from the front
-    or the back by a fair coin, until the pair fits. Which side loses how many tokens follows
-    from the lengths alone; of each side's cuts, the number from the front is the number of
-    heads among as many coins, drawn here from the pair's key.
-    """
+    """Where each pair's A and B are cut, ``(a_front, a_back, b_front, b_back)``: the reference trims
+    the longer side (B on a tie) one token at a time, front or back by a fair coin; the counts per side
+    follow from the lengths, and the front cuts are the heads among as many coins of the pair's key."""
     excess = np.maximum(len_a + len_b - max_num_tokens, 0)
     gap = np.abs(len_a - len_b)
     first = np.minimum(excess, gap)  # cuts that bring the longer side down to the shorter

@@ -147,13 +147,9 @@ def _page_from_element(page: ET.Element, number: int) -> RawPage | Defect:
 
 
 class _PageParser:
-    """Incremental parser yielding each top-level ``<page>`` and then dropping it from the tree;
-    a defect is yielded as one :class:`Defect`, after which nothing more is parsed.
-
-    With ``fragment=True`` the input is a run of ``<page>`` elements without a document element (a
-    byte range of a multistream dump): a ``<mediawiki>`` root is put around it unless the fragment
-    starts with the dump header itself, and the fragment may end with the real ``</mediawiki>``.
-    """
+    """Incremental parser yielding each top-level ``<page>`` (then dropped from the tree), or one
+    :class:`Defect`. With ``fragment=True`` the input is a run of ``<page>`` elements (a byte range of
+    a multistream dump): a ``<mediawiki>`` root is put around it unless it starts with the header."""
 
     def __init__(self, fragment: bool) -> None:
         self._parser = ET.XMLPullParser(events=("start", "end"))
@@ -240,22 +236,14 @@ def _parse(chunks: _Chunks, fragment: bool) -> Iterator[RawPage | Defect]:
 
 
 def iter_pages(fileobj: BinaryIO) -> Iterator[RawPage | Defect]:
-    """Yield every page of a whole dump, in order, with bounded memory; a defect ends them with a
-    :class:`Defect`.
-
-    ``fileobj`` is a binary file object (no seeking needed) holding bz2 (one stream or several
-    concatenated), gzip or plain XML (UTF-8, or UTF-16 with a BOM).
-    """
+    """Every page of a whole dump (bz2, one stream or several, gzip or plain XML), in order, with
+    bounded memory; a defect ends them with a :class:`Defect`."""
     return _parse(_Chunks(fileobj), fragment=False)
 
 
 def iter_range_pages(fileobj: BinaryIO, start: int, end: int) -> Iterator[RawPage | Defect]:
-    """Yield the pages of the bz2 streams in bytes ``[start, end)`` of a multistream dump.
-
-    ``start`` must be a stream offset from the index (see :func:`plan_stream_ranges`); ``fileobj``
-    must be seekable. Only ``end - start`` bytes are read, in chunks. Defects are as for
-    :func:`iter_pages`.
-    """
+    """The pages of the bz2 streams in bytes ``[start, end)`` of a multistream dump (``start`` a
+    stream offset of its index; ``fileobj`` seekable), as :func:`iter_pages`."""
     if not 0 <= start <= end:
         raise ValueError(f"invalid byte range [{start}, {end})")
     fileobj.seek(start)
@@ -269,12 +257,8 @@ _MULTISTREAM_NAME = re.compile(r"^(?P<stem>.*-multistream)(?P<part>\d*)\.xml(?P<
 
 
 def index_path_for(dump_path: str) -> str | None:
-    """The conventional index path of a multistream dump (a local path or a URL), None for a name
-    that is not a multistream dump's.
-
-    ``X-multistream.xml.bz2`` gives ``X-multistream-index.txt.bz2`` and
-    ``X-multistream1.xml-p1p41242.bz2`` gives ``X-multistream-index1.txt-p1p41242.bz2``.
-    """
+    """The index path of a multistream dump (``X-multistream1.xml-p1p41242.bz2`` gives
+    ``X-multistream-index1.txt-p1p41242.bz2``); None for a name that is not a multistream dump's."""
     directory, slash, name = dump_path.rpartition("/")
     match = _MULTISTREAM_NAME.match(name)
     if match is None:
@@ -311,11 +295,8 @@ def _lines(chunks: _Chunks) -> Iterator[bytes]:
 
 
 def plan_stream_ranges(offsets: list[int], file_size: int, streams_per_range: int) -> list[tuple[int, int]]:
-    """Split a multistream dump into contiguous byte ranges ``[start, end)`` for parallel reading.
-
-    Each range starts at a stream offset and covers up to ``streams_per_range`` page streams; the
-    last ends at ``file_size`` and so also holds the closing ``</mediawiki>`` stream.
-    """
+    """Contiguous byte ranges ``[start, end)`` of a multistream dump for parallel reading, each at
+    a stream offset, ``streams_per_range`` streams long; the last ends at ``file_size``."""
     if streams_per_range < 1:
         raise ValueError("streams_per_range must be at least 1")
     offsets = sorted(set(offsets))

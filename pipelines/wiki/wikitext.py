@@ -374,11 +374,8 @@ def _close_braces(
 
 
 def _prepass(text: str) -> tuple[str, int, bool]:
-    """Cut out what the walker would drop (see the module docstring), leaving ``_GAP`` in its place.
-
-    Returns the text, the number of templates cut (not counting those inside other cuts) and
-    whether one of them was a disambiguation template.
-    """
+    """Cut out what the walker would drop, leaving ``_GAP``: the text, the number of templates cut
+    (not those inside other cuts) and whether one was a disambiguation template."""
     cuts: list[tuple[int, int, str | None]] = []  # (start, end, template name or None)
     stack: list[list[int]] = []  # Open brace elements and tables, see _close_braces.
     unclosed: set[str] = set()  # Closing tags, "-->" and ">" not found after some position.
@@ -445,12 +442,8 @@ def _apply_cuts(text: str, cuts: list[tuple[int, int, str | None]]) -> tuple[str
 
 
 def _resolve_quotes(line: str) -> str:
-    """Remove bold/italic apostrophe runs from one line, keeping the literal apostrophes.
-
-    As MediaWiki's doQuotes: ``''''`` is ``'`` + bold, runs over five keep the extras, and when
-    both italics and bolds are odd in number one bold run is read as ``'`` + italics, so
-    ``''Foo'''s`` is "Foo's".
-    """
+    """Remove bold/italic apostrophe runs from one line, keeping the literal apostrophes, as
+    MediaWiki's doQuotes does."""
     runs = list(_QUOTE_MARK_RE.finditer(line))
     kept = [len(m.group()) - 3 if len(m.group()) == 4 else max(0, len(m.group()) - 5) for m in runs]
     markup = [len(m.group()) - k for m, k in zip(runs, kept, strict=True)]
@@ -535,11 +528,8 @@ class _Walker:
 
 
 def _plain_links(tokenlist: list[tokens.Token]) -> list[tokens.Token]:
-    """Replace the tokens of each link whose target and text are plain text by one text token of
-    what ``_Walker._link`` would render for it, so that the builder makes no tree for it.
-
-    Only where the walker would treat that text as it is (no quotes, magic words or newlines).
-    """
+    """Turn each link whose target and text are plain text into one text token of what
+    ``_Walker._link`` would render, so that the builder makes no tree for it."""
     kinds = [type(token) for token in tokenlist]
     text_kind, close, separator = tokens.Text, tokens.WikilinkClose, tokens.WikilinkSeparator
     out: list[tokens.Token] = []
@@ -611,12 +601,8 @@ def _is_disambiguation_template(name: str) -> bool:
 
 
 def is_disambiguation(wikicode_or_text: Wikicode | str, title: str) -> bool:
-    """Whether a page is a disambiguation page.
-
-    True when its title ends with "(disambiguation)", when a top-level template is a
-    disambiguation template (``{{disambiguation}}``, ``{{hndis}}``, ``{{geodis}}``, ... or any
-    name ending in "disambiguation") or when it has the ``__DISAMBIG__`` magic word.
-    """
+    """Whether a page is a disambiguation page: its title ends with "(disambiguation)", a top-level
+    template is a disambiguation template, or it has ``__DISAMBIG__``."""
     if title.strip().endswith("(disambiguation)"):
         return True
     code = wikicode_or_text
@@ -631,11 +617,8 @@ def is_disambiguation(wikicode_or_text: Wikicode | str, title: str) -> bool:
 
 
 def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
-    """Turn one page's wikitext into prose paragraphs (see the module docstring for the rules).
-
-    Each paragraph is one line normalised by ``normalize_text``. Parser errors from
-    mwparserfromhell propagate; the caller records the page as a reject.
-    """
+    """One page's wikitext as prose paragraphs, one normalised line each (see the module's
+    docstring); a parser failure propagates (the caller rejects the page)."""
     for mark in (_DROP_LINE, _QUOTE, _GAP):  # Our marks must not occur.
         if mark in wikitext:
             wikitext = wikitext.replace(mark, "")
