@@ -1,10 +1,6 @@
-"""What every corpus stage shares: outcomes, deterministic shard writing, and the finish.
-
-A stage maps each record to one ``Outcome``; ``WriteStageOutput`` writes the documents as sorted
-Arrow shards (shard by a hash of the id, so the bytes do not depend on runner or workers), the
-rejects, then ``stats.json``, ``manifest.json`` (with every raw input's size and SHA-256) and
-``COMPLETED``.
-"""
+"""What every corpus stage shares: an ``Outcome`` per record, and ``WriteStageOutput``: sorted
+Arrow shards by a hash of the document id (bytes independent of runner and workers), rejects,
+``stats.json``, ``manifest.json`` (with every raw input's SHA-256) and ``COMPLETED``."""
 
 from __future__ import annotations
 

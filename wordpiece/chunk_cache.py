@@ -1,13 +1,9 @@
 """Tokenising many sentences fast: each distinct space-separated chunk is tokenised once.
 
-BERT's tokenisation never crosses a space (the normaliser works per character, the pre-tokeniser
-splits at whitespace, WordPiece works per word, and literal ``[SEP]`` is text where this cache is
-used), so a sentence's ids are the concatenation of its ``" "``-separated chunks' ids: exact, not
-an approximation (``tests/unit/test_chunk_cache.py``). Arrow splits a batch and finds its
-distinct chunks; new chunks of printable ASCII and common prose punctuation are split into BERT's
-words by one regex, each distinct word through the WordPiece model once; other new chunks go
-through the whole ``Tokenizer`` in one pre-tokenised call. At most ``max_entries`` chunks are
-held (the cache starts afresh when full).
+BERT's tokenisation never crosses a space (literal ``[SEP]`` is text where this cache is used), so
+a sentence's ids are its chunks' ids back to back: exact (``tests/unit/test_chunk_cache.py``).
+New chunks of printable ASCII and prose punctuation are split into words by one regex, each
+distinct word through WordPiece once; other new chunks go through the whole ``Tokenizer``.
 """
 
 from __future__ import annotations

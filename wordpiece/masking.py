@@ -1,10 +1,6 @@
-"""Masked-LM selection, the reference generator's ``create_masked_lm_predictions``, for a batch of
-sequences at once: the one masking rule of ``pipelines examples`` and ``pretrain
---dynamic-masking`` (in ``wordpiece/``, the package both may import; numpy only).
-
-Every random choice is a hash of the sequence's 64-bit key and a counter, so a sequence is masked
-the same whatever batch it is in and whichever worker runs it.
-"""
+"""Masked-LM selection, the reference's ``create_masked_lm_predictions``, for a batch of sequences:
+the one rule of ``pipelines examples`` and ``pretrain --dynamic-masking``. Every choice is a hash
+of the sequence's 64-bit key and a counter, the same in any batch and on any worker."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""BERT-exact WordPiece tokenisation, built from the ``tokenizers`` library's components.
-
-BERT's pipeline (google-research/bert ``tokenization.py``): ``BertNormalizer`` (drop control
-characters, whitespace to spaces, spaces around CJK ideographs; uncased: lower-case and strip
-accents), ``BertPreTokenizer`` (split at whitespace and around every punctuation character), then
-WordPiece (greedy longest match, ``##`` continuations; a word without a segmentation or over
-:data:`MAX_INPUT_CHARS_PER_WORD` characters is one ``[UNK]``). The ids are those of transformers'
-``BertTokenizerFast``, literal special tokens in the text included (``docs/wordpiece.md``).
+"""BERT-exact WordPiece tokenisation from the ``tokenizers`` library's components: BERT's
+normaliser (uncased: lower-case, strip accents), pre-tokeniser and WordPiece (a word over
+:data:`MAX_INPUT_CHARS_PER_WORD` characters is ``[UNK]``), giving the ids of transformers'
+``BertTokenizerFast``, literal special tokens included (``docs/wordpiece.md``).
 """
 
 from __future__ import annotations

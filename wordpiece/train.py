@@ -1,14 +1,9 @@
 """``wordpiece train``: learn a BERT-layout WordPiece vocabulary from a corpus, at any size.
 
-A Beam pipeline (``count.py``) counts pre-tokenised words of the learning splits and of the
-measurement split into ``word_counts/``; the ``tokenizers`` WordPiece trainer learns from those
-counts, never from the text (memory grows with the distinct words, not the corpus); the pieces
-are laid out as the released BERT vocabularies (``vocab_layout``), written as ``vocab.txt`` and
-``tokenizer.json`` and measured on the measurement split.
-
-``tokenizers`` takes no word counts, so each distinct word is fed as whitespace-joined repeats
-(at most ``FEED_REPEATS`` a string) to a trainer that only splits on whitespace: its word counts
-equal ours exactly, at the cost of one pass in Rust over the total word count.
+A Beam pipeline (``count.py``) counts pre-tokenised words into ``word_counts/``; the ``tokenizers``
+trainer learns from the counts, never the text (each distinct word fed as whitespace-joined
+repeats to a trainer that splits on whitespace only, so its counts equal ours); the pieces are
+laid out as the released BERT vocabularies and measured on the measurement split.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Clean one plain-text book (BooksCorpus / Project Gutenberg style) into prose paragraphs.
-
-``clean_book``: ``decode_book`` -> ``normalize_newlines`` -> ``strip_gutenberg`` (header, footer,
-licence) -> ``split_blocks`` -> ``drop_table_of_contents`` -> ``unwrap_lines`` -> drop what
-``is_boilerplate`` or ``is_heading``. Every heuristic errs toward keeping text; a book that
-cannot be used gives a :class:`Rejection`.
-"""
+"""Clean one plain-text book (Gutenberg style) into prose paragraphs: decode, strip the Gutenberg
+header and footer, split into blocks, drop contents lists, unwrap lines, drop headings and
+boilerplate. Every heuristic errs toward keeping text; an unusable book is a :class:`Rejection`."""
 
 from __future__ import annotations
 

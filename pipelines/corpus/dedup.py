@@ -1,11 +1,7 @@
-"""Exact and near-duplicate detection, as pure functions the Beam graph wires together.
-
-Exact duplicates share a ``doc_id`` (a hash of the sentences); the first in ``document_sort_key``
-order is kept. Near duplicates: MinHash signatures (``bands × rows`` permutations) of each
-document's lower-cased word shingles, and LSH buckets of their bands (20 bands of 6 rows: a pair
-at Jaccard 0.8 meets with probability 0.996, at 0.5 with 0.27). In a bucket, a document is
-dropped when one with a smaller ``doc_id`` is estimated at least ``threshold`` similar: order-free,
-and a chain A~B~C drops B and C.
+"""Exact and near-duplicate detection, pure functions. Exact duplicates share a ``doc_id``. Near
+duplicates: MinHash signatures of lower-cased word shingles and LSH buckets of their bands; in a
+bucket a document is dropped when one with a smaller ``doc_id`` is estimated at least
+``threshold`` similar (order-free; a chain A~B~C drops B and C).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""``pipelines corpus``: merge document outputs, remove exact and near duplicates, split.
-
-Every input shard (checksums verified) → group by ``doc_id`` (keep one of each) → MinHash
-signatures → LSH band buckets → near-duplicate marks, joined back by ``doc_id`` → a split by a
-hash of the id → ``WriteStageOutput``. No step holds the corpus on one worker.
-"""
+"""``pipelines corpus``: merge document outputs, drop exact and near duplicates (keyed shuffles,
+never the corpus on one worker) and split by a hash of the document id."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The work of ``pipelines examples`` on a batch of documents at a time: pure functions, no Beam.
-
-:func:`tokenize_documents` tokenises a table of documents through a chunk cache;
-:func:`plan_batch` plans every dupe pass, finishes the actual-next pairs and groups random-next
-requests by the bucket their B comes from (:class:`RequestDrawer`); :func:`fulfil_bucket` cuts
-B from a bucket's documents. Pairs travel as arrays, finished ``FINISH_BATCH`` at a time.
-"""
+"""``pipelines examples`` on a batch of documents at a time (pure functions): tokenise, plan every
+pass, finish the actual-next pairs, request random B's by bucket (:class:`RequestDrawer`) and cut
+them from a bucket's documents (:func:`fulfil_bucket`), pairs as arrays throughout."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """Finishing examples as whole arrays: truncate, lay out ``[CLS] A [SEP] B [SEP]``, mask, and make
-Arrow tables, with no Python loop over examples. A :class:`PairBatch` names A and B of many pairs
-as ranges of one flat token array; every pair's randomness comes from its key, so the rows do not
-depend on how pairs are batched.
-"""
+Arrow tables; each pair's randomness comes from its key, so batching changes nothing."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""Packed sentences without NSP (``--format packed``): RoBERTa's FULL-SENTENCES input.
-
-Each example is contiguous full sentences up to the maximum length, an extra ``[SEP]`` where a
-document ends and the next begins, no second segment and no next-sentence label::
+"""Packed sentences without NSP (``--format packed``), RoBERTa's FULL-SENTENCES input: contiguous
+full sentences up to the maximum length, ``[SEP]`` between documents, one segment, no label::
 
     [CLS] d1 s1 d1 s2 [SEP] d2 s1 d2 s2 d2 s3 [SEP]
 
-A sentence that does not fit starts the next example; one longer than a whole example is cut, so
-every token appears once per dupe pass. Documents are packed within groups (the ``--num-buckets``
-buckets), in an order drawn per pass from (seed, pass, document); masking keys come from (seed,
-group, pass).
+Documents are packed within groups (the ``--num-buckets`` buckets), in an order drawn per pass.
 """
 
 from __future__ import annotations

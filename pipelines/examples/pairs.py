@@ -1,18 +1,12 @@
-"""Next-sentence pairs, as the reference generator's ``create_instances_from_document`` makes them.
-
-A document is planned on its own (``plan_cuts``); a pair whose B must come from another document
-carries a request for ``random_b_length`` tokens, fulfilled by bucket (``batches.fulfil_bucket``).
-Randomness is a function of data identity: a document pass draws from a generator seeded by
-(seed, document, pass) and gives each pair a 64-bit key; later decisions (truncation, masking)
-are counter-based hashes of that key (``hashed_bits``), whatever batch the pair is finished in.
-"""
+"""Next-sentence pairs, as the reference's ``create_instances_from_document`` makes them, planned a
+document at a time (``plan_cuts``) from a generator seeded by (seed, document, pass); each pair
+gets a 64-bit key whose hashes (``hashed_bits``) decide truncation and masking later, whatever
+batch the pair is finished in."""
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -74,15 +68,6 @@ class TokenizedDocument(NamedTuple):
     def num_sentences(self) -> int:
         """How many (non-empty) sentences the document has."""
         return len(self.offsets) - 1
-
-
-def tokenized_document(doc_id: str, sentences: Sequence[Sequence[int]]) -> TokenizedDocument:
-    """A :class:`TokenizedDocument` from sentences of ids (empty sentences are left out)."""
-    lengths = [len(s) for s in sentences if s]
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    tokens = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(offsets[-1]))
-    return TokenizedDocument(doc_id, tokens, offsets)
 
 
 class PairCuts(NamedTuple):

@@ -1,10 +1,6 @@
-"""Writing example shards from record batches: no Python object per example on the way.
-
-Finished examples are split by shard where they are made (:func:`shard_pieces`: a hash of the
-pair's identity) as Arrow IPC stream bytes, spilled to temporary files; :class:`WriteExampleShards`
-groups the references by shard, reads each shard's pieces back, sorts the rows by (doc_id,
-dupe_index, pair) and writes exactly ``num_shards`` files, one shard in memory at a time.
-"""
+"""Writing example shards from record batches: examples are split by shard where they are made
+(:func:`shard_pieces`, a hash of the pair's identity) as Arrow IPC bytes; :class:`WriteExampleShards`
+reads each shard's pieces back, sorts them by (doc_id, dupe_index, pair) and writes the file."""
 
 from __future__ import annotations
 

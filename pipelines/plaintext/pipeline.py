@@ -1,14 +1,8 @@
-"""``pipelines text``: files in the reference generator's input format into a corpus output.
-
-The format of google-research/bert's ``create_pretraining_data.py``: UTF-8, one sentence a line
-(stripped), a blank line between documents; a new file starts a new document; duplicates are
-kept, as the reference keeps them. The output has the splits of a ``pipelines corpus`` output.
-
-Each file is read as it streams. An empty file is a reject ``empty``; a file without a blank line
-is one document (``files_without_blank_lines``). A NUL byte (``binary``), invalid UTF-8
-(``undecodable``) or a line over ``schemas.inputs.MAX_LINE_BYTES`` (``line_too_long``) is a file
-error: the documents before the last blank line before it are kept, the rest counted as
-``bytes_not_read`` (and ``lines_not_read``); a file that cannot be read is ``unreadable``.
+"""``pipelines text``: files in ``create_pretraining_data.py``'s input format (UTF-8, one sentence
+a line, a blank line between documents) into a corpus output; a new file starts a new document
+and duplicates are kept, as in the reference. Each file is read as it streams. An empty file is
+a reject; a NUL byte, invalid UTF-8 or a line over ``MAX_LINE_BYTES`` is a file error that keeps
+the documents before the last blank line before it and counts the rest as not read.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Stream pages out of MediaWiki XML dumps: whole files, or byte ranges of multistream dumps.
-
-Pure Python on binary file objects (opened without Beam's decompression, so byte ranges match the
-index), in bounded memory: 64 KiB chunks decompressed into an ``XMLPullParser``, each finished
-``<page>`` cleared. A defect in the data ends the pages with one :class:`Defect`; an ``OSError``
-of the file object itself (storage trouble) propagates.
-"""
+"""Stream pages out of MediaWiki XML dumps, whole or as byte ranges of multistream dumps, in
+bounded memory (64 KiB chunks into an ``XMLPullParser``, each finished ``<page>`` cleared). A
+defect ends the pages with one :class:`Defect`; a storage ``OSError`` propagates."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``pipelines wikipedia``: pages-articles dumps into clean documents.
-
-Dump files → read tasks (a multistream dump with its index: byte ranges of bz2 streams; any other
-file: one task) → parse pages → clean each page into one ``Outcome`` → ``WriteStageOutput``.
-"""
+"""``pipelines wikipedia``: pages-articles dumps into clean documents, read in parallel by byte
+ranges of bz2 streams where a multistream index lies beside the dump."""
 
 from __future__ import annotations
 

@@ -1,27 +1,13 @@
-"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia.
+"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia ("we extract
+only the text passages and ignore lists, tables, and headers"): a walker over mwparserfromhell's
+tree renders what a reader sees as running prose. Headings, lists, tables, references, files,
+categories, comments and templates without a renderer in ``_TEMPLATES`` are dropped (``<math>``
+leaves nothing); link text, bold/italic text and inline HTML contents are kept. Paragraphs shorter
+than ``MIN_PARAGRAPH_CHARS``, without a letter or still holding markup are removed.
 
-"We extract only the text passages and ignore lists, tables, and headers": the page is parsed
-with mwparserfromhell and a walker renders only what a reader sees as running prose.
-
-* Dropped: headings, list lines, tables, references, galleries, files/images, categories,
-  interlanguage links, comments, magic words, templates not in ``_TEMPLATES`` and the contents of
-  ``_DROPPED_TAGS``. ``<math>`` and ``{{math}}`` leave nothing (a placeholder would become a
-  frequent fake word).
-* Kept: link text (``[[a|b]]`` → b, ``[[a]]s`` → as), titles of bracketed external links,
-  bold/italic text, the contents of inline HTML; ``<br>`` becomes a space, entities are unescaped.
-  Templates that carry prose are rendered by ``_TEMPLATES`` (``{{convert|10|km}}`` → "10 km").
-
-A paragraph is a run of prose lines; list items, headings, preformatted lines, bold-only
-pseudo-headings and lines still holding markup end one. Paragraphs shorter than
-``MIN_PARAGRAPH_CHARS`` or without a letter are removed. Templates count as rendered or dropped;
-those inside dropped material are not counted.
-
-Building mwparserfromhell's tree costs most of the time, mostly for material then thrown away, so
-``_prepass`` first cuts out what the walker would drop, with linear scans and no tree (comments,
-``_CUT_TAGS``, file/category/interlanguage links, templates without a renderer, tables, plain
-list lines; braces pair up as in MediaWiki's preprocessor, and a construct is cut only once its
-end is found), leaving ``_GAP``; and ``_parse`` turns each plain link into one text token before
-the tree is built (``benchmarks/wikitext_speed.py``).
+Building the tree costs most of the time, so ``_prepass`` first cuts out what the walker would
+drop, with linear scans (braces pair up as in MediaWiki's preprocessor; a construct is cut only
+once its end is found), and ``_parse`` makes plain links text tokens before the tree is built.
 """
 
 from __future__ import annotations

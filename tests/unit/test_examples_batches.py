@@ -19,11 +19,12 @@ from pipelines.examples.batches import (
 )
 from pipelines.examples.dofns import document_batches
 from pipelines.examples.finish import PAIR_COLUMN, ExampleVocab, examples_table
-from pipelines.examples.pairs import PairConfig, tokenized_document
+from pipelines.examples.pairs import PairConfig
 from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.examples.write import STREAM_SHARD, pair_shards, shard_pieces, shard_table
 from schemas.examples import examples_format
 from tests.conftest import SHARED_DATA, require
+from tests.unit.test_examples_pairs import tokenized_document
 from wordpiece.chunk_cache import ChunkCache
 from wordpiece.tokenizer import WordPieceTokenizer
 

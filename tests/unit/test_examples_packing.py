@@ -9,9 +9,9 @@ import pytest
 
 from pipelines.examples.finish import examples_table
 from pipelines.examples.packing import pack_documents, pack_group
-from pipelines.examples.pairs import tokenized_document
 from pipelines.examples.pipeline import ExamplesConfig, ExampleVocab
 from schemas.examples import examples_format
+from tests.unit.test_examples_pairs import tokenized_document
 from wordpiece.masking import MaskingConfig
 
 SEP = 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import NamedTuple
 
@@ -10,12 +11,21 @@ import pytest
 
 from pipelines.examples.pairs import (
     PairConfig,
+    TokenizedDocument,
     plan_cuts,
     seeded_generator,
-    tokenized_document,
     truncate_pairs,
 )
 from wordpiece.masking import hashed_uniforms
+
+
+def tokenized_document(doc_id: str, sentences: list[list[int]]) -> TokenizedDocument:
+    """A :class:`TokenizedDocument` from sentences of ids (empty sentences are left out)."""
+    lengths = [len(s) for s in sentences if s]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(offsets[-1]))
+    return TokenizedDocument(doc_id, tokens, offsets)
 
 
 class _Plan(NamedTuple):
