@@ -27,8 +27,8 @@ MAX_INPUT_CHARS_PER_WORD = 100
 ``tokenizers`` and transformers (google-research/bert uses 200)."""
 
 MAX_TEXT_CHARS = 1_000_000
-"""The longest text one tokenizer call takes: the Rust library needs about 150 bytes a character
-and aborts the whole process when an allocation fails (a 180 MB line)."""
+"""The longest text one tokenizer call takes: the Rust library needs many times a text's size in
+memory and aborts the whole process when an allocation fails."""
 
 MAX_VOCAB_BYTES = 256 << 20
 """The largest vocab.txt or tokenizer.json read."""
