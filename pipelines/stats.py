@@ -19,10 +19,6 @@ def bucket_label(value: int) -> str:
     return f"{low}-{2 * low - 1}"
 
 
-def _bucket_sort_key(label: str) -> int:
-    return int(label.split("-")[0])
-
-
 def document_tally(sentences: list[str], split: str | None = None, words: list[int] | None = None) -> Counter:
     """The tally of one written document: counts and histogram entries (``words``: its words per
     sentence, when already counted)."""
@@ -39,7 +35,7 @@ def document_tally(sentences: list[str], split: str | None = None, words: list[i
     for n, count in Counter(words).items():  # a label per distinct length, not per sentence
         tally[f"hist/sentence_words/{bucket_label(n)}"] += count
     if split is not None:
-        tally[f"split/{split}"] += 1
+        tally[f"splits/{split}"] += 1
     return tally
 
 
@@ -62,8 +58,6 @@ def build_stats(tally: Mapping[str, int]) -> dict[str, Any]:
         if head == "hist":
             name, _, label = rest.partition("/")
             histograms[name][label] = value
-        elif head == "split":
-            nested["splits"][rest] = value
         elif head in nested:
             nested[head][rest] = value
         else:
@@ -78,7 +72,7 @@ def build_stats(tally: Mapping[str, int]) -> dict[str, Any]:
         "words": flat.pop("words", 0),
         "characters": flat.pop("characters", 0),
         "histograms": {
-            name: dict(sorted(h.items(), key=lambda kv: _bucket_sort_key(kv[0])))
+            name: dict(sorted(h.items(), key=lambda kv: int(kv[0].split("-")[0])))
             for name, h in histograms.items()
         },
     }

@@ -41,12 +41,26 @@ class Defect(NamedTuple):
     detail: str
 
 
-class _Source:
-    """Reads ``prefix``, then at most ``limit`` bytes of ``fileobj``; remembers the errors it raised."""
+class _Chunks:
+    """The decompressed chunks of a file, by the magic bytes of its start (bz2, gzip or none).
+    A decompression failure ends them and is kept in ``damage``: ``(truncated, after_data,
+    cause)``; ``not_bz2``: a byte range that does not start with a bz2 stream header. Its own
+    ``read`` is the raw source under the decompressor: the head, then at most ``limit`` bytes,
+    remembering the storage error it raised (``error``)."""
 
-    def __init__(self, fileobj: BinaryIO, prefix: bytes, limit: int | None) -> None:
-        self._fileobj, self._prefix, self._left = fileobj, prefix, limit
+    def __init__(self, fileobj: BinaryIO, limit: int | None = None, bz2_only: bool = False) -> None:
+        head, want = b"", 3 if limit is None else min(3, limit)
+        while len(head) < want and (data := fileobj.read(want - len(head))):
+            head += data
+        self._fileobj, self._prefix, self._left = fileobj, head, None if limit is None else limit - len(head)
+        self.not_bz2 = bz2_only and not head.startswith(b"BZh")
+        self._reader: Any = self
+        if head.startswith(b"BZh"):
+            self._reader = bz2.BZ2File(self)
+        elif head.startswith(b"\x1f\x8b"):
+            self._reader = gzip.GzipFile(fileobj=self, mode="rb")
         self.error: OSError | None = None
+        self.damage: tuple[bool, bool, BaseException] | None = None
 
     def read(self, size: int = -1) -> bytes:
         size = _CHUNK if size < 0 else size
@@ -66,25 +80,6 @@ class _Source:
             self._left -= len(data)
         return data
 
-
-class _Chunks:
-    """The decompressed chunks of a file, by the magic bytes of its start (bz2, gzip or none).
-    A decompression failure ends them and is kept in ``damage``: ``(truncated, after_data,
-    cause)``; ``not_bz2``: a byte range that does not start with a bz2 stream header."""
-
-    def __init__(self, fileobj: BinaryIO, limit: int | None = None, bz2_only: bool = False) -> None:
-        head, want = b"", 3 if limit is None else min(3, limit)
-        while len(head) < want and (data := fileobj.read(want - len(head))):
-            head += data
-        self._source = _Source(fileobj, head, None if limit is None else limit - len(head))
-        self.not_bz2 = bz2_only and not head.startswith(b"BZh")
-        self._reader: Any = self._source
-        if head.startswith(b"BZh"):
-            self._reader = bz2.BZ2File(self._source)
-        elif head.startswith(b"\x1f\x8b"):
-            self._reader = gzip.GzipFile(fileobj=self._source, mode="rb")
-        self.damage: tuple[bool, bool, BaseException] | None = None
-
     def __iter__(self) -> Iterator[bytes]:
         after_data = False
         while True:
@@ -94,7 +89,7 @@ class _Chunks:
                 self.damage = (True, after_data, exc)
                 return
             except (OSError, zlib.error) as exc:
-                if exc is self._source.error:
+                if exc is self.error:
                     raise
                 self.damage = (False, after_data, exc)
                 return

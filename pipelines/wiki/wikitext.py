@@ -17,7 +17,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import mwparserfromhell
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Template, Text, Wikilink
 from mwparserfromhell.parser import Builder, CTokenizer, tokens
 from mwparserfromhell.parser.tokenizer import Tokenizer
@@ -586,20 +585,14 @@ def _is_disambiguation_template(name: str) -> bool:
     return name in _DISAMBIGUATION_TEMPLATES or name.endswith("disambiguation")
 
 
-def is_disambiguation(wikicode_or_text: Wikicode | str, title: str) -> bool:
+def _is_disambiguation(code: Wikicode, title: str) -> bool:
     """Whether a page is a disambiguation page: its title ends with "(disambiguation)", a top-level
     template is a disambiguation template, or it has ``__DISAMBIG__``."""
-    if title.strip().endswith("(disambiguation)"):
-        return True
-    code = wikicode_or_text
-    if not isinstance(code, Wikicode):
-        code = mwparserfromhell.parse(str(code), skip_style_tags=True)
-    for node in code.nodes:
-        if isinstance(node, Template) and _is_disambiguation_template(str(node.name)):
-            return True
-        if isinstance(node, Text) and "__DISAMBIG__" in node.value:
-            return True
-    return False
+    return title.strip().endswith("(disambiguation)") or any(
+        (isinstance(node, Template) and _is_disambiguation_template(str(node.name)))
+        or (isinstance(node, Text) and "__DISAMBIG__" in node.value)
+        for node in code.nodes
+    )
 
 
 def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
@@ -614,7 +607,7 @@ def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
     paragraphs = _paragraphs(walker.render(code))
     return CleanedPage(
         paragraphs=paragraphs,
-        is_disambiguation=cut_disambiguation or is_disambiguation(code, title),
+        is_disambiguation=cut_disambiguation or _is_disambiguation(code, title),
         num_templates_rendered=walker.rendered,
         num_templates_dropped=cut_templates + walker.dropped,
     )
