@@ -31,11 +31,6 @@ leave the output unmarked unless ``--allow-file-errors``; a ``binary`` or ``empt
 book and stays a reject."""
 
 
-def _title_from_path(path: str) -> str:
-    stem = path.rsplit("/", 1)[-1]
-    return stem.rsplit(".", 1)[0] if "." in stem else stem
-
-
 def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
     """Clean one book file into a document, or say why it was dropped or rejected."""
     name = path.rsplit("/", 1)[-1]
@@ -46,18 +41,11 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
         detail = book.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else book.detail
         excerpt = data[:200].decode("utf-8", errors="replace")
         return reject_outcome(SOURCE, path, name, book.reason, detail, excerpt=excerpt, kind=kind)
-    return sentences_outcome(
-        paragraphs_to_sentences(book.paragraphs),
-        min_document_words,
-        source=SOURCE,
-        origin=path,
-        title=book.title or _title_from_path(path),
-        counts=(
-            {"replaced_characters": book.replaced_characters, "books_with_replacements": 1}
-            if book.replaced_characters
-            else None
-        ),
-    )
+    replaced = book.replaced_characters
+    counts = {"replaced_characters": replaced, "books_with_replacements": 1} if replaced else None
+    title = book.title or name.rsplit(".", 1)[0]
+    sentences = paragraphs_to_sentences(book.paragraphs)
+    return sentences_outcome(sentences, min_document_words, counts, source=SOURCE, origin=path, title=title)
 
 
 def _read_book(path: str) -> bytes | tuple[str, str]:

@@ -35,19 +35,6 @@ def mark_or_keep(element: tuple[str, dict[str, list]]) -> Outcome:
     return Outcome(DROPPED, "near_duplicate") if grouped["near"] else Outcome(DOCUMENT, "", row)
 
 
-def input_shards(manifests: list[tuple[str, Manifest]]) -> list[tuple[str, str]]:
-    """``(path, sha256)`` of every data shard of the inputs, in a stable order."""
-    return sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
-
-
-def input_manifests(manifests: list[tuple[str, Manifest]]) -> list[dict[str, str]]:
-    """Each input output's absolute path and manifest SHA-256, for this stage's manifest."""
-    return [
-        {"path": absolute_reference(folder), "manifest_sha256": io.manifest_sha256(folder)}
-        for folder, _ in manifests
-    ]
-
-
 def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam.PCollection:
     """``(doc_id, mark)`` for every document with a near duplicate among the ``(doc_id, row)``
     of ``unique``: MinHash signatures, LSH band buckets, pairwise estimates within a bucket, and
@@ -77,10 +64,13 @@ def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam
 
 
 def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
-    """Add the corpus stage to ``pipeline`` over completed document outputs."""
+    """Add the corpus stage to ``pipeline`` over completed document outputs: every data shard read
+    (``(path, sha256)``, checked), each input recorded with its manifest's SHA-256."""
+    shards = sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
+    inputs = [{"path": absolute_reference(f), "manifest_sha256": io.manifest_sha256(f)} for f, _ in manifests]
     rows = (
         pipeline
-        | "Input shards" >> beam.Create(input_shards(manifests))
+        | "Input shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
         | "Read shards" >> beam.FlatMap(io.read_document_shard)
         | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
@@ -117,7 +107,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         >> WriteStageOutput(
             output=config.output,
             producer="pipelines corpus",
-            params={**config.params(), "input_manifests": input_manifests(manifests)},
+            params={**config.params(), "input_manifests": inputs},
             num_shards=config.num_shards,
             extra_tallies=[documents_read],
             split_of=split_of,
