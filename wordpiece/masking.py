@@ -167,10 +167,9 @@ def _choose_whole_words(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whole-word selection: visit each sequence's words in a random order, taking a word whole
     when it still fits, until enough positions are chosen (the reference's loop)."""
-    group_id = np.cumsum(group_start) - 1
-    num_groups = int(group_id[-1]) + 1 if len(group_id) else 0
     group_owner = cand_owner[group_start]
     group_first = np.flatnonzero(group_start)
+    num_groups = len(group_first)
     group_size = np.diff(np.append(group_first, len(candidates)))
     # Each word's draw is counted from its sequence's first word: the same in any batch.
     counters = np.arange(num_groups) - np.searchsorted(group_owner, group_owner)
@@ -183,7 +182,7 @@ def _choose_whole_words(
     for g in order.tolist():
         seq = group_owner_l[g]
         have = taken.get(seq, 0)
-        if have >= wanted_l[seq] or have + size_l[g] > wanted_l[seq]:
+        if have + size_l[g] > wanted_l[seq]:  # a word is taken whole or not at all
             continue
         taken[seq] = have + size_l[g]
         owners.extend([seq] * size_l[g])
