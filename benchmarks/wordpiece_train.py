@@ -24,9 +24,9 @@ from benchmarks.harness import Row, n, x
 
 def learn(counts: list[tuple[str, int]], vocab_size: int) -> float:
     """Seconds to learn a vocabulary of ``vocab_size`` from sorted word counts."""
-    from wordpiece.train import TrainConfig, alphabet_of, learn_pieces
+    from wordpiece.train import VocabConfig, alphabet_of, learn_pieces
 
-    config = TrainConfig(corpus="c", output="o", vocab_size=vocab_size, num_unused=0)
+    config = VocabConfig(corpus="c", output="o", vocab_size=vocab_size, num_unused=0)
     start = time.perf_counter()
     learn_pieces(counts, alphabet_of(counts, config.limit_alphabet), config, vocab_size - 5)
     return time.perf_counter() - start

@@ -472,29 +472,6 @@ def _report_examples(config: ExamplesConfig, stats: dict) -> None:
 
 
 @main.command()
-@click.argument("output")
-@click.option("--overwrite", is_flag=True, help="Rebuild an index the output already has.")
-def index(output, overwrite):
-    """Add the record-batch index (index.json) that the trainer's reader needs to an examples
-    OUTPUT written before it existed; checks every shard's SHA-256 once, changes no shard."""
-    from pipelines.index import add_index
-
-    try:
-        with io.claimed(output, "pipelines index"):  # one writer: never beside `pipelines examples`
-            result = add_index(output, overwrite=overwrite)
-    except (io.InputError, io.OutputError) as err:
-        _fail_run(str(err))
-    if result.already_indexed:
-        click.echo(f"{output}: already has an index; nothing to do (--overwrite rebuilds it)")
-        return
-    click.echo(
-        f"index: {result.num_shards:,} shards, {result.num_batches:,} record batches "
-        f"({result.num_bytes_read / 1e6:,.1f} MB read and verified)"
-    )
-    click.echo(f"output: {output}")
-
-
-@main.command()
 @click.argument("folder")
 @click.option(
     "--samples", type=click.IntRange(min=0), default=3, show_default=True, help="Documents to show."

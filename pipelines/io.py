@@ -6,7 +6,6 @@ workers, so paths are always URLs understood by ``apache_beam.io.filesystems.Fil
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -16,7 +15,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, commands, outputs, verify_completed
+from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, commands, verify_completed
 from schemas.commands import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
 from schemas.files import WriteError
 from schemas.outputs import OutputFolder
@@ -52,12 +51,6 @@ def _fs(output: str) -> tuple[Any, str]:
     options = _S3_STORAGE if output.startswith(("s3://", "s3a://")) else {}
     fs, root = fsspec.core.url_to_fs(output, **options)
     return fs, root.rstrip("/") or "/"
-
-
-def claimed(output: str, command: str) -> contextlib.AbstractContextManager:
-    """Hold ``output``'s claim (one writer) around ``command``'s change of an existing output in
-    place (``pipelines index``); a folder that is not there is left to the command to refuse."""
-    return outputs.claimed(output, command, _fs(output)[0])
 
 
 def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:

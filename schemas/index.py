@@ -96,7 +96,7 @@ class ShardIndex:
     def from_json(cls, text: str | bytes, source: str) -> ShardIndex:
         """Parse and validate index JSON (every field's type, every byte range and row count
         within the limits); :class:`InputError` naming ``source``."""
-        rebuild = "rebuild it with `pipelines index OUTPUT --overwrite`"
+        rebuild = "regenerate the output with `pipelines examples`"
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as err:
@@ -153,7 +153,7 @@ class ShardIndex:
                 problems.append(f"{shard.path} differs from the manifest's entry")
         if problems:
             shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-            raise InputError(f"{source}: {shown}; rebuild it with `pipelines index OUTPUT --overwrite`")
+            raise InputError(f"{source}: {shown}; regenerate the output with `pipelines examples`")
 
 
 _TOP_KEYS = {"index_version", "format", "format_version", "schema", "shards"}

@@ -21,7 +21,6 @@ import posixpath
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -138,19 +137,6 @@ def _take_over(fs: Any, path: str, stale: bytes) -> bool:
         fs.rm(aside)
         return moved == stale
     return False
-
-
-@contextlib.contextmanager
-def claimed(url: str, command: str, fs: Any = None) -> Iterator[None]:
-    """Hold the claim of the existing folder ``url`` (``fs``: its filesystem) while ``command``
-    changes it in place (``pipelines index``); a folder that is not there is left to the command."""
-    fs, root = fsspec.core.url_to_fs(url) if fs is None else (fs, fs._strip_protocol(url))
-    content = _claim(fs, root.rstrip("/"), url, command, new_run_id(), url) if fs.isdir(root) else b""
-    try:
-        yield
-    finally:
-        if content and _cat(fs, f"{root.rstrip('/')}/{CLAIM_FILE}") == content:
-            fs.rm(f"{root.rstrip('/')}/{CLAIM_FILE}")
 
 
 @dataclass

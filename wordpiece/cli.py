@@ -19,8 +19,8 @@ from typing import BinaryIO, NoReturn
 
 import click
 
-from schemas.commands import OneLineGroup
-from wordpiece.tokenizer import VocabError, WordPieceTokenizer
+from schemas.commands import InputError, OneLineGroup
+from wordpiece.tokenizer import WordPieceTokenizer
 
 
 def _fail(message: str, exit_code: int = 1) -> NoReturn:
@@ -37,7 +37,7 @@ def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
         warnings.simplefilter("always")
         try:
             tokenizer = WordPieceTokenizer.load(path, cased=cased)
-        except VocabError as err:
+        except InputError as err:
             _fail(str(err))
     for warning in caught:
         click.echo(f"warning: {warning.message}", err=True)
@@ -224,10 +224,10 @@ def train(
     from schemas.paths import check_apart
     from wordpiece.beam_jobs import explain_failure
     from wordpiece.count import CorpusError
-    from wordpiece.train import TrainConfig, TrainingError, train_vocabulary
+    from wordpiece.train import VocabConfig, train_vocabulary
 
     try:
-        config = TrainConfig(
+        config = VocabConfig(
             corpus=corpus,
             output=output,
             vocab_size=vocab_size,
@@ -246,7 +246,7 @@ def train(
     try:
         stats = train_vocabulary(config, ctx.args)
     # it ran and failed: the corpus, the vocabulary, an output in the way (ValueError), a full disk
-    except (CorpusError, TrainingError, VocabError, ValueError, OSError, CommandError) as err:
+    except (CorpusError, ValueError, OSError, CommandError) as err:
         _fail(str(err))
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
         _fail(explain_failure(err))

@@ -173,6 +173,10 @@ def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[st
         "format": "packed" if packed else "pairs",
         # Packed examples have no pairs: no random-next rate, no truncation (long sentences split).
         "random_next_rate": tally["random_next"] / examples if examples and not packed else None,
+        # random next sentences drawn from a copy of A's own document's text (duplicates)
+        "random_next_same_text_share": (
+            tally["random_next_same_text"] / tally["random_next"] if tally["random_next"] else None
+        ),
         "masking": apply_masking,
         "mask_rate": predictions / tally["tokens"] if tally["tokens"] else None,
         # Without masking there is no 80/10/10 split to report: null, not made-up numbers.

@@ -53,9 +53,3 @@ def test_a_refused_number_is_exit_2_with_one_line_before_anything_is_read(case, 
     errors = [line for line in result.output.splitlines() if line.lower().startswith("error")]
     assert len(errors) == 1, result.output
     assert not (tmp_path / "out").exists()
-
-
-def test_pipelines_index_of_a_missing_folder_ran_and_failed_exit_1(tmp_path):
-    result = CliRunner().invoke(CLIS["pipelines"], ["index", str(tmp_path / "missing")])
-    assert result.exit_code == 1, result.output
-    assert result.output.startswith(f"error: {tmp_path / 'missing'}") and "Traceback" not in result.output

@@ -176,20 +176,6 @@ def test_release_never_removes_another_writers_claim(tmp_path: Path):
     assert json.loads((tmp_path / "out" / CLAIM_FILE).read_text())["host"] == "another-host"
 
 
-def test_pipelines_index_changes_an_output_only_under_its_claim(tmp_path: Path):
-    from tests.e2e.conftest import run_cli
-
-    out = tmp_path / "shards"
-    with _open(str(out), "pipelines examples") as holder:
-        claimed = json.loads((out / CLAIM_FILE).read_text())["claimed"]
-        result = run_cli("index", str(out), expect=1)
-    assert result.output.strip() == (
-        f"error: {out}: being written by `pipelines examples` (run {holder.run_id}, pid {os.getpid()} on host "
-        f"{socket.gethostname()}, since {claimed}); wait for it to end, or choose another "
-        "folder"
-    )
-
-
 def test_one_chain_per_workdir_and_the_second_is_told_of_the_first(tmp_path: Path):
     """The sweep's case: two `chain` runs in one --workdir mixed (one died telling the user to
     --resume a run with no checkpoint). The chain claims its workdir as a folder it adds to."""
