@@ -9,13 +9,14 @@ seqeval's default mode on real data).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
-from finetune.common import FinetuneError
+from finetune.common import input_lines
+from pretrain.runtime import exists
+from schemas.commands import InputError
 
 SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
 
@@ -81,45 +82,34 @@ def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> 
 
 
 def read_conll(path: str) -> list[Sentence]:
-    """Read a CoNLL-2003 file; raise :class:`FinetuneError` naming ``file:line`` for a line that is
-    not four columns or a tag that is not ``O``, ``B-X`` or ``I-X``."""
-    try:
-        with fsspec.open(path, "r", encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        raise FinetuneError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)") from None
+    """Read a CoNLL-2003 file; a line that is not four columns or a tag that is not ``O``,
+    ``B-X`` or ``I-X`` is an :class:`InputError` naming ``file:line``."""
+    if not exists(path):
+        raise InputError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)")
     sentences: list[Sentence] = []
     words: list[str] = []
     tags: list[str] = []
     document, first = 0, 0
-
-    def close() -> None:
-        if words:
-            sentences.append(Sentence(tuple(words), tuple(to_iob2(tags)), document, first))
-            words.clear()
-            tags.clear()
-
-    for number, line in enumerate(lines, 1):
+    for number, line in itertools.chain(
+        input_lines(path), [(0, "")]
+    ):  # a last blank line closes the last sentence
         columns = line.split()
+        if (not columns or columns[0] == "-DOCSTART-") and words:
+            sentences.append(Sentence(tuple(words), tuple(to_iob2(tags)), document, first))
+            words, tags = [], []
         if not columns:
-            close()
             continue
         if columns[0] == "-DOCSTART-":
-            close()
             document += 1
             continue
         if len(columns) != 4:
-            raise FinetuneError(
-                f"{path}:{number}: expected 4 columns (token POS chunk NER), got {len(columns)}"
-            )
-        tag = columns[3]
-        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
-            raise FinetuneError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
+            raise InputError(f"{path}:{number}: expected 4 columns (token POS chunk NER), got {len(columns)}")
+        if columns[3] != "O" and not (columns[3][:2] in ("B-", "I-") and len(columns[3]) > 2):
+            raise InputError(f"{path}:{number}: NER tag {columns[3]!r} is not O, B-TYPE or I-TYPE")
         if not words:
             first = number
         words.append(columns[0])
-        tags.append(tag)
-    close()
+        tags.append(columns[3])
     if not sentences:
-        raise FinetuneError(f"{path}: no sentences")
+        raise InputError(f"{path}: no sentences")
     return sentences

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from finetune.common import TaskOutput, _seeded_linear, collate
+from finetune.common import TaskOutput, collate, seeded_linear
 from finetune.hidden import COMBINE, feature_layers, hidden_states, stack_layers
 from pretrain.model import BertModel
 from pretrain.runtime import autocast
@@ -53,13 +53,9 @@ class BiLSTM(nn.Module):
     ):
         super().__init__()
         self.units = units
-        self.lstm = _seeded(
-            seed,
-            lambda: nn.LSTM(
-                in_features, units, num_layers=num_layers, bidirectional=True, batch_first=True,
-                dropout=dropout if num_layers > 1 else 0.0,
-            ),
-        )  # fmt: skip
+        dropout = dropout if num_layers > 1 else 0.0
+        options = {"num_layers": num_layers, "bidirectional": True, "batch_first": True, "dropout": dropout}
+        self.lstm = _seeded(seed, lambda: nn.LSTM(in_features, units, **options))
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Run over each sequence's real tokens only (``attention_mask`` 1; all when None)."""
@@ -143,7 +139,7 @@ class FeatureTagger(nn.Module):
         self.mix = ScalarMix(len(self.layers)) if self.combine == "sum" else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.bilstm = BiLSTM(in_features, self.lstm_units, dropout=config.hidden_dropout_prob, seed=seed)
-        self.classifier = _seeded_linear(2 * self.lstm_units, num_labels, config.initializer_range, seed + 1)
+        self.classifier = seeded_linear(2 * self.lstm_units, num_labels, config.initializer_range, seed + 1)
 
     def train(self, mode: bool = True) -> FeatureTagger:
         """Train the head; the frozen encoder stays in eval mode (no dropout)."""

@@ -9,14 +9,17 @@ numbers are GLUE *test*-server numbers, so the two rows are not the same measure
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import fsspec
 
+from finetune.common import input_json
 from pretrain.outputs import open_output
+from pretrain.runtime import exists
+from schemas.commands import InputError
 from schemas.files import write_file, write_json
+from schemas.inputs import field
 
 GLUE_COLUMNS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
 GLUE_HEADERS = {
@@ -86,18 +89,36 @@ PAPER_SQUAD = {
 
 
 def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``metrics.json`` of each run folder (or the file itself)."""
+    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the
+    tables read: a damaged or foreign file is one :class:`InputError` naming it."""
     found = []
     for path in paths:
         url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
+        if not exists(url):
+            raise InputError(f"{path}: no metrics.json; give finished `finetune` run folders")
         try:
-            with fsspec.open(url, "r") as f:
-                found.append({**json.load(f), "_source": url})
-        except FileNotFoundError:
-            raise ValueError(f"{path}: no metrics.json; give finished `finetune` run folders") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
-            raise ValueError(f"{url}: not a metrics.json ({type(err).__name__}: {err})") from None
+            found.append(_checked(input_json(url), url))
+        except InputError as err:
+            raise InputError(
+                f"{err}; not a metrics.json of `finetune`: rerun that fine-tuning or leave it out"
+            ) from None
     return found
+
+
+def _checked(run: Any, url: str) -> dict[str, Any]:
+    """``run`` with the fields the tables read typed (numbers are numbers, not strings)."""
+    task = field(run, "task", str, url)
+    dev = field(run, "dev", dict, url, default={})
+    keys = {"swag": ("accuracy",), **GLUE_METRIC}.get(task, ())
+    for key in keys:
+        field(dev, key, (int, float), f"{url}: dev")
+        field(field(run, "dev_sd", dict, url, default={}), key, (int, float), f"{url}: dev_sd", default=0)
+    if task == "squad":
+        field(run, "version", str, url)
+        scores = field(run, "tuned_threshold", dict, url, default=run)
+        for key in ("exact_match", "exact", "f1"):
+            field(scores, key, (int, float), f"{url}: scores", default=None)
+    return run
 
 
 def _percent(value: float | None) -> float | None:

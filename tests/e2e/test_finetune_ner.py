@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from finetune.common import TrainConfig
+from finetune.common import FitConfig
 from finetune.ner import run_ner
 from tests.conftest import SHARED_DATA, require
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_ner_learns_from_minilm(minilm_folder, tmp_path):
     data = require(SHARED_DATA / "ner" / "conll2003")
-    config = TrainConfig(epochs=2, lr=2e-4, batch_size=16, seed=1, device="cpu", progress=False)
+    config = FitConfig(epochs=2, lr=2e-4, batch_size=16, seed=1, device="cpu", progress=False)
     result = run_ner(
         str(data), str(minilm_folder), str(tmp_path / "ner"), config,
         max_seq_length=48, max_train_examples=240, max_eval_examples=120,
@@ -35,7 +35,7 @@ def test_feature_based_ner_learns_from_frozen_minilm(minilm_folder, tmp_path):
     into a BiLSTM. Measured: valid F1 0.32 on the first 120 sentences after 240 training sentences
     x 3 epochs (seed 1); the bar is set well below that."""
     data = require(SHARED_DATA / "ner" / "conll2003")
-    config = TrainConfig(epochs=3, lr=2e-3, batch_size=8, seed=1, device="cpu", progress=False)
+    config = FitConfig(epochs=3, lr=2e-3, batch_size=8, seed=1, device="cpu", progress=False)
     result = run_ner(
         str(data), str(minilm_folder), str(tmp_path / "ner"), config,
         max_seq_length=48, max_train_examples=240, max_eval_examples=120,

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from finetune.squad import evaluate_file, run_squad
+from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
 pytestmark = pytest.mark.slow
@@ -124,9 +125,7 @@ def test_bad_offsets_are_reported_and_subsets_scored(minilm_folder, tmp_path, tw
 
 
 def test_bad_settings_fail_before_reading_anything(tmp_path):
-    from finetune.common import FinetuneError
-
     with pytest.raises(
-        FinetuneError, match=r"--version must be one of 1.1, 2.0.*--doc-stride must be at least 1"
+        CommandError, match=r"--version must be one of 1.1, 2.0.*--doc-stride must be at least 1"
     ):
         run_squad("3.0", None, str(tmp_path / "absent.json"), str(tmp_path), str(tmp_path), doc_stride=0)

@@ -76,15 +76,15 @@ def test_finetune_glue_never_writes_over_its_data_dir(tmp_path: Path):
     before = _files(data)
     common = ("glue", "--task", "mrpc", "--data-dir", data, "--checkpoint", tmp_path / "none", "--overwrite")
     line = _refused("finetune", *common, "--output", data)
-    assert line == f"Error: --output {data} is the same place as --data-dir {data}: {TAIL} --output"
+    assert line == f"error: --output {data} is the same place as --data-dir {data}: {TAIL} --output"
     (tmp_path / "link").symlink_to(data)
     line = _refused("finetune", *common, "--output", tmp_path / "link")
     assert f"--output {tmp_path / 'link'} is the same place as --data-dir {data} (both are {data})" in line
     assert _refused("finetune", *common, "--output", data / "out").startswith(
-        f"Error: --output {data / 'out'} lies inside"
+        f"error: --output {data / 'out'} lies inside"
     )
     assert _refused("finetune", *common, "--output", tmp_path).startswith(
-        f"Error: --output {tmp_path} holds --data-dir"
+        f"error: --output {tmp_path} holds --data-dir"
     )
     assert _files(data) == before and not (data / "out").exists()
 
@@ -98,7 +98,7 @@ def test_finetune_predict_only_never_deletes_the_model_it_reads(tmp_path: Path):
         "finetune", "glue", "--task", "mrpc", "--data-dir", data, "--checkpoint", model, "--output", out,
         "--predict-only", "--overwrite",
     )  # fmt: skip
-    assert line == f"Error: --output {out} holds --checkpoint {model}: {TAIL} --output"
+    assert line == f"error: --output {out} holds --checkpoint {model}: {TAIL} --output"
     assert _files(out) == before
 
 

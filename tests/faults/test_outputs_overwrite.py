@@ -48,7 +48,7 @@ def test_a_folder_of_user_data_is_named_as_such_and_never_deleted(tmp_path: Path
         )  # fmt: skip
         assert result.exit_code == 1, result.output
         assert result.output.strip().splitlines() == [
-            f"Error: --output {data}: holds 3 file(s) that no `finetune glue` run recorded writing (dev.tsv, "
+            f"error: --output {data}: holds 3 file(s) that no `finetune glue` run recorded writing (dev.tsv, "
             "test.tsv, train.tsv); they are never deleted, even with --overwrite: choose an empty folder, or "
             "move them away"
         ]
@@ -63,7 +63,7 @@ def test_overwrite_replaces_exactly_the_files_the_earlier_run_recorded(tmp_path:
     assert not (out / ".claim").exists()  # released
     refused = _report(tmp_path, out, expect=1)
     assert refused == [
-        f"Error: --output {out}: holds the 2 file(s) of an earlier `finetune report` run (results.json, "
+        f"error: --output {out}: holds the 2 file(s) of an earlier `finetune report` run (results.json, "
         f"results.md; run {record['run_id']}); pass --overwrite to replace them (only them), or choose an "
         "empty folder"
     ]
@@ -109,7 +109,7 @@ def test_another_commands_output_is_never_replaced(tmp_path: Path):
     (out / "metrics.json").write_text("{}")
     refused = _report(tmp_path, out, "--overwrite", expect=1)
     assert refused == [
-        f"Error: --output {out}: holds the output of `finetune glue` (1 file(s): metrics.json), which "
+        f"error: --output {out}: holds the output of `finetune glue` (1 file(s): metrics.json), which "
         "`finetune report` never replaces, even with --overwrite; choose another folder"
     ]
 
