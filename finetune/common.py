@@ -557,7 +557,7 @@ class _Update:
 
     def __call__(self, model: nn.Module, loss: torch.Tensor, step: int) -> None:
         if not torch.isfinite(loss):
-            raise diverged(step, f"the training loss is {float(loss)}", self.config, self.precision)
+            raise diverged(step, f"the training loss is {float(loss.detach())}", self.config, self.precision)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
