@@ -9,7 +9,7 @@ read, tokenised and truncated to 128 by ``finetune.glue`` (``features``), in the
 epoch (``finetune.common.epoch_order``, seed 0), ``--batch`` pairs per step. Every variant steps
 over the same pairs in the same batches, the steps interleaved:
 
-- ``ours``: ``finetune.common.SequenceClassifier`` over ``pretrain.model``'s encoder (SDPA
+- ``ours``: ``finetune.common.Classifier`` over ``pretrain.model``'s encoder (SDPA
   attention), each batch collated by ``finetune.common.collate`` (padded to its longest pair, as
   ``finetune glue`` trains);
 - ``transformers_collator`` (the headline peer): ``BertForSequenceClassification`` (SDPA too), each
@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from finetune.common import SequenceClassifier, collate, epoch_order, load_encoder
+from finetune.common import Classifier, collate, epoch_order, load_encoder
 from finetune.glue import features, get_task, read_split
 from pretrain.optim import parameter_groups
 
@@ -99,7 +99,7 @@ def main() -> int:
     for name, padding in PADDING.items():
         collator = transformers.DataCollatorWithPadding(tokenizer, **padding)
         inputs[name] = [collator(c) for c in chunks]
-    ours = SequenceClassifier(encoder.model, 2, seed=0).train()
+    ours = Classifier(encoder.model, 2, seed=0).train()
     theirs = transformers.BertForSequenceClassification.from_pretrained(str(folder), num_labels=2).train()
     steps = {"ours": step_of(ours)} | {name: step_of(theirs) for name in PADDING}
     wall: dict[str, list[float]] = {name: [] for name in steps}

@@ -107,24 +107,12 @@ class Encoder:
 def _recorded_casing(folder: str) -> bool | None:
     """The casing a checkpoint records: ``trainer.json``'s ``cased`` (ours), else
     ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
-    fs, root = fsspec.core.url_to_fs(folder)
-    trainer = f"{root.rstrip('/')}/{ckpt.TRAINER_STATE}.json"
-    if fs.exists(trainer):
-        where = f"{folder}/{ckpt.TRAINER_STATE}.json"
-        state = input_json(where)
-        if not isinstance(state, dict):
-            raise InputError(f"{where}: not a JSON object; the checkpoint is damaged, use another one")
-        return boolean(state, "cased", where, default=None)
-    path = f"{root.rstrip('/')}/{hf.TOKENIZER_CONFIG_FILE}"
-    if not fs.exists(path):
-        return None
-    where = f"{folder}/{hf.TOKENIZER_CONFIG_FILE}"
-    try:
-        config = hf.read_json_object(fs, path, where)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-    lower = boolean(config, "do_lower_case", where, default=None)
-    return None if lower is None else not lower
+    for name, key in ((f"{ckpt.TRAINER_STATE}.json", "cased"), (hf.TOKENIZER_CONFIG_FILE, "do_lower_case")):
+        where = f"{folder}/{name}"
+        value = boolean(input_json(where), key, where, default=None) if runtime.exists(where) else None
+        if value is not None:
+            return value if key == "cased" else not value
+    return None
 
 
 def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -> Encoder:
@@ -180,9 +168,8 @@ UNK_WARN_SHARE = 0.01
 
 def unknown_share(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> float:
     """The share of ``[UNK]`` among the tokens of ``texts`` (0 without tokens)."""
-    unk = tokenizer.token_to_id("[UNK]")
     ids = [i for row in tokenizer.encode_batch(list(texts)) for i in row]
-    return sum(i == unk for i in ids) / len(ids) if ids else 0.0
+    return ids.count(tokenizer.token_to_id("[UNK]")) / len(ids) if ids else 0.0
 
 
 def check_casing(encoder: Encoder, texts: Sequence[str]) -> float:
@@ -336,55 +323,45 @@ def seeded_linear(in_features: int, out_features: int, std: float, seed: int) ->
     return layer
 
 
-class SequenceClassifier(nn.Module):
-    """Dropout and a linear layer on the pooled ``[CLS]``; cross-entropy over ``num_labels``, or
-    mean squared error when ``num_labels == 1`` (STS-B). With ``bilstm`` (Table 5's "+ BiLSTM")
+class Classifier(nn.Module):
+    """Dropout and a linear layer on the encoder's output, the heads of the paper's Figure 4: on the
+    pooled ``[CLS]`` (``per="sequence"``: GLUE, cross-entropy over ``outputs`` labels, or mean
+    squared error for one output, STS-B), on each choice's pooled ``[CLS]`` (``"choice"``: SWAG,
+    ``input_ids`` ``[batch, choices, length]``, one score each, softmax over the choices), or on
+    every token (``"token"``: NER, labels -100 are not scored). ``bilstm`` (Table 5's "+ BiLSTM"):
     the classifier reads its :meth:`~finetune.heads.BiLSTM.summary` of the final hidden states
     instead of the pooled ``[CLS]``."""
 
     def __init__(
-        self, encoder: BertModel, num_labels: int, *, seed: int = 0, bilstm: nn.Module | None = None
+        self, encoder: BertModel, outputs: int, *, per: str = "sequence", seed: int = 0, bilstm: Any = None
     ) -> None:
         super().__init__()
         config = encoder.config
-        self.bert, self.num_labels, self.bilstm = encoder, num_labels, bilstm
+        self.bert, self.outputs, self.per, self.bilstm = encoder, outputs, per, bilstm
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         in_features = config.hidden_size if bilstm is None else 2 * bilstm.units
-        self.classifier = seeded_linear(in_features, num_labels, config.initializer_range, seed)
+        self.classifier = seeded_linear(in_features, outputs, config.initializer_range, seed)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> TaskOutput:
-        """Logits ``[batch, num_labels]`` (``[batch]`` for regression) and the loss when ``labels``."""
-        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask)
-        if self.bilstm is not None:
-            pooled = self.bilstm.summary(sequence_output, attention_mask)
+        """Logits ``[batch, outputs]`` (``[batch]`` for one output, ``[batch, choices]``, ``[batch,
+        length, outputs]``) and the loss when ``labels``."""
+        length = input_ids.shape[-1]
+        flat = [
+            None if t is None else t.reshape(-1, length) for t in (input_ids, token_type_ids, attention_mask)
+        ]
+        sequence, pooled = self.bert(*flat)
+        if self.per == "token":
+            pooled = sequence
+        elif self.bilstm is not None:
+            pooled = self.bilstm.summary(sequence, flat[2])
         logits = self.classifier(self.dropout(pooled)).float()
-        if self.num_labels == 1:
+        if self.per == "choice":
+            logits = logits.view(input_ids.shape[:2])
+        elif self.outputs == 1:
             logits = logits.squeeze(-1)
             return TaskOutput(logits, None if labels is None else F.mse_loss(logits, labels.float()))
-        return TaskOutput(logits, None if labels is None else F.cross_entropy(logits, labels))
-
-
-class MultipleChoice(nn.Module):
-    """A score per choice from dropout and a linear layer on each choice's pooled ``[CLS]``;
-    softmax (cross-entropy) over the choices."""
-
-    def __init__(self, encoder: BertModel, *, seed: int = 0) -> None:
-        super().__init__()
-        config = encoder.config
-        self.bert = encoder
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = seeded_linear(config.hidden_size, 1, config.initializer_range, seed)
-
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> TaskOutput:
-        """``input_ids`` is ``[batch, choices, length]``; logits are ``[batch, choices]``."""
-        batch, choices, length = input_ids.shape
-
-        def flat(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.reshape(batch * choices, length)
-
-        _, pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask))
-        logits = self.classifier(self.dropout(pooled)).float().view(batch, choices)
-        return TaskOutput(logits, None if labels is None else F.cross_entropy(logits, labels))
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, -2), labels.flatten())
+        return TaskOutput(logits, loss)
 
 
 def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates: Any) -> None:

@@ -26,9 +26,9 @@ import torch
 
 from finetune import metrics as M
 from finetune.common import (
+    Classifier,
     Encoder,
     FitConfig,
-    SequenceClassifier,
     check_examples,
     encode_pair,
     fit,
@@ -330,12 +330,12 @@ def majority_baseline(
 # --- the classifier as a model ---------------------------------------------------------------------
 
 
-def build_classifier(encoder: BertModel, num_labels: int, *, seed: int, bilstm: bool) -> SequenceClassifier:
+def build_classifier(encoder: BertModel, num_labels: int, *, seed: int, bilstm: bool) -> Classifier:
     """The task model of one run: the classifier from ``seed``, the BiLSTM (when ``bilstm``: one
     layer, the encoder's hidden size per direction) from ``seed + 1``."""
     hidden = encoder.config.hidden_size
     lstm = BiLSTM(hidden, hidden, num_layers=1, seed=seed + 1) if bilstm else None
-    return SequenceClassifier(encoder, num_labels, seed=seed, bilstm=lstm)
+    return Classifier(encoder, num_labels, seed=seed, bilstm=lstm)
 
 
 def head_weights(checkpoint: str, task: GlueTask, *, bilstm: bool) -> dict | None:
@@ -366,7 +366,7 @@ def head_weights(checkpoint: str, task: GlueTask, *, bilstm: bool) -> dict | Non
     return head
 
 
-def load_head(model: SequenceClassifier, head: dict, source: str) -> None:
+def load_head(model: Classifier, head: dict, source: str) -> None:
     """Copy the saved ``head`` (:func:`head_weights`) into ``model``."""
     own = {k for k in model.state_dict() if k.startswith(HEAD_PREFIXES)}
     try:
@@ -377,7 +377,7 @@ def load_head(model: SequenceClassifier, head: dict, source: str) -> None:
         raise InputError(f"{source}: its classifier does not fit this model: {err}") from None
 
 
-def save_classifier(model: SequenceClassifier, encoder: Encoder, folder: str, task: GlueTask) -> None:
+def save_classifier(model: Classifier, encoder: Encoder, folder: str, task: GlueTask) -> None:
     """Write ``model`` into ``folder`` (:func:`finetune.common.save_model`) with the task's name
     and labels in ``config.json``, as transformers' ``BertForSequenceClassification``."""
     names = list(task.labels) if task.labels is not None else ["score"]
@@ -506,7 +506,7 @@ def _train(
     head: dict | None,
     config: GlueConfig,
     output: str,
-) -> tuple[SequenceClassifier, _Run, dict[str, Any]]:
+) -> tuple[Classifier, _Run, dict[str, Any]]:
     """Train every run of every setting from the same pre-trained weights (and ``head``, when
     given); return the best seed of the best setting (by the mean of its seeds), its run, and the
     metrics.json entries."""

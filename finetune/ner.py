@@ -3,7 +3,7 @@
 Reading and scoring (conlleval's) are :mod:`finetune.conll`; the windows, each sentence with as
 much of its document around it as fits and a long sentence in overlapping windows, are
 :mod:`finetune.ner_windows`. Each word is tagged at its first sub-token. Two modes: fine-tuned
-(:class:`TokenClassifier`, the whole model trained) and, with ``features``, feature-based (the
+(:class:`finetune.common.Classifier` on every token, the whole model trained) and, with ``features``, feature-based (the
 paper's Table 7: the encoder frozen, the chosen layers into a two-layer BiLSTM and a classifier,
 :mod:`finetune.ner_features`). Both use the same data, scoring and outputs.
 """
@@ -15,23 +15,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch.nn.functional as F
 from torch import nn
 
 from finetune import ner_features
 from finetune.common import (
+    Classifier,
     Encoder,
     FitConfig,
-    TaskOutput,
     TrainResult,
     check_examples,
     fit,
     predict,
     prepare_encoder,
-    seeded_linear,
 )
 from finetune.conll import SPLIT_FILES, Sentence, read_conll, score
-from finetune.heads import IGNORE, collate_tokens
+from finetune.heads import collate_tokens
 from finetune.hidden import FEATURE_CHOICES
 from finetune.ner_windows import Windows, default_doc_stride, sentence_features
 from pretrain.runtime import exists, output_folder
@@ -68,28 +66,6 @@ class NerConfig(FitConfig):
         if self.doc_stride is not None and self.doc_stride < 1:
             found.append(f"--doc-stride must be at least 1, got {self.doc_stride}")
         return found
-
-
-class TokenClassifier(nn.Module):
-    """Dropout and a linear layer on every token's last hidden state; cross-entropy over the
-    labelled tokens (labels :data:`IGNORE` elsewhere)."""
-
-    def __init__(self, encoder: nn.Module, num_labels: int, *, seed: int = 0) -> None:
-        super().__init__()
-        config = encoder.config
-        self.bert = encoder
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = seeded_linear(config.hidden_size, num_labels, config.initializer_range, seed)
-
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> TaskOutput:
-        """Logits ``[batch, length, num_labels]`` and the loss when ``labels``."""
-        sequence, _ = self.bert(input_ids, token_type_ids, attention_mask)
-        logits = self.classifier(self.dropout(sequence)).float()
-        if labels is None:
-            return TaskOutput(logits)
-        return TaskOutput(
-            logits, F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE)
-        )
 
 
 def label_set(sentences: Sequence[Sentence]) -> list[str]:
@@ -201,7 +177,7 @@ def _train(
     activations were obtained."""
     activations: dict[str, str] = {}
     if config.features is None:
-        model: nn.Module = TokenClassifier(encoder.model, len(labels), seed=config.seed)
+        model: nn.Module = Classifier(encoder.model, len(labels), per="token", seed=config.seed)
         if before_training is not None:
             before_training()
         trained = fit(model, features, config, collate_fn=collate_tokens)

@@ -4,19 +4,16 @@ Both scripts normalise an answer the same way (lower-case, drop ASCII punctuatio
 a/an/the, collapse whitespace) and take the maximum over the gold answers. They differ in small
 ways that change numbers, and each is kept here:
 
-- v1.1 counts every question of the data file in the total (a question without a prediction scores
-  0); F1 is 0 when either side is empty after normalisation.
-- Both results also hold ``total`` (questions scored) and ``unanswered`` (questions of the data
-  file without a prediction, each scored 0).
+- v1.1: F1 is 0 when either side is empty after normalisation.
 - v2.0 gives an unanswerable question the single gold answer ``""`` (also a question whose gold
-  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Unlike the
-  script (which prints "Missing prediction" and leaves the question out of the total, so scores
-  go up), a question without a prediction scores 0 and stays in the total, as in v1.1. Scores are kept per question id, so a data file
-  that repeats an id scores the last question with that id once. With a null-odds file, a question
+  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Scores are
+  kept per question id (a repeated id scores its last question once). With null odds, a question
   whose odds exceed ``na_prob_thresh`` (1.0, the script's default) counts as answered ``""``, and
   ``best_exact`` / ``best_f1`` with their thresholds are the script's threshold search.
+- Both count every question of the data file in the total: one without a prediction scores 0
+  (the v2.0 script leaves it out, which raises the scores); ``unanswered`` says how many.
 
-The functions take already-parsed objects (the ``data`` list of a SQuAD file, a prediction dict);
+The functions take the ``data`` list of a SQuAD file and a prediction dict;
 :func:`finetune.squad.evaluate_file` reads the files.
 """
 
@@ -60,11 +57,6 @@ def f1_v1(prediction: str, gold: str) -> float:
     return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
 
 
-def exact_match_v2(prediction: str, gold: str) -> float:
-    """Same as v1.1: 1.0 when the normalised strings are equal (``evaluate-v2.0.py``)."""
-    return exact_match_v1(prediction, gold)
-
-
 def f1_v2(prediction: str, gold: str) -> float:
     """Token F1; when either side is empty, 1.0 if both are and 0.0 otherwise (``evaluate-v2.0.py``)."""
     prediction_tokens = normalize_answer(prediction).split()
@@ -90,10 +82,8 @@ def evaluate_v1(data: Iterable[Mapping], predictions: Mapping[str, str]) -> dict
     total = unanswered = 0
     for qa in _questions(data):
         total += 1
-        if qa["id"] not in predictions:
-            unanswered += (
-                1  # Scores 0, as the official script ("Unanswered question ... will receive score 0").
-            )
+        if qa["id"] not in predictions:  # scores 0, as the official script
+            unanswered += 1
             continue
         golds = [answer["text"] for answer in qa["answers"]]
         prediction = predictions[qa["id"]]
@@ -129,7 +119,7 @@ def raw_scores_v2(
         if qid not in predictions:
             continue
         prediction = predictions[qid]
-        exact[qid] = max(exact_match_v2(prediction, g) for g in golds)
+        exact[qid] = max(exact_match_v1(prediction, g) for g in golds)
         f1[qid] = max(f1_v2(prediction, g) for g in golds)
     return exact, f1
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from finetune import metrics as M
 from finetune.common import (
+    Classifier,
     Encoder,
     FitConfig,
-    MultipleChoice,
     check_examples,
     encode_pair,
     fit,
@@ -143,7 +143,7 @@ def run_swag(
     check_examples(train, train_path)
     check_examples(dev, dev_path)
     encoder = prepare_encoder(checkpoint, config, [e.context for e in train])
-    model = MultipleChoice(encoder.model, seed=config.seed)
+    model = Classifier(encoder.model, 1, per="choice", seed=config.seed)
     train_features = features(train, encoder, config.max_seq_length)
     if before_training is not None:
         before_training()

@@ -174,7 +174,7 @@ def test_a_tampered_metrics_json_is_one_line_naming_it_and_what_to_do(case, tmp_
     ("name", "content", "said"),
     [
         ("trainer.json", '{"cased": "yes"}', "the field 'cased' is 'yes', not a boolean"),
-        ("trainer.json", "[1, 2]", "not a JSON object; the checkpoint is damaged"),
+        ("trainer.json", "[1, 2]", "a list where a JSON object is expected"),
         (
             "tokenizer_config.json",
             '{"do_lower_case": 1}',

@@ -20,10 +20,10 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune_main
-from finetune.common import FitConfig, load_encoder
+from finetune.common import Classifier, FitConfig, load_encoder
 from finetune.conll import read_conll
 from finetune.heads import FeatureTagger
-from finetune.ner import TokenClassifier, label_set, tag_windows
+from finetune.ner import label_set, tag_windows
 from finetune.ner_features import tag_feature_based
 from finetune.ner_windows import sentence_features
 from pretrain.hf import export_hf
@@ -76,7 +76,7 @@ def _sharpened(head: torch.nn.Linear) -> None:
 def test_every_word_of_a_long_sentence_is_tagged_as_one_long_window_tags_it(context_free, sentences):
     encoder = load_encoder(str(context_free))
     labels = label_set(sentences)
-    model = TokenClassifier(encoder.model, len(labels), seed=1).eval()
+    model = Classifier(encoder.model, len(labels), per="token", seed=1).eval()
     _sharpened(model.classifier)
     windows = sentence_features(sentences, encoder, labels, SHORT)
     whole = sentence_features(sentences, encoder, labels, _whole(sentences, encoder, labels))

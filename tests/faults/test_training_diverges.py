@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from finetune.common import FitConfig, SequenceClassifier, TaskOutput, encode_pair, fit, load_encoder
+from finetune.common import Classifier, FitConfig, TaskOutput, encode_pair, fit, load_encoder
 from schemas.commands import CommandError
 from tests.faults.finetune_inputs import inputs, invoke
 from tests.unit.test_finetune_common import hf_folder
@@ -23,7 +23,7 @@ def test_a_loss_that_turns_nan_stops_the_run_naming_the_step(tmp_path: Path):
     features = [
         {**encode_pair(encoder.tokenizer, "the movie was good", None, 16), "labels": i % 2} for i in range(8)
     ]
-    model = SequenceClassifier(encoder.model, 2)
+    model = Classifier(encoder.model, 2)
     with pytest.raises(CommandError) as stopped:  # lr 1e30: step 1 makes the weights ~1e30
         fit(model, features, FitConfig(lr=1e30, epochs=3, warmup_proportion=0, **QUIET))
     assert str(stopped.value) == (

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from finetune.common import (
+    Classifier,
     FitConfig,
-    MultipleChoice,
-    SequenceClassifier,
     collate,
     encode_pair,
     epoch_order,
@@ -209,7 +208,7 @@ def test_fit_learns_and_is_reproducible(encoder):
     features = _sentiment(encoder, 32)
     config = FitConfig(epochs=14, lr=1e-3, batch_size=4, seed=3, eval_batch_size=5, progress=False)
     pretrained = {k: v.clone() for k, v in encoder.model.state_dict().items()}
-    model = SequenceClassifier(encoder.model, 2, seed=3)
+    model = Classifier(encoder.model, 2, seed=3)
     result = fit(model, features, config, eval_fn=lambda m: {"n": 1})
     assert result.steps == 14 * 8 and len(result.epoch_losses) == 14 and len(result.evaluations) == 14
     assert result.epoch_losses[-1] < 0.5 * result.epoch_losses[0]
@@ -218,7 +217,7 @@ def test_fit_learns_and_is_reproducible(encoder):
     trained = {k: v.clone() for k, v in model.state_dict().items()}
 
     encoder.model.load_state_dict(pretrained)
-    again = SequenceClassifier(encoder.model, 2, seed=3)
+    again = Classifier(encoder.model, 2, seed=3)
     fit(again, features, config)
     assert all(torch.equal(trained[k], v) for k, v in again.state_dict().items())
 
@@ -230,20 +229,20 @@ def test_fractional_epochs_reproducible_weights_and_global_rng_left_alone(encode
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    model = SequenceClassifier(encoder.model, 2)
+    model = Classifier(encoder.model, 2)
     result = fit(model, features, config)
     assert result.steps == 8 and len(result.epoch_losses) == 2
     assert torch.equal(torch.rand(3), expected)
     trained = {k: v.clone() for k, v in model.state_dict().items()}
     encoder.model.load_state_dict(pretrained)
-    again = SequenceClassifier(encoder.model, 2)
+    again = Classifier(encoder.model, 2)
     fit(again, features, config)
     assert all(torch.equal(trained[k], v) for k, v in again.state_dict().items())
 
 
 def test_predict_returns_outputs_in_feature_order(encoder):
     features = _sentiment(encoder, 13)
-    model = SequenceClassifier(encoder.model, 3, seed=1)
+    model = Classifier(encoder.model, 3, seed=1)
     batched = predict_classes(model, features, FitConfig(eval_batch_size=4, progress=False))
     single = FitConfig(eval_batch_size=1, progress=False)
     one_by_one = torch.cat([predict_classes(model, [f], single) for f in features])
@@ -252,11 +251,11 @@ def test_predict_returns_outputs_in_feature_order(encoder):
 
 
 def test_regression_and_multiple_choice_heads(encoder):
-    regression = SequenceClassifier(encoder.model, 1)
+    regression = Classifier(encoder.model, 1)
     batch = collate([{**encode_pair(encoder.tokenizer, "good", "bad", 16), "labels": 2.5}] * 2)
     output = regression(**batch)
     assert output.logits.shape == (2,) and output.loss.ndim == 0
-    choice = MultipleChoice(encoder.model)
+    choice = Classifier(encoder.model, 1, per="choice")
     feature = {
         "input_ids": [[2, 5, 3], [2, 6, 7, 3], [2, 3], [2, 8, 3]],
         "token_type_ids": [[0] * 3, [0] * 4, [0] * 2, [0] * 3],
