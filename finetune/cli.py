@@ -1,7 +1,6 @@
-"""``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD, SWAG and NER; score SQuAD predictions;
-build the results table; write hidden states out. Each command checks its flags (exit 2), claims
-its output and calls one library function; errors are raised and become one line
-(:mod:`schemas.commands`)."""
+"""``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD, SWAG and NER, score SQuAD predictions,
+build the results table, write hidden states out. Each command checks its flags, claims its output
+and calls one library function; errors are raised (:mod:`schemas.commands` prints them)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from typing import Any
 import click
 
 from finetune.common import PRECISIONS, FitConfig
+from finetune.extract import ExtractSettings, extract_features
 from finetune.glue import TASKS, GlueConfig, run_glue
 from finetune.hidden import FEATURE_CHOICES
 from finetune.ner import FEATURE_LR, NerConfig, run_ner
@@ -36,15 +36,13 @@ OUTPUT_FILES = {
 
 
 def checked_config(config: type[FitConfig], opts: dict[str, Any]) -> Any:
-    """The ``config`` of the command's flags (taken out of ``opts``), refused with every problem
-    at once (exit 2) before anything is read."""
+    """The ``config`` of the command's flags (taken out of ``opts``), its problems refused (exit 2)."""
     names = {f.name for f in dataclasses.fields(config)}
     return config(**{k: opts.pop(k) for k in list(opts) if k in names}).checked()
 
 
 def _apart(output: str, inputs: dict[str, Any]) -> None:
-    """--output is none of the inputs, holds none and lies inside none (exit 2), even with
-    --overwrite: ``finetune glue --data-dir D --output D`` never touches D."""
+    """--output is none of the inputs, holds none and lies inside none (exit 2)."""
     try:
         check_apart({"--output": output}, inputs)
     except OverlapError as err:
@@ -54,11 +52,9 @@ def _apart(output: str, inputs: dict[str, Any]) -> None:
 def _into_output(
     command: str, output: str, overwrite: bool, inputs: dict, function: Callable, *args, **kwargs
 ) -> Any:
-    """Run a training command's library ``function`` into its claimed --output: checked against
-    the ``inputs`` (exit 2), claimed before anything is read (one writer; a folder holding
-    anything refused unless --overwrite and it holds an earlier run of the command), released at
-    the end. The function's ``before_training`` removes the earlier run's files once every other
-    check passed, so a refused run leaves them as they were."""
+    """Run a training command's ``function`` into --output, checked against the ``inputs`` (exit 2)
+    and claimed before anything is read; its ``before_training`` removes an earlier run's files
+    (--overwrite) once every other check passed."""
     _apart(output, inputs)
     try:
         folder = open_output(output, f"finetune {command}", OUTPUT_FILES[command], overwrite=overwrite)
@@ -73,6 +69,7 @@ def _into_output(
 
 def fit_options(config: type[FitConfig]) -> Callable:
     """The flags every training command shares, their defaults taken from ``config``."""
+    evals = (config.eval_flag, "max_eval_examples")
     options = [
         click.option("--checkpoint", required=True, help="pretrain run or HF BERT folder."),
         click.option("--output", required=True, help="Output folder."),
@@ -87,17 +84,8 @@ def fit_options(config: type[FitConfig]) -> Callable:
         config_option(config, "precision", type=click.Choice(PRECISIONS), help="auto: bf16/fp16 on GPU."),
         config_option(config, "device", help="auto, cpu, cuda, cuda:N"),
         config_option(config, "max_train_examples", type=int, help="Train on the first N."),
-        config_option(
-            config,
-            "max_eval_examples",
-            config.eval_flag,
-            "max_eval_examples",
-            type=int,
-            help="Score the first N.",
-        ),
-        config_option(
-            config, "cased", "--cased/--uncased", show_default=False, help="Default: as the checkpoint."
-        ),
+        config_option(config, "max_eval_examples", *evals, type=int, help="Score the first N."),
+        config_option(config, "cased", "--cased/--uncased", show_default=False, help="As the checkpoint."),
     ]
 
     def decorate(command: Callable) -> Callable:
@@ -222,26 +210,22 @@ def squad(
 @click.option("--checkpoint", required=True, help="pretrain run or HF BERT folder.")
 @click.option("--input", "input_file", required=True, help="UTF-8 text, one text a line (local or a URL).")
 @click.option("--output", required=True, help="Folder for features-NNNNN.arrow, manifest.json, COMPLETED.")
-@click.option(
-    "--layers", default="-1,-2,-3,-4", show_default=True, help="-1 the last, ..., 0 the embeddings."
-)
-@click.option("--max-seq-length", type=int, default=128, show_default=True)
-@click.option("--batch-size", type=int, default=32, show_default=True, help="Windows per forward pass.")
-@click.option("--stride", type=int, help="Windows of a long line (default: half a window).")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True)
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N")
-@click.option("--cased/--uncased", default=None, help="Default: as the checkpoint.")
-@click.option("--overwrite", is_flag=True, help="Replace an earlier `finetune features` run there.")
+@config_option(ExtractSettings, "layers", help="-1 the last, ..., 0 the embeddings.")
+@config_option(ExtractSettings, "max_seq_length", type=int)
+@config_option(ExtractSettings, "batch_size", type=int, help="Windows per forward pass.")
+@config_option(ExtractSettings, "stride", type=int, help="Windows of a long line (default: half a window).")
+@config_option(ExtractSettings, "precision", type=click.Choice(PRECISIONS))
+@config_option(ExtractSettings, "device", help="auto, cpu, cuda, cuda:N")
+@click.option("--cased/--uncased", default=None, help="As the checkpoint.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier run there.")
 def features(
     checkpoint: str, input_file: str, output: str, cased: bool | None, overwrite: bool, **opts
 ) -> None:
     """Write each token's hidden states of every line of --input as Arrow rows (the reference
     extract_features.py)."""
-    from finetune.extract import ExtractSettings, extract_features
-
-    settings = ExtractSettings(**opts)
+    config = ExtractSettings(**opts)
     _apart(output, {"--checkpoint": checkpoint, "--input": input_file})
-    stats = extract_features(checkpoint, input_file, output, settings, cased=cased, overwrite=overwrite)
+    stats = extract_features(checkpoint, input_file, output, config, cased=cased, overwrite=overwrite)
     click.echo(json.dumps(stats, indent=2))
 
 

@@ -16,7 +16,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import fsspec
@@ -273,14 +273,9 @@ def _pad(rows: Sequence[Sequence[int]], length: int, value: int) -> list[list[in
 def collate(
     features: Sequence[dict[str, Any]], pad_id: int = 0, *, token_pads: Mapping[str, int] | None = None
 ) -> dict[str, torch.Tensor]:
-    """Stack features into tensors, padding ``input_ids``/``token_type_ids`` to the longest
-    sequence in this batch and adding ``attention_mask`` (1 real, 0 padding).
-
-    Sequences are ``list[int]`` (-> ``[batch, length]``) or one list per choice (-> ``[batch,
-    choices, length]``). ``token_pads`` names further per-token keys and the value each is padded
-    with (NER's ``{"labels": IGNORE}``). Other keys are scalars: floats give a float tensor, ints a
-    long tensor.
-    """
+    """Stack features into tensors: ``input_ids`` and ``token_type_ids`` (``list[int]``, or one list
+    per choice) padded to the longest in this batch, ``attention_mask`` added, further per-token keys
+    padded with their ``token_pads`` value (NER's ``{"labels": IGNORE}``), the others scalars."""
     first = features[0]
     nested = isinstance(first["input_ids"][0], (list, tuple))
     rows = [c for f in features for c in f["input_ids"]] if nested else [f["input_ids"] for f in features]
@@ -473,8 +468,7 @@ def epoch_order(num_features: int, seed: int, epoch: int) -> list[int]:
 
 @dataclass
 class TrainResult:
-    """What :func:`fit` reports: steps taken, the loss per epoch, throughput and per-epoch
-    evaluations (when an ``eval_fn`` was given)."""
+    """What :func:`fit` reports: steps taken, the loss per epoch, throughput."""
 
     steps: int
     epoch_losses: list[float]
@@ -482,7 +476,6 @@ class TrainResult:
     examples_per_s: float
     precision: str
     device: str
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -554,18 +547,12 @@ def fit(
     config: FitConfig,
     *,
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
-    eval_fn: Callable[[nn.Module], dict[str, Any]] | None = None,
 ) -> TrainResult:
-    """Fine-tune ``model`` (all of it) on ``features`` for ``config.epochs`` epochs.
-
-    AdamW over :func:`pretrain.optim.parameter_groups`, a linear warm-up over
-    ``warmup_proportion`` of the steps then linear decay to zero, gradient clipping at
-    ``max_grad_norm``, AMP on GPU (a ``GradScaler`` for fp16). The order of each epoch comes from
-    :func:`epoch_order` and dropout from ``config.seed`` (under ``fork_rng``, so the caller's global
-    RNG is left alone). A fractional ``epochs`` trains on that share of the last epoch.
-    ``eval_fn(model)`` runs after each epoch when given; its dicts land in the result.
-    ``model(**batch)`` must return a :class:`TaskOutput` with a loss.
-    """
+    """Fine-tune ``model`` (all of it; ``model(**batch)`` returns a :class:`TaskOutput` with a loss)
+    on ``features`` for ``config.epochs`` epochs (a fraction: that share of the last one): AdamW
+    without decay on biases and LayerNorm, linear warm-up then decay to zero, gradient clipping, AMP
+    on GPU. Each epoch's order comes from :func:`epoch_order` and dropout from ``config.seed``
+    (under ``fork_rng``: the caller's global RNG is left alone)."""
     check_examples(features, "the training data")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
@@ -597,8 +584,6 @@ def fit(
                 bar.set_postfix(loss=f"{total / count:.4f}", epoch=epoch + 1)
             result.epoch_losses.append(total / max(count, 1))
             logger.info("epoch %d: mean loss %.4f over %d steps", epoch + 1, result.epoch_losses[-1], count)
-            if eval_fn is not None:
-                result.evaluations.append({"epoch": epoch + 1, **eval_fn(model)})
             epoch += 1
         bar.close()
     result.train_s = time.perf_counter() - start

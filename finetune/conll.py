@@ -10,6 +10,7 @@ seqeval's default mode on real data).
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,17 +59,12 @@ def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
 
 def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Entity-level precision, recall, F1 and gold count per type and overall (micro), as conlleval."""
-    counts: dict[str, list[int]] = {}  # type -> [correct, predicted, gold]
+    correct, guessed, truth = Counter(), Counter(), Counter()
     for gold_tags, pred_tags in zip(gold, predicted, strict=True):
         g, p = entities(gold_tags), entities(pred_tags)
-        for kind, *_ in g | p:
-            counts.setdefault(kind, [0, 0, 0])
-        for kind, *_ in g & p:
-            counts[kind][0] += 1
-        for kind, *_ in p:
-            counts[kind][1] += 1
-        for kind, *_ in g:
-            counts[kind][2] += 1
+        correct.update(kind for kind, *_ in g & p)
+        guessed.update(kind for kind, *_ in p)
+        truth.update(kind for kind, *_ in g)
 
     def prf(correct: int, n_pred: int, n_gold: int) -> dict[str, float | int]:
         precision = correct / n_pred if n_pred else 0.0
@@ -76,8 +72,8 @@ def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> 
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         return {"precision": precision, "recall": recall, "f1": f1, "support": n_gold}
 
-    per_type = {kind: prf(*c) for kind, c in sorted(counts.items())}
-    overall = prf(*(sum(c[i] for c in counts.values()) for i in range(3)))
+    per_type = {kind: prf(correct[kind], guessed[kind], truth[kind]) for kind in sorted(guessed | truth)}
+    overall = prf(sum(correct.values()), sum(guessed.values()), sum(truth.values()))
     return {**overall, "per_type": per_type}
 
 

@@ -1,15 +1,12 @@
-"""GLUE: the official task folders, the official metrics, the GLUE server's submission files, and
-the fine-tuned classifier saved as a reloadable model.
+"""GLUE: the official task folders and metrics, the GLUE server's submission files, and the
+fine-tuned classifier saved as a model.
 
-Files are UTF-8 (a leading BOM dropped), rows split on ``\\n`` only (a form feed or a Unicode line
-separator inside a sentence is text), fields on tabs with no CSV quoting (quote characters are
-text); columns are found by header name. A row without a needed column, or a label outside the
-task's set, is an error naming the file and line.
-
-:func:`run_glue` fine-tunes one task: one run, several seeds (mean ± sd), or the paper's grid
-(Appendix A.3) selected on the dev set. The selected run's model is saved in ``OUT/model/``
-(transformers' ``BertForSequenceClassification`` layout, ``bilstm.*`` with ``--bilstm``); as
-``--checkpoint`` that folder restores the classifier as well as the encoder.
+Files are UTF-8 (a leading BOM dropped), rows split on ``\n`` only (a form feed or Unicode line
+separator in a sentence is text), fields on tabs with no CSV quoting; columns are found by header
+name; a missing column or a label outside the task's set names the file and line.
+:func:`run_glue` makes one run, several seeds (mean ± sd) or the paper's grid (Appendix A.3),
+selected on dev, and saves the selected model in ``OUT/model/`` (transformers'
+``BertForSequenceClassification`` layout): as ``--checkpoint`` it restores the classifier too.
 """
 
 from __future__ import annotations
@@ -469,8 +466,7 @@ def run_glue(
     if config.predict_only:
         load_head(model, head, encoder.source)
         kept = evaluate(model, config)
-        values = kept.record["dev"]
-        chosen = {"dev": values, "dev_sd": {k: 0.0 for k in values}, "runs": []}
+        chosen = {"dev": kept.record["dev"], "dev_sd": dict.fromkeys(kept.record["dev"], 0.0), "runs": []}
     else:
         model, kept, chosen = _train(task, encoder, train_features, evaluate, head, config, output)
     files = _write_predictions(task, output, model, config, encoder, dev, kept.predictions, data.test)
@@ -487,9 +483,7 @@ def run_glue(
         "trained": not config.predict_only,
         "head": "from the checkpoint" if head is not None else "fresh",
         "bilstm": config.bilstm,
-        "majority_baseline": {stem: majority_baseline(task, train, dev[stem]) for stem in dev}
-        if train
-        else {},
+        "majority_baseline": {stem: majority_baseline(task, train, v) for stem, v in dev.items() if train},
         "num_examples": {"train": len(train), **{stem: len(v) for stem, v in dev.items()}},
         "max_seq_length": config.max_seq_length,
         "files": files,

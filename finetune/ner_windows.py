@@ -1,14 +1,12 @@
 """The model inputs of ``finetune ner``: each sentence in a window of sub-tokens, a long sentence in
 several.
 
-A sentence whose sub-tokens fit in ``max_seq_length - 2`` is one window, ``[CLS] left context,
-sentence, right context [SEP]``, the context taken alternately from the neighbouring sentences of
-the same document (nearest first) until the window is full: the paper's "maximal document
-context". A longer sentence is read in overlapping windows over its own sub-tokens, each starting
-``doc_stride`` sub-tokens after the previous one (:func:`finetune.common.doc_windows`); each word
-is labelled and predicted at its first sub-token in the one window where that sub-token has the
-most context (:func:`finetune.common.max_context_windows`). So every word of every sentence is
-trained on and predicted exactly once, whatever its length, in time linear in its length.
+A sentence that fits is one window, ``[CLS] left context, sentence, right context [SEP]``, the
+context taken alternately from the neighbouring sentences of its document, nearest first (the
+paper's "maximal document context"). A longer one is read in windows over its own sub-tokens,
+``doc_stride`` apart (:func:`finetune.common.doc_windows`), each word labelled and predicted at its
+first sub-token in the window where that has the most context
+(:func:`finetune.common.max_context_windows`): every word once, in time linear in the length.
 """
 
 from __future__ import annotations

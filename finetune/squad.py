@@ -1,21 +1,16 @@
-"""SQuAD v1.1 and v2.0: the official JSON, windowed features, a span head, n-best answers.
-
-As the paper (Sections 4.2, 4.3) and google-research/bert ``run_squad.py``:
+"""SQuAD v1.1 and v2.0 as the paper (Sections 4.2, 4.3) and google-research/bert ``run_squad.py``.
 
 - **features**: ``[CLS] question [SEP] context-window [SEP]``, the question cut to
-  ``max_query_length`` tokens, windows over the context's tokens that start ``doc_stride`` tokens
-  apart and fill ``max_seq_length``. The start/end labels are the answer's first and last token,
-  or 0 (``[CLS]``) when the answer is not wholly inside the window or the question is
-  unanswerable. Token boundaries are the fast tokenizer's character offsets into the original
-  context, so answers and predicted spans both come from exact character positions.
-- **model**: the encoder plus ``Linear(hidden, 2)`` on every token (``qa_outputs``: start and end
-  logits); the loss is the mean of the start and end cross-entropies.
-- **answers**: per example, the ``n_best_size`` best starts and ends of every window give candidate
-  spans (start and end in the context, start in its *max-context* window, end >= start, at most
-  ``max_answer_length`` tokens) ranked by start + end logit. v2.0: a window's null score is its
-  ``[CLS]`` start + end logit, the example's the minimum over windows; its null odds are the null
-  score minus the best non-null span's score, and the prediction is ``""`` when the odds exceed
-  the threshold.
+  ``max_query_length`` tokens, windows ``doc_stride`` tokens apart filling ``max_seq_length``;
+  labels the answer's first and last token, or 0 (``[CLS]``) when it is not wholly in the window
+  or there is none. Token boundaries are the tokenizer's character offsets into the context, so
+  answers and predicted spans both come from exact character positions.
+- **model**: ``qa_outputs``, ``Linear(hidden, 2)`` on every token (start and end logits); the
+  loss is the mean of the two cross-entropies.
+- **answers**: the ``n_best_size`` best starts and ends of each window give spans (in the
+  context, started in their *max-context* window, at most ``max_answer_length`` tokens) ranked
+  by start + end logit. v2.0: the null score is the smallest ``[CLS]`` start + end logit over the
+  windows; the null odds (null score minus the best span's) above the threshold answer ``""``.
 """
 
 from __future__ import annotations
@@ -363,14 +358,9 @@ def predict_answers(
         by_example.setdefault(feature.example_index, []).append(
             (feature, start[:length].tolist(), end[:length].tolist())
         )
+    search = {"n_best_size": config.n_best_size, "max_answer_length": config.max_answer_length}
     return {
-        examples[i].qid: predict_example(
-            examples[i].context,
-            windows,
-            n_best_size=config.n_best_size,
-            max_answer_length=config.max_answer_length,
-            with_null=with_null,
-        )
+        examples[i].qid: predict_example(examples[i].context, windows, **search, with_null=with_null)
         for i, windows in sorted(by_example.items())
     }
 
@@ -448,32 +438,25 @@ def _score(
 ) -> dict[str, Any]:
     """Write the prediction files into ``output``; the official metrics (v2.0: at null threshold 0
     and at the threshold tuned for F1 on these examples)."""
-    fs, root = output_folder(output)
-    write_json(
-        f"{root}/nbest_predictions.json", {q: p.nbest for q, p in answers.items()}, fs, ensure_ascii=False
-    )
     data = _as_data(examples)
-    if not with_null:
-        predictions = {qid: p.nbest[0]["text"] for qid, p in answers.items()}
-        write_json(f"{root}/predictions.json", predictions, fs, ensure_ascii=False)
-        return evaluate_v1(data, predictions)
-    best = {qid: p.best_non_null for qid, p in answers.items()}
-    null_odds = {qid: p.null_odds for qid, p in answers.items()}
-    threshold = tune_null_threshold(data, best, null_odds)
-    files = {
-        "predictions.json": answers_at_threshold(best, null_odds, 0.0),
-        "predictions_tuned_threshold.json": answers_at_threshold(best, null_odds, threshold),
-        "null_odds.json": null_odds,
-    }
+    files: dict[str, Any] = {"nbest_predictions.json": {qid: p.nbest for qid, p in answers.items()}}
+    if with_null:
+        best = {qid: p.best_non_null for qid, p in answers.items()}
+        files["null_odds.json"] = null_odds = {qid: p.null_odds for qid, p in answers.items()}
+        threshold = tune_null_threshold(data, best, null_odds)
+        files["predictions.json"] = answers_at_threshold(best, null_odds, 0.0)
+        files["predictions_tuned_threshold.json"] = tuned = answers_at_threshold(best, null_odds, threshold)
+        metrics = {
+            "threshold_0": evaluate_v2(data, files["predictions.json"], null_odds),
+            "tuned_threshold": {"null_score_diff_threshold": threshold, **evaluate_v2(data, tuned)},
+        }
+    else:
+        files["predictions.json"] = {qid: p.nbest[0]["text"] for qid, p in answers.items()}
+        metrics = evaluate_v1(data, files["predictions.json"])
+    fs, root = output_folder(output)
     for name, value in files.items():
         write_json(f"{root}/{name}", value, fs, ensure_ascii=False)
-    return {
-        "threshold_0": evaluate_v2(data, files["predictions.json"], null_odds),
-        "tuned_threshold": {
-            "null_score_diff_threshold": threshold,
-            **evaluate_v2(data, files["predictions_tuned_threshold.json"]),
-        },
-    }
+    return metrics
 
 
 def run_squad(

@@ -107,20 +107,13 @@ def has_answer_by_id(data: Iterable[Mapping]) -> dict[str, bool]:
 def raw_scores_v2(
     data: Iterable[Mapping], predictions: Mapping[str, str]
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Per question id: exact and F1 of its prediction, before any null threshold (``get_raw_scores``).
-
-    Questions without a prediction are absent from both dicts.
-    """
+    """Per predicted question id: exact and F1 before any null threshold (``get_raw_scores``)."""
     exact: dict[str, float] = {}
     f1: dict[str, float] = {}
-    for qa in _questions(data):
-        qid = qa["id"]
+    for qa in (qa for qa in _questions(data) if qa["id"] in predictions):
         golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
-        if qid not in predictions:
-            continue
-        prediction = predictions[qid]
-        exact[qid] = max(exact_match_v1(prediction, g) for g in golds)
-        f1[qid] = max(f1_v2(prediction, g) for g in golds)
+        exact[qa["id"]] = max(exact_match_v1(predictions[qa["id"]], g) for g in golds)
+        f1[qa["id"]] = max(f1_v2(predictions[qa["id"]], g) for g in golds)
     return exact, f1
 
 
@@ -147,16 +140,11 @@ def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: list[str
 
 
 def best_threshold(
-    predictions: Mapping[str, str],
-    scores: Mapping[str, float],
-    null_odds: Mapping[str, float],
-    has_answer: Mapping[str, bool],
+    predictions: Mapping[str, str], scores: Mapping[str, float], null_odds: Mapping, has_answer: Mapping
 ) -> tuple[float, float]:
-    """``evaluate-v2.0.py``'s ``find_best_thresh``: (best score in percent, its threshold).
-
-    Starts from "every question answered no-answer" (threshold reported as 0.0, a quirk of the
-    script) and lets questions answer in increasing order of null odds.
-    """
+    """``evaluate-v2.0.py``'s ``find_best_thresh``: (best score in percent, its threshold), from
+    "every question answered no-answer" (threshold 0.0, the script's quirk) letting questions
+    answer in increasing order of null odds."""
     current = best = sum(1 for qid in has_answer if not has_answer[qid] and qid in predictions)
     threshold = 0.0
     for qid in sorted(null_odds, key=lambda k: null_odds[k]):
@@ -178,13 +166,9 @@ def evaluate_v2(
     null_odds: Mapping[str, float] | None = None,
     na_prob_thresh: float = DEFAULT_NA_PROB_THRESH,
 ) -> dict[str, float]:
-    """``evaluate-v2.0.py``'s output dict: exact, f1, total, HasAns_*/NoAns_* (where such questions
-    exist) and, given ``null_odds``, best_exact, best_exact_thresh, best_f1, best_f1_thresh.
-
-    Differs from the script in counting: a question without a prediction scores 0 and stays in
-    the total and its HasAns/NoAns breakdown (``unanswered`` says how many); ``null_odds`` must
-    cover every predicted question (``ValueError`` naming the first missing id).
-    """
+    """``evaluate-v2.0.py``'s output: exact, f1, total, HasAns_*/NoAns_* (where such questions
+    exist) and, given ``null_odds`` (one per predicted question), best_exact(_thresh) and
+    best_f1(_thresh); a question without a prediction scores 0 and counts (``unanswered``)."""
     has_answer = has_answer_by_id(data)
     exact_raw, f1_raw = raw_scores_v2(data, predictions)
     if not exact_raw:
@@ -215,12 +199,9 @@ def tune_null_threshold(
     data: list[Mapping], answers: Mapping[str, str], null_odds: Mapping[str, float]
 ) -> float:
     """The null-odds threshold that maximises F1 on ``data`` when a question is answered ``""`` if
-    its odds exceed the threshold and ``answers[qid]`` (its best non-null answer) otherwise.
-
-    Candidates are the odds values themselves (as ``find_best_thresh``); the smallest one reaching
-    the best F1 wins. Where answering nothing is best, the threshold is 1.0 below the smallest odds
-    (the official search would report 0.0, which need not reproduce its best score).
-    """
+    its odds exceed it and ``answers[qid]`` (its best non-null answer) otherwise: the smallest odds
+    value reaching the best F1, or 1.0 below the smallest odds where answering nothing is best (the
+    official search would report 0.0, which need not reproduce its best score)."""
     has_answer = has_answer_by_id(data)
     _, f1_answered = raw_scores_v2(data, answers)
     qids = sorted((q for q in f1_answered if q in null_odds), key=lambda q: null_odds[q])
