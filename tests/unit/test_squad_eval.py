@@ -225,10 +225,14 @@ def test_evaluate_file_names_the_bad_file(tmp_path):
     broken = json.loads(json.dumps(data))
     del broken[0]["paragraphs"][0]["qas"][1]["id"]
     bad = write(tmp_path / "bad.json", {"data": broken})
-    with pytest.raises(CommandError, match=r"bad\.json: data\[0\]\.paragraphs\[0\]\.qas\[1\]: the field 'id' is missing"):
+    with pytest.raises(
+        CommandError, match=r"bad\.json: data\[0\]\.paragraphs\[0\]\.qas\[1\]: the field 'id' is missing"
+    ):
         evaluate_file("2.0", bad, preds)
     listed = write(tmp_path / "list.json", ["Broncos"])
-    with pytest.raises(CommandError, match=r"list\.json: a JSON list; give one object mapping each question id"):
+    with pytest.raises(
+        CommandError, match=r"list\.json: a JSON list; give one object mapping each question id"
+    ):
         evaluate_file("2.0", good, listed)
     with pytest.raises(CommandError, match=r"missing\.json: no such file"):
         evaluate_file("2.0", str(tmp_path / "missing.json"), preds)
