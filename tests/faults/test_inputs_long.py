@@ -9,8 +9,6 @@ import random
 import time
 from pathlib import Path
 
-import pytest
-
 from finetune.squad import SquadConfig, SquadExample, build_features
 from tests.conftest import SHARED_DATA, require, save_tiny_bert
 from tests.faults.finetune_inputs import invoke
@@ -34,7 +32,6 @@ def test_the_windows_of_a_sentence_of_100000_words_take_a_second():
     assert seconds < 10, seconds
 
 
-@pytest.mark.slow
 def test_ner_on_a_sentence_of_10000_words_takes_seconds_and_tags_every_word(tmp_path: Path):
     rng = random.Random(0)
     picks = [rng.randrange(len(WORDS)) for _ in range(10_000)]
