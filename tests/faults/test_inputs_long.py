@@ -9,6 +9,9 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+import torch
+
 from finetune.squad import SquadConfig, SquadExample, build_features
 from tests.conftest import SHARED_DATA, require, save_tiny_bert
 from tests.faults.finetune_inputs import invoke
@@ -32,7 +35,16 @@ def test_the_windows_of_a_sentence_of_100000_words_take_a_second():
     assert seconds < 10, seconds
 
 
-def test_ner_on_a_sentence_of_10000_words_takes_seconds_and_tags_every_word(tmp_path: Path):
+@pytest.fixture
+def one_thread():
+    """One thread: two OpenMP threads on a busy 2-core machine are several times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_ner_on_a_sentence_of_10000_words_takes_seconds_and_tags_every_word(tmp_path: Path, one_thread):
     rng = random.Random(0)
     picks = [rng.randrange(len(WORDS)) for _ in range(10_000)]
     sentence = "".join(f"{WORDS[k]} NN O {TAGS[k]}\n" for k in picks)
