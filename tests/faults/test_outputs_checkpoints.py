@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from finetune.common import FinetuneError, load_encoder
+from finetune.common import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain.cli import main as pretrain
+from schemas.commands import CommandError
 from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, tiny_model
 
@@ -48,7 +49,7 @@ def _refusals(run: Path, tmp_path: Path) -> list[str]:
     """What resume (the checkpoint ``resolve``), export and fine-tuning say about ``run``."""
     with pytest.raises(ckpt.CheckpointError) as resolved:
         ckpt.resolve(str(run))
-    with pytest.raises(FinetuneError) as loaded:
+    with pytest.raises(CommandError) as loaded:
         load_encoder(str(run))
     exported = CliRunner().invoke(
         pretrain, ["export", "--checkpoint", str(run), "--output", str(tmp_path / "hf")]

@@ -77,15 +77,15 @@ def test_finetune_glue_never_writes_over_its_data_dir(tmp_path: Path):
     before = _files(data)
     common = ("glue", "--task", "mrpc", "--data-dir", data, "--checkpoint", tmp_path / "none", "--overwrite")
     line = _refused("finetune", *common, "--output", data)
-    assert line == f"Error: --output {data} is the same place as --data-dir {data}: {TAIL} --output"
+    assert line == f"error: --output {data} is the same place as --data-dir {data}: {TAIL} --output"
     (tmp_path / "link").symlink_to(data)
     line = _refused("finetune", *common, "--output", tmp_path / "link")
     assert f"--output {tmp_path / 'link'} is the same place as --data-dir {data} (both are {data})" in line
     assert _refused("finetune", *common, "--output", data / "out").startswith(
-        f"Error: --output {data / 'out'} lies inside"
+        f"error: --output {data / 'out'} lies inside"
     )
     assert _refused("finetune", *common, "--output", tmp_path).startswith(
-        f"Error: --output {tmp_path} holds --data-dir"
+        f"error: --output {tmp_path} holds --data-dir"
     )
     assert _files(data) == before and not (data / "out").exists()
 
@@ -109,7 +109,7 @@ def test_finetune_predict_only_never_deletes_the_model_it_reads(tmp_path: Path):
         "--predict-only",
         "--overwrite",
     )
-    assert line == f"Error: --output {out} holds --checkpoint {model}: {TAIL} --output"
+    assert line == f"error: --output {out} holds --checkpoint {model}: {TAIL} --output"
     assert _files(out) == before
 
 
@@ -192,7 +192,7 @@ def test_the_feature_cache_is_never_written_into_an_input(tmp_path: Path):
         conll / "cache",
     )
     assert line == (
-        f"Error: --feature-cache {conll / 'cache'} lies inside --data-dir {conll}: {TAIL} --feature-cache"
+        f"error: --feature-cache {conll / 'cache'} lies inside --data-dir {conll}: {TAIL} --feature-cache"
     )
     assert _files(conll) == before and not (conll / "cache").exists() and not (tmp_path / "out").exists()
 

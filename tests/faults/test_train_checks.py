@@ -11,11 +11,11 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from finetune.common import Encoder, FinetuneError, TrainConfig, check_casing, load_encoder
+from finetune.common import Encoder, FitConfig, check_casing, load_encoder
 from pretrain import metrics
 from pretrain.config import TrainConfig as PretrainConfig
 from pretrain.outputs import run_scratch
-from schemas.commands import OutputError
+from schemas.commands import CommandError, OutputError
 from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, hf_folder
 from wordpiece.tokenizer import WordPieceTokenizer
@@ -129,8 +129,8 @@ def test_flag_ranges_are_all_listed_at_once():
         "--streams",
     ):
         assert sum(p.startswith(flag) for p in problems) == 1, (flag, problems)
-    with pytest.raises(FinetuneError, match=r"--lr must be positive and finite, got inf; --weight-decay"):
-        TrainConfig(lr=float("inf"), weight_decay=-0.1)
+    with pytest.raises(CommandError, match=r"--lr must be positive and finite, got inf; --weight-decay"):
+        FitConfig(lr=float("inf"), weight_decay=-0.1).checked()
 
 
 def test_without_tensorboard_a_run_warns_once_and_keeps_its_metrics(tmp_path: Path, monkeypatch, caplog):
@@ -161,7 +161,7 @@ def test_casing_that_does_not_fit_the_vocabulary_is_warned_with_the_figures(capl
 def test_vocab_txt_against_the_embedding_rows(tmp_path: Path):
     folder = hf_folder(tmp_path / "hf", vocab=VOCAB[:-2])
     with pytest.raises(
-        FinetuneError, match=r"vocab.txt has 18 tokens but the word embeddings in .* have 20 rows"
+        CommandError, match=r"vocab.txt has 18 tokens but the word embeddings in .* have 20 rows"
     ):
         load_encoder(str(folder))
 
