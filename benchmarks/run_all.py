@@ -6,8 +6,8 @@
 Rendering reads the JSON files only: ``summary.md`` is every benchmark's ``rows(result)``, and in
 README.md, docs/*.md and benchmarks/README.md each block ``<!-- figures: NAME -->`` (or
 ``NAME.TABLE``, one of the script's ``TABLES``) … ``<!-- /figures -->`` holds that benchmark's rows
-(or table) and its conditions. ``gpu_check`` runs on a GPU machine (``gpu_check.sh``); its JSON,
-copied into ``results/``, is rendered like the others. tests/unit/test_bench_figures.py fails when
+(or table) and its conditions. ``gpu_check`` runs on a GPU machine (``gpu_check.sh``) and ``suite``
+(the README's commands, timed) in a fresh clone; their JSON in ``results/`` is rendered like the others. tests/unit/test_bench_figures.py fails when
 a block or summary.md differs from its rendering.
 """
 
@@ -28,7 +28,7 @@ BENCHMARKS = (
     "corpus wikitext_speed sentence_segmentation tokenization wordpiece_train examples examples_memory reader "
     "train_step batching finetune_step"
 ).split()
-RENDERED = [*BENCHMARKS, "gpu_check"]
+RENDERED = [*BENCHMARKS, "gpu_check", "suite"]
 SUMMARY = harness.ROOT / "benchmarks" / "summary.md"
 BLOCK = re.compile(r"(<!-- figures: ([\w.]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
 
@@ -47,9 +47,12 @@ def result(name: str, results: Path = harness.RESULTS) -> dict | None:
 def not_measured(name: str) -> str:
     if name == "gpu_check":
         return importlib.import_module("benchmarks.gpu_check").NOT_MEASURED
-    return (
-        f"{name}: **not measured** (no `results/{name}.json`); `python benchmarks/run_all.py --only {name}`"
+    run = (
+        f"python benchmarks/{name}.py"
+        if name not in BENCHMARKS
+        else f"python benchmarks/run_all.py --only {name}"
     )
+    return f"{name}: **not measured** (no `results/{name}.json`); `{run}`"
 
 
 def render_block(key: str, results: Path = harness.RESULTS) -> str:
