@@ -20,7 +20,7 @@ from pipelines.stage import incomplete_reason
 from schemas import DOCUMENTS
 from schemas.commands import InputError, OneLineGroup, UsageError
 from schemas.commands import config_option as option
-from schemas.paths import OverlapError, check_apart
+from schemas.paths import check_apart
 
 _HELP = {"help_option_names": ["-h", "--help"], "terminal_width": 100, "max_content_width": 100}
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}
@@ -36,14 +36,6 @@ def _config(make, *args, **kwargs):
     try:
         return make(*args, **kwargs)
     except ValueError as err:  # every problem with the settings, found before anything is read
-        raise UsageError(str(err)) from None
-
-
-def _apart(outputs: dict, inputs: dict) -> None:
-    """Refuse an output that is, holds or lies inside an input (exit 2), even with --overwrite."""
-    try:
-        check_apart(outputs, inputs)
-    except OverlapError as err:
         raise UsageError(str(err)) from None
 
 
@@ -79,11 +71,11 @@ def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, reco
 def _files(config: SourceConfig):
     """The files ``--input`` names, none of them over ``--output`` (the patterns are checked
     before they are expanded, the files after: a link into the output counts)."""
-    _apart({"--output": config.output}, {"--input": config.inputs})
+    check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:
         files = io.expand_inputs(config.inputs)
-        _apart({"--output": config.output}, {"--input": files})
+        check_apart({"--output": config.output}, {"--input": files})
         return files
 
     return load
@@ -202,7 +194,7 @@ def corpus(**flags):
     from pipelines.corpus.pipeline import build
 
     config = _config(CorpusConfig, **flags)
-    _apart({"--output": config.output}, {"--input": config.inputs})
+    check_apart({"--output": config.output}, {"--input": config.inputs})
     _run_documents(
         build, config, lambda: [(f, io.load_manifest(f, DOCUMENTS.name)) for f in config.inputs], "documents"
     )
@@ -260,7 +252,7 @@ def examples(**flags):
     from wordpiece.tokenizer import VocabError, WordPieceTokenizer
 
     config = _config(_examples_config, flags)
-    _apart(
+    check_apart(
         {"--output": config.output, "--temp-location": config.temp_location},
         {"--corpus": config.corpus, "--vocab": config.vocab},
     )
@@ -319,29 +311,6 @@ def _examples_config(flags: dict) -> ExamplesConfig:
     )
 
 
-@main.command(epilog="Docs: docs/examples.md")
-@click.argument("output")
-@click.option("--overwrite", is_flag=True, help="Rebuild an index the output already has.")
-def index(output, overwrite):
-    """Add the record-batch index (index.json) that the trainer's reader needs to an examples
-    OUTPUT written before it existed; checks every shard's SHA-256 once, changes no shard."""
-    from pipelines.index import add_index
-    from schemas.buckets import probe
-
-    io.use_beam_options([])
-    probe(writes={"OUTPUT": output})
-    with io.claimed(output, "pipelines index"):  # one writer: never beside `pipelines examples`
-        result = add_index(output, overwrite=overwrite)
-    if result.already_indexed:
-        click.echo(f"{output}: already has an index; nothing to do (--overwrite rebuilds it)")
-        return
-    click.echo(
-        f"index: {result.num_shards:,} shards, {result.num_batches:,} record batches "
-        f"({result.num_bytes_read / 1e6:,.1f} MB read and verified)"
-    )
-    click.echo(f"output: {output}")
-
-
 @main.command(epilog="Docs: docs/corpus.md")
 @click.argument("folder")
 @click.option(
@@ -350,15 +319,10 @@ def index(output, overwrite):
 def show(folder, samples):
     """Summarise a completed documents output and print the first sentences of a few documents."""
     from pipelines.show import describe
-    from schemas import SchemaError
     from schemas.buckets import probe
 
     probe(reads={"FOLDER": folder})
-    try:
-        lines = describe(folder, num_samples=samples)
-    except SchemaError as err:
-        raise InputError(str(err)) from None
-    for line in lines:
+    for line in describe(folder, num_samples=samples):
         click.echo(line)
 
 

@@ -6,9 +6,8 @@ workers, so paths are always URLs understood by ``apache_beam.io.filesystems.Fil
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import fsspec
@@ -16,9 +15,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, ManifestError, verify_completed
-from schemas.claims import Claimant, ClaimError, claim, new_run_id, release
-from schemas.commands import InputError, OutputError
+from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, verify_completed
+from schemas.commands import InputError, OutputError  # noqa: F401 (io.OutputError)
 from schemas.inputs import check_file
 from schemas.outputs import OutputFolder
 from wordpiece.count import read_bytes, s3_storage_options, write_bytes  # noqa: F401 (io.write_bytes)
@@ -28,12 +26,6 @@ SPLITS = ("train", "validation", "test")
 
 TEMP_DIR = ".temp"
 """Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
-STAGE_FILES = (
-    *(MANIFEST_FILE, "stats.json", "length_histogram.png", "index.json", "vocab.txt", COMPLETED_FILE),
-    *(f"{folder}/*" for folder in ("all", "rejects", "examples", *SPLITS, TEMP_DIR)),
-)
-"""What a stage writes into its output (glob patterns; ``*`` crosses ``/``): what its record
-lists until the run ends and records the exact files it left."""
 
 _S3_STORAGE: dict[str, Any] = {}
 
@@ -53,28 +45,10 @@ def _fs(output: str) -> tuple[Any, str]:
     return fs, root.rstrip("/") or "/"
 
 
-@contextlib.contextmanager
-def claimed(output: str, command: str) -> Iterator[None]:
-    """Hold ``output``'s claim (one writer) around ``command``'s change of an existing output in
-    place (``pipelines index``); a folder that is not there is left to the command to refuse."""
-    fs, root = _fs(output)
-    if not fs.isdir(root):
-        yield
-        return
-    try:
-        held = claim(fs, root, output, Claimant.this_process(command, new_run_id()), option="")
-    except ClaimError as err:
-        raise OutputError(str(err)) from None
-    try:
-        yield
-    finally:
-        release(held)
-
-
 def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
     """Claim ``output`` for the stage ``command`` on the launching machine (one writer; remote
     workers write under this claim): :class:`schemas.outputs.OutputFolder`."""
-    return OutputFolder.open(output, *_fs(output), command, STAGE_FILES, overwrite=overwrite)
+    return OutputFolder.open(output, command, fs=_fs(output)[0], overwrite=overwrite)
 
 
 def join(base: str, *parts: str) -> str:
@@ -141,8 +115,6 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
     try:
         text = read_bytes(manifest_path).decode("utf-8") if marker is not None else ""
         return verify_completed(text, marker, folder, expected_format)
-    except ManifestError as err:
-        raise InputError(str(err)) from None
     except OSError as err:
         raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
 

@@ -13,7 +13,6 @@ import apache_beam as beam
 from pipelines import io
 from schemas import DOCUMENTS, STATS_FILE
 from schemas.commands import CommandError, InputError
-from schemas.outputs import OutputError as ClaimRefused
 from wordpiece.beam_jobs import (
     STEP_ANNOTATION,
     check_job,
@@ -56,13 +55,9 @@ def run_stage(
         build(pipeline := beam.Pipeline(options=options), config, inputs)
         run_pipeline(pipeline, config.output)
         return None
-    try:
-        folder = io.open_output(config.output, command, config.overwrite)
-        with folder:
-            folder.begin()
-            state = _run(build, config, inputs, options, cleanup)
-    except ClaimRefused as err:
-        raise io.OutputError(str(err)) from None
+    with io.open_output(config.output, command, config.overwrite) as folder:
+        folder.begin()
+        state = _run(build, config, inputs, options, cleanup)
     if state not in (beam.runners.runner.PipelineState.DONE, None):
         raise PipelineFailed(f"the pipeline ended in state {state}; see the runner's logs")
     return finished_output(config.output, fmt)

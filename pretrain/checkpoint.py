@@ -46,9 +46,9 @@ import safetensors.torch
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
-from schemas.claims import new_run_id
+from schemas.commands import OutputError
 from schemas.files import is_temporary_name, write_file
-from schemas.outputs import read_record
+from schemas.outputs import new_run_id, read_record
 
 COMMITTED = "COMMITTED"
 TRAINER_STATE = "trainer"  # trainer.json + trainer.safetensors
@@ -323,7 +323,7 @@ def _check_run_folder(url: str, run_id: str | None) -> None:
     fs, root = _fs(run)
     try:
         owner = read_record(fs, root, run)
-    except ValueError as err:
+    except OutputError as err:
         raise CheckpointError(str(err)) from None
     if owner is not None and owner.command == "pretrain" and owner.run_id != run_id:
         raise CheckpointError(

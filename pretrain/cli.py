@@ -11,16 +11,9 @@ import click
 
 from pretrain.config import BATCHING_MODES, COMPILE_MODES, LR_SCHEDULES, OBJECTIVES, OPTIMIZERS, PRECISIONS
 from pretrain.model import PRESETS
-from pretrain.outputs import (
-    EXPORT_FILES,
-    PRETRAIN_FILES,
-    OutputError,
-    OutputFolder,
-    OverlapError,
-    check_apart,
-    open_output,
-)
-from schemas.commands import OneLineGroup
+from schemas.commands import OneLineGroup, OutputError, UsageError
+from schemas.outputs import OutputFolder
+from schemas.paths import check_apart
 
 _EPILOG = """\b
 Examples:
@@ -239,16 +232,16 @@ def _open_run_folder(cfg, overwrite: bool) -> OutputFolder:
             {"--shards": cfg.shards, "--validation-shards": cfg.validation_shards, "--vocab": cfg.vocab,
              "--init-from": cfg.init_from, "--resume": None if continuing else cfg.resume},
         )  # fmt: skip
-    except OverlapError as err:
+    except UsageError as err:
         raise _refused(str(err)) from None
     if continuing:
         if overwrite:
             raise click.UsageError(f"--overwrite would delete the run that --resume {cfg.resume} continues")
-        return open_output(output, "pretrain", PRETRAIN_FILES, continuing=True, run_id=ckpt.run_id_of(output))
+        return OutputFolder.open(output, "pretrain", continuing=True, run_id=ckpt.run_id_of(output))
     from pretrain.runtime import exists
 
     hint = f"--resume {output}" if exists(f"{output}/checkpoints") else None
-    return open_output(output, "pretrain", PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
+    return OutputFolder.open(output, "pretrain", overwrite=overwrite, continue_hint=hint)
 
 
 def _begin(folder: OutputFolder) -> None:
@@ -279,10 +272,10 @@ def export(checkpoint, fmt, output, overwrite) -> None:
 
     try:
         check_apart({"--output": output}, {"--checkpoint": checkpoint})
-    except OverlapError as err:
+    except UsageError as err:
         raise _refused(str(err)) from None
     try:
-        with open_output(output, "pretrain export", EXPORT_FILES, overwrite=overwrite) as folder:
+        with OutputFolder.open(output, "pretrain export", overwrite=overwrite) as folder:
             found = ckpt.resolve(checkpoint)
             check_apart({"--output": output}, {"--checkpoint": found.url})
             model = BertForPreTraining.from_pretrained(found.url)
@@ -294,7 +287,7 @@ def export(checkpoint, fmt, output, overwrite) -> None:
                 {"checkpoint": found.url, "step": found.step, "tokens_seen": state.get("tokens_seen")},
                 indent=1,
             )
-    except OverlapError as err:  # --checkpoint RUN resolved to a checkpoint that --output holds
+    except UsageError as err:  # --checkpoint RUN resolved to a checkpoint that --output holds
         raise _refused(str(err)) from None
     except (OutputError, ckpt.CheckpointError, ValueError, OSError) as err:
         raise click.ClickException(str(err)) from None

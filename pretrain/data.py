@@ -96,7 +96,8 @@ import torch
 
 from pretrain.collate import Batch, DynamicMasking, collate
 from pretrain.streams import EpochPlan, segment_positions
-from schemas import COMPLETED_FILE, MANIFEST_FILE, ManifestError, SchemaError, verify_completed
+from schemas import COMPLETED_FILE, MANIFEST_FILE, verify_completed
+from schemas.commands import InputError
 from schemas.example_checks import ExampleLimits, example_batch_problem
 from schemas.examples import examples_format
 from schemas.index import INDEX_FILE, MAX_INDEX_BYTES, ShardIndex
@@ -188,7 +189,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
         self._open_filesystem()
         manifest_text = self._read_small(MANIFEST_FILE)
         if manifest_text is None:
-            raise ManifestError(
+            raise InputError(
                 f"{self.url}: no {MANIFEST_FILE}; give the output folder of `pipelines examples`"
             )
         marker = self._read_small(COMPLETED_FILE)
@@ -202,13 +203,13 @@ class ExampleShards(torch.utils.data.IterableDataset):
         self.max_seq_length = _max_seq_length(self.params)
         recorded = self.params.get("vocab_sha256")
         if vocab_sha256 is not None and recorded != vocab_sha256:
-            raise ManifestError(
+            raise InputError(
                 f"{self.url}/{MANIFEST_FILE}: the shards were written with the vocabulary of SHA-256 "
                 f"{recorded}, not the given one ({vocab_sha256}); use the vocabulary the shards were made with"
             )
         self.shards = self.manifest.shards_for(split) if split is not None else list(self.manifest.shards)
         if not self.shards:
-            raise ManifestError(f"{self.url}: no examples shards{f' in split {split!r}' if split else ''}")
+            raise InputError(f"{self.url}: no examples shards{f' in split {split!r}' if split else ''}")
         self.schema: pa.Schema | None = None
         self.units: list[_Unit] = self._units_from_index()
         self.num_examples = n = sum(u.num_rows for u in self.units)
@@ -258,13 +259,13 @@ class ExampleShards(torch.utils.data.IterableDataset):
         (checked against the manifest: :meth:`ShardIndex.check_against`)."""
         reference = self.manifest.index
         if reference is None:
-            raise ManifestError(
+            raise InputError(
                 f"{self.url}: no record-batch index ({INDEX_FILE}; written by `pipelines examples` "
                 f"since it exists); add it with `pipelines index {self.url}`"
             )
         source = f"{self.url}/{reference.path}"
         if reference.num_bytes > MAX_INDEX_BYTES:
-            raise ManifestError(
+            raise InputError(
                 f"{self.url}/{MANIFEST_FILE}: the index is {reference.num_bytes:,} bytes, more than the "
                 f"{MAX_INDEX_BYTES:,} a reader takes; split the output into several folders"
             )
@@ -272,7 +273,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
         data = self._read_small(reference.path)
         if data is None or not bytes_match(data, reference):
             what = "missing" if data is None else "differs from the SHA-256 in the manifest"
-            raise ManifestError(f"{source}: {what}; rebuild it with `pipelines index {self.url} --overwrite`")
+            raise InputError(f"{source}: {what}; rebuild it with `pipelines index {self.url} --overwrite`")
         index = ShardIndex.from_json(data, source)
         index.check_against(self.manifest, source)
         self._check_schema(index.schema, source)
@@ -293,7 +294,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
             return
         for path in paths:
             if path_leaves_folder(self._root, path):
-                raise ManifestError(
+                raise InputError(
                     f"{self.url}/{path}: a symbolic link to a file outside {self.url}; the shards of an "
                     "output are read only from inside it: copy the file into the folder"
                 )
@@ -305,9 +306,9 @@ class ExampleShards(torch.utils.data.IterableDataset):
             examples_format(
                 1 if schema.field("input_ids").type.value_type == pa.uint16() else 1 << 17
             ).validate(empty, path)
-        except (KeyError, SchemaError) as err:
+        except (KeyError, InputError) as err:
             raise ShardError(
-                str(err) if isinstance(err, SchemaError) else f"{path}: no input_ids column"
+                str(err) if isinstance(err, InputError) else f"{path}: no input_ids column"
             ) from None
         self.schema = schema
 

@@ -2,8 +2,7 @@
 
 ``metrics.jsonl`` holds one JSON object per logging step (``"split": "train"``) or evaluation
 (``"split": "validation"``). On resume, records after the checkpoint's step are dropped, so the
-file always describes the training that the checkpoints hold. Bucket outputs are written from a
-local mirror at every flush (a bucket object cannot be appended to).
+file always describes the training that the checkpoints hold; it is rewritten whole at every flush.
 
 Each training record says whether its window includes the process's start-up (``startup_window``:
 the first record after start or resume, which also holds ``torch.compile``'s compilation), so that
@@ -15,9 +14,10 @@ counting real (non-padding) tokens only; reported for the GPUs in :data:`PEAK_TF
 
 TensorBoard is optional: without the ``tensorboard`` package a run warns once, at start, and
 writes ``metrics.jsonl`` and the plots only; without ``matplotlib`` (a bare GPU image) it warns at
-the end and writes no plots. The TensorBoard mirror of a bucket output goes to the run's scratch
-folder (:func:`pretrain.outputs.run_scratch`). ``metrics.jsonl`` and the plots are written whole
-(``schemas.files``); TensorBoard's event files grow as it appends to them.
+the end and writes no plots. Every file is written whole (``schemas.files``, recorded in the run
+folder's journal): TensorBoard writes its events into the run's scratch folder
+(:func:`pretrain.outputs.run_scratch`), one uniquely named event file per session, and each flush
+publishes that file whole into ``tensorboard/``; no event file in the run folder is appended to.
 """
 
 from __future__ import annotations
@@ -87,8 +87,7 @@ class MetricsLog:
             self.records = [r for r in map(json.loads, filter(None, lines)) if r["step"] <= resume_step]
         self._own_scratch = scratch is None
         self.scratch = tempfile.mkdtemp(prefix="pretrain-run-") if scratch is None else scratch
-        self._mirror = None if self.local else os.path.join(self.scratch, "tensorboard")
-        self.board_dir = f"{self.root}/tensorboard" if self.local else self._mirror
+        self.board_dir = os.path.join(self.scratch, "tensorboard")
         self._writer = None
         self._resume_step = resume_step
         self._closed = False
@@ -117,7 +116,7 @@ class MetricsLog:
                 board.add_scalar(f"{split}/{key}", value, step)
 
     def flush(self) -> None:
-        """Write metrics.jsonl (and upload TensorBoard events for a bucket output)."""
+        """Write metrics.jsonl and publish the TensorBoard events."""
         self._write_records()
         if self._writer is not None:
             self._writer.flush()
@@ -127,7 +126,7 @@ class MetricsLog:
         """Write everything out and close TensorBoard (and a scratch folder of the log's own).
 
         Safe to call again (a failed run closes its log on the way out): the writer is closed
-        before the events are uploaded, since its last events reach the mirror only then.
+        before the events are published, since its last events reach the scratch folder only then.
         """
         if self._closed:
             return
@@ -145,10 +144,11 @@ class MetricsLog:
         write_file(f"{self.root}/metrics.jsonl", text, self.fs)  # whole, never a truncated file
 
     def _upload_events(self) -> None:
-        """Copy the local mirror's TensorBoard event files to a bucket output."""
-        if self._mirror is not None and os.path.isdir(self._mirror):
-            for name in os.listdir(self._mirror):
-                self.fs.put_file(os.path.join(self._mirror, name), f"{self.root}/tensorboard/{name}")
+        """Publish this session's TensorBoard event files whole into the run folder."""
+        if os.path.isdir(self.board_dir):
+            for name in sorted(os.listdir(self.board_dir)):
+                with open(os.path.join(self.board_dir, name), "rb") as f:
+                    write_file(f"{self.root}/tensorboard/{name}", f.read(), self.fs)
 
     def plot(self) -> list[str]:
         """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``;

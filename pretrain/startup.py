@@ -25,9 +25,10 @@ from pretrain.config import TrainConfig
 from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining, parameter_counts, training_state_bytes
 from pretrain.runtime import exists
-from schemas import MANIFEST_FILE, ManifestError, VocabFile, manifest_vocabulary
+from schemas import MANIFEST_FILE, VocabFile, manifest_vocabulary
+from schemas.commands import InputError
 from schemas.manifest import bytes_match, path_leaves_folder
-from wordpiece.tokenizer import VocabError, WordPieceTokenizer, parse_vocab_txt, read_vocab_file
+from wordpiece.tokenizer import WordPieceTokenizer, parse_vocab_txt, read_vocab_file
 
 log = logging.getLogger("pretrain")
 
@@ -179,7 +180,7 @@ def check_init_vocab(flag_value: str, source: str, vocab: WordPieceTokenizer, vo
         return
     try:
         tokens = read_vocab_file(vocab_file)
-    except VocabError as err:
+    except InputError as err:
         raise TrainingError(f"--init-from {flag_value}: {err}") from None
     remedy = "make the shards with the model's vocab.txt (pipelines examples --vocab), or start without --init-from"
     if len(tokens) != vocab.vocab_size:
@@ -228,7 +229,7 @@ def shards_vocabulary(
     folder = shards.rstrip("/")
     try:
         recorded = manifest_vocabulary(probe.manifest, f"{folder}/{MANIFEST_FILE}")
-    except ManifestError as err:
+    except InputError as err:
         raise TrainingError(str(err)) from None
     if recorded.cased is None:
         raise TrainingError(
@@ -262,7 +263,7 @@ def _load_vocab(url: str, cased: bool) -> WordPieceTokenizer:
     """The vocabulary ``--vocab`` names."""
     try:
         return WordPieceTokenizer.load(url, cased=cased)
-    except (VocabError, OSError) as err:
+    except (InputError, OSError) as err:
         raise TrainingError(f"--vocab: {err}") from None
 
 
@@ -286,7 +287,7 @@ def _carried_vocab(url: str, copy: VocabFile, cased: bool) -> WordPieceTokenizer
         )
     try:
         return WordPieceTokenizer(parse_vocab_txt(data, url), cased, source=url)
-    except VocabError as err:
+    except InputError as err:
         raise TrainingError(str(err)) from None
 
 

@@ -67,8 +67,9 @@ from pretrain.outputs import run_scratch
 from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, TrainingError, all_sum, barrier, check_output, init_processes, prepare
-from schemas.commands import Stopped
+from schemas.commands import InputError, Stopped
 from schemas.files import write_file, write_json
+from schemas.outputs import journal
 
 log = logging.getLogger("pretrain")
 
@@ -226,7 +227,7 @@ class Trainer:
                 world_size=procs.world_size,
                 **settings,
             )
-        except (ValueError, OSError) as err:
+        except (ValueError, OSError, InputError) as err:
             raise TrainingError(f"{option} {url}: {err}") from None
 
     def _build_data(self) -> None:
@@ -625,6 +626,9 @@ class Trainer:
         url = ckpt.step_url(self.output, step)
         fs, root = fsspec.core.url_to_fs(url)
         fs.makedirs(root, exist_ok=True)
+        if procs.is_main:  # rank 0 holds the run folder: it journals every rank's files first
+            ranks = (f"{url}/{ckpt.rng_file(r)}" for r in range(procs.world_size))
+            journal(*(f"{name}.{suffix}" for name in ranks for suffix in ("safetensors", "json")))
         barrier(procs)
         stamp = ckpt.Stamp(self.run_id, step)
         ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)

@@ -1,26 +1,17 @@
-"""The exit rule every command shares (README, "Calling the tools"), kept where no command's own
-code can: 0 it did what it said; 1 it ran and failed; 2 its command line is wrong; 128 + N a stop
-signal N ended it (130 SIGINT, 143 SIGTERM). Every failure is one ``error:`` line on standard
-error, never a traceback.
+"""The exit rule every command shares: 0 it did what it said; 1 it ran and failed; 2 its command
+line is wrong; 128 + N a stop signal N ended it (130 SIGINT, 143 SIGTERM). Every failure is one
+``error:`` line on standard error, never a traceback.
 
-Each tool's top-level click group (or command) is built with ``cls=OneLineGroup`` (or
-:class:`OneLineCommand`), which, while the command runs,
-
-- turns SIGINT and SIGTERM into :class:`Stopped` (a ``KeyboardInterrupt``, so ``except
-  Exception`` never swallows it and every ``finally`` still runs: temporary files are removed,
-  nothing is marked complete), which ends the command with one line and 128 + the signal's
-  number (under torchrun, only local rank 0 prints it: every process of a node receives the
-  same Ctrl-C, and one line per node says it). Code that stops gracefully instead (``pretrain`` saves a checkpoint first) installs its
-  own handlers and raises :class:`Stopped` itself once it has stopped; code whose libraries
-  rewrap the exception (Beam's runners turn it into a ``RuntimeError``) asks
-  :func:`stop_received` which signal came;
-- turns a :class:`CommandError` into one ``error:`` line and its exit code (2 for a
-  :class:`UsageError`, 1 otherwise), and an ``OSError`` no command caught (a full disk while
-  writing) into one line naming the file (:func:`os_error_line`) and exit 1.
-
-This is the one place where an error becomes a line and an exit code: commands raise, never
-print and exit themselves. Click's own parsing errors keep click's form (Usage line, exit 2).
-Flag defaults come from the typed configs (:func:`config_option`), declared once.
+Each tool's top-level click group (or command) uses ``cls=OneLineGroup`` (or
+:class:`OneLineCommand`), which, while the command runs, turns SIGINT and SIGTERM into
+:class:`Stopped` (a ``KeyboardInterrupt``: ``except Exception`` never swallows it and every
+``finally`` runs) and ends with one line and 128 + the signal (under torchrun only local rank 0
+prints it); a :class:`CommandError` into its line and exit code (2 for a :class:`UsageError`);
+an uncaught ``OSError`` into one line naming the file, exit 1. Commands raise, never print and
+exit; code that stops gracefully (``pretrain`` saves a checkpoint) installs its own handlers and
+raises :class:`Stopped`, and code whose libraries rewrap the interrupt (Beam's runners) asks
+:func:`stop_received`. Click's own parsing errors keep click's form. Flag defaults come from the
+typed configs (:func:`config_option`), declared once.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
-"""Whole files or none: how every file of every stage is put on disk.
+"""Whole files or none: how every file of every stage is put on disk, journaled first.
 
-Nothing a command writes ever lies under its final name incomplete, so that a full disk, a
-killed process or a lost connection leaves either the earlier state or the whole new file:
-
-- **Local paths** (:func:`write_local_file`): the bytes go to a temporary name beside the file
-  (``.NAME.<12 hex>.tmp``, :func:`temporary_name`), are flushed to the disk and renamed over
-  ``NAME`` only once whole; a rename within one folder is atomic on POSIX. On any failure (an
-  ``OSError``, a signal) the temporary file is removed; only a process killed outright (SIGKILL,
-  a power cut) can leave one, and output checks recognise it (:func:`is_temporary_name`).
-- **Buckets and other fsspec filesystems** (:func:`write_file`): the whole bytes go up in one
-  ``pipe_file`` call. An object store makes an object visible only once its upload completes:
-  gcsfs sends one request below 50 MB and otherwise a resumable upload that the last chunk
-  finalises (and deletes the session on failure); s3fs a single ``PutObject`` below 100 MB and
-  otherwise a multipart upload that exists only once ``CompleteMultipartUpload`` succeeds;
-  fsspec's ``memory://`` stores the bytes at once. Streaming through ``fs.open(path, "wb")`` is
-  never used for a final file: a ``with`` block closes the file on an exception too, and closing
-  commits what was written so far (gcsfs, s3fs), while ``memory://`` shows the file from the
-  moment it is opened.
-
-The Beam side (``wordpiece.count.write_bytes``, which ``pipelines.io.write_bytes`` wraps) writes
-locally through :func:`write_local_file` too, and to buckets through Beam's filesystems: on
-``gs://`` one upload, which Beam's GCS writer cancels when the writing block fails; on ``s3://``
-under a temporary name renamed once whole, because Beam's S3 writer completes its multipart upload
-whenever it is closed, after a failed part too.
+Nothing a command writes ever lies under its final name incomplete: a full disk, a killed
+process or a lost connection leaves the earlier state or the whole new file. Locally
+(:func:`write_local_file`) the bytes go to ``.NAME.<12 hex>.tmp`` beside the file, are synced and
+renamed over ``NAME`` once whole (atomic on POSIX); the temporary file is removed on any failure,
+so only SIGKILL or a power cut can leave one (:func:`is_temporary_name`). Elsewhere
+(:func:`write_file`) the bytes go up in one ``pipe_file`` call: an object store shows an object
+only once its upload completes (gcsfs' resumable and s3fs' multipart uploads too), while
+``fs.open(path, "wb")`` commits what was written when a failing ``with`` block closes it, so it is
+never used for a final file. The Beam side (``wordpiece.count.write_bytes``) writes the same way.
+Before each write the :data:`BEFORE_WRITE` hooks run: ``schemas.outputs`` journals the file.
 """
 
 from __future__ import annotations
@@ -31,13 +18,16 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 TEMP_SUFFIX = ".tmp"
+BEFORE_WRITE: list[Callable[[str], None]] = []
+"""Called with each file's path or URL before it is written: ``schemas.outputs`` records it there in
+the journal of the output this process holds it in."""
 _TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
 
 
@@ -80,6 +70,7 @@ def write_local_file(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
     made when missing. Raises :class:`WriteError` naming ``path``; the temporary file is removed
     on any failure, a stop signal included."""
     path = os.fspath(path)
+    _journal(path)
     folder, name = os.path.split(os.path.abspath(path))
     temp = os.path.join(folder, temporary_name(name))
     try:
@@ -115,10 +106,16 @@ def write_file(path: str, data: bytes | str, fs: fsspec.AbstractFileSystem | Non
     if isinstance(fs, LocalFileSystem):
         write_local_file(path, [data])
         return
+    _journal(fs.unstrip_protocol(path))
     try:
         fs.pipe_file(path, data)
     except OSError as err:
         raise write_error(err, name) from None
+
+
+def _journal(url: str) -> None:
+    for note in BEFORE_WRITE:
+        note(url)
 
 
 def write_json(

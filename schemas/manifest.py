@@ -5,9 +5,9 @@ An output folder is complete only when ``COMPLETED`` exists and holds the SHA-25
 finished. ``manifest.json`` lists every shard with its split, row count, size and SHA-256.
 
 Outputs whose records are token ids (``examples``) name the vocabulary those ids index:
-``params.vocab_sha256`` (required: its identity, :class:`ManifestVocabulary`), ``params.cased``
-and, since shards carry their vocabulary, ``vocab_file``: the copy in the folder (``vocab.txt``)
-with its size and SHA-256, so shards moved to another machine need nothing beside them.
+``params.vocab_sha256`` (required: its identity), ``params.cased`` and ``vocab_file``, the copy
+in the folder (``vocab.txt``) with its size and SHA-256, so moved shards need nothing beside them.
+Every problem is a :class:`~schemas.commands.InputError` naming the file.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from schemas.commands import InputError
 
 MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -29,10 +31,8 @@ VOCAB_FORMATS = frozenset({"examples"})
 """Record formats of token ids: their manifests must name the vocabulary by ``params.vocab_sha256``."""
 MAX_VOCAB_FILE_BYTES = 64 << 20
 """The largest vocabulary copy a manifest may name (a million tokens take about 10 MB)."""
-
-
-class ManifestError(ValueError):
-    """A manifest is missing, malformed or does not match the files beside it."""
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,7 @@ class IndexReference:
 
 @dataclass(frozen=True)
 class VocabFile:
-    """The vocabulary copy of an ``examples`` output: its path inside the output folder, its size and
-    the SHA-256 of its bytes (what ``COMPLETED``, through the manifest, vouches for)."""
+    """The vocabulary copy of an ``examples`` output: its path in the folder, size and SHA-256."""
 
     path: str
     num_bytes: int
@@ -68,42 +67,35 @@ class VocabFile:
 
 @dataclass(frozen=True)
 class ManifestVocabulary:
-    """What an ``examples`` manifest says of the vocabulary its token ids index."""
+    """What an ``examples`` manifest says of the vocabulary its token ids index: ``sha256``
+    (``params.vocab_sha256``: the SHA-256 of the tokens in id order joined by newlines), ``cased``
+    (``params.cased``; None: not recorded), ``source`` (``params.vocab``: where it was read) and
+    ``copy`` (``vocab_file``; None for outputs written before shards carried one)."""
 
     sha256: str
-    """``params.vocab_sha256``: SHA-256 of the tokens in id order joined by newlines (the
-    vocabulary's identity, the same for its vocab.txt and tokenizer.json)."""
     cased: bool | None
-    """``params.cased``: whether the text was tokenised cased (None: not recorded)."""
     source: str | None
-    """``params.vocab``: where ``pipelines examples`` read it (an absolute path or URL)."""
     copy: VocabFile | None
-    """``vocab_file``: the copy inside the output; None for outputs written before shards carried it."""
 
 
 def manifest_vocabulary(manifest: Manifest, source: str) -> ManifestVocabulary:
-    """The vocabulary fields of a manifest, checked: ``params.vocab_sha256`` is required (64
-    lower-case hex digits), ``params.cased`` is true or false and ``params.vocab`` a string when
-    present. Raises :class:`ManifestError`, one line naming ``source``."""
+    """The vocabulary fields of a manifest, checked (``params.vocab_sha256`` required, 64
+    lower-case hex digits; ``params.cased`` true or false and ``params.vocab`` a string when
+    present); :class:`InputError` naming ``source`` otherwise."""
     params = manifest.params
     damaged = "the manifest is damaged: write the shards again (pipelines examples), or copy them again"
-    recorded = params.get("vocab_sha256")
+    recorded, cased, vocab = params.get("vocab_sha256"), params.get("cased"), params.get("vocab")
     if recorded is None:
-        raise ManifestError(
-            f"{source}: no params.vocab_sha256 (the SHA-256 of the vocabulary the token ids index); {damaged}"
-        )
-    if not isinstance(recorded, str) or not _SHA256.fullmatch(recorded):
-        raise ManifestError(
-            f"{source}: params.vocab_sha256 is {json.dumps(recorded)[:80]}, not a SHA-256 (64 hex digits); {damaged}"
-        )
-    cased, vocab = params.get("cased"), params.get("vocab")
-    if cased is not None and not isinstance(cased, bool):
-        raise ManifestError(
-            f"{source}: params.cased is {json.dumps(cased)[:80]}, not true or false; {damaged}"
-        )
-    if vocab is not None and not isinstance(vocab, str):
-        raise ManifestError(f"{source}: params.vocab is {json.dumps(vocab)[:80]}, not a path; {damaged}")
-    return ManifestVocabulary(recorded, cased, vocab, manifest.vocab_file)
+        problem = "no params.vocab_sha256 (the SHA-256 of the vocabulary the token ids index)"
+    elif not isinstance(recorded, str) or not _SHA256.fullmatch(recorded):
+        problem = f"params.vocab_sha256 is {json.dumps(recorded)[:80]}, not a SHA-256 (64 hex digits)"
+    elif cased is not None and not isinstance(cased, bool):
+        problem = f"params.cased is {json.dumps(cased)[:80]}, not true or false"
+    elif vocab is not None and not isinstance(vocab, str):
+        problem = f"params.vocab is {json.dumps(vocab)[:80]}, not a path"
+    else:
+        return ManifestVocabulary(recorded, cased, vocab, manifest.vocab_file)
+    raise InputError(f"{source}: {problem}; {damaged}")
 
 
 @dataclass(frozen=True)
@@ -118,9 +110,9 @@ class Manifest:
     rejects: tuple[ShardEntry, ...] = field(default=())
     manifest_version: int = MANIFEST_VERSION
     index: IndexReference | None = None
-    """The record-batch index (``examples`` outputs since it exists); absent from the JSON when None."""
+    """The record-batch index (``examples`` outputs); absent from the JSON when None."""
     vocab_file: VocabFile | None = None
-    """The vocabulary copy (``examples`` outputs since they carry one); absent from the JSON when None."""
+    """The vocabulary copy (``examples`` outputs); absent from the JSON when None."""
 
     def splits(self) -> list[str]:
         """The split names present, in first-seen order."""
@@ -135,13 +127,14 @@ class Manifest:
         return sum(s.num_rows for s in self.shards if split is None or s.split == split)
 
     def to_json(self) -> str:
-        """Deterministic JSON text (sorted keys, shards in path order)."""
+        """Deterministic JSON text (sorted keys, shards in path order; no ``index`` or
+        ``vocab_file`` key when there is none, so such manifests keep their bytes)."""
         data = asdict(self)
-        data["shards"] = sorted(data["shards"], key=lambda s: s["path"])
-        data["rejects"] = sorted(data["rejects"], key=lambda s: s["path"])
+        for key in ("shards", "rejects"):
+            data[key] = sorted(data[key], key=lambda s: s["path"])
         for optional in ("index", "vocab_file"):
             if data[optional] is None:
-                del data[optional]  # manifests without one keep their old bytes (and COMPLETED)
+                del data[optional]
         return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
     @classmethod
@@ -149,42 +142,39 @@ class Manifest:
         """Parse and validate manifest JSON; errors name ``source``."""
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ManifestError(f"{source}: not valid JSON ({err})") from None
+        except (ValueError, RecursionError) as err:
+            raise InputError(f"{source}: not valid JSON ({err})") from None
         if not isinstance(data, dict):
-            raise ManifestError(f"{source}: a manifest is a JSON object")
-        version = data.get("manifest_version")
-        if version != MANIFEST_VERSION:
-            raise ManifestError(
-                f"{source}: manifest version {version!r} is not supported (this code reads {MANIFEST_VERSION})"
+            raise InputError(f"{source}: a manifest is a JSON object")
+        if data.get("manifest_version") != MANIFEST_VERSION:
+            raise InputError(
+                f"{source}: manifest version {data.get('manifest_version')!r:.40} is not supported (this code "
+                f"reads {MANIFEST_VERSION})"
             )
         for key in ("shards", "rejects"):
             if not isinstance(data.get(key, []), list):
-                raise ManifestError(f"{source}: {key} is not a list")
+                raise InputError(f"{source}: {key} is not a list")
+        optional = {"index": IndexReference, "vocab_file": VocabFile}
+        found = {
+            key: _entry(data[key], kind, source)
+            for key, kind in optional.items()
+            if data.get(key) is not None
+        }
         try:
             manifest = cls(
                 format=str(data["format"]),
                 format_version=int(data["format_version"]),
                 producer=str(data["producer"]),
                 params=dict(data["params"]),
-                shards=tuple(shard_entry(s, source) for s in data["shards"]),
-                rejects=tuple(shard_entry(s, source) for s in data.get("rejects", [])),
-                index=_index_reference(data["index"], source) if data.get("index") is not None else None,
-                vocab_file=_vocab_file(data["vocab_file"], source)
-                if data.get("vocab_file") is not None
-                else None,
+                shards=tuple(_entry(s, ShardEntry, source) for s in data["shards"]),
+                rejects=tuple(_entry(s, ShardEntry, source) for s in data.get("rejects", [])),
+                **found,
             )
-        except ManifestError:
-            raise
         except (KeyError, TypeError, ValueError) as err:
-            raise ManifestError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
+            raise InputError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
         if manifest.format in VOCAB_FORMATS:
             manifest_vocabulary(manifest, source)  # token ids are never read without their vocabulary
         return manifest
-
-
-_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def relative_path_problem(path: object) -> str | None:
@@ -198,55 +188,35 @@ def relative_path_problem(path: object) -> str | None:
     return None
 
 
-def shard_entry(data: object, source: str) -> ShardEntry:
-    """A manifest's shard entry, its path checked (:func:`relative_path_problem`) and its fields
-    typed (strings, non-negative integers that are not booleans, a hex SHA-256); errors name
-    ``source``."""
-    problem = _entry_problem(data, ShardEntry, ("format", "split"))
-    if problem is not None:
+def _entry(data: object, kind: type, source: str) -> Any:
+    """A manifest's shard entry, index reference or vocabulary file, every field checked: exactly
+    its keys, a safe relative path, strings, non-negative integers that are not booleans, a hex
+    SHA-256, a vocabulary copy of at most :data:`MAX_VOCAB_FILE_BYTES`."""
+    keys = [f.name for f in fields(kind)]
+    if not isinstance(data, dict) or set(data) != set(keys):
+        problem = f"not an object with exactly the keys {', '.join(sorted(keys))}"
+    else:
+        problem = relative_path_problem(data["path"])
+    for key in keys[1:] if problem is None else ():
+        value, counted = data[key], key in ("num_rows", "num_bytes")
+        if counted and (type(value) is not int or value < 0):
+            problem = f"{key} {value!r:.80} is not a non-negative integer"
+        elif key == "sha256" and not (isinstance(value, str) and _SHA256.fullmatch(value)):
+            problem = f"sha256 {value!r:.80} is not a hex SHA-256"
+        elif not counted and not isinstance(value, str):
+            problem = f"{key} {value!r:.80} is not a string"
+        elif kind is VocabFile and key == "num_bytes" and value > MAX_VOCAB_FILE_BYTES:
+            problem = f"num_bytes {value} is above {MAX_VOCAB_FILE_BYTES:,}"
+        if problem is not None:
+            break
+    if problem is None:
+        return kind(**data)
+    if kind is ShardEntry:
         name = data.get("path") if isinstance(data, dict) else None
-        raise ManifestError(f"{source}: shard {name!r:.200}: {problem}")
-    return ShardEntry(**data)
-
-
-def _vocab_file(data: object, source: str) -> VocabFile:
-    """The manifest's ``vocab_file``, checked as :func:`shard_entry` checks a shard, its size at
-    most :data:`MAX_VOCAB_FILE_BYTES`."""
-    problem = _entry_problem(data, VocabFile, ())
-    if problem is None and data["num_bytes"] > MAX_VOCAB_FILE_BYTES:  # type: ignore[index]
-        problem = f"num_bytes {data['num_bytes']} is above {MAX_VOCAB_FILE_BYTES:,}"  # type: ignore[index]
-    if problem is not None:
-        raise ManifestError(
-            f"{source}: vocab_file: {problem}; the manifest is damaged: copy the shards again"
-        )
-    return VocabFile(**data)  # type: ignore[arg-type]
-
-
-def _index_reference(data: object, source: str) -> IndexReference:
-    """The manifest's reference to its record-batch index, checked as :func:`shard_entry` checks a
-    shard."""
-    problem = _entry_problem(data, IndexReference, ())
-    if problem is not None:
-        raise ManifestError(f"{source}: index: {problem}")
-    return IndexReference(**data)
-
-
-def _entry_problem(data: object, kind: type, strings: tuple[str, ...]) -> str | None:
-    """What is wrong with a JSON object meant to be a ``kind`` (``path``, ``num_bytes``,
-    ``sha256`` and, for a shard, ``num_rows`` and the ``strings``), or None."""
-    keys = set(kind.__dataclass_fields__)
-    if not isinstance(data, dict) or set(data) != keys:
-        return f"not an object with exactly the keys {', '.join(sorted(keys))}"
-    problem = relative_path_problem(data["path"])
-    for key in strings:
-        if problem is None and not isinstance(data[key], str):
-            problem = f"{key} {data[key]!r:.80} is not a string"
-    for key in ("num_rows", "num_bytes"):
-        if problem is None and key in keys and (type(data[key]) is not int or data[key] < 0):
-            problem = f"{key} {data[key]!r:.80} is not a non-negative integer"
-    if problem is None and not (isinstance(data["sha256"], str) and _SHA256.fullmatch(data["sha256"])):
-        problem = f"sha256 {data['sha256']!r:.80} is not a hex SHA-256"
-    return problem
+        raise InputError(f"{source}: shard {name!r:.200}: {problem}")
+    if kind is VocabFile:
+        raise InputError(f"{source}: vocab_file: {problem}; the manifest is damaged: copy the shards again")
+    raise InputError(f"{source}: index: {problem}")
 
 
 def bytes_match(data: bytes, entry: ShardEntry | IndexReference | VocabFile) -> bool:
@@ -256,21 +226,18 @@ def bytes_match(data: bytes, entry: ShardEntry | IndexReference | VocabFile) -> 
 
 def path_leaves_folder(folder: str, relative: str) -> bool:
     """Whether the local file ``folder/relative`` resolves, through symlinks, to a place outside
-    ``folder`` (also resolved); always False for a URL (``gs://``, ``s3://``, ``memory://``: no
-    symlinks). ``relative`` must have passed :func:`relative_path_problem`."""
+    ``folder`` (also resolved); always False for a URL (no symlinks). ``relative`` must have passed
+    :func:`relative_path_problem`."""
     if "://" in folder and not folder.startswith("file://"):
         return False
     root = os.path.realpath(folder.removeprefix("file://"))
-    resolved = os.path.realpath(os.path.join(root, relative))
-    return os.path.commonpath([root, resolved]) != root
+    return os.path.commonpath([root, os.path.realpath(os.path.join(root, relative))]) != root
 
 
 def absolute_reference(path: str) -> str:
-    """``path`` as a manifest records it: a URL (``gs://``, ``s3://``, ...) as given, a local
-    path made absolute, so that a reader started in another folder finds the same file."""
-    if "://" in path:
-        return path
-    return os.path.abspath(os.path.expanduser(path))
+    """``path`` as a manifest records it: a URL as given, a local path made absolute, so that a
+    reader started in another folder finds the same file."""
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
 
 
 def completed_marker(manifest_json: str) -> str:
@@ -281,21 +248,18 @@ def completed_marker(manifest_json: str) -> str:
 def verify_completed(
     manifest_text: str, marker_text: str | None, folder: str, expected_format: str
 ) -> Manifest:
-    """Check a stage output's marker against its manifest and return the manifest.
-
-    ``marker_text`` is the content of ``COMPLETED`` (None when the file is missing). Errors name
-    the folder and say what to do.
-    """
+    """Check a stage output's marker (the content of ``COMPLETED``; None when it is missing)
+    against its manifest and return the manifest; errors name the folder and say what to do."""
     if marker_text is None:
-        raise ManifestError(
+        raise InputError(
             f"{folder}: not a completed stage output (no {COMPLETED_FILE} marker); "
             "run the stage that writes it, or let an interrupted run finish"
         )
     if marker_text != completed_marker(manifest_text):
-        raise ManifestError(
+        raise InputError(
             f"{folder}: {COMPLETED_FILE} does not match {MANIFEST_FILE}; the output was modified"
         )
     manifest = Manifest.from_json(manifest_text, f"{folder}/{MANIFEST_FILE}")
     if manifest.format != expected_format:
-        raise ManifestError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
+        raise InputError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
     return manifest

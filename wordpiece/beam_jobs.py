@@ -33,15 +33,7 @@ from wordpiece.count import s3_storage_options
 DEFAULT_RUNNER = "DirectRunner"
 LOCAL_RUNNERS = StandardOptions.LOCAL_RUNNERS
 """Runners whose work ends with this process and its children, on this machine's disk."""
-_OUR_ERRORS = (
-    "InputError",
-    "OutputError",
-    "CommandError",
-    "WriteError",
-    "SchemaError",
-    "ManifestError",
-    "DumpError",
-)
+_OUR_ERRORS = ("InputError", "OutputError", "CommandError", "WriteError")
 STEP_ANNOTATION = re.compile(r"\s*\[while running '[^']*'\]")
 """What Beam appends to a worker's error message: the step it ran."""
 

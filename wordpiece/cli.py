@@ -19,11 +19,11 @@ from typing import BinaryIO
 import click
 
 from schemas.buckets import probe
-from schemas.commands import CommandError, InputError, OneLineGroup, UsageError
+from schemas.commands import CommandError, OneLineGroup, UsageError
 from schemas.commands import config_option as option
 from schemas.inputs import MAX_LINE_BYTES, check_file, lines
-from wordpiece.tokenizer import VocabError, WordPieceTokenizer
-from wordpiece.train import TrainConfig
+from wordpiece.tokenizer import WordPieceTokenizer
+from wordpiece.train import VocabConfig
 
 _HELP = {"help_option_names": ["-h", "--help"]}
 
@@ -36,10 +36,7 @@ def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
     probe(reads={"--vocab": path})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            tokenizer = WordPieceTokenizer.load(path, cased=cased)
-        except VocabError as err:
-            raise InputError(str(err)) from None
+        tokenizer = WordPieceTokenizer.load(path, cased=cased)
     for warning in caught:
         click.echo(f"warning: {warning.message}", err=True)
     return tokenizer
@@ -148,15 +145,15 @@ _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HE
 @click.option(
     "--output", required=True, help="Folder for vocab.txt, tokenizer.json, stats.json, word_counts/."
 )
-@option(TrainConfig, "vocab_size", help="Total size, special and [unusedN] tokens included.")
+@option(VocabConfig, "vocab_size", help="Total size, special and [unusedN] tokens included.")
 @option(
-    TrainConfig, "cased", "--cased/--uncased", help="Keep case and accents, or lower-case and strip them."
+    VocabConfig, "cased", "--cased/--uncased", help="Keep case and accents, or lower-case and strip them."
 )
-@option(TrainConfig, "min_frequency", help="A pair must occur this often to be merged into a piece.")
-@option(TrainConfig, "limit_alphabet", help="Keep at most this many characters; the rest become [UNK].")
-@option(TrainConfig, "num_unused", help="[unusedN] slots; 994 gives the released layout ([UNK]=100).")
+@option(VocabConfig, "min_frequency", help="A pair must occur this often to be merged into a piece.")
+@option(VocabConfig, "limit_alphabet", help="Keep at most this many characters; the rest become [UNK].")
+@option(VocabConfig, "num_unused", help="[unusedN] slots; 994 gives the released layout ([UNK]=100).")
 @option(
-    TrainConfig,
+    VocabConfig,
     "splits",
     "--split",
     "splits",
@@ -164,9 +161,9 @@ _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HE
     help="Corpus split(s) to learn from; repeatable.",
 )
 @option(
-    TrainConfig, "measure_split", help="Split on which stats.json reports [UNK] rate and pieces per word."
+    VocabConfig, "measure_split", help="Split on which stats.json reports [UNK] rate and pieces per word."
 )
-@option(TrainConfig, "num_count_shards", help="Files of word counts to write.")
+@option(VocabConfig, "num_count_shards", help="Files of word counts to write.")
 @click.option("--overwrite", is_flag=True, help="Replace a completed vocabulary at --output.")
 @click.pass_context
 def train(ctx, **flags) -> None:
@@ -177,15 +174,15 @@ def train(ctx, **flags) -> None:
     vocab.txt, tokenizer.json and stats.json ([UNK] rate and pieces per word on --measure-split).
     The same corpus and options give a byte-identical vocab.txt on any runner and workers.
     """
-    from schemas.paths import OverlapError, check_apart
+    from schemas.paths import check_apart
     from wordpiece.beam_jobs import check_job, explain_failure, job_options
     from wordpiece.train import train_vocabulary
 
     try:
-        config = TrainConfig(**{**flags, "splits": tuple(flags["splits"])})
-        check_apart({"--output": config.output}, {"--corpus": config.corpus})
-    except (ValueError, OverlapError) as err:  # the settings, or --output over --corpus
+        config = VocabConfig(**{**flags, "splits": tuple(flags["splits"])})
+    except ValueError as err:  # the settings
         raise UsageError(str(err)) from None
+    check_apart({"--output": config.output}, {"--corpus": config.corpus})  # exit 2
     check_job(job_options(ctx.args), {"--corpus": config.corpus}, {"--output": config.output})
     try:
         stats = train_vocabulary(config, ctx.args)

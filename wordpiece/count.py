@@ -25,6 +25,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 from schemas import DOCUMENTS, WORD_COUNTS, Manifest
 from schemas.commands import InputError
 from schemas.files import temporary_name, write_error, write_local_file
+from schemas.outputs import journal
 from wordpiece.tokenizer import pre_tokenize
 
 COUNTS_FOLDER = "word_counts"
@@ -66,8 +67,10 @@ def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
     chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
         if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):
-            write_local_file(path, chunks)
-        elif path.startswith("gs://"):
+            write_local_file(path, chunks)  # journaled there
+            return
+        journal(path)
+        if path.startswith("gs://"):
             _upload(path, chunks)
         else:
             folder, name = path.rsplit("/", 1)
@@ -152,6 +155,7 @@ class WriteCounts(beam.PTransform):
 
     def expand(self, counts):
         n = self._num_shards
+        journal(*(FileSystems.join(self._output, counts_shard_name(self._group, i, n)) for i in range(n)))
         keyed = counts | "Key by shard" >> beam.Map(lambda wc: (_shard_of(wc[0], n), wc))
         placeholders = counts.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
         return (

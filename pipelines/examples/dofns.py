@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from pipelines import io
 from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch, tokenize_documents
-from pipelines.examples.finish import ExampleColumns, ExampleVocab, columns_from_rows
+from pipelines.examples.finish import ExampleColumns, ExampleVocab
 from pipelines.examples.packing import pack_group
 from pipelines.examples.pairs import TokenizedDocument
 from pipelines.examples.spill import (
@@ -204,4 +204,4 @@ class PackGroup(WithVocab):
             masking=config.masking if config.apply_masking else None,
             vocab=self._vocab,
         )
-        yield from self._pieces((columns_from_rows(rows), tally) for rows, tally in packed)
+        yield from self._pieces(packed)

@@ -45,6 +45,8 @@ from pipelines.stats import sum_tallies
 from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
+from schemas.manifest import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE
+from schemas.outputs import journal
 from wordpiece.beam_jobs import LOCAL_RUNNERS
 from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
@@ -149,6 +151,10 @@ def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[st
         "format": "packed" if packed else "pairs",
         # Packed examples have no pairs: no random-next rate, no truncation (long sentences split).
         "random_next_rate": tally["random_next"] / examples if examples and not packed else None,
+        # random next sentences drawn from a copy of A's own document's text (duplicates)
+        "random_next_same_text_share": (
+            tally["random_next_same_text"] / tally["random_next"] if tally["random_next"] else None
+        ),
         "masking": apply_masking,
         "mask_rate": predictions / tally["tokens"] if tally["tokens"] else None,
         # Without masking there is no 80/10/10 split to report: null, not made-up numbers.
@@ -300,6 +306,9 @@ def build(
     ``folder`` (``spill_folder``; None: no spilling), removed before the output is marked ``COMPLETED``."""
     shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     carried = CarriedVocabulary.of(vocab)
+    # recorded in the output's journal before workers write them
+    names = [LENGTH_HISTOGRAM_FILE, INDEX_FILE, carried.file.path, STATS_FILE, MANIFEST_FILE, COMPLETED_FILE]
+    journal(*(io.join(config.output, n) for n in names), *([f"{folder}/"] if folder else []))
     fmt = examples_format(carried.size)
     tokens = tuple(vocab)  # travels inside the DoFns: no worker opens the vocabulary file
     tokenize = TokenizeShard(tokens, config.cased, config.num_buckets, folder)

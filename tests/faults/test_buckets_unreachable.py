@@ -113,7 +113,11 @@ def test_local_paths_are_not_probed():
 @pytest.mark.parametrize(
     ("error", "role", "expected"),
     [
-        (OSError("Forbidden: b/o\nno access"), "read", "gs://b --member=... --role=roles/storage.objectViewer"),
+        (
+            OSError("Forbidden: b/o\nno access"),
+            "read",
+            "gs://b --member=... --role=roles/storage.objectViewer",
+        ),
         (PermissionError("denied"), "write", "gs://b --member=... --role=roles/storage.objectAdmin"),
     ],
 )
@@ -132,7 +136,6 @@ COMMANDS = {
         "pipelines",
         "examples --corpus {url}/corpus --vocab {url}/vocab.txt --output {url}/ex",
     ),
-    "pipelines index": ("pipelines", "index {url}/ex"),
     "pipelines show": ("pipelines", "show {url}/corpus"),
     "wordpiece train": ("wordpiece", "train --corpus {url}/corpus --output {url}/vocab"),
     "wordpiece encode": ("wordpiece", "encode --vocab {url}/vocab.txt"),

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from finetune.common import FinetuneError, load_encoder
+from finetune.common import load_encoder
 from pretrain import checkpoint as ckpt
+from schemas.commands import CommandError
 from tests.unit.test_finetune_common import VOCAB, tiny_model
 
 
@@ -63,7 +64,7 @@ def test_pickle_payload_under_any_name_runs_no_code(tmp_path: Path, name: str):
     url = _checkpoint(run)
     Path(url, name).write_bytes(pickle.dumps(_Payload(marker)))
     ckpt.commit(url, 2)  # even a re-committed (matching hash) payload is only ever parsed as data
-    with pytest.raises((ckpt.CheckpointError, FinetuneError, ValueError, OSError)) as err:
+    with pytest.raises((ckpt.CheckpointError, CommandError, ValueError, OSError)) as err:
         _use(run)
         load_encoder(str(run))
     assert "\n" not in str(err.value)
@@ -80,7 +81,7 @@ def test_old_pickle_format_is_refused_unread(tmp_path: Path, name: str):
     ckpt.commit(url, 2)
     with pytest.raises(ckpt.CheckpointError, match="old pickle-based checkpoint"):
         ckpt.resolve(str(run))
-    with pytest.raises(FinetuneError, match="old pickle-based checkpoint"):
+    with pytest.raises(CommandError, match="old pickle-based checkpoint"):
         load_encoder(str(run))
     assert not marker.exists()
 
@@ -96,7 +97,7 @@ def test_flipped_byte_is_named(tmp_path: Path, name: str):
     path.write_bytes(bytes(data))
     with pytest.raises(ckpt.CheckpointError, match=f"{name}: content differs from its SHA-256"):
         ckpt.resolve(str(run))
-    with pytest.raises(FinetuneError, match=name):
+    with pytest.raises(CommandError, match=name):
         load_encoder(str(run))
 
 

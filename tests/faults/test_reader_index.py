@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pretrain.data import ExampleShards, ShardError
-from schemas import ManifestError
+from schemas.commands import InputError
 from tests.faults.reader_folders import copy_output, load, pretrain, rewrite
 
 SHARD = "examples/part-00000-of-00002.arrow"
@@ -106,7 +106,7 @@ def test_a_hostile_index_is_one_line_naming_it(shards, tmp_path, name):
     edit, expected = _index_case(name)
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, index=edit)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(InputError) as caught:
         ExampleShards(str(folder), batch_size=8)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"{folder}/index.json: "), message
@@ -126,9 +126,7 @@ def test_a_hostile_index_stops_pretrain_with_one_line(shards, tmp_path):
 def test_an_index_larger_than_a_reader_takes_is_refused_unread(shards, tmp_path, monkeypatch):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, manifest=lambda d: d["index"].__setitem__("num_bytes", 1 << 40))
-    with pytest.raises(
-        ManifestError, match=r"manifest\.json: the index is 1,099,511,627,776 bytes, more than"
-    ):
+    with pytest.raises(InputError, match=r"manifest\.json: the index is 1,099,511,627,776 bytes, more than"):
         ExampleShards(str(folder), batch_size=8)
 
 
@@ -163,7 +161,7 @@ def test_an_index_larger_than_a_reader_takes_is_refused_unread(shards, tmp_path,
 def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(shards, tmp_path, edit, expected):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, manifest=edit)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(InputError) as caught:
         ExampleShards(str(folder), batch_size=8)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"{folder}/manifest.json: ") and expected in message, (
@@ -174,8 +172,8 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(shards, tmp_path, e
 def test_json_that_is_not_an_object_is_one_line(shards, tmp_path):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, index_text=json.dumps([1, 2, 3]))
-    with pytest.raises(ManifestError, match=r"index\.json: index version None is not supported"):
+    with pytest.raises(InputError, match=r"index\.json: index version None is not supported"):
         ExampleShards(str(folder), batch_size=8)
     rewrite(folder, index_text="[" * 100_000)
-    with pytest.raises(ManifestError, match=r"index\.json: not valid JSON"):
+    with pytest.raises(InputError, match=r"index\.json: not valid JSON"):
         ExampleShards(str(folder), batch_size=8)

@@ -21,7 +21,8 @@ import torch
 from pretrain.collate import DynamicMasking, collate
 from pretrain.data import ExampleShards, ShardError, ShardLoader
 from pretrain.streams import segment_positions
-from schemas import Manifest, ManifestError, ShardEntry, completed_marker
+from schemas import Manifest, ShardEntry, completed_marker
+from schemas.commands import InputError
 from schemas.examples import examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference, shard_index_entry
 from wordpiece.masking import MaskingConfig
@@ -323,7 +324,7 @@ def test_truncated_shard_names_the_file_and_batch(tmp_path):
 
 def test_output_without_index_names_pipelines_index(tmp_path):
     url = _write_folder(str(tmp_path / "ex"), with_index=False)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(InputError) as caught:
         ExampleShards(url, batch_size=4)
     message = str(caught.value)
     assert "\n" not in message and message.endswith(f"add it with `pipelines index {url}`")
@@ -333,9 +334,7 @@ def test_modified_index_is_refused(tmp_path):
     url = _write_folder(str(tmp_path / "ex"))
     index = tmp_path / "ex/index.json"
     index.write_text(index.read_text().replace('"num_rows":[7,', '"num_rows":[6,', 1))
-    with pytest.raises(
-        ManifestError, match=r"index\.json: differs from the SHA-256 in the manifest; rebuild"
-    ):
+    with pytest.raises(InputError, match=r"index\.json: differs from the SHA-256 in the manifest; rebuild"):
         ExampleShards(url, batch_size=4)
 
 
@@ -373,7 +372,7 @@ def test_building_the_reader_takes_the_same_requests_for_any_number_of_shards(mo
 
 def test_missing_completed_is_refused(tmp_path):
     url = _write_folder(str(tmp_path / "ex"), complete=False)
-    with pytest.raises(ManifestError, match="COMPLETED"):
+    with pytest.raises(InputError, match="COMPLETED"):
         ExampleShards(url, batch_size=4)
 
 
@@ -475,12 +474,12 @@ def test_dynamic_masking_80_10_10():
 
 def test_vocabulary_must_match_the_manifest(folder):
     ExampleShards(folder, batch_size=4, vocab_sha256="0" * 64)
-    with pytest.raises(ManifestError, match=r"manifest\.json: the shards were written with the vocabulary"):
+    with pytest.raises(InputError, match=r"manifest\.json: the shards were written with the vocabulary"):
         ExampleShards(folder, batch_size=4, vocab_sha256="1" * 64)
 
 
 def test_folder_without_manifest_is_refused(tmp_path):
-    with pytest.raises(ManifestError, match="no manifest.json"):
+    with pytest.raises(InputError, match="no manifest.json"):
         ExampleShards(str(tmp_path), batch_size=4)
 
 
