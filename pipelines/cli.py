@@ -249,7 +249,7 @@ def examples(**flags):
     from pipelines.examples.spill import remove_folder
     from schemas.inputs import check_file
     from wordpiece.beam_jobs import job_options, runner_name
-    from wordpiece.tokenizer import VocabError, WordPieceTokenizer
+    from wordpiece.tokenizer import WordPieceTokenizer
 
     config = _config(_examples_config, flags)
     check_apart(
@@ -261,10 +261,7 @@ def examples(**flags):
     def load() -> tuple[Any, list[str]]:
         if "://" not in config.vocab:
             check_file(config.vocab)
-        try:
-            vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
-        except VocabError as err:
-            raise InputError(str(err)) from None
+        vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
         return io.load_manifest(config.corpus, DOCUMENTS.name), vocab
 
     result = _stage(
