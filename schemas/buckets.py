@@ -70,8 +70,8 @@ def probe(
         (flag, path, role)
         for role, named in (("read", reads or {}), ("write", writes or {}))
         for flag, paths in named.items()
-        for path in ([paths] if isinstance(paths, str) else paths)
-        if _split(path)
+        for path in ([paths] if isinstance(paths, str) else paths or ())
+        if path and _split(path)
     ]
     if not uses:
         return

@@ -139,6 +139,20 @@ COMMANDS = {
     "pipelines show": ("pipelines", "show {url}/corpus"),
     "wordpiece train": ("wordpiece", "train --corpus {url}/corpus --output {url}/vocab"),
     "wordpiece encode": ("wordpiece", "encode --vocab {url}/vocab.txt"),
+    "finetune glue": (
+        "finetune",
+        "glue --task rte --data-dir {url}/rte --checkpoint {url}/run --output {url}/o",
+    ),
+    "finetune ner": ("finetune", "ner --data-dir {url}/conll --checkpoint {url}/run --output {url}/o"),
+    "finetune squad": (
+        "finetune",
+        "squad --version 1.1 --predict-file {url}/dev.json --checkpoint {url}/run --output {url}/o",
+    ),
+    "finetune features": (
+        "finetune",
+        "features --checkpoint {url}/run --input {url}/in.txt --output {url}/o",
+    ),
+    "finetune report": ("finetune", "report {url}/run --output {url}/report"),
 }
 BUCKET_FAULTS = ("gs without credentials", "s3 without credentials", "gs unreachable", "s3 unreachable")
 
