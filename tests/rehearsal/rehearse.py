@@ -231,7 +231,7 @@ class Rehearsal:
         extra = self.beam_args if runner == "rehearsal" else ["--runner", "FnApiRunner"]
         start = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", tool, *args, *extra],
+            [sys.executable, "-m", tool, args[0], *extra, *args[1:]],  # later flags win
             env=self.env,
             cwd=ROOT,
             capture_output=True,

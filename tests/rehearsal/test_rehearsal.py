@@ -131,6 +131,8 @@ def test_a_dry_run_checks_builds_and_runs_nothing(rehearsal, submitted):
     assert result.output.strip() == "dry run: the job was built and not submitted; nothing was written"
     assert submitted() == before and result.seconds < 20
     assert not rehearsal.fs.exists(output.removeprefix("gs://"))
+    asked = rehearsal.run("books", [*args[:-1], "--dry_run=sdist", "--setup_file", "/no/such/setup.py"])
+    assert asked.exit_code == 1 and "/no/such/setup.py cannot be found" in asked.output  # built when asked
 
 
 def test_a_dry_run_refuses_a_local_output_within_seconds(rehearsal, submitted, tmp_path):
