@@ -22,7 +22,6 @@ from fsspec.implementations.local import LocalFileSystem
 
 from schemas import files
 from schemas.commands import OutputError
-from schemas.files import final_name, is_temporary_name, write_file
 from schemas.manifest import COMPLETED_FILE
 from schemas.paths import location
 
@@ -134,11 +133,10 @@ class OutputRecord:
         return (json.dumps(data, indent=1) + "\n").encode("utf-8")
 
     def owns(self, relative: str) -> bool:
-        """Whether the file ``relative`` (or the one its temporary name stands for) is journaled or
-        lies in a journaled folder."""
+        """Whether the file ``relative`` (or the one its temporary name stands for) is journaled."""
         folder, _, name = relative.rpartition("/")
-        if is_temporary_name(name):
-            relative = posixpath.join(folder, final_name(name))
+        if files.is_temporary_name(name):
+            relative = posixpath.join(folder, files.final_name(name))
         folders = (relative[: i + 1] for i, c in enumerate(relative) if c == "/")
         return relative in self.files or any(f in self.files for f in folders)
 
@@ -150,11 +148,11 @@ def read_record(fs: Any, root: str, url: str) -> OutputRecord | None:
         return None
     with contextlib.suppress(ValueError, RecursionError, KeyError, TypeError):
         r = json.loads(data)
-        files = r["files"] or []  # null: a killed run whose files are unknown (none is taken for its own)
-        record = OutputRecord(r["command"], r["run_id"], files, r["started"], r["ended"])
-        strings = (record.command, record.run_id, record.started, record.ended or "", *files)
-        if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(files, list):
-            inside = (posixpath.normpath(f) == f.rstrip("/") and not f.startswith(("/", "..")) for f in files)
+        names = r["files"] or []  # null: a killed run whose files are unknown (none is taken for its own)
+        record = OutputRecord(r["command"], r["run_id"], names, r["started"], r["ended"])
+        strings = (record.command, record.run_id, record.started, record.ended or "", *names)
+        if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(names, list):
+            inside = (posixpath.normpath(f) == f.rstrip("/") and not f.startswith(("/", "..")) for f in names)
             if all(isinstance(s, str) for s in strings) and all(inside):
                 return record
     raise OutputError(
@@ -183,18 +181,17 @@ def journal(*urls: str) -> None:
     with _lock:
         changed = {}
         for url in urls:
-            path = url.rstrip("/").removeprefix("file://")
-            if "://" not in path:  # a local file's own name is not resolved: a link there is replaced
-                path = os.path.join(location(os.path.dirname(path)), os.path.basename(path))
-            here = location(path) + ("/" if url.endswith("/") else "")
+            path = url.rstrip("/")  # its folder resolved, not its own name: a link there is replaced
+            here = posixpath.join(location(posixpath.dirname(path)), posixpath.basename(path))
             inside = [f for f in _held if here.startswith(f.where + "/")]
             folder = max(inside, key=lambda f: len(f.where), default=None)
-            relative = here[len(folder.where) + 1 :] if folder else ""
+            relative = here[len(folder.where) + 1 :] + ("/" if url.endswith("/") else "") if folder else ""
             if folder and not relative.startswith(_MACHINERY) and not folder.record.owns(relative):
                 folder.record.files[relative] = None
                 changed[folder] = None
         for folder in changed:
-            folder.save()
+            if folder.begun:  # until then the earlier run's record stays
+                files.write_file(f"{folder.root}/{RECORD_FILE}", folder.record.to_json(), folder.fs)
 
 
 files.BEFORE_WRITE.append(journal)
@@ -203,19 +200,13 @@ files.BEFORE_WRITE.append(journal)
 class OutputFolder(contextlib.AbstractContextManager):
     """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``."""
 
-    def __init__(self, url: str, fs: Any, root: str, command: str, shown: str) -> None:
+    def __init__(self, url: str, fs: Any, root: str, shown: str) -> None:
         self.url, self.fs, self.root, self.shown = url, fs, root, shown
         self.where, self.made = location(fs.unstrip_protocol(root)), []
         while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
             self.made.append(root)
             root = root.rsplit("/", 1)[0]
-        self.record = OutputRecord(command, "", {}, _now())
         self.claim, self.stale, self.begun = None, [], False
-
-    @property
-    def run_id(self) -> str:
-        """The run's id: in the claim, the record and (``pretrain``) every checkpoint."""
-        return self.record.run_id
 
     @classmethod
     def open(
@@ -236,14 +227,16 @@ class OutputFolder(contextlib.AbstractContextManager):
         one) and journal. ``continue_hint`` is named in the refusal."""
         fs, root = fsspec.core.url_to_fs(url) if fs is None else (fs, fs._strip_protocol(url))
         shown = f"{option} {url}" if option else url
-        folder = cls(url, fs, root.rstrip("/") or "/", command, shown)
+        folder = cls(url, fs, root.rstrip("/") or "/", shown)
         try:
             if fs.isfile(folder.root):
                 raise OutputError(f"{shown}: is a file, not a folder; choose a folder")
             earlier = read_record(fs, folder.root, url)
-            if continuing and earlier is not None and earlier.command == command:
-                folder.record.run_id, folder.record.files = earlier.run_id, earlier.files
-            folder.record.run_id = folder.record.run_id or run_id or new_run_id()
+            kept = earlier if continuing and earlier is not None and earlier.command == command else None
+            folder.run_id = (
+                (kept and kept.run_id) or run_id or new_run_id()
+            )  # in the claim, record, checkpoints
+            folder.record = OutputRecord(command, folder.run_id, kept.files if kept else {}, _now())
             folder.claim = _claim(fs, folder.root, url, command, folder.run_id, shown)
             folder.stale = folder._earlier_files(earlier, overwrite, continue_hint, continuing)
         except BaseException as err:
@@ -252,8 +245,7 @@ class OutputFolder(contextlib.AbstractContextManager):
                 doing = "cannot read it" if folder.claim else "cannot write there"
                 raise OutputError(f"{shown}: {doing} ({type(err).__name__}: {err})") from None
             raise
-        with _lock:
-            _held.append(folder)
+        _held.append(folder)
         return folder
 
     def _files(self) -> list[str]:
@@ -290,11 +282,6 @@ class OutputFolder(contextlib.AbstractContextManager):
             )
         return [] if adding else ours
 
-    def save(self) -> None:
-        """Write the record whole, once :meth:`begin` ran (until then the earlier run's stays)."""
-        if self.begun:
-            write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
-
     def begin(self) -> int:
         """Just before the first write (once): delete the earlier run's files, markers first, and the
         folders they leave empty; write this run's record; return how many files were deleted."""
@@ -302,19 +289,13 @@ class OutputFolder(contextlib.AbstractContextManager):
             return 0
         paths = sorted(self.stale, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS)
         folders = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
-        try:
-            for path in paths:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm(f"{self.root}/{path}")
-            _remove_empty(self.fs, [f"{self.root}/{f}" for f in sorted(folders, key=len, reverse=True)])
-            with _lock:
-                self.begun = True
-                self.save()
-        except OSError as err:
-            raise OutputError(
-                f"{self.shown}: cannot replace the earlier run's files or record this run "
-                f"({type(err).__name__}: {err})"
-            ) from None
+        for path in paths:  # an OSError is the command's one line, naming the file
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(f"{self.root}/{path}")
+        _remove_empty(self.fs, [f"{self.root}/{f}" for f in sorted(folders, key=len, reverse=True)])
+        with _lock:
+            self.begun = True
+            files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
         return len(paths)
 
     def close(self) -> None:
@@ -331,14 +312,13 @@ class OutputFolder(contextlib.AbstractContextManager):
                 }
                 self.record.ended, left = _now(), bool(self.record.files)
                 if left:
-                    self.save()
+                    files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
                 else:
                     self.fs.rm(f"{self.root}/{RECORD_FILE}")
         except OSError as err:
             log.warning("%s: could not record the files this run left (%s)", self.url, err)
-        with _lock:
-            if self in _held:  # after the record is written: journal() may not take it for an outer output's
-                _held.remove(self)
+        with contextlib.suppress(ValueError):  # after the record: journal() never gives it to an outer output
+            _held.remove(self)
         try:
             if self.claim and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # not another's
                 self.fs.rm(f"{self.root}/{CLAIM_FILE}")
