@@ -51,11 +51,9 @@ def is_temporary_name(name: str) -> bool:
 
 
 def final_name(name: str) -> str:
-    """The name of the file a temporary name (:func:`temporary_name`) was to become."""
+    """The name of the file a temporary name (:func:`temporary_name`) was to become; others as they are."""
     match = _TEMPORARY.match(name)
-    if match is None:
-        raise ValueError(f"{name!r} is not a temporary name")
-    return match.group(1)
+    return name if match is None else match.group(1)
 
 
 def write_error(err: OSError, path: str) -> WriteError:

@@ -1,7 +1,6 @@
-"""One command's output folder: one writer (``.claim``, created exclusively; a stale one is taken
-over), a journal (``.output.json`` lists each file before ``schemas.files`` writes it, so a killed
-run's record names every file it made), and ``--overwrite`` deleting exactly the journaled files
-(and their temporary files), never another: that refuses the run in one line naming it."""
+"""One command's output folder: one writer (``.claim``, created exclusively; a stale one taken over),
+a journal (``.output.json`` lists each file before ``schemas.files`` writes it, even if killed), and
+``--overwrite`` deleting exactly the journaled files (and their temporary files), never another."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import threading
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -32,7 +30,7 @@ _MACHINERY = (CLAIM_FILE, RECORD_FILE, f".{RECORD_FILE}.")  # the claim, the rec
 
 log = logging.getLogger(__name__)
 _lock = threading.RLock()
-_held: list[OutputFolder] = []  # the outputs this process holds, which journal() records into
+_held: list[OutputFolder] = []  # the outputs this process holds, the innermost first: journal() uses them
 
 
 def new_run_id() -> str:
@@ -46,12 +44,10 @@ def _now() -> str:
 
 def process_start(pid: int) -> int | None:
     """When process ``pid`` started (ticks since boot, from ``/proc``); None if unknown or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
+    with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
         return None if fields[0] == b"Z" else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    return None
 
 
 def remove_hint(url: str) -> str:
@@ -61,14 +57,15 @@ def remove_hint(url: str) -> str:
     return f"aws s3 rm {url}" if url.startswith("s3://") else f"rm {url}"
 
 
-def _cat(fs: Any, path: str) -> bytes | None:
-    try:
+def _cat(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         return fs.cat_file(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    return None
 
 
-def _claim(fs: Any, root: str, url: str, command: str, run_id: str, where: str) -> bytes:
+def _claim(
+    fs: fsspec.AbstractFileSystem, root: str, url: str, command: str, run_id: str, where: str
+) -> bytes:
     """Create the claim file of ``root`` (made if needed); its exact bytes."""
     path, claim_url = f"{root}/{CLAIM_FILE}", f"{url.rstrip('/')}/{CLAIM_FILE}"
     me = {"command": command, "run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -121,12 +118,9 @@ class OutputRecord:
 
     command: str
     run_id: str
-    files: dict[str, None]  # the journal in order (from any iterable); a dict for lookups
+    files: dict[str, None]  # the journal in order, as dict keys for lookups
     started: str
     ended: str | None = None  # None while it runs, or when it was killed
-
-    def __post_init__(self) -> None:
-        self.files = dict.fromkeys(self.files)
 
     def to_json(self) -> bytes:
         data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, **asdict(self), "files": list(self.files)}
@@ -135,21 +129,19 @@ class OutputRecord:
     def owns(self, relative: str) -> bool:
         """Whether the file ``relative`` (or the one its temporary name stands for) is journaled."""
         folder, _, name = relative.rpartition("/")
-        if files.is_temporary_name(name):
-            relative = posixpath.join(folder, files.final_name(name))
+        relative = posixpath.join(folder, files.final_name(name))
         folders = (relative[: i + 1] for i, c in enumerate(relative) if c == "/")
         return relative in self.files or any(f in self.files for f in folders)
 
 
-def read_record(fs: Any, root: str, url: str) -> OutputRecord | None:
-    """The record of the folder ``root`` (``url`` in messages), None when it has none;
-    :class:`~schemas.commands.OutputError` when it is not one this release reads."""
+def read_record(fs: fsspec.AbstractFileSystem, root: str, url: str) -> OutputRecord | None:
+    """The record in the folder ``root`` (``url`` in messages), or None; an OutputError if damaged."""
     if (data := _cat(fs, f"{root.rstrip('/')}/{RECORD_FILE}")) is None:
         return None
     with contextlib.suppress(ValueError, RecursionError, KeyError, TypeError):
         r = json.loads(data)
         names = r["files"] or []  # null: a killed run whose files are unknown (none is taken for its own)
-        record = OutputRecord(r["command"], r["run_id"], names, r["started"], r["ended"])
+        record = OutputRecord(r["command"], r["run_id"], dict.fromkeys(names), r["started"], r["ended"])
         strings = (record.command, record.run_id, record.started, record.ended or "", *names)
         if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(names, list):
             inside = (posixpath.normpath(f) == f.rstrip("/") and not f.startswith(("/", "..")) for f in names)
@@ -165,7 +157,7 @@ def _names(paths: list[str]) -> str:
     return ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
 
 
-def _remove_empty(fs: Any, folders: list[str]) -> None:
+def _remove_empty(fs: fsspec.AbstractFileSystem, folders: list[str]) -> None:
     for folder in folders:  # deepest first
         with contextlib.suppress(OSError):
             if fs.isdir(folder) and not fs.ls(folder):
@@ -173,18 +165,14 @@ def _remove_empty(fs: Any, folders: list[str]) -> None:
 
 
 def journal(*urls: str) -> None:
-    """Record the files ``urls`` (paths or URLs; a trailing ``/``: a folder of temporary files),
-    before they are written, in the innermost output this process holds each in; a
-    :class:`~schemas.files.WriteError` when the record cannot be written (nor then the file)."""
-    if not _held:
-        return
+    """Record the files ``urls`` (a trailing ``/``: a folder of temporary files) before they are written
+    in the innermost output this process holds each in (a WriteError: neither may be written)."""
     with _lock:
         changed = {}
         for url in urls:
             path = url.rstrip("/")  # its folder resolved, not its own name: a link there is replaced
             here = posixpath.join(location(posixpath.dirname(path)), posixpath.basename(path))
-            inside = [f for f in _held if here.startswith(f.where + "/")]
-            folder = max(inside, key=lambda f: len(f.where), default=None)
+            folder = next((f for f in _held if here.startswith(f.where + "/")), None)  # the innermost
             relative = here[len(folder.where) + 1 :] + ("/" if url.endswith("/") else "") if folder else ""
             if folder and not relative.startswith(_MACHINERY) and not folder.record.owns(relative):
                 folder.record.files[relative] = None
@@ -200,7 +188,7 @@ files.BEFORE_WRITE.append(journal)
 class OutputFolder(contextlib.AbstractContextManager):
     """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``."""
 
-    def __init__(self, url: str, fs: Any, root: str, shown: str) -> None:
+    def __init__(self, url: str, fs: fsspec.AbstractFileSystem, root: str, shown: str) -> None:
         self.url, self.fs, self.root, self.shown = url, fs, root, shown
         self.where, self.made = location(fs.unstrip_protocol(root)), []
         while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
@@ -214,17 +202,16 @@ class OutputFolder(contextlib.AbstractContextManager):
         url: str,
         command: str,
         *,
-        fs: Any = None,
+        fs: fsspec.AbstractFileSystem | None = None,
         overwrite: bool = False,
         continuing: bool = False,
         continue_hint: str | None = None,
         option: str = "--output",
         run_id: str | None = None,
     ) -> OutputFolder:
-        """Claim ``url`` for ``command``; refuse (nothing changed) a folder holding files unless
-        ``overwrite`` and all are an earlier run's of ``command``, or ``continuing`` (``--resume``, a
-        cache): the run adds to the folder, keeping its record's run id (else ``run_id``, else a new
-        one) and journal. ``continue_hint`` is named in the refusal."""
+        """Claim ``url`` for ``command``; refuse (nothing changed) a folder holding files unless all are
+        an earlier run's of ``command`` and ``overwrite``, or ``continuing`` (``--resume``, a cache):
+        adding to the folder, keeping its record's run id (else ``run_id``) and journal."""
         fs, root = fsspec.core.url_to_fs(url) if fs is None else (fs, fs._strip_protocol(url))
         shown = f"{option} {url}" if option else url
         folder = cls(url, fs, root.rstrip("/") or "/", shown)
@@ -233,62 +220,50 @@ class OutputFolder(contextlib.AbstractContextManager):
                 raise OutputError(f"{shown}: is a file, not a folder; choose a folder")
             earlier = read_record(fs, folder.root, url)
             kept = earlier if continuing and earlier is not None and earlier.command == command else None
-            folder.run_id = (
-                (kept and kept.run_id) or run_id or new_run_id()
-            )  # in the claim, record, checkpoints
+            folder.run_id = (kept and kept.run_id) or run_id or new_run_id()
             folder.record = OutputRecord(command, folder.run_id, kept.files if kept else {}, _now())
             folder.claim = _claim(fs, folder.root, url, command, folder.run_id, shown)
-            folder.stale = folder._earlier_files(earlier, overwrite, continue_hint, continuing)
+            present = folder._files()
+            if present and earlier is not None and earlier.command != command:
+                raise OutputError(
+                    f"{shown}: holds the output of `{earlier.command}` ({len(present)} file(s): {_names(present)}), "
+                    f"which `{command}` never replaces, even with --overwrite; choose another folder"
+                )
+            ours = [p for p in present if earlier is not None and earlier.owns(p)]
+            others = sorted(set(present) - set(ours))
+            hint = f"continue it with {continue_hint}, or " if continue_hint else ""
+            if others and not continuing:
+                besides = f", besides the {len(ours)} of its earlier run" if ours else ""
+                raise OutputError(
+                    f"{shown}: holds {len(others)} file(s) that no `{command}` run recorded writing "
+                    f"({_names(others)}){besides}; they are never deleted, even with --overwrite: {hint}"
+                    "choose an empty folder, or move them away"
+                )
+            if ours and not (overwrite or continuing):
+                state = "a completed" if COMPLETED_FILE in ours else "an earlier"
+                raise OutputError(
+                    f"{shown}: holds the {len(ours)} file(s) of {state if earlier.ended else 'an interrupted'} "
+                    f"`{command}` run ({_names(ours)}; run {earlier.run_id}); {hint}pass --overwrite to "
+                    "replace them (only them), or choose an empty folder"
+                )
+            folder.stale = [] if continuing else ours  # what begin() deletes
         except BaseException as err:
             folder.close()
             if isinstance(err, OSError):
-                doing = "cannot read it" if folder.claim else "cannot write there"
-                raise OutputError(f"{shown}: {doing} ({type(err).__name__}: {err})") from None
+                raise OutputError(f"{shown}: cannot write there ({type(err).__name__}: {err})") from None
             raise
-        _held.append(folder)
+        _held[:] = sorted([*_held, folder], key=lambda f: -len(f.where))  # the innermost first, in one step
         return folder
 
     def _files(self) -> list[str]:
         """The files in the folder (not the claim or the record), relative to it, sorted."""
-        found = self.fs.find(self.root) if self.fs.isdir(self.root) else []
-        return sorted(p for f in found if not (p := f[len(self.root) :].lstrip("/")).startswith(_MACHINERY))
-
-    def _earlier_files(
-        self, earlier: OutputRecord | None, overwrite: bool, hint: str | None, adding: bool
-    ) -> list[str]:
-        """The files :meth:`begin` deletes; :class:`OutputError` when the folder may not be written."""
-        present, where, command = self._files(), self.shown, self.record.command
-        if present and earlier is not None and earlier.command != command:
-            raise OutputError(
-                f"{where}: holds the output of `{earlier.command}` ({len(present)} file(s): {_names(present)}), "
-                f"which `{command}` never replaces, even with --overwrite; choose another folder"
-            )
-        ours = [p for p in present if earlier is not None and earlier.owns(p)]
-        others = [p for p in present if p not in ours]
-        to_continue = f"continue it with {hint}, or " if hint else ""
-        if others and not adding:
-            besides = f", besides the {len(ours)} of its earlier run" if ours else ""
-            raise OutputError(
-                f"{where}: holds {len(others)} file(s) that no `{command}` run recorded writing "
-                f"({_names(others)}){besides}; they are never deleted, even with --overwrite: {to_continue}"
-                "choose an empty folder, or move them away"
-            )
-        if ours and not (overwrite or adding):
-            state = "a completed" if COMPLETED_FILE in ours else "an earlier"
-            raise OutputError(
-                f"{where}: holds the {len(ours)} file(s) of {state if earlier.ended else 'an interrupted'} "
-                f"`{command}` run ({_names(ours)}; run {earlier.run_id}); {to_continue}pass --overwrite to "
-                "replace them (only them), or choose an empty folder"
-            )
-        return [] if adding else ours
+        relative = (f[len(self.root) :].lstrip("/") for f in self.fs.find(self.root))
+        return sorted(p for p in relative if not p.startswith(_MACHINERY))
 
     def begin(self) -> int:
-        """Just before the first write (once): delete the earlier run's files, markers first, and the
-        folders they leave empty; write this run's record; return how many files were deleted."""
-        if self.begun:
-            return 0
-        paths = sorted(self.stale, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS)
-        folders = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
+        """Before the first write: delete the earlier run's files (markers first), write the record."""
+        paths, self.stale = sorted(self.stale, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS), []
+        folders = {p.rsplit("/", i)[0] + "/" for p in paths for i in range(1, p.count("/") + 1)}
         for path in paths:  # an OSError is the command's one line, naming the file
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(f"{self.root}/{path}")
@@ -299,19 +274,14 @@ class OutputFolder(contextlib.AbstractContextManager):
         return len(paths)
 
     def close(self) -> None:
-        """Cut the journal to the files left (no record if none is), release the claim and remove the
-        folders it made if empty. Filesystem errors are logged, never raised."""
-        left = False
+        """Cut the journal to the files left, release the claim; errors are logged, never raised."""
         try:
             if self.begun:
                 present = set(self._files())
-                self.record.files = {
-                    f: None
-                    for f in self.record.files
-                    if f in present or f.endswith("/") and any(p.startswith(f) for p in present)
-                }
-                self.record.ended, left = _now(), bool(self.record.files)
-                if left:
+                present |= {p.rsplit("/", i)[0] + "/" for p in present for i in range(1, p.count("/") + 1)}
+                self.record.files = {f: None for f in self.record.files if f in present}
+                self.record.ended = _now()
+                if self.record.files:
                     files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
                 else:
                     self.fs.rm(f"{self.root}/{RECORD_FILE}")
@@ -322,8 +292,7 @@ class OutputFolder(contextlib.AbstractContextManager):
         try:
             if self.claim and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # not another's
                 self.fs.rm(f"{self.root}/{CLAIM_FILE}")
-            if not left:
-                _remove_empty(self.fs, self.made)
+            _remove_empty(self.fs, self.made)  # only those left empty
         except OSError as err:
             log.warning("%s: could not remove the claim %s (%s)", self.url, CLAIM_FILE, err)
 
