@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -133,11 +134,7 @@ class ShardIndex:
             entry = mine.get(shard.path)
             if entry is None:
                 problems.append(f"{shard.path} is not in the index")
-            elif (entry.num_bytes, entry.sha256, entry.num_rows) != (
-                shard.num_bytes,
-                shard.sha256,
-                shard.num_rows,
-            ):
+            elif _alike(entry) != _alike(shard):
                 problems.append(f"{shard.path} differs from the manifest's entry")
         if problems:
             shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
@@ -147,6 +144,7 @@ class ShardIndex:
 _TOP_KEYS = {"index_version", "format", "format_version", "schema", "shards"}
 _SHARD_KEYS = {"path", "num_bytes", "sha256", "batches"}
 _BATCH_KEYS = ("offset", "length", "num_rows", "sha256")
+_alike = attrgetter("num_bytes", "sha256", "num_rows")  # what an index entry shares with the manifest's
 
 
 def _is_count(value: object) -> bool:

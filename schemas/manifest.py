@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from schemas.commands import InputError
+from schemas.inputs import loads
 
 MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -123,10 +124,7 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str, source: str) -> Manifest:
         """Parse and validate manifest JSON; errors name ``source``."""
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as err:
-            raise InputError(f"{source}: not valid JSON ({err})") from None
+        data = loads(text, source)
         if not isinstance(data, dict):
             raise InputError(f"{source}: a manifest is a JSON object")
         if data.get("manifest_version") != MANIFEST_VERSION:
