@@ -52,7 +52,7 @@ every byte range inside its shard; :mod:`schemas.index`), the shard paths stay i
 with one ranged read and checked against their own SHA-256 before they are decoded (no
 whole-shard hashing, no footer reads), ``prefetch`` units ahead on a background thread; a
 mismatch raises :class:`ShardError` naming the shard and the record batch. So do values no
-writer makes (:func:`schemas.example_checks.example_batch_problem`: token ids at or above
+writer makes (:func:`schemas.examples.example_batch_problem`: token ids at or above
 ``vocab_size``, which the trainer sets, masked positions outside the sequence, labels other than
 0 and 1, …), checked as each unit is decoded (about 0.45 ms per 1,024 rows of 128 tokens). A
 read that fails with an I/O error (a bucket briefly unreachable) is retried with back-off,
@@ -98,8 +98,7 @@ from pretrain.collate import Batch, DynamicMasking, collate
 from pretrain.streams import EpochPlan, segment_positions
 from schemas import COMPLETED_FILE, MANIFEST_FILE, verify_completed
 from schemas.commands import InputError
-from schemas.example_checks import ExampleLimits, example_batch_problem
-from schemas.examples import examples_format
+from schemas.examples import ExampleLimits, example_batch_problem, examples_format
 from schemas.index import INDEX_FILE, MAX_INDEX_BYTES, ShardIndex
 from schemas.manifest import bytes_match, path_leaves_folder
 
@@ -431,7 +430,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
     def _read_unit(self, unit: _Unit) -> pa.RecordBatch:
         """Fetch just the unit's bytes, check them against their SHA-256, decode them, check the
-        values (:func:`schemas.example_checks.example_batch_problem`) and permute the rows."""
+        values (:func:`schemas.examples.example_batch_problem`) and permute the rows."""
         path = self._path(unit.shard)
         end = unit.offset + unit.length
         where = f"{path}: record batch {unit.batch}"

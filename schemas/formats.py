@@ -1,10 +1,6 @@
-"""Versioned Arrow record formats: one definition used by every writer and every reader.
-
-A :class:`RecordFormat` names an Arrow schema and a version. Writers build tables with
-``to_table`` (validated before a byte is written) and serialise them with ``to_ipc_bytes``;
-readers use ``read_ipc``, which checks the file's format name, version, schema and rows; every
-error is a :class:`~schemas.commands.InputError` naming the file.
-"""
+"""Versioned Arrow record formats, one definition for every writer and reader: tables are validated
+before a byte is written and when read (format name, version, schema, rows); every error is an
+InputError naming the file."""
 
 from __future__ import annotations
 
@@ -20,13 +16,11 @@ from schemas.commands import InputError
 
 FORMAT_KEY = b"format"
 VERSION_KEY = b"format_version"
-BATCH_ROWS = 1024
-"""Rows per record batch of a file written by ``RecordFormat.to_ipc_bytes`` (the last may hold fewer)."""
+BATCH_ROWS = 1024  # rows per record batch of a file that to_ipc_bytes writes (the last may hold fewer)
 
 
 def batch_row_counts(num_rows: int) -> list[int]:
-    """The row counts of the record batches ``to_ipc_bytes`` writes for a table of ``num_rows``
-    rows held in one chunk (``pyarrow.Table.combine_chunks``)."""
+    """The row counts of the record batches ``to_ipc_bytes`` writes for a one-chunk table."""
     return [min(BATCH_ROWS, num_rows - first) for first in range(0, num_rows, BATCH_ROWS)]
 
 
@@ -66,8 +60,7 @@ class RecordFormat:
     def validate(self, table: pa.Table, source: str) -> None:
         """Raise ``InputError`` unless ``table`` has exactly this schema and passes the row checks."""
         metadata = table.schema.metadata or {}
-        found_name = metadata.get(FORMAT_KEY, b"").decode()
-        found_version = metadata.get(VERSION_KEY, b"").decode()
+        found_name, found_version = (metadata.get(key, b"").decode() for key in (FORMAT_KEY, VERSION_KEY))
         if found_name != self.name:
             raise InputError(
                 f"{source}: expected a '{self.name}' file, found format '{found_name or 'unknown'}'"

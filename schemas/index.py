@@ -1,39 +1,29 @@
-"""The record-batch index of an output's Arrow shards: where every record batch lies, and its hash.
-
-``index.json`` sits beside ``manifest.json``, which names it with its size and SHA-256
-(``Manifest.index``), so it is as trustworthy as the manifest. With it a reader knows every record
-batch's byte range and row count without a request per shard, fetches just those bytes and checks
-them against their own SHA-256. A batch's bytes are one encapsulated IPC message, decoded with
-``pyarrow.ipc.read_record_batch(pyarrow.ipc.read_message(bytes), schema)``; the layout is in
-docs/shards.md. :meth:`ShardIndex.from_json` checks every field before anything is sized from it,
-:meth:`ShardIndex.check_against` that it lists each of the manifest's shards once, alike.
-"""
+"""The record-batch index of an output's Arrow shards (``index.json``, named by the manifest with its
+size and SHA-256): every record batch's byte range, row count and SHA-256, so a reader fetches and
+checks just those bytes, one encapsulated IPC message (``pyarrow.ipc.read_record_batch(
+pyarrow.ipc.read_message(bytes), schema)``; docs/shards.md). Every field is checked before anything
+is sized from it, and against the manifest's shards (:meth:`ShardIndex.check_against`)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from schemas.commands import InputError
-from schemas.manifest import IndexReference, Manifest, relative_path_problem
+from schemas.manifest import SHA256_HEX, IndexReference, Manifest, relative_path_problem
 
 INDEX_VERSION = 1
 INDEX_FILE = "index.json"
-MAX_INDEX_BYTES = 256 << 20
-"""The largest ``index.json`` a reader parses (about 2.5 million record batches, 2.5 billion
-examples at the writer's 1,024 rows per batch); the manifest's reference is checked against it
-before the file is read."""
-MAX_RECORD_BATCH_BYTES = 256 << 20
-"""The largest record batch an index may list (the writer's are a few MB: 1,024 rows)."""
-MAX_RECORD_BATCH_ROWS = 1 << 20
-"""The most rows an index may give a record batch (the writer writes 1,024)."""
+MAX_INDEX_BYTES = 256 << 20  # the largest index read: 2.5 million record batches of 1,024 examples
+MAX_RECORD_BATCH_BYTES = 256 << 20  # the largest record batch an index may list (the writer's: a few MB)
+MAX_RECORD_BATCH_ROWS = 1 << 20  # the most rows of a record batch (the writer writes 1,024)
 _FILE_MAGIC_BYTES = 8  # "ARROW1" and two bytes of padding before the first message
 
 
@@ -94,8 +84,7 @@ class ShardIndex:
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str) -> ShardIndex:
-        """Parse and validate index JSON (every field's type, every byte range and row count
-        within the limits); :class:`InputError` naming ``source``."""
+        """Parse and validate index JSON; :class:`InputError` naming ``source``."""
         rebuild = "regenerate the output with `pipelines examples`"
         try:
             data = json.loads(text)
@@ -145,11 +134,7 @@ class ShardIndex:
             entry = mine.get(shard.path)
             if entry is None:
                 problems.append(f"{shard.path} is not in the index")
-            elif (entry.num_bytes, entry.sha256, entry.num_rows) != (
-                shard.num_bytes,
-                shard.sha256,
-                shard.num_rows,
-            ):
+            elif _alike(entry) != _alike(shard):
                 problems.append(f"{shard.path} differs from the manifest's entry")
         if problems:
             shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
@@ -159,7 +144,7 @@ class ShardIndex:
 _TOP_KEYS = {"index_version", "format", "format_version", "schema", "shards"}
 _SHARD_KEYS = {"path", "num_bytes", "sha256", "batches"}
 _BATCH_KEYS = ("offset", "length", "num_rows", "sha256")
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_alike = attrgetter("num_bytes", "sha256", "num_rows")  # what an index entry shares with the manifest's
 
 
 def _is_count(value: object) -> bool:
@@ -168,7 +153,7 @@ def _is_count(value: object) -> bool:
 
 
 def _is_sha256(value: object) -> bool:
-    return isinstance(value, str) and _SHA256_HEX.fullmatch(value) is not None
+    return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None
 
 
 def _index_problem(data: dict) -> str | None:
@@ -212,9 +197,7 @@ def _shard_problem(data: object) -> str | None:
 def _batch_problem(
     offset: object, length: object, num_rows: object, digest: object, num_bytes: int
 ) -> str | None:
-    """What is wrong with one record batch's entry (a byte range of at most
-    :data:`MAX_RECORD_BATCH_BYTES` inside the shard, at most :data:`MAX_RECORD_BATCH_ROWS` rows, a
-    hex SHA-256), or None."""
+    """What is wrong with one record batch's entry, or None."""
     if not (_is_count(offset) and _is_count(length) and 0 < length <= MAX_RECORD_BATCH_BYTES):
         return (
             f"offset {offset!r:.40} and length {length!r:.40} are not integers with 0 <= offset and "
@@ -230,14 +213,9 @@ def _batch_problem(
 def shard_index_entry(
     path: str, data: bytes, batch_rows: Sequence[int] | None = None, sha256: str | None = None
 ) -> tuple[ShardIndexEntry, pa.Schema]:
-    """The index entry of one Arrow IPC file's bytes, and the file's schema.
-
-    Walks the file's encapsulated messages with pyarrow (no footer parsing of our own): each
-    record batch's byte range, row count and SHA-256. A writer that knows its batches' row
-    counts (``batch_rows``) and the file's hash passes them, so the batches need not be decoded
-    (decompressed) to count their rows, nor the file hashed twice; a count of batches other than
-    the file's is an error. Raises ``ValueError`` for bytes that are not an Arrow IPC file.
-    """
+    """The index entry of one Arrow IPC file's bytes (its messages walked with pyarrow), and the
+    file's schema. A writer that knows its batches' row counts and the file's hash passes them (no
+    decoding, no second hash). ``ValueError`` for bytes that are not an Arrow IPC file."""
     buffer = pa.py_buffer(data)
     try:
         schema = ipc.open_file(buffer).schema

@@ -1,14 +1,7 @@
-"""The manifest every stage writes beside its shards, and the ``COMPLETED`` marker.
-
-An output folder is complete only when ``COMPLETED`` exists and holds the SHA-256 of
-``manifest.json``; the marker is written last, so a crash never leaves an output that looks
-finished. ``manifest.json`` lists every shard with its split, row count, size and SHA-256.
-
-Outputs whose records are token ids (``examples``) name the vocabulary those ids index:
-``params.vocab_sha256`` (required: its identity), ``params.cased`` and ``vocab_file``, the copy
-in the folder (``vocab.txt``) with its size and SHA-256, so moved shards need nothing beside them.
-Every problem is a :class:`~schemas.commands.InputError` naming the file.
-"""
+"""The manifest every stage writes beside its shards (each with its split, rows, size and SHA-256),
+and the ``COMPLETED`` marker, written last, that holds the manifest's SHA-256. Outputs of token ids
+(``examples``) name their vocabulary: ``params.vocab_sha256`` (required), ``params.cased`` and
+``vocab_file``, the copy in the folder. Every problem is an InputError naming the file."""
 
 from __future__ import annotations
 
@@ -20,19 +13,17 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from schemas.commands import InputError
+from schemas.inputs import loads
 
 MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 STATS_FILE = "stats.json"
 COMPLETED_FILE = "COMPLETED"
-VOCAB_FILE = "vocab.txt"
-"""The vocabulary an ``examples`` output carries: one token per line in id order."""
-VOCAB_FORMATS = frozenset({"examples"})
-"""Record formats of token ids: their manifests must name the vocabulary by ``params.vocab_sha256``."""
-MAX_VOCAB_FILE_BYTES = 64 << 20
-"""The largest vocabulary copy a manifest may name (a million tokens take about 10 MB)."""
+VOCAB_FILE = "vocab.txt"  # the vocabulary an ``examples`` output carries: a token a line, in id order
+VOCAB_FORMATS = frozenset({"examples"})  # formats of token ids: their manifests name the vocabulary
+MAX_VOCAB_FILE_BYTES = 64 << 20  # the largest vocabulary copy a manifest names (a million tokens: 10 MB)
 _PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -67,10 +58,8 @@ class VocabFile:
 
 @dataclass(frozen=True)
 class ManifestVocabulary:
-    """What an ``examples`` manifest says of the vocabulary its token ids index: ``sha256``
-    (``params.vocab_sha256``: the SHA-256 of the tokens in id order joined by newlines), ``cased``
-    (``params.cased``; None: not recorded), ``source`` (``params.vocab``: where it was read) and
-    ``copy`` (``vocab_file``; None for outputs written before shards carried one)."""
+    """An ``examples`` manifest's vocabulary: ``params.vocab_sha256`` (of the tokens in id order joined
+    by newlines), ``params.cased`` and ``params.vocab`` (None: not recorded), and ``vocab_file``."""
 
     sha256: str
     cased: bool | None
@@ -79,15 +68,13 @@ class ManifestVocabulary:
 
 
 def manifest_vocabulary(manifest: Manifest, source: str) -> ManifestVocabulary:
-    """The vocabulary fields of a manifest, checked (``params.vocab_sha256`` required, 64
-    lower-case hex digits; ``params.cased`` true or false and ``params.vocab`` a string when
-    present); :class:`InputError` naming ``source`` otherwise."""
+    """The vocabulary fields of a manifest, checked; :class:`InputError` naming ``source``."""
     params = manifest.params
     damaged = "the manifest is damaged: write the shards again (pipelines examples), or copy them again"
     recorded, cased, vocab = params.get("vocab_sha256"), params.get("cased"), params.get("vocab")
     if recorded is None:
         problem = "no params.vocab_sha256 (the SHA-256 of the vocabulary the token ids index)"
-    elif not isinstance(recorded, str) or not _SHA256.fullmatch(recorded):
+    elif not isinstance(recorded, str) or not SHA256_HEX.fullmatch(recorded):
         problem = f"params.vocab_sha256 is {json.dumps(recorded)[:80]}, not a SHA-256 (64 hex digits)"
     elif cased is not None and not isinstance(cased, bool):
         problem = f"params.cased is {json.dumps(cased)[:80]}, not true or false"
@@ -109,10 +96,8 @@ class Manifest:
     shards: tuple[ShardEntry, ...]
     rejects: tuple[ShardEntry, ...] = field(default=())
     manifest_version: int = MANIFEST_VERSION
-    index: IndexReference | None = None
-    """The record-batch index (``examples`` outputs); absent from the JSON when None."""
-    vocab_file: VocabFile | None = None
-    """The vocabulary copy (``examples`` outputs); absent from the JSON when None."""
+    index: IndexReference | None = None  # ``examples`` outputs; absent from the JSON when None
+    vocab_file: VocabFile | None = None  # ``examples`` outputs; absent from the JSON when None
 
     def splits(self) -> list[str]:
         """The split names present, in first-seen order."""
@@ -127,8 +112,7 @@ class Manifest:
         return sum(s.num_rows for s in self.shards if split is None or s.split == split)
 
     def to_json(self) -> str:
-        """Deterministic JSON text (sorted keys, shards in path order; no ``index`` or
-        ``vocab_file`` key when there is none, so such manifests keep their bytes)."""
+        """Deterministic JSON text (sorted keys, shards in path order, no key for a None)."""
         data = asdict(self)
         for key in ("shards", "rejects"):
             data[key] = sorted(data[key], key=lambda s: s["path"])
@@ -140,10 +124,7 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str, source: str) -> Manifest:
         """Parse and validate manifest JSON; errors name ``source``."""
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as err:
-            raise InputError(f"{source}: not valid JSON ({err})") from None
+        data = loads(text, source)
         if not isinstance(data, dict):
             raise InputError(f"{source}: a manifest is a JSON object")
         if data.get("manifest_version") != MANIFEST_VERSION:
@@ -178,9 +159,8 @@ class Manifest:
 
 
 def relative_path_problem(path: object) -> str | None:
-    """Why ``path`` is not a safe file path inside an output folder, or None: it must be a
-    relative POSIX path whose parts are letters, digits and ``_.=+-`` not starting with a dot (no
-    absolute path, URL, ``..``, ``.``, empty part, backslash or control character)."""
+    """Why ``path`` is not a safe relative path inside a folder (parts of letters, digits and ``_.=+-``,
+    not starting with a dot), or None."""
     if not isinstance(path, str) or not path:
         return f"the path {path!r} is not a non-empty string"
     if len(path) > 1024 or not all(_PATH_PART.fullmatch(part) for part in path.split("/")):
@@ -189,19 +169,17 @@ def relative_path_problem(path: object) -> str | None:
 
 
 def _entry(data: object, kind: type, source: str) -> Any:
-    """A manifest's shard entry, index reference or vocabulary file, every field checked: exactly
-    its keys, a safe relative path, strings, non-negative integers that are not booleans, a hex
-    SHA-256, a vocabulary copy of at most :data:`MAX_VOCAB_FILE_BYTES`."""
+    """A manifest's shard entry, index reference or vocabulary file, every field checked."""
     keys = [f.name for f in fields(kind)]
     if not isinstance(data, dict) or set(data) != set(keys):
         problem = f"not an object with exactly the keys {', '.join(sorted(keys))}"
     else:
         problem = relative_path_problem(data["path"])
     for key in keys[1:] if problem is None else ():
-        value, counted = data[key], key in ("num_rows", "num_bytes")
+        value, counted = data[key], key.startswith("num_")
         if counted and (type(value) is not int or value < 0):
             problem = f"{key} {value!r:.80} is not a non-negative integer"
-        elif key == "sha256" and not (isinstance(value, str) and _SHA256.fullmatch(value)):
+        elif key == "sha256" and not (isinstance(value, str) and SHA256_HEX.fullmatch(value)):
             problem = f"sha256 {value!r:.80} is not a hex SHA-256"
         elif not counted and not isinstance(value, str):
             problem = f"{key} {value!r:.80} is not a string"
@@ -225,9 +203,7 @@ def bytes_match(data: bytes, entry: ShardEntry | IndexReference | VocabFile) -> 
 
 
 def path_leaves_folder(folder: str, relative: str) -> bool:
-    """Whether the local file ``folder/relative`` resolves, through symlinks, to a place outside
-    ``folder`` (also resolved); always False for a URL (no symlinks). ``relative`` must have passed
-    :func:`relative_path_problem`."""
+    """Whether the local file ``folder/relative`` resolves, through symlinks, outside ``folder``."""
     if "://" in folder and not folder.startswith("file://"):
         return False
     root = os.path.realpath(folder.removeprefix("file://"))
@@ -235,8 +211,7 @@ def path_leaves_folder(folder: str, relative: str) -> bool:
 
 
 def absolute_reference(path: str) -> str:
-    """``path`` as a manifest records it: a URL as given, a local path made absolute, so that a
-    reader started in another folder finds the same file."""
+    """``path`` as a manifest records it: a URL as given, a local path made absolute."""
     return path if "://" in path else os.path.abspath(os.path.expanduser(path))
 
 
@@ -248,8 +223,7 @@ def completed_marker(manifest_json: str) -> str:
 def verify_completed(
     manifest_text: str, marker_text: str | None, folder: str, expected_format: str
 ) -> Manifest:
-    """Check a stage output's marker (the content of ``COMPLETED``; None when it is missing)
-    against its manifest and return the manifest; errors name the folder and say what to do."""
+    """The manifest of a completed output (``marker_text``: ``COMPLETED``'s, None if missing)."""
     if marker_text is None:
         raise InputError(
             f"{folder}: not a completed stage output (no {COMPLETED_FILE} marker); "

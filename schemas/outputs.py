@@ -1,15 +1,6 @@
-"""An output folder as one command owns it: claimed, journaled, cleared, released.
-
-One writer: ``OUTPUT/.claim`` is created exclusively (``O_EXCL`` locally, ``ifGenerationMatch=0``
-on gs://, ``If-None-Match: *`` on s3://; read back for servers that ignore it); a second writer
-gets one line naming the first, a claim whose process is gone is taken over with a warning.
-A journal: ``schemas.files`` calls :func:`journal` before every write, which lists the file in
-``OUTPUT/.output.json`` (rewritten whole), so a killed run's record names every file it made;
-files other processes write (Beam's workers, other ranks) are journaled beforehand by the
-process holding the output. ``--overwrite`` deletes exactly the journaled files that exist (and
-their temporary files ``.NAME.<hex>.tmp``); any other file is the user's: never deleted, it
-refuses ``--overwrite`` in one line naming it.
-"""
+"""One command's output folder: one writer (``.claim``, created exclusively; a stale one taken over),
+a journal (``.output.json`` lists each file before ``schemas.files`` writes it, even if killed), and
+``--overwrite`` deleting exactly the journaled files (and their temporary files), never another."""
 
 from __future__ import annotations
 
@@ -23,25 +14,23 @@ import threading
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from schemas import files
 from schemas.commands import OutputError
-from schemas.files import final_name, is_temporary_name, write_file
 from schemas.manifest import COMPLETED_FILE
 from schemas.paths import location
 
 CLAIM_FILE, RECORD_FILE = ".claim", ".output.json"
 RECORD_FORMAT, RECORD_VERSION = "output-record", 1
-MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")
-"""Files that say an output (or a checkpoint) is complete: deleted before the others."""
+MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")  # say an output is complete: deleted first
+_MACHINERY = (CLAIM_FILE, RECORD_FILE, f".{RECORD_FILE}.")  # the claim, the record and its temporary file
 
 log = logging.getLogger(__name__)
 _lock = threading.RLock()
-_held: list[OutputFolder] = []  # the outputs this process holds, which journal() records into
+_held: list[OutputFolder] = []  # the outputs this process holds, the innermost first: journal() uses them
 
 
 def new_run_id() -> str:
@@ -54,20 +43,11 @@ def _now() -> str:
 
 
 def process_start(pid: int) -> int | None:
-    """When process ``pid`` started (ticks since boot, from ``/proc``; None where unknown)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return None if fields[0] == b"Z" else int(fields[19])  # a zombie has finished
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _running(pid: int, started: object) -> bool:
-    """Whether ``pid`` (started at ``started``, when known: pids are reused) runs on this host."""
-    if not os.path.isdir("/proc/self"):
-        return True  # no /proc (macOS): a claim is never taken over, the user removes it
-    return (now := process_start(pid)) is not None and started in (None, now)
+    """When process ``pid`` started (ticks since boot, from ``/proc``); None if unknown or a zombie."""
+    with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] == b"Z" else int(fields[19])
+    return None
 
 
 def remove_hint(url: str) -> str:
@@ -77,14 +57,15 @@ def remove_hint(url: str) -> str:
     return f"aws s3 rm {url}" if url.startswith("s3://") else f"rm {url}"
 
 
-def _cat(fs: Any, path: str) -> bytes | None:
-    try:
+def _cat(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         return fs.cat_file(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    return None
 
 
-def _claim(fs: Any, root: str, url: str, command: str, run_id: str, where: str) -> bytes:
+def _claim(
+    fs: fsspec.AbstractFileSystem, root: str, url: str, command: str, run_id: str, where: str
+) -> bytes:
     """Create the claim file of ``root`` (made if needed); its exact bytes."""
     path, claim_url = f"{root}/{CLAIM_FILE}", f"{url.rstrip('/')}/{CLAIM_FILE}"
     me = {"command": command, "run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -92,51 +73,43 @@ def _claim(fs: Any, root: str, url: str, command: str, run_id: str, where: str) 
     content = (json.dumps(me, indent=1) + "\n").encode("utf-8")
     fs.makedirs(root, exist_ok=True)
     for _ in range(3):
-        if (existing := _cat(fs, path)) is not None:
-            try:
-                c = json.loads(existing)
-                named = f"`{c['command']}` (run {c['run_id']}, pid {int(c['pid'])} on host {c['host']}, since {c['claimed']})"
-            except (ValueError, RecursionError, KeyError, TypeError):
-                raise OutputError(
-                    f"{claim_url}: not a claim this release can read; if no other command writes there, "
-                    f"remove it ({remove_hint(claim_url)}) and start again"
-                ) from None
-            if c["host"] != me["host"]:
-                raise OutputError(
-                    f"{where}: claimed by {named}, which cannot be checked from this host; if it no longer "
-                    f"runs, remove the claim ({remove_hint(claim_url)}) and start again"
-                )
-            if _running(int(c["pid"]), c.get("process_start")):
-                raise OutputError(
-                    f"{where}: being written by {named}; wait for it to end, or choose another folder"
-                )
-            if _take_over(fs, path, existing):
-                log.warning("%s: took over the claim of %s, which no longer runs", where, named)
+        if (existing := _cat(fs, path)) is None:
+            with contextlib.suppress(FileExistsError):  # another writer was first: named on the next pass
+                if isinstance(fs, LocalFileSystem):
+                    with open(path, "xb") as f:
+                        f.write(content)
+                else:
+                    fs.pipe_file(path, content, mode="create")
+                if _cat(fs, path) == content:  # read back: some servers ignore the condition
+                    return content
             continue
         try:
-            if isinstance(fs, LocalFileSystem):
-                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
-                    f.write(content)
-            else:
-                fs.pipe_file(path, content, mode="create")
-        except FileExistsError:
-            continue  # another writer was first: named on the next pass
-        if _cat(fs, path) == content:
-            return content
+            c = json.loads(existing)
+            named = f"`{c['command']}` (run {c['run_id']}, pid {int(c['pid'])} on host {c['host']}, since {c['claimed']})"
+        except (ValueError, RecursionError, KeyError, TypeError):
+            raise OutputError(
+                f"{claim_url}: not a claim this release can read; if no other command writes there, "
+                f"remove it ({remove_hint(claim_url)}) and start again"
+            ) from None
+        if c["host"] != me["host"] or not os.path.isdir("/proc/self"):  # no /proc (macOS): no check
+            raise OutputError(
+                f"{where}: claimed by {named}, which cannot be checked from this host; if it no longer "
+                f"runs, remove the claim ({remove_hint(claim_url)}) and start again"
+            )
+        started = process_start(int(c["pid"]))
+        if started is not None and c.get("process_start") in (None, started):
+            raise OutputError(
+                f"{where}: being written by {named}; wait for it to end, or choose another folder"
+            )
+        aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"  # the stale claim moved aside: one mover wins
+        with contextlib.suppress(FileNotFoundError, FileExistsError):
+            fs.mv(path, aside)
+            if (moved := _cat(fs, aside)) not in (existing, None):  # a new claim, moved by mistake
+                fs.pipe_file(path, moved, mode="create")
+            fs.rm(aside)
+            if moved == existing:
+                log.warning("%s: took over the claim of %s, which no longer runs", where, named)
     raise OutputError(f"{where}: other writers keep claiming it; choose another folder")
-
-
-def _take_over(fs: Any, path: str, stale: bytes) -> bool:
-    """Move a stale claim aside (one mover wins) and delete it; put back another writer's that was
-    moved by mistake. Whether this process took the stale one over."""
-    aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
-    with contextlib.suppress(FileNotFoundError, FileExistsError):
-        fs.mv(path, aside)
-        if (moved := _cat(fs, aside)) != stale and moved is not None:
-            fs.pipe_file(path, moved, mode="create")
-        fs.rm(aside)
-        return moved == stale
-    return False
 
 
 @dataclass
@@ -145,44 +118,34 @@ class OutputRecord:
 
     command: str
     run_id: str
-    files: dict[str, None]  # the journal in order (from any iterable); a dict for lookups
+    files: dict[str, None]  # the journal in order, as dict keys for lookups
     started: str
     ended: str | None = None  # None while it runs, or when it was killed
-
-    def __post_init__(self) -> None:
-        self.files = dict.fromkeys(self.files)
 
     def to_json(self) -> bytes:
         data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, **asdict(self), "files": list(self.files)}
         return (json.dumps(data, indent=1) + "\n").encode("utf-8")
 
     def owns(self, relative: str) -> bool:
-        """Whether the file ``relative`` is journaled, lies in a journaled folder, or is the
-        temporary file of a journaled name."""
+        """Whether the file ``relative`` (or the one its temporary name stands for) is journaled."""
         folder, _, name = relative.rpartition("/")
-        if is_temporary_name(name):
-            relative = posixpath.join(folder, final_name(name))
-        parts = relative.split("/")
-        return relative in self.files or any(
-            "/".join(parts[:i]) + "/" in self.files for i in range(1, len(parts))
-        )
+        relative = posixpath.join(folder, files.final_name(name))
+        folders = (relative[: i + 1] for i, c in enumerate(relative) if c == "/")
+        return relative in self.files or any(f in self.files for f in folders)
 
 
-def read_record(fs: Any, root: str, url: str) -> OutputRecord | None:
-    """The record of the folder ``root`` (``url`` in messages), None when it has none;
-    :class:`~schemas.commands.OutputError` when it is not one this release reads."""
+def read_record(fs: fsspec.AbstractFileSystem, root: str, url: str) -> OutputRecord | None:
+    """The record in the folder ``root`` (``url`` in messages), or None; an OutputError if damaged."""
     if (data := _cat(fs, f"{root.rstrip('/')}/{RECORD_FILE}")) is None:
         return None
     with contextlib.suppress(ValueError, RecursionError, KeyError, TypeError):
         r = json.loads(data)
-        files = r["files"] or []  # null: a killed run whose files are unknown (none is taken for its own)
-        if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(files, list):
-            record = OutputRecord(r["command"], r["run_id"], files, r["started"], r["ended"])
-            fields = (record.command, record.run_id, record.started, record.ended or "")
-            inside = (
-                posixpath.normpath(f) == f.rstrip("/") and not f.startswith(("/", "..")) for f in record.files
-            )
-            if all(isinstance(v, str) for v in (*fields, *record.files)) and all(inside):
+        names = r["files"] or []  # null: a killed run whose files are unknown (none is taken for its own)
+        record = OutputRecord(r["command"], r["run_id"], dict.fromkeys(names), r["started"], r["ended"])
+        strings = (record.command, record.run_id, record.started, record.ended or "", *names)
+        if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(names, list):
+            inside = (posixpath.normpath(f) == f.rstrip("/") and not f.startswith(("/", "..")) for f in names)
+            if all(isinstance(s, str) for s in strings) and all(inside):
                 return record
     raise OutputError(
         f"{url.rstrip('/')}/{RECORD_FILE}: not an {RECORD_FORMAT} version {RECORD_VERSION}; if the folder holds "
@@ -190,17 +153,11 @@ def read_record(fs: Any, root: str, url: str) -> OutputRecord | None:
     )
 
 
-def _machinery(relative: str) -> bool:
-    """The claim (a stale one moved aside too) and the record (and its temporary file)."""
-    name = final_name(relative) if is_temporary_name(relative) else relative
-    return relative.startswith(CLAIM_FILE) or name == RECORD_FILE
-
-
 def _names(paths: list[str]) -> str:
     return ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
 
 
-def _remove_empty(fs: Any, folders: list[str]) -> None:
+def _remove_empty(fs: fsspec.AbstractFileSystem, folders: list[str]) -> None:
     for folder in folders:  # deepest first
         with contextlib.suppress(OSError):
             if fs.isdir(folder) and not fs.ls(folder):
@@ -208,47 +165,36 @@ def _remove_empty(fs: Any, folders: list[str]) -> None:
 
 
 def journal(*urls: str) -> None:
-    """Record the files ``urls`` (local paths or URLs; a trailing ``/``: a folder of the run's
-    temporary files), before they are written, in the output this process holds each in (the
-    innermost); others are left alone. Raises :class:`~schemas.files.WriteError` when the record
-    cannot be written: then neither may the file."""
-    if not _held:
-        return
+    """Record the files ``urls`` (a trailing ``/``: a folder of temporary files) before they are written
+    in the innermost output this process holds each in (a WriteError: neither may be written)."""
     with _lock:
-        changed = []
+        changed = {}
         for url in urls:
-            path = url.rstrip("/").removeprefix("file://")
-            if "://" not in path:  # a local file's own name is not resolved: a link there is replaced
-                path = os.path.join(location(os.path.dirname(path)), os.path.basename(path))
-            here = location(path) + ("/" if url.endswith("/") else "")
-            folder = max(
-                (f for f in _held if here.startswith(f.where + "/")), key=lambda f: len(f.where), default=None
-            )
-            if folder is not None and folder.add(here[len(folder.where) + 1 :]) and folder not in changed:
-                changed.append(folder)
+            path = url.rstrip("/")  # its folder resolved, not its own name: a link there is replaced
+            here = posixpath.join(location(posixpath.dirname(path)), posixpath.basename(path))
+            folder = next((f for f in _held if here.startswith(f.where + "/")), None)  # the innermost
+            relative = here[len(folder.where) + 1 :] + ("/" if url.endswith("/") else "") if folder else ""
+            if folder and not relative.startswith(_MACHINERY) and not folder.record.owns(relative):
+                folder.record.files[relative] = None
+                changed[folder] = None
         for folder in changed:
-            folder.save()
+            if folder.begun:  # until then the earlier run's record stays
+                files.write_file(f"{folder.root}/{RECORD_FILE}", folder.record.to_json(), folder.fs)
 
 
 files.BEFORE_WRITE.append(journal)
 
 
-class OutputFolder:
-    """One command's claimed output folder (see the module's docstring); a context manager."""
+class OutputFolder(contextlib.AbstractContextManager):
+    """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``."""
 
-    def __init__(self, url: str, fs: Any, root: str, command: str, shown: str) -> None:
-        self.url, self.fs, self.root, self.command, self.shown = url, fs, root, command, shown
-        self.where, self.made, up = location(fs.unstrip_protocol(root)), [], root
-        while up not in ("", "/") and not fs.exists(up):  # the folders the claim makes, deepest first
-            self.made.append(up)
-            up = up.rsplit("/", 1)[0]
-        self.record = OutputRecord(command, "", {}, _now())
-        self.claim, self.stale, self.begun = b"", [], False
-
-    @property
-    def run_id(self) -> str:
-        """The run's id: in the claim, the record and (``pretrain``) every checkpoint."""
-        return self.record.run_id
+    def __init__(self, url: str, fs: fsspec.AbstractFileSystem, root: str, shown: str) -> None:
+        self.url, self.fs, self.root, self.shown = url, fs, root, shown
+        self.where, self.made = location(fs.unstrip_protocol(root)), []
+        while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
+            self.made.append(root)
+            root = root.rsplit("/", 1)[0]
+        self.claim, self.stale, self.begun = None, [], False
 
     @classmethod
     def open(
@@ -256,145 +202,99 @@ class OutputFolder:
         url: str,
         command: str,
         *,
-        fs: Any = None,
+        fs: fsspec.AbstractFileSystem | None = None,
         overwrite: bool = False,
         continuing: bool = False,
         continue_hint: str | None = None,
         option: str = "--output",
         run_id: str | None = None,
     ) -> OutputFolder:
-        """Claim ``url`` for ``command`` (``fs``: its fsspec filesystem, else the URL's).
-
-        Refuses (:class:`~schemas.commands.OutputError`; nothing changed) a folder holding files
-        unless ``overwrite`` and all are the earlier run's of ``command``, or ``continuing``: the
-        run adds to the folder (``pretrain --resume RUN``, a cache), keeping its record's run id
-        and journal (without one: ``run_id``, else a new id). ``continue_hint`` (``--resume
-        RUN``) is named in the refusal."""
+        """Claim ``url`` for ``command``; refuse (nothing changed) a folder holding files unless all are
+        an earlier run's of ``command`` and ``overwrite``, or ``continuing`` (``--resume``, a cache):
+        adding to the folder, keeping its record's run id (else ``run_id``) and journal."""
         fs, root = fsspec.core.url_to_fs(url) if fs is None else (fs, fs._strip_protocol(url))
-        root, shown = root.rstrip("/") or "/", f"{option} {url}" if option else url
-        folder = cls(url, fs, root, command, shown)
+        shown = f"{option} {url}" if option else url
+        folder = cls(url, fs, root.rstrip("/") or "/", shown)
         try:
-            if fs.isfile(root):
+            if fs.isfile(folder.root):
                 raise OutputError(f"{shown}: is a file, not a folder; choose a folder")
-            earlier = read_record(fs, root, url)
-            if continuing and earlier is not None and earlier.command == command:
-                folder.record.run_id, folder.record.files = earlier.run_id, dict(earlier.files)
-            folder.record.run_id = folder.record.run_id or run_id or new_run_id()
-            folder.claim = _claim(fs, root, url, command, folder.run_id, shown)
-        except OSError as err:
-            _remove_empty(fs, folder.made)
-            raise OutputError(f"{shown}: cannot write there ({type(err).__name__}: {err})") from None
-        try:
-            folder.stale = folder._earlier_files(earlier, overwrite, continue_hint, continuing)
+            earlier = read_record(fs, folder.root, url)
+            kept = earlier if continuing and earlier is not None and earlier.command == command else None
+            folder.run_id = (kept and kept.run_id) or run_id or new_run_id()
+            folder.record = OutputRecord(command, folder.run_id, kept.files if kept else {}, _now())
+            folder.claim = _claim(fs, folder.root, url, command, folder.run_id, shown)
+            present = folder._files()
+            if present and earlier is not None and earlier.command != command:
+                raise OutputError(
+                    f"{shown}: holds the output of `{earlier.command}` ({len(present)} file(s): {_names(present)}), "
+                    f"which `{command}` never replaces, even with --overwrite; choose another folder"
+                )
+            ours = [p for p in present if earlier is not None and earlier.owns(p)]
+            others = sorted(set(present) - set(ours))
+            hint = f"continue it with {continue_hint}, or " if continue_hint else ""
+            if others and not continuing:
+                besides = f", besides the {len(ours)} of its earlier run" if ours else ""
+                raise OutputError(
+                    f"{shown}: holds {len(others)} file(s) that no `{command}` run recorded writing "
+                    f"({_names(others)}){besides}; they are never deleted, even with --overwrite: {hint}"
+                    "choose an empty folder, or move them away"
+                )
+            if ours and not (overwrite or continuing):
+                state = "a completed" if COMPLETED_FILE in ours else "an earlier"
+                raise OutputError(
+                    f"{shown}: holds the {len(ours)} file(s) of {state if earlier.ended else 'an interrupted'} "
+                    f"`{command}` run ({_names(ours)}; run {earlier.run_id}); {hint}pass --overwrite to "
+                    "replace them (only them), or choose an empty folder"
+                )
+            folder.stale = [] if continuing else ours  # what begin() deletes
         except BaseException as err:
             folder.close()
             if isinstance(err, OSError):
-                raise OutputError(f"{shown}: cannot read it ({type(err).__name__}: {err})") from None
+                raise OutputError(f"{shown}: cannot write there ({type(err).__name__}: {err})") from None
             raise
-        with _lock:
-            _held.append(folder)
+        _held[:] = sorted([*_held, folder], key=lambda f: -len(f.where))  # the innermost first, in one step
         return folder
 
-    def _earlier_files(
-        self, earlier: OutputRecord | None, overwrite: bool, hint: str | None, adding: bool
-    ) -> list[str]:
-        """The files :meth:`begin` deletes; :class:`OutputError` when the folder may not be written."""
-        found = sorted(self.fs.find(self.root)) if self.fs.isdir(self.root) else []
-        present = [p for p in (f[len(self.root) :].lstrip("/") for f in found) if not _machinery(p)]
-        where, command, what = self.shown, self.command, f"{len(present)} file(s): {_names(present)}"
-        if present and earlier is not None and earlier.command != command:
-            raise OutputError(
-                f"{where}: holds the output of `{earlier.command}` ({what}), which `{command}` never replaces, "
-                "even with --overwrite; choose another folder"
-            )
-        ours = [p for p in present if earlier is not None and earlier.owns(p)]
-        others = [p for p in present if p not in ours]
-        to_continue = f"continue it with {hint}, or " if hint else ""
-        if others and not adding:
-            besides = f", besides the {len(ours)} of its earlier run" if ours else ""
-            raise OutputError(
-                f"{where}: holds {len(others)} file(s) that no `{command}` run recorded writing "
-                f"({_names(others)}){besides}; they are never deleted, even with --overwrite: {to_continue}"
-                "choose an empty folder, or move them away"
-            )
-        if ours and not (overwrite or adding):
-            state = "a completed" if COMPLETED_FILE in ours else "an earlier"
-            raise OutputError(
-                f"{where}: holds the {len(ours)} file(s) of {state if earlier.ended else 'an interrupted'} "
-                f"`{command}` run ({_names(ours)}; run {earlier.run_id}); {to_continue}pass --overwrite to "
-                "replace them (only them), or choose an empty folder"
-            )
-        return [] if adding else ours
-
-    def add(self, relative: str) -> bool:
-        """Journal ``relative`` in memory; whether it is new."""
-        if _machinery(relative) or self.record.owns(relative):
-            return False
-        self.record.files[relative] = None
-        return True
-
-    def save(self) -> None:
-        """Write the record whole, once :meth:`begin` ran (until then the earlier run's stays)."""
-        if self.begun:
-            write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
+    def _files(self) -> list[str]:
+        """The files in the folder (not the claim or the record), relative to it, sorted."""
+        relative = (f[len(self.root) :].lstrip("/") for f in self.fs.find(self.root))
+        return sorted(p for p in relative if not p.startswith(_MACHINERY))
 
     def begin(self) -> int:
-        """Just before the first write: delete the earlier run's files (markers first, then the
-        folders they leave empty) and write this run's record; return how many were deleted.
-        Calling it again does nothing."""
-        if self.begun:
-            return 0
-        paths = sorted(self.stale, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS)
-        folders = {p.rsplit("/", i)[0] for p in paths for i in range(1, p.count("/") + 1)}
-        try:
-            for path in paths:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm(f"{self.root}/{path}")
-            _remove_empty(self.fs, [f"{self.root}/{f}" for f in sorted(folders, key=len, reverse=True)])
-            with _lock:
-                self.begun = True
-                self.save()
-        except OSError as err:
-            raise OutputError(
-                f"{self.shown}: cannot replace the earlier run's files or record this run "
-                f"({type(err).__name__}: {err})"
-            ) from None
+        """Before the first write: delete the earlier run's files (markers first), write the record."""
+        paths, self.stale = sorted(self.stale, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS), []
+        folders = {p.rsplit("/", i)[0] + "/" for p in paths for i in range(1, p.count("/") + 1)}
+        for path in paths:  # an OSError is the command's one line, naming the file
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(f"{self.root}/{path}")
+        _remove_empty(self.fs, [f"{self.root}/{f}" for f in sorted(folders, key=len, reverse=True)])
+        with _lock:
+            self.begun = True
+            files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
         return len(paths)
 
     def close(self) -> None:
-        """Cut the journal to the files left (no record when none is) and release the claim; a
-        folder the claim made goes when the run left nothing. Filesystem errors are logged, never
-        raised: the run's own outcome matters more."""
-        left = False
+        """Cut the journal to the files left, release the claim; errors are logged, never raised."""
         try:
             if self.begun:
-                present = [f[len(self.root) + 1 :] for f in self.fs.find(self.root)]
-                kept = {f for f in present if f in self.record.files}
-                kept |= {
-                    f for f in self.record.files if f.endswith("/") and any(p.startswith(f) for p in present)
-                }
-                self.record.files = {f: None for f in self.record.files if f in kept}
-                self.record.ended, left = _now(), bool(kept)
-                if left:
-                    self.save()
+                present = set(self._files())
+                present |= {p.rsplit("/", i)[0] + "/" for p in present for i in range(1, p.count("/") + 1)}
+                self.record.files = {f: None for f in self.record.files if f in present}
+                self.record.ended = _now()
+                if self.record.files:
+                    files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
                 else:
                     self.fs.rm(f"{self.root}/{RECORD_FILE}")
-        except (OSError, OutputError) as err:
+        except OSError as err:
             log.warning("%s: could not record the files this run left (%s)", self.url, err)
-        finally:
-            with _lock:
-                if self in _held:
-                    _held.remove(self)
-            try:
-                if _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # never another writer's
-                    self.fs.rm(f"{self.root}/{CLAIM_FILE}")
-                if not left:
-                    _remove_empty(self.fs, self.made)
-            except OSError as err:
-                log.warning("%s: could not remove the claim %s (%s)", self.url, CLAIM_FILE, err)
-
-    def __enter__(self) -> OutputFolder:
-        return self
+        with contextlib.suppress(ValueError):  # after the record: journal() never gives it to an outer output
+            _held.remove(self)
+        try:
+            if self.claim and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # not another's
+                self.fs.rm(f"{self.root}/{CLAIM_FILE}")
+            _remove_empty(self.fs, self.made)  # only those left empty
+        except OSError as err:
+            log.warning("%s: could not remove the claim %s (%s)", self.url, CLAIM_FILE, err)
 
     def __exit__(self, *exc: object) -> None:
         self.close()

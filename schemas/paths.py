@@ -1,11 +1,5 @@
-"""Where a path really is, and whether a command's output overlaps one of its inputs.
-
-Every command refuses an output that is, holds or lies inside one of its inputs, even with
-``--overwrite`` (which replaces an earlier output, never an input): :func:`check_apart`, called
-with the command's flags before anything is read, raises a
-:class:`~schemas.commands.UsageError` (exit 2). Paths are compared as :func:`location` resolves
-them, so two spellings of one place compare equal.
-"""
+"""Where a path really is, and whether a command's output is, holds or lies inside one of its inputs
+(refused before anything is read, even with ``--overwrite``: a UsageError, exit 2)."""
 
 from __future__ import annotations
 
@@ -17,16 +11,16 @@ from schemas.commands import UsageError
 
 _SCHEME_ALIASES = {"gcs": "gs", "s3a": "s3", "s3n": "s3", "file": "", "local": ""}
 
+Paths = str | Iterable[str] | None
 SAME = "is the same place as"
 CONTAINS = "holds"
 INSIDE = "lies inside"
 
 
 def location(path: str) -> str:
-    """``path`` resolved for comparison: ``scheme://bucket/prefix`` for a URL (``gcs://`` is
-    ``gs://``, ``s3a://`` is ``s3://``; repeated and trailing slashes and ``.``/``..`` segments
-    normalised), else the absolute local path with ``~`` expanded and symlinks followed
-    (``file://`` URLs are local paths)."""
+    """``path`` resolved for comparison: ``scheme://bucket/prefix`` for a URL (``gcs://`` is ``gs://``,
+    ``s3a://`` is ``s3://``; slashes and ``.``/``..`` normalised), else the absolute local path with
+    ``~`` expanded and symlinks followed (``file://`` URLs are local paths)."""
     scheme, sep, rest = path.partition("://")
     if sep:
         scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
@@ -58,20 +52,16 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _paths(value: str | Iterable[str] | None) -> list[str]:
+def _paths(value: Paths) -> list[str]:
     if isinstance(value, str) or value is None:
         return [value] if value else []
     return [v for v in value if v]
 
 
-def check_apart(
-    outputs: Mapping[str, str | Iterable[str] | None],
-    inputs: Mapping[str, str | Iterable[str] | None],
-    remedy: str | None = None,
-) -> None:
+def check_apart(outputs: Mapping[str, Paths], inputs: Mapping[str, Paths], remedy: str | None = None) -> None:
     """Raise :class:`~schemas.commands.UsageError` when an output (``{flag: path or paths}``) is,
-    holds or lies inside an input (same shape), naming the first such pair and what to do
-    (``remedy``, default: choose another value of the output's flag). None values are skipped."""
+    holds or lies inside an input, naming the first such pair and ``remedy`` (default: choose
+    another value of the output's flag)."""
     for out_flag, out_value in outputs.items():
         for out in _paths(out_value):
             out_at = location(out)
