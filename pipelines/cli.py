@@ -14,6 +14,7 @@ import click
 
 from pipelines import io
 from pipelines.config import BooksConfig, CorpusConfig, SourceConfig, TextConfig, WikipediaConfig
+from pipelines.examples.batches import random_next_warning
 from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.runner import run_stage, summary_lines
 from pipelines.stage import incomplete_reason
@@ -288,6 +289,8 @@ def examples(**flags):
     else:
         pairing = f"random next {stats['random_next_rate']:.3f}"
     click.echo(f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); {pairing}, {masked}")
+    if warning := random_next_warning(stats):
+        click.echo(f"warning: {warning}", err=True)
     click.echo(holds)
 
 
