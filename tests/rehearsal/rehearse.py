@@ -102,7 +102,8 @@ def isolation_script(port: int) -> str:
     shared data hidden, and the pool started from / (no way back to the checkout)."""
     site = next((ROOT / ".venv" / "lib").glob("python3.*/site-packages"))
     python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    hidden = " ".join(f"'{p}'" for p in dict.fromkeys([ROOT, ROOT.parent, SHARED]) if p.is_dir())
+    folders = sorted({p for p in (ROOT, ROOT.parent, SHARED) if p.is_dir()}, key=lambda p: -len(p.parts))
+    hidden = " ".join(f"'{p}'" for p in folders)  # deepest first: ../shared may lie inside the parent
     home = WORKER_HOME
     return f"""set -e
 mount -t tmpfs tmpfs /tmp
