@@ -54,16 +54,7 @@ from torch import nn
 
 from pretrain import hf
 from pretrain.attention import Packed, packed_attention
-
-PRESETS: dict[str, tuple[int, int]] = {
-    # name: (num_hidden_layers, hidden_size); heads = hidden / 64, intermediate = 4 * hidden.
-    "tiny": (2, 128),
-    "mini": (4, 256),
-    "small": (4, 512),
-    "medium": (8, 512),
-    "base": (12, 768),
-    "large": (24, 1024),
-}
+from pretrain.config import parse_model_size
 
 
 @dataclass(frozen=True)
@@ -194,24 +185,6 @@ class BertConfig:
             return cls(**fields)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
-
-
-def parse_model_size(name: str) -> tuple[int, int, int]:
-    """(layers, hidden, heads) of a preset name or an ``L/H/A`` string such as ``12/768/12``;
-    ValueError naming what is wrong."""
-    if name in PRESETS:
-        layers, hidden = PRESETS[name]
-        return layers, hidden, hidden // 64
-    parts = name.split("/")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(
-            f"unknown config preset {name!r}: give one of {', '.join(PRESETS)} or L/H/A "
-            "(layers/hidden/heads, positive integers, e.g. 12/768/12)"
-        )
-    layers, hidden, heads = map(int, parts)
-    if hidden % heads:
-        raise ValueError(f"model size {name!r}: hidden {hidden} is not a multiple of heads {heads}")
-    return layers, hidden, heads
 
 
 # --- encoder ---------------------------------------------------------------------------------------
@@ -531,9 +504,13 @@ class BertForPreTraining(nn.Module):
                     f"masked_lm_positions has {masked_lm_positions.size(0)} rows for {num_examples} examples"
                 )
         sequence_output, pooled_output = self.bert(
-            input_ids, token_type_ids, attention_mask,
-            cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, num_examples=num_examples,
-        )  # fmt: skip
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            num_examples=num_examples,
+        )
         if cu_seqlens is not None:
             starts = cu_seqlens[:num_examples, None].to(masked_lm_positions.dtype)
             sequence_output = sequence_output[starts + masked_lm_positions]

@@ -14,9 +14,10 @@
   bias correction, which only matters in the first few hundred steps of warm-up): torch's fused
   kernel on CUDA, foreach ops elsewhere (on CPU bitwise the updates of torch's per-tensor loop,
   which its fused CPU kernel is not).
-- :func:`step_unless`: the step, unless a 0-d ``found_inf`` flag on the device says the gradients
-  are not finite. Fused AdamW and :class:`Lamb` take the flag as ``GradScaler`` hands it to them
-  (``optimizer.found_inf``) and skip on the device, so the host never waits for it.
+- :func:`apply_gradients`: unscale, clip and step, unless the gradients are not finite; the
+  flag stays on the device (fused AdamW and :class:`Lamb` take it as ``GradScaler`` hands it to
+  them), so the host never waits for it. :class:`Health` watches the steps for divergence and
+  raises :class:`Diverged` when it is read (see its docstring for the rule).
 - Two schedules (``--lr-schedule``):
 
   - ``transformers`` (:func:`warmup_decay`, the default): linear warm-up to the peak over
@@ -30,9 +31,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
+import torch.distributed as dist
+
+from schemas.commands import CommandError
 
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias", "layer_norm", "norm.weight", "norm.bias")
 
@@ -85,15 +90,6 @@ class Lamb(torch.optim.Optimizer):
             if params:
                 self._update_group(group, params, grad_scale, found_inf)
         return loss
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state; one saved with a step count per parameter (before the count moved to the
-        group) gets its group's count from them."""
-        super().load_state_dict(state_dict)
-        for group in self.param_groups:
-            steps = [self.state[p].pop("step") for p in group["params"] if "step" in self.state[p]]
-            if "step" not in group and steps:
-                group["step"] = torch.tensor(float(max(steps)), dtype=torch.float64)
 
     def _update_group(
         self,
@@ -188,6 +184,73 @@ def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> No
             del optimizer.grad_scale, optimizer.found_inf
     elif not found_inf.item():
         optimizer.step()
+
+
+def apply_gradients(
+    params: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    max_grad_norm: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unscale, clip and apply the accumulated gradients unless their norm is not finite. Returns
+    the norm (before clipping) and a 0-d float tensor, 1 when the update was skipped, both on the
+    device, unread. With fp16 the scaler lowers its scale after a step whose gradients overflowed."""
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm or float("inf"), foreach=True)
+    skipped = (~torch.isfinite(grad_norm)).float()
+    step_unless(optimizer, skipped)
+    scaler.update()
+    return grad_norm, skipped
+
+
+MAX_FP16_SKIPS = 16
+"""Consecutive fp16 steps with overflowing gradients that mean divergence: the grad scaler halves
+its scale at each, so by then the scale has fallen 65,536-fold without a step that fits."""
+
+
+class Diverged(CommandError):
+    """Training diverged: the loss or the gradients are no longer finite numbers (exit 1)."""
+
+
+class Health:
+    """The divergence rule, watched on the device without a host sync: the first step whose loss is
+    not finite, or whose gradients are not finite (with fp16: the last of :data:`MAX_FP16_SKIPS`
+    consecutive such steps, as the grad scaler skips single overflowing steps by design).
+    :meth:`check` reads it (at metrics records and before every checkpoint)."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        self.fp16, self.precision = precision == "fp16", precision
+        self.first_bad = torch.zeros((), dtype=torch.float64, device=device)
+        self.streak = torch.zeros((), dtype=torch.float32, device=device)
+
+    def update(self, step: int, loss: torch.Tensor, skipped: torch.Tensor) -> None:
+        """Watch step ``step``: ``loss`` (any sum that holds its loss), ``skipped`` (0-d, 1: the
+        gradients were not finite)."""
+        bad = ~torch.isfinite(loss)
+        if self.fp16:
+            self.streak = (self.streak + 1) * skipped
+            bad = bad | (self.streak >= MAX_FP16_SKIPS)
+        else:
+            bad = bad | (skipped > 0)
+        self.first_bad = torch.where((self.first_bad == 0) & bad, step, self.first_bad)
+
+    def check(self, lr: float, hint: str = "") -> None:
+        """Raise :class:`Diverged` naming the first bad step and the likely cause, if there was one;
+        ``hint`` ends the line (what was saved, what to do)."""
+        first = self.first_bad
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            first = torch.where(first == 0, math.inf, first)  # the earliest bad step of any rank
+            dist.all_reduce(first, op=dist.ReduceOp.MIN)
+            first = torch.where(first.isinf(), 0.0, first)
+        step = int(first.item())
+        if step:
+            cause = f"the learning rate (--lr {lr:g}) is likely too high for this model and batch"
+            if self.fp16:
+                cause += ", or fp16's range too narrow (try --precision bf16)"
+            raise Diverged(
+                f"training diverged at step {step}: the loss or the gradients are not finite (NaN or "
+                f"infinity); {cause}{'; ' + hint if hint else ''}"
+            )
 
 
 FUSED_DEVICES = ("cuda",)

@@ -73,9 +73,17 @@ def open_output(
     :class:`OutputError` (exit 1) naming another writer, or saying what the folder holds."""
     fs, root = fsspec.core.url_to_fs(url)
     return OutputFolder.open(
-        url, fs, root, command, patterns,
-        overwrite=overwrite, continuing=continuing, continue_hint=continue_hint, option=option, run_id=run_id,
-    )  # fmt: skip
+        url,
+        fs,
+        root,
+        command,
+        patterns,
+        overwrite=overwrite,
+        continuing=continuing,
+        continue_hint=continue_hint,
+        option=option,
+        run_id=run_id,
+    )
 
 
 def check_writable(url: str, what: str) -> None:
