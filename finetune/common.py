@@ -43,6 +43,7 @@ from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
+from schemas.commands import InputError
 from schemas.files import write_file
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -133,7 +134,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
     if _is_pretrain_output(url):
         try:
             url = ckpt.resolve(url).url
-        except ckpt.CheckpointError as err:
+        except InputError as err:
             raise FinetuneError(str(err)) from None
     try:
         hf.check_vocab_rows(url)

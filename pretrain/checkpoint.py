@@ -261,7 +261,10 @@ def _stamp_of(fs: fsspec.AbstractFileSystem, path: str, url: str, name: str) -> 
     """The (run id, step) a checkpoint file records: a safetensors header's metadata, a state
     JSON's ``__stamp__``."""
     if name.endswith(".safetensors"):
-        header, _ = read_header(fs, f"{path}/{name}", f"{url}/{name}")
+        try:
+            header, _ = read_header(fs, f"{path}/{name}", f"{url}/{name}")
+        except ValueError as err:
+            raise InputError(str(err)) from None
         meta = header.get("__metadata__") if isinstance(header.get("__metadata__"), dict) else {}
         step = meta.get("step")
         return meta.get("run_id"), int(step) if isinstance(step, str) and step.isdigit() else None

@@ -32,7 +32,7 @@ from pretrain.outputs import (
     open_output,
 )
 from pretrain.outputs import OutputError as OutputTaken
-from schemas.commands import CommandError, InputError, OneLineGroup, OutputError, UsageError, config_option
+from schemas.commands import CommandError, OneLineGroup, OutputError, UsageError, config_option
 
 option = partial(config_option, PretrainConfig)
 expert = partial(config_option, PretrainConfig, hidden=True)
@@ -215,6 +215,7 @@ def export(checkpoint, fmt, output, overwrite) -> None:
     from pretrain import checkpoint as ckpt
     from pretrain.hf import export_hf
     from pretrain.model import BertForPreTraining
+    from pretrain.startup import input_errors
     from schemas.files import write_json
     from schemas.inputs import field
 
@@ -223,15 +224,14 @@ def export(checkpoint, fmt, output, overwrite) -> None:
         with open_output(output, "pretrain export", EXPORT_FILES, overwrite=overwrite) as folder:
             found = ckpt.resolve(checkpoint)
             check_apart({"--output": output}, {"--checkpoint": found.url})
-            try:
+            with input_errors(f"--checkpoint {checkpoint}: "):
                 model = BertForPreTraining.from_pretrained(found.url)
-            except ValueError as err:
-                raise InputError(f"--checkpoint {checkpoint}: {err}") from None
             state, where = ckpt.trainer_json(found.url), f"{found.url}/{ckpt.TRAINER_STATE}.json"
             cased = field(state, "cased", bool, where, default=False)
             tokens_seen = field(state, "tokens_seen", int, where, default=None)
             folder.begin()
-            export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not cased)
+            with input_errors():
+                export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not cased)
             record = {"checkpoint": found.url, "step": found.step, "tokens_seen": tokens_seen}
             write_json(f"{output.rstrip('/')}/pretraining.json", record, indent=1)
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")

@@ -128,7 +128,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
                 f"of batches of {batch_size}; lower the batch size or the streams per rank"
             )
         self.batches_per_epoch = self.streams * self.stream_rows // batch_size
-        self.epoch, self.batches_done = 0, 0
+        self.epoch = self.batches_done = self._start = 0  # _start: where the next iterator begins
 
     def _open_filesystem(self) -> None:
         """(Re)connect: async filesystems such as gcsfs cannot be used across a fork, so a
@@ -189,7 +189,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iterator yields, from its first batch."""
-        self.epoch, self.batches_done = epoch, 0
+        self.epoch, self.batches_done, self._start = epoch, 0, 0
 
     def state_at(self, batches_done: int, epoch: int | None = None) -> dict[str, int]:
         """The resume state after this rank consumed ``batches_done`` batches of ``epoch``."""
@@ -207,7 +207,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
         epoch, done = state.get("epoch"), state.get("batches_done")
         if type(epoch) is not int or epoch < 0 or type(done) is not int or not 0 <= done <= len(self):
             raise ValueError(f"the saved position (epoch {epoch}, batch {done}) is not one of these shards")
-        self.epoch, self.batches_done = epoch, done
+        self.epoch, self.batches_done, self._start = epoch, done, done
 
     def _epoch_order(self) -> np.ndarray:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -289,7 +289,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
         units = [self.units[i] for i in self._epoch_order()]
         rows = np.array([u.num_rows for u in units], np.int64)
         plan = EpochPlan(rows, self.stream_rows, self.batch_size, self.streams, self.rank)
-        batches = self._my_batches(self.batches_done)
+        self.batches_done = self._start
+        batches = self._my_batches(self._start)
         # one thread reads the units ahead, in the order they are first needed, each once
         loads = (units[p.unit] for _, pieces in plan.walk(batches) for p in pieces if p.load)
         pool, hung = ThreadPoolExecutor(1), False

@@ -11,13 +11,14 @@ and refuses weights that are not finite numbers.
 
 Nothing read is trusted: a config is checked against the weights' safetensors headers before a
 tensor of the model is made (:func:`check_weights_fit`), and each header against its file. This
-module does not import ``pretrain.model`` (which imports it); its errors are
-:class:`~schemas.commands.InputError` naming the file.
+module does not import ``pretrain.model`` (which imports it); its errors are one-line
+``ValueError`` s naming the file, reported by the commands as input errors.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import math
 import os
@@ -29,9 +30,7 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from schemas.commands import InputError
 from schemas.files import write_file, write_json
-from schemas.inputs import loads, read_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +61,22 @@ def _join(path: str | os.PathLike, name: str) -> str:
     return str(path).rstrip("/") + "/" + name
 
 
+def _loads(data: bytes, source: str) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"{source}: not valid JSON ({type(err).__name__}: {str(err)[:200]})") from None
+
+
 def read_json_object(fs: fsspec.AbstractFileSystem, path: str, source: str) -> dict[str, Any]:
     """A small JSON file that must hold an object (``config.json`` and the like), refused in one
     line naming ``source`` when it is too big, not JSON, or not an object."""
-    with fs.open(path, "rb") as f:
-        data = loads(read_bytes(f, source, MAX_JSON_BYTES), source)
+    size = fs.size(path)
+    if size is not None and size > MAX_JSON_BYTES:
+        raise ValueError(f"{source}: {size:,} bytes, more than any config ({MAX_JSON_BYTES:,}); not read")
+    data = _loads(fs.cat_file(path), source)
     if not isinstance(data, dict):
-        raise InputError(f"{source}: holds a JSON {type(data).__name__}, not an object")
+        raise ValueError(f"{source}: holds a JSON {type(data).__name__}, not an object")
     return data
 
 
@@ -79,7 +87,7 @@ def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     try:
         return read_json_object(fs, _join(root, CONFIG_FILE), source), source
     except FileNotFoundError:
-        raise InputError(
+        raise ValueError(
             f"{source} not found: pass an HF-format BERT folder (config.json + model.safetensors)"
         ) from None
 
@@ -90,12 +98,12 @@ def read_header(fs: fsspec.AbstractFileSystem, path: str, source: str) -> tuple[
     with fs.open(path, "rb") as f:
         length = int.from_bytes(f.read(8), "little")
         if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
-            raise InputError(
+            raise ValueError(
                 f"{source}: not a valid safetensors file (a header of {length:,} bytes in {size:,})"
             )
-        header = loads(f.read(length), f"{source} (its header)")
+        header = _loads(f.read(length), f"{source} (its header)")
     if not isinstance(header, dict):
-        raise InputError(f"{source}: not a valid safetensors file (its header is not a JSON object)")
+        raise ValueError(f"{source}: not a valid safetensors file (its header is not a JSON object)")
     return header, size - 8 - length
 
 
@@ -115,9 +123,9 @@ def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, t
             if not all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
-            raise InputError(f"{source}: not a valid safetensors file (the entry of {name})") from None
+            raise ValueError(f"{source}: not a valid safetensors file (the entry of {name})") from None
         if not begin <= end <= data_bytes or end - begin != math.prod(shape) * itemsize:
-            raise InputError(f"{source}: {name} of shape {list(shape)} does not fit bytes {begin}-{end}")
+            raise ValueError(f"{source}: {name} of shape {list(shape)} does not fit bytes {begin}-{end}")
         shapes[name] = shape
     return shapes
 
@@ -126,10 +134,10 @@ def _weight_map(fs: fsspec.AbstractFileSystem, root: str, source: str) -> dict[s
     """The sharded index's tensor name -> shard file, every shard a plain file name in the folder."""
     weight_map = read_json_object(fs, _join(root, SAFETENSORS_INDEX_FILE), source).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise InputError(f"{source}: no weight_map of tensor names to shard files")
+        raise ValueError(f"{source}: no weight_map of tensor names to shard files")
     for shard in set(weight_map.values()):
         if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
-            raise InputError(f"{source}: shard {shard!r} is not a file name in the folder")
+            raise ValueError(f"{source}: shard {shard!r} is not a file name in the folder")
     return weight_map
 
 
@@ -172,7 +180,7 @@ def check_vocab_rows(path: str | os.PathLike) -> None:
     with fs.open(vocab_path, "rb") as f:
         num_tokens = sum(1 for _ in f)
     if rows is not None and rows != num_tokens:
-        raise InputError(
+        raise ValueError(
             f"{_join(path, VOCAB_FILE)} has {num_tokens} tokens but the word embeddings in "
             f"{_join(path, SAFETENSORS_FILE)} have {rows} rows: the vocabulary is not the one this "
             "model was trained with"
@@ -188,7 +196,7 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]
         try:
             return safetensors.torch.load(fs.cat_file(_join(root, name)))
         except safetensors.SafetensorError as err:
-            raise InputError(f"{_join(path, name)}: not a valid safetensors file ({err})") from None
+            raise ValueError(f"{_join(path, name)}: not a valid safetensors file ({err})") from None
 
     if fs.exists(_join(root, SAFETENSORS_FILE)):
         return load(SAFETENSORS_FILE), _join(path, SAFETENSORS_FILE)
@@ -200,18 +208,18 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]
         return state, source
     source = _join(path, PYTORCH_FILE)
     if not fs.exists(_join(root, PYTORCH_FILE)):
-        raise InputError(f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found")
+        raise ValueError(f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found")
     try:
         state = torch.load(
             io.BytesIO(fs.cat_file(_join(root, PYTORCH_FILE))), map_location="cpu", weights_only=True
         )
     except Exception:  # torch's unpickling errors: a file that would run code, or a damaged one
-        raise InputError(
+        raise ValueError(
             f"{source}: not plain weights (unpickling it would run code, or it is damaged); not loaded: "
             "convert it to model.safetensors with a tool you trust"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise InputError(f"{source}: holds no state dict of tensors")
+        raise ValueError(f"{source}: holds no state dict of tensors")
     return state, source
 
 
@@ -330,7 +338,7 @@ def check_weights_fit(config: Any, path: str | os.PathLike, config_source: str) 
         problems.append(f"{_DECODER_WEIGHT} has shape {tuple(decoder)}, not the word embeddings'")
     if problems:
         shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
-        raise InputError(
+        raise ValueError(
             f"{config_source} does not fit {source}: {shown}: give the config.json saved with these weights"
         )
 
@@ -347,7 +355,7 @@ def load_hf_state_dict(
     model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint"
 ) -> list[str]:
     """Copy an HF BERT state dict into ``model`` in place; return the names left at their fresh
-    initialisation (a missing pooler or heads). :class:`InputError` naming ``source`` and every
+    initialisation (a missing pooler or heads). :class:`ValueError` naming ``source`` and every
     problem: a missing encoder tensor, a shape mismatch, an unknown ``bert.`` key, an untied
     decoder, a tensor that is not finite."""
     targets = model.state_dict()
@@ -367,10 +375,10 @@ def load_hf_state_dict(
             f"{_DECODER_WEIGHT} differs from the word embeddings (untied decoders are not supported)"
         )
     if problems:
-        raise InputError(f"{source}: cannot load into BertForPreTraining: " + "; ".join(problems))
+        raise ValueError(f"{source}: cannot load into BertForPreTraining: " + "; ".join(problems))
     bad = non_finite(incoming)
     if bad is not None:
-        raise InputError(
+        raise ValueError(
             f"{source}: {bad} holds NaN or infinity (the training diverged): use an earlier checkpoint"
         )
     with torch.no_grad():
@@ -418,7 +426,7 @@ def export_hf(
         vocab = f.read()
     num_tokens = len(vocab.splitlines())
     if num_tokens != model.config.vocab_size:
-        raise InputError(
+        raise ValueError(
             f"{vocab_file} has {num_tokens} tokens but the model's vocab_size is "
             f"{model.config.vocab_size}: pass the vocabulary the model was trained with"
         )

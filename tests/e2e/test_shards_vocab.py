@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from pretrain import checkpoint as ckpt
 from pretrain.cli import main as pretrain_main
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.train import train
 from schemas import completed_marker, verify_completed
 from wordpiece.tokenizer import read_vocab_file, vocab_sha256
@@ -77,7 +77,7 @@ def test_moved_shards_train_without_vocab(moved, vocab, tmp_path):
 
     run = tmp_path / "run"
     record = train(
-        TrainConfig(shards=str(moved), output=str(run), config="tiny", global_batch_size=8, max_steps=2,
+        PretrainConfig(shards=str(moved), output=str(run), config="tiny", global_batch_size=8, max_steps=2,
                     save_steps=2, log_steps=1, precision="fp32", num_workers=0)
     )  # fmt: skip
     assert record["step"] == 2

@@ -14,7 +14,7 @@ import pytest
 
 from finetune.common import Encoder, FinetuneError, TrainConfig, check_casing, load_encoder
 from pretrain import metrics
-from pretrain.config import TrainConfig as PretrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.outputs import PRETRAIN_FILES, OutputError, open_output, run_scratch
 from schemas.outputs import RECORD_FILE
 from tests.unit.test_finetune_common import VOCAB, hf_folder

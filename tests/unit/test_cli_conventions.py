@@ -44,11 +44,11 @@ def test_a_failed_run_exits_1_with_one_line(tmp_path):
 
 
 def test_every_pretrain_setting_but_the_adam_constants_has_its_flag():
-    from pretrain.config import TrainConfig
+    from pretrain.config import PretrainConfig
 
     flags = {param.name for param in CLIS["pretrain"].params} | {"compile"}
-    fields = set(TrainConfig.__dataclass_fields__) - {"adam_beta1", "adam_beta2", "adam_eps"}
-    assert fields <= flags, f"TrainConfig fields without a pretrain flag: {sorted(fields - flags)}"
+    fields = set(PretrainConfig.__dataclass_fields__) - {"adam_beta1", "adam_beta2", "adam_eps"}
+    assert fields <= flags, f"PretrainConfig fields without a pretrain flag: {sorted(fields - flags)}"
 
 
 def test_schedule_steps_reaches_the_config_and_is_checked_there(tmp_path):
