@@ -292,11 +292,11 @@ def check_identity(url: str, record: dict) -> None:
             f"{url}: links to {os.path.realpath(path)}, outside this run's checkpoints folder; use that "
             "checkpoint from its own run folder"
         )
-    names = [n for n in sorted(record["files"]) if n.endswith(".safetensors")]
-    names += [
-        n
-        for n in sorted(record["files"])
-        if n.startswith((TRAINER_STATE, "rng-rank")) and n.endswith(".json")
+    names = [
+        name
+        for name in sorted(record["files"])
+        if name.endswith(".safetensors")
+        or (name.endswith(".json") and name.startswith((TRAINER_STATE, "rng-rank")))
     ]
     for name in names:
         stamp = _stamp_of(fs, path, url, name)

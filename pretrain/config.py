@@ -209,7 +209,8 @@ class PretrainConfig:
             )
         shares = [getattr(self, f"{s}_share") for s in ("mask", "keep", "random")]
         given = [s for s in shares if s is not None]
-        if sum(given) > 1 + 1e-9 or (len(given) == 3 and abs(sum(given) - 1) > 1e-9):
+        in_range = all(0 <= s <= 1 for s in given)  # out of range: said above
+        if in_range and (sum(given) > 1 + 1e-9 or (len(given) == 3 and abs(sum(given) - 1) > 1e-9)):
             found.append(f"--mask-share, --keep-share and --random-share must sum to 1, got {given}")
         if self.resume and self.init_from:
             found.append("--resume continues a run, --init-from starts a new one from weights: give one")

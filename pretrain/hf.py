@@ -99,7 +99,7 @@ def read_header(fs: fsspec.AbstractFileSystem, path: str, source: str) -> tuple[
         length = int.from_bytes(f.read(8), "little")
         if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
             raise ValueError(
-                f"{source}: not a valid safetensors file (a header of {length:,} bytes in {size:,})"
+                f"{source}: not a valid safetensors file (a header of {length:,} bytes in a file of {size:,})"
             )
         header = _loads(f.read(length), f"{source} (its header)")
     if not isinstance(header, dict):
@@ -123,9 +123,14 @@ def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, t
             if not all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{source}: not a valid safetensors file (the entry of {name})") from None
+            raise ValueError(
+                f"{source}: not a valid safetensors file (the entry of {name} is not a dtype, shape and data_offsets)"
+            ) from None
         if not begin <= end <= data_bytes or end - begin != math.prod(shape) * itemsize:
-            raise ValueError(f"{source}: {name} of shape {list(shape)} does not fit bytes {begin}-{end}")
+            raise ValueError(
+                f"{source}: not a valid safetensors file ({name} of shape {list(shape)} does not fit bytes "
+                f"{begin}-{end} of {data_bytes:,})"
+            )
         shapes[name] = shape
     return shapes
 

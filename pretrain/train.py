@@ -209,22 +209,25 @@ class Trainer:
 
     # -- build ------------------------------------------------------------------------------------
 
-    def _open_shards(self, url: str, **settings) -> ExampleShards:
+    def _open_shards(self, option: str, url: str, **settings) -> ExampleShards:
         cfg, procs = self.cfg, self.procs
-        return ExampleShards(
-            url,
-            batch_size=self.micro,
-            seed=cfg.seed,
-            rank=procs.rank,
-            world_size=procs.world_size,
-            **settings,
-        )
+        try:
+            return ExampleShards(
+                url,
+                batch_size=self.micro,
+                seed=cfg.seed,
+                rank=procs.rank,
+                world_size=procs.world_size,
+                **settings,
+            )
+        except InputError as err:
+            raise InputError(f"{option} {url}: {err}") from None
 
     def _build_data(self) -> None:
         """The training reader (with dynamic masking when asked), the model and vocabulary it
         fits (:func:`pretrain.startup.prepare`), the validation reader and the worker count."""
         cfg = self.cfg
-        self.reader = self._open_shards(cfg.shards, streams=cfg.streams)
+        self.reader = self._open_shards("--shards", cfg.shards, streams=cfg.streams)
         self.setup = prepare(cfg, self.reader, self.procs.device)
         vocab = self.setup.vocab
         self.layout = BatchLayout(
@@ -248,6 +251,7 @@ class Trainer:
         self.validation = None
         if cfg.validation_shards:
             self.validation = self._open_shards(
+                "--validation-shards",
                 cfg.validation_shards,
                 shuffle=False,
                 streams=1,

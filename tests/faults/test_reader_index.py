@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.data import ExampleShards, ShardError
-from schemas import ManifestError
+from pretrain.data import ExampleShards
+from schemas.commands import InputError
 from tests.faults.reader_folders import copy_output, load, pretrain, rewrite
 
 SHARD = "examples/part-00000-of-00002.arrow"
@@ -48,7 +48,7 @@ def test_a_huge_row_count_fails_at_the_first_record_batch_in_little_memory(shard
     try:
         reader = ExampleShards(str(folder), batch_size=8)
         assert reader.num_examples == 8_000_000 and len(reader) == 1_000_000
-        with pytest.raises(ShardError) as caught:
+        with pytest.raises(InputError) as caught:
             next(iter(reader))
         peak_bytes = tracemalloc.get_traced_memory()[1]
     finally:
@@ -62,7 +62,7 @@ def test_a_huge_row_count_fails_at_the_first_record_batch_in_little_memory(shard
     code, line = pretrain(folder, tmp_path / "run")
     assert (
         code == 1
-        and line.startswith(f"Error: {folder}/examples/part-0000")
+        and line.startswith(f"error: {folder}/examples/part-0000")
         and "index.json says 1000000" in line
     )
 
@@ -106,7 +106,7 @@ def test_a_hostile_index_is_one_line_naming_it(shards, tmp_path, name):
     edit, expected = _index_case(name)
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, index=edit)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(InputError) as caught:
         ExampleShards(str(folder), batch_size=8)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"{folder}/index.json: "), message
@@ -117,7 +117,7 @@ def test_a_hostile_index_stops_pretrain_with_one_line(shards, tmp_path):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, index=lambda d: _batches(d)["length"].__setitem__(0, 1 << 40))
     code, line = pretrain(folder, tmp_path / "run")
-    assert code == 1 and line.startswith(f"Error: --shards {folder}: {folder}/index.json: malformed index"), (
+    assert code == 1 and line.startswith(f"error: --shards {folder}: {folder}/index.json: malformed index"), (
         line
     )
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").rglob("COMPLETED"))
@@ -126,9 +126,7 @@ def test_a_hostile_index_stops_pretrain_with_one_line(shards, tmp_path):
 def test_an_index_larger_than_a_reader_takes_is_refused_unread(shards, tmp_path, monkeypatch):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, manifest=lambda d: d["index"].__setitem__("num_bytes", 1 << 40))
-    with pytest.raises(
-        ManifestError, match=r"manifest\.json: the index is 1,099,511,627,776 bytes, more than"
-    ):
+    with pytest.raises(InputError, match=r"manifest\.json: the index is 1,099,511,627,776 bytes, more than"):
         ExampleShards(str(folder), batch_size=8)
 
 
@@ -163,7 +161,7 @@ def test_an_index_larger_than_a_reader_takes_is_refused_unread(shards, tmp_path,
 def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(shards, tmp_path, edit, expected):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, manifest=edit)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(InputError) as caught:
         ExampleShards(str(folder), batch_size=8)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"{folder}/manifest.json: ") and expected in message, (
@@ -174,8 +172,8 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(shards, tmp_path, e
 def test_json_that_is_not_an_object_is_one_line(shards, tmp_path):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, index_text=json.dumps([1, 2, 3]))
-    with pytest.raises(ManifestError, match=r"index\.json: index version None is not supported"):
+    with pytest.raises(InputError, match=r"index\.json: index version None is not supported"):
         ExampleShards(str(folder), batch_size=8)
     rewrite(folder, index_text="[" * 100_000)
-    with pytest.raises(ManifestError, match=r"index\.json: not valid JSON"):
+    with pytest.raises(InputError, match=r"index\.json: not valid JSON"):
         ExampleShards(str(folder), batch_size=8)

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from pretrain.data import ExampleShards
-from schemas import ManifestError
+from schemas.commands import InputError
 from tests.clis import CLIS
 from tests.faults.reader_folders import copy_output, load, pretrain, rewrite, run
 
@@ -50,14 +50,14 @@ def test_a_shard_path_out_of_the_folder_is_refused(shards, tmp_path, name):
     folder = copy_output(shards, tmp_path / "out")
     outside, new_path = _cases(tmp_path)[name]
     _moved_out(folder, outside, new_path)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(InputError) as caught:
         ExampleShards(str(folder), batch_size=8)
     message = str(caught.value)
     assert message == (
         f"{folder}/manifest.json: shard {new_path!r}: the path {new_path!r} is not a relative path inside the folder"
     )
     code, line = pretrain(folder, tmp_path / "run")
-    assert code == 1 and line == f"Error: --shards {folder}: {message}"
+    assert code == 1 and line == f"error: --shards {folder}: {message}"
 
 
 def _symlinked(shards: Path, tmp_path: Path) -> Path:
@@ -72,14 +72,14 @@ def _symlinked(shards: Path, tmp_path: Path) -> Path:
 
 def test_a_symlink_out_of_the_folder_is_refused(shards, tmp_path):
     folder = _symlinked(shards, tmp_path)
-    with pytest.raises(ManifestError) as caught:
+    with pytest.raises(InputError) as caught:
         ExampleShards(str(folder), batch_size=8)
     assert str(caught.value) == (
         f"{folder}/{SHARD}: a symbolic link to a file outside {folder}; the shards of an output are read "
         "only from inside it: copy the file into the folder"
     )
     code, line = pretrain(folder, tmp_path / "run")
-    assert code == 1 and line == f"Error: --shards {folder}: {caught.value}"
+    assert code == 1 and line == f"error: --shards {folder}: {caught.value}"
 
 
 def test_symlinks_inside_the_folder_and_to_the_folder_are_followed(shards, tmp_path):

@@ -210,8 +210,8 @@ def test_a_run_leaves_no_temporary_files_on_success_or_failure(shards, tmp_path,
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    tiny = dict(config="tiny", global_batch_size=8, max_steps=2, save_steps=2, log_steps=1, warmup_steps=1,
-                precision="fp32", num_workers=0)  # fmt: skip
+    tiny = {"config": "tiny", "global_batch_size": 8, "max_steps": 2, "save_steps": 2, "log_steps": 1}
+    tiny |= {"warmup_steps": 1, "precision": "fp32", "num_workers": 0}
     record = train(PretrainConfig(shards=str(shards), output="memory://sweep-temp/ok", **tiny))
     assert record["step"] == 2 and fsspec.filesystem("memory").exists("/sweep-temp/ok/tensorboard")
     assert _temporary(scratch) == []
@@ -259,21 +259,22 @@ def test_a_shard_lost_mid_run_is_one_line_naming_the_step_and_the_resume(shards,
     step the run stopped at and the ``--resume`` to continue with; no COMPLETED marker."""
     from pretrain import data
     from pretrain.config import PretrainConfig
-    from pretrain.train import TrainingError, train
+    from pretrain.train import train
+    from schemas.commands import InputError
 
     original, calls = data.collate, []
 
     def failing(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
-            raise data.ShardError("part-00000-of-00001.arrow: unreadable after 3 attempts")
+            raise data.InputError("part-00000-of-00001.arrow: unreadable after 3 attempts")
         return original(*args, **kwargs)
 
     monkeypatch.setattr(data, "collate", failing)
     output = tmp_path / "run"
-    tiny = dict(config="tiny", global_batch_size=8, max_steps=3, log_steps=1, warmup_steps=1,
-                precision="fp32", num_workers=0)  # fmt: skip
-    with pytest.raises(TrainingError) as caught:
+    tiny = {"config": "tiny", "global_batch_size": 8, "max_steps": 3, "log_steps": 1, "warmup_steps": 1}
+    tiny |= {"precision": "fp32", "num_workers": 0}
+    with pytest.raises(InputError) as caught:
         train(PretrainConfig(shards=str(shards), output=str(output), **tiny))
     message = str(caught.value)
     assert "\n" not in message, message
