@@ -124,8 +124,13 @@ def range_problem(name: str, value: float) -> str | None:
     below = value <= high if high_in else value < high
     if math.isfinite(value) and above and below:
         return None
-    interval = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
-    return f"{_flag(name)} must be in {interval}, got {value}"
+    if math.isinf(high):
+        bound = f"at least {low:g}" if low_in else f"above {low:g}"
+    elif low_in and high_in:
+        bound = f"between {low:g} and {high:g}"
+    else:
+        bound = f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+    return f"{_flag(name)} must be {bound}, got {value}"
 
 
 @dataclass(frozen=True)
