@@ -497,15 +497,17 @@ class Trainer:
 
     # -- log, evaluate, checkpoint ----------------------------------------------------------------
 
-    def check_health(self) -> None:
-        """Stop with :class:`pretrain.optim.Diverged` when a step so far diverged."""
+    def _saved(self) -> str:
+        """What a divergence leaves: the newest checkpoint, and how to go on from it."""
         if self.last_saved:
-            saved = (
+            return (
                 f"step {self.last_saved} is the newest checkpoint: --resume {self.output} with a lower --lr"
             )
-        else:
-            saved = "no checkpoint was saved"
-        self.health.check(self.cfg.lr, saved)
+        return "no checkpoint was saved"
+
+    def check_health(self) -> None:
+        """Stop with :class:`pretrain.optim.Diverged` when a step so far diverged."""
+        self.health.check(self.cfg.lr, self._saved())
 
     def log(self, grad_norm: torch.Tensor, lr_used: float) -> dict:
         """The training record of the window since the last one, summed over ranks; rank 0 writes
@@ -621,11 +623,11 @@ class Trainer:
         step = self.position.step
         self.check_health()
         state = self.state_dict()
-        bad = non_finite({"model": self.model.state_dict(), "optimizer": state["optimizer"]})
+        bad = non_finite(self.model.state_dict()) or non_finite(state["optimizer"], "optimizer")
         if bad is not None:
             raise Diverged(
-                f"training diverged by step {step}: {bad} holds NaN or infinity; the checkpoint of step "
-                f"{step} was not saved; lower --lr and run again"
+                f"training diverged by step {step}: {bad} holds NaN or infinity; the checkpoint of step {step} "
+                f"was not saved; {self._saved()}"
             )
         try:
             self._save(step, state)
