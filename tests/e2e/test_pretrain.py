@@ -20,7 +20,8 @@ from safetensors.torch import load_file
 from pretrain import checkpoint as ckpt
 from pretrain.config import PretrainConfig
 from pretrain.model import BertConfig, BertForPreTraining
-from pretrain.train import TrainingError, train
+from pretrain.train import train
+from schemas.commands import InputError, UsageError
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -85,14 +86,16 @@ def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
 
 
 def test_two_ddp_processes_share_weights_and_split_the_data(shards, tmp_path):
+    """Observed from outside the trainer (tests/e2e/ddp_ranks.py): each rank's weights and examples."""
     run, report = tmp_path / "run", tmp_path / "report"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    args = _args(shards, run, "--rank-report", str(report))
+    args = _args(shards, run)
     args[args.index("--max-steps") + 1] = "6"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [*torchrun, "-m", "pretrain", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+        [*torchrun, str(ROOT / "tests/e2e/ddp_ranks.py"), str(report), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     ranks = [json.loads((report / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
@@ -148,7 +151,7 @@ def test_bad_inputs_fail_before_the_first_step(shards, tmp_path):
         cfg = PretrainConfig(
             **{"shards": str(shards), "output": str(tmp_path / "out"), "max_steps": 2, **TINY, **overrides}
         )
-        with pytest.raises((TrainingError, ValueError), match=match):
+        with pytest.raises((InputError, UsageError, ValueError), match=match):
             train(cfg)
         assert not (tmp_path / "out" / "metrics.jsonl").exists()
 

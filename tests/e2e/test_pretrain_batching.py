@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from pretrain.config import PretrainConfig
-from pretrain.train import TrainingError, train
+from pretrain.train import train
+from schemas.commands import UsageError
 from tests.e2e.conftest import FAST_RUNNER, run_cli
 
 pytestmark = pytest.mark.slow
@@ -65,7 +66,7 @@ def test_packed_batching_refuses_the_causal_objective(shards, tmp_path):
     cfg = PretrainConfig(
         shards=str(shards), output=str(tmp_path / "r"), batching="packed", objective="ltr", **TINY
     )
-    with pytest.raises(TrainingError, match="--objective ltr needs padded or bucketed"):
+    with pytest.raises(UsageError, match="--objective ltr needs padded or bucketed"):
         train(cfg)
 
 
