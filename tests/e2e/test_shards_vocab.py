@@ -64,7 +64,7 @@ def _pretrain(*args: str, expect: int) -> str:
 
 def _error_line(output: str) -> str:
     lines = [line for line in output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), output
+    assert len(lines) == 1 and lines[0].startswith("error: "), output
     return lines[0]
 
 
@@ -131,8 +131,8 @@ def test_an_output_without_a_copy_reads_with_vocab(moved, vocab, tmp_path):
     common = ["--shards", str(old), *TINY, "--max-steps", "1", "--save-steps", "1"]
     line = _error_line(_pretrain(*common, "--output", str(tmp_path / "a"), expect=1))
     assert line == (
-        f"Error: {old} carries no copy of its vocabulary (written before shards did): pass --vocab with "
-        f"the vocabulary they were made with (params.vocab records {vocab!r})"
+        f"error: {old} carries no copy of its vocabulary: pass --vocab with the one they were made with "
+        f"(params.vocab records {vocab!r})"
     )
 
     released = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"
