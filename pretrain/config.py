@@ -74,34 +74,22 @@ def non_negative_finite(flag: str, value: float, problems: list[str]) -> None:
 
 # The ranges a setting may take: (lowest, highest, lowest allowed, highest allowed). A learning
 # rate above 1 or a weight decay above 1 diverges any BERT; the rest are definitions.
+COUNTS = ("global_batch_size", "micro_batch_size", "max_steps", "schedule_steps", "save_steps", "log_steps")
+COUNTS += ("eval_batches", "max_seq_length", "bucket_window", "streams")
+SHARES = ("weight_decay", "mask_share", "keep_share", "random_share")
 RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    **dict.fromkeys(COUNTS, (1, math.inf, True, False)),
+    **dict.fromkeys(
+        ("warmup_steps", "eval_steps", "keep_checkpoints", "max_grad_norm"), (0, math.inf, True, False)
+    ),
+    **dict.fromkeys(SHARES, (0.0, 1.0, True, True)),
+    **dict.fromkeys(("adam_beta1", "adam_beta2", "dropout"), (0.0, 1.0, True, False)),
     "lr": (0.0, 1.0, False, True),
-    "weight_decay": (0.0, 1.0, True, True),
-    "max_grad_norm": (0.0, math.inf, True, False),
-    "decay_power": (0.0, 10.0, True, True),
-    "adam_beta1": (0.0, 1.0, True, False),
-    "adam_beta2": (0.0, 1.0, True, False),
     "adam_eps": (0.0, 1.0, False, True),
-    "dropout": (0.0, 1.0, True, False),
     "masked_lm_prob": (0.0, 1.0, False, False),
-    "mask_share": (0.0, 1.0, True, True),
-    "keep_share": (0.0, 1.0, True, True),
-    "random_share": (0.0, 1.0, True, True),
+    "decay_power": (0.0, 10.0, True, True),
     "max_predictions_per_seq": (1, 32767, True, True),
-    "global_batch_size": (1, math.inf, True, False),
-    "micro_batch_size": (1, math.inf, True, False),
-    "max_steps": (1, math.inf, True, False),
-    "schedule_steps": (1, math.inf, True, False),
-    "save_steps": (1, math.inf, True, False),
-    "log_steps": (1, math.inf, True, False),
-    "eval_batches": (1, math.inf, True, False),
-    "max_seq_length": (1, math.inf, True, False),
-    "bucket_window": (1, math.inf, True, False),
-    "streams": (1, math.inf, True, False),
-    "warmup_steps": (0, math.inf, True, False),
-    "eval_steps": (0, math.inf, True, False),
     "num_workers": (0, 64, True, True),
-    "keep_checkpoints": (0, math.inf, True, False),
 }
 CHOICES = {
     "objective": OBJECTIVES,

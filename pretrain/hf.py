@@ -135,42 +135,42 @@ def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, t
     return shapes
 
 
-def _weight_map(fs: fsspec.AbstractFileSystem, root: str, source: str) -> dict[str, str]:
-    """The sharded index's tensor name -> shard file, every shard a plain file name in the folder."""
+def _safetensors_files(fs: fsspec.AbstractFileSystem, root: str, path) -> tuple[list[str] | None, str]:
+    """The folder's safetensors files (one, or the shards its index names: plain file names in the
+    folder) and the file that names them (for messages); None for ``pytorch_model.bin``."""
+    if fs.exists(_join(root, SAFETENSORS_FILE)):
+        return [SAFETENSORS_FILE], _join(path, SAFETENSORS_FILE)
+    source = _join(path, SAFETENSORS_INDEX_FILE)
+    if not fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
+        if not fs.exists(_join(root, PYTORCH_FILE)):
+            raise ValueError(
+                f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found"
+            )
+        return None, _join(path, PYTORCH_FILE)
     weight_map = read_json_object(fs, _join(root, SAFETENSORS_INDEX_FILE), source).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ValueError(f"{source}: no weight_map of tensor names to shard files")
     for shard in set(weight_map.values()):
         if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
             raise ValueError(f"{source}: shard {shard!r} is not a file name in the folder")
-    return weight_map
+    return sorted(set(weight_map.values())), source
 
 
 def stored_shapes(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], str]:
     """Tensor name -> shape of an HF-format folder's weights, and the weights file (for messages):
     from the safetensors header(s); a ``pytorch_model.bin`` has none and is read whole."""
     fs, root = fsspec.core.url_to_fs(str(path))
-    if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return _safetensors_shapes(fs, _join(root, SAFETENSORS_FILE)), _join(path, SAFETENSORS_FILE)
-    if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
-        source = _join(path, SAFETENSORS_INDEX_FILE)
-        shapes = {}
-        for shard in sorted(set(_weight_map(fs, root, source).values())):
-            shapes.update(_safetensors_shapes(fs, _join(root, shard)))
-        return shapes, source
-    state, source = read_weights(path)
-    return {name: tuple(tensor.shape) for name, tensor in state.items()}, source
+    files, source = _safetensors_files(fs, root, path)
+    if files is None:
+        return {name: tuple(tensor.shape) for name, tensor in read_weights(path)[0].items()}, source
+    return {k: v for name in files for k, v in _safetensors_shapes(fs, _join(root, name)).items()}, source
 
 
 def tensor_names(path: str | os.PathLike) -> set[str] | None:
-    """The tensor names of an HF-format folder's weights without reading a tensor; None for
-    ``pytorch_model.bin`` or no weights."""
+    """The tensor names of an HF-format folder's weights from their headers; None for
+    ``pytorch_model.bin`` (which only reading it whole tells)."""
     fs, root = fsspec.core.url_to_fs(str(path))
-    if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return set(_safetensors_shapes(fs, _join(root, SAFETENSORS_FILE)))
-    if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
-        return set(_weight_map(fs, root, _join(path, SAFETENSORS_INDEX_FILE)))
-    return None
+    return None if _safetensors_files(fs, root, path)[0] is None else set(stored_shapes(path)[0])
 
 
 def check_vocab_rows(path: str | os.PathLike) -> None:
@@ -196,24 +196,15 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]
     """The tensors of an HF-format folder (safetensors, sharded safetensors or pytorch_model.bin)
     on the CPU, and the weights file's path (for messages)."""
     fs, root = fsspec.core.url_to_fs(str(path))
-
-    def load(name: str) -> dict[str, torch.Tensor]:
+    files, source = _safetensors_files(fs, root, path)
+    state: dict[str, torch.Tensor] = {}
+    for name in files or []:
         try:
-            return safetensors.torch.load(fs.cat_file(_join(root, name)))
+            state.update(safetensors.torch.load(fs.cat_file(_join(root, name))))
         except safetensors.SafetensorError as err:
             raise ValueError(f"{_join(path, name)}: not a valid safetensors file ({err})") from None
-
-    if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return load(SAFETENSORS_FILE), _join(path, SAFETENSORS_FILE)
-    if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
-        source = _join(path, SAFETENSORS_INDEX_FILE)
-        state: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(_weight_map(fs, root, source).values())):
-            state.update(load(shard))
+    if files is not None:
         return state, source
-    source = _join(path, PYTORCH_FILE)
-    if not fs.exists(_join(root, PYTORCH_FILE)):
-        raise ValueError(f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found")
     try:
         state = torch.load(
             io.BytesIO(fs.cat_file(_join(root, PYTORCH_FILE))), map_location="cpu", weights_only=True

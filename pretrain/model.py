@@ -1,44 +1,20 @@
 """BERT (Devlin et al., 2019) for MLM + NSP pre-training, with transformers-compatible parameter names.
 
 The module tree mirrors transformers' ``BertForPreTraining`` (``bert.embeddings.word_embeddings``,
-``bert.encoder.layer.N.attention.self.query``, ..., ``cls.predictions.transform.dense``,
-``cls.predictions.bias``, ``cls.seq_relationship``), so a checkpoint converts both ways by renaming
-nothing: ``pretrain.hf`` only trims the padded vocabulary rows and drops the tied decoder weight.
+``bert.encoder.layer.N.attention.self.query``, ..., ``cls.predictions.transform.dense``), so a
+checkpoint converts both ways by renaming nothing (:mod:`pretrain.hf`). Differences from the
+reference implementations, none of which changes the function computed:
 
-Differences from the reference implementations, none of which changes the function computed:
-
-- Attention goes through ``F.scaled_dot_product_attention`` for padded batches: with the padding
-  mask as a boolean ``attn_mask``, or with ``attn_mask=None`` when the caller passes no mask (a
-  batch without padding; the flash / memory-efficient kernels apply on GPU).
-- A packed batch (:func:`pretrain.batching.pack`) is unpadded once, before the embeddings: the
-  examples' real tokens end to end (``[total_tokens]``, position ids restarting in every segment of
-  ``cu_seqlens``), and every layer keeps ``[total_tokens, hidden]``, so embeddings, projections,
-  FFN and LayerNorm compute no padding and nothing is re-padded between layers. Attention stays
-  within each segment: on CUDA through FlashAttention's variable-length kernel, which takes the
-  flat tensors and the offsets directly (with attention dropout; checked once against padded
-  attention on first use), elsewhere by scattering into a ``[segments, max_seqlen]`` block for the
-  attention alone (:mod:`pretrain.attention`). Segments after the first ``num_examples`` only pad
-  the batch to a static size: they are neither pooled nor predicted. The function computed is the
-  padded one's.
+- Attention is ``F.scaled_dot_product_attention``, without a mask for a batch that has no padding.
+- A packed batch (:func:`pretrain.batching.pack`) is unpadded once, before the embeddings: every
+  layer keeps ``[total_tokens, hidden]``, position ids restart in every segment of ``cu_seqlens``,
+  and attention stays within each segment (:mod:`pretrain.attention`). Segments after the first
+  ``num_examples`` only pad the batch to a static size: they are neither pooled nor predicted.
 - The query, key and value projections run as one matmul against the three weights concatenated
-  (:meth:`BertSelfAttention.projections`): the input is read once by one GEMM of width
-  ``3 * hidden`` instead of three, and the backward runs one GEMM for the input's gradient and one
-  for the weights' instead of three each (the three gradients from attention are stacked for it:
-  one copy, where the separate projections added theirs twice). Fewer, larger GEMMs use the GPU
-  better. The parameters stay ``query``/``key``/``value`` (transformers' names); the
-  concatenation copies ``3 * hidden^2`` weights per layer and step, little beside matmuls over
-  every token. The
-  MLM logits stay a slice of the padded-vocabulary GEMM's output: a GEMM straight to the real
-  vocabulary would have rows of ``vocab_size`` (30,522, not a multiple of 8) and miss the aligned
-  tensor-core kernels, and under bf16 autocast the loss's cast to float32 copies the slice anyway.
-- The MLM head runs only at ``masked_lm_positions`` (sparse prediction, as google-research/bert's
-  ``gather_indexes``), not at every position.
-- The vocabulary is padded to a multiple of ``pad_vocab_to_multiple`` inside the model (embedding
-  rows, decoder rows, decoder bias). Padded rows start at zero and stay there: they are never
-  looked up and their logits are sliced away, so they get no gradient (and AdamW's decay keeps
-  zero at zero). Logits always have the real ``vocab_size`` columns; export trims the rows.
-
-Training logic (optimizer, schedule, AMP) lives in the trainer, not here.
+  (:meth:`BertSelfAttention.projections`): one GEMM of width ``3 * hidden`` instead of three.
+- The MLM head runs only at ``masked_lm_positions`` (sparse prediction, as google-research/bert).
+- The vocabulary is padded to a multiple of ``pad_vocab_to_multiple`` inside the model; the padded
+  rows stay zero, get no gradient, and their logits are sliced away; export trims them.
 """
 
 from __future__ import annotations

@@ -1,36 +1,20 @@
-"""Optimisers and learning-rate schedules for pre-training.
+"""Optimisers, learning-rate schedules and the divergence rule of pre-training.
 
-- :func:`parameter_groups`: weight decay on weights only; biases and LayerNorm parameters (and
-  embeddings' LayerNorm) get none, as in the reference (``exclude_from_weight_decay``).
-- :class:`Lamb`: LAMB (You et al., 2019, "Large Batch Optimization for Deep Learning"), the
-  optimiser of BERT's large-batch recipes; bias-corrected Adam moments, a per-tensor trust ratio
-  ``‖w‖ / ‖update‖`` (1 where either norm is zero). Biases and LayerNorm parameters (the group
-  :func:`parameter_groups` marks ``trust_ratio: False``) get neither weight decay nor the trust
-  ratio, as ``exclude_from_layer_adaptation`` defaults to ``exclude_from_weight_decay`` in the
-  reference LAMB. The step runs on whole groups with ``torch._foreach_*`` ops, not a Python loop;
-  its step count is one tensor per group on the parameters' device (as in NVIDIA's fused LAMB), so
-  that a skipped step is decided there too.
-- AdamW: ``torch.optim.AdamW`` (decoupled weight decay; the reference's ``AdamWeightDecay`` has no
-  bias correction, which only matters in the first few hundred steps of warm-up): torch's fused
-  kernel on CUDA, foreach ops elsewhere (on CPU bitwise the updates of torch's per-tensor loop,
-  which its fused CPU kernel is not).
-- :func:`apply_gradients`: unscale, clip and step, unless the gradients are not finite; the
-  flag stays on the device (fused AdamW and :class:`Lamb` take it as ``GradScaler`` hands it to
-  them), so the host never waits for it. :class:`Health` watches the steps for divergence and
-  raises :class:`Diverged` when it is read (see its docstring for the rule).
-- Two schedules (``--lr-schedule``):
-
-  - ``transformers`` (:func:`warmup_decay`, the default): linear warm-up to the peak over
-    ``warmup_steps`` (``(step + 1) / warmup``), then ``(1 - progress) ** power`` from the end of
-    warm-up to zero at ``max_steps`` — transformers' ``get_polynomial_decay_schedule_with_warmup``.
-  - ``reference`` (:func:`reference_decay`): google-research/bert ``optimization.py``:
-    ``tf.train.polynomial_decay(lr, step, max_steps, end_learning_rate=0, power)`` counted from step
-    0 (so decay already runs during warm-up), replaced while ``step < warmup`` by the linear
-    warm-up ``lr * step / warmup`` (0 at step 0, as in the reference).
+- :func:`parameter_groups`: no weight decay on biases and LayerNorm (the reference's
+  ``exclude_from_weight_decay``); LAMB gives them no trust ratio either.
+- :class:`Lamb`: LAMB (You et al., 2019), bias-corrected Adam moments times a per-tensor trust
+  ratio ``‖w‖ / ‖update‖``, on whole groups with foreach ops. AdamW: torch's, fused on CUDA.
+- :func:`apply_gradients`: unscale, clip and step unless the gradients are not finite, decided on
+  the device (fused AdamW and :class:`Lamb` take the flag as ``GradScaler`` hands it over).
+- :class:`Health`: the divergence rule; :class:`Diverged`: the error it raises.
+- Schedules (``--lr-schedule``): ``transformers`` (:func:`warmup_decay`: linear warm-up, then
+  polynomial decay to 0) and ``reference`` (:func:`reference_decay`: google-research/bert's
+  ``polynomial_decay`` from step 0, overridden by the warm-up ``lr * step / warmup``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
@@ -56,24 +40,11 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB: Adam moments with a layer-wise trust ratio (see the module docstring).
+    """LAMB (see the module docstring). Like torch's fused optimizers it takes ``found_inf`` and
+    ``grad_scale`` (0-d tensors) from ``GradScaler`` or :func:`step_unless`: a step with
+    ``found_inf`` set leaves everything as it was, decided on the device."""
 
-    Like torch's fused optimizers it reads ``found_inf`` and ``grad_scale`` (0-d tensors) when
-    ``GradScaler`` or :func:`step_unless` set them: the gradients are unscaled by ``grad_scale``,
-    and a step with ``found_inf`` nonzero leaves parameters, moments and step counts as they were,
-    without the flag being read on the host.
-    """
-
-    def __init__(
-        self,
-        params: Iterable,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.01,
-    ) -> None:
-        if lr <= 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"invalid LAMB settings: lr={lr}, betas={betas}, eps={eps}")
+    def __init__(self, params: Iterable, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01) -> None:
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self._step_supports_amp_scaling = True  # GradScaler hands over found_inf and grad_scale
 
@@ -91,13 +62,7 @@ class Lamb(torch.optim.Optimizer):
                 self._update_group(group, params, grad_scale, found_inf)
         return loss
 
-    def _update_group(
-        self,
-        group: dict,
-        params: list[torch.Tensor],
-        grad_scale: torch.Tensor | None,
-        found_inf: torch.Tensor | None,
-    ) -> None:
+    def _update_group(self, group: dict, params: list[torch.Tensor], grad_scale, found_inf) -> None:
         beta1, beta2 = group["betas"]
         adapt = group.get("trust_ratio", True)
         grads = [p.grad.float() for p in params]  # fp32 gradients: the tensors themselves
@@ -170,12 +135,8 @@ def _zero_unless(tensors: list[torch.Tensor], keep: torch.Tensor) -> None:
 
 
 def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
-    """``optimizer.step()`` unless ``found_inf`` (a 0-d float tensor, nonzero to skip) is set.
-
-    Optimizers that take the flag (fused AdamW, :class:`Lamb`: ``_step_supports_amp_scaling``)
-    get it as ``GradScaler`` gives it and skip on the device, with no host sync; any other reads
-    it on the host first.
-    """
+    """``optimizer.step()`` unless ``found_inf`` (0-d, nonzero to skip): decided on the device by
+    optimizers that take the flag (``_step_supports_amp_scaling``), on the host by the others."""
     if getattr(optimizer, "_step_supports_amp_scaling", False):
         optimizer.grad_scale, optimizer.found_inf = None, found_inf
         try:
@@ -186,12 +147,7 @@ def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> No
         optimizer.step()
 
 
-def apply_gradients(
-    params: list[torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    max_grad_norm: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def apply_gradients(params: list, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> tuple:
     """Unscale, clip and apply the accumulated gradients unless their norm is not finite. Returns
     the norm (before clipping) and a 0-d float tensor, 1 when the update was skipped, both on the
     device, unread. With fp16 the scaler lowers its scale after a step whose gradients overflowed."""
@@ -253,8 +209,7 @@ class Health:
             )
 
 
-FUSED_DEVICES = ("cuda",)
-"""Devices where AdamW runs torch's fused kernel (elsewhere: foreach ops)."""
+FUSED_DEVICES = ("cuda",)  # AdamW's fused kernel; foreach ops elsewhere
 
 
 def build_optimizer(
@@ -294,14 +249,8 @@ SCHEDULES = {"transformers": warmup_decay, "reference": reference_decay}
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer,
-    lr: float,
-    warmup_steps: int,
-    max_steps: int,
-    power: float = 1.0,
-    start_step: int = 0,
-    schedule: str = "transformers",
-) -> torch.optim.lr_scheduler.LambdaLR:
+    optimizer, lr: float, warmup_steps: int, max_steps: int, power=1.0, start_step=0, schedule="transformers"
+):
     """The ``schedule`` (a key of :data:`SCHEDULES`) with peak ``lr``, positioned at ``start_step``
     (a resumed run gets the rate an uninterrupted one would have, under the schedule given now)."""
     if schedule not in SCHEDULES:
@@ -309,8 +258,5 @@ def build_scheduler(
     multiplier = SCHEDULES[schedule]
     for group in optimizer.param_groups:
         group["initial_lr"] = lr
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: multiplier(step, warmup_steps, max_steps, power),
-        last_epoch=start_step - 1,
-    )
+    rate = functools.partial(multiplier, warmup_steps=warmup_steps, max_steps=max_steps, power=power)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rate, last_epoch=start_step - 1)

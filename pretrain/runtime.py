@@ -11,22 +11,12 @@ from typing import Any
 import fsspec
 import torch
 
-from pretrain.config import MAX_SEED, PRECISIONS, non_negative_finite, positive_finite, seed_in_range
+from pretrain.config import MAX_SEED as MAX_SEED  # finetune reads these here
+from pretrain.config import PRECISIONS as PRECISIONS
+from pretrain.config import non_negative_finite as non_negative_finite
+from pretrain.config import positive_finite as positive_finite
+from pretrain.config import seed_in_range as seed_in_range
 from schemas import files
-
-__all__ = [
-    "MAX_SEED",
-    "PRECISIONS",
-    "autocast",
-    "exists",
-    "non_negative_finite",
-    "output_folder",
-    "positive_finite",
-    "resolve_device",
-    "resolve_precision",
-    "seed_in_range",
-    "write_json",
-]
 
 
 def resolve_device(name: str) -> torch.device:

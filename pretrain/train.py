@@ -1,30 +1,22 @@
 """The pre-training loop: one process per device, DDP under torchrun, exact resume.
 
 One optimizer step = ``accumulation`` micro batches per rank × ``world_size`` ranks =
-``--global-batch-size`` examples. Every rank reads its own disjoint streams of the shards
-(:class:`pretrain.data.ExampleShards`), so a step's examples do not depend on the number of
-DataLoader workers, and the reader's position is part of every checkpoint.
+``--global-batch-size`` examples, each rank reading its own streams of the shards
+(:mod:`pretrain.data`). A checkpoint holds the model, optimizer, scheduler, grad scaler, every
+rank's RNG states, the counters and the reader's position: on CPU a resumed run is bitwise equal
+to one that never stopped (tested by SIGKILL).
 
-Exact resume. A checkpoint holds the model, optimizer, scheduler, grad scaler, every rank's RNG
-states, the step, tokens seen and the reader's position. The DataLoader gets its own generator,
-so making one does not shift the global RNG that dropout draws from. On CPU a resumed run is
-bitwise equal to one that never stopped (tested by SIGKILL).
+No host sync inside a step: what a step counts from a batch is read from the host copy
+(:mod:`pretrain.feed`); losses, counts, skipped steps and the divergence watch
+(:class:`pretrain.optim.Health`) stay on the device until a metrics record or a checkpoint reads
+them; with DDP the loss weights come from an all-reduce the host does not wait for, and the
+ranks agree on a stop signal in a background gloo all-reduce read one step later.
 
-No host sync inside a step. What the step counts from a batch is read from the host copy
-(:mod:`pretrain.feed`); losses, accuracy counts, skipped steps and the divergence watch
-(:class:`pretrain.optim.Health`) stay on the device and are read at metrics records
-(``--log-steps``) and before every checkpoint; with DDP the loss weights come from an all-reduce
-on the device that the host does not wait for, and the ranks agree on a stop signal over a
-background host (gloo) all-reduce read one step later.
+Divergence stops the run (:class:`pretrain.optim.Diverged`, exit 1) at the first read after the
+bad step; no checkpoint after that step, nor one holding a tensor that is not finite, is committed.
 
-Divergence. A step whose gradients are not finite is not applied. The run stops with
-:class:`pretrain.optim.Diverged` (exit 1) at the first read after a step whose loss or gradients
-were not finite (fp16: :data:`pretrain.optim.MAX_FP16_SKIPS` overflowing steps in a row), and
-never commits a checkpoint after that step, nor one holding a non-finite tensor.
-
-Phase 2. ``--resume RUN --shards OTHER``: the model, optimizer and step continue; the reader
-starts at the beginning of the new shards, and the learning-rate schedule is re-evaluated with the
-new ``--max-steps``/``--warmup-steps``.
+Phase 2 (``--resume RUN --shards OTHER``): model, optimizer and step continue; the reader starts
+at the beginning of the new shards; the schedule follows the new ``--max-steps``.
 """
 
 from __future__ import annotations
@@ -86,20 +78,6 @@ def train(
         return trainer.fit()
 
 
-class _Stop:
-    """A stop signal (pre-emption): finish the step, save a checkpoint, stop (``fit`` then raises
-    ``Stopped``: exit 128 + N). A second signal stops at once; the checkpoints committed before
-    stay complete."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def __call__(self, signum, frame) -> None:
-        if self.signum is not None:
-            raise Stopped(signum, "the checkpoints committed before are complete")
-        self.signum = signum
-
-
 @dataclass
 class Position:
     """Where a run is: optimizer steps, tokens trained on, skipped steps, the reader's place."""
@@ -111,24 +89,31 @@ class Position:
     batches_done: int = 0
 
 
-class _StopVote:
-    """Whether every rank stops now: one rank reads its own signal; several cast their vote each
-    step in a background all-reduce over gloo and act on the vote of the step before."""
+class _Stop:
+    """A stop signal (pre-emption): the step ends, a checkpoint is saved, ``fit`` raises ``Stopped``
+    (exit 128 + N); a second signal stops at once. Several ranks vote each step in a background
+    gloo all-reduce and act on the vote of the step before, so every rank stops at the same step."""
 
-    def __init__(self, procs: Processes, stop: _Stop) -> None:
-        self.stop, self.several = stop, procs.world_size > 1
-        self.group = dist.new_group(backend="gloo") if self.several else None
+    def __init__(self, procs: Processes) -> None:
+        self.signum: int | None = None
+        self.group = dist.new_group(backend="gloo") if procs.world_size > 1 else None
         self.pending: tuple[dist.Work, torch.Tensor] | None = None
 
-    def __call__(self) -> bool:
-        if not self.several:
-            return self.stop.signum is not None
+    def __call__(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise Stopped(signum, "the checkpoints committed before are complete")
+        self.signum = signum
+
+    def now(self) -> bool:
+        """Whether every rank stops after this step."""
+        if self.group is None:
+            return self.signum is not None
         decided = False
         if self.pending is not None:
             work, votes = self.pending
             work.wait()
             decided = bool(votes[0] > 0)  # a host tensor
-        votes = torch.tensor([float(self.stop.signum is not None)])
+        votes = torch.tensor([float(self.signum is not None)])
         self.pending = (dist.all_reduce(votes, group=self.group, async_op=True), votes)
         return decided
 
@@ -199,7 +184,8 @@ class Trainer:
         resumed = self.position.step if self.setup.trainer_state is not None else None
         self.metrics = MetricsLog(self.output, resumed, scratch) if procs.is_main else None
         self.last_saved = resumed
-        self._log_start()
+        if procs.is_main:
+            self._log_start()
         on_gpu = procs.device.type == "cuda"
         self.peak = peak_flops(torch.cuda.get_device_name(procs.device), cfg.precision) if on_gpu else None
         self.window = _Window(procs.device)
@@ -207,19 +193,16 @@ class Trainer:
         self.first_record = True  # this process's first metrics record includes start-up
         self.progress = None
 
-    # -- build ------------------------------------------------------------------------------------
-
     def _open_shards(self, option: str, url: str, **settings) -> ExampleShards:
         cfg, procs = self.cfg, self.procs
+        settings |= {
+            "batch_size": self.micro,
+            "seed": cfg.seed,
+            "rank": procs.rank,
+            "world_size": procs.world_size,
+        }
         try:
-            return ExampleShards(
-                url,
-                batch_size=self.micro,
-                seed=cfg.seed,
-                rank=procs.rank,
-                world_size=procs.world_size,
-                **settings,
-            )
+            return ExampleShards(url, **settings)
         except InputError as err:
             raise InputError(f"{option} {url}: {err}") from None
 
@@ -230,13 +213,8 @@ class Trainer:
         self.reader = self._open_shards("--shards", cfg.shards, streams=cfg.streams)
         self.setup = prepare(cfg, self.reader, self.procs.device)
         vocab = self.setup.vocab
-        self.layout = BatchLayout(
-            cfg.batching,
-            cfg.bucket_window,
-            cfg.seed,
-            self.procs.rank,
-            max_seq_length=self.setup.max_seq_length,
-        )
+        rank, length = self.procs.rank, self.setup.max_seq_length
+        self.layout = BatchLayout(cfg.batching, cfg.bucket_window, cfg.seed, rank, max_seq_length=length)
         self.reader.vocab_size = vocab.vocab_size  # token ids at or beyond it are refused
         if cfg.dynamic_masking:
             try:
@@ -250,14 +228,13 @@ class Trainer:
         self.workers = workers if cfg.num_workers else 0
         self.validation = None
         if cfg.validation_shards:
-            self.validation = self._open_shards(
-                "--validation-shards",
-                cfg.validation_shards,
-                shuffle=False,
-                streams=1,
-                vocab_sha256=vocab.vocab_sha256,
-                vocab_size=vocab.vocab_size,
-            )
+            fixed = {
+                "shuffle": False,
+                "streams": 1,
+                "vocab_size": vocab.vocab_size,
+                "vocab_sha256": vocab.vocab_sha256,
+            }
+            self.validation = self._open_shards("--validation-shards", cfg.validation_shards, **fixed)
             self.validation.masking = validation_masking(self.validation.params, vocab.vocab)
 
     def _build_optimization(self) -> None:
@@ -294,15 +271,8 @@ class Trainer:
                 ckpt.set_rng_state(rng)
         step = self.position.step
         schedule_steps = cfg.schedule_steps or cfg.max_steps
-        self.scheduler = build_scheduler(
-            self.optimizer,
-            cfg.lr,
-            cfg.warmup_steps,
-            schedule_steps,
-            cfg.decay_power,
-            step,
-            schedule=cfg.lr_schedule,
-        )
+        schedule = (cfg.lr, cfg.warmup_steps, schedule_steps, cfg.decay_power, step, cfg.lr_schedule)
+        self.scheduler = build_scheduler(self.optimizer, *schedule)
         if step >= cfg.max_steps:
             raise UsageError(f"the run is already at step {step}; raise --max-steps above it to continue")
         data = (state or {}).get("data")
@@ -343,22 +313,11 @@ class Trainer:
                 log.info("torch.compile (mode %s): the first steps compile the model", cfg.compile_mode)
 
     def _log_start(self) -> None:
-        if self.procs.is_main:
-            config, cfg = self.model.config, self.cfg
-            log.info(
-                "training %dx%d (%.1fM parameters) on %s: %d examples, %d rank(s) × %d × %d micro batch; "
-                "from step %d to %d",
-                config.num_hidden_layers,
-                config.hidden_size,
-                sum(p.numel() for p in self.model.parameters()) / 1e6,
-                cfg.shards,
-                self.reader.num_examples,
-                self.procs.world_size,
-                self.accumulation,
-                self.micro,
-                self.position.step,
-                cfg.max_steps,
-            )
+        config, cfg, params = self.model.config, self.cfg, sum(p.numel() for p in self.model.parameters())
+        split = f"{self.procs.world_size} rank(s) × {self.accumulation} × {self.micro} micro batch"
+        where = (cfg.shards, self.reader.num_examples, split, self.position.step, cfg.max_steps)
+        size = f"{config.num_hidden_layers}x{config.hidden_size} ({params / 1e6:.1f}M parameters)"
+        log.info("training %s on %s: %d examples, %s; from step %d to %d", size, *where)
 
     def batches(self):
         """``(micro batch, the reader's (epoch, batches done) after it)`` from the current
@@ -376,20 +335,18 @@ class Trainer:
                     batch = left_to_right_batch(batch)
                 yield batch, (epoch, done)
 
-    # -- the loop ---------------------------------------------------------------------------------
-
     def fit(self) -> dict:
         """Train from the current position to ``--max-steps`` (or a stop signal); return the last
         training metrics record."""
         cfg, procs, position = self.cfg, self.procs, self.position
-        stop = _Stop()
+        stop = _Stop(procs)
         previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
         if procs.is_main:  # a bar on a terminal; elsewhere the log lines carry steps/s and ETA
             shown = None if log.isEnabledFor(logging.INFO) else False  # --quiet: no bar, no lines
             self.progress = Progress(
                 cfg.max_steps, desc="pretrain", initial=position.step, enabled=shown, interval_s=None
             )
-        data, stop_now = DeviceFeed(self.batches(), procs.device), _StopVote(procs, stop)
+        data = DeviceFeed(self.batches(), procs.device)
         record: dict = {}
         finished = False
         self.window.reset()
@@ -403,7 +360,7 @@ class Trainer:
                 if self.validation is not None and cfg.eval_steps and step % cfg.eval_steps == 0:
                     if step < cfg.max_steps:
                         self.evaluate()
-                stopping = stop_now()
+                stopping = stop.now()
                 if step % cfg.save_steps == 0 or step == cfg.max_steps or stopping:
                     self.checkpoint()
                 if stopping:
@@ -494,8 +451,6 @@ class Trainer:
         if self.compiled and self.cfg.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # the outputs of the last run are done with
         return self.loss(self.forward(**batch.inputs), **batch.targets)
-
-    # -- log, evaluate, checkpoint ----------------------------------------------------------------
 
     def _saved(self) -> str:
         """What a divergence leaves: the newest checkpoint, and how to go on from it."""
@@ -692,9 +647,6 @@ class Trainer:
         if self.procs.is_main:
             self.metrics.close()
             self.metrics.plot()
-
-
-# -- helpers ----------------------------------------------------------------------------------------
 
 
 def _checked_settings(cfg: PretrainConfig, procs: Processes) -> tuple[int, int, str]:
