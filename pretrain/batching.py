@@ -1,24 +1,17 @@
 """Batch layouts for the trainer: padded, length-bucketed or packed (``pretrain --batching``).
 
-The reader (:class:`pretrain.data.ExampleShards`) yields padded batches of a fixed number of
-examples; :class:`BatchLayout` turns a rank's sequence of them into the batches the model runs on,
-in the trainer's process, without changing which examples a step sees:
+:class:`BatchLayout` turns a rank's sequence of padded batches (the reader's) into the batches the
+model runs on, without changing which examples a step sees:
 
-- ``padded``: as read — every batch padded to its longest example, rounded up to a multiple of 8
-  (what transformers' ``DataCollatorForLanguageModeling`` does).
-- ``bucketed``: the examples of every ``window`` consecutive batches are sorted by length (ties
-  broken at random) and cut into batches of the same size again, which are then shuffled; each is
-  trimmed to its longest example (a multiple of 8). Little padding remains, and a batch whose
-  examples all have the trimmed width has none, so the model attends without a mask (flash
-  kernels on GPU). The order is a function of ``(seed, epoch, rank, window)``: a resumed run
-  reads its window again from the window's first batch and skips what it consumed, so it sees
-  exactly the batches of a run that never stopped.
-- ``packed``: every batch becomes its real tokens end to end (``[total_tokens]``) with
-  ``cu_seqlens`` offsets and ``max_seqlen``; the model computes nothing on padding (see
-  :class:`pretrain.model.Packed`). Losses equal the padded batch's.
+- ``padded``: as read, each batch padded to its longest example rounded up to a multiple of 8.
+- ``bucketed``: the examples of every ``window`` consecutive batches sorted by length (ties at
+  random), cut into batches of the same size, shuffled, each trimmed to its longest example. The
+  order is a function of ``(seed, epoch, rank, window)``: a resumed run reads its window again
+  from its first batch and skips what it consumed.
+- ``packed``: every batch as its real tokens end to end with ``cu_seqlens`` offsets
+  (:func:`pack`); the model computes nothing on padding.
 
-Evaluation uses :meth:`BatchLayout.single` (trim or pack one batch, no regrouping), so the
-figures of a fixed number of validation batches do not depend on the layout.
+Evaluation uses :meth:`BatchLayout.single` (one batch, no regrouping).
 """
 
 from __future__ import annotations
@@ -84,19 +77,13 @@ def bucket(batches: list[Batch], rng: np.random.Generator) -> list[Batch]:
     return [trim({k: v[groups[i]] for k, v in pool.items()}) for i in rng.permutation(len(groups))]
 
 
-STATIC_SIZES = 32
-"""A packed batch's token count is rounded up to a multiple of ``1/STATIC_SIZES`` of its capacity
-(examples x sequence length): at most ``STATIC_SIZES + 1`` shapes, 2-3 in practice."""
+STATIC_SIZES = 32  # a packed batch's token count: a multiple of 1/32 of its capacity
 
 
 def static_layout(num_examples: int, max_seqlen: int) -> tuple[int, int]:
     """(token step, padding segments) of the static packed layout of batches of ``num_examples``
-    examples up to ``max_seqlen`` tokens (see :func:`pack`).
-
-    The tail that rounds the real tokens up to a multiple of the step is cut into the fixed number
-    of padding segments, each 1 to ``max_seqlen`` tokens long: ``pack`` keeps at least one token
-    per padding segment, so the tail is ``segments`` to ``segments + step - 1`` tokens, and
-    ``segments`` is the least count for which that never exceeds ``segments * max_seqlen``."""
+    examples up to ``max_seqlen`` tokens: the tail that rounds the tokens up to a multiple of the
+    step is cut into the fewest segments of 1 to ``max_seqlen`` tokens that always hold it."""
     if num_examples < 1 or max_seqlen < 2:
         raise ValueError(
             f"a packed layout needs examples >= 1 and max_seqlen >= 2, got {num_examples}, {max_seqlen}"
@@ -118,14 +105,9 @@ def pack(batch: Batch, max_seq_length: int | None = None) -> Batch:
     ``num_examples`` (0-d) says how many segments are examples. The prediction and NSP tensors stay
     as they were (positions relative to each example).
 
-    Why static: ``torch.compile`` specialises a graph on its input shapes and CUDA graphs replay
-    fixed ones, so a token count and a segment count that changed every step would recompile every
-    step. Rounded up, a shard set's batches take 2-3 sizes (their real token counts vary by ~1%)
-    at a cost of half a step of padding tokens on average (~1.6%; the padded layout computes ~6% at
-    128). The flash kernel's cost does not depend on ``max_seqlen`` beyond launch bounds, so the
-    shards' length serves every batch. Losses do not change: padding segments attend only among
-    themselves, are neither pooled nor predicted, and count in no token total
-    (:func:`num_real_tokens`, :func:`batch_shape`) or MFU.
+    Static, so that ``torch.compile`` and CUDA graphs see a few shapes, not one per step. Losses
+    do not change: padding segments attend only among themselves, are neither pooled nor
+    predicted, and count in no token total (:func:`num_real_tokens`, :func:`batch_shape`).
     """
     real = batch["attention_mask"].bool()
     lengths = real.sum(1)

@@ -1,23 +1,12 @@
-"""Training metrics: JSONL and TensorBoard on rank 0, MFU, and PNG plots at the end of a run.
+"""Training metrics on rank 0: ``metrics.jsonl`` (one JSON object per record, ``"split"``
+``train`` or ``validation``), TensorBoard events, MFU, and PNG curves at the end of a run.
 
-``metrics.jsonl`` holds one JSON object per logging step (``"split": "train"``) or evaluation
-(``"split": "validation"``). On resume, records after the checkpoint's step are dropped, so the
-file always describes the training that the checkpoints hold. Bucket outputs are written from a
-local mirror at every flush (a bucket object cannot be appended to).
-
-Each training record says whether its window includes the process's start-up (``startup_window``:
-the first record after start or resume, which also holds ``torch.compile``'s compilation), so that
-steady-state figures leave it out.
-
-MFU = achieved model FLOPs / the GPU's peak dense FLOPs for the precision, with model FLOPs per
-token from :func:`pretrain.model.training_flops_per_token` at the batch's padded length and
-counting real (non-padding) tokens only; reported for the GPUs in :data:`PEAK_TFLOPS`.
-
-TensorBoard is optional: without the ``tensorboard`` package a run warns once, at start, and
-writes ``metrics.jsonl`` and the plots only; without ``matplotlib`` (a bare GPU image) it warns at
-the end and writes no plots. The TensorBoard mirror of a bucket output goes to the run's scratch
-folder (:func:`pretrain.outputs.run_scratch`). ``metrics.jsonl`` and the plots are written whole
-(``schemas.files``); TensorBoard's event files grow as it appends to them.
+On resume, records after the checkpoint's step are dropped, so the file describes the training
+the checkpoints hold. A bucket output is written from a local mirror at every flush (a bucket
+object cannot be appended to); the TensorBoard mirror lives in the run's scratch folder. Without
+``tensorboard`` (the ``train`` extra) a run warns once and writes the rest; without
+``matplotlib`` it writes no plots. MFU counts real tokens against the peak of the GPUs in
+:data:`PEAK_TFLOPS`.
 """
 
 from __future__ import annotations
@@ -32,6 +21,7 @@ import tempfile
 import fsspec
 
 from schemas.files import write_file
+from schemas.inputs import field, lines, loads
 
 log = logging.getLogger("pretrain")
 TENSORBOARD_MISSING = (
@@ -40,16 +30,13 @@ TENSORBOARD_MISSING = (
 )
 
 # Dense tensor-core peak TFLOP/s per GPU: (bf16/fp16, tf32) from the vendors' data sheets (SXM parts).
-PEAK_TFLOPS = {
-    "H200": (989.0, 494.0),
-    "H100": (989.0, 494.0),
-    "A100": (312.0, 156.0),
-    "L40S": (362.0, 183.0),
+PEAK_TFLOPS = {"H200": (989.0, 494.0), "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L40S": (362.0, 183.0)}
+PEAK_TFLOPS |= {
     "L4": (121.0, 60.0),
     "A10": (125.0, 62.5),
     "V100": (125.0, 15.7),
     "T4": (65.0, 8.1),
-}
+}  # after L40S
 
 
 def peak_flops(device_name: str, precision: str) -> float | None:
@@ -70,11 +57,8 @@ def tensorboard_available() -> bool:
 
 
 class MetricsLog:
-    """Rank 0's metrics: ``metrics.jsonl`` and TensorBoard events under the run folder.
-
-    ``scratch``: the run's temporary folder (the caller removes it); without one the log makes
-    its own and removes it in :meth:`close`.
-    """
+    """Rank 0's metrics under the run folder; ``scratch``: the run's temporary folder (None: the
+    log makes its own and removes it in :meth:`close`)."""
 
     def __init__(self, output: str, resume_step: int | None, scratch: str | None = None) -> None:
         self.output = output.rstrip("/")
@@ -83,8 +67,12 @@ class MetricsLog:
         self.records: list[dict] = []
         path = f"{self.root}/metrics.jsonl"
         if resume_step is not None and self.fs.exists(path):
-            lines = self.fs.cat_file(path).decode("utf-8").splitlines()
-            self.records = [r for r in map(json.loads, filter(None, lines)) if r["step"] <= resume_step]
+            with self.fs.open(path, "rb") as f:
+                for number, line in enumerate(lines(f, path), 1):
+                    where = f"{self.output}/metrics.jsonl line {number}"
+                    record = loads(line, where) if line.strip() else None
+                    if record is not None and field(record, "step", int, where) <= resume_step:
+                        self.records.append(record)
         self._own_scratch = scratch is None
         self.scratch = tempfile.mkdtemp(prefix="pretrain-run-") if scratch is None else scratch
         self._mirror = None if self.local else os.path.join(self.scratch, "tensorboard")
@@ -124,11 +112,8 @@ class MetricsLog:
             self._upload_events()
 
     def close(self) -> None:
-        """Write everything out and close TensorBoard (and a scratch folder of the log's own).
-
-        Safe to call again (a failed run closes its log on the way out): the writer is closed
-        before the events are uploaded, since its last events reach the mirror only then.
-        """
+        """Write everything out and close TensorBoard (the writer first: its last events reach the
+        mirror only then); safe to call again."""
         if self._closed:
             return
         self._closed = True
@@ -167,30 +152,23 @@ class MetricsLog:
 
         train = [r for r in self.records if r.get("split", "train") == "train"]
         valid = [r for r in self.records if r.get("split") == "validation"]
-        panels = [
-            (
-                "loss",
-                [
-                    ("train", train, "loss"),
-                    ("train MLM", train, "mlm_loss"),
-                    ("train NSP", train, "nsp_loss"),
-                    ("validation MLM", valid, "mlm_loss"),
-                ],
-            ),
-            (
-                "accuracy",
-                [
-                    ("train MLM", train, "mlm_accuracy"),
-                    ("train NSP", train, "nsp_accuracy"),
-                    ("validation MLM", valid, "mlm_accuracy"),
-                    ("validation NSP", valid, "nsp_accuracy"),
-                ],
-            ),
-            ("learning rate", [("lr", train, "lr")]),
-            ("throughput (tokens/s)", [("tokens/s", train, "tokens_per_s")]),
+        panels = {
+            "loss": [
+                ("train", train, "loss"),
+                ("train MLM", train, "mlm_loss"),
+                ("train NSP", train, "nsp_loss"),
+            ],
+            "accuracy": [("train MLM", train, "mlm_accuracy"), ("train NSP", train, "nsp_accuracy")],
+            "learning rate": [("lr", train, "lr")],
+            "throughput (tokens/s)": [("tokens/s", train, "tokens_per_s")],
+        }
+        panels["loss"].append(("validation MLM", valid, "mlm_loss"))
+        panels["accuracy"] += [
+            ("validation MLM", valid, "mlm_accuracy"),
+            ("validation NSP", valid, "nsp_accuracy"),
         ]
         figure, axes = plt.subplots(2, 2, figsize=(11, 7))
-        for axis, (title, series) in zip(axes.flat, panels, strict=True):
+        for axis, (title, series) in zip(axes.flat, panels.items(), strict=True):
             for label, records, key in series:
                 points = [(r["step"], r[key]) for r in records if key in r]
                 if points:
