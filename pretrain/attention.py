@@ -26,12 +26,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-FLASH_DEVICE_TYPES: frozenset[str] = frozenset({"cuda"})
-"""Device types where packed attention may run the flash kernel (the tests add ``cpu``, with a
-reference kernel registered for the aten op there)."""
-
-kernel_choices: dict[str, str] = {}
-"""The kernel chosen per device (``cuda:0``, ``cpu``): ``flash`` or ``padded``."""
+FLASH_DEVICE_TYPES = frozenset({"cuda"})  # the tests add "cpu", with a reference kernel for the op
+kernel_choices: dict[str, str] = {}  # device ("cuda:0", "cpu") -> "flash" or "padded"
 
 
 class Packed(NamedTuple):
@@ -62,47 +58,26 @@ class Packed(NamedTuple):
 
 
 def packed_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    layout: Packed,
-    dropout_p: float = 0.0,
-    *,
-    kernel: str | None = None,
+    q, k, v, layout: Packed, dropout_p: float = 0.0, *, kernel: str | None = None
 ) -> torch.Tensor:
     """Attention within each segment of flat ``[total_tokens, heads, head_dim]`` q/k/v (the last
     dimension contiguous); ``[total_tokens, heads, head_dim]`` out. ``kernel``: ``flash``,
-    ``padded``, or None for :func:`choose_kernel`'s choice."""
-    kernel = (
-        kernel or kernel_choices.get(str(q.device)) or choose_kernel(q.device, q.dtype, q.size(1), q.size(2))
-    )
+    ``padded``, or None for the device's (:func:`choose_kernel`)."""
+    kernel = kernel or kernel_choices.get(str(q.device))
+    kernel = kernel or choose_kernel(q.device, q.dtype, q.size(1), q.size(2))
     if kernel == "flash":
         return flash_varlen_attention(q, k, v, layout.offsets, layout.max_seqlen, dropout_p)
     return padded_attention(q, k, v, layout, dropout_p)
 
 
 def flash_varlen_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    offsets: torch.Tensor,
-    max_seqlen: int,
-    dropout_p: float = 0.0,
+    q, k, v, offsets: torch.Tensor, max_seqlen: int, dropout_p: float = 0.0
 ) -> torch.Tensor:
     """FlashAttention-2's variable-length kernel over segments cut at ``offsets`` (int32, on the
     device); differentiable, with dropout; see the module docstring."""
+    lengths = (offsets, offsets, max_seqlen, max_seqlen)  # queries', keys'
     return torch.ops.aten._flash_attention_forward(
-        q,
-        k,
-        v,
-        offsets,
-        offsets,
-        max_seqlen,
-        max_seqlen,
-        dropout_p,
-        False,
-        False,
-        scale=q.size(-1) ** -0.5,
+        q, k, v, *lengths, dropout_p, False, False, scale=q.size(-1) ** -0.5
     )[0]
 
 
@@ -132,9 +107,6 @@ def _key_mask(layout: Packed) -> torch.Tensor:
     return torch.arange(layout.max_seqlen, device=lengths.device)[None, :] < lengths[:, None]
 
 
-# --- the kernel choice ----------------------------------------------------------------------------
-
-
 def choose_kernel(device: torch.device, dtype: torch.dtype, heads: int, head_dim: int) -> str:
     """The kernel of packed attention on ``device`` by the rule of the module docstring, kept in
     :data:`kernel_choices` for the device: the trainer decides at start-up, before compiling, so
@@ -144,9 +116,7 @@ def choose_kernel(device: torch.device, dtype: torch.dtype, heads: int, head_dim
         device = torch.device("cuda", torch.cuda.current_device())
     flash = device.type in FLASH_DEVICE_TYPES and head_dim % 8 == 0 and head_dim <= 256
     if flash and device.type == "cuda":
-        flash = dtype in (torch.float16, torch.bfloat16) and torch.cuda.get_device_capability(device) >= (
-            8,
-            0,
-        )
+        ampere = torch.cuda.get_device_capability(device) >= (8, 0)
+        flash = ampere and dtype in (torch.float16, torch.bfloat16)
     kernel_choices[str(device)] = "flash" if flash else "padded"
     return kernel_choices[str(device)]

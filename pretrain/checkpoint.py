@@ -1,26 +1,17 @@
 """Atomic, resumable training checkpoints on local paths or buckets (fsspec).
 
-Layout of a run folder::
+``RUN/checkpoints/step-00001000/`` holds the model in transformers' layout (``config.json``,
+``model.safetensors``), ``vocab.txt``, the trainer state (``trainer.json`` + ``.safetensors``:
+optimizer, scheduler, scaler, counters, reader position, settings, casing, vocabulary hash),
+every rank's RNG states (``rng-rankNNNNN.json`` + ``.safetensors``), and ``COMMITTED``, written
+last by rank 0: the step, the run id and each file's size and SHA-256. Nothing is unpickled: a
+state's tensors go to safetensors and the rest to a JSON tree that names them.
 
-    RUN/checkpoints/step-00001000/
-        config.json, model.safetensors   the model, in transformers' layout
-        vocab.txt                        the vocabulary it trained with
-        trainer.json, trainer.safetensors
-                                         optimizer, scheduler, grad scaler, step, tokens seen,
-                                         the reader's position, the run's settings, casing,
-                                         vocabulary hash: tensors in safetensors, the rest JSON
-        rng-rank00000.json/.safetensors  every rank's RNG states (Python, NumPy, torch CPU, CUDA)
-        COMMITTED                        written last, by rank 0, after every rank's files: the
-                                         step, the run id and each file's size and SHA-256
-
-Nothing is unpickled: :func:`save_state` splits a state into its tensors (safetensors) and a JSON
-tree that names them. A checkpoint counts only once ``COMMITTED`` exists and every file has the
-size it records; :func:`resolve` (resume, export, fine-tuning) also checks every file's SHA-256,
-and refuses a checkpoint whose files record another run or step than ``COMMITTED`` (each file
-records both: :class:`Stamp`), whose folder name is not its step, that links out of its run's
-``checkpoints/``, or whose run is not the run folder's (``.output.json``). Every file read is
-validated; a problem is one :class:`~schemas.commands.InputError` naming the file. A state with a
-tensor that is not finite is refused when loaded (:func:`load_state`).
+A checkpoint counts once ``COMMITTED`` exists and every file has its size; :func:`resolve`
+(resume, export, fine-tuning) also checks every SHA-256 and that every file records the run and
+step ``COMMITTED`` does (:class:`Stamp`), that the folder is named for its step, links nowhere
+outside its run's ``checkpoints/``, and belongs to the run folder's run (``.output.json``). Every
+file read is validated; a problem is one :class:`~schemas.commands.InputError` naming the file.
 """
 
 from __future__ import annotations
@@ -66,8 +57,7 @@ class Stamp:
     run_id: str
     step: int
 
-    def metadata(self) -> dict[str, str]:
-        """As safetensors metadata (strings only)."""
+    def metadata(self) -> dict[str, str]:  # safetensors metadata: strings only
         return {"run_id": self.run_id, "step": str(self.step)}
 
 
@@ -126,8 +116,7 @@ def _decode(tree: object, tensors: dict[str, torch.Tensor]) -> object:
 
 
 def shared_run_id(world_size: int, run_id: str | None) -> str:
-    """The run id every rank stamps its files with: rank 0's ``run_id`` (a new one when it has
-    none), sent to the other ranks of a torchrun group."""
+    """The run id every rank stamps its files with: rank 0's ``run_id`` (None: a new one)."""
     run_id = run_id or new_run_id()
     if world_size > 1:
         import torch.distributed as dist
@@ -153,33 +142,24 @@ def save_state(obj: object, url: str, stamp: Stamp | None = None) -> None:
     write_file(f"{path}.json", json.dumps(tree, indent=None), fs)
 
 
-def save_model(model: torch.nn.Module, url: str, stamp: Stamp) -> None:
-    """The model in transformers' layout, the safetensors metadata carrying ``stamp``."""
-    from pretrain import hf
-
-    hf.save_hf(model, url, metadata=stamp.metadata())
-
-
-def _read_json(fs: fsspec.AbstractFileSystem, path: str, where: str) -> Any:
-    """A JSON file of a checkpoint, bounded and strict; a missing one is :class:`InputError`."""
+def _read_json(fs: fsspec.AbstractFileSystem, path: str, where: str) -> dict:
+    """A JSON object file of a checkpoint, bounded and strict, or :class:`InputError`."""
     try:
         with fs.open(path, "rb") as f:
-            return loads(read_bytes(f, where, MAX_JSON_BYTES), where)
+            tree = loads(read_bytes(f, where, MAX_JSON_BYTES), where)
     except FileNotFoundError:
         raise InputError(f"{where}: missing; the checkpoint is incomplete") from None
-
-
-def trainer_json(url: str) -> dict:
-    """The ``trainer.json`` tree of the checkpoint ``url`` (what ``--resume`` and ``export`` read
-    without the tensors), checked to be a JSON object."""
-    fs, path = _fs(url)
-    where = f"{url}/{TRAINER_STATE}.json"
-    tree = _read_json(fs, f"{path}/{TRAINER_STATE}.json", where)
     if not isinstance(tree, dict):
         raise InputError(
             f"{where}: holds a JSON {type(tree).__name__}, not an object; the checkpoint is damaged"
         )
     return tree
+
+
+def trainer_json(url: str) -> dict:
+    """The ``trainer.json`` of the checkpoint ``url`` (what resume and export read of it)."""
+    fs, path = _fs(url)
+    return _read_json(fs, f"{path}/{TRAINER_STATE}.json", f"{url}/{TRAINER_STATE}.json")
 
 
 def load_state(url: str, missing_ok: bool = False) -> dict | None:
@@ -189,10 +169,6 @@ def load_state(url: str, missing_ok: bool = False) -> dict | None:
     if missing_ok and not fs.exists(f"{path}.json"):
         return None
     tree = _read_json(fs, f"{path}.json", f"{url}.json")
-    if not isinstance(tree, dict):
-        raise InputError(
-            f"{url}.json: holds a JSON {type(tree).__name__}, not an object; the checkpoint is damaged"
-        )
     tree.pop(_STAMP_KEY, None)
     try:
         tensors = safetensors.torch.load(fs.cat_file(f"{path}.safetensors"))
@@ -268,8 +244,7 @@ def _stamp_of(fs: fsspec.AbstractFileSystem, path: str, url: str, name: str) -> 
         meta = header.get("__metadata__") if isinstance(header.get("__metadata__"), dict) else {}
         step = meta.get("step")
         return meta.get("run_id"), int(step) if isinstance(step, str) and step.isdigit() else None
-    tree = _read_json(fs, f"{path}/{name}", f"{url}/{name}")
-    stamp = tree.get(_STAMP_KEY) if isinstance(tree, dict) else None
+    stamp = _read_json(fs, f"{path}/{name}", f"{url}/{name}").get(_STAMP_KEY)
     return (stamp.get("run_id"), stamp.get("step")) if isinstance(stamp, dict) else (None, None)
 
 
@@ -285,20 +260,15 @@ def check_identity(url: str, record: dict) -> None:
             f"{url}: named for step {int(match.group(1))} but its files record step {step}: the folder "
             f"was renamed or links to another step; rename it back to step-{step:08d} or remove it"
         )
-    if isinstance(fs, LocalFileSystem) and os.path.dirname(os.path.realpath(path)) != os.path.realpath(
-        os.path.dirname(path)
-    ):
+    real = os.path.realpath(path)
+    if isinstance(fs, LocalFileSystem) and os.path.dirname(real) != os.path.realpath(os.path.dirname(path)):
         raise InputError(
-            f"{url}: links to {os.path.realpath(path)}, outside this run's checkpoints folder; use that "
-            "checkpoint from its own run folder"
+            f"{url}: links to {real}, outside this run's checkpoints folder; use that checkpoint from its own run folder"
         )
-    names = [
-        name
-        for name in sorted(record["files"])
-        if name.endswith(".safetensors")
-        or (name.endswith(".json") and name.startswith((TRAINER_STATE, "rng-rank")))
-    ]
-    for name in names:
+    for name in sorted(record["files"]):
+        state = name.endswith(".json") and name.startswith((TRAINER_STATE, "rng-rank"))
+        if not (name.endswith(".safetensors") or state):
+            continue
         stamp = _stamp_of(fs, path, url, name)
         if stamp != (run_id, step) and (run_id is not None or stamp != (None, None)):
             raise InputError(

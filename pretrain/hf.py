@@ -1,18 +1,11 @@
-"""Conversion between ``pretrain.model.BertForPreTraining`` and transformers' BERT folders.
-
-An HF-format folder holds ``config.json`` and the weights as ``model.safetensors`` (or sharded with
-``model.safetensors.index.json``, or ``pytorch_model.bin``, read with ``weights_only``). Parameter
-names are the same on both sides; the conversion only trims (export) or zero-pads (import) the
-vocabulary rows of the word embeddings and the MLM bias, and leaves out the tied MLM decoder
-weight and bias on export, as transformers' own ``save_pretrained`` does. On import it accepts
-keys without the ``bert.`` prefix, TF-port names ``LayerNorm.gamma`` / ``beta``, checks that a
-stored decoder weight equals the word embeddings, initialises a missing pooler or head afresh,
-and refuses weights that are not finite numbers.
-
-Nothing read is trusted: a config is checked against the weights' safetensors headers before a
-tensor of the model is made (:func:`check_weights_fit`), and each header against its file. This
-module does not import ``pretrain.model`` (which imports it); its errors are one-line
-``ValueError`` s naming the file, reported by the commands as input errors.
+"""Conversion between ``pretrain.model.BertForPreTraining`` and transformers' BERT folders
+(``config.json`` and ``model.safetensors``, sharded safetensors, or ``pytorch_model.bin`` read with
+``weights_only``). The names are the same on both sides: export trims the padded vocabulary rows
+and leaves out the tied decoder, as transformers does; import also takes keys without ``bert.``
+and TF-port ``LayerNorm.gamma``/``beta``, initialises a missing pooler or head, and refuses an
+untied decoder or weights that are not finite. A config is checked against the weights' headers
+before a tensor is made (:func:`check_weights_fit`), each header against its file. Errors are
+one-line ``ValueError`` s naming the file (the commands report them as input errors).
 """
 
 from __future__ import annotations
@@ -69,8 +62,7 @@ def _loads(data: bytes, source: str) -> Any:
 
 
 def read_json_object(fs: fsspec.AbstractFileSystem, path: str, source: str) -> dict[str, Any]:
-    """A small JSON file that must hold an object (``config.json`` and the like), refused in one
-    line naming ``source`` when it is too big, not JSON, or not an object."""
+    """A small JSON file that must hold an object (``config.json`` and the like)."""
     size = fs.size(path)
     if size is not None and size > MAX_JSON_BYTES:
         raise ValueError(f"{source}: {size:,} bytes, more than any config ({MAX_JSON_BYTES:,}); not read")
@@ -108,9 +100,8 @@ def read_header(fs: fsspec.AbstractFileSystem, path: str, source: str) -> tuple[
 
 
 def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape from a safetensors header, every entry checked against the file: a
-    known dtype, a shape of non-negative integers and a byte range inside the file of exactly that
-    many bytes. So the shapes never promise more than the file holds."""
+    """Tensor name -> shape from a safetensors header, each entry a known dtype and a shape that
+    fits its byte range inside the file: the shapes never promise more than the file holds."""
     source = fs.unstrip_protocol(path)
     header, data_bytes = read_header(fs, path, source)
     shapes = {}
@@ -220,8 +211,8 @@ def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]
 
 
 def non_finite(obj: Any, name: str = "") -> str | None:
-    """The name (dotted path) of the first floating-point tensor in ``obj`` (tensors in nested
-    dicts, lists and tuples) that holds NaN or infinity, or None: one device read when all are finite."""
+    """The dotted name of the first floating-point tensor in ``obj`` (nested dicts, lists, tuples)
+    that holds NaN or infinity, or None: one device read when all are finite."""
     found = []
 
     def walk(value: Any, where: str) -> None:
@@ -250,13 +241,9 @@ def expected_shapes(config: Any) -> dict[str, tuple[int, ...]]:
     normed = ["bert.embeddings", "cls.predictions.transform"]  # modules with a LayerNorm of width h
     for layer in range(config.num_hidden_layers):
         prefix = f"bert.encoder.layer.{layer}."
-        for name in (
-            "attention.self.query",
-            "attention.self.key",
-            "attention.self.value",
-            "attention.output.dense",
-        ):
-            linear[prefix + name] = (h, h)
+        for name in ("query", "key", "value"):
+            linear[f"{prefix}attention.self.{name}"] = (h, h)
+        linear[prefix + "attention.output.dense"] = (h, h)
         linear.update({prefix + "intermediate.dense": (inner, h), prefix + "output.dense": (h, inner)})
         normed += [prefix + "attention.output", prefix + "output"]
     shapes = {
@@ -316,9 +303,8 @@ def _sizes_held(stored: dict[str, tuple[int, ...]]) -> dict[str, int]:
 
 
 def check_weights_fit(config: Any, path: str | os.PathLike, config_source: str) -> None:
-    """Refuse, before the model is made, a config (read from ``config_source``) whose model is not
-    the one the folder's weights hold: another number of layers, width, vocabulary or positions,
-    missing or unknown encoder tensors. A hostile config (100,000 layers) costs nothing."""
+    """Refuse, before the model is made, a config (from ``config_source``) whose model is not the
+    one the folder's weights hold; a hostile config (100,000 layers) costs nothing."""
     shapes, source = stored_shapes(path)
     stored, decoder = _as_ours(shapes)
     wrong = [

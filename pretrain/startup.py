@@ -1,11 +1,7 @@
-"""What a pre-training run checks and builds before its first step.
-
-The torchrun process group (:class:`Processes`), and :func:`prepare`: the model (new, from
-``--init-from``, or the one ``--resume`` continues), the vocabulary and the saved trainer state,
-with every check that can fail before training: the shards' sequence length and masking, their
-vocabulary (the copy the shards carry, or ``--vocab``, checked against the manifest's hash), the
-model's shape against ``--config`` and the vocabulary. A problem is one
-:class:`~schemas.commands.InputError` naming the flag or file.
+"""What a pre-training run checks and builds before its first step: the torchrun process group
+(:class:`Processes`), and :func:`prepare`: the model (new, ``--init-from``, or ``--resume``'s), the
+vocabulary (the shards' copy or ``--vocab``, checked against the manifest's hash) and the saved
+trainer state, every check that can fail before training one :class:`~schemas.commands.InputError`.
 """
 
 from __future__ import annotations
@@ -97,8 +93,7 @@ class Setup:
 
 
 def prepare(cfg: PretrainConfig, probe: ExampleShards, device: torch.device | None = None) -> Setup:
-    """Model, vocabulary and resume state, with every check that can fail before training; a new
-    model is sized against ``device``'s memory (:func:`check_fits`) before it is allocated."""
+    """Model, vocabulary and resume state, with every check that can fail before training."""
     max_len, vocab_url, vocab = _check_shards(cfg, probe)
     trainer_state, resumed_from = None, None
     objective = {"nsp": cfg.uses_nsp, "causal": cfg.objective == "ltr"}
@@ -138,8 +133,8 @@ def device_memory_bytes(device: torch.device) -> int:
 
 
 def check_fits(config: BertConfig, size: str, device: torch.device, memory: int | None = None) -> None:
-    """Refuse, before a byte is allocated, a new model whose weights, gradients and optimizer state
-    alone exceed all of ``device``'s memory (``memory`` overrides it, for tests)."""
+    """Refuse, before a byte is allocated, a new model whose training state alone exceeds all of
+    ``device``'s memory (``memory`` overrides it, for tests)."""
     memory = device_memory_bytes(device) if memory is None else memory
     needed = training_state_bytes(config)
     if needed > memory:
@@ -152,9 +147,8 @@ def check_fits(config: BertConfig, size: str, device: torch.device, memory: int 
 
 
 def check_init_vocab(flag_value: str, source: str, vocab: WordPieceTokenizer, vocab_url: str) -> None:
-    """Refuse an ``--init-from`` folder (``source``) whose ``vocab.txt`` has another number of
-    tokens than its word embeddings have rows, or is not the shards' vocabulary (another size, or
-    the same size with other tokens); each message gives both numbers or the first differing id."""
+    """Refuse an ``--init-from`` folder (``source``) whose ``vocab.txt`` does not fit its embeddings
+    or is not the shards' vocabulary (naming both sizes, or the first differing id)."""
     prefix = f"--init-from {flag_value}: "
     with input_errors(prefix):
         hf.check_vocab_rows(source)
@@ -200,10 +194,9 @@ def _check_shards(cfg: PretrainConfig, probe: ExampleShards) -> tuple[int, str, 
 def shards_vocabulary(
     shards: str, probe: ExampleShards, override: str | None = None
 ) -> tuple[str, WordPieceTokenizer]:
-    """The vocabulary the shards at ``shards`` (read by ``probe``) were made with, and where it was
-    read: ``override`` (``--vocab``) when given, else the copy the folder carries (``vocab.txt``,
-    used once its size and SHA-256 match the manifest's). Either way its tokens must hash to the
-    manifest's ``params.vocab_sha256``; the casing is the manifest's."""
+    """Where the shards' vocabulary was read, and it: ``override`` (``--vocab``) or the copy the
+    folder carries (once its size and SHA-256 match the manifest's); either way its tokens must
+    hash to the manifest's ``params.vocab_sha256``. The casing is the manifest's."""
     folder = shards.rstrip("/")
     with input_errors():
         recorded = manifest_vocabulary(probe.manifest, f"{folder}/{MANIFEST_FILE}")
@@ -237,8 +230,7 @@ def shards_vocabulary(
 
 
 def _carried_vocab(url: str, copy, cased: bool) -> WordPieceTokenizer:
-    """The vocabulary copy of a shards folder, used only once its bytes match the size and
-    SHA-256 the manifest records (never more is read)."""
+    """A shards folder's vocabulary copy, once its bytes match the manifest's size and SHA-256."""
     try:
         with fsspec.open(url, "rb") as f:
             data = f.read(copy.num_bytes + 1)
@@ -256,14 +248,11 @@ def _carried_vocab(url: str, copy, cased: bool) -> WordPieceTokenizer:
         return WordPieceTokenizer(parse_vocab_txt(data, url), cased, source=url)
 
 
-UNK_WARN_SHARE = 0.01
-"""Above this share of ``[UNK]`` tokens in the shards (their ``stats.json`` ``unk_rate``),
-``pretrain`` warns that casing and vocabulary differ."""
+UNK_WARN_SHARE = 0.01  # more [UNK] in the shards (stats.json unk_rate): casing and vocabulary differ
 
 
 def warn_unknown_share(shards: str, cased: bool) -> float | None:
-    """Warn, with the figure, when the shards' ``stats.json`` records more than
-    :data:`UNK_WARN_SHARE` ``[UNK]`` tokens; return the share (None when not recorded)."""
+    """Warn when the shards' ``stats.json`` records over :data:`UNK_WARN_SHARE` ``[UNK]``; the share."""
     where = f"{shards.rstrip('/')}/stats.json"
     try:
         with fsspec.open(where, "rb") as f:
@@ -286,8 +275,8 @@ def warn_unknown_share(shards: str, cased: bool) -> float | None:
 def _resumed_model(
     cfg: PretrainConfig, vocab: WordPieceTokenizer, vocab_url: str
 ) -> tuple[BertForPreTraining, dict, ckpt.Checkpoint]:
-    """The model and trainer state of the checkpoint ``--resume`` continues, checked against the
-    objective, the shards' vocabulary and (when given) ``--config``."""
+    """``--resume``'s model and trainer state, checked against the objective, the shards'
+    vocabulary and ``--config``."""
     found = ckpt.resolve(cfg.resume)
     with input_errors(f"--resume {cfg.resume}: "):
         model = BertForPreTraining.from_pretrained(found.url)
@@ -317,8 +306,7 @@ def _resumed_model(
 
 
 def check_output(output: str) -> None:
-    """Fail early, with one line, when ``--output`` cannot be written (a probe file, removed, and
-    any folder made for it)."""
+    """Fail early when ``--output`` cannot be written (a probe file, removed with its folders)."""
     from pretrain.outputs import check_writable
 
     check_writable(output, f"--output {output} is not writable")

@@ -45,7 +45,7 @@ from pretrain.collate import DynamicMasking, masking_from_params, validation_mas
 from pretrain.config import PretrainConfig
 from pretrain.data import ExampleShards, ShardLoader
 from pretrain.feed import DeviceFeed, MicroBatch
-from pretrain.hf import non_finite
+from pretrain.hf import non_finite, save_hf
 from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import left_to_right_batch, pretraining_loss, training_flops_per_token
 from pretrain.optim import Diverged, Health, apply_gradients, build_optimizer, build_scheduler
@@ -66,9 +66,8 @@ def train(
     before_fit: Callable[[], None] | None = None,
     run_id: str | None = None,
 ) -> dict:
-    """Run (or continue) pre-training; return the last training metrics record. ``before_fit``
-    runs on rank 0 once every check has passed, just before step 1 (``--overwrite``'s clean-up).
-    ``run_id`` (the run folder's) goes into every checkpoint file; None: a new one."""
+    """Run (or continue) pre-training; return the last training metrics record. ``before_fit``: on
+    rank 0, once every check passed; ``run_id``: the run folder's (None: a new one)."""
     if cfg.resume and not cfg.output:
         cfg = replace(cfg, output=cfg.resume)
     with run_scratch("pretrain-run-") as scratch:
@@ -137,9 +136,8 @@ class Sums(NamedTuple):
 
 
 class _Window:
-    """This rank's sums since the last metrics record: losses and accuracy counts (on the device),
-    tokens / examples / micro batches / widths (on the host), time waiting for data; and the counts
-    not yet in :class:`Position`: tokens (host) and skipped steps (device)."""
+    """This rank's sums since the last metrics record (losses on the device, sizes on the host), and
+    the counts not yet in :class:`Position`."""
 
     def __init__(self, device: torch.device) -> None:
         self.losses = torch.zeros(7, dtype=torch.float64, device=device)
@@ -163,9 +161,8 @@ class _Window:
 
 
 class Trainer:
-    """One process's pre-training: built from the settings (data, model, optimizer, scheduler,
-    scaler, resume state), then :meth:`fit` runs :meth:`step` until ``--max-steps``, with
-    :meth:`log`, :meth:`evaluate` and :meth:`checkpoint` at their intervals."""
+    """One process's pre-training: built from the settings, then :meth:`fit` runs :meth:`step`
+    until ``--max-steps``, with :meth:`log`, :meth:`evaluate` and :meth:`checkpoint` between."""
 
     def __init__(
         self, cfg: PretrainConfig, procs: Processes, scratch: str | None = None, run_id: str | None = None
@@ -207,8 +204,7 @@ class Trainer:
             raise InputError(f"{option} {url}: {err}") from None
 
     def _build_data(self) -> None:
-        """The training reader (with dynamic masking when asked), the model and vocabulary it
-        fits (:func:`pretrain.startup.prepare`), the validation reader and the worker count."""
+        """The readers, the model and its vocabulary (:func:`pretrain.startup.prepare`)."""
         cfg = self.cfg
         self.reader = self._open_shards("--shards", cfg.shards, streams=cfg.streams)
         self.setup = prepare(cfg, self.reader, self.procs.device)
@@ -249,8 +245,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.procs.device.type, enabled=cfg.precision == "fp16")
 
     def _restore_position(self) -> None:
-        """On resume: optimizer, scaler, counters and this rank's RNG from the checkpoint, the
-        reader's place when the shards are the same; then the schedule from the step reached."""
+        """On resume: optimizer, scaler, counters, RNG and (same shards) the reader's place; the schedule."""
         cfg, state = self.cfg, self.setup.trainer_state
         self.position = Position()
         if state is not None:
@@ -285,8 +280,8 @@ class Trainer:
                 raise InputError(f"cannot continue the data order of {url}: {err}") from None
 
     def _build_forward(self) -> None:
-        """DDP around the model when there are several ranks; ``torch.compile`` when asked, or by
-        default on CUDA (where a model that fails to compile then runs eagerly, with a warning)."""
+        """DDP, the packed-attention kernel, and ``torch.compile`` (by default on CUDA, where a model
+        that fails to compile then runs eagerly)."""
         cfg, procs = self.cfg, self.procs
         self.ddp_model = self.model
         if procs.world_size > 1:
@@ -320,9 +315,8 @@ class Trainer:
         log.info("training %s on %s: %d examples, %s; from step %d to %d", size, *where)
 
     def batches(self):
-        """``(micro batch, the reader's (epoch, batches done) after it)`` from the current
-        position on, epoch after epoch, in --batching's layout; LTR batches for --objective ltr.
-        Padded batches are pinned for the GPU by the DataLoader."""
+        """``(batch, the reader's (epoch, batches done) after it)`` from the current position on, in
+        --batching's layout (LTR batches for --objective ltr)."""
         pin = self.procs.device.type == "cuda" and self.cfg.batching == "padded"
         loader = ShardLoader(self.reader, self.workers, pin_memory=pin)
         epoch, done = self.position.epoch, self.position.batches_done
@@ -336,8 +330,7 @@ class Trainer:
                 yield batch, (epoch, done)
 
     def fit(self) -> dict:
-        """Train from the current position to ``--max-steps`` (or a stop signal); return the last
-        training metrics record."""
+        """Train to ``--max-steps`` (or a stop signal); return the last training metrics record."""
         cfg, procs, position = self.cfg, self.procs, self.position
         stop = _Stop(procs)
         previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
@@ -390,8 +383,7 @@ class Trainer:
         return record
 
     def step(self, data: DeviceFeed) -> tuple[torch.Tensor, float]:
-        """One optimizer step: ``accumulation`` micro batches forward and backward, then the update
-        (skipped on the device when the gradients are not finite). Returns the gradient norm (on
+        """One optimizer step (its micro batches, then the update); returns the gradient norm (on
         the device) and the step's lr. Nothing here waits for the device."""
         cfg, procs, position = self.cfg, self.procs, self.position
         waited = time.perf_counter()
@@ -414,11 +406,9 @@ class Trainer:
         return grad_norm, lr_used
 
     def _loss_weights(self, micro: list[MicroBatch]) -> list[tuple]:
-        """Each micro batch's (MLM, NSP) weight: the step's loss is the mean over every masked
-        token (and every pair) of the global batch, however it is split into ranks and micro
-        batches, so each micro batch's means are weighed by its share of the totals (times the
-        ranks: DDP averages over them). Several ranks: the totals come from an all-reduce on the
-        device, which the host does not wait for, and the weights are device scalars."""
+        """Each micro batch's (MLM, NSP) weight, its share of the global batch's masked tokens and
+        pairs (times the ranks, which DDP averages over): the step's loss is the global mean
+        however the batch is split. Several ranks: totals from a device all-reduce."""
         procs, world = self.procs, self.procs.world_size
         masked = [b.num_masked for b in micro]
         pairs = [float(b.num_pairs * self.cfg.uses_nsp) for b in micro]
@@ -435,8 +425,7 @@ class Trainer:
         return [(m * share, p * world / total_pairs) for m, p in zip(masked, pairs, strict=True)]
 
     def _micro_step(self, batch: MicroBatch, sync: bool, weights: tuple) -> None:
-        """Forward and backward of one micro batch, its MLM and NSP means weighted by ``weights``;
-        DDP's gradient all-reduce only when ``sync`` (the step's last micro batch)."""
+        """Forward and backward of one micro batch; DDP's all-reduce only when ``sync``."""
         with (
             contextlib.nullcontext() if sync else self.ddp_model.no_sync(),
             autocast(self.procs.device, self.cfg.precision),
@@ -465,8 +454,7 @@ class Trainer:
         self.health.check(self.cfg.lr, self._saved())
 
     def log(self, grad_norm: torch.Tensor, lr_used: float) -> dict:
-        """The training record of the window since the last one, summed over ranks; rank 0 writes
-        it to the metrics and the progress bar (or the log). Starts a new window."""
+        """The training record of the window since the last one, over all ranks; starts a new one."""
         procs, window, position = self.procs, self.window, self.position
         # the window's one read of the device: it waits for the steps queued so far, so the time
         # taken after it covers the window's computation
@@ -530,8 +518,7 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """MLM accuracy and perplexity, NSP accuracy on up to ``eval_batches`` validation batches
-        per rank, summed over ranks; rank 0 logs the record."""
+        """MLM accuracy and perplexity, NSP accuracy on ``eval_batches`` validation batches a rank."""
         cfg, procs = self.cfg, self.procs
         self.model.eval()
         sums = torch.zeros(5, dtype=torch.float64, device=procs.device)
@@ -572,9 +559,7 @@ class Trainer:
         return record
 
     def checkpoint(self) -> None:
-        """Save and commit the checkpoint of the current step (every rank's RNG; rank 0 the model,
-        vocabulary and trainer state), then prune old ones; never one after a divergence or with
-        a non-finite tensor. A failed write says how to continue."""
+        """Save, commit and prune: never after a divergence, never with a tensor that is not finite."""
         step = self.position.step
         self.check_health()
         state = self.state_dict()
@@ -604,7 +589,7 @@ class Trainer:
         stamp = ckpt.Stamp(self.run_id, step)
         ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)
         if procs.is_main:
-            ckpt.save_model(self.model, url, stamp)
+            save_hf(self.model, url, metadata=stamp.metadata())
             write_file(f"{root}/vocab.txt", "\n".join(self.setup.vocab.vocab) + "\n", fs)
             ckpt.save_state(state, f"{url}/{ckpt.TRAINER_STATE}", stamp)
         barrier(procs)
@@ -615,8 +600,7 @@ class Trainer:
             log.info("checkpoint %s", url)
 
     def state_dict(self) -> dict:
-        """The trainer state a checkpoint holds besides the model and the ranks' RNG (the tokens
-        and skipped steps not yet counted are counted first)."""
+        """The trainer state of a checkpoint (the pending counts are counted first)."""
         position, vocab = self.position, self.setup.vocab
         position.tokens_seen += int(all_sum(self.procs, [self.window.pending_tokens])[0])
         self.window.pending_tokens = 0
@@ -650,8 +634,7 @@ class Trainer:
 
 
 def _checked_settings(cfg: PretrainConfig, procs: Processes) -> tuple[int, int, str]:
-    """Every problem with the settings at once; the micro batch, accumulation and output folder
-    (checked writable on rank 0)."""
+    """The micro batch, accumulation and output folder, or every problem of the settings at once."""
     problems = cfg.problems()
     try:
         micro, accumulation = cfg.accumulation(procs.world_size)
@@ -668,8 +651,7 @@ def _checked_settings(cfg: PretrainConfig, procs: Processes) -> tuple[int, int, 
 
 
 def is_worker_failure(err: Exception) -> bool:
-    """Whether ``err`` is torch's report of a DataLoader worker that died or timed out (raised
-    wherever the main process is at the time), or a connection to a worker that died."""
+    """Whether ``err`` is torch's report of a DataLoader worker that died or timed out."""
     return isinstance(err, ConnectionError) or str(err).startswith(
         ("DataLoader worker", "DataLoader timed out")
     )
@@ -692,9 +674,8 @@ def _seed(seed: int) -> None:
 
 
 def compile_regions(model: torch.nn.Module, mode: str | None, dynamic: bool | None) -> None:
-    """``torch.compile`` a BERT region by region, in place: every encoder layer (the same code,
-    so one compilation serves all of them), the embeddings and the heads. The compiled regions
-    run inside the eager model, so DDP and the checkpoints see the same module."""
+    """``torch.compile`` a BERT region by region, in place (each encoder layer: one compilation for
+    all; the embeddings; the heads), so DDP and the checkpoints see the same module."""
     for region in (*model.bert.encoder.layer, model.bert.embeddings, model.cls):
         region.compile(mode=mode, dynamic=dynamic)
 

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from finetune.common import FinetuneError, load_encoder
 from pretrain import checkpoint as ckpt
+from pretrain import hf
 from pretrain.cli import main as pretrain
 from schemas.commands import InputError
 from schemas.outputs import RECORD_FILE, OutputRecord
@@ -27,7 +28,7 @@ def _checkpoint(run: Path, run_id: str, step: int = 2, stamped: bool = True) -> 
     url = ckpt.step_url(str(run), step)
     stamp = ckpt.Stamp(run_id, step) if stamped else None
     if stamped:
-        ckpt.save_model(tiny_model(), url, stamp)
+        hf.save_hf(tiny_model(), url, metadata=stamp.metadata())
     else:
         tiny_model().save_pretrained(url)
     Path(url, "vocab.txt").write_text("\n".join(VOCAB) + "\n")
