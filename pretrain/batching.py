@@ -25,7 +25,6 @@ import torch
 
 Batch = dict[str, torch.Tensor]
 
-BATCHING_MODES = ("padded", "bucketed", "packed")
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 """``[batch, width]`` tensors of a padded batch."""
 PREDICTION_KEYS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
@@ -155,14 +154,6 @@ def batch_shape(batch: Batch) -> tuple[int, int]:
     return tuple(batch["input_ids"].shape)
 
 
-def example_tokens(batch: Batch) -> list[torch.Tensor]:
-    """Each example's real token ids, in any layout."""
-    if is_packed(batch):
-        lengths = _example_lengths(batch).tolist()
-        return list(torch.split(batch["input_ids"][: sum(lengths)], lengths))
-    return [ids[mask.bool()] for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
-
-
 def model_inputs(batch: Batch) -> dict:
     """The keyword arguments of :meth:`pretrain.model.BertForPreTraining.forward` for a batch on
     the host: packed fields for a packed batch; for a padded one ``attention_mask`` is None when
@@ -179,33 +170,15 @@ def model_inputs(batch: Batch) -> dict:
     return inputs | {"attention_mask": None if bool(mask.all()) else mask}
 
 
-def to_device(inputs: dict, device: torch.device) -> dict:
-    """``inputs`` with every tensor moved to ``device`` (non-blocking; other values as they are)."""
-    return {
-        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
-    }
-
-
 @dataclass(frozen=True)
 class BatchLayout:
     """How the trainer lays out a rank's batches; see the module docstring."""
 
     mode: str = "padded"
-    window: int = 64
-    """Batches whose examples ``bucketed`` regroups together."""
+    window: int = 64  # batches whose examples ``bucketed`` regroups together
     seed: int = 0
     rank: int = 0
-    max_seq_length: int | None = None
-    """The shards' sequence length: ``packed`` batches take it as their static ``max_seqlen``
-    (None: each batch's width, which varies a little more)."""
-
-    def __post_init__(self) -> None:
-        if self.mode not in BATCHING_MODES:
-            raise ValueError(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.mode!r}")
-        if self.window < 1:
-            raise ValueError(f"--bucket-window must be at least 1, got {self.window}")
-        if self.max_seq_length is not None and self.max_seq_length < 2:
-            raise ValueError(f"max_seq_length must be at least 2, got {self.max_seq_length}")
+    max_seq_length: int | None = None  # packed batches' static max_seqlen (None: each batch's width)
 
     def single(self, batch: Batch) -> Batch:
         """One batch in this layout, without regrouping (evaluation)."""
