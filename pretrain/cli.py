@@ -118,7 +118,7 @@ def main(ctx, quiet, overwrite, **options) -> None:
         stream=sys.stderr,
     )
     cfg = PretrainConfig(**options)
-    _check(cfg)  # the command line is wrong: exit 2, before anything is read or written
+    cfg.accumulation(int(os.environ.get("WORLD_SIZE", "1")))  # settings refused: exit 2, nothing read
     from pretrain.train import inherit_settings, train
 
     try:
@@ -130,7 +130,7 @@ def main(ctx, quiet, overwrite, **options) -> None:
                 source = ctx.get_parameter_source
                 given = {name for name in options if source(name) is not click.core.ParameterSource.DEFAULT}
                 cfg = inherit_settings(cfg, given)
-                _check(cfg)  # the flags given with --resume against the run's own settings
+                cfg.accumulation(int(os.environ.get("WORLD_SIZE", "1")))  # with the run's own settings
             train(
                 cfg,
                 before_fit=None if folder is None else partial(_begin, folder),
@@ -141,18 +141,6 @@ def main(ctx, quiet, overwrite, **options) -> None:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _check(cfg: PretrainConfig) -> None:
-    """Every problem with the settings, the batch split over this run's ranks included: exit 2."""
-    problems = cfg.problems()
-    try:
-        if not problems:
-            cfg.accumulation(int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError as err:
-        problems.append(str(err))
-    if problems:
-        raise UsageError("invalid settings: " + "; ".join(problems))
 
 
 @contextlib.contextmanager
@@ -174,9 +162,7 @@ def _open_run_folder(cfg: PretrainConfig, overwrite: bool) -> OutputFolder:
     from pretrain import checkpoint as ckpt
     from schemas.paths import location
 
-    output = (cfg.output or cfg.resume or "").rstrip("/")
-    if not output:
-        raise UsageError("--output is required (or --resume RUN, which continues writing into RUN)")
+    output = (cfg.output or cfg.resume).rstrip("/")
     continuing = bool(cfg.resume) and location(cfg.resume) == location(output)
     inputs = {"--shards": cfg.shards, "--validation-shards": cfg.validation_shards, "--vocab": cfg.vocab}
     inputs |= {"--init-from": cfg.init_from, "--resume": None if continuing else cfg.resume}

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.commands import UsageError
+
 PRESETS: dict[str, tuple[int, int]] = {
     # name: (num_hidden_layers, hidden_size); heads = hidden / 64, intermediate = 4 * hidden.
     "tiny": (2, 128),
@@ -231,20 +233,25 @@ class PretrainConfig:
         return self.nsp and self.objective == "mlm"
 
     def accumulation(self, world_size: int) -> tuple[int, int]:
-        """(micro batch size, accumulation steps) for ``world_size`` ranks, or ValueError."""
+        """(micro batch size, accumulation steps) for ``world_size`` ranks, or :class:`UsageError`
+        listing every problem of the settings (exit 2: before anything is read)."""
+        problems = self.problems()
         per_rank, rest = divmod(self.global_batch_size, world_size)
+        micro = self.micro_batch_size or per_rank
         if rest:
-            raise ValueError(
+            problems.append(
                 f"--global-batch-size {self.global_batch_size} is not divisible by the {world_size} ranks"
             )
-        micro = self.micro_batch_size or per_rank
-        steps, rest = divmod(per_rank, micro)
-        if rest or steps == 0:
-            raise ValueError(
+        elif not problems and (per_rank % micro or per_rank < micro):
+            problems.append(
                 f"--micro-batch-size {micro} must divide the per-rank batch {per_rank} "
                 f"(--global-batch-size {self.global_batch_size} over {world_size} ranks)"
             )
-        return micro, steps
+        if not (self.output or self.resume):
+            problems.append("--output is required (or --resume RUN, which continues writing into RUN)")
+        if problems:
+            raise UsageError("invalid settings: " + "; ".join(problems))
+        return micro, per_rank // micro
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -142,38 +142,32 @@ class MetricsLog:
             import matplotlib
         except ImportError:
             log.warning(
-                "matplotlib is not installed: no plots in %s/plots (metrics.jsonl has every figure)",
-                self.output,
+                "matplotlib is not installed: no plots in %s/plots (metrics.jsonl has them)", self.output
             )
             return []
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        train = [r for r in self.records if r.get("split", "train") == "train"]
-        valid = [r for r in self.records if r.get("split") == "validation"]
-        panels = {
-            "loss": [
-                ("train", train, "loss"),
-                ("train MLM", train, "mlm_loss"),
-                ("train NSP", train, "nsp_loss"),
+        panels = {  # title: the "split key" series it draws
+            "loss": ["train loss", "train mlm_loss", "train nsp_loss", "validation mlm_loss"],
+            "accuracy": [
+                "train mlm_accuracy",
+                "train nsp_accuracy",
+                "validation mlm_accuracy",
+                "validation nsp_accuracy",
             ],
-            "accuracy": [("train MLM", train, "mlm_accuracy"), ("train NSP", train, "nsp_accuracy")],
-            "learning rate": [("lr", train, "lr")],
-            "throughput (tokens/s)": [("tokens/s", train, "tokens_per_s")],
+            "learning rate": ["train lr"],
+            "throughput (tokens/s)": ["train tokens_per_s"],
         }
-        panels["loss"].append(("validation MLM", valid, "mlm_loss"))
-        panels["accuracy"] += [
-            ("validation MLM", valid, "mlm_accuracy"),
-            ("validation NSP", valid, "nsp_accuracy"),
-        ]
         figure, axes = plt.subplots(2, 2, figsize=(11, 7))
         for axis, (title, series) in zip(axes.flat, panels.items(), strict=True):
-            for label, records, key in series:
-                points = [(r["step"], r[key]) for r in records if key in r]
+            for name in series:
+                split, key = name.split()
+                points = [(r["step"], r[key]) for r in self.records if r.get("split") == split and key in r]
                 if points:
                     axis.plot(
-                        *zip(*points, strict=True), label=label, marker="." if len(points) < 30 else None
+                        *zip(*points, strict=True), label=name, marker="." if len(points) < 30 else None
                     )
             axis.set_title(title)
             axis.set_xlabel("step")

@@ -30,9 +30,9 @@ import random
 import signal
 import time
 import warnings
+from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -117,22 +117,11 @@ class _Stop:
         return decided
 
 
-class Sums(NamedTuple):
-    """A metrics window's sums over every rank."""
-
-    loss: float
-    mlm_loss: float
-    nsp_loss: float
-    mlm_correct: float
-    mlm_count: float
-    nsp_correct: float
-    nsp_count: float
-    tokens: float
-    examples: float
-    micro_batches: float
-    widths: float
-    wait_s: float
-    pending_tokens: float
+Sums = namedtuple(  # a metrics window's sums over every rank
+    "Sums",
+    "loss mlm_loss nsp_loss mlm_correct mlm_count nsp_correct nsp_count tokens examples micro_batches widths "
+    "wait_s pending_tokens",
+)
 
 
 class _Window:
@@ -634,17 +623,9 @@ class Trainer:
 
 
 def _checked_settings(cfg: PretrainConfig, procs: Processes) -> tuple[int, int, str]:
-    """The micro batch, accumulation and output folder, or every problem of the settings at once."""
-    problems = cfg.problems()
-    try:
-        micro, accumulation = cfg.accumulation(procs.world_size)
-    except ValueError as err:
-        problems.append(str(err))
-    output = (cfg.output or "").rstrip("/")
-    if not output:
-        problems.append("--output is required (or --resume RUN, which continues writing into RUN)")
-    if problems:
-        raise UsageError("invalid settings: " + "; ".join(problems))
+    """The micro batch, accumulation and output folder (rank 0: checked writable)."""
+    micro, accumulation = cfg.accumulation(procs.world_size)
+    output = (cfg.output or cfg.resume).rstrip("/")
     if procs.is_main:
         check_output(output)
     return micro, accumulation, output

@@ -246,7 +246,7 @@ def test_export_trims_vocab_and_drops_tied_decoder(model, tmp_path):
     assert config["vocab_size"] == VOCAB and config["architectures"] == ["BertForPreTraining"]
     assert (tmp_path / "hf" / "vocab.txt").read_text() == vocab.read_text()
     vocab.write_text("a\nb\n")
-    with pytest.raises(InputError, match="has 2 tokens"):
+    with pytest.raises(ValueError, match="has 2 tokens"):
         hf.export_hf(model, tmp_path / "bad", vocab)
 
 
@@ -294,17 +294,17 @@ def test_import_encoder_only_without_prefix(model, tmp_path):
 
 def test_import_errors_name_the_problem(model, tmp_path):
     model.save_pretrained(tmp_path / "m")
-    with pytest.raises(InputError, match="config.json not found"):
+    with pytest.raises(ValueError, match="config.json not found"):
         BertForPreTraining.from_pretrained(tmp_path / "nowhere")
     state = hf.to_hf_state_dict(model)
     del state["bert.encoder.layer.1.output.dense.weight"]
     state["bert.embeddings.word_embeddings.weight"] = torch.zeros(VOCAB + 1, 32)
     bad = BertForPreTraining(model.config)
-    with pytest.raises(InputError, match=r"missing tensor bert\.encoder\.layer\.1.*shape \(101, 32\)"):
+    with pytest.raises(ValueError, match=r"missing tensor bert\.encoder\.layer\.1.*shape \(101, 32\)"):
         hf.load_hf_state_dict(bad, state, "x.safetensors")
     state = hf.to_hf_state_dict(model)
     state["cls.predictions.decoder.weight"] = torch.zeros(VOCAB, 32)
-    with pytest.raises(InputError, match="untied"):
+    with pytest.raises(ValueError, match="untied"):
         hf.load_hf_state_dict(bad, state, "x.safetensors")
 
 

@@ -19,7 +19,7 @@ from pretrain.optim import (
     parameter_groups,
     warmup_decay,
 )
-from schemas.commands import InputError
+from schemas.commands import InputError, UsageError
 
 
 def test_warmup_then_linear_decay():
@@ -161,7 +161,7 @@ def test_settings_are_checked_all_at_once():
     assert PretrainConfig(shards="s", output="o", global_batch_size=256, micro_batch_size=16).accumulation(
         4
     ) == (16, 4)
-    with pytest.raises(ValueError, match="not divisible by the 3 ranks"):
+    with pytest.raises(UsageError, match="not divisible by the 3 ranks"):
         PretrainConfig(shards="s", output="o", global_batch_size=256).accumulation(3)
 
 
