@@ -223,7 +223,7 @@ def export(checkpoint, fmt, output, overwrite) -> None:
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
 
 
-@main.command()
+@main.command(epilog="Details: docs/pretrain.md")
 @click.option("--config", "size", default="base", show_default=True, help="A preset or L/H/A.")
 @click.option("--vocab-size", type=click.IntRange(min=1), default=30522, show_default=True)
 @click.option("--max-position-embeddings", type=click.IntRange(min=1), default=512, show_default=True)

@@ -152,3 +152,11 @@ def test_every_package_runs_as_python_m(name):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"python -m {name} {importlib.metadata.version('bert-pretraining')}"
+
+
+@pytest.mark.parametrize("args", [[], ["export"], ["params"]], ids=["pretrain", "export", "params"])
+def test_pretrain_help_fits_a_screen_and_points_to_its_doc(args):
+    result = CliRunner().invoke(CLIS["pretrain"], [*args, "--help"], prog_name="pretrain", terminal_width=80)
+    lines = result.output.rstrip().splitlines()
+    assert result.exit_code == 0 and len(lines) <= 40, result.output
+    assert lines[-1].strip().endswith("docs/pretrain.md")
