@@ -187,7 +187,7 @@ def _begin(folder: OutputFolder) -> None:
         )
 
 
-@main.command()
+@main.command(epilog="Details: docs/pretrain.md")
 @click.option(
     "--checkpoint", required=True, help="A checkpoint folder, or a run folder (its newest checkpoint)."
 )
