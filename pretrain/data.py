@@ -128,11 +128,12 @@ class ExampleShards(torch.utils.data.IterableDataset):
                 f"of batches of {batch_size}; lower the batch size or the streams per rank"
             )
         self.batches_per_epoch = self.streams * self.stream_rows // batch_size
+        used = world_size * self.streams * self.stream_rows  # examples of the epoch not seen, seen twice:
+        self.dropped_examples, self.padded_examples = max(0, n - used), max(0, used - n)
         self.epoch = self.batches_done = self._start = 0  # _start: where the next iterator begins
 
     def _open_filesystem(self) -> None:
-        """(Re)connect: async filesystems such as gcsfs cannot be used across a fork, so a
-        DataLoader worker opens its own."""
+        """(Re)connect: a DataLoader worker opens its own (gcsfs cannot be used across a fork)."""
         self.fs, root = fsspec.core.url_to_fs(self.url)
         self._root, self._pid = root.rstrip("/"), os.getpid()
 
@@ -253,7 +254,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
         path = f"{self._root}/{self.shards[unit.shard].path}"
         span = (unit.offset, unit.offset + unit.length)
         where = f"{path}: record batch {unit.batch}"
-        data = self._retrying(f"{path} (record batch {unit.batch})", lambda: self.fs.cat_file(path, *span))
+        read = functools.partial(self.fs.cat_file, path, start=span[0], end=span[1])
+        data = self._retrying(f"{path} (record batch {unit.batch})", read)
         if len(data) != unit.length or hashlib.sha256(data).hexdigest() != unit.sha256:
             raise InputError(
                 f"{where} (bytes {span[0]}-{span[1]}) differs from its SHA-256 in {INDEX_FILE}; the shard "

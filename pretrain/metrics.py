@@ -21,9 +21,10 @@ import tempfile
 import fsspec
 
 from schemas.files import write_file
-from schemas.inputs import field, lines, loads
+from schemas.inputs import field, lines, loads, read_bytes
 
 log = logging.getLogger("pretrain")
+MAX_METRICS_BYTES = 1 << 30  # metrics.jsonl read back on resume (a record a step: 1M steps, ~1 GB)
 TENSORBOARD_MISSING = (
     "tensorboard is not installed: metrics go to metrics.jsonl and plots/ only, no TensorBoard "
     "events (pip install 'bert-pretraining[train]' adds it)"
@@ -67,8 +68,9 @@ class MetricsLog:
         self.records: list[dict] = []
         path = f"{self.root}/metrics.jsonl"
         if resume_step is not None and self.fs.exists(path):
-            with self.fs.open(path, "rb") as f:
-                for number, line in enumerate(lines(f, path), 1):
+            with self.fs.open(path, "rb") as f:  # whole (a bucket file's readline takes no limit)
+                data = io.BytesIO(read_bytes(f, path, MAX_METRICS_BYTES))
+                for number, line in enumerate(lines(data, path), 1):
                     where = f"{self.output}/metrics.jsonl line {number}"
                     record = loads(line, where) if line.strip() else None
                     if record is not None and field(record, "step", int, where) <= resume_step:

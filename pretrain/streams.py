@@ -50,9 +50,7 @@ class Piece:
 class EpochPlan:
     """The streams of one rank in one epoch over units of ``unit_rows`` rows (in the epoch's order)."""
 
-    def __init__(
-        self, unit_rows: np.ndarray, stream_rows: int, batch_size: int, streams: int, rank: int
-    ) -> None:
+    def __init__(self, unit_rows: np.ndarray, stream_rows: int, batch_size: int, streams: int, rank: int):
         self.starts = np.concatenate([[0], np.cumsum(unit_rows, dtype=np.int64)])
         self.num_examples = int(self.starts[-1])
         self.stream_rows, self.batch_size, self.streams = stream_rows, batch_size, streams
