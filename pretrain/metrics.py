@@ -48,15 +48,6 @@ def peak_flops(device_name: str, precision: str) -> float | None:
     return None
 
 
-def tensorboard_available() -> bool:
-    """Whether the ``tensorboard`` package (the ``train`` extra) can be imported."""
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class MetricsLog:
     """Rank 0's metrics under the run folder; ``scratch``: the run's temporary folder (None: the
     log makes its own and removes it in :meth:`close`)."""
@@ -82,7 +73,12 @@ class MetricsLog:
         self._writer = None
         self._resume_step = resume_step
         self._closed = False
-        self.tensorboard = tensorboard_available()
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            self.tensorboard = False
+        else:
+            self.tensorboard = True
         if not self.tensorboard:
             log.warning(TENSORBOARD_MISSING)
 

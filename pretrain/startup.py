@@ -125,17 +125,16 @@ def prepare(cfg: PretrainConfig, probe: ExampleShards, device: torch.device | No
     return Setup(model, vocab, max_len, trainer_state, resumed_from)
 
 
-def device_memory_bytes(device: torch.device) -> int:
-    """All the memory of ``device``: the GPU's total, or the host's physical memory for the CPU."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def check_fits(config: BertConfig, size: str, device: torch.device, memory: int | None = None) -> None:
     """Refuse, before a byte is allocated, a new model whose training state alone exceeds all of
     ``device``'s memory (``memory`` overrides it, for tests)."""
-    memory = device_memory_bytes(device) if memory is None else memory
+    if memory is None:  # all of the GPU's, or the host's physical memory for the CPU
+        cuda = device.type == "cuda"
+        memory = (
+            torch.cuda.get_device_properties(device).total_memory
+            if cuda
+            else os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        )
     needed = training_state_bytes(config)
     if needed > memory:
         params = parameter_counts(config)["total"]

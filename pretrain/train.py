@@ -159,7 +159,10 @@ class Trainer:
         self.cfg, self.procs = cfg, procs
         self.run_id = ckpt.shared_run_id(procs.world_size, run_id)  # rank 0's, on every rank
         self.micro, self.accumulation, self.output = _checked_settings(cfg, procs)
-        _seed(cfg.seed + procs.rank)
+        seed = cfg.seed + procs.rank  # the global RNGs dropout and the rest draw from, per rank
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
         if procs.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -645,13 +648,6 @@ def worker_failure(url: str, err: Exception, timeout_s: float = 600.0) -> str:
         f"{url}: {first}: a DataLoader worker died or sent nothing for {timeout_s:.0f} s (out of memory? a "
         "hanging read?); fewer workers (--num-workers) or a retry may help"
     )
-
-
-def _seed(seed: int) -> None:
-    """The global RNGs dropout and the rest draw from (Python, NumPy, torch), per rank."""
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
 
 
 def compile_regions(model: torch.nn.Module, mode: str | None, dynamic: bool | None) -> None:
