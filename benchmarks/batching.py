@@ -2,129 +2,76 @@
 
     python benchmarks/batching.py [--shards FOLDER ...] [--config mini] [--window 16] [--threads 2]
 
-Input: real ``pipelines examples`` shards. By default the script makes them from the enwiki excerpt
-in ``../shared/data/wiki`` (``pipelines wikipedia`` → ``corpus`` → ``examples`` with the released
-bert-base-uncased vocabulary, dupe factor 2, train split) at sequence lengths 128 (batch 32) and
-512 (batch 8), so both batches hold up to 4,096 tokens; ``--shards`` gives other folders (batch
-``4096 / max_seq_length``).
-
-For each folder: the first ``--window`` batches the trainer's reader yields (seed 0, one rank,
-static masks) are laid out three ways, each one full pass over the same examples:
-
-- peer, ``padded``: every batch padded to its longest example rounded up to 8 — what
-  transformers' ``DataCollatorForLanguageModeling`` (``pad_to_multiple_of=8``) gives;
-- ``bucketed``: the window's examples sorted by length into batches, each trimmed (a batch with no
-  padding runs attention without a mask);
-- ``packed``: each batch as its real tokens end to end, rounded up to a static size (varlen
-  layout; on CPU, attention scatters into a padded block, so only the dense layers skip the
-  padding; its padding share is the static size's padding segments).
-
-One training step each (forward + backward + AdamW, fp32 CPU, ``torch`` threads as given), the
-three layouts interleaved batch by batch so machine noise hits all alike, after ``--warmup``
-unmeasured steps. tokens/s counts real (non-padding) tokens: the same examples in every layout, so
-the ratio is the speed-up. The machine is shared, so the CPU seconds of the process are recorded
-too (tokens per CPU-second, steadier under load than wall time). The padding share is the padded positions over the positions the dense
-layers compute. Results go to ``benchmarks/results/batching.json``.
+The first ``--window`` batches of real shards (made here from the enwiki excerpt at seq 128, batch
+32, and 512, batch 8, unless ``--shards``) laid out three ways over the same examples: ``padded``
+(the peer: each batch to its longest, rounded up to 8, as transformers' collator pads),
+``bucketed`` (the window sorted by length into batches, each trimmed; no padding, no mask) and
+``packed`` (real tokens end to end, to a static size). One training step each (forward, backward,
+AdamW; fp32 CPU), the layouts interleaved batch by batch; tokens/s counts real tokens, the same in
+every layout; the padding share is padded positions over the positions the dense layers compute.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
+from benchmarks.harness import Row, n, x
 
-from pretrain.batching import BatchLayout, bucket, model_inputs, num_real_tokens
-from pretrain.data import ExampleShards
-from pretrain.model import BertConfig, BertForPreTraining, pretraining_loss
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results" / "batching.json"
-DATA = ROOT.parent / "shared" / "data"
-DUMP = DATA / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-VOCAB = DATA / "vocab" / "bert-base-uncased_vocab.txt"
 TOKENS_PER_BATCH = 4096
 MODES = ("padded", "bucketed", "packed")
 
 
-def make_shards(folder: Path, lengths: list[int]) -> list[Path]:
-    """Real shards from the enwiki excerpt at each of ``lengths`` (about a minute each)."""
-    bin_dir = Path(sys.executable).parent
-    fast = ["--runner", "FnApiRunner"]
-
-    def run(*args: str) -> None:
-        subprocess.run([str(bin_dir / "pipelines"), *args, *fast], check=True, stdout=subprocess.DEVNULL)
-
-    run("wikipedia", "--input", str(DUMP), "--output", str(folder / "wiki"), "--num-shards", "4")
-    run("corpus", "--input", str(folder / "wiki"), "--output", str(folder / "corpus"), "--num-shards", "2")
-    outputs = []
-    for length in lengths:
-        out = folder / f"seq{length}"
-        run(
-            "examples", "--corpus", str(folder / "corpus"), "--vocab", str(VOCAB), "--output", str(out),
-            "--split", "train", "--max-seq-length", str(length), "--dupe-factor", "2", "--num-shards", "4", "--num-buckets", "8",
-        )  # fmt: skip
-        outputs.append(out)
-    return outputs
-
-
 def layouts(shards: Path, window: int) -> tuple[int, int, dict[str, list[dict]]]:
     """(max_seq_length, batch size, the first ``window`` reader batches in each layout)."""
+    import numpy as np
+
+    from pretrain.batching import BatchLayout, bucket
+    from pretrain.data import ExampleShards
+
     probe = ExampleShards(str(shards), batch_size=1, shuffle=False)
     max_len = int((probe.params.get("pairs") or {}).get("max_seq_length") or probe.params["max_seq_length"])
     batch_size = TOKENS_PER_BATCH // max_len
-    reader = ExampleShards(str(shards), batch_size=batch_size, seed=0, streams=1)
-    source = []
-    for batch in reader:
-        source.append(batch)
-        if len(source) == window:
-            break
-    out = {
-        "padded": source,
-        "bucketed": bucket(source, np.random.default_rng([0, 0, 0, 0, 2])),
-        "packed": [BatchLayout("packed", max_seq_length=max_len).single(b) for b in source],
-    }
-    return max_len, batch_size, out
-
-
-def computed_positions(batch: dict) -> int:
-    """Positions the dense layers compute for a batch (all of them for a padded one)."""
-    return int(batch["input_ids"].numel())
-
-
-def train_step(model: BertForPreTraining, optimizer: torch.optim.Optimizer, batch: dict) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    out = model(**model_inputs(batch))
-    loss = pretraining_loss(
-        out, batch["masked_lm_ids"], batch["masked_lm_weights"], batch["next_sentence_labels"]
+    reader = iter(ExampleShards(str(shards), batch_size=batch_size, seed=0, streams=1))
+    source = [batch for _, batch in zip(range(window), reader, strict=False)]
+    return (
+        max_len,
+        batch_size,
+        {
+            "padded": source,
+            "bucketed": bucket(source, np.random.default_rng([0, 0, 0, 0, 2])),
+            "packed": [BatchLayout("packed", max_seq_length=max_len).single(b) for b in source],
+        },
     )
-    loss.total.backward()
-    optimizer.step()
 
 
 def measure(shards: Path, config_name: str, window: int, warmup: int) -> dict:
     """Tokens/s of each layout on the first ``window`` batches of ``shards``."""
+    import torch
+
+    from pretrain.batching import model_inputs, num_real_tokens
+    from pretrain.model import BertConfig, BertForPreTraining, pretraining_loss
+
     max_len, batch_size, batches = layouts(shards, window)
     config = BertConfig.preset(config_name, vocab_size=30522)
     models = {m: BertForPreTraining(config, seed=0).train() for m in MODES}
     optimizers = {m: torch.optim.AdamW(models[m].parameters(), lr=1e-4) for m in MODES}
+
+    def step(mode: str, index: int) -> None:
+        batch = batches[mode][index % window]
+        optimizers[mode].zero_grad(set_to_none=True)
+        out = models[mode](**model_inputs(batch))
+        targets = (batch["masked_lm_ids"], batch["masked_lm_weights"], batch["next_sentence_labels"])
+        pretraining_loss(out, *targets).total.backward()
+        optimizers[mode].step()
+
     for index in range(warmup):
         for mode in MODES:
-            train_step(models[mode], optimizers[mode], batches[mode][index % window])
-    seconds, cpu_seconds = dict.fromkeys(MODES, 0.0), dict.fromkeys(MODES, 0.0)
-    for index in range(window):
-        for mode in MODES:  # interleaved
-            start, cpu_start = time.perf_counter(), time.process_time()
-            train_step(models[mode], optimizers[mode], batches[mode][index])
-            seconds[mode] += time.perf_counter() - start
-            cpu_seconds[mode] += time.process_time() - cpu_start
+            step(mode, index)
+    times = harness.interleave({m: lambda i, m=m: step(m, i) for m in MODES}, window)
     real = sum(num_real_tokens(b) for b in batches["padded"])
     result = {
         "shards": str(shards),
@@ -135,25 +82,27 @@ def measure(shards: Path, config_name: str, window: int, warmup: int) -> dict:
         "modes": {},
     }
     for mode in MODES:
-        computed = sum(computed_positions(b) for b in batches[mode])
+        seconds, cpu_seconds = sum(times[mode]["wall_s"]), sum(times[mode]["cpu_s"])
+        mask_free = [
+            b for b in batches[mode] if "cu_seqlens" in b or model_inputs(b)["attention_mask"] is None
+        ]
         result["modes"][mode] = {
-            "seconds": round(seconds[mode], 3),
-            "cpu_seconds": round(cpu_seconds[mode], 3),
-            "tokens_per_s": real / seconds[mode],
-            "tokens_per_cpu_s": real / cpu_seconds[mode],
-            "padding_share": 1 - real / computed,
-            "mask_free_batches": sum(
-                1 for b in batches[mode] if "cu_seqlens" in b or model_inputs(b)["attention_mask"] is None
-            ),
+            "seconds": round(seconds, 3),
+            "cpu_seconds": round(cpu_seconds, 3),
+            "tokens_per_s": real / seconds,
+            "tokens_per_cpu_s": real / cpu_seconds,
+            "padding_share": 1 - real / sum(int(b["input_ids"].numel()) for b in batches[mode]),
+            "mask_free_batches": len(mask_free),
         }
-    padded = result["modes"]["padded"]["tokens_per_s"]
     for mode in ("bucketed", "packed"):
-        result[f"{mode}_speedup_vs_padded"] = result["modes"][mode]["tokens_per_s"] / padded
+        result[f"{mode}_speedup_vs_padded"] = (
+            result["modes"][mode]["tokens_per_s"] / result["modes"]["padded"]["tokens_per_s"]
+        )
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> None:
+    parser = harness.parser(__doc__, "batching")
     parser.add_argument("--shards", nargs="*", help="`pipelines examples` outputs (default: made here)")
     parser.add_argument("--lengths", type=int, nargs="*", default=[128, 512], help="when making shards")
     parser.add_argument("--config", default="mini")
@@ -161,41 +110,60 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    import torch
+
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.shards:
-            folders = [Path(s) for s in args.shards]
-        elif DUMP.exists() and VOCAB.exists():
-            folders = make_shards(Path(tmp), args.lengths)
-        else:
-            print(f"no shards given and no {DUMP} to make them from", file=sys.stderr)
-            return 1
-        runs = [measure(f, args.config, args.window, args.warmup) for f in folders]
-    result = {
-        "config": args.config,
-        "threads": args.threads,
-        "window": args.window,
-        "torch": torch.__version__,
-        "machine": platform.processor() or platform.machine(),
-        "runs": runs,
-    }
-    for run in runs:
-        print(
-            f"seq {run['max_seq_length']}, batch {run['batch_size']}, {run['batches']} batches, "
-            f"{run['real_tokens']:,} real tokens, config {args.config}, {args.threads} threads:"
+        folders = (
+            [Path(s) for s in args.shards] if args.shards else harness.make_shards(Path(tmp), args.lengths)
         )
-        for mode, r in run["modes"].items():
-            ratio = r["tokens_per_s"] / run["modes"]["padded"]["tokens_per_s"]
-            print(
-                f"  {mode:9s} {r['tokens_per_s']:8,.0f} tokens/s  {ratio:4.2f}x  "
-                f"{r['tokens_per_cpu_s']:8,.0f} tokens/CPU-s  padding {r['padding_share']:6.1%}  "
-                f"mask-free batches {r['mask_free_batches']}/{run['batches']}"
+        runs = [measure(f, args.config, args.window, args.warmup) for f in folders]
+    result = {"config": args.config, "threads": args.threads, "window": args.window, "runs": runs}
+    harness.write(args.json, result, "torch", rows=rows)
+
+
+def rows(r: dict) -> list[Row]:
+    found = []
+    for run in r["runs"]:
+        modes, padded = run["modes"], run["modes"]["padded"]
+        for mode in ("bucketed", "packed"):
+            found.append(
+                (
+                    f"pre-training, ours `--batching {mode}` against ours `padded` (a layout ratio, not a peer); "
+                    f"real enwiki shards, seq {run['max_seq_length']}, {run['batches']} batches of "
+                    f"{run['batch_size']}, config {r['config']}, fp32 CPU, {r['threads']} threads",
+                    f"{n(modes[mode]['tokens_per_s'])} tokens/s, padding {modes[mode]['padding_share']:.1%}",
+                    f"ours `--batching padded` (pads as transformers' collator): {n(padded['tokens_per_s'])} tokens/s, "
+                    f"padding {padded['padding_share']:.1%}",
+                    x(run[f"{mode}_speedup_vs_padded"]),
+                )
             )
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
-    return 0
+    return found
+
+
+def layouts_table(r: dict) -> list[str]:
+    """Every layout of every run: tokens/s, tokens/CPU-s, padding share, batches without padding."""
+    lines = [
+        "| shards | layout | tokens/s | tokens/CPU-s | padding share | batches without padding |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in r["runs"]:
+        padded = run["modes"]["padded"]
+        for mode, m in run["modes"].items():
+            shards = f"seq {run['max_seq_length']}, batch {run['batch_size']}" if mode == "padded" else ""
+            speed, cpu = f"{m['tokens_per_s']:,.0f}", f"{m['tokens_per_cpu_s']:,.0f}"
+            if mode != "padded":
+                speed += f" ({m['tokens_per_s'] / padded['tokens_per_s']:.2f}x)"
+                cpu += f" ({m['tokens_per_cpu_s'] / padded['tokens_per_cpu_s']:.2f}x)"
+            layout = "padded (peer)" if mode == "padded" else mode
+            lines.append(
+                f"| {shards} | {layout} | {speed} | {cpu} | {m['padding_share']:.1%} | {m['mask_free_batches']}/{run['batches']} |"
+            )
+    return lines
+
+
+TABLES = {"layouts": layouts_table}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

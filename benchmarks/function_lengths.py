@@ -70,38 +70,21 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles = []
+    """Groups of more than one module that import each other (strongly connected components), each
+    sorted: every module's reachable set, and the modules that reach each other."""
 
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for target in sorted(graph.get(node, ())):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for target in graph.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        return seen
 
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return cycles
+    reach = {node: reachable(node) for node in graph}
+    cycles = {tuple(sorted({node} | {m for m in reach[node] if node in reach.get(m, ())})) for node in graph}
+    return sorted(list(c) for c in cycles if len(c) > 1)
 
 
 def main() -> None:

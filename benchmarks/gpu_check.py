@@ -2,25 +2,34 @@
 
     python3 benchmarks/gpu_check.py machine OUT                   OUT/machine.json
     python3 benchmarks/gpu_check.py run OUT NAME RUN_DIR RC WALL_S LOG -- COMMAND...
-                                                                  OUT/runs/NAME.json
     python3 benchmarks/gpu_check.py skipped OUT NAME REASON -- COMMAND...
     python3 benchmarks/gpu_check.py step OUT NAME RC WALL_S LOG RESULT_JSON
-    python3 benchmarks/gpu_check.py collect OUT                   OUT/gpu_check.json, a table on stdout
+    python3 benchmarks/gpu_check.py collect OUT                   OUT/gpu_check.json
 
-Steady state: a ``pretrain`` run's figures come from its metrics records after the first
-(``startup_window``: start-up, data workers, ``torch.compile``), weighted by each window's time:
-real (non-padding) tokens/s, samples/s, MFU, the share of time waiting for data; peak GPU memory is
-the run's largest. A run that failed or timed out is recorded with its exit status and the end of
-its log, and the script goes on. Standard library only (runs on a bare GPU image).
+A ``pretrain`` run's figures come from its metrics records after the start-up window
+(``startup_window``), weighted by each window's time: real tokens/s, samples/s, MFU, the share of
+time waiting for data, peak GPU memory. A run that failed or timed out keeps its exit status and log
+tail. Standard library only (a bare GPU image).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
+from benchmarks.harness import Row, n, x
+
 LOG_TAIL_LINES = 15
+NOT_MEASURED = (
+    "pre-training on a GPU (`pretrain` BERT-base at seq 128 and 512, every `--batching` layout, bf16 and "
+    "fp16, compiled and eager, CUDA graphs; one step against transformers' BertForPreTraining on the same "
+    "batches): **not measured** (no `results/gpu_check.json` yet). `make gpu-data` here, then "
+    "`bash benchmarks/gpu_check.sh` on a GPU machine, and copy its `gpu_check.json` into `benchmarks/results/`."
+)
 
 
 def steady_figures(records: list[dict]) -> dict:
@@ -34,30 +43,28 @@ def steady_figures(records: list[dict]) -> dict:
         memory = [r["peak_memory_gb"] for r in train if "peak_memory_gb" in r]
         if memory:
             out["peak_memory_gb"] = max(memory)
-    if not steady:
-        return out
     seconds = [r["tokens"] / r["tokens_per_s"] for r in steady if r["tokens_per_s"] > 0]
     total_s = sum(seconds)
-    if total_s <= 0:
+    if not steady or total_s <= 0:
         return out
     start = train.index(steady[0])
+
+    def weighted(key: str) -> float:
+        return sum(r[key] * s for r, s in zip(steady, seconds, strict=True)) / total_s
+
     out["steady_steps"] = steady[-1]["step"] - (train[start - 1]["step"] if start else 0)
     out["steady_s"] = total_s
     out["tokens_per_s"] = sum(r["tokens"] for r in steady) / total_s
-    out["samples_per_s"] = sum(r["samples_per_s"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
-    out["data_wait_share"] = (
-        sum(r["data_wait_share"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
-    )
+    out["samples_per_s"] = weighted("samples_per_s")
+    out["data_wait_share"] = weighted("data_wait_share")
     if all("mfu" in r for r in steady):
-        out["mfu"] = sum(r["mfu"] * s for r, s in zip(steady, seconds, strict=True)) / total_s
+        out["mfu"] = weighted("mfu")
     return out
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     """The last ``lines`` lines of a log (empty when there is none)."""
-    if not path.exists():
-        return []
-    return path.read_text(errors="replace").splitlines()[-lines:]
+    return path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
 
 
 def run_record(name: str, run_dir: Path, rc: int, wall_s: float, log: Path, command: list[str]) -> dict:
@@ -66,8 +73,9 @@ def run_record(name: str, run_dir: Path, rc: int, wall_s: float, log: Path, comm
     record["status"] = "ok" if rc == 0 else ("timed out" if rc in (124, 137) else "failed")
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists():
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        record |= steady_figures(rows)
+        record |= steady_figures(
+            [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        )
     if rc != 0:
         record["log_tail"] = log_tail(log)
     warnings = [line for line in log_tail(log, 10**6) if "WARNING" in line or "fall back" in line.lower()]
@@ -87,15 +95,13 @@ def step_record(name: str, rc: int, wall_s: float, log: Path, result: Path) -> d
 
 
 def machine_record() -> dict:
-    """The GPU (name, memory), torch and transformers versions, CPU count."""
-    import os
-    import platform
-
-    record = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    """The machine (:func:`harness.machine`), and the GPU, torch and transformers as found."""
+    record = harness.machine()
     try:
         import torch
 
         record["torch"] = torch.__version__
+        record["gpu"] = None
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
             record |= {
@@ -103,8 +109,6 @@ def machine_record() -> dict:
                 "gpu_memory_gb": props.total_memory / 2**30,
                 "cuda": torch.version.cuda,
             }
-        else:
-            record["gpu"] = None
         import transformers
 
         record["transformers"] = transformers.__version__
@@ -118,36 +122,53 @@ def collect(out: Path) -> dict:
     result: dict = {"machine": _read(out / "machine.json"), "runs": [], "steps": []}
     for path in sorted((out / "runs").glob("*.json"), key=lambda p: _read(p).get("order", 0)):
         record = _read(path)
-        (result["steps"] if "result" in record or record.get("kind") == "step" else result["runs"]).append(
-            record
-        )
-    for extra in ("sdpa_check",):
-        if (out / f"{extra}.json").exists():
-            result[extra] = _read(out / f"{extra}.json")
+        result["steps" if record.get("kind") == "step" else "runs"].append(record)
+    if (out / "sdpa_check.json").exists():
+        result["sdpa_check"] = _read(out / "sdpa_check.json")
+    result["conditions"] = harness.measured("bash benchmarks/gpu_check.sh", result["machine"])
     return result
 
 
-def table(result: dict) -> str:
-    """The runs as aligned text lines (for the log of the device call)."""
-    lines = [f"machine: {result['machine']}"]
-    for run in result["runs"]:
-        mfu = f"{run['mfu']:.3f}" if "mfu" in run else "  —  "
-        peak = f"{run['peak_memory_gb']:5.1f} GiB" if "peak_memory_gb" in run else "—"
-        figures = (
-            f"{run['tokens_per_s']:>11,.0f} tokens/s  MFU {mfu}  wait {run['data_wait_share']:.3f}  peak {peak}"
-            if "tokens_per_s" in run
-            else run["status"]
+def step_rows(step: dict, gpu: str) -> list[Row]:
+    """The one-step pairing's ratios (ours, and ours compiled, against transformers fed by its collator)."""
+    found, result = [], step.get("result") or {}
+    peer = "BertForPreTraining (SDPA) fed by DataCollatorForLanguageModeling"
+    for run in result.get("runs", []):
+        what = (
+            f"one training step on {gpu}, config {run['config']}, batch {run['batch_size']} of real enwiki "
+            f"shards at seq 128, {result.get('precision', '?')}, AdamW, clipping; the same batches for every variant"
         )
-        lines.append(f"{run['name']:38s} {figures}  ({run.get('wall_s', 0):.0f} s, rc {run.get('rc')})")
-    for step in result["steps"]:
-        for run in step.get("result", {}).get("runs", []):
-            for name, variant in run["variants"].items():
-                lines.append(f"{step['name']}: {name:24s} {variant['tokens_per_s']:>11,.0f} tokens/s")
-            ratios = {k: round(v, 2) for k, v in run.items() if "speedup_vs" in k and "cpu" not in k}
-            lines.append(f"{step['name']}: {ratios}")
-        if step["status"] != "ok":
-            lines.append(f"{step['name']}: {step['status']} (rc {step['rc']})")
-    return "\n".join(lines)
+        v = run["variants"]
+        for ours, prefix in (("ours", ""), ("ours_compiled", "compiled_")):
+            if ours in v:
+                ratio = x(run[f"{prefix}speedup_vs_transformers_collator"])
+                peer_figure = f"{peer}: {n(v['transformers_collator']['tokens_per_s'])} tokens/s"
+                found.append((what, f"{ours}: {n(v[ours]['tokens_per_s'])} tokens/s", peer_figure, ratio))
+    if step["status"] != "ok":
+        found.append((f"one training step on {gpu}", step["status"], "—", "—"))
+    return found
+
+
+def rows(r: dict) -> list[Row]:
+    """One row per ``pretrain`` run of the GPU check (no peer), and the one-step pairing's ratios."""
+    gpu, found = (r.get("machine") or {}).get("gpu") or "no GPU named", []
+    for run in r["runs"]:
+        config = re.search(r"--config (\S+)", run.get("command", ""))
+        what = f"pre-training on {gpu}, `{run['name']}`, config {config[1] if config else '?'}, steady state"
+        if "tokens_per_s" not in run:
+            found.append((what, run["status"], "—", "—"))
+            continue
+        mfu = f", MFU {run['mfu']:.3f}" if "mfu" in run else ""
+        wait, peak = run["data_wait_share"], run.get("peak_memory_gb", 0)
+        found.append(
+            (
+                what,
+                f"{n(run['tokens_per_s'])} tokens/s{mfu}, data wait {wait:.1%}, peak {peak:.1f} GiB",
+                "—",
+                "—",
+            )
+        )
+    return found + [row for step in r["steps"] for row in step_rows(step, gpu)]
 
 
 def _read(path: Path) -> dict:
@@ -171,13 +192,13 @@ def main(argv: list[str]) -> int:
         name, run_dir, rc, wall_s, log = rest
         record = run_record(name, Path(run_dir), int(rc), float(wall_s), Path(log), given)
         _write(out / "runs" / f"{name}.json", record | {"order": order})
-        print(table({"machine": "", "runs": [record], "steps": []}).splitlines()[-1])
+        print(
+            " | ".join(rows({"runs": [record], "steps": []})[0][1:]) + f"  ({record['status']}, {wall_s} s)"
+        )
     elif command == "skipped":
         name, reason = rest
-        _write(
-            out / "runs" / f"{name}.json",
-            {"name": name, "status": reason, "command": " ".join(given), "order": order},
-        )
+        record = {"name": name, "status": reason, "command": " ".join(given), "order": order}
+        _write(out / "runs" / f"{name}.json", record)
     elif command == "step":
         name, rc, wall_s, log, result = rest
         record = step_record(name, int(rc), float(wall_s), Path(log), Path(result))
@@ -185,7 +206,7 @@ def main(argv: list[str]) -> int:
     elif command == "collect":
         result = collect(out)
         _write(out / "gpu_check.json", result)
-        print(table(result))
+        print("\n".join(" | ".join(row) for row in rows(result)))
     else:
         print(f"unknown command {command!r}: machine, run, skipped, step or collect", file=sys.stderr)
         return 2

@@ -17,9 +17,9 @@ there.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
+from pathlib import Path
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -28,6 +28,9 @@ from pretrain import attention
 from pretrain.batching import model_inputs, pack
 from pretrain.model import BertConfig, BertForPreTraining, pretraining_loss
 from pretrain.runtime import autocast
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
 
 BACKENDS = (
     ("flash", SDPBackend.FLASH_ATTENTION),
@@ -91,7 +94,7 @@ def kernel_for(model, batch: dict, device: torch.device, precision: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, None)
     parser.add_argument("--config", help="model size (default: base on CUDA, tiny on CPU)")
     parser.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp32"))
     parser.add_argument("--length", type=int, default=128)

@@ -1,7 +1,6 @@
 """The packed (unpadded, flash varlen) model path against the padded one, on the GPU.
 
     python benchmarks/varlen_check.py [--config base] [--precision bf16] [--steps 20] [--compile]
-                                      [--out varlen_check.json]
 
 1. Which kernel packed attention chose here (``pretrain/attention.py``: ``flash`` after its
    self-check passed, or ``padded``) for the model's head shape and the precision.
@@ -14,15 +13,16 @@
 
 It isolates the model from the trainer (reader, optimizer, logging: ``gpu_check.sh`` measures
 those end to end). Without CUDA it runs the same on the CPU (the ``tiny`` model, fp32, batches of
-8): known to run end to end; the figures mean nothing there. Writes JSON to ``--out``.
+8): known to run end to end; the figures mean nothing there. Writes ``results/varlen_check.json``
+(``--json`` elsewhere).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -30,6 +30,9 @@ from pretrain import attention
 from pretrain.batching import model_inputs, num_real_tokens, pack
 from pretrain.model import BertConfig, BertForPreTraining, compile_model, pretraining_loss
 from pretrain.runtime import autocast
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
 
 VOCAB = 30522
 
@@ -122,13 +125,12 @@ def speed(config, device, precision: str, args, length: int, examples: int) -> d
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, "varlen_check")
     parser.add_argument("--config", help="model size (default: base on CUDA, tiny on CPU)")
     parser.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp32"))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="also torch.compile (minutes per shape)")
-    parser.add_argument("--out", default="varlen_check.json")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
@@ -149,8 +151,7 @@ def main() -> int:
             config, device, precision, args, length, examples
         )
     print(json.dumps(result, indent=2))
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
+    harness.write(args.json, result, "torch")
     agree = result["agreement_seq128"]["grad_cosine"] > 0.999
     fast = result["packed_kernel"] == "flash" or not cuda
     return 0 if agree and fast else 1

@@ -1,40 +1,33 @@
-"""Measure how fast ``clean_wikitext`` cleans real Wikipedia pages, on one core.
+"""How fast ``clean_wikitext`` cleans real Wikipedia pages, on one core.
 
-Usage::
+    python benchmarks/wikitext_speed.py [--repeats 3]
 
-    .venv/bin/python benchmarks/wikitext_speed.py [--repeats N]
-
-Reads the non-redirect pages of the enwiki excerpt in ``../shared/data/wiki`` (the data folder
-next to the project; the script exits with a one-line message when it is absent), then cleans
-them all ``--repeats`` times in this process and prints the median rate in MB/s (UTF-8 bytes of
-wikitext) and pages/s.
+The non-redirect pages of the enwiki excerpt in ``../shared/data/wiki``, cleaned ``--repeats``
+times in this process; the median rate in MB/s (UTF-8 bytes of wikitext) and pages/s. No peer:
+``corpus.py`` sets the whole Wikipedia stage beside WikiExtractor.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-ENWIKI = DATA_DIR / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-
-sys.path.insert(0, str(REPO_ROOT))
-
-from pipelines.wiki.dump import iter_pages  # noqa: E402
-from pipelines.wiki.wikitext import clean_wikitext  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmarks/NAME.py`
+from benchmarks import harness
+from benchmarks.harness import Row, n
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    from pipelines.wiki.dump import iter_pages
+    from pipelines.wiki.wikitext import clean_wikitext
+
+    parser = harness.parser(__doc__, "wikitext_speed")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
     args = parser.parse_args()
-    if not ENWIKI.exists():
-        sys.exit(f"enwiki excerpt not found at {ENWIKI} (a shared/data checkout next to the repository)")
-    with open(ENWIKI, "rb") as f:
+    harness.require(harness.WIKI_DUMP)
+    with open(harness.WIKI_DUMP, "rb") as f:
         pages = [(page.title, page.text) for page in iter_pages(f) if page.redirect_title is None]
     megabytes = sum(len(text.encode("utf-8")) for _, text in pages) / 1e6
     seconds = []
@@ -44,10 +37,26 @@ def main() -> None:
             clean_wikitext(text, title)
         seconds.append(time.perf_counter() - start)
     median = statistics.median(seconds)
-    print(
-        f"{len(pages)} pages, {megabytes:.2f} MB of wikitext, median of {args.repeats} runs: {median:.2f} s"
-    )
-    print(f"{megabytes / median:.2f} MB/s, {len(pages) / median:.1f} pages/s")
+    result = {
+        "pages": len(pages),
+        "wikitext_mb": megabytes,
+        "repeats": args.repeats,
+        "median_s": median,
+        "mb_per_s": megabytes / median,
+        "pages_per_s": len(pages) / median,
+    }
+    harness.write(args.json, result, rows=rows)
+
+
+def rows(r: dict) -> list[Row]:
+    return [
+        (
+            f"`clean_wikitext` alone; {r['pages']} pages, {n(r['wikitext_mb'])} MB of wikitext, 1 core",
+            f"{n(r['mb_per_s'])} MB/s, {n(r['pages_per_s'])} pages/s",
+            "—",
+            "—",
+        )
+    ]
 
 
 if __name__ == "__main__":

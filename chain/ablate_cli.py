@@ -12,8 +12,7 @@ from chain.ablate import PRESETS, AblationConfig, grid, stages
 from chain.ablate_report import build_report
 from chain.checks import SettingsError, refuse
 from chain.run import ChainError, check_apart, exit_code, run_chain
-from schemas.commands import OneLineCommand
-from schemas.paths import OverlapError
+from schemas.commands import OneLineCommand, UsageError
 
 
 @click.command(
@@ -73,7 +72,7 @@ def main(
               "--ner-dir": ner_dir}  # fmt: skip
     try:
         check_apart(cfg.workdir, plan, inputs)
-    except OverlapError as err:  # the command line is wrong: exit 2 (--dry-run too), nothing read
+    except UsageError as err:  # the command line is wrong: exit 2 (--dry-run too), nothing read
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     refuse(cfg.input_problems(), 1)

@@ -14,13 +14,12 @@ import json
 import shlex
 from pathlib import Path
 
-import fsspec
-
 from chain import checks
 from chain.ablate import AblationConfig, Grid
 from chain.report import _cat, _markdown_to_html, _png, _table
 from chain.run import Stage, read_json
 from schemas.files import write_file, write_json
+from schemas.outputs import OutputFolder
 
 PAPER_TABLE5 = {  # MNLI-m, QNLI, MRPC, SST-2 (accuracy), SQuAD v1.1 (F1)
     "BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5),
@@ -313,8 +312,15 @@ def build_report(
 
 
 def _write(cfg: AblationConfig, sections: list[str], points, results, png: bytes | None) -> dict[str, str]:
-    fs, root = fsspec.core.url_to_fs(cfg.url("ablations"))
-    fs.makedirs(root, exist_ok=True)
+    """The report's files into ``WORKDIR/ablations`` (beside the runs' folders), claimed and journaled."""
+    with OutputFolder.open(cfg.url("ablations"), "chain ablate", continuing=True, option="") as folder:
+        folder.begin()
+        return _write_files(cfg, folder.fs, folder.root, sections, points, results, png)
+
+
+def _write_files(
+    cfg: AblationConfig, fs, root: str, sections: list[str], points, results, png
+) -> dict[str, str]:
     markdown = "\n".join(sections)
     figure = ""
     if png:

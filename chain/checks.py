@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import click
 
 from chain.run import filesystem
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, ManifestError, verify_completed
+from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, verify_completed
+from schemas.commands import CommandError, InputError
 
 SEED_MAX = 2**31 - 1
 """The largest ``--seed``: every stage seeds ``seed + k`` (k < a few) into generators that take
@@ -77,12 +78,11 @@ def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
             f"--glue-task {glue_task} needs --glue-dir (its folder); without --glue-dir the chain "
             f"fine-tunes on the task it derives from the corpus ({DERIVED_TASK.upper()} layout)"
         ]
-    from finetune.common import FinetuneError
     from finetune.glue import get_task
 
     try:
         get_task(glue_task)
-    except FinetuneError as err:
+    except CommandError as err:
         return [f"--glue-task: {err}"]
     return []
 
@@ -187,7 +187,7 @@ def corpus_problems(corpus: str, splits: Sequence[str]) -> list[str]:
             return [f"--corpus {corpus}: no such folder"]
         text = fs.cat_file(manifest_path).decode("utf-8") if marker is not None else ""
         manifest = verify_completed(text, marker, corpus, DOCUMENTS.name)
-    except ManifestError as err:
+    except InputError as err:
         return [f"--corpus {err}"]
     except (OSError, UnicodeDecodeError) as err:
         return [f"--corpus {corpus}: cannot read its manifest ({type(err).__name__}: {err})"]

@@ -10,8 +10,7 @@ from chain.checks import refuse
 from chain.plan import ChainConfig, outputs, plan
 from chain.report import build
 from chain.run import ChainError, check_apart, exit_code, run_chain
-from schemas.commands import OneLineCommand
-from schemas.paths import OverlapError
+from schemas.commands import OneLineCommand, UsageError
 
 
 @click.command(
@@ -57,7 +56,7 @@ def main(workdir, wiki_dump, books, glue_dir, glue_task, vocab_size, model, pret
     stages = plan(cfg)
     try:
         check_apart(cfg.workdir, stages, {"--wiki-dump": wiki_dump, "--books": books, "--glue-dir": glue_dir})
-    except OverlapError as err:  # the command line is wrong: exit 2, nothing read or written
+    except UsageError as err:  # the command line is wrong: exit 2, nothing read or written
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     refuse(cfg.input_problems(), 1)

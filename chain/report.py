@@ -15,6 +15,7 @@ import fsspec
 
 from chain.run import read_json
 from schemas.files import write_file
+from schemas.outputs import OutputFolder
 
 
 def _cat(url: str) -> bytes | None:
@@ -245,13 +246,14 @@ def _write(workdir: str, sections: Sections, images: dict[str, bytes]) -> dict[s
         "th{background:#f3f3f3}img{max-width:100%}figure{margin:1em 0}figcaption{color:#666;font-size:90%}"
         "</style></head><body>" + _markdown_to_html(title) + "".join(body) + "</body></html>"
     )
-    fs, root = fsspec.core.url_to_fs(f"{workdir.rstrip('/')}/report")
-    fs.makedirs(root, exist_ok=True)
-    for name, data in images.items():
-        write_file(f"{root}/{name}", data, fs)
-    write_file(f"{root}/report.md", markdown, fs)
-    write_file(f"{root}/report.html", page, fs)
     base = f"{workdir.rstrip('/')}/report"
+    with OutputFolder.open(base, "chain report", overwrite=True, option="") as folder:
+        folder.begin()  # an earlier report's own files go; anything else there refuses the report
+        fs, root = folder.fs, folder.root
+        for name, data in images.items():
+            write_file(f"{root}/{name}", data, fs)
+        write_file(f"{root}/report.md", markdown, fs)
+        write_file(f"{root}/report.html", page, fs)
     return {"markdown": f"{base}/report.md", "html": f"{base}/report.html"}
 
 

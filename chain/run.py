@@ -277,16 +277,17 @@ def _act(stage: Stage) -> dict:
 
 
 def check_apart(workdir: str, stages: list[Stage], inputs: dict[str, str | None]) -> None:
-    """Refuse (:class:`schemas.paths.OverlapError`, exit 2 in the CLIs) a ``--workdir`` that is or
+    """Refuse (:class:`schemas.commands.UsageError`, exit 2 in the CLIs) a ``--workdir`` that is or
     lies inside one of the chain's ``inputs`` (``{flag: path}``: the dump, books, GLUE, NER and
     corpus folders), and a stage whose output is, holds or lies inside one, before any stage runs
     (also for ``--dry-run``): no stage ever writes over what the chain reads."""
-    from schemas.paths import INSIDE, SAME, OverlapError, location, relation
+    from schemas.commands import UsageError
+    from schemas.paths import INSIDE, SAME, location, relation
     from schemas.paths import check_apart as check_stage
 
     for flag, path in inputs.items():
         if path and relation(location(workdir), location(path)) in (SAME, INSIDE):
-            raise OverlapError(
+            raise UsageError(
                 f"--workdir {workdir} {relation(location(workdir), location(path))} {flag} {path}: the chain's "
                 "outputs are never written over an input; choose another --workdir"
             )

@@ -20,7 +20,6 @@ from schemas import Manifest
 from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
-TASK_FILES = ("train.tsv", "dev.tsv")
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
 
 
@@ -69,8 +68,7 @@ def write_task(
 ) -> dict:
     """Write ``train.tsv`` and ``dev.tsv`` (MRPC layout) to ``output``, claimed (one writer) and
     replacing only an earlier task's own two files; return their sizes."""
-    fs, root = fsspec.core.url_to_fs(output)
-    with OutputFolder.open(output, fs, root, "chain task", TASK_FILES, overwrite=True) as folder:
+    with OutputFolder.open(output, "chain task", overwrite=True) as folder:
         tables = {}
         for name, split, limit in (("train", "validation", train_limit), ("dev", "test", dev_limit)):
             rows = pairs(_documents(corpus, split), limit, seed)
@@ -83,5 +81,5 @@ def write_task(
         folder.begin()
         for name, rows in tables.items():
             text = HEADER + "".join(f"{label}\t{a}\t{b}\t{s1}\t{s2}\n" for label, a, b, s1, s2 in rows)
-            write_file(f"{folder.root}/{name}.tsv", text, fs)
+            write_file(f"{folder.root}/{name}.tsv", text, folder.fs)
     return {name: {"pairs": len(rows), "positive": sum(r[0] for r in rows)} for name, rows in tables.items()}

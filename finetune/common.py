@@ -1,35 +1,23 @@
-"""What every fine-tuning task shares: loading a pre-trained encoder, tokenising, batching, the
-training loop and prediction.
+"""What every fine-tuning task shares: its inputs, the pre-trained encoder, batching, the heads of
+the paper's Figure 4 (a) and (b), the fit loop and prediction.
 
-- :func:`load_encoder` takes ``--checkpoint``: a ``pretrain`` run folder (its newest complete
-  checkpoint), one checkpoint folder ``RUN/checkpoints/step-N``, or any HF-format BERT folder
-  (``config.json`` + weights + ``vocab.txt``). It returns an :class:`Encoder`: the ``BertModel``,
-  our :class:`~wordpiece.tokenizer.WordPieceTokenizer` (whose ``.tokenizer`` is a
-  ``tokenizers.Tokenizer`` with character offsets) and the casing.
-- :func:`encode_pair` turns one or two texts into ``[CLS] A [SEP] B [SEP]`` ids, truncating the
-  longer side first as the reference ``_truncate_seq_pair`` does.
-- A *feature* is a ``dict``: ``input_ids`` and ``token_type_ids`` (``list[int]``, or one list per
-  choice for multiple choice) and scalar targets such as ``labels``. :func:`collate` pads to the
-  longest sequence in the batch and adds ``attention_mask``; every key of the batch becomes a
-  keyword argument of the task model's ``forward``, which returns a :class:`TaskOutput`.
-- :class:`SequenceClassifier` (classification, or regression when ``num_labels == 1``) and
-  :class:`MultipleChoice` are the heads of the paper's Figure 4 (a), (b).
-- :func:`fit` trains with AdamW (no decay on biases and LayerNorm), linear warm-up and decay,
-  gradient clipping, AMP on GPU, and data order and dropout seeded from ``TrainConfig.seed``;
-  :func:`predict` runs a model over features in length-sorted batches and returns outputs in the
-  features' order.
+A *feature* is a ``dict``: ``input_ids`` and ``token_type_ids`` (``list[int]``, or one list per
+choice for multiple choice) and scalar targets such as ``labels``. :func:`collate` pads to the
+longest sequence in the batch and adds ``attention_mask``; every key of the batch becomes a keyword
+argument of the task model's ``forward``, which returns a :class:`TaskOutput`.
 """
 
 from __future__ import annotations
 
-import json
+import codecs
+import contextlib
 import logging
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, NamedTuple
 
 import fsspec
 import safetensors.torch
@@ -40,27 +28,61 @@ from torch import nn
 from pretrain import checkpoint as ckpt
 from pretrain import hf, runtime
 from pretrain.model import BertForPreTraining, BertModel
-from pretrain.optim import build_scheduler, parameter_groups
+from pretrain.optim import Diverged, build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
-from schemas.commands import InputError
+from schemas.commands import InputError, UsageError
 from schemas.files import write_file
+from schemas.inputs import MAX_JSON_BYTES, boolean, check_file, lines, loads, read_bytes
 from wordpiece.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", *runtime.PRECISIONS)
 SEQUENCE_KEYS = ("input_ids", "token_type_ids")
-_STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pretrain run
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what predict passes to a model
+_STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pretrain run
 
 
-class FinetuneError(ValueError):
-    """A problem with the user's input (checkpoint, data file, settings); the message names it."""
+# --- inputs ----------------------------------------------------------------------------------------
 
 
-class SettingsError(FinetuneError):
-    """Settings refused before anything is read: the command line is wrong (the CLIs exit 2)."""
+@contextlib.contextmanager
+def open_input(url: str) -> Iterator[Any]:
+    """``url`` (a path or fsspec URL) opened in binary once it is known to be a regular file or a
+    bucket object (a FIFO would block, a device never ends)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    check_file(path, fs)
+    try:
+        f = fs.open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(f"{url}: no such file") from None
+    with f:
+        yield f
+
+
+def input_lines(url: str) -> Iterator[tuple[int, str]]:
+    """The lines of a UTF-8 text input (line ends kept, a leading BOM dropped) with their numbers,
+    each at most :data:`schemas.inputs.MAX_LINE_BYTES`."""
+    with open_input(url) as f:
+        for number, line in enumerate(lines(f, url), 1):
+            try:
+                yield number, line.removeprefix(codecs.BOM_UTF8 if number == 1 else b"").decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(f"{url}:{number}: not UTF-8 (byte {err.start + 1} of the line)") from None
+
+
+def input_json(url: str) -> Any:
+    """The JSON document in ``url``, read whole up to :data:`schemas.inputs.MAX_JSON_BYTES` and
+    parsed strictly (:func:`schemas.inputs.loads`)."""
+    with open_input(url) as f:
+        return loads(read_bytes(f, url, MAX_JSON_BYTES), url)
+
+
+def check_examples(examples: Sequence[Any], what: str) -> None:
+    """Refuse an empty split before any model is loaded: nothing to train on or score."""
+    if not examples:
+        raise InputError(f"{what}: no examples; give a file with at least one")
 
 
 # --- the pre-trained encoder -----------------------------------------------------------------------
@@ -68,12 +90,13 @@ class SettingsError(FinetuneError):
 
 @dataclass
 class Encoder:
-    """A pre-trained BERT encoder and the tokenizer it was trained with."""
+    """A pre-trained BERT encoder, the tokenizer it was trained with, and the folder of its weights
+    (a run folder resolves to its checkpoint)."""
 
     model: BertModel
     tokenizer: WordPieceTokenizer
     cased: bool
-    source: str  # the folder the weights came from (a run folder resolves to its checkpoint)
+    source: str
 
     @property
     def max_positions(self) -> int:
@@ -81,125 +104,104 @@ class Encoder:
         return self.model.config.max_position_embeddings
 
 
-def _is_pretrain_output(url: str) -> bool:
-    fs, path = fsspec.core.url_to_fs(url)
-    path = path.rstrip("/")
-    return _STEP_DIR.search(path) is not None or fs.exists(f"{path}/checkpoints")
-
-
-def _read_text(url: str) -> str | None:
-    try:
-        with fsspec.open(url, "r", encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
 def _recorded_casing(folder: str) -> bool | None:
-    """The casing a checkpoint records: ``trainer.json``'s ``cased`` (ours; JSON, never trainer
-    state), else ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
-    text = _read_text(f"{folder}/{ckpt.TRAINER_STATE}.json")
-    if text is not None:
-        try:
-            state = json.loads(text)
-        except ValueError:
-            raise FinetuneError(
-                f"{folder}/{ckpt.TRAINER_STATE}.json: not valid JSON; the checkpoint is damaged"
-            ) from None
-        if isinstance(state, dict) and "cased" in state:
-            return bool(state["cased"])
-    fs, root = fsspec.core.url_to_fs(folder)
-    path = f"{root.rstrip('/')}/{hf.TOKENIZER_CONFIG_FILE}"
-    if fs.exists(path):
-        try:
-            config = hf.read_json_object(fs, path, f"{folder}/{hf.TOKENIZER_CONFIG_FILE}")
-        except ValueError as err:
-            raise FinetuneError(str(err)) from None
-        if "do_lower_case" in config:
-            return not bool(config["do_lower_case"])
+    """The casing a checkpoint records: ``trainer.json``'s ``cased`` (ours), else
+    ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
+    for name, key in ((f"{ckpt.TRAINER_STATE}.json", "cased"), (hf.TOKENIZER_CONFIG_FILE, "do_lower_case")):
+        where = f"{folder}/{name}"
+        value = boolean(input_json(where), key, where, default=None) if runtime.exists(where) else None
+        if value is not None:
+            return value if key == "cased" else not value
     return None
 
 
 def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -> Encoder:
     """Load ``--checkpoint``: a ``pretrain`` run folder (newest complete checkpoint), a checkpoint
-    folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder; local or an fsspec URL.
-
-    The folder must hold ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
-    ``vocab.txt``. ``cased=None`` takes the casing the checkpoint records (``trainer.json`` or
-    ``tokenizer_config.json``'s ``do_lower_case``), else infers it from the vocabulary. A missing
-    pooler (encoder-only checkpoints) is initialised from ``seed``. Raises :class:`FinetuneError`
-    when the folder is incomplete or its ``vocab.txt`` does not match ``config.vocab_size``.
-    """
+    folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder (``config.json``, weights,
+    ``vocab.txt``); local or an fsspec URL. ``cased=None`` takes the casing the checkpoint records,
+    else infers it from the vocabulary. A missing pooler is initialised from ``seed``."""
     url = checkpoint.rstrip("/")
-    if _is_pretrain_output(url):
-        try:
-            url = ckpt.resolve(url).url
-        except InputError as err:
-            raise FinetuneError(str(err)) from None
+    fs, path = fsspec.core.url_to_fs(url)
+    if _STEP_DIR.search(path) is not None or fs.exists(f"{path}/checkpoints"):
+        url = ckpt.resolve(url).url
     try:
         hf.check_vocab_rows(url)
         model = BertForPreTraining.from_pretrained(url, seed=seed)
     except ValueError as err:
-        raise FinetuneError(f"--checkpoint {checkpoint}: {err}") from None
+        raise InputError(f"--checkpoint {checkpoint}: {err}") from None
     vocab_url = f"{url}/{hf.VOCAB_FILE}"
-    if _read_text(vocab_url) is None:
-        raise FinetuneError(
+    if not runtime.exists(vocab_url):
+        raise InputError(
             f"{vocab_url} not found: --checkpoint needs the vocabulary the model was trained with "
             "(a pretrain checkpoint or an HF BERT folder with vocab.txt)"
         )
-    if cased is None:
-        cased = _recorded_casing(url)
-    tokenizer = WordPieceTokenizer.load(vocab_url, cased=cased)
-    config = model.config
-    if tokenizer.vocab_size != config.vocab_size:
-        raise FinetuneError(
+    tokenizer = WordPieceTokenizer.load(vocab_url, cased=_recorded_casing(url) if cased is None else cased)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise InputError(
             f"{vocab_url} has {tokenizer.vocab_size} tokens but {url}/config.json says vocab_size "
-            f"{config.vocab_size}: the vocabulary is not the one this model was trained with"
+            f"{model.config.vocab_size}: the vocabulary is not the one this model was trained with"
         )
     return Encoder(model.bert, tokenizer, tokenizer.cased, url)
+
+
+def read_head(source: str, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """The tensors of a task head saved beside the encoder in ``source`` (names starting with
+    ``prefixes``); empty for a pre-trained encoder, whose weights are then not read twice."""
+    try:
+        names = hf.tensor_names(source)
+        if names is not None and not any(n.startswith(prefixes) for n in names):
+            return {}
+        weights, _ = hf.read_weights(source)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    return {k: v for k, v in weights.items() if k.startswith(prefixes)}
 
 
 CASING_SAMPLE = 200
 """Texts of the training data :func:`check_casing` tokenises (the first ones)."""
 UNK_WARN_SHARE = 0.01
-"""Above this share of ``[UNK]`` tokens, and at least twice the share of the other casing,
-:func:`check_casing` warns that the casing does not fit the vocabulary."""
+"""Above this share of ``[UNK]``, and at least twice the other casing's, the casing is wrong."""
 
 
 def unknown_share(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> float:
     """The share of ``[UNK]`` among the tokens of ``texts`` (0 without tokens)."""
-    unk = tokenizer.token_to_id("[UNK]")
     ids = [i for row in tokenizer.encode_batch(list(texts)) for i in row]
-    return sum(i == unk for i in ids) / len(ids) if ids else 0.0
+    return ids.count(tokenizer.token_to_id("[UNK]")) / len(ids) if ids else 0.0
 
 
 def check_casing(encoder: Encoder, texts: Sequence[str]) -> float:
-    """Tokenise the first :data:`CASING_SAMPLE` of ``texts`` with the encoder's casing and with the
-    other one; warn (with both figures) when the chosen casing gives more than
-    :data:`UNK_WARN_SHARE` ``[UNK]`` and at least twice the other's (``--cased`` on an uncased
-    vocabulary, or the reverse). Returns the measured share."""
+    """Warn, with both figures, when the encoder's casing gives more than :data:`UNK_WARN_SHARE`
+    ``[UNK]`` on the first :data:`CASING_SAMPLE` of ``texts`` and at least twice as many as the
+    other casing (``--cased`` on an uncased vocabulary, or the reverse). Returns the share."""
     sample = [t for t in texts[:CASING_SAMPLE] if t]
     tokenizer = encoder.tokenizer
     share = unknown_share(tokenizer, sample)
     if share > UNK_WARN_SHARE:
-        other = WordPieceTokenizer(tokenizer.vocab, not tokenizer.cased, source="the other casing")
-        other_share = unknown_share(other, sample)
-        if share >= 2 * other_share:
+        other = unknown_share(WordPieceTokenizer(tokenizer.vocab, not tokenizer.cased), sample)
+        if share >= 2 * other:
             chosen, flip = ("--cased", "--uncased") if tokenizer.cased else ("--uncased", "--cased")
             logger.warning(
                 "%s: %.1f%% of the tokens of %d training texts are [UNK] with the vocabulary of %s, "
                 "%.1f%% with %s: the casing does not fit the vocabulary; check --cased/--uncased",
-                chosen,
-                100 * share,
-                len(sample),
-                encoder.source,
-                100 * other_share,
-                flip,
+                *(chosen, 100 * share, len(sample), encoder.source, 100 * other, flip),
             )
     return share
 
 
-# --- tokenisation ----------------------------------------------------------------------------------
+def prepare_encoder(checkpoint: str, config: FitConfig, texts: Sequence[str]) -> Encoder:
+    """:func:`load_encoder` with the run's casing and seed, its ``max_seq_length`` checked against
+    the encoder's positions, and :func:`check_casing` on the first training ``texts``."""
+    encoder = load_encoder(checkpoint, cased=config.cased, seed=config.seed)
+    if config.max_seq_length > encoder.max_positions:
+        raise InputError(
+            f"--max-seq-length {config.max_seq_length} is more than the model's "
+            f"max_position_embeddings ({encoder.max_positions}); lower it"
+        )
+    check_casing(encoder, texts)
+    return encoder
+
+
+# --- tokenisation and batching ---------------------------------------------------------------------
 
 
 def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
@@ -229,16 +231,36 @@ def encode_pair(
     }
 
 
-def check_max_seq_length(max_seq_length: int, encoder: Encoder) -> None:
-    """Refuse a ``--max-seq-length`` the encoder cannot take."""
-    if not 8 <= max_seq_length <= encoder.max_positions:
-        raise FinetuneError(
-            f"--max-seq-length {max_seq_length} must be between 8 and the model's "
-            f"max_position_embeddings ({encoder.max_positions})"
-        )
+def doc_windows(num_tokens: int, size: int, stride: int) -> list[tuple[int, int]]:
+    """``(start, length)`` windows of at most ``size`` over ``num_tokens`` tokens, each starting
+    ``stride`` after the previous one (or right after it ends, when shorter), the last one reaching
+    the end; no tokens still give one empty window."""
+    if size < 1 or stride < 1:
+        raise ValueError(f"window size {size} and stride {stride} must be positive")
+    windows, start = [], 0
+    while True:
+        length = min(num_tokens - start, size)
+        windows.append((start, length))
+        if start + length >= num_tokens:
+            return windows
+        start += min(length, stride)
 
 
-# --- batching --------------------------------------------------------------------------------------
+def max_context_windows(windows: Sequence[tuple[int, int]]) -> list[int]:
+    """For each token the windows of :func:`doc_windows` cover, the window where it has the most
+    context: the largest min(left, right) + 0.01 * window length, the first on ties (the reference
+    ``_check_is_max_context``). Linear in the tokens the windows hold."""
+    if not windows:
+        return []
+    best: list[int] = [0] * (windows[-1][0] + windows[-1][1])
+    scores = [-1.0] * len(best)
+    for index, (start, length) in enumerate(windows):
+        end = start + length - 1
+        for position in range(start, start + length):
+            score = min(position - start, end - position) + 0.01 * length
+            if score > scores[position]:
+                scores[position], best[position] = score, index
+    return best
 
 
 def _pad(rows: Sequence[Sequence[int]], length: int, value: int) -> list[list[int]]:
@@ -248,47 +270,27 @@ def _pad(rows: Sequence[Sequence[int]], length: int, value: int) -> list[list[in
 def collate(
     features: Sequence[dict[str, Any]], pad_id: int = 0, *, token_pads: Mapping[str, int] | None = None
 ) -> dict[str, torch.Tensor]:
-    """Stack features into tensors, padding ``input_ids``/``token_type_ids`` only to the longest
-    sequence in this batch and adding ``attention_mask`` (1 real, 0 padding).
-
-    Sequences are ``list[int]`` (-> ``[batch, length]``) or one list per choice (-> ``[batch,
-    choices, length]``). ``token_pads`` names further per-token keys and the value each is padded
-    with (NER's ``{"labels": IGNORE}``). Other keys are scalars: floats give a float tensor, ints a
-    long tensor.
-    """
-    if not features:
-        raise ValueError("collate needs at least one feature")
+    """Stack features into tensors: ``input_ids`` and ``token_type_ids`` (``list[int]``, or one list
+    per choice) padded to the longest in this batch, ``attention_mask`` added, further per-token keys
+    padded with their ``token_pads`` value (NER's ``{"labels": IGNORE}``), the others scalars."""
     first = features[0]
     nested = isinstance(first["input_ids"][0], (list, tuple))
-    rows = (
-        [choice for f in features for choice in f["input_ids"]]
-        if nested
-        else [f["input_ids"] for f in features]
-    )
+    rows = [c for f in features for c in f["input_ids"]] if nested else [f["input_ids"] for f in features]
     length = max(len(row) for row in rows)
     pads = {key: pad_id if key == "input_ids" else 0 for key in SEQUENCE_KEYS} | dict(token_pads or {})
     batch: dict[str, torch.Tensor] = {}
     for key, value in pads.items():
-        if key not in first:
-            continue
-        seqs = [choice for f in features for choice in f[key]] if nested else [f[key] for f in features]
-        batch[key] = torch.tensor(_pad(seqs, length, value))
+        if key in first:
+            seqs = [c for f in features for c in f[key]] if nested else [f[key] for f in features]
+            batch[key] = torch.tensor(_pad(seqs, length, value))
     batch["attention_mask"] = torch.tensor(_pad([[1] * len(row) for row in rows], length, 0))
     if nested:
-        num_choices = len(first["input_ids"])
-        batch = {k: v.view(len(features), num_choices, length) for k, v in batch.items()}
-    for key in first:
-        if key in pads:
-            continue
+        batch = {k: v.view(len(features), len(first["input_ids"]), length) for k, v in batch.items()}
+    for key in first.keys() - pads.keys():
         values = [f[key] for f in features]
         dtype = torch.float32 if any(isinstance(v, float) for v in values) else torch.long
         batch[key] = torch.tensor(values, dtype=dtype)
     return batch
-
-
-def _sequence_length(feature: dict[str, Any]) -> int:
-    ids = feature["input_ids"]
-    return max(len(c) for c in ids) if ids and isinstance(ids[0], (list, tuple)) else len(ids)
 
 
 # --- task heads ------------------------------------------------------------------------------------
@@ -302,9 +304,9 @@ class TaskOutput(NamedTuple):
     loss: torch.Tensor | None = None
 
 
-def _seeded_linear(in_features: int, out_features: int, std: float, seed: int) -> nn.Linear:
+def seeded_linear(in_features: int, out_features: int, std: float, seed: int) -> nn.Linear:
     """A linear layer initialised as BERT's (N(0, std) weights, zero bias) from ``seed`` alone; the
-    global RNG, which ``nn.Linear``'s own initialisation draws from, is left as it was."""
+    global RNG is left as it was."""
     with torch.random.fork_rng(devices=[]):
         layer = nn.Linear(in_features, out_features)
     with torch.no_grad():
@@ -313,87 +315,52 @@ def _seeded_linear(in_features: int, out_features: int, std: float, seed: int) -
     return layer
 
 
-class SequenceClassifier(nn.Module):
-    """Dropout and a linear layer on the pooled ``[CLS]``; cross-entropy over ``num_labels``, or
-    mean squared error when ``num_labels == 1`` (regression, STS-B).
-
-    ``bilstm`` (a :class:`finetune.heads.BiLSTM`, randomly initialised: the paper's "+ BiLSTM" of
-    Table 5): the classifier reads the BiLSTM's :meth:`~finetune.heads.BiLSTM.summary` of the
-    encoder's final hidden states instead of the pooled ``[CLS]`` (so it is ``Linear(2 * units,
-    num_labels)``); the pooler is then unused.
-    """
+class Classifier(nn.Module):
+    """Dropout and a linear layer on the encoder's output, the heads of the paper's Figure 4: on the
+    pooled ``[CLS]`` (``per="sequence"``: GLUE, cross-entropy over ``outputs`` labels, or mean
+    squared error for one output, STS-B), on each choice's pooled ``[CLS]`` (``"choice"``: SWAG,
+    ``input_ids`` ``[batch, choices, length]``, one score each, softmax over the choices), or on
+    every token (``"token"``: NER, labels -100 are not scored). ``bilstm`` (Table 5's "+ BiLSTM"):
+    the classifier reads its :meth:`~finetune.heads.BiLSTM.summary` of the final hidden states
+    instead of the pooled ``[CLS]``."""
 
     def __init__(
-        self, encoder: BertModel, num_labels: int, *, seed: int = 0, bilstm: nn.Module | None = None
+        self, encoder: BertModel, outputs: int, *, per: str = "sequence", seed: int = 0, bilstm: Any = None
     ) -> None:
         super().__init__()
         config = encoder.config
-        self.bert = encoder
-        self.num_labels = num_labels
-        self.bilstm = bilstm
+        self.bert, self.outputs, self.per, self.bilstm = encoder, outputs, per, bilstm
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         in_features = config.hidden_size if bilstm is None else 2 * bilstm.units
-        self.classifier = _seeded_linear(in_features, num_labels, config.initializer_range, seed)
+        self.classifier = seeded_linear(in_features, outputs, config.initializer_range, seed)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> TaskOutput:
-        """Logits ``[batch, num_labels]`` (``[batch]`` for regression) and the loss when ``labels``."""
-        sequence_output, pooled = self.bert(input_ids, token_type_ids, attention_mask)
-        if self.bilstm is not None:
-            pooled = self.bilstm.summary(sequence_output, attention_mask)
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> TaskOutput:
+        """Logits ``[batch, outputs]`` (``[batch]`` for one output, ``[batch, choices]``, ``[batch,
+        length, outputs]``) and the loss when ``labels``."""
+        length = input_ids.shape[-1]
+        flat = [
+            None if t is None else t.reshape(-1, length) for t in (input_ids, token_type_ids, attention_mask)
+        ]
+        sequence, pooled = self.bert(*flat)
+        if self.per == "token":
+            pooled = sequence
+        elif self.bilstm is not None:
+            pooled = self.bilstm.summary(sequence, flat[2])
         logits = self.classifier(self.dropout(pooled)).float()
-        if self.num_labels == 1:
+        if self.per == "choice":
+            logits = logits.view(input_ids.shape[:2])
+        elif self.outputs == 1:
             logits = logits.squeeze(-1)
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits, labels.float())
-            else:
-                loss = F.cross_entropy(logits, labels)
-        return TaskOutput(logits, loss)
-
-
-class MultipleChoice(nn.Module):
-    """A score per choice from dropout and a linear layer on each choice's pooled ``[CLS]``;
-    softmax (cross-entropy) over the choices."""
-
-    def __init__(self, encoder: BertModel, *, seed: int = 0) -> None:
-        super().__init__()
-        config = encoder.config
-        self.bert = encoder
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = _seeded_linear(config.hidden_size, 1, config.initializer_range, seed)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> TaskOutput:
-        """``input_ids`` is ``[batch, choices, length]``; logits are ``[batch, choices]``."""
-        batch, choices, length = input_ids.shape
-
-        def flat(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.reshape(batch * choices, length)
-
-        _, pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask))
-        logits = self.classifier(self.dropout(pooled)).float().view(batch, choices)
-        loss = None if labels is None else F.cross_entropy(logits, labels)
+            return TaskOutput(logits, None if labels is None else F.mse_loss(logits, labels.float()))
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, -2), labels.flatten())
         return TaskOutput(logits, loss)
 
 
 def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates: Any) -> None:
-    """Write a fine-tuned ``model`` (an encoder under ``bert`` and a task head) into ``folder`` (a
-    path or fsspec URL) as a BERT folder any ``--checkpoint`` accepts: ``config.json`` (the
-    encoder's, updated with ``config_updates``, e.g. ``architectures``), ``model.safetensors``
-    (every tensor of ``model.state_dict()``, the word embeddings cut to ``vocab_size`` rows),
-    ``vocab.txt`` and ``tokenizer_config.json`` (the casing)."""
+    """Write a fine-tuned ``model`` (an encoder under ``bert`` and a task head) into ``folder`` as a
+    BERT folder any ``--checkpoint`` accepts: ``config.json`` (the encoder's, updated with
+    ``config_updates``), ``model.safetensors`` (every tensor, the word embeddings cut to
+    ``vocab_size`` rows), ``vocab.txt`` and ``tokenizer_config.json`` (the casing)."""
     config, _ = hf.read_config(encoder.source)
     vocab_size = model.bert.config.vocab_size
     state = {}
@@ -402,11 +369,9 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
             tensor = tensor[:vocab_size]
         state[name] = tensor.detach().to("cpu", copy=True).contiguous()
     folder = folder.rstrip("/")
-    fs, root = fsspec.core.url_to_fs(folder)
-    fs.makedirs(root, exist_ok=True)
+    fs, root = runtime.output_folder(folder)
     with fsspec.open(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
-        vocab = f.read()
-    write_file(f"{root}/{hf.VOCAB_FILE}", vocab, fs)
+        write_file(f"{root}/{hf.VOCAB_FILE}", f.read(), fs)
     write_file(f"{root}/{hf.SAFETENSORS_FILE}", safetensors.torch.save(state, metadata={"format": "pt"}), fs)
     runtime.write_json(f"{folder}/{hf.CONFIG_FILE}", {**config, **config_updates})
     runtime.write_json(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased})
@@ -414,13 +379,21 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
 
 # --- training --------------------------------------------------------------------------------------
 
+MIN_SEQ_LENGTH = 8
+MAX_LR = 1.0
+"""The largest ``--lr``: fine-tuning uses 1e-5 .. 1e-3; AdamW diverges long before 1."""
+MAX_EPOCHS = 1000
+MAX_COUNT = 2**31 - 1
+"""The largest batch size, sequence length or example count a flag takes."""
+
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """The settings of one fine-tuning run; validated on creation (every problem at once).
+class FitConfig:
+    """The settings of one fine-tuning run; :meth:`problems` lists what is wrong, all at once.
 
     ``precision``: ``auto`` is bf16 on a GPU that supports it, else fp16 (with a gradient scaler)
-    on GPU, and fp32 on CPU. ``device``: ``auto`` is ``cuda`` when available.
+    on GPU, and fp32 on CPU. ``device``: ``auto`` is ``cuda`` when available. ``cased``: None takes
+    the casing the checkpoint records. ``max_*_examples``: the first N rows (quick runs).
     """
 
     epochs: float = 3.0
@@ -433,25 +406,51 @@ class TrainConfig:
     eval_batch_size: int = 64
     precision: str = "auto"
     device: str = "auto"
+    max_seq_length: int = 128
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    cased: bool | None = None
     progress: bool | None = None  # None: a bar on a terminal, else a line every 30 s; False: none
+    eval_flag: ClassVar[str] = "--max-eval-examples"
 
-    def __post_init__(self) -> None:
-        problems = []
-        runtime.positive_finite("--epochs", self.epochs, problems)
-        runtime.positive_finite("--lr", self.lr, problems)
-        if self.batch_size < 1:
-            problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
-        runtime.seed_in_range("--seed", self.seed, problems)
-        if self.eval_batch_size < 1:
-            problems.append(f"the evaluation batch size must be at least 1, got {self.eval_batch_size}")
+    def problems(self) -> list[str]:
+        """Every problem with the settings (one line each, naming the flag); empty when valid."""
+        found: list[str] = []
+        for flag, value, top in (("--epochs", self.epochs, MAX_EPOCHS), ("--lr", self.lr, MAX_LR)):
+            if math.isfinite(value) and value > top:
+                found.append(f"{flag} must be at most {top:g}, got {value:g}")
+            else:
+                runtime.positive_finite(flag, value, found)
+        for flag, value, low in (
+            ("--batch-size", self.batch_size, 1),
+            ("the evaluation batch size", self.eval_batch_size, 1),
+            ("--max-seq-length", self.max_seq_length, MIN_SEQ_LENGTH),
+            ("--max-train-examples", self.max_train_examples, 1),
+            (self.eval_flag, self.max_eval_examples, 1),
+        ):
+            if value is not None and not low <= value <= MAX_COUNT:
+                found.append(f"{flag} must be between {low} and {MAX_COUNT:,}, got {value}")
+        runtime.seed_in_range("--seed", self.seed, found)
         if not 0 <= self.warmup_proportion < 1:
-            problems.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
-        runtime.non_negative_finite("--weight-decay", self.weight_decay, problems)
-        runtime.non_negative_finite("max_grad_norm", self.max_grad_norm, problems)
+            found.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
+        if not 0 <= self.weight_decay <= 1:
+            found.append(f"--weight-decay must be in [0, 1], got {self.weight_decay}")
+        runtime.non_negative_finite("max_grad_norm", self.max_grad_norm, found)
         if self.precision not in PRECISIONS:
-            problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+            found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                found.append(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        return found
+
+    def checked(self) -> FitConfig:
+        """The config itself, or :class:`UsageError` listing its :meth:`problems` (exit 2)."""
+        problems = self.problems()
         if problems:
-            raise SettingsError("; ".join(problems))
+            raise UsageError("; ".join(problems))
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a JSON-ready dict."""
@@ -466,8 +465,7 @@ def epoch_order(num_features: int, seed: int, epoch: int) -> list[int]:
 
 @dataclass
 class TrainResult:
-    """What :func:`fit` reports: steps taken, the loss per epoch, throughput and per-epoch
-    evaluations (when an ``eval_fn`` was given)."""
+    """What :func:`fit` reports: steps taken, the loss per epoch, throughput."""
 
     steps: int
     epoch_losses: list[float]
@@ -475,7 +473,6 @@ class TrainResult:
     examples_per_s: float
     precision: str
     device: str
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -486,20 +483,30 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def diverged(step: int, what: str, config: FitConfig, precision: str) -> Diverged:
+    """The error that stops a run whose loss or gradients stopped being finite (exit 1)."""
+    advice = f"lower --lr (it is {config.lr:g})"
+    if precision == "fp16":
+        advice += " or use --precision bf16 or fp32"
+    return Diverged(f"fine-tuning diverged at step {step + 1}: {what}; {advice}; no model was saved")
+
+
 @dataclass
 class _Update:
-    """One optimizer update from a loss: backward (scaled for fp16), clipping at
-    ``max_grad_norm`` (none when 0), the step, the scaler's and the schedule's update. A loss that
-    is not finite raises :class:`FinetuneError` instead."""
+    """One optimizer update from a loss: backward (scaled for fp16), the gradient norm clipped at
+    ``max_grad_norm`` (none when 0), the step, the scaler's and the schedule's update. A loss or,
+    outside fp16 (whose scaler skips an overflowing step), a gradient norm that is not finite
+    stops the run (:func:`diverged`), as does an fp16 scale driven below 1 by overflows."""
 
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
-    max_grad_norm: float
+    config: FitConfig
+    precision: str
 
     @classmethod
     def for_run(
-        cls, model: nn.Module, config: TrainConfig, max_steps: int, device: torch.device, precision: str
+        cls, model: nn.Module, config: FitConfig, max_steps: int, device: torch.device, precision: str
     ) -> _Update:
         """AdamW without decay on biases and LayerNorm, linear warm-up then decay to zero over
         ``max_steps``, a grad scaler enabled for fp16."""
@@ -511,45 +518,39 @@ class _Update:
             optimizer,
             build_scheduler(optimizer, config.lr, warmup_steps, max_steps),
             torch.amp.GradScaler(device.type, enabled=precision == "fp16"),
-            config.max_grad_norm,
+            config,
+            precision,
         )
 
-    def __call__(self, model: nn.Module, loss: torch.Tensor | None, step: int) -> None:
-        if loss is None or not torch.isfinite(loss):
-            raise FinetuneError(
-                f"the training loss is {loss} at step {step}: lower --lr, or use --precision bf16/fp32"
-            )
+    def __call__(self, model: nn.Module, loss: torch.Tensor, step: int) -> None:
+        if not torch.isfinite(loss):
+            raise diverged(step, f"the training loss is {float(loss.detach())}", self.config, self.precision)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
-        if self.max_grad_norm > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
+        self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm or math.inf)
+        if not self.scaler.is_enabled() and not torch.isfinite(norm):
+            raise diverged(step, f"the gradient norm is {float(norm)}", self.config, self.precision)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.scaler.is_enabled() and self.scaler.get_scale() < 1:
+            raise diverged(step, "the fp16 gradients overflow at every step", self.config, self.precision)
         self.scheduler.step()
 
 
 def fit(
     model: nn.Module,
     features: Sequence[dict[str, Any]],
-    config: TrainConfig,
+    config: FitConfig,
     *,
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
-    eval_fn: Callable[[nn.Module], dict[str, Any]] | None = None,
 ) -> TrainResult:
-    """Fine-tune ``model`` (all of it) on ``features`` for ``config.epochs`` epochs.
-
-    AdamW over :func:`pretrain.optim.parameter_groups` (no decay on biases and LayerNorm), a
-    linear warm-up over ``warmup_proportion`` of the steps then linear decay to zero, gradient
-    clipping at ``max_grad_norm``, AMP on GPU (a ``GradScaler`` for fp16). The order of each epoch
-    comes from :func:`epoch_order` and dropout from ``config.seed`` (under ``fork_rng``, so the
-    caller's global RNG is left alone). A fractional ``epochs`` trains on that share of the last
-    epoch. ``eval_fn(model)`` runs after each epoch when given; its dicts land in the result.
-    ``model(**batch)`` must return a :class:`TaskOutput` with a loss. Raises :class:`FinetuneError`
-    when the loss stops being finite.
-    """
-    if not features:
-        raise FinetuneError("no training examples")
+    """Fine-tune ``model`` (all of it; ``model(**batch)`` returns a :class:`TaskOutput` with a loss)
+    on ``features`` for ``config.epochs`` epochs (a fraction: that share of the last one): AdamW
+    without decay on biases and LayerNorm, linear warm-up then decay to zero, gradient clipping, AMP
+    on GPU. Each epoch's order comes from :func:`epoch_order` and dropout from ``config.seed``
+    (under ``fork_rng``: the caller's global RNG is left alone)."""
+    check_examples(features, "the training data")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     model.to(device)
@@ -580,8 +581,6 @@ def fit(
                 bar.set_postfix(loss=f"{total / count:.4f}", epoch=epoch + 1)
             result.epoch_losses.append(total / max(count, 1))
             logger.info("epoch %d: mean loss %.4f over %d steps", epoch + 1, result.epoch_losses[-1], count)
-            if eval_fn is not None:
-                result.evaluations.append({"epoch": epoch + 1, **eval_fn(model)})
             epoch += 1
         bar.close()
     result.train_s = time.perf_counter() - start
@@ -593,35 +592,28 @@ def fit(
 def predict(
     model: nn.Module,
     features: Sequence[dict[str, Any]],
+    config: FitConfig,
     *,
-    batch_size: int = 64,
-    device: str = "auto",
-    precision: str = "auto",
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
-    progress: bool | None = None,
     inputs: Sequence[str] = MODEL_INPUTS,
 ) -> list[Any]:
-    """Run ``model`` in eval mode over ``features``; return one output per feature, in order.
-
-    Each output is that feature's row of ``TaskOutput.logits`` as a float32 CPU tensor (a tuple of
-    rows when the logits are a tuple), still padded to its batch's longest sequence where the logits
-    have a length dimension. Features are batched by length (less padding); only
-    ``inputs`` (default :data:`MODEL_INPUTS`) reach the model (targets and bookkeeping keys stay out). Use :func:`stack` for fixed-size logits.
-    """
-    target = resolve_device(device)
-    amp = resolve_precision(precision, target)
-    model.to(target)
+    """Run ``model`` in eval mode over ``features`` in length-sorted batches of
+    ``config.eval_batch_size``; return one output per feature, in order: its row of
+    ``TaskOutput.logits`` as a float32 CPU tensor (a tuple of rows for tuple logits), still padded
+    to its batch's longest sequence. Only ``inputs`` reach the model."""
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device)
+    model.to(device)
     model.eval()
     order = sorted(range(len(features)), key=lambda i: _sequence_length(features[i]))
     outputs: list[Any] = [None] * len(features)
-    batches = range(0, len(order), batch_size)
-    bar = Progress(len(batches), desc="predict", unit="batch", enabled=progress)
+    batches = range(0, len(order), config.eval_batch_size)
+    bar = Progress(len(batches), desc="predict", unit="batch", enabled=config.progress)
     for first in batches:
-        chosen = order[first : first + batch_size]
+        chosen = order[first : first + config.eval_batch_size]
         batch = collate_fn([features[i] for i in chosen])
-        batch = {k: v for k, v in batch.items() if k in inputs}
-        with autocast(target, amp):
-            logits = model(**_to_device(batch, target)).logits
+        with autocast(device, precision):
+            logits = model(**_to_device({k: v for k, v in batch.items() if k in inputs}, device)).logits
         if isinstance(logits, tuple):
             rows = list(zip(*(t.float().cpu() for t in logits), strict=True))
         else:
@@ -633,6 +625,12 @@ def predict(
     return outputs
 
 
-def stack(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
-    """:func:`predict`'s per-feature rows as one tensor (fixed-size logits such as classification)."""
-    return torch.stack(list(outputs)) if outputs else torch.empty(0)
+def _sequence_length(feature: dict[str, Any]) -> int:
+    ids = feature["input_ids"]
+    return max(len(c) for c in ids) if ids and isinstance(ids[0], (list, tuple)) else len(ids)
+
+
+def predict_classes(model: nn.Module, features: Sequence[dict[str, Any]], config: FitConfig) -> torch.Tensor:
+    """:func:`predict`'s rows stacked (fixed-size logits: classification, choices, regression)."""
+    outputs = predict(model, features, config)
+    return torch.stack(outputs) if outputs else torch.empty(0)

@@ -9,13 +9,15 @@ seqeval's default mode on real data).
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
-from finetune.common import FinetuneError
+from finetune.common import input_lines
+from pretrain.runtime import exists
+from schemas.commands import InputError
 
 SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
 
@@ -57,17 +59,12 @@ def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
 
 def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Entity-level precision, recall, F1 and gold count per type and overall (micro), as conlleval."""
-    counts: dict[str, list[int]] = {}  # type -> [correct, predicted, gold]
+    correct, guessed, truth = Counter(), Counter(), Counter()
     for gold_tags, pred_tags in zip(gold, predicted, strict=True):
         g, p = entities(gold_tags), entities(pred_tags)
-        for kind, *_ in g | p:
-            counts.setdefault(kind, [0, 0, 0])
-        for kind, *_ in g & p:
-            counts[kind][0] += 1
-        for kind, *_ in p:
-            counts[kind][1] += 1
-        for kind, *_ in g:
-            counts[kind][2] += 1
+        correct.update(kind for kind, *_ in g & p)
+        guessed.update(kind for kind, *_ in p)
+        truth.update(kind for kind, *_ in g)
 
     def prf(correct: int, n_pred: int, n_gold: int) -> dict[str, float | int]:
         precision = correct / n_pred if n_pred else 0.0
@@ -75,51 +72,40 @@ def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> 
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         return {"precision": precision, "recall": recall, "f1": f1, "support": n_gold}
 
-    per_type = {kind: prf(*c) for kind, c in sorted(counts.items())}
-    overall = prf(*(sum(c[i] for c in counts.values()) for i in range(3)))
+    per_type = {kind: prf(correct[kind], guessed[kind], truth[kind]) for kind in sorted(guessed | truth)}
+    overall = prf(sum(correct.values()), sum(guessed.values()), sum(truth.values()))
     return {**overall, "per_type": per_type}
 
 
 def read_conll(path: str) -> list[Sentence]:
-    """Read a CoNLL-2003 file; raise :class:`FinetuneError` naming ``file:line`` for a line that is
-    not four columns or a tag that is not ``O``, ``B-X`` or ``I-X``."""
-    try:
-        with fsspec.open(path, "r", encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        raise FinetuneError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)") from None
+    """Read a CoNLL-2003 file; a line that is not four columns or a tag that is not ``O``,
+    ``B-X`` or ``I-X`` is an :class:`InputError` naming ``file:line``."""
+    if not exists(path):
+        raise InputError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)")
     sentences: list[Sentence] = []
     words: list[str] = []
     tags: list[str] = []
     document, first = 0, 0
-
-    def close() -> None:
-        if words:
-            sentences.append(Sentence(tuple(words), tuple(to_iob2(tags)), document, first))
-            words.clear()
-            tags.clear()
-
-    for number, line in enumerate(lines, 1):
+    for number, line in itertools.chain(
+        input_lines(path), [(0, "")]
+    ):  # a last blank line closes the last sentence
         columns = line.split()
+        if (not columns or columns[0] == "-DOCSTART-") and words:
+            sentences.append(Sentence(tuple(words), tuple(to_iob2(tags)), document, first))
+            words, tags = [], []
         if not columns:
-            close()
             continue
         if columns[0] == "-DOCSTART-":
-            close()
             document += 1
             continue
         if len(columns) != 4:
-            raise FinetuneError(
-                f"{path}:{number}: expected 4 columns (token POS chunk NER), got {len(columns)}"
-            )
-        tag = columns[3]
-        if tag != "O" and not (tag[:2] in ("B-", "I-") and len(tag) > 2):
-            raise FinetuneError(f"{path}:{number}: NER tag {tag!r} is not O, B-TYPE or I-TYPE")
+            raise InputError(f"{path}:{number}: expected 4 columns (token POS chunk NER), got {len(columns)}")
+        if columns[3] != "O" and not (columns[3][:2] in ("B-", "I-") and len(columns[3]) > 2):
+            raise InputError(f"{path}:{number}: NER tag {columns[3]!r} is not O, B-TYPE or I-TYPE")
         if not words:
             first = number
         words.append(columns[0])
-        tags.append(tag)
-    close()
+        tags.append(columns[3])
     if not sentences:
-        raise FinetuneError(f"{path}: no sentences")
+        raise InputError(f"{path}: no sentences")
     return sentences

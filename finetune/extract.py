@@ -9,7 +9,7 @@ row per (line, token, layer), in the ``features`` format (:mod:`schemas.features
 Long lines are not truncated (extract_features.py truncates them silently): a line with more
 pieces than fit in ``max_seq_length - 2`` is split into windows that start ``stride`` pieces apart
 (default: half a window), and each piece takes its vector from the window where it has the most
-context on both sides (the rule of the reference ``run_squad.py``; :func:`finetune.squad.is_max_context`).
+context on both sides (the rule of the reference ``run_squad.py``; :func:`finetune.common.max_context_windows`).
 ``[CLS]`` comes from the first window and ``[SEP]`` from the last. ``stats.json`` counts the lines
 that were split. A line is one text (extract_features.py's ``A ||| B`` pairs are not parsed).
 
@@ -35,17 +35,17 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from finetune.common import PRECISIONS, Encoder, FinetuneError, SettingsError, load_encoder
+from finetune.common import PRECISIONS, Encoder, doc_windows, load_encoder, max_context_windows, open_input
 from finetune.hidden import hidden_states, parse_layers, stack_layers
-from finetune.squad import doc_windows, is_max_context
-from pretrain import outputs, runtime
-from pretrain.outputs import OutputFolder
+from pretrain import runtime
 from pretrain.runtime import autocast, resolve_device, resolve_precision
-from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker
+from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker, inputs
+from schemas.commands import InputError, UsageError
 from schemas.features import FEATURES_NAME, features_format
 from schemas.files import write_file
 from schemas.formats import RecordFormat
-from schemas.manifest import ManifestError, bytes_match, verify_completed
+from schemas.manifest import bytes_match, verify_completed
+from schemas.outputs import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class ExtractSettings:
         if self.max_shard_bytes < 1:
             problems.append(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if problems:
-            raise SettingsError("; ".join(problems))
+            raise UsageError("; ".join(problems))
 
     @property
     def window(self) -> int:
@@ -160,10 +160,8 @@ def line_vectors(plan: LinePlan, window_states: Sequence[np.ndarray]) -> np.ndar
     first = window_states[0]
     out = np.empty((len(plan.ids) + 2, *first.shape[1:]), dtype=np.float32)
     out[0], out[-1] = first[0], window_states[-1][-1]
-    for w, (start, length) in enumerate(plan.windows):
-        for position in range(start, start + length):
-            if is_max_context(plan.windows, w, position):
-                out[1 + position] = window_states[w][1 + position - start]
+    for position, w in enumerate(max_context_windows(plan.windows)):
+        out[1 + position] = window_states[w][1 + position - plan.windows[w][0]]
     return out
 
 
@@ -195,21 +193,17 @@ def rows_table(
 def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
     """The input's lines in chunks ``(first_line, lines)``, its bytes fed to ``digest`` (a
     ``hashlib`` object) on the way; errors name the file and line."""
-    try:
-        f = fsspec.open(url, "rb").open()
-    except FileNotFoundError:
-        raise FinetuneError(f"--input {url} not found") from None
-    with f:
+    with open_input(url) as f:
         chunk: list[str] = []
         first = 0
-        for number, raw in enumerate(f):
+        for number, raw in enumerate(inputs.lines(f, url)):
             digest.update(raw)
             if number == 0:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
             try:
                 chunk.append(raw.decode("utf-8").rstrip("\r\n"))
             except UnicodeDecodeError as err:
-                raise FinetuneError(f"--input {url}:{number + 1}: not UTF-8 text ({err.reason})") from None
+                raise InputError(f"--input {url}:{number + 1}: not UTF-8 text ({err.reason})") from None
             if len(chunk) == LINES_PER_CHUNK:
                 yield first, chunk
                 first, chunk = first + len(chunk), []
@@ -220,19 +214,12 @@ def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
 # --- the output folder -----------------------------------------------------------------------------
 
 
-FEATURES_FILES = (COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, "features-*.arrow")
-"""What ``finetune features`` writes into ``--output``: all that ``--overwrite`` replaces."""
-
-
 def open_output(output: str, overwrite: bool) -> OutputFolder:
     """Before anything is read: claim ``output`` (one writer), refusing one that already has
     files unless ``overwrite`` and they are an earlier ``finetune features`` run's, and one that
-    cannot be written (:func:`pretrain.outputs.open_output`). Nothing on disk changes but the
+    cannot be written (:class:`schemas.outputs.OutputFolder`). Nothing on disk changes but the
     claim."""
-    try:
-        return outputs.open_output(output, "finetune features", FEATURES_FILES, overwrite=overwrite)
-    except outputs.OutputError as err:
-        raise FinetuneError(str(err)) from None
+    return OutputFolder.open(output, "finetune features", overwrite=overwrite)
 
 
 class _ShardWriter:
@@ -301,18 +288,18 @@ def _extract_into(
     """:func:`extract_features` once ``folder`` is claimed."""
     output = folder.url
     if not runtime.exists(input_file):
-        raise FinetuneError(f"--input {input_file} not found")
+        raise InputError(f"--input {input_file} not found")
     encoder = load_encoder(checkpoint, cased=cased)
     config = encoder.model.config
     if settings.max_seq_length > encoder.max_positions:
-        raise FinetuneError(
+        raise InputError(
             f"--max-seq-length {settings.max_seq_length} exceeds the model's max_position_embeddings "
             f"({encoder.max_positions})"
         )
     try:
         layers = parse_layers(settings.layers, config.num_hidden_layers)
     except ValueError as err:
-        raise FinetuneError(str(err)) from None
+        raise InputError(str(err)) from None
     folder.begin()
     fmt = features_format(config.hidden_size)
     writer = _ShardWriter(output, fmt, settings.max_shard_bytes)
@@ -381,7 +368,7 @@ def _extract(
             stats["max_pieces_in_a_line"] = max(stats["max_pieces_in_a_line"], len(plan.ids))
     writer.flush()
     if not stats["num_lines"]:
-        raise FinetuneError(f"--input {input_file} has no lines: nothing to extract")
+        raise InputError(f"--input {input_file} has no lines: nothing to extract")
     stats["extract_s"] = round(time.perf_counter() - start, 3)
     stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
     stats["num_rows"] = sum(e.num_rows for e in writer.entries)
@@ -403,11 +390,8 @@ def read_manifest(output: str) -> Manifest:
 
     manifest_text = text(MANIFEST_FILE)
     if manifest_text is None:
-        raise FinetuneError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
-    try:
-        return verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
-    except ManifestError as err:
-        raise FinetuneError(str(err)) from None
+        raise InputError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
+    return verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
 
 
 def iter_features(output: str) -> Iterator[pa.Table]:
@@ -420,7 +404,7 @@ def iter_features(output: str) -> Iterator[pa.Table]:
         with fs.open(f"{root}/{entry.path}", "rb") as f:
             data = f.read()
         if not bytes_match(data, entry):
-            raise FinetuneError(f"{output}/{entry.path}: does not match {MANIFEST_FILE} (size or SHA-256)")
+            raise InputError(f"{output}/{entry.path}: does not match {MANIFEST_FILE} (size or SHA-256)")
         yield fmt.read_ipc(data, f"{output}/{entry.path}")
 
 

@@ -1,22 +1,16 @@
-"""Task heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD and
-GLUE (Table 5).
+"""Heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD and GLUE
+(Table 5).
 
-- :class:`BiLSTM`: a bidirectional LSTM over the real (unpadded) tokens of each sequence, so a
-  sequence's outputs do not depend on how its batch was padded; ``summary`` gives one vector per
-  sequence (the two directions' final states), what ``finetune glue --bilstm`` classifies.
-- :class:`ScalarMix`: a learned weighted sum of layers (softmax-normalised weights and a scale,
-  ELMo's "scalar mix"), starting from the plain mean; Table 7's "weighted sum" rows.
-- :class:`FeatureTagger`: ``finetune ner --features``. The encoder is frozen (no gradients, always
-  in eval mode, run under ``no_grad``); the chosen layers' activations go through a two-layer
-  BiLSTM and a linear classifier. The paper uses 768 units per direction on BERT-BASE (hidden
-  768); here the units default to the encoder's hidden size, so they scale with it.
-  ``forward`` also takes the chosen layers precomputed (``layers``), which is how the training
-  set's activations are cached between epochs (:func:`cache_layers`). Given each row's sentence
-  span (``sentence_start``, ``sentence_end``), the BiLSTM runs over the sentence's own sub-tokens
-  only (:func:`sentence_rows`): the encoder sees the whole window with its document context, the
-  BiLSTM and the classifier only the sentence, which is what is scored.
+- :class:`BiLSTM` runs over the real (unpadded) tokens of each sequence only, so padding changes
+  nothing; ``summary`` is one vector per sequence (what ``finetune glue --bilstm`` classifies).
+- :class:`ScalarMix`: ELMo's learned weighted sum of layers, starting from the mean.
+- :class:`FeatureTagger` (``finetune ner --features``): the encoder frozen (no gradients, eval
+  mode, ``no_grad``), the chosen layers into a two-layer BiLSTM (the encoder's hidden size per
+  direction, as the paper's 768 on BERT-BASE) and a linear classifier. It also takes the layers
+  precomputed (:func:`cache_layers`); given each row's sentence span, the head runs over the
+  sentence's sub-tokens only (the encoder sees the whole window with its document context).
 
-Weights start from ``seed`` alone (under ``fork_rng``), so the caller's global RNG is left as it was.
+Weights start from ``seed`` alone (under ``fork_rng``): the caller's global RNG is left alone.
 """
 
 from __future__ import annotations
@@ -29,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from finetune.common import TaskOutput, _seeded_linear, collate
+from finetune.common import TaskOutput, collate, seeded_linear
 from finetune.hidden import COMBINE, feature_layers, hidden_states, stack_layers
 from pretrain.model import BertModel
 from pretrain.runtime import autocast
@@ -44,6 +38,13 @@ def _seeded(seed: int, build: Any) -> Any:
         return build()
 
 
+def _lengths(x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Each sequence's real tokens (at least 1): all of ``x``'s length without a mask."""
+    if attention_mask is None:
+        return torch.full((x.shape[0],), x.shape[1], dtype=torch.long)
+    return attention_mask.sum(-1).clamp(min=1)
+
+
 class BiLSTM(nn.Module):
     """``num_layers`` bidirectional LSTM layers (``units`` per direction) over ``[batch, length,
     in_features]``; returns ``[batch, length, 2 * units]``, zeros at padding."""
@@ -53,21 +54,14 @@ class BiLSTM(nn.Module):
     ):
         super().__init__()
         self.units = units
-        self.lstm = _seeded(
-            seed,
-            lambda: nn.LSTM(
-                in_features, units, num_layers=num_layers, bidirectional=True, batch_first=True,
-                dropout=dropout if num_layers > 1 else 0.0,
-            ),
-        )  # fmt: skip
+        dropout = dropout if num_layers > 1 else 0.0
+        options = {"num_layers": num_layers, "bidirectional": True, "batch_first": True, "dropout": dropout}
+        self.lstm = _seeded(seed, lambda: nn.LSTM(in_features, units, **options))
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Run over each sequence's real tokens only (``attention_mask`` 1; all when None)."""
-        batch, length, _ = x.shape
-        if attention_mask is None:
-            lengths = torch.full((batch,), length, dtype=torch.long)
-        else:
-            lengths = attention_mask.sum(-1).clamp(min=1).cpu()
+        length = x.shape[1]
+        lengths = _lengths(x, attention_mask).cpu()
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         out, _ = self.lstm(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=length)
@@ -78,12 +72,8 @@ class BiLSTM(nn.Module):
         last real token and the backward direction's at the first (each has read the whole
         sequence), the usual BiLSTM sentence encoding; ``finetune glue --bilstm`` classifies it."""
         out = self(x, attention_mask)
-        batch, length, _ = x.shape
-        if attention_mask is None:
-            last = torch.full((batch,), length - 1, dtype=torch.long, device=out.device)
-        else:
-            last = (attention_mask.sum(-1).clamp(min=1) - 1).to(out.device)
-        forward = out[torch.arange(batch, device=out.device), last, : self.units]
+        last = _lengths(x, attention_mask).to(out.device) - 1
+        forward = out[torch.arange(len(x), device=out.device), last, : self.units]
         return torch.cat([forward, out[:, 0, self.units :]], dim=-1)
 
 
@@ -143,7 +133,7 @@ class FeatureTagger(nn.Module):
         self.mix = ScalarMix(len(self.layers)) if self.combine == "sum" else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.bilstm = BiLSTM(in_features, self.lstm_units, dropout=config.hidden_dropout_prob, seed=seed)
-        self.classifier = _seeded_linear(2 * self.lstm_units, num_labels, config.initializer_range, seed + 1)
+        self.classifier = seeded_linear(2 * self.lstm_units, num_labels, config.initializer_range, seed + 1)
 
     def train(self, mode: bool = True) -> FeatureTagger:
         """Train the head; the frozen encoder stays in eval mode (no dropout)."""
@@ -193,11 +183,7 @@ class FeatureTagger(nn.Module):
             layers, attention_mask, labels = sentence_rows(layers, sentence_start, sentence_end, labels)
         x = self.dropout(self.head_inputs(layers.to(self.classifier.weight.dtype)))
         logits = self.classifier(self.dropout(self.bilstm(x, attention_mask))).float()
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(
-                logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE
-            )
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, -2), labels.flatten())
         return TaskOutput(logits, loss)
 
 

@@ -1,11 +1,10 @@
-"""Classification and regression metrics, as GLUE's leaderboard computes them.
-
-Plain Python over lists (no scikit-learn or scipy needed; the tests compare against scipy where it
-is installed). Every function raises ``ValueError`` on inputs of different lengths or no inputs.
+"""Classification and regression metrics as GLUE's leaderboard computes them, in plain Python
+(tested against scipy). Inputs of different lengths, or none, are a ``ValueError``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -26,11 +25,9 @@ def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
 def f1(predictions: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
     """Binary F1 of class ``positive``: 2·TP / (2·TP + FP + FN); 0 when there is no TP."""
     _check(predictions, labels)
-    pairs = list(zip(predictions, labels, strict=True))
-    tp = sum(p == positive and y == positive for p, y in pairs)
-    fp = sum(p == positive and y != positive for p, y in pairs)
-    fn = sum(p != positive and y == positive for p, y in pairs)
-    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    tp = sum(p == y == positive for p, y in zip(predictions, labels, strict=True))
+    guessed_and_true = list(predictions).count(positive) + list(labels).count(positive)
+    return 2 * tp / guessed_and_true if tp else 0.0
 
 
 def matthews_corrcoef(predictions: Sequence[int], labels: Sequence[int]) -> float:
@@ -59,16 +56,12 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 
 def ranks(values: Sequence[float]) -> list[float]:
     """1-based ranks, ties sharing the mean of their ranks (``scipy.stats.rankdata``'s default)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
     result = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for k in range(start, end + 1):
-            result[order[k]] = (start + end) / 2 + 1
-        start = end + 1
+    order = enumerate(sorted(range(len(values)), key=lambda i: values[i]))
+    for _, tied in itertools.groupby(order, key=lambda pair: values[pair[1]]):
+        tied = list(tied)
+        for _, index in tied:
+            result[index] = (tied[0][0] + tied[-1][0]) / 2 + 1
     return result
 
 

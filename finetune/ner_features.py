@@ -29,10 +29,11 @@ import fsspec
 import safetensors.torch
 import torch
 
-from finetune.common import MODEL_INPUTS, Encoder, FinetuneError, TrainConfig, TrainResult, fit, predict
+from finetune.common import MODEL_INPUTS, Encoder, FitConfig, TrainResult, fit, predict
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens, collate_with_layers, sentence_only
 from finetune.ner_windows import Windows
 from pretrain.runtime import resolve_device, resolve_precision
+from schemas.commands import InputError
 from schemas.files import write_file
 
 logger = logging.getLogger(__name__)
@@ -44,14 +45,14 @@ SPAN_INPUTS = (*MODEL_INPUTS, "sentence_start", "sentence_end", "layers")
 
 
 def feature_tagger(
-    encoder: Encoder, labels: Sequence[str], features: str, config: TrainConfig
+    encoder: Encoder, labels: Sequence[str], features: str, config: FitConfig
 ) -> FeatureTagger:
     """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder; a checkpoint too shallow
-    for ``features`` is one :class:`FinetuneError`."""
+    for ``features`` is one :class:`InputError`."""
     try:
         return FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
     except ValueError as err:
-        raise FinetuneError(f"--checkpoint {encoder.source}: {err}") from None
+        raise InputError(f"--checkpoint {encoder.source}: {err}") from None
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -89,7 +90,7 @@ def load_cached(
 ) -> torch.Tensor | None:
     """The cached activations ``[sum(lengths), num_states, hidden]`` of the split named ``digest``,
     or None when ``folder`` has none. A file that does not hold what its name promises is a
-    :class:`FinetuneError` naming it."""
+    :class:`InputError` naming it."""
     path = _cache_path(folder, digest)
     fs, local = fsspec.core.url_to_fs(path)
     if not fs.exists(local):
@@ -98,7 +99,7 @@ def load_cached(
         try:
             tensors = safetensors.torch.load(f.read())
         except Exception as err:  # a truncated or foreign file
-            raise FinetuneError(f"{path}: not a readable feature cache ({err}); delete it") from None
+            raise InputError(f"{path}: not a readable feature cache ({err}); delete it") from None
     layers, stored = tensors.get("layers"), tensors.get("lengths")
     expected = (sum(lengths), num_states, hidden)
     if (
@@ -107,9 +108,7 @@ def load_cached(
         or tuple(layers.shape) != expected
         or stored.tolist() != list(lengths)
     ):
-        raise FinetuneError(
-            f"{path}: does not match this run's inputs (expected layers {expected}); delete it"
-        )
+        raise InputError(f"{path}: does not match this run's inputs (expected layers {expected}); delete it")
     return layers
 
 
@@ -131,7 +130,7 @@ def save_cached(
 def with_layers(
     model: FeatureTagger,
     features: Sequence[dict[str, Any]],
-    config: TrainConfig,
+    config: FitConfig,
     *,
     folder: str | None = None,
     split: str = "train",
@@ -177,7 +176,7 @@ def with_layers(
 def fit_feature_tagger(
     model: FeatureTagger,
     inputs: list[dict[str, Any]],
-    config: TrainConfig,
+    config: FitConfig,
     *,
     cache: bool,
     folder: str | None,
@@ -200,7 +199,7 @@ def tag_feature_based(
     model: FeatureTagger,
     windows: Windows,
     labels: Sequence[str],
-    config: TrainConfig,
+    config: FitConfig,
     *,
     folder: str | None,
     split: str,
@@ -216,7 +215,6 @@ def tag_feature_based(
     if folder is not None:
         inputs, outcome = with_layers(model, inputs, config, folder=folder, split=split, source=source)
     outputs = predict(
-        model, inputs, batch_size=config.eval_batch_size, device=config.device, precision=config.precision,
-        collate_fn=collate_with_layers(collate_tokens), progress=config.progress, inputs=SPAN_INPUTS,
-    )  # fmt: skip
+        model, inputs, config, collate_fn=collate_with_layers(collate_tokens), inputs=SPAN_INPUTS
+    )
     return windows.tags([logits.argmax(-1).tolist() for logits in outputs], labels, starts), outcome

@@ -1,16 +1,12 @@
 """The model inputs of ``finetune ner``: each sentence in a window of sub-tokens, a long sentence in
 several.
 
-A sentence whose sub-tokens fit in ``max_seq_length - 2`` is one window, ``[CLS] left context,
-sentence, right context [SEP]``, the context taken alternately from the neighbouring sentences of
-the same document (nearest first) until the window is full: the paper's "maximal document
-context". A longer sentence is read in overlapping windows over its own sub-tokens, each starting
-``doc_stride`` sub-tokens after the previous one, as ``finetune squad`` reads a long context
-(:func:`finetune.squad.doc_windows`); each word is labelled and predicted at its first sub-token
-in the one window where that sub-token has the most context (:func:`finetune.squad.is_max_context`:
-the largest min(left, right) context, the first window on ties). So every word of every sentence
-is trained on and predicted exactly once, whatever its length; before, the words past the first
-window were never trained on and always predicted ``O``.
+A sentence that fits is one window, ``[CLS] left context, sentence, right context [SEP]``, the
+context taken alternately from the neighbouring sentences of its document, nearest first (the
+paper's "maximal document context"). A longer one is read in windows over its own sub-tokens,
+``doc_stride`` apart (:func:`finetune.common.doc_windows`), each word labelled and predicted at its
+first sub-token in the window where that has the most context
+(:func:`finetune.common.max_context_windows`): every word once, in time linear in the length.
 """
 
 from __future__ import annotations
@@ -19,10 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from finetune.common import Encoder
+from finetune.common import Encoder, doc_windows, max_context_windows
 from finetune.conll import Sentence, to_iob2
 from finetune.heads import IGNORE
-from finetune.squad import doc_windows, is_max_context
 
 
 def default_doc_stride(max_seq_length: int) -> int:
@@ -62,42 +57,28 @@ class Windows:
         ]
 
 
-def _word_pieces(encoder: Encoder, sentences: Sequence[Sentence]) -> list[list[list[int]]]:
-    """Each sentence's words as sub-token ids (an empty encoding becomes ``[UNK]``)."""
-    unk = encoder.tokenizer.special_ids()["[UNK]"]
-    flat = [w for s in sentences for w in s.words]
-    pieces = encoder.tokenizer.encode_batch(flat)
-    out, at = [], 0
-    for s in sentences:
-        out.append([p or [unk] for p in pieces[at : at + len(s.words)]])
-        at += len(s.words)
-    return out
-
-
 def _document_context(
     sentences: Sequence[Sentence], flat: Sequence[Sequence[int]], index: int, budget: int
 ) -> tuple[list[int], list[int]]:
     """Up to ``budget`` sub-tokens of the sentences around ``index`` in its document, taken
     alternately from the right and the left, nearest first."""
     document = sentences[index].document
-    left: list[int] = []
+    left: list[list[int]] = []
     right: list[int] = []
     lo, hi = index - 1, index + 1
     while budget > 0:
         grew = False
         if hi < len(sentences) and sentences[hi].document == document:
-            take = flat[hi][:budget]
-            right.extend(take)
-            budget -= len(take)
+            right.extend(flat[hi][:budget])
+            budget -= len(flat[hi][:budget])
             hi, grew = hi + 1, True
         if budget > 0 and lo >= 0 and sentences[lo].document == document:
-            take = flat[lo][-budget:]
-            left[:0] = take
-            budget -= len(take)
+            left.append(flat[lo][-budget:])
+            budget -= len(left[-1])
             lo, grew = lo - 1, True
         if not grew:
             break
-    return left, right
+    return [p for piece in reversed(left) for p in piece], right
 
 
 def sentence_features(
@@ -112,36 +93,43 @@ def sentence_features(
     """The windows of ``sentences`` (module docstring); ``doc_stride`` defaults to
     :func:`default_doc_stride`. Only each word's first sub-token, in its window, carries its label."""
     special = encoder.tokenizer.special_ids()
-    cls_id, sep_id = special["[CLS]"], special["[SEP]"]
+    cls_id, sep_id, unk_id = special["[CLS]"], special["[SEP]"], special["[UNK]"]
     label_id = {tag: i for i, tag in enumerate(labels)}
-    pieces = _word_pieces(encoder, sentences)
-    flat = [[p for word in words for p in word] for words in pieces]
+    pieces = encoder.tokenizer.encode_batch([w for s in sentences for w in s.words])
+    flat, firsts, at = [], [], 0  # per sentence: its sub-tokens, each word's first sub-token
+    for sentence in sentences:
+        words = [p or [unk_id] for p in pieces[at : at + len(sentence.words)]]
+        at += len(sentence.words)
+        flat.append([p for word in words for p in word])
+        firsts.append([0])
+        for word in words[:-1]:
+            firsts[-1].append(firsts[-1][-1] + len(word))
     room = max_seq_length - 2
     stride = doc_stride or default_doc_stride(max_seq_length)
     out = Windows()
     for index, sentence in enumerate(sentences):
-        ids = flat[index]
-        starts = [0]
-        for word in pieces[index][:-1]:
-            starts.append(starts[-1] + len(word))
+        ids, starts = flat[index], firsts[index]
         if len(ids) <= room:
             left, right = _document_context(sentences, flat, index, room - len(ids))
-            windows = [(0, len(ids))]
-            owner = [0] * len(starts)
+            windows, owner = [(0, len(ids))], [0] * len(starts)
         else:
             left, right = [], []
             windows = doc_windows(len(ids), room, stride)
-            owner = [next(w for w in range(len(windows)) if is_max_context(windows, w, s)) for s in starts]
+            best = max_context_windows(windows)
+            owner = [best[s] for s in starts]
             out.num_long += 1
+        owned: list[list[int]] = [[] for _ in windows]  # the words each window labels
+        for word, window in enumerate(owner):
+            owned[window].append(word)
         placed = [(-1, -1)] * len(starts)
+        offset = 1 + len(left)
         for number, (start, length) in enumerate(windows):
-            offset = 1 + len(left)
             input_ids = [cls_id, *left, *ids[start : start + length], *right, sep_id]
             targets = [IGNORE] * len(input_ids)
-            for word, (tag, first) in enumerate(zip(sentence.tags, starts, strict=True)):
-                if owner[word] == number:
-                    placed[word] = (len(out.features), offset + first - start)
-                    targets[offset + first - start] = label_id.get(tag, IGNORE)
+            for word in owned[number]:
+                position = offset + starts[word] - start
+                placed[word] = (len(out.features), position)
+                targets[position] = label_id.get(sentence.tags[word], IGNORE)
             feature = {"input_ids": input_ids, "token_type_ids": [0] * len(input_ids), "labels": targets}
             if spans:
                 feature["sentence_start"], feature["sentence_end"] = offset, offset + max(length, 1)

@@ -9,65 +9,40 @@ numbers are GLUE *test*-server numbers, so the two rows are not the same measure
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import fsspec
 
-from pretrain.outputs import open_output
+from finetune.common import input_json
+from pretrain.runtime import exists
+from schemas.commands import InputError
 from schemas.files import write_file, write_json
+from schemas.inputs import field
+from schemas.outputs import OutputFolder
 
-GLUE_COLUMNS = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
-GLUE_HEADERS = {
-    "mnli": "MNLI-(m/mm)",
-    "qqp": "QQP",
-    "qnli": "QNLI",
-    "sst2": "SST-2",
-    "cola": "CoLA",
-    "stsb": "STS-B",
-    "mrpc": "MRPC",
-    "rte": "RTE",
+GLUE = {
+    "mnli": ("MNLI-(m/mm)", ("matched_accuracy", "mismatched_accuracy")),
+    "qqp": ("QQP", ("f1",)),
+    "qnli": ("QNLI", ("accuracy",)),
+    "sst2": ("SST-2", ("accuracy",)),
+    "cola": ("CoLA", ("mcc",)),
+    "stsb": ("STS-B", ("spearman",)),
+    "mrpc": ("MRPC", ("f1",)),
+    "rte": ("RTE", ("accuracy",)),
 }
-# Table 1's metric per task, as keys of our metrics.json "dev" dicts.
-GLUE_METRIC = {
-    "mnli": ("matched_accuracy", "mismatched_accuracy"),
-    "qqp": ("f1",),
-    "qnli": ("accuracy",),
-    "sst2": ("accuracy",),
-    "cola": ("mcc",),
-    "stsb": ("spearman",),
-    "mrpc": ("f1",),
-    "rte": ("accuracy",),
-}
-
-# Devlin et al. (2019), "BERT: Pre-training of Deep Bidirectional Transformers for Language
-# Understanding", Table 1: GLUE *test* set, scored by the GLUE evaluation server. MNLI is
-# matched/mismatched accuracy; QQP and MRPC F1; STS-B Spearman; CoLA Matthews correlation; the
-# rest accuracy. "average" is the paper's Average column (it leaves out WNLI).
+"""Table 1's columns in order: the header and the metric(s), as keys of our metrics.json's ``dev``."""
+GLUE_METRIC = {task: metrics for task, (_, metrics) in GLUE.items()}
+TABLE_1 = (*GLUE, "average")
+# Devlin et al. (2019), Table 1: GLUE *test* set, scored by the GLUE evaluation server, in the
+# columns above; "average" is the paper's Average column (it leaves out WNLI).
 PAPER_GLUE_TEST: dict[str, dict[str, Any]] = {
-    "BERT-BASE": {
-        "mnli": (84.6, 83.4),
-        "qqp": 71.2,
-        "qnli": 90.5,
-        "sst2": 93.5,
-        "cola": 52.1,
-        "stsb": 85.8,
-        "mrpc": 88.9,
-        "rte": 66.4,
-        "average": 79.6,
-    },
-    "BERT-LARGE": {
-        "mnli": (86.7, 85.9),
-        "qqp": 72.1,
-        "qnli": 92.7,
-        "sst2": 94.9,
-        "cola": 60.5,
-        "stsb": 86.5,
-        "mrpc": 89.3,
-        "rte": 70.1,
-        "average": 82.1,
-    },
+    "BERT-BASE": dict(
+        zip(TABLE_1, ((84.6, 83.4), 71.2, 90.5, 93.5, 52.1, 85.8, 88.9, 66.4, 79.6), strict=True)
+    ),
+    "BERT-LARGE": dict(
+        zip(TABLE_1, ((86.7, 85.9), 72.1, 92.7, 94.9, 60.5, 86.5, 89.3, 70.1, 82.1), strict=True)
+    ),
 }
 # The same paper's *dev* numbers for BERT-BASE: Table 5 (ablation, "BERT_BASE" row; MNLI-m, QNLI,
 # MRPC and SST-2 accuracy: note MRPC is accuracy there, not F1) and BERT-LARGE from Table 6
@@ -86,22 +61,41 @@ PAPER_SQUAD = {
 
 
 def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``metrics.json`` of each run folder (or the file itself)."""
+    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the
+    tables read: a damaged or foreign file is one :class:`InputError` naming it."""
     found = []
     for path in paths:
         url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
+        if not exists(url):
+            raise InputError(f"{path}: no metrics.json; give finished `finetune` run folders")
         try:
-            with fsspec.open(url, "r") as f:
-                found.append({**json.load(f), "_source": url})
-        except FileNotFoundError:
-            raise ValueError(f"{path}: no metrics.json; give finished `finetune` run folders") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
-            raise ValueError(f"{url}: not a metrics.json ({type(err).__name__}: {err})") from None
+            found.append(_checked(input_json(url), url))
+        except InputError as err:
+            raise InputError(
+                f"{err}; not a metrics.json of `finetune`: rerun that fine-tuning or leave it out"
+            ) from None
     return found
 
 
+def _checked(run: Any, url: str) -> dict[str, Any]:
+    """``run`` with the fields the tables read typed (numbers are numbers, not strings)."""
+    task = field(run, "task", str, url)
+    dev = field(run, "dev", dict, url, default={})
+    keys = {"swag": ("accuracy",), **GLUE_METRIC}.get(task, ())
+    for key in keys:
+        field(dev, key, (int, float), f"{url}: dev")
+        field(field(run, "dev_sd", dict, url, default={}), key, (int, float), f"{url}: dev_sd", default=0)
+    if task == "squad":
+        field(run, "version", str, url)
+        scores = field(run, "tuned_threshold", dict, url, default=run)
+        for key in ("exact_match", "exact", "f1"):
+            field(scores, key, (int, float), f"{url}: scores", default=None)
+    return run
+
+
 def _percent(value: float | None) -> float | None:
-    return None if value is None else round(100 * value, 1)
+    """A fraction or (the official SQuAD scripts') a percentage, as a percentage."""
+    return None if value is None else round(value if value > 1 else 100 * value, 1)
 
 
 def _ours(run: dict[str, Any], keys: Sequence[str]) -> tuple[list[float], list[float]]:
@@ -143,8 +137,8 @@ def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[st
         for n, v in systems.items()
     ]
     for run in runs:
-        task = run.get("task")
-        if task in GLUE_METRIC:
+        task = run["task"]
+        if task in GLUE:
             values, deviations = _ours(run, GLUE_METRIC[task])
             ours[task] = values if len(values) > 1 else values[0]
             sds[task] = deviations if len(deviations) > 1 else deviations[0]
@@ -154,21 +148,12 @@ def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[st
             )
         elif task == "squad":
             scores = run.get("tuned_threshold") or run
-            em = scores.get("exact_match", scores.get("exact"))
-            em = em / 100 if em is not None and em > 1 else em  # official scripts report percentages
-            f1 = scores.get("f1")
-            f1 = f1 / 100 if f1 is not None and f1 > 1 else f1
-            squad_rows.append(
-                {
-                    "system": label,
-                    "version": run.get("version"),
-                    "split": "dev",
-                    "values": {"exact_match": _percent(em), "f1": _percent(f1)},
-                }
-            )
+            em = _percent(scores.get("exact_match", scores.get("exact")))
+            values = {"exact_match": em, "f1": _percent(scores.get("f1"))}
+            squad_rows.append({"system": label, "version": run["version"], "split": "dev", "values": values})
     if ours:
-        if all(t in ours for t in GLUE_COLUMNS):
-            flat = [v for t in GLUE_COLUMNS for v in (ours[t] if isinstance(ours[t], list) else [ours[t]])]
+        if all(t in ours for t in GLUE):
+            flat = [v for t in GLUE for v in (ours[t] if isinstance(ours[t], list) else [ours[t]])]
             ours["average"] = sum(flat) / len(flat)
         glue_rows.append({"system": label, "split": "dev (ours)", "values": ours, "sd": sds})
     return {"glue": glue_rows, "swag": swag_rows, "squad": squad_rows}
@@ -179,12 +164,12 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         "## GLUE (layout of BERT Table 1)",
         "",
-        "| System | Split | " + " | ".join(GLUE_HEADERS[t] for t in GLUE_COLUMNS) + " | Average |",
-        "|---|---|" + "---|" * (len(GLUE_COLUMNS) + 1),
+        "| System | Split | " + " | ".join(header for header, _ in GLUE.values()) + " | Average |",
+        "|---|---|" + "---|" * (len(GLUE) + 1),
     ]
     for row in report["glue"]:
         sd = row.get("sd", {})
-        cells = [_cell(row["values"].get(t), _as_list(sd.get(t))) for t in GLUE_COLUMNS]
+        cells = [_cell(row["values"].get(t), _as_list(sd.get(t))) for t in GLUE]
         cells.append(_cell(row["values"].get("average")))
         lines.append(f"| {row['system']} | {row['split']} | " + " | ".join(cells) + " |")
     lines += [
@@ -224,16 +209,13 @@ def _as_list(value: Any) -> list[float] | None:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-REPORT_FILES = ("results.json", "results.md")
-
-
 def write_report(
     run_folders: Sequence[str], output: str, label: str = "Ours", overwrite: bool = False
 ) -> dict[str, Any]:
     """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``
     (claimed: one writer); an earlier report there is refused unless ``overwrite``, and files no
     report wrote always (before any run is read)."""
-    with open_output(output, "finetune report", REPORT_FILES, overwrite=overwrite) as folder:
+    with OutputFolder.open(output, "finetune report", overwrite=overwrite) as folder:
         report = build_report(read_metrics(run_folders), label)
         folder.begin()
         fs, root = fsspec.core.url_to_fs(output)

@@ -4,19 +4,16 @@ Both scripts normalise an answer the same way (lower-case, drop ASCII punctuatio
 a/an/the, collapse whitespace) and take the maximum over the gold answers. They differ in small
 ways that change numbers, and each is kept here:
 
-- v1.1 counts every question of the data file in the total (a question without a prediction scores
-  0); F1 is 0 when either side is empty after normalisation.
-- Both results also hold ``total`` (questions scored) and ``unanswered`` (questions of the data
-  file without a prediction, each scored 0).
+- v1.1: F1 is 0 when either side is empty after normalisation.
 - v2.0 gives an unanswerable question the single gold answer ``""`` (also a question whose gold
-  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Unlike the
-  script (which prints "Missing prediction" and leaves the question out of the total, so scores
-  go up), a question without a prediction scores 0 and stays in the total, as in v1.1. Scores are kept per question id, so a data file
-  that repeats an id scores the last question with that id once. With a null-odds file, a question
+  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Scores are
+  kept per question id (a repeated id scores its last question once). With null odds, a question
   whose odds exceed ``na_prob_thresh`` (1.0, the script's default) counts as answered ``""``, and
   ``best_exact`` / ``best_f1`` with their thresholds are the script's threshold search.
+- Both count every question of the data file in the total: one without a prediction scores 0
+  (the v2.0 script leaves it out, which raises the scores); ``unanswered`` says how many.
 
-The functions take already-parsed objects (the ``data`` list of a SQuAD file, a prediction dict);
+The functions take the ``data`` list of a SQuAD file and a prediction dict;
 :func:`finetune.squad.evaluate_file` reads the files.
 """
 
@@ -60,11 +57,6 @@ def f1_v1(prediction: str, gold: str) -> float:
     return _token_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
 
 
-def exact_match_v2(prediction: str, gold: str) -> float:
-    """Same as v1.1: 1.0 when the normalised strings are equal (``evaluate-v2.0.py``)."""
-    return exact_match_v1(prediction, gold)
-
-
 def f1_v2(prediction: str, gold: str) -> float:
     """Token F1; when either side is empty, 1.0 if both are and 0.0 otherwise (``evaluate-v2.0.py``)."""
     prediction_tokens = normalize_answer(prediction).split()
@@ -90,10 +82,8 @@ def evaluate_v1(data: Iterable[Mapping], predictions: Mapping[str, str]) -> dict
     total = unanswered = 0
     for qa in _questions(data):
         total += 1
-        if qa["id"] not in predictions:
-            unanswered += (
-                1  # Scores 0, as the official script ("Unanswered question ... will receive score 0").
-            )
+        if qa["id"] not in predictions:  # scores 0, as the official script
+            unanswered += 1
             continue
         golds = [answer["text"] for answer in qa["answers"]]
         prediction = predictions[qa["id"]]
@@ -117,20 +107,13 @@ def has_answer_by_id(data: Iterable[Mapping]) -> dict[str, bool]:
 def raw_scores_v2(
     data: Iterable[Mapping], predictions: Mapping[str, str]
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Per question id: exact and F1 of its prediction, before any null threshold (``get_raw_scores``).
-
-    Questions without a prediction are absent from both dicts.
-    """
+    """Per predicted question id: exact and F1 before any null threshold (``get_raw_scores``)."""
     exact: dict[str, float] = {}
     f1: dict[str, float] = {}
-    for qa in _questions(data):
-        qid = qa["id"]
+    for qa in (qa for qa in _questions(data) if qa["id"] in predictions):
         golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
-        if qid not in predictions:
-            continue
-        prediction = predictions[qid]
-        exact[qid] = max(exact_match_v2(prediction, g) for g in golds)
-        f1[qid] = max(f1_v2(prediction, g) for g in golds)
+        exact[qa["id"]] = max(exact_match_v1(predictions[qa["id"]], g) for g in golds)
+        f1[qa["id"]] = max(f1_v2(predictions[qa["id"]], g) for g in golds)
     return exact, f1
 
 
@@ -157,16 +140,11 @@ def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: list[str
 
 
 def best_threshold(
-    predictions: Mapping[str, str],
-    scores: Mapping[str, float],
-    null_odds: Mapping[str, float],
-    has_answer: Mapping[str, bool],
+    predictions: Mapping[str, str], scores: Mapping[str, float], null_odds: Mapping, has_answer: Mapping
 ) -> tuple[float, float]:
-    """``evaluate-v2.0.py``'s ``find_best_thresh``: (best score in percent, its threshold).
-
-    Starts from "every question answered no-answer" (threshold reported as 0.0, a quirk of the
-    script) and lets questions answer in increasing order of null odds.
-    """
+    """``evaluate-v2.0.py``'s ``find_best_thresh``: (best score in percent, its threshold), from
+    "every question answered no-answer" (threshold 0.0, the script's quirk) letting questions
+    answer in increasing order of null odds."""
     current = best = sum(1 for qid in has_answer if not has_answer[qid] and qid in predictions)
     threshold = 0.0
     for qid in sorted(null_odds, key=lambda k: null_odds[k]):
@@ -188,13 +166,9 @@ def evaluate_v2(
     null_odds: Mapping[str, float] | None = None,
     na_prob_thresh: float = DEFAULT_NA_PROB_THRESH,
 ) -> dict[str, float]:
-    """``evaluate-v2.0.py``'s output dict: exact, f1, total, HasAns_*/NoAns_* (where such questions
-    exist) and, given ``null_odds``, best_exact, best_exact_thresh, best_f1, best_f1_thresh.
-
-    Differs from the script in counting: a question without a prediction scores 0 and stays in
-    the total and its HasAns/NoAns breakdown (``unanswered`` says how many); ``null_odds`` must
-    cover every predicted question (``ValueError`` naming the first missing id).
-    """
+    """``evaluate-v2.0.py``'s output: exact, f1, total, HasAns_*/NoAns_* (where such questions
+    exist) and, given ``null_odds`` (one per predicted question), best_exact(_thresh) and
+    best_f1(_thresh); a question without a prediction scores 0 and counts (``unanswered``)."""
     has_answer = has_answer_by_id(data)
     exact_raw, f1_raw = raw_scores_v2(data, predictions)
     if not exact_raw:
@@ -225,12 +199,9 @@ def tune_null_threshold(
     data: list[Mapping], answers: Mapping[str, str], null_odds: Mapping[str, float]
 ) -> float:
     """The null-odds threshold that maximises F1 on ``data`` when a question is answered ``""`` if
-    its odds exceed the threshold and ``answers[qid]`` (its best non-null answer) otherwise.
-
-    Candidates are the odds values themselves (as ``find_best_thresh``); the smallest one reaching
-    the best F1 wins. Where answering nothing is best, the threshold is 1.0 below the smallest odds
-    (the official search would report 0.0, which need not reproduce its best score).
-    """
+    its odds exceed it and ``answers[qid]`` (its best non-null answer) otherwise: the smallest odds
+    value reaching the best F1, or 1.0 below the smallest odds where answering nothing is best (the
+    official search would report 0.0, which need not reproduce its best score)."""
     has_answer = has_answer_by_id(data)
     _, f1_answered = raw_scores_v2(data, answers)
     qids = sorted((q for q in f1_answered if q in null_odds), key=lambda q: null_odds[q])

@@ -1,12 +1,5 @@
-"""Progress of a running pipeline: a pass-through DoFn that counts what flows by.
-
-On a terminal it draws a bar (count and rate). Anywhere else (a log file, CI, a pipe,
-``TERM=dumb``, a Dataflow worker's log) it writes a plain line every ``LINE_INTERVAL_S`` seconds,
-with no carriage returns and no escape codes: ``pipelines wikipedia: cleaning: 12,000 pages
-(450/s)``; the totals are the command's summary and ``stats.json``. No colour is ever written, so ``NO_COLOR`` output is
-clean as it is. On Beam's in-process runner there is one counter per step; with several worker
-processes (or Dataflow workers) each counts and reports its own share.
-"""
+"""Progress of a running pipeline: a pass-through DoFn counting what flows by, on a terminal as a
+bar, elsewhere (logs, CI, ``TERM=dumb``, Dataflow) as a plain line every ``LINE_INTERVAL_S``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What every corpus stage shares: outcomes, deterministic shard writing, and the finish.
-
-A stage maps each record it reads to one ``Outcome``. ``WriteStageOutput`` then writes the
-documents as sorted Arrow shards (shard chosen by a hash of the document id, rows sorted, so
-the bytes do not depend on runner, workers or bundles), the rejects beside them, and last
-``stats.json``, ``manifest.json`` and the ``COMPLETED`` marker.
-"""
+"""What every corpus stage shares: an ``Outcome`` per record, and ``WriteStageOutput``: sorted
+Arrow shards by a hash of the document id (bytes independent of runner and workers), rejects,
+``stats.json``, ``manifest.json`` (with every raw input's SHA-256) and ``COMPLETED``."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
 from pipelines import io
 from pipelines.stats import build_stats, document_tally, sum_tallies
@@ -33,6 +28,7 @@ from schemas import (
     absolute_reference,
     completed_marker,
 )
+from schemas.outputs import journal
 from schemas.rejects import EXCERPT_CHARS
 
 DOCUMENT = "document"
@@ -54,27 +50,17 @@ class Outcome:
     """A document's words per sentence, when its producer counted them (the tally reuses them)."""
 
 
-def document_outcome(
-    row: dict[str, Any], counts: dict[str, int] | None = None, sentence_words: list[int] | None = None
-) -> Outcome:
-    """A record that became a document, with optional extra counts for ``stats.json``."""
-    return Outcome(DOCUMENT, "", row, counts, sentence_words)
-
-
 def sentences_outcome(
     sentences: list[str], min_document_words: int, counts: dict[str, int] | None = None, **fields: Any
 ) -> Outcome:
-    """A cleaned record's sentences as a document, or dropped when empty or too short.
-
-    ``fields`` are the row's metadata (``source``, ``origin``, ``title``, ``page_id``, ...);
-    the id and the counts are derived from the sentences.
-    """
+    """A cleaned record's sentences as a document (``fields``: its metadata, ``source``,
+    ``origin``, ``title``, ...), or dropped when empty or too short."""
     if not sentences:
-        return dropped_outcome("empty_after_cleaning")
+        return Outcome(DROPPED, "empty_after_cleaning")
     sentence_words = [len(s.split()) for s in sentences]
     num_words = sum(sentence_words)
     if num_words < min_document_words:
-        return dropped_outcome("too_short")
+        return Outcome(DROPPED, "too_short")
     row = {"title": None, "page_id": None, "revision_id": None, **fields}
     row.update(
         doc_id=content_hash(sentences),
@@ -83,7 +69,7 @@ def sentences_outcome(
         num_words=num_words,
         num_chars=sum(len(s) for s in sentences),
     )
-    return document_outcome(row, counts, sentence_words)
+    return Outcome(DOCUMENT, "", row, counts, sentence_words)
 
 
 class CountRecords(beam.PTransform):
@@ -97,33 +83,21 @@ class CountRecords(beam.PTransform):
         )
 
 
-def dropped_outcome(reason: str) -> Outcome:
-    """A record dropped by a filter; counted under ``stats.json``'s ``dropped``."""
-    return Outcome(DROPPED, reason)
-
-
 def reject_outcome(
-    *,
     source: str,
     origin: str,
     record_id: str,
     reason: str,
     detail: str,
+    *,
     title: str | None = None,
     excerpt: str | None = None,
     kind: str = REJECTED,
 ) -> Outcome:
     """A record (or, with ``kind=FILE_ERROR``, a whole file) that could not be used, kept aside."""
-    row = {
-        "source": source,
-        "origin": origin,
-        "record_id": record_id,
-        "title": title,
-        "reason": reason,
-        "detail": detail,
-        "excerpt": excerpt[:EXCERPT_CHARS] if excerpt else None,
-    }
-    return Outcome(kind, reason, row)
+    excerpt = excerpt[:EXCERPT_CHARS] if excerpt else None
+    row = dict(source=source, origin=origin, record_id=record_id, title=title, reason=reason, detail=detail)
+    return Outcome(kind, reason, {**row, "excerpt": excerpt})
 
 
 def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:
@@ -136,18 +110,6 @@ def outcome_tally(outcome: Outcome, split: str | None = None) -> Counter:
     tally = Counter({f"{key}/{outcome.reason}": 1})
     tally.update(outcome.counts or {})
     return tally
-
-
-class CountOutcomes(beam.DoFn):
-    """Pass outcomes through, counting each in a Beam counter named after its reason."""
-
-    def __init__(self, namespace: str):
-        self._namespace = namespace
-
-    def process(self, outcome: Outcome):
-        name = "documents_out" if outcome.kind == DOCUMENT else f"{outcome.kind}_{outcome.reason}"
-        Metrics.counter(self._namespace, name).inc()
-        yield outcome
 
 
 def shard_index(key: str, num_shards: int) -> int:
@@ -194,6 +156,19 @@ def _write_shard(
     return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
 
 
+class GroupByShard(beam.PTransform):
+    """``(shard, element)`` pairs grouped by shard, each of ``num_shards`` present (a placeholder
+    None each, so that every shard file exists even when empty)."""
+
+    def __init__(self, num_shards: int):
+        super().__init__()
+        self._num_shards = num_shards
+
+    def expand(self, keyed):
+        every = keyed.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(self._num_shards)])
+        return (keyed, every) | "Merge" >> beam.Flatten() | "Group by shard" >> beam.GroupByKey()
+
+
 class WriteShards(beam.PTransform):
     """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each."""
 
@@ -212,30 +187,22 @@ class WriteShards(beam.PTransform):
 
     def expand(self, rows):
         n, key = self._num_shards, self._shard_key
-        keyed = rows | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
-        # One placeholder per shard, so that every shard file exists even when empty.
-        placeholders = rows.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
+        journal(*(io.join(self._output, shard_name(self._split, i, n)) for i in range(n)))  # before workers
         return (
-            (keyed, placeholders)
-            | "Merge" >> beam.Flatten()
-            | "Group by shard" >> beam.GroupByKey()
+            rows
+            | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
+            | GroupByShard(n)
             | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt, self._sort_key)
         )
 
 
-_HASH_CHUNK = 8 << 20
-
-
 def hash_input(path: str) -> dict[str, Any]:
-    """What a manifest records of one raw input file: absolute path, size and SHA-256.
-
-    Read in chunks (a Wikipedia dump is tens of GB); a file that cannot be read is recorded
-    with the error instead, since the stage itself counts it as a file error or reject.
-    """
+    """What a manifest records of one raw input file: absolute path, size and SHA-256 (read in
+    chunks); a file that cannot be read is recorded with the error (the stage reports it itself)."""
     digest, size = hashlib.sha256(), 0
     try:
         with io.open_binary(path) as f:
-            while chunk := f.read(_HASH_CHUNK):
+            while chunk := f.read(8 << 20):
                 digest.update(chunk)
                 size += len(chunk)
     except Exception as err:  # Any filesystem error: recorded, the stage reports the file itself.
@@ -243,35 +210,12 @@ def hash_input(path: str) -> dict[str, Any]:
     return {"path": absolute_reference(path), "bytes": size, "sha256": digest.hexdigest()}
 
 
-class HashInputs(beam.PTransform):
-    """One ``hash_input`` record per raw input file, hashed in parallel beside the stage's work."""
-
-    def __init__(self, files: list[str]):
-        super().__init__()
-        self._files = sorted(files)
-
-    def expand(self, pbegin):
-        return (
-            pbegin
-            | "Input files" >> beam.Create(self._files)
-            | "Spread files" >> beam.Reshuffle()
-            | "Hash files" >> beam.Map(hash_input)
-        )
-
-
 def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) -> str | None:
-    """Why a corpus stage's output must not be marked ``COMPLETED``, or None when it may be.
-
-    The one rule for empty and failed runs: an output with an input file that ended early
-    (a truncated dump, an unreadable book) or with no documents at all gets ``stats.json``
-    (to explain what happened) but no manifest and no ``COMPLETED``, and the command exits 1.
-    ``allow_file_errors`` (``--allow-file-errors``) accepts the pages read before a file ended.
-    """
+    """Why a corpus stage's output must not be marked ``COMPLETED``, or None when it may be: an
+    input file that ended early (unless ``--allow-file-errors``) or no documents at all. Such an
+    output gets ``stats.json`` but no manifest and no ``COMPLETED``, and the command exits 1."""
     if stats["file_errors"] and not allow_file_errors:
-        files = stats.get("files_with_errors") or []
-        if not files:
-            reasons = ", ".join(f"{reason} ({count})" for reason, count in stats["file_errors"].items())
-            return f"input file(s) ended early: {reasons}"
+        files = stats["files_with_errors"]
         more = f" (and {len(files) - 1:,} more file(s): see stats.json)" if len(files) > 1 else ""
         return (
             f"{files[0]['file']}: {files[0]['detail']}{more}; --allow-file-errors keeps what was read before "
@@ -290,7 +234,7 @@ def write_stats(output: str, stats: dict[str, Any]) -> None:
 def write_completion(output: str, stats: dict[str, Any], manifest: Manifest) -> None:
     """Write ``stats.json``, ``manifest.json`` and, last, the ``COMPLETED`` marker of an output."""
     manifest_json = manifest.to_json()
-    io.write_bytes(io.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
+    write_stats(output, stats)
     io.write_bytes(io.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
     io.write_bytes(io.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
 
@@ -302,11 +246,10 @@ def _finish(
     params: dict[str, Any],
     entries: list[dict],
     tally: Counter,
-    counted_in: str,
     input_files: list[dict],
     file_errors: list[dict],
 ) -> dict[str, Any]:
-    stats = build_stats(tally, counted_in)
+    stats = build_stats(tally)
     if file_errors:  # the files and what happened to each, for the one-line error (absent when none)
         stats["files_with_errors"] = sorted(file_errors, key=lambda f: (f["file"], f["detail"]))
     if input_files:
@@ -322,13 +265,9 @@ def _finish(
 
 
 class WriteStageOutput(beam.PTransform):
-    """Write a stage's outcomes: document shards per split, rejects, stats, manifest, marker.
-
-    ``split_of(row)`` names a document's split (a corpus output); without it every document
-    goes to the single split ``all``. ``extra_tallies`` add counts measured elsewhere in the
-    graph (the records read, for reconciliation). ``input_files`` are the raw files the stage
-    read: the manifest records each one's absolute path, size and SHA-256 (``input_files``).
-    """
+    """Write a stage's outcomes: document shards per split (``split_of(row)``; without it the one
+    split ``all``), rejects, stats, manifest, marker. ``extra_tallies`` add counts measured elsewhere
+    (the records read); ``input_files`` are hashed beside the stage's work for the manifest."""
 
     def __init__(
         self,
@@ -337,53 +276,41 @@ class WriteStageOutput(beam.PTransform):
         producer: str,
         params: dict[str, Any],
         num_shards: int,
-        namespace: str,
         extra_tallies=(),
         split_of: Callable[[dict], str] | None = None,
-        counted_in: str = "records_in",
         input_files: list[str] = (),
     ):
         super().__init__()
-        self._input_files = list(input_files)
-        self._output, self._producer, self._params = output, producer, params
-        self._num_shards, self._namespace = num_shards, namespace
-        self._extra_tallies, self._split_of, self._counted_in = tuple(extra_tallies), split_of, counted_in
+        self._output, self._producer, self._params, self._num_shards = output, producer, params, num_shards
+        self._extra_tallies, self._split_of, self._input_files = (
+            tuple(extra_tallies),
+            split_of,
+            sorted(input_files),
+        )
 
     def expand(self, outcomes):
-        outcomes = outcomes | "Count" >> beam.ParDo(CountOutcomes(self._namespace))
-        split_of = self._split_of
+        journal(*(io.join(self._output, name) for name in (STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)))
+        split_of, output, num_shards = self._split_of, self._output, self._num_shards
         documents = outcomes | "Documents" >> beam.Filter(lambda o: o.kind == DOCUMENT)
         entries = []
-        splits = io.SPLITS if split_of else ("all",)
-        for split in splits:
+        for split in io.SPLITS if split_of else ("all",):
             rows = documents | f"Rows {split}" >> beam.Map(lambda o: o.row)
             if split_of:
                 rows = rows | f"Only {split}" >> beam.Filter(lambda r, s=split: split_of(r) == s)
-            entries.append(
-                rows
-                | f"Write {split}"
-                >> WriteShards(
-                    self._output, split, self._num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
-                )
+            write = WriteShards(
+                output, split, num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
             )
-        reject_rows = (
-            outcomes
-            | "Rejects" >> beam.Filter(lambda o: o.kind in (REJECTED, FILE_ERROR))
-            | "Reject rows" >> beam.Map(lambda o: o.row)
+            entries.append(rows | f"Write {split}" >> write)
+        rejects = outcomes | "Rejects" >> beam.Filter(lambda o: o.kind in (REJECTED, FILE_ERROR))
+        write = WriteShards(
+            output,
+            "rejects",
+            max(1, num_shards // 16),
+            REJECTS,
+            lambda r: f"{r['origin']}\t{r['record_id']}",
+            reject_sort_key,
         )
-        num_reject_shards = max(1, self._num_shards // 16)
-        entries.append(
-            reject_rows
-            | "Write rejects"
-            >> WriteShards(
-                self._output,
-                "rejects",
-                num_reject_shards,
-                REJECTS,
-                lambda r: f"{r['origin']}\t{r['record_id']}",
-                reject_sort_key,
-            )
-        )
+        entries.append(rejects | "Reject rows" >> beam.Map(lambda o: o.row) | "Write rejects" >> write)
         tallies = outcomes | "Tally" >> beam.Map(
             lambda o: outcome_tally(o, split_of(o.row) if split_of and o.kind == DOCUMENT else None)
         )
@@ -392,8 +319,12 @@ class WriteStageOutput(beam.PTransform):
             | "All tallies" >> beam.Flatten()
             | "Sum tallies" >> beam.CombineGlobally(sum_tallies)
         )
-        all_entries = entries | "All shards" >> beam.Flatten()
-        hashes = outcomes.pipeline | "Hash inputs" >> HashInputs(self._input_files)
+        hashes = (
+            outcomes.pipeline
+            | "Input files" >> beam.Create(self._input_files)
+            | "Spread files" >> beam.Reshuffle()
+            | "Hash files" >> beam.Map(hash_input)
+        )
         file_errors = (
             outcomes
             | "File errors" >> beam.Filter(lambda o: o.kind == FILE_ERROR)
@@ -406,12 +337,11 @@ class WriteStageOutput(beam.PTransform):
             | "Write manifest"
             >> beam.Map(
                 _finish,
-                self._output,
+                output,
                 self._producer,
                 self._params,
-                beam.pvalue.AsList(all_entries),
+                beam.pvalue.AsList(entries | "All shards" >> beam.Flatten()),
                 beam.pvalue.AsSingleton(total),
-                self._counted_in,
                 beam.pvalue.AsList(hashes),
                 beam.pvalue.AsList(file_errors),
             )

@@ -1,9 +1,6 @@
-"""Counting what a stage did, as data: tallies that sum across workers into ``stats.json``.
-
-Every record a stage reads ends as exactly one outcome (a document written, or dropped with
-a reason, or rejected with a reason). Tallies are plain ``Counter``s with flat string keys, so
-they combine by addition in any order and the result is the same whatever the runner.
-"""
+"""Counting what a stage did, as data: flat ``Counter`` tallies that sum across workers (in any
+order, on any runner) into ``stats.json``. Every record read ends as exactly one outcome: written,
+dropped or rejected, with a reason."""
 
 from __future__ import annotations
 
@@ -22,10 +19,6 @@ def bucket_label(value: int) -> str:
     return f"{low}-{2 * low - 1}"
 
 
-def _bucket_sort_key(label: str) -> int:
-    return int(label.split("-")[0])
-
-
 def document_tally(sentences: list[str], split: str | None = None, words: list[int] | None = None) -> Counter:
     """The tally of one written document: counts and histogram entries (``words``: its words per
     sentence, when already counted)."""
@@ -42,7 +35,7 @@ def document_tally(sentences: list[str], split: str | None = None, words: list[i
     for n, count in Counter(words).items():  # a label per distinct length, not per sentence
         tally[f"hist/sentence_words/{bucket_label(n)}"] += count
     if split is not None:
-        tally[f"split/{split}"] += 1
+        tally[f"splits/{split}"] += 1
     return tally
 
 
@@ -54,12 +47,9 @@ def sum_tallies(tallies) -> Counter:
     return total
 
 
-def build_stats(tally: Mapping[str, int], counted_in: str = "records_in") -> dict[str, Any]:
-    """Shape a summed tally into the ``stats.json`` layout and check that the counts reconcile.
-
-    ``reconciles`` is true when every record read (``counted_in``) is accounted for as
-    written, dropped or rejected. Whole-file errors are listed apart under ``file_errors``.
-    """
+def build_stats(tally: Mapping[str, int]) -> dict[str, Any]:
+    """A summed tally in the ``stats.json`` layout; ``reconciles`` says whether every record read
+    (``records_in``) is written, dropped or rejected."""
     nested: dict[str, dict[str, int]] = {"dropped": {}, "rejected": {}, "file_errors": {}, "splits": {}}
     histograms: dict[str, dict[str, int]] = {name: {} for name in HISTOGRAMS}
     flat: dict[str, int] = {}
@@ -68,14 +58,12 @@ def build_stats(tally: Mapping[str, int], counted_in: str = "records_in") -> dic
         if head == "hist":
             name, _, label = rest.partition("/")
             histograms[name][label] = value
-        elif head == "split":
-            nested["splits"][rest] = value
         elif head in nested:
             nested[head][rest] = value
         else:
             flat[key] = value
     stats: dict[str, Any] = {
-        "records_in": flat.pop(counted_in, 0),
+        "records_in": flat.pop("records_in", 0),
         "documents_out": flat.pop("documents_out", 0),
         "dropped": dict(sorted(nested["dropped"].items())),
         "rejected": dict(sorted(nested["rejected"].items())),
@@ -84,7 +72,7 @@ def build_stats(tally: Mapping[str, int], counted_in: str = "records_in") -> dic
         "words": flat.pop("words", 0),
         "characters": flat.pop("characters", 0),
         "histograms": {
-            name: dict(sorted(h.items(), key=lambda kv: _bucket_sort_key(kv[0])))
+            name: dict(sorted(h.items(), key=lambda kv: int(kv[0].split("-")[0])))
             for name, h in histograms.items()
         },
     }

@@ -1,8 +1,4 @@
-"""Text normalisation, sentence segmentation and document ids shared by every source.
-
-All functions here are pure: the Wikipedia and books cleaners produce paragraphs, and
-``paragraphs_to_sentences`` turns those into the sentences a document stores.
-"""
+"""Text normalisation, sentence segmentation and document ids shared by every source (pure)."""
 
 from __future__ import annotations
 
@@ -36,11 +32,8 @@ def _removed_translation() -> dict[int, None]:
 
 
 def normalize_text(text: str) -> str:
-    """Return ``text`` NFC-normalised, without control/format characters, on one line.
-
-    Every run of whitespace (newlines, tabs, no-break spaces, ...) becomes one space and the
-    result is stripped, so the output is a single paragraph or sentence.
-    """
+    """``text`` NFC-normalised, without control/format characters, every run of whitespace one
+    space, stripped: one paragraph or sentence on one line."""
     text = unicodedata.normalize("NFC", text)
     text = text.translate(_removed_translation())
     return " ".join(text.split())
@@ -53,12 +46,8 @@ _CLOSING_QUOTES = "\"'”’»)"
 
 
 def _repair_splits(pieces: list[str]) -> list[str]:
-    """Undo Bling Fire's two systematic false splits (docs/sentence-segmentation.md).
-
-    A piece ending in a title such as "Mr." is joined to the next one, and a piece that starts
-    in lower case is joined to a previous one ending in "!" or "?" (a speech tag after a quote:
-    '"Oh!" said Ann.').
-    """
+    """Undo Bling Fire's two systematic false splits: after a title ("Mr.") and before a speech
+    tag after "!" or "?" ('"Oh!" said Ann.'); docs/sentence-segmentation.md."""
     repaired: list[str] = []
     for piece in pieces:
         if repaired:
@@ -73,13 +62,9 @@ def _repair_splits(pieces: list[str]) -> list[str]:
 
 
 def split_sentences(paragraph: str) -> list[str]:
-    """Split one normalised paragraph into sentences with Bling Fire's rule-based model.
-
-    Bling Fire needs no download at run time and is the most accurate and by far the fastest
-    of the segmenters we measured (docs/sentence-segmentation.md); two repair rules fix its
-    systematic errors. The input must already be normalised (``normalize_text``); sentences
-    shorter than ``MIN_SENTENCE_CHARS`` are dropped.
-    """
+    """One normalised paragraph (``normalize_text``) as sentences: Bling Fire's rule-based model (no
+    download, the most accurate and fastest measured, docs/sentence-segmentation.md) with two repair
+    rules; sentences shorter than ``MIN_SENTENCE_CHARS`` are dropped."""
     if not paragraph:
         return []
     pieces = [s.strip() for s in blingfire.text_to_sentences(paragraph).split("\n")]
@@ -96,10 +81,7 @@ def paragraphs_to_sentences(paragraphs: Iterable[str], normalized: bool = False)
 
 
 def content_hash(sentences: Sequence[str]) -> str:
-    """A stable id for a document's content: hex SHA-256 (first 128 bits) of its sentences.
-
-    Two documents with the same normalised sentences get the same id whatever their source,
-    which is what exact de-duplication keys on.
-    """
+    """A document's id: the first 128 bits of the SHA-256 of its sentences, so the same text has
+    the same id whatever its source (what exact de-duplication keys on)."""
     digest = hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
     return digest[:32]

@@ -31,11 +31,10 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 from pretrain.hf import non_finite, read_header
-from schemas.claims import new_run_id
 from schemas.commands import InputError
 from schemas.files import is_temporary_name, write_file
 from schemas.inputs import field, loads, read_bytes
-from schemas.outputs import read_record
+from schemas.outputs import new_run_id, read_record
 
 COMMITTED = "COMMITTED"
 TRAINER_STATE = "trainer"  # trainer.json + trainer.safetensors
@@ -279,10 +278,7 @@ def check_identity(url: str, record: dict) -> None:
     run, _, folder = head.rpartition("/")
     if folder == "checkpoints" and _STEP_DIR.search(name) and run and run_id is not None:
         run_fs, root = _fs(run)
-        try:
-            owner = read_record(run_fs, root, run)
-        except ValueError as err:
-            raise InputError(str(err)) from None
+        owner = read_record(run_fs, root, run)
         if owner is not None and owner.command == "pretrain" and owner.run_id != run_id:
             raise InputError(
                 f"{url}: a checkpoint of run {run_id}, but {run} is run {owner.run_id} (its .output.json): "

@@ -23,16 +23,10 @@ from pretrain.config import (
     PRECISIONS,
     PretrainConfig,
 )
-from pretrain.outputs import (
-    EXPORT_FILES,
-    PRETRAIN_FILES,
-    OutputFolder,
-    OverlapError,
-    check_apart,
-    open_output,
-)
-from pretrain.outputs import OutputError as OutputTaken
-from schemas.commands import CommandError, OneLineGroup, OutputError, UsageError, config_option
+from schemas.buckets import probe
+from schemas.commands import CommandError, OneLineGroup, UsageError, config_option
+from schemas.outputs import OutputFolder
+from schemas.paths import check_apart
 
 option = partial(config_option, PretrainConfig)
 expert = partial(config_option, PretrainConfig, hidden=True)
@@ -122,10 +116,7 @@ def main(ctx, quiet, overwrite, **options) -> None:
     from pretrain.train import inherit_settings, train
 
     try:
-        with (
-            _folder_errors(),
-            _open_run_folder(cfg, overwrite) if rank == 0 else contextlib.nullcontext() as folder,
-        ):
+        with _open_run_folder(cfg, overwrite) if rank == 0 else contextlib.nullcontext() as folder:
             if cfg.resume:
                 source = ctx.get_parameter_source
                 given = {name for name in options if source(name) is not click.core.ParameterSource.DEFAULT}
@@ -143,18 +134,6 @@ def main(ctx, quiet, overwrite, **options) -> None:
             dist.destroy_process_group()
 
 
-@contextlib.contextmanager
-def _folder_errors():
-    """The output folder's refusals as the shared errors: an output over an input is a usage
-    error (exit 2), an output another writer holds or that holds others' files exit 1."""
-    try:
-        yield
-    except OverlapError as err:
-        raise UsageError(str(err)) from None
-    except OutputTaken as err:
-        raise OutputError(str(err)) from None
-
-
 def _open_run_folder(cfg: PretrainConfig, overwrite: bool) -> OutputFolder:
     """Rank 0, before any data or model is read: refuse an --output over an input (exit 2),
     claim the run folder (one writer), and refuse a non-empty one this run does not continue
@@ -167,14 +146,15 @@ def _open_run_folder(cfg: PretrainConfig, overwrite: bool) -> OutputFolder:
     inputs = {"--shards": cfg.shards, "--validation-shards": cfg.validation_shards, "--vocab": cfg.vocab}
     inputs |= {"--init-from": cfg.init_from, "--resume": None if continuing else cfg.resume}
     check_apart({"--output": output}, inputs)
+    probe(reads=inputs, writes={"--output": output})  # buckets reachable, in bounded time
     if continuing:
         if overwrite:
             raise UsageError(f"--overwrite would delete the run that --resume {cfg.resume} continues")
-        return open_output(output, "pretrain", PRETRAIN_FILES, continuing=True, run_id=ckpt.run_id_of(output))
+        return OutputFolder.open(output, "pretrain", continuing=True, run_id=ckpt.run_id_of(output))
     from pretrain.runtime import exists
 
     hint = f"--resume {output}" if exists(f"{output}/checkpoints") else None
-    return open_output(output, "pretrain", PRETRAIN_FILES, overwrite=overwrite, continue_hint=hint)
+    return OutputFolder.open(output, "pretrain", overwrite=overwrite, continue_hint=hint)
 
 
 def _begin(folder: OutputFolder) -> None:
@@ -205,21 +185,21 @@ def export(checkpoint, fmt, output, overwrite) -> None:
     from schemas.files import write_json
     from schemas.inputs import field
 
-    with _folder_errors():
-        check_apart({"--output": output}, {"--checkpoint": checkpoint})
-        with open_output(output, "pretrain export", EXPORT_FILES, overwrite=overwrite) as folder:
-            found = ckpt.resolve(checkpoint)
-            check_apart({"--output": output}, {"--checkpoint": found.url})
-            with input_errors(f"--checkpoint {checkpoint}: "):
-                model = BertForPreTraining.from_pretrained(found.url)
-            state, where = ckpt.trainer_json(found.url), f"{found.url}/{ckpt.TRAINER_STATE}.json"
-            cased = field(state, "cased", bool, where, default=False)
-            tokens_seen = field(state, "tokens_seen", int, where, default=None)
-            folder.begin()
-            with input_errors():
-                export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not cased)
-            record = {"checkpoint": found.url, "step": found.step, "tokens_seen": tokens_seen}
-            write_json(f"{output.rstrip('/')}/pretraining.json", record, indent=1)
+    check_apart({"--output": output}, {"--checkpoint": checkpoint})
+    probe(reads={"--checkpoint": checkpoint}, writes={"--output": output})
+    with OutputFolder.open(output, "pretrain export", overwrite=overwrite) as folder:
+        found = ckpt.resolve(checkpoint)
+        check_apart({"--output": output}, {"--checkpoint": found.url})
+        with input_errors(f"--checkpoint {checkpoint}: "):
+            model = BertForPreTraining.from_pretrained(found.url)
+        state, where = ckpt.trainer_json(found.url), f"{found.url}/{ckpt.TRAINER_STATE}.json"
+        cased = field(state, "cased", bool, where, default=False)
+        tokens_seen = field(state, "tokens_seen", int, where, default=None)
+        folder.begin()
+        with input_errors():
+            export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not cased)
+        record = {"checkpoint": found.url, "step": found.step, "tokens_seen": tokens_seen}
+        write_json(f"{output.rstrip('/')}/pretraining.json", record, indent=1)
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
 
 

@@ -7,7 +7,7 @@ into streams (:mod:`pretrain.streams`): a rank's batch ``j`` is batch ``j // str
 stream ``j % streams``, the same for any number of workers that divides ``streams``, each unit
 fetched once per process. Building the reader reads ``manifest.json``, ``COMPLETED`` and the
 record-batch index alone; each unit is one ranged read, checked against its SHA-256 and its values
-(:func:`schemas.example_checks.example_batch_problem`), I/O errors retried. Every problem is one
+(:func:`schemas.examples.example_batch_problem`), I/O errors retried. Every problem is one
 :class:`~schemas.commands.InputError` naming the file and record batch. A resume
 (``load_state_dict``) skips the consumed batches without reading units of consumed examples.
 """
@@ -36,8 +36,7 @@ from pretrain.collate import Batch, DynamicMasking, collate
 from pretrain.streams import EpochPlan
 from schemas import COMPLETED_FILE, MANIFEST_FILE, verify_completed
 from schemas.commands import InputError
-from schemas.example_checks import ExampleLimits, example_batch_problem
-from schemas.examples import EXAMPLES_VERSION, examples_format
+from schemas.examples import EXAMPLES_VERSION, ExampleLimits, example_batch_problem, examples_format
 from schemas.index import INDEX_FILE, MAX_INDEX_BYTES, ShardIndex
 from schemas.manifest import bytes_match, path_leaves_folder
 

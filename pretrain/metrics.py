@@ -2,11 +2,11 @@
 ``train`` or ``validation``), TensorBoard events, MFU, and PNG curves at the end of a run.
 
 On resume, records after the checkpoint's step are dropped, so the file describes the training
-the checkpoints hold. A bucket output is written from a local mirror at every flush (a bucket
-object cannot be appended to); the TensorBoard mirror lives in the run's scratch folder. Without
-``tensorboard`` (the ``train`` extra) a run warns once and writes the rest; without
-``matplotlib`` it writes no plots. MFU counts real tokens against the peak of the GPUs in
-:data:`PEAK_TFLOPS`.
+the checkpoints hold; it is rewritten whole at every flush. TensorBoard writes one uniquely named
+event file per session into the run's scratch folder, and each flush publishes it whole into
+``tensorboard/`` (nothing in the run folder is appended to). Without ``tensorboard`` (the
+``train`` extra) a run warns once and writes the rest; without ``matplotlib`` it writes no plots.
+MFU counts real tokens against the peak of the GPUs in :data:`PEAK_TFLOPS`.
 """
 
 from __future__ import annotations
@@ -68,8 +68,7 @@ class MetricsLog:
                         self.records.append(record)
         self._own_scratch = scratch is None
         self.scratch = tempfile.mkdtemp(prefix="pretrain-run-") if scratch is None else scratch
-        self._mirror = None if self.local else os.path.join(self.scratch, "tensorboard")
-        self.board_dir = f"{self.root}/tensorboard" if self.local else self._mirror
+        self.board_dir = os.path.join(self.scratch, "tensorboard")
         self._writer = None
         self._resume_step = resume_step
         self._closed = False
@@ -103,15 +102,18 @@ class MetricsLog:
                 board.add_scalar(f"{split}/{key}", value, step)
 
     def flush(self) -> None:
-        """Write metrics.jsonl (and upload TensorBoard events for a bucket output)."""
+        """Write metrics.jsonl and publish the TensorBoard events."""
         self._write_records()
         if self._writer is not None:
             self._writer.flush()
             self._upload_events()
 
     def close(self) -> None:
-        """Write everything out and close TensorBoard (the writer first: its last events reach the
-        mirror only then); safe to call again."""
+        """Write everything out and close TensorBoard (and a scratch folder of the log's own).
+
+        Safe to call again (a failed run closes its log on the way out): the writer is closed
+        before the events are published, since its last events reach the scratch folder only then.
+        """
         if self._closed:
             return
         self._closed = True
@@ -128,10 +130,11 @@ class MetricsLog:
         write_file(f"{self.root}/metrics.jsonl", text, self.fs)  # whole, never a truncated file
 
     def _upload_events(self) -> None:
-        """Copy the local mirror's TensorBoard event files to a bucket output."""
-        if self._mirror is not None and os.path.isdir(self._mirror):
-            for name in os.listdir(self._mirror):
-                self.fs.put_file(os.path.join(self._mirror, name), f"{self.root}/tensorboard/{name}")
+        """Publish this session's TensorBoard event files whole into the run folder."""
+        if os.path.isdir(self.board_dir):
+            for name in sorted(os.listdir(self.board_dir)):
+                with open(os.path.join(self.board_dir, name), "rb") as f:
+                    write_file(f"{self.root}/tensorboard/{name}", f.read(), self.fs)
 
     def plot(self) -> list[str]:
         """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``;

@@ -526,7 +526,7 @@ class BertForPreTraining(nn.Module):
 
 def _resolve_run_folder(path: str | os.PathLike) -> str | os.PathLike:
     """``path``, or the newest complete checkpoint when ``path`` is a run folder without a
-    ``config.json`` of its own (CheckpointError when none is complete)."""
+    ``config.json`` of its own (InputError when none is complete)."""
     import fsspec
 
     from pretrain import checkpoint as ckpt

@@ -55,6 +55,7 @@ from pretrain.runtime import autocast
 from pretrain.startup import Processes, all_sum, barrier, check_output, init_processes, prepare
 from schemas.commands import STOP_SIGNALS, InputError, OutputError, Stopped, UsageError
 from schemas.files import write_file
+from schemas.outputs import journal
 
 log = logging.getLogger("pretrain")
 
@@ -577,6 +578,9 @@ class Trainer:
         url = ckpt.step_url(self.output, step)
         fs, root = fsspec.core.url_to_fs(url)
         fs.makedirs(root, exist_ok=True)
+        if procs.is_main:  # rank 0 holds the run folder: it journals every rank's files first
+            ranks = (f"{url}/{ckpt.rng_file(r)}" for r in range(procs.world_size))
+            journal(*(f"{name}.{suffix}" for name in ranks for suffix in ("safetensors", "json")))
         barrier(procs)
         stamp = ckpt.Stamp(self.run_id, step)
         ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)

@@ -1,37 +1,22 @@
-"""The exit rule every command shares (README, "Calling the tools"), kept where no command's own
-code can: 0 it did what it said; 1 it ran and failed; 2 its command line is wrong; 128 + N a stop
-signal N ended it (130 SIGINT, 143 SIGTERM). Every failure is one ``error:`` line on standard
-error, never a traceback.
+"""The exit rule every command shares: 0 it did what it said; 1 it ran and failed; 2 its command
+line is wrong; 128 + N a stop signal N ended it (130 SIGINT, 143 SIGTERM); every failure one
+``error:`` line on standard error, never a traceback.
 
-Each tool's top-level click group (or command) is built with ``cls=OneLineGroup`` (or
-:class:`OneLineCommand`), which, while the command runs,
-
-- turns SIGINT and SIGTERM into :class:`Stopped` (a ``KeyboardInterrupt``, so ``except
-  Exception`` never swallows it and every ``finally`` still runs: temporary files are removed,
-  nothing is marked complete), which ends the command with one line and 128 + the signal's
-  number (under torchrun, only local rank 0 prints it: every process of a node receives the
-  same Ctrl-C, and one line per node says it). Code that stops gracefully instead (``pretrain`` saves a checkpoint first) installs its
-  own handlers and raises :class:`Stopped` itself once it has stopped; code whose libraries
-  rewrap the exception (Beam's runners turn it into a ``RuntimeError``) asks
-  :func:`stop_received` which signal came;
-- turns a :class:`CommandError` into one ``error:`` line and its exit code (2 for a
-  :class:`UsageError`, 1 otherwise), and an ``OSError`` no command caught (a full disk while
-  writing) into one line naming the file (:func:`os_error_line`) and exit 1.
-
-This is the one place where an error becomes a line and an exit code: commands raise, never
-print and exit themselves. Click's own parsing errors keep click's form (Usage line, exit 2).
-Flag defaults come from the typed configs (:func:`config_option`), declared once.
+Each tool's top-level click group or command uses ``cls=OneLineGroup`` (:class:`OneLineCommand`):
+while it runs SIGINT and SIGTERM raise :class:`Stopped` (a ``KeyboardInterrupt``, so every
+``finally`` runs; under torchrun only local rank 0 prints the line); a :class:`CommandError` ends
+with its line and exit code, an uncaught ``OSError`` with one line naming the file, exit 1.
+Commands raise, never print and exit. Flag defaults come from the configs (:func:`config_option`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -45,32 +30,27 @@ _received: list[int] = []  # the stop signals this process received while a comm
 
 
 class CommandError(Exception):
-    """A command ran and failed: one line (the message) and exit status ``exit_code`` (1). The
-    message names the file or flag and says what to do."""
+    """A command ran and failed: one line naming the file or flag and what to do; exit status 1."""
 
     exit_code = EXIT_FAILED
 
 
 class UsageError(CommandError):
-    """The user's command line is wrong (a value or combination the settings refuse, an output
-    over an input), found before anything is read: exit 2."""
+    """The command line is wrong (a value the settings refuse, an output over an input): exit 2."""
 
     exit_code = 2
 
 
 class InputError(CommandError):
-    """An input the user named is missing, incomplete, damaged or of the wrong kind (a shard, a
-    manifest, a vocabulary, a checkpoint, a data file, or a file this project wrote earlier)."""
+    """An input (or a file this project wrote earlier) is missing, incomplete, damaged or wrong."""
 
 
 class OutputError(CommandError):
-    """The output the user named cannot be used: another writer holds it, it holds files that are
-    not this command's, or it cannot be written."""
+    """The output is another writer's, holds files not this command's, or cannot be written."""
 
 
 class Stopped(KeyboardInterrupt):
-    """A stop signal ended the command: exit status 128 + ``signum``; ``detail`` says what is left
-    (a checkpoint saved, an output not marked complete)."""
+    """A stop signal ended the command: exit 128 + ``signum``; ``detail`` says what is left."""
 
     def __init__(self, signum: int, detail: str = "") -> None:
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
@@ -78,11 +58,9 @@ class Stopped(KeyboardInterrupt):
 
     @property
     def exit_code(self) -> int:
-        """128 + the signal's number, as a shell reports a process ended by it."""
-        return 128 + self.signum
+        return 128 + self.signum  # as a shell reports a process a signal ended
 
     def line(self) -> str:
-        """``interrupted by SIGINT; <detail>``."""
         return f"{self.args[0]}; {self.detail}" if self.detail else self.args[0]
 
 
@@ -92,8 +70,7 @@ def stop_received() -> int | None:
 
 
 def raise_if_stopped(detail: str = "") -> None:
-    """Raise :class:`Stopped` (with ``detail``) when a stop signal came: for code that catches a
-    library's exception that may be a stop in disguise (Beam's runners rewrap it)."""
+    """Raise :class:`Stopped` if a stop signal came (a library's exception may be one in disguise)."""
     signum = stop_received()
     if signum is not None:
         raise Stopped(signum, detail) from None
@@ -103,23 +80,6 @@ def raise_stopped(signum: int, frame: object) -> None:
     """The stop signals' handler: record the signal and raise :class:`Stopped`."""
     _received.append(signum)
     raise Stopped(_received[0])
-
-
-@contextlib.contextmanager
-def stopping_on_signals() -> Iterator[None]:
-    """While the block runs, SIGINT and SIGTERM raise :class:`Stopped` (each time: a second signal
-    also interrupts a clean-up that hangs); the previous handlers are restored after it. Outside
-    the main thread (where Python cannot install handlers) nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _received.clear()
-    previous = {s: signal.signal(s, raise_stopped) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def os_error_line(err: OSError) -> str:
@@ -134,30 +94,35 @@ def os_error_line(err: OSError) -> str:
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line: a newline or carriage return inside it (a path, a value read from a
-    file) is shown escaped."""
+    """``text`` on one line: a newline or carriage return inside it is shown escaped."""
     return text.strip().replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _invoke(invoke, ctx: click.Context):
-    """Run a command's ``invoke`` under :func:`stopping_on_signals`, ending a stop, a
-    :class:`CommandError` or an uncaught ``OSError`` with one ``error:`` line and its exit status."""
-    with stopping_on_signals():
-        try:
-            return invoke(ctx)
-        except KeyboardInterrupt as err:  # ours, or one a library raised again in its place
-            stop = err if isinstance(err, Stopped) else Stopped(stop_received() or signal.SIGINT)
-            if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node under torchrun
-                click.echo(f"error: {stop.line()}", err=True)
-            ctx.exit(stop.exit_code)
-        except CommandError as err:
-            click.echo(f"error: {one_line(str(err))}", err=True)
-            ctx.exit(err.exit_code)
-        except OSError as err:
-            if err.errno == errno.EPIPE:  # click ends a broken pipe quietly itself
-                raise
-            click.echo(f"error: {one_line(os_error_line(err))}", err=True)
-            ctx.exit(EXIT_FAILED)
+    """Run a command's ``invoke`` with SIGINT and SIGTERM raising :class:`Stopped` (each time: a
+    second signal also interrupts a clean-up that hangs; in the main thread only, where Python can
+    install handlers), ending a stop, a :class:`CommandError` or an ``OSError`` with one line."""
+    main = threading.current_thread() is threading.main_thread()
+    _received.clear()
+    previous = {s: signal.signal(s, raise_stopped) for s in STOP_SIGNALS} if main else {}
+    try:
+        return invoke(ctx)
+    except KeyboardInterrupt as err:  # ours, or one a library raised again in its place
+        stop = err if isinstance(err, Stopped) else Stopped(stop_received() or signal.SIGINT)
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node under torchrun
+            click.echo(f"error: {stop.line()}", err=True)
+        ctx.exit(stop.exit_code)
+    except CommandError as err:
+        click.echo(f"error: {one_line(str(err))}", err=True)
+        ctx.exit(err.exit_code)
+    except OSError as err:
+        if err.errno == errno.EPIPE:  # click ends a broken pipe quietly itself
+            raise
+        click.echo(f"error: {one_line(os_error_line(err))}", err=True)
+        ctx.exit(EXIT_FAILED)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class OneLineGroup(click.Group):
@@ -175,19 +140,12 @@ class OneLineCommand(click.Command):
 
 
 def config_default(config: type, name: str) -> Any:
-    """The default of the field ``name`` of the dataclass ``config`` (a nested one is named by a
-    dotted path, ``pairs.max_seq_length``): a flag's default is declared there, once."""
+    """The default of the field ``name`` of the dataclass ``config`` (a nested one's by a dotted
+    path, ``pairs.max_seq_length``): a flag's default is declared there, once."""
     head, _, rest = name.partition(".")
     field = {f.name: f for f in dataclasses.fields(config)}[head]
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-    else:
-        raise KeyError(f"{config.__name__}.{head} has no default")
-    if not rest:
-        return value
-    return config_default(type(value), rest)
+    value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    return config_default(type(value), rest) if rest else value
 
 
 def config_option(config: type, name: str, *decls: str, **attrs: Any) -> Callable:

@@ -28,16 +28,13 @@ FEATURES_NAME = "features"
 
 
 def _check_rows(table: pa.Table) -> list[str]:
-    if not len(table):
-        return []
-    problems = []
-    if pc.any(pc.less(table.column("line"), 0)).as_py():
-        problems.append("line must not be negative")
-    if pc.any(pc.less(table.column("token_index"), 0)).as_py():
-        problems.append("token_index must not be negative")
-    if pc.any(pc.less(table.column("word_index"), -1)).as_py():
-        problems.append("word_index must be -1 (special token) or a word's index")
-    return problems
+    lowest = {"line": (0, "must not be negative"), "token_index": (0, "must not be negative")}
+    lowest["word_index"] = (-1, "must be -1 (special token) or a word's index")
+    return [
+        f"{name} {rule}"
+        for name, (low, rule) in lowest.items()
+        if pc.any(pc.less(table.column(name), low)).as_py()
+    ]
 
 
 def features_format(hidden_size: int) -> RecordFormat:

@@ -1,49 +1,32 @@
-"""Whole files or none: how every file of every stage is put on disk.
+"""Whole files or none: nothing a command writes ever lies under its final name incomplete.
 
-Nothing a command writes ever lies under its final name incomplete, so that a full disk, a
-killed process or a lost connection leaves either the earlier state or the whole new file:
-
-- **Local paths** (:func:`write_local_file`): the bytes go to a temporary name beside the file
-  (``.NAME.<12 hex>.tmp``, :func:`temporary_name`), are flushed to the disk and renamed over
-  ``NAME`` only once whole; a rename within one folder is atomic on POSIX. On any failure (an
-  ``OSError``, a signal) the temporary file is removed; only a process killed outright (SIGKILL,
-  a power cut) can leave one, and output checks recognise it (:func:`is_temporary_name`).
-- **Buckets and other fsspec filesystems** (:func:`write_file`): the whole bytes go up in one
-  ``pipe_file`` call. An object store makes an object visible only once its upload completes:
-  gcsfs sends one request below 50 MB and otherwise a resumable upload that the last chunk
-  finalises (and deletes the session on failure); s3fs a single ``PutObject`` below 100 MB and
-  otherwise a multipart upload that exists only once ``CompleteMultipartUpload`` succeeds;
-  fsspec's ``memory://`` stores the bytes at once. Streaming through ``fs.open(path, "wb")`` is
-  never used for a final file: a ``with`` block closes the file on an exception too, and closing
-  commits what was written so far (gcsfs, s3fs), while ``memory://`` shows the file from the
-  moment it is opened.
-
-The Beam side (``wordpiece.count.write_bytes``, which ``pipelines.io.write_bytes`` wraps) writes
-locally through :func:`write_local_file` too, and to buckets through Beam's filesystems: on
-``gs://`` one upload, which Beam's GCS writer cancels when the writing block fails; on ``s3://``
-under a temporary name renamed once whole, because Beam's S3 writer completes its multipart upload
-whenever it is closed, after a failed part too.
+Locally the bytes go to ``.NAME.<12 hex>.tmp`` beside the file, synced, then renamed over ``NAME``
+(atomic on POSIX); the temporary file is removed on any failure, so only SIGKILL or a power cut
+leaves one. Elsewhere one ``pipe_file`` upload: an object store shows an object only once it is
+complete, while ``fs.open(path, "wb")`` would commit a failing ``with`` block's part. Before each
+write the :data:`BEFORE_WRITE` hooks run (``schemas.outputs`` journals the file there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-TEMP_SUFFIX = ".tmp"
+BEFORE_WRITE: list[Callable[[str], None]] = []  # called with each file's path or URL before it is written
 _TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
 
 
 class WriteError(OSError):
-    """A file could not be written (a full disk, no permission, a lost connection): one line
-    naming the file and the system's reason; nothing was left under its name."""
+    """A file could not be written (a full disk, no permission, a lost connection); nothing was left
+    under its name."""
 
     def __str__(self) -> str:
         return f"{self.filename}: cannot write it ({self.strerror})"
@@ -51,7 +34,7 @@ class WriteError(OSError):
 
 def temporary_name(name: str) -> str:
     """The name a file called ``name`` is written under until it is whole (a hidden file)."""
-    return f".{name}.{uuid.uuid4().hex[:12]}{TEMP_SUFFIX}"
+    return f".{name}.{uuid.uuid4().hex[:12]}.tmp"
 
 
 def is_temporary_name(name: str) -> bool:
@@ -61,11 +44,9 @@ def is_temporary_name(name: str) -> bool:
 
 
 def final_name(name: str) -> str:
-    """The name of the file a temporary name (:func:`temporary_name`) was to become."""
+    """The name of the file a temporary name (:func:`temporary_name`) was to become; others as they are."""
     match = _TEMPORARY.match(name)
-    if match is None:
-        raise ValueError(f"{name!r} is not a temporary name")
-    return match.group(1)
+    return name if match is None else match.group(1)
 
 
 def write_error(err: OSError, path: str) -> WriteError:
@@ -76,10 +57,9 @@ def write_error(err: OSError, path: str) -> WriteError:
 
 def write_local_file(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
     """Write ``chunks`` (bytes already made: never a generator that may fail half-way) to the local
-    ``path`` through a temporary file beside it, synced, then renamed over ``path``; the folder is
-    made when missing. Raises :class:`WriteError` naming ``path``; the temporary file is removed
-    on any failure, a stop signal included."""
+    ``path`` (its folder made if missing) through a temporary file; :class:`WriteError` naming it."""
     path = os.fspath(path)
+    _journal(path)
     folder, name = os.path.split(os.path.abspath(path))
     temp = os.path.join(folder, temporary_name(name))
     try:
@@ -91,20 +71,16 @@ def write_local_file(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
             os.fsync(f.fileno())
         os.replace(temp, path)
     except BaseException as err:
-        try:
+        with contextlib.suppress(OSError):
             os.remove(temp)
-        except OSError:
-            pass
         if isinstance(err, OSError) and not isinstance(err, WriteError):
             raise write_error(err, path) from None
         raise
 
 
 def write_file(path: str, data: bytes | str, fs: fsspec.AbstractFileSystem | None = None) -> None:
-    """Write ``data`` (text is UTF-8) whole or not at all: ``path`` is a local path or fsspec URL,
-    or, with ``fs``, a path in that filesystem (as ``fsspec.core.url_to_fs`` returns it). Locally
-    through :func:`write_local_file`; elsewhere one ``pipe_file`` upload. Raises
-    :class:`WriteError` naming the file."""
+    """Write ``data`` (text is UTF-8) whole or not at all to ``path``, a local path or URL or, with
+    ``fs``, a path in that filesystem; :class:`WriteError` naming the file."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     name = path  # for messages: the URL as given, or the filesystem's own
@@ -115,10 +91,16 @@ def write_file(path: str, data: bytes | str, fs: fsspec.AbstractFileSystem | Non
     if isinstance(fs, LocalFileSystem):
         write_local_file(path, [data])
         return
+    _journal(fs.unstrip_protocol(path))
     try:
         fs.pipe_file(path, data)
     except OSError as err:
         raise write_error(err, name) from None
+
+
+def _journal(url: str) -> None:
+    for note in BEFORE_WRITE:
+        note(url)
 
 
 def write_json(

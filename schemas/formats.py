@@ -1,10 +1,6 @@
-"""Versioned Arrow record formats: one definition used by every writer and every reader.
-
-A ``RecordFormat`` names an Arrow schema and a version. Writers build tables with
-``to_table`` (validated before a byte is written) and serialise them with ``to_ipc_bytes``;
-readers use ``read_ipc`` which checks the format name, version and schema of the file and
-names the file in every error.
-"""
+"""Versioned Arrow record formats, one definition for every writer and reader: tables are validated
+before a byte is written and when read (format name, version, schema, rows); every error is an
+InputError naming the file."""
 
 from __future__ import annotations
 
@@ -16,20 +12,16 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from schemas.commands import InputError
+
 FORMAT_KEY = b"format"
 VERSION_KEY = b"format_version"
-BATCH_ROWS = 1024
-"""Rows per record batch of a file written by ``RecordFormat.to_ipc_bytes`` (the last may hold fewer)."""
+BATCH_ROWS = 1024  # rows per record batch of a file that to_ipc_bytes writes (the last may hold fewer)
 
 
 def batch_row_counts(num_rows: int) -> list[int]:
-    """The row counts of the record batches ``to_ipc_bytes`` writes for a table of ``num_rows``
-    rows held in one chunk (``pyarrow.Table.combine_chunks``)."""
+    """The row counts of the record batches ``to_ipc_bytes`` writes for a one-chunk table."""
     return [min(BATCH_ROWS, num_rows - first) for first in range(0, num_rows, BATCH_ROWS)]
-
-
-class SchemaError(ValueError):
-    """Data does not match its declared format; the message names the file and the problem."""
 
 
 RowCheck = Callable[[pa.Table], list[str]]
@@ -59,28 +51,27 @@ class RecordFormat:
         try:
             table = pa.table(columns, schema=self.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            raise SchemaError(
+            raise InputError(
                 f"{source}: rows do not fit the {self.name} v{self.version} schema: {err}"
             ) from None
         self.validate(table, source)
         return table
 
     def validate(self, table: pa.Table, source: str) -> None:
-        """Raise ``SchemaError`` unless ``table`` has exactly this schema and passes the row checks."""
+        """Raise ``InputError`` unless ``table`` has exactly this schema and passes the row checks."""
         metadata = table.schema.metadata or {}
-        found_name = metadata.get(FORMAT_KEY, b"").decode()
-        found_version = metadata.get(VERSION_KEY, b"").decode()
+        found_name, found_version = (metadata.get(key, b"").decode() for key in (FORMAT_KEY, VERSION_KEY))
         if found_name != self.name:
-            raise SchemaError(
+            raise InputError(
                 f"{source}: expected a '{self.name}' file, found format '{found_name or 'unknown'}'"
             )
         if found_version != str(self.version):
-            raise SchemaError(
+            raise InputError(
                 f"{source}: '{self.name}' format version {found_version or 'unknown'} is not supported "
                 f"(this code reads version {self.version}); regenerate the file with this version"
             )
         if not table.schema.equals(self.schema, check_metadata=False):
-            raise SchemaError(
+            raise InputError(
                 f"{source}: columns do not match the '{self.name}' v{self.version} schema: "
                 f"expected {self.schema.to_string(show_schema_metadata=False)!r}, "
                 f"found {table.schema.to_string(show_schema_metadata=False)!r}"
@@ -90,7 +81,7 @@ class RecordFormat:
             if not f.nullable and table.column(f.name).null_count:
                 problems.append(f"column '{f.name}' has {table.column(f.name).null_count} nulls")
         if problems:
-            raise SchemaError(f"{source}: invalid '{self.name}' rows: " + "; ".join(problems))
+            raise InputError(f"{source}: invalid '{self.name}' rows: " + "; ".join(problems))
 
     def to_ipc_bytes(self, table: pa.Table, source: str) -> bytes:
         """Validate and serialise ``table`` as an Arrow IPC file (deterministic bytes)."""
@@ -107,6 +98,6 @@ class RecordFormat:
         try:
             table = ipc.open_file(buffer).read_all()
         except (pa.ArrowInvalid, OSError) as err:
-            raise SchemaError(f"{source}: not a readable Arrow IPC file ({err})") from None
+            raise InputError(f"{source}: not a readable Arrow IPC file ({err})") from None
         self.validate(table, source)
         return table

@@ -1,61 +1,29 @@
-"""The record-batch index of an output's Arrow shards: where every record batch lies, and its hash.
-
-``index.json`` sits beside ``manifest.json``; the manifest names it and holds its size and
-SHA-256 (``Manifest.index``), and ``COMPLETED`` holds the manifest's hash, so the index is as
-trustworthy as the manifest. With it a reader needs no request per shard: it knows every record
-batch's byte range and row count, fetches just those bytes and checks them against their own
-SHA-256 (a record batch is verified alone, without hashing its whole shard). Layout:
-
-.. code-block:: json
-
-    {
-      "index_version": 1,
-      "format": "examples", "format_version": 1,
-      "schema": "<base64 of the shards' Arrow schema as an IPC message>",
-      "shards": [
-        {"path": "train/part-00000-of-00002.arrow", "num_bytes": 123456, "sha256": "…",
-         "batches": {"offset": [184, …], "length": [5232, …], "num_rows": [1024, …], "sha256": ["…", …]}}
-      ]
-    }
-
-A batch's bytes ``[offset, offset + length)`` are one encapsulated IPC message (metadata and
-body), decoded with ``pyarrow.ipc.read_record_batch(pyarrow.ipc.read_message(bytes), schema)``.
-The offsets come from walking the file's messages with pyarrow (:func:`shard_index_entry`), the
-same blocks the file's footer lists.
-
-A hash only says the index is the one the manifest names, not that whoever wrote both was
-careful, so :meth:`ShardIndex.from_json` checks every field before anything is sized from it:
-exactly these keys, integers that are integers (not strings or booleans), shard paths relative
-inside the folder, byte ranges inside their shard's ``num_bytes`` and at most
-:data:`MAX_RECORD_BATCH_BYTES`, at most :data:`MAX_RECORD_BATCH_ROWS` rows per record batch; and
-:meth:`ShardIndex.check_against` that it lists each of the manifest's shards once, with its size,
-hash and rows. A reader still checks each record batch's rows when it decodes it.
-"""
+"""The record-batch index of an output's Arrow shards (``index.json``, named by the manifest with its
+size and SHA-256): every record batch's byte range, row count and SHA-256, so a reader fetches and
+checks just those bytes, one encapsulated IPC message (``pyarrow.ipc.read_record_batch(
+pyarrow.ipc.read_message(bytes), schema)``; docs/shards.md). Every field is checked before anything
+is sized from it, and against the manifest's shards (:meth:`ShardIndex.check_against`)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from schemas.manifest import IndexReference, Manifest, ManifestError, relative_path_problem
+from schemas.commands import InputError
+from schemas.manifest import SHA256_HEX, IndexReference, Manifest, relative_path_problem
 
 INDEX_VERSION = 1
 INDEX_FILE = "index.json"
-MAX_INDEX_BYTES = 256 << 20
-"""The largest ``index.json`` a reader parses (about 2.5 million record batches, 2.5 billion
-examples at the writer's 1,024 rows per batch); the manifest's reference is checked against it
-before the file is read."""
-MAX_RECORD_BATCH_BYTES = 256 << 20
-"""The largest record batch an index may list (the writer's are a few MB: 1,024 rows)."""
-MAX_RECORD_BATCH_ROWS = 1 << 20
-"""The most rows an index may give a record batch (the writer writes 1,024)."""
+MAX_INDEX_BYTES = 256 << 20  # the largest index read: 2.5 million record batches of 1,024 examples
+MAX_RECORD_BATCH_BYTES = 256 << 20  # the largest record batch an index may list (the writer's: a few MB)
+MAX_RECORD_BATCH_ROWS = 1 << 20  # the most rows of a record batch (the writer writes 1,024)
 _FILE_MAGIC_BYTES = 8  # "ARROW1" and two bytes of padding before the first message
 
 
@@ -116,36 +84,38 @@ class ShardIndex:
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str) -> ShardIndex:
-        """Parse and validate index JSON (every field's type, every byte range and row count
-        within the limits: :func:`_batches`); errors name ``source``."""
+        """Parse and validate index JSON; :class:`InputError` naming ``source``."""
+        rebuild = "regenerate the output with `pipelines examples`"
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-            raise ManifestError(f"{source}: not valid JSON ({err})") from None
+        except (ValueError, RecursionError) as err:
+            raise InputError(f"{source}: not valid JSON ({err})") from None
         version = data.get("index_version") if isinstance(data, dict) else None
         if type(version) is not int or version != INDEX_VERSION:
-            raise ManifestError(
-                f"{source}: index version {version!r:.40} is not supported (this code reads {INDEX_VERSION}); "
-                "rebuild it with `pipelines index OUTPUT --overwrite`"
+            raise InputError(
+                f"{source}: index version {version!r:.40} is not supported (this code reads {INDEX_VERSION}); {rebuild}"
             )
-        try:
-            _expect(
-                set(data) == _TOP_KEYS, f"not an object with exactly the keys {', '.join(sorted(_TOP_KEYS))}"
+        problem = _index_problem(data)
+        if problem is None:
+            try:
+                schema = ipc.read_schema(pa.py_buffer(base64.b64decode(data["schema"], validate=True)))
+            except (ValueError, pa.ArrowInvalid) as err:
+                problem = f"schema: {err}"
+        if problem is not None:
+            raise InputError(f"{source}: malformed index ({problem}); {rebuild}")
+        shards = tuple(
+            ShardIndexEntry(
+                s["path"],
+                s["num_bytes"],
+                s["sha256"],
+                tuple(map(BatchEntry, *(s["batches"][k] for k in _BATCH_KEYS))),
             )
-            _expect(isinstance(data["format"], str), "format is not a string")
-            _expect(_is_count(data["format_version"]), "format_version is not a non-negative integer")
-            _expect(isinstance(data["schema"], str), "schema is not a string")
-            _expect(isinstance(data["shards"], list), "shards is not a list")
-            schema = ipc.read_schema(pa.py_buffer(base64.b64decode(data["schema"], validate=True)))
-            shards = tuple(_shard(s) for s in data["shards"])
-        except (_Malformed, ValueError, pa.ArrowInvalid) as err:
-            raise ManifestError(
-                f"{source}: malformed index ({err}); rebuild it with `pipelines index OUTPUT --overwrite`"
-            ) from None
+            for s in data["shards"]
+        )
         return cls(data["format"], data["format_version"], schema, shards)
 
     def check_against(self, manifest: Manifest, source: str) -> None:
-        """Raise ``ManifestError`` unless the index covers exactly the shards of ``manifest``, each
+        """Raise :class:`InputError` unless the index covers exactly the shards of ``manifest``, each
         once, with the same sizes, hashes and row counts, in the manifest's format."""
         problems = []
         if (self.format, self.format_version) != (manifest.format, manifest.format_version):
@@ -164,30 +134,17 @@ class ShardIndex:
             entry = mine.get(shard.path)
             if entry is None:
                 problems.append(f"{shard.path} is not in the index")
-            elif (entry.num_bytes, entry.sha256, entry.num_rows) != (
-                shard.num_bytes,
-                shard.sha256,
-                shard.num_rows,
-            ):
+            elif _alike(entry) != _alike(shard):
                 problems.append(f"{shard.path} differs from the manifest's entry")
         if problems:
             shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-            raise ManifestError(f"{source}: {shown}; rebuild it with `pipelines index OUTPUT --overwrite`")
-
-
-class _Malformed(Exception):
-    """What is wrong with the JSON of an index (the message of a ``ManifestError``)."""
+            raise InputError(f"{source}: {shown}; regenerate the output with `pipelines examples`")
 
 
 _TOP_KEYS = {"index_version", "format", "format_version", "schema", "shards"}
 _SHARD_KEYS = {"path", "num_bytes", "sha256", "batches"}
 _BATCH_KEYS = ("offset", "length", "num_rows", "sha256")
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-
-
-def _expect(condition: bool, problem: str) -> None:
-    if not condition:
-        raise _Malformed(problem)
+_alike = attrgetter("num_bytes", "sha256", "num_rows")  # what an index entry shares with the manifest's
 
 
 def _is_count(value: object) -> bool:
@@ -195,49 +152,52 @@ def _is_count(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
-def _shard(data: object) -> ShardIndexEntry:
-    _expect(
-        isinstance(data, dict) and set(data) == _SHARD_KEYS,
-        f"a shard is not an object with exactly the keys {', '.join(sorted(_SHARD_KEYS))}",
-    )
-    path = data["path"]
+def _is_sha256(value: object) -> bool:
+    return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None
+
+
+def _index_problem(data: dict) -> str | None:
+    """The first thing wrong with an index's JSON (before anything is sized from it), or None."""
+    if set(data) != _TOP_KEYS:
+        return f"not an object with exactly the keys {', '.join(sorted(_TOP_KEYS))}"
+    for ok, problem in (
+        (isinstance(data["format"], str), "format is not a string"),
+        (_is_count(data["format_version"]), "format_version is not a non-negative integer"),
+        (isinstance(data["schema"], str), "schema is not a string"),
+        (isinstance(data["shards"], list), "shards is not a list"),
+    ):
+        if not ok:
+            return problem
+    return next(filter(None, map(_shard_problem, data["shards"])), None)
+
+
+def _shard_problem(data: object) -> str | None:
+    if not isinstance(data, dict) or set(data) != _SHARD_KEYS:
+        return f"a shard is not an object with exactly the keys {', '.join(sorted(_SHARD_KEYS))}"
+    path, num_bytes, batches = data["path"], data["num_bytes"], data["batches"]
     problem = relative_path_problem(path)
-    _expect(problem is None, f"shard {path!r:.200}: {problem}")
-    _expect(_is_count(data["num_bytes"]), f"{path}: num_bytes is not a non-negative integer")
-    _expect(
-        isinstance(data["sha256"], str) and bool(_SHA256_HEX.fullmatch(data["sha256"])),
-        f"{path}: sha256 is not a hex SHA-256",
-    )
-    return ShardIndexEntry(
-        path, data["num_bytes"], data["sha256"], _batches(path, data["num_bytes"], data["batches"])
-    )
-
-
-def _batches(path: str, num_bytes: int, data: object) -> tuple[BatchEntry, ...]:
-    """A shard's record batches, each checked before anything is sized from it: a byte range of
-    at most :data:`MAX_RECORD_BATCH_BYTES` inside the shard's ``num_bytes``, at most
-    :data:`MAX_RECORD_BATCH_ROWS` rows, a hex SHA-256."""
-    _expect(
-        isinstance(data, dict) and set(data) == set(_BATCH_KEYS),
-        f"{path}: batches is not an object with exactly the keys {', '.join(_BATCH_KEYS)}",
-    )
-    columns = [data[key] for key in _BATCH_KEYS]
-    _expect(
-        all(isinstance(c, list) for c in columns) and len({len(c) for c in columns}) == 1,
-        f"{path}: the batches' {', '.join(_BATCH_KEYS)} are not lists of one length",
-    )
-    offsets, lengths, rows, hashes = columns
-    for k, (offset, length, num_rows, digest) in enumerate(zip(offsets, lengths, rows, hashes, strict=True)):
-        problem = _batch_problem(offset, length, num_rows, digest, num_bytes)
+    if problem is not None:
+        return f"shard {path!r:.200}: {problem}"
+    if not _is_count(num_bytes):
+        return f"{path}: num_bytes is not a non-negative integer"
+    if not _is_sha256(data["sha256"]):
+        return f"{path}: sha256 is not a hex SHA-256"
+    if not isinstance(batches, dict) or set(batches) != set(_BATCH_KEYS):
+        return f"{path}: batches is not an object with exactly the keys {', '.join(_BATCH_KEYS)}"
+    columns = [batches[key] for key in _BATCH_KEYS]
+    if not all(isinstance(c, list) for c in columns) or len({len(c) for c in columns}) != 1:
+        return f"{path}: the batches' {', '.join(_BATCH_KEYS)} are not lists of one length"
+    for k, batch in enumerate(zip(*columns, strict=True)):
+        problem = _batch_problem(*batch, num_bytes)
         if problem is not None:
-            raise _Malformed(f"{path}: record batch {k}: {problem}")
-    return tuple(map(BatchEntry, offsets, lengths, rows, hashes))
+            return f"{path}: record batch {k}: {problem}"
+    return None
 
 
 def _batch_problem(
     offset: object, length: object, num_rows: object, digest: object, num_bytes: int
 ) -> str | None:
-    """What is wrong with one record batch's entry, or None (the message is built only then)."""
+    """What is wrong with one record batch's entry, or None."""
     if not (_is_count(offset) and _is_count(length) and 0 < length <= MAX_RECORD_BATCH_BYTES):
         return (
             f"offset {offset!r:.40} and length {length!r:.40} are not integers with 0 <= offset and "
@@ -247,22 +207,15 @@ def _batch_problem(
         return f"bytes {offset}-{offset + length} lie beyond the shard's {num_bytes:,} bytes"
     if not (_is_count(num_rows) and num_rows <= MAX_RECORD_BATCH_ROWS):
         return f"num_rows {num_rows!r:.40} is not an integer from 0 to {MAX_RECORD_BATCH_ROWS:,}"
-    if not (isinstance(digest, str) and _SHA256_HEX.fullmatch(digest)):
-        return "sha256 is not a hex SHA-256"
-    return None
+    return None if _is_sha256(digest) else "sha256 is not a hex SHA-256"
 
 
 def shard_index_entry(
     path: str, data: bytes, batch_rows: Sequence[int] | None = None, sha256: str | None = None
 ) -> tuple[ShardIndexEntry, pa.Schema]:
-    """The index entry of one Arrow IPC file's bytes, and the file's schema.
-
-    Walks the file's encapsulated messages with pyarrow (no footer parsing of our own): each
-    record batch's byte range, row count and SHA-256. A writer that knows its batches' row
-    counts (``batch_rows``) and the file's hash passes them, so the batches need not be decoded
-    (decompressed) to count their rows, nor the file hashed twice; a count of batches other than
-    the file's is an error. Raises ``ValueError`` for bytes that are not an Arrow IPC file.
-    """
+    """The index entry of one Arrow IPC file's bytes (its messages walked with pyarrow), and the
+    file's schema. A writer that knows its batches' row counts and the file's hash passes them (no
+    decoding, no second hash). ``ValueError`` for bytes that are not an Arrow IPC file."""
     buffer = pa.py_buffer(data)
     try:
         schema = ipc.open_file(buffer).schema

@@ -1,11 +1,7 @@
-"""Reading what a user or a bucket supplies, bounded and typed.
-
-Every input is a regular file or a bucket object (:func:`check_file`: a FIFO would block, a
-device never ends); every read has a size limit (:func:`read_bytes`, :func:`lines`), and a line
-or document over it is one :class:`~schemas.commands.InputError` naming the file, the line and
-the limit, never the text itself. JSON is parsed strictly (:func:`loads`: UTF-8, no lone
-surrogates, bounded nesting) and read field by field with its type checked (:func:`field`,
-:func:`boolean`), so a wrong type is one line naming the file, the record and the field.
+"""Reading what a user or a bucket supplies, bounded and typed: regular files or bucket objects only
+(a FIFO would block, a device never ends), a size limit on every read (a line over it named by its
+number, never its text), strict JSON (UTF-8, no lone surrogate, bounded nesting) read field by field
+with its type checked. Every problem is one InputError naming the file (and the record and field).
 """
 
 from __future__ import annotations
@@ -19,10 +15,8 @@ from typing import Any
 from schemas.commands import InputError
 
 MiB = 1 << 20
-MAX_JSON_BYTES = 512 * MiB
-"""The largest JSON document read whole (SQuAD's train set is 40 MB)."""
-MAX_LINE_BYTES = 16 * MiB
-"""The longest line of a text input (a TSV row, a sentence file's line)."""
+MAX_JSON_BYTES = 512 * MiB  # the largest JSON document read whole (SQuAD's train set is 40 MB)
+MAX_LINE_BYTES = 16 * MiB  # the longest line of a text input (a TSV row, a sentence file's line)
 
 _KINDS = {
     stat.S_ISFIFO: "a FIFO (named pipe)",
@@ -34,8 +28,8 @@ _KINDS = {
 
 
 def check_file(path: str | os.PathLike, fs: Any = None) -> None:
-    """Refuse ``path`` unless it is a regular file (symlinks followed) or an object in a bucket.
-    ``fs``: the fsspec filesystem of ``path`` (None: a local path)."""
+    """Refuse ``path`` unless it is a regular file (symlinks followed) or an object in a bucket
+    (``fs``: its fsspec filesystem; None: a local path)."""
     if fs is not None and "file" not in fs.protocol and "local" not in fs.protocol:
         return  # an object store holds objects only
     try:
@@ -82,14 +76,11 @@ def loads(data: bytes | str, where: str) -> Any:
             raise InputError(f"{where}: not UTF-8 at byte {err.start:,}") from None
     try:
         value = json.loads(data)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
     except json.JSONDecodeError as err:
         raise InputError(
             f"{where}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
         ) from None
-    except RecursionError:
-        raise InputError(f"{where}: JSON nested too deeply") from None
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise InputError(f"{where}: holds a lone UTF-16 surrogate (\\ud800-\\udfff), not text") from None
     except RecursionError:
@@ -114,8 +105,8 @@ def field(record: Any, key: str, kinds: type | tuple[type, ...], where: str, def
     return value
 
 
+# strings some converters write for a JSON boolean, taken as one (boolean())
 TRUE_STRINGS, FALSE_STRINGS = ("true", "True", "TRUE", "1"), ("false", "False", "FALSE", "0")
-"""Strings some converters write for a JSON boolean, taken as one (:func:`boolean`)."""
 
 
 def boolean(record: Any, key: str, where: str, default: Any = ...) -> bool:

@@ -1,14 +1,7 @@
-"""The manifest every stage writes beside its shards, and the ``COMPLETED`` marker.
-
-An output folder is complete only when ``COMPLETED`` exists and holds the SHA-256 of
-``manifest.json``; the marker is written last, so a crash never leaves an output that looks
-finished. ``manifest.json`` lists every shard with its split, row count, size and SHA-256.
-
-Outputs whose records are token ids (``examples``) name the vocabulary those ids index:
-``params.vocab_sha256`` (required: its identity, :class:`ManifestVocabulary`), ``params.cased``
-and, since shards carry their vocabulary, ``vocab_file``: the copy in the folder (``vocab.txt``)
-with its size and SHA-256, so shards moved to another machine need nothing beside them.
-"""
+"""The manifest every stage writes beside its shards (each with its split, rows, size and SHA-256),
+and the ``COMPLETED`` marker, written last, that holds the manifest's SHA-256. Outputs of token ids
+(``examples``) name their vocabulary: ``params.vocab_sha256`` (required), ``params.cased`` and
+``vocab_file``, the copy in the folder. Every problem is an InputError naming the file."""
 
 from __future__ import annotations
 
@@ -16,23 +9,21 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from schemas.commands import InputError
+from schemas.inputs import loads
 
 MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 STATS_FILE = "stats.json"
 COMPLETED_FILE = "COMPLETED"
-VOCAB_FILE = "vocab.txt"
-"""The vocabulary an ``examples`` output carries: one token per line in id order."""
-VOCAB_FORMATS = frozenset({"examples"})
-"""Record formats of token ids: their manifests must name the vocabulary by ``params.vocab_sha256``."""
-MAX_VOCAB_FILE_BYTES = 64 << 20
-"""The largest vocabulary copy a manifest may name (a million tokens take about 10 MB)."""
-
-
-class ManifestError(ValueError):
-    """A manifest is missing, malformed or does not match the files beside it."""
+VOCAB_FILE = "vocab.txt"  # the vocabulary an ``examples`` output carries: a token a line, in id order
+VOCAB_FORMATS = frozenset({"examples"})  # formats of token ids: their manifests name the vocabulary
+MAX_VOCAB_FILE_BYTES = 64 << 20  # the largest vocabulary copy a manifest names (a million tokens: 10 MB)
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -58,8 +49,7 @@ class IndexReference:
 
 @dataclass(frozen=True)
 class VocabFile:
-    """The vocabulary copy of an ``examples`` output: its path inside the output folder, its size and
-    the SHA-256 of its bytes (what ``COMPLETED``, through the manifest, vouches for)."""
+    """The vocabulary copy of an ``examples`` output: its path in the folder, size and SHA-256."""
 
     path: str
     num_bytes: int
@@ -68,42 +58,31 @@ class VocabFile:
 
 @dataclass(frozen=True)
 class ManifestVocabulary:
-    """What an ``examples`` manifest says of the vocabulary its token ids index."""
+    """An ``examples`` manifest's vocabulary: ``params.vocab_sha256`` (of the tokens in id order joined
+    by newlines), ``params.cased`` and ``params.vocab`` (None: not recorded), and ``vocab_file``."""
 
     sha256: str
-    """``params.vocab_sha256``: SHA-256 of the tokens in id order joined by newlines (the
-    vocabulary's identity, the same for its vocab.txt and tokenizer.json)."""
     cased: bool | None
-    """``params.cased``: whether the text was tokenised cased (None: not recorded)."""
     source: str | None
-    """``params.vocab``: where ``pipelines examples`` read it (an absolute path or URL)."""
     copy: VocabFile | None
-    """``vocab_file``: the copy inside the output; None for outputs written before shards carried it."""
 
 
 def manifest_vocabulary(manifest: Manifest, source: str) -> ManifestVocabulary:
-    """The vocabulary fields of a manifest, checked: ``params.vocab_sha256`` is required (64
-    lower-case hex digits), ``params.cased`` is true or false and ``params.vocab`` a string when
-    present. Raises :class:`ManifestError`, one line naming ``source``."""
+    """The vocabulary fields of a manifest, checked; :class:`InputError` naming ``source``."""
     params = manifest.params
     damaged = "the manifest is damaged: write the shards again (pipelines examples), or copy them again"
-    recorded = params.get("vocab_sha256")
+    recorded, cased, vocab = params.get("vocab_sha256"), params.get("cased"), params.get("vocab")
     if recorded is None:
-        raise ManifestError(
-            f"{source}: no params.vocab_sha256 (the SHA-256 of the vocabulary the token ids index); {damaged}"
-        )
-    if not isinstance(recorded, str) or not _SHA256.fullmatch(recorded):
-        raise ManifestError(
-            f"{source}: params.vocab_sha256 is {json.dumps(recorded)[:80]}, not a SHA-256 (64 hex digits); {damaged}"
-        )
-    cased, vocab = params.get("cased"), params.get("vocab")
-    if cased is not None and not isinstance(cased, bool):
-        raise ManifestError(
-            f"{source}: params.cased is {json.dumps(cased)[:80]}, not true or false; {damaged}"
-        )
-    if vocab is not None and not isinstance(vocab, str):
-        raise ManifestError(f"{source}: params.vocab is {json.dumps(vocab)[:80]}, not a path; {damaged}")
-    return ManifestVocabulary(recorded, cased, vocab, manifest.vocab_file)
+        problem = "no params.vocab_sha256 (the SHA-256 of the vocabulary the token ids index)"
+    elif not isinstance(recorded, str) or not SHA256_HEX.fullmatch(recorded):
+        problem = f"params.vocab_sha256 is {json.dumps(recorded)[:80]}, not a SHA-256 (64 hex digits)"
+    elif cased is not None and not isinstance(cased, bool):
+        problem = f"params.cased is {json.dumps(cased)[:80]}, not true or false"
+    elif vocab is not None and not isinstance(vocab, str):
+        problem = f"params.vocab is {json.dumps(vocab)[:80]}, not a path"
+    else:
+        return ManifestVocabulary(recorded, cased, vocab, manifest.vocab_file)
+    raise InputError(f"{source}: {problem}; {damaged}")
 
 
 @dataclass(frozen=True)
@@ -117,10 +96,8 @@ class Manifest:
     shards: tuple[ShardEntry, ...]
     rejects: tuple[ShardEntry, ...] = field(default=())
     manifest_version: int = MANIFEST_VERSION
-    index: IndexReference | None = None
-    """The record-batch index (``examples`` outputs since it exists); absent from the JSON when None."""
-    vocab_file: VocabFile | None = None
-    """The vocabulary copy (``examples`` outputs since they carry one); absent from the JSON when None."""
+    index: IndexReference | None = None  # ``examples`` outputs; absent from the JSON when None
+    vocab_file: VocabFile | None = None  # ``examples`` outputs; absent from the JSON when None
 
     def splits(self) -> list[str]:
         """The split names present, in first-seen order."""
@@ -135,62 +112,55 @@ class Manifest:
         return sum(s.num_rows for s in self.shards if split is None or s.split == split)
 
     def to_json(self) -> str:
-        """Deterministic JSON text (sorted keys, shards in path order)."""
+        """Deterministic JSON text (sorted keys, shards in path order, no key for a None)."""
         data = asdict(self)
-        data["shards"] = sorted(data["shards"], key=lambda s: s["path"])
-        data["rejects"] = sorted(data["rejects"], key=lambda s: s["path"])
+        for key in ("shards", "rejects"):
+            data[key] = sorted(data[key], key=lambda s: s["path"])
         for optional in ("index", "vocab_file"):
             if data[optional] is None:
-                del data[optional]  # manifests without one keep their old bytes (and COMPLETED)
+                del data[optional]
         return json.dumps(data, sort_keys=True, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, text: str, source: str) -> Manifest:
         """Parse and validate manifest JSON; errors name ``source``."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ManifestError(f"{source}: not valid JSON ({err})") from None
+        data = loads(text, source)
         if not isinstance(data, dict):
-            raise ManifestError(f"{source}: a manifest is a JSON object")
-        version = data.get("manifest_version")
-        if version != MANIFEST_VERSION:
-            raise ManifestError(
-                f"{source}: manifest version {version!r} is not supported (this code reads {MANIFEST_VERSION})"
+            raise InputError(f"{source}: a manifest is a JSON object")
+        if data.get("manifest_version") != MANIFEST_VERSION:
+            raise InputError(
+                f"{source}: manifest version {data.get('manifest_version')!r:.40} is not supported (this code "
+                f"reads {MANIFEST_VERSION})"
             )
         for key in ("shards", "rejects"):
             if not isinstance(data.get(key, []), list):
-                raise ManifestError(f"{source}: {key} is not a list")
+                raise InputError(f"{source}: {key} is not a list")
+        optional = {"index": IndexReference, "vocab_file": VocabFile}
+        found = {
+            key: _entry(data[key], kind, source)
+            for key, kind in optional.items()
+            if data.get(key) is not None
+        }
         try:
             manifest = cls(
                 format=str(data["format"]),
                 format_version=int(data["format_version"]),
                 producer=str(data["producer"]),
                 params=dict(data["params"]),
-                shards=tuple(shard_entry(s, source) for s in data["shards"]),
-                rejects=tuple(shard_entry(s, source) for s in data.get("rejects", [])),
-                index=_index_reference(data["index"], source) if data.get("index") is not None else None,
-                vocab_file=_vocab_file(data["vocab_file"], source)
-                if data.get("vocab_file") is not None
-                else None,
+                shards=tuple(_entry(s, ShardEntry, source) for s in data["shards"]),
+                rejects=tuple(_entry(s, ShardEntry, source) for s in data.get("rejects", [])),
+                **found,
             )
-        except ManifestError:
-            raise
         except (KeyError, TypeError, ValueError) as err:
-            raise ManifestError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
+            raise InputError(f"{source}: malformed manifest ({type(err).__name__}: {err})") from None
         if manifest.format in VOCAB_FORMATS:
             manifest_vocabulary(manifest, source)  # token ids are never read without their vocabulary
         return manifest
 
 
-_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
 def relative_path_problem(path: object) -> str | None:
-    """Why ``path`` is not a safe file path inside an output folder, or None: it must be a
-    relative POSIX path whose parts are letters, digits and ``_.=+-`` not starting with a dot (no
-    absolute path, URL, ``..``, ``.``, empty part, backslash or control character)."""
+    """Why ``path`` is not a safe relative path inside a folder (parts of letters, digits and ``_.=+-``,
+    not starting with a dot), or None."""
     if not isinstance(path, str) or not path:
         return f"the path {path!r} is not a non-empty string"
     if len(path) > 1024 or not all(_PATH_PART.fullmatch(part) for part in path.split("/")):
@@ -198,55 +168,33 @@ def relative_path_problem(path: object) -> str | None:
     return None
 
 
-def shard_entry(data: object, source: str) -> ShardEntry:
-    """A manifest's shard entry, its path checked (:func:`relative_path_problem`) and its fields
-    typed (strings, non-negative integers that are not booleans, a hex SHA-256); errors name
-    ``source``."""
-    problem = _entry_problem(data, ShardEntry, ("format", "split"))
-    if problem is not None:
+def _entry(data: object, kind: type, source: str) -> Any:
+    """A manifest's shard entry, index reference or vocabulary file, every field checked."""
+    keys = [f.name for f in fields(kind)]
+    if not isinstance(data, dict) or set(data) != set(keys):
+        problem = f"not an object with exactly the keys {', '.join(sorted(keys))}"
+    else:
+        problem = relative_path_problem(data["path"])
+    for key in keys[1:] if problem is None else ():
+        value, counted = data[key], key.startswith("num_")
+        if counted and (type(value) is not int or value < 0):
+            problem = f"{key} {value!r:.80} is not a non-negative integer"
+        elif key == "sha256" and not (isinstance(value, str) and SHA256_HEX.fullmatch(value)):
+            problem = f"sha256 {value!r:.80} is not a hex SHA-256"
+        elif not counted and not isinstance(value, str):
+            problem = f"{key} {value!r:.80} is not a string"
+        elif kind is VocabFile and key == "num_bytes" and value > MAX_VOCAB_FILE_BYTES:
+            problem = f"num_bytes {value} is above {MAX_VOCAB_FILE_BYTES:,}"
+        if problem is not None:
+            break
+    if problem is None:
+        return kind(**data)
+    if kind is ShardEntry:
         name = data.get("path") if isinstance(data, dict) else None
-        raise ManifestError(f"{source}: shard {name!r:.200}: {problem}")
-    return ShardEntry(**data)
-
-
-def _vocab_file(data: object, source: str) -> VocabFile:
-    """The manifest's ``vocab_file``, checked as :func:`shard_entry` checks a shard, its size at
-    most :data:`MAX_VOCAB_FILE_BYTES`."""
-    problem = _entry_problem(data, VocabFile, ())
-    if problem is None and data["num_bytes"] > MAX_VOCAB_FILE_BYTES:  # type: ignore[index]
-        problem = f"num_bytes {data['num_bytes']} is above {MAX_VOCAB_FILE_BYTES:,}"  # type: ignore[index]
-    if problem is not None:
-        raise ManifestError(
-            f"{source}: vocab_file: {problem}; the manifest is damaged: copy the shards again"
-        )
-    return VocabFile(**data)  # type: ignore[arg-type]
-
-
-def _index_reference(data: object, source: str) -> IndexReference:
-    """The manifest's reference to its record-batch index, checked as :func:`shard_entry` checks a
-    shard."""
-    problem = _entry_problem(data, IndexReference, ())
-    if problem is not None:
-        raise ManifestError(f"{source}: index: {problem}")
-    return IndexReference(**data)
-
-
-def _entry_problem(data: object, kind: type, strings: tuple[str, ...]) -> str | None:
-    """What is wrong with a JSON object meant to be a ``kind`` (``path``, ``num_bytes``,
-    ``sha256`` and, for a shard, ``num_rows`` and the ``strings``), or None."""
-    keys = set(kind.__dataclass_fields__)
-    if not isinstance(data, dict) or set(data) != keys:
-        return f"not an object with exactly the keys {', '.join(sorted(keys))}"
-    problem = relative_path_problem(data["path"])
-    for key in strings:
-        if problem is None and not isinstance(data[key], str):
-            problem = f"{key} {data[key]!r:.80} is not a string"
-    for key in ("num_rows", "num_bytes"):
-        if problem is None and key in keys and (type(data[key]) is not int or data[key] < 0):
-            problem = f"{key} {data[key]!r:.80} is not a non-negative integer"
-    if problem is None and not (isinstance(data["sha256"], str) and _SHA256.fullmatch(data["sha256"])):
-        problem = f"sha256 {data['sha256']!r:.80} is not a hex SHA-256"
-    return problem
+        raise InputError(f"{source}: shard {name!r:.200}: {problem}")
+    if kind is VocabFile:
+        raise InputError(f"{source}: vocab_file: {problem}; the manifest is damaged: copy the shards again")
+    raise InputError(f"{source}: index: {problem}")
 
 
 def bytes_match(data: bytes, entry: ShardEntry | IndexReference | VocabFile) -> bool:
@@ -255,22 +203,16 @@ def bytes_match(data: bytes, entry: ShardEntry | IndexReference | VocabFile) -> 
 
 
 def path_leaves_folder(folder: str, relative: str) -> bool:
-    """Whether the local file ``folder/relative`` resolves, through symlinks, to a place outside
-    ``folder`` (also resolved); always False for a URL (``gs://``, ``s3://``, ``memory://``: no
-    symlinks). ``relative`` must have passed :func:`relative_path_problem`."""
+    """Whether the local file ``folder/relative`` resolves, through symlinks, outside ``folder``."""
     if "://" in folder and not folder.startswith("file://"):
         return False
     root = os.path.realpath(folder.removeprefix("file://"))
-    resolved = os.path.realpath(os.path.join(root, relative))
-    return os.path.commonpath([root, resolved]) != root
+    return os.path.commonpath([root, os.path.realpath(os.path.join(root, relative))]) != root
 
 
 def absolute_reference(path: str) -> str:
-    """``path`` as a manifest records it: a URL (``gs://``, ``s3://``, ...) as given, a local
-    path made absolute, so that a reader started in another folder finds the same file."""
-    if "://" in path:
-        return path
-    return os.path.abspath(os.path.expanduser(path))
+    """``path`` as a manifest records it: a URL as given, a local path made absolute."""
+    return path if "://" in path else os.path.abspath(os.path.expanduser(path))
 
 
 def completed_marker(manifest_json: str) -> str:
@@ -281,21 +223,17 @@ def completed_marker(manifest_json: str) -> str:
 def verify_completed(
     manifest_text: str, marker_text: str | None, folder: str, expected_format: str
 ) -> Manifest:
-    """Check a stage output's marker against its manifest and return the manifest.
-
-    ``marker_text`` is the content of ``COMPLETED`` (None when the file is missing). Errors name
-    the folder and say what to do.
-    """
+    """The manifest of a completed output (``marker_text``: ``COMPLETED``'s, None if missing)."""
     if marker_text is None:
-        raise ManifestError(
+        raise InputError(
             f"{folder}: not a completed stage output (no {COMPLETED_FILE} marker); "
             "run the stage that writes it, or let an interrupted run finish"
         )
     if marker_text != completed_marker(manifest_text):
-        raise ManifestError(
+        raise InputError(
             f"{folder}: {COMPLETED_FILE} does not match {MANIFEST_FILE}; the output was modified"
         )
     manifest = Manifest.from_json(manifest_text, f"{folder}/{MANIFEST_FILE}")
     if manifest.format != expected_format:
-        raise ManifestError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
+        raise InputError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
     return manifest

@@ -1,337 +1,300 @@
-"""An output folder as one command owns it: claimed, checked, cleared, recorded, released.
-
-- The record ``OUTPUT/.output.json`` (:class:`OutputRecord`) says which command wrote the folder,
-  under which run id, and which files are its own: the glob patterns it writes (recorded before
-  its first write, so that a killed run's files are covered) and, once it ends, finished or
-  failed, the exact list of the files it left. ``--overwrite`` deletes those files and nothing
-  else; a file that no record of this command lists is someone else's: it is never deleted, and
-  its presence refuses ``--overwrite`` with a line saying so.
-- :class:`OutputFolder` is one command's use of a folder. :meth:`OutputFolder.open` claims it
-  (:mod:`schemas.claims`: one writer per output) and refuses a folder that holds files unless
-  the command was told what to do with them, saying whose they are (exit 1);
-  :meth:`OutputFolder.begin`, called once every other check has passed, just before the first
-  write, removes the earlier run's files (markers first) and writes the new record;
-  :meth:`OutputFolder.close` records the files left and releases the claim, on success and on
-  failure. A folder that the claim created is removed again when nothing was begun.
-
-Like :mod:`schemas.claims`, this works on the caller's fsspec filesystem and imports only the
-standard library.
-"""
+"""One command's output folder: one writer (``.claim``, created exclusively; a stale one taken over),
+a journal (``.output.json`` lists each file before ``schemas.files`` writes it, even if killed), and
+``--overwrite`` deleting exactly the journaled files (and their temporary files), never another."""
 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import os
+import posixpath
+import socket
+import threading
+import uuid
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from schemas.claims import CLAIM_FILE, Claim, Claimant, ClaimError, claim, new_run_id, release
-from schemas.files import final_name, is_temporary_name, write_file
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from schemas import files
+from schemas.commands import OutputError
 from schemas.manifest import COMPLETED_FILE
+from schemas.paths import location
 
-RECORD_FILE = ".output.json"
+CLAIM_FILE, RECORD_FILE = ".claim", ".output.json"
 RECORD_FORMAT, RECORD_VERSION = "output-record", 1
-MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")
-"""Files that say an output (or a checkpoint) is complete: removed before anything else."""
-_HIDDEN = (CLAIM_FILE, RECORD_FILE)
-_LEGACY_PREFIXES = (".write-probe-", f"{CLAIM_FILE}.stale-")
-_SHOWN = 3
+MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")  # say an output is complete: deleted first
+_MACHINERY = (CLAIM_FILE, RECORD_FILE, f".{RECORD_FILE}.")  # the claim, the record and its temporary file
 
 log = logging.getLogger(__name__)
+_lock = threading.RLock()
+_held: list[OutputFolder] = []  # the outputs this process holds, the innermost first: journal() uses them
 
 
-class OutputError(ValueError):
-    """An output folder a command may not (or cannot) write into; the message says why and what
-    to do. The CLIs exit 1 (an output in the way), the project's exit-code rule."""
+def new_run_id() -> str:
+    """A fresh run id: 16 random hex digits."""
+    return uuid.uuid4().hex[:16]
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@dataclass(frozen=True)
-class OutputRecord:
-    """What ``.output.json`` holds: who wrote the folder and which of its files are theirs."""
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (ticks since boot, from ``/proc``); None if unknown or a zombie."""
+    with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] == b"Z" else int(fields[19])
+    return None
 
-    command: str
-    run_id: str
-    patterns: tuple[str, ...]
-    """Glob patterns (relative to the folder; ``*`` crosses ``/``) of the files the command writes."""
-    files: tuple[str, ...] | None = None
-    """The files the run left, once it ended; None while it runs (or when it was killed)."""
-    started: str = field(default_factory=_now)
-    ended: str | None = None
 
-    def owns(self, relative: str) -> bool:
-        """Whether the file ``relative`` is one this run wrote (by its list, else its patterns),
-        or a temporary file it was writing when it was killed (:func:`schemas.files.temporary_name`
-        beside a file of its patterns)."""
-        if self.files is not None and relative in self.files:
-            return True
-        folder, _, name = relative.rpartition("/")
-        if is_temporary_name(name):
-            relative = f"{folder}/{final_name(name)}" if folder else final_name(name)
-        elif self.files is not None:
-            return False
-        return any(fnmatch.fnmatch(relative, pattern) for pattern in self.patterns)
+def remove_hint(url: str) -> str:
+    """The shell command that removes the file at ``url``."""
+    if url.startswith(("gs://", "gcs://")):
+        return f"gcloud storage rm {url}"
+    return f"aws s3 rm {url}" if url.startswith("s3://") else f"rm {url}"
 
-    def to_json(self) -> bytes:
-        """The record file's content."""
-        data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": self.command,
-                "run_id": self.run_id, "started": self.started, "ended": self.ended,
-                "patterns": list(self.patterns), "files": None if self.files is None else list(self.files)}  # fmt: skip
-        return (json.dumps(data, indent=1) + "\n").encode("utf-8")
 
-    @classmethod
-    def from_json(cls, data: bytes, where: str) -> OutputRecord:
-        """Parse a record; :class:`OutputError` naming ``where`` when it is not one."""
+def _cat(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        return fs.cat_file(path)
+    return None
+
+
+def _claim(
+    fs: fsspec.AbstractFileSystem, root: str, url: str, command: str, run_id: str, where: str
+) -> bytes:
+    """Create the claim file of ``root`` (made if needed); its exact bytes."""
+    path, claim_url = f"{root}/{CLAIM_FILE}", f"{url.rstrip('/')}/{CLAIM_FILE}"
+    me = {"command": command, "run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}
+    me.update(process_start=process_start(os.getpid()), claimed=_now())
+    content = (json.dumps(me, indent=1) + "\n").encode("utf-8")
+    fs.makedirs(root, exist_ok=True)
+    for _ in range(3):
+        if (existing := _cat(fs, path)) is None:
+            with contextlib.suppress(FileExistsError):  # another writer was first: named on the next pass
+                if isinstance(fs, LocalFileSystem):
+                    with open(path, "xb") as f:
+                        f.write(content)
+                else:
+                    fs.pipe_file(path, content, mode="create")
+                if _cat(fs, path) == content:  # read back: some servers ignore the condition
+                    return content
+            continue
         try:
-            record = json.loads(data.decode("utf-8"))
-            if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
-                raise ValueError(f"not an {RECORD_FORMAT}")
-            if record.get("version") != RECORD_VERSION:
-                raise ValueError(f"version {record.get('version')!r}, this release reads {RECORD_VERSION}")
-            text = [record.get(k) for k in ("command", "run_id", "started")]
-            patterns, files = record.get("patterns"), record.get("files")
-            if not all(isinstance(v, str) for v in text) or not _strings(patterns):
-                raise ValueError("command, run_id, started or patterns missing or of the wrong type")
-            if (
-                files is not None
-                and not _strings(files)
-                or not isinstance(record.get("ended"), (str, type(None)))
-            ):
-                raise ValueError("files or ended of the wrong type")
-        except (ValueError, UnicodeDecodeError) as err:
+            c = json.loads(existing)
+            named = f"`{c['command']}` (run {c['run_id']}, pid {int(c['pid'])} on host {c['host']}, since {c['claimed']})"
+        except (ValueError, RecursionError, KeyError, TypeError):
             raise OutputError(
-                f"{where}: not a readable output record ({err}); if the folder holds nothing of value, "
-                "delete it, else choose another folder"
+                f"{claim_url}: not a claim this release can read; if no other command writes there, "
+                f"remove it ({remove_hint(claim_url)}) and start again"
             ) from None
-        return cls(
-            record["command"], record["run_id"], tuple(patterns), None if files is None else tuple(files),
-            record["started"], record["ended"],
-        )  # fmt: skip
-
-
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def read_record(fs: Any, root: str, url: str) -> OutputRecord | None:
-    """The record of the folder ``root`` (``url`` for messages), or None when it has none."""
-    try:
-        data = fs.cat_file(f"{root.rstrip('/')}/{RECORD_FILE}")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return OutputRecord.from_json(data, f"{url.rstrip('/')}/{RECORD_FILE}")
-
-
-def _listing(fs: Any, root: str) -> list[str]:
-    """The files under ``root``, relative to it, without the claim, the record and leftovers of
-    an older release's probes."""
-    if not fs.isdir(root):
-        return []
-    found = [path[len(root) :].lstrip("/") for path in sorted(fs.find(root))]
-    return [p for p in found if p not in _HIDDEN and not p.startswith(_LEGACY_PREFIXES)]
-
-
-def _missing_folders(fs: Any, root: str) -> tuple[str, ...]:
-    """The folders a ``makedirs(root)`` would create, deepest first."""
-    made, folder = [], root
-    while folder not in ("", "/") and not fs.exists(folder):
-        made.append(folder)
-        folder = folder.rsplit("/", 1)[0]
-    return tuple(made)
-
-
-def _names(paths: Sequence[str]) -> str:
-    shown = ", ".join(paths[:_SHOWN])
-    return f"{shown}, ..." if len(paths) > _SHOWN else shown
+        if c["host"] != me["host"] or not os.path.isdir("/proc/self"):  # no /proc (macOS): no check
+            raise OutputError(
+                f"{where}: claimed by {named}, which cannot be checked from this host; if it no longer "
+                f"runs, remove the claim ({remove_hint(claim_url)}) and start again"
+            )
+        started = process_start(int(c["pid"]))
+        if started is not None and c.get("process_start") in (None, started):
+            raise OutputError(
+                f"{where}: being written by {named}; wait for it to end, or choose another folder"
+            )
+        aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"  # the stale claim moved aside: one mover wins
+        with contextlib.suppress(FileNotFoundError, FileExistsError):
+            fs.mv(path, aside)
+            if (moved := _cat(fs, aside)) not in (existing, None):  # a new claim, moved by mistake
+                fs.pipe_file(path, moved, mode="create")
+            fs.rm(aside)
+            if moved == existing:
+                log.warning("%s: took over the claim of %s, which no longer runs", where, named)
+    raise OutputError(f"{where}: other writers keep claiming it; choose another folder")
 
 
 @dataclass
-class OutputFolder:
-    """One command's claimed output folder; see the module docstring. Use as a context manager
-    (or call :meth:`close`)."""
+class OutputRecord:
+    """What ``.output.json`` holds: the command, its run and the files it journaled, in order."""
 
-    url: str
-    fs: Any
-    root: str
     command: str
-    patterns: tuple[str, ...]
     run_id: str
-    held: Claim
-    stale: tuple[str, ...]
-    """Files of the earlier run that :meth:`begin` removes (``--overwrite``)."""
-    made: tuple[str, ...]
-    option: str = "--output"
-    begun: bool = False
+    files: dict[str, None]  # the journal in order, as dict keys for lookups
+    started: str
+    ended: str | None = None  # None while it runs, or when it was killed
+
+    def to_json(self) -> bytes:
+        data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, **asdict(self), "files": list(self.files)}
+        return (json.dumps(data, indent=1) + "\n").encode("utf-8")
+
+    def owns(self, relative: str) -> bool:
+        """Whether the file ``relative`` (or the one its temporary name stands for) is journaled."""
+        folder, _, name = relative.rpartition("/")
+        relative = posixpath.join(folder, files.final_name(name))
+        folders = (relative[: i + 1] for i, c in enumerate(relative) if c == "/")
+        return relative in self.files or any(f in self.files for f in folders)
+
+
+def read_record(fs: fsspec.AbstractFileSystem, root: str, url: str) -> OutputRecord | None:
+    """The record in the folder ``root`` (``url`` in messages), or None; an OutputError if damaged."""
+    if (data := _cat(fs, f"{root.rstrip('/')}/{RECORD_FILE}")) is None:
+        return None
+    with contextlib.suppress(ValueError, RecursionError, KeyError, TypeError):
+        r = json.loads(data)
+        names = r["files"] or []  # null: a killed run whose files are unknown (none is taken for its own)
+        record = OutputRecord(r["command"], r["run_id"], dict.fromkeys(names), r["started"], r["ended"])
+        strings = (record.command, record.run_id, record.started, record.ended or "", *names)
+        if (r["format"], r["version"]) == (RECORD_FORMAT, RECORD_VERSION) and isinstance(names, list):
+            inside = (posixpath.normpath(f) == f.rstrip("/") and not f.startswith(("/", "..")) for f in names)
+            if all(isinstance(s, str) for s in strings) and all(inside):
+                return record
+    raise OutputError(
+        f"{url.rstrip('/')}/{RECORD_FILE}: not an {RECORD_FORMAT} version {RECORD_VERSION}; if the folder holds "
+        "nothing of value, delete it, else choose another folder"
+    )
+
+
+def _names(paths: list[str]) -> str:
+    return ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
+
+
+def _remove_empty(fs: fsspec.AbstractFileSystem, folders: list[str]) -> None:
+    for folder in folders:  # deepest first
+        with contextlib.suppress(OSError):
+            if fs.isdir(folder) and not fs.ls(folder):
+                fs.rmdir(folder)
+
+
+def journal(*urls: str) -> None:
+    """Record the files ``urls`` (a trailing ``/``: a folder of temporary files) before they are written
+    in the innermost output this process holds each in (a WriteError: neither may be written)."""
+    with _lock:
+        changed = {}
+        for url in urls:
+            path = url.rstrip("/")  # its folder resolved, not its own name: a link there is replaced
+            here = posixpath.join(location(posixpath.dirname(path)), posixpath.basename(path))
+            folder = next((f for f in _held if here.startswith(f.where + "/")), None)  # the innermost
+            relative = here[len(folder.where) + 1 :] + ("/" if url.endswith("/") else "") if folder else ""
+            if folder and not relative.startswith(_MACHINERY) and not folder.record.owns(relative):
+                folder.record.files[relative] = None
+                changed[folder] = None
+        for folder in changed:
+            if folder.begun:  # until then the earlier run's record stays
+                files.write_file(f"{folder.root}/{RECORD_FILE}", folder.record.to_json(), folder.fs)
+
+
+files.BEFORE_WRITE.append(journal)
+
+
+class OutputFolder(contextlib.AbstractContextManager):
+    """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``."""
+
+    def __init__(self, url: str, fs: fsspec.AbstractFileSystem, root: str, shown: str) -> None:
+        self.url, self.fs, self.root, self.shown = url, fs, root, shown
+        self.where, self.made = location(fs.unstrip_protocol(root)), []
+        while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
+            self.made.append(root)
+            root = root.rsplit("/", 1)[0]
+        self.claim, self.stale, self.begun = None, [], False
 
     @classmethod
     def open(
         cls,
         url: str,
-        fs: Any,
-        root: str,
         command: str,
-        patterns: Sequence[str],
         *,
+        fs: fsspec.AbstractFileSystem | None = None,
         overwrite: bool = False,
         continuing: bool = False,
         continue_hint: str | None = None,
         option: str = "--output",
         run_id: str | None = None,
     ) -> OutputFolder:
-        """Claim ``url`` (``root`` in ``fs``) for ``command``, whose files match ``patterns``.
-
-        Refuses (:class:`OutputError`, the claim released, nothing changed) a folder holding
-        files unless ``overwrite`` and all are the earlier run's of this command, or
-        ``continuing`` (``pretrain --resume RUN`` writing into RUN: every file is the run's
-        own; the run id its record holds is kept, else ``run_id`` when given, else a new one).
-        ``continue_hint`` (``--resume RUN``) is named in the refusal."""
-        root = root.rstrip("/") or "/"
+        """Claim ``url`` for ``command``; refuse (nothing changed) a folder holding files unless all are
+        an earlier run's of ``command`` and ``overwrite``, or ``continuing`` (``--resume``, a cache):
+        adding to the folder, keeping its record's run id (else ``run_id``) and journal."""
+        fs, root = fsspec.core.url_to_fs(url) if fs is None else (fs, fs._strip_protocol(url))
+        shown = f"{option} {url}" if option else url
+        folder = cls(url, fs, root.rstrip("/") or "/", shown)
         try:
-            if fs.isfile(root):
-                raise OutputError(f"{option} {url}: is a file, not a folder; choose a folder")
-            earlier = read_record(fs, root, url)
-            made = _missing_folders(fs, root)
-        except OSError as err:
-            raise OutputError(f"{option} {url}: cannot read it ({type(err).__name__}: {err})") from None
-        kept = continuing and earlier is not None and earlier.command == command
-        run_id = earlier.run_id if kept else (run_id if continuing and run_id else new_run_id())
-        try:
-            held = claim(fs, root, url, Claimant.this_process(command, run_id), option=option)
-        except ClaimError as err:
-            raise OutputError(str(err)) from None
-        except OSError as err:
-            _remove_folders(fs, made)
-            raise OutputError(f"{option} {url}: cannot write there ({type(err).__name__}: {err})") from None
-        folder = cls(url, fs, root, command, tuple(patterns), run_id, held, (), made, option)
-        try:
-            if not continuing:
-                folder.stale = folder._earlier_files(earlier, overwrite, continue_hint)
-        except OSError as err:
+            if fs.isfile(folder.root):
+                raise OutputError(f"{shown}: is a file, not a folder; choose a folder")
+            earlier = read_record(fs, folder.root, url)
+            kept = earlier if continuing and earlier is not None and earlier.command == command else None
+            folder.run_id = (kept and kept.run_id) or run_id or new_run_id()
+            folder.record = OutputRecord(command, folder.run_id, kept.files if kept else {}, _now())
+            folder.claim = _claim(fs, folder.root, url, command, folder.run_id, shown)
+            present = folder._files()
+            if present and earlier is not None and earlier.command != command:
+                raise OutputError(
+                    f"{shown}: holds the output of `{earlier.command}` ({len(present)} file(s): {_names(present)}), "
+                    f"which `{command}` never replaces, even with --overwrite; choose another folder"
+                )
+            ours = [p for p in present if earlier is not None and earlier.owns(p)]
+            others = sorted(set(present) - set(ours))
+            hint = f"continue it with {continue_hint}, or " if continue_hint else ""
+            if others and not continuing:
+                besides = f", besides the {len(ours)} of its earlier run" if ours else ""
+                raise OutputError(
+                    f"{shown}: holds {len(others)} file(s) that no `{command}` run recorded writing "
+                    f"({_names(others)}){besides}; they are never deleted, even with --overwrite: {hint}"
+                    "choose an empty folder, or move them away"
+                )
+            if ours and not (overwrite or continuing):
+                state = "a completed" if COMPLETED_FILE in ours else "an earlier"
+                raise OutputError(
+                    f"{shown}: holds the {len(ours)} file(s) of {state if earlier.ended else 'an interrupted'} "
+                    f"`{command}` run ({_names(ours)}; run {earlier.run_id}); {hint}pass --overwrite to "
+                    "replace them (only them), or choose an empty folder"
+                )
+            folder.stale = [] if continuing else ours  # what begin() deletes
+        except BaseException as err:
             folder.close()
-            raise OutputError(f"{option} {url}: cannot read it ({type(err).__name__}: {err})") from None
-        except BaseException:
-            folder.close()
+            if isinstance(err, OSError):
+                raise OutputError(f"{shown}: cannot write there ({type(err).__name__}: {err})") from None
             raise
+        _held[:] = sorted([*_held, folder], key=lambda f: -len(f.where))  # the innermost first, in one step
         return folder
 
-    def _earlier_files(
-        self, earlier: OutputRecord | None, overwrite: bool, hint: str | None
-    ) -> tuple[str, ...]:
-        """The files ``--overwrite`` is to remove; :class:`OutputError` saying what is there when
-        the folder may not be written."""
-        present = _listing(self.fs, self.root)
-        if not present:
-            return ()
-        where, command = f"{self.option} {self.url}", self.command
-        if earlier is not None and earlier.command != command:
-            raise OutputError(
-                f"{where}: holds the output of `{earlier.command}` ({len(present)} file(s): {_names(present)}), "
-                f"which `{command}` never replaces, even with --overwrite; choose another folder"
-            )
-        ours = [p for p in present if earlier is not None and earlier.owns(p)]
-        others = [p for p in present if earlier is None or not earlier.owns(p)]
-        to_continue = f"continue it with {hint}, or " if hint else ""
-        if others:
-            besides = f", besides the {len(ours)} of its earlier run" if ours else ""
-            raise OutputError(
-                f"{where}: holds {len(others)} file(s) that no `{command}` run recorded writing "
-                f"({_names(others)}){besides}; they are never deleted, even with --overwrite: {to_continue}"
-                "choose an empty folder, or move them away"
-            )
-        if not overwrite:
-            state = "a completed" if COMPLETED_FILE in ours else "an earlier"
-            state = "an interrupted" if earlier.files is None else state
-            raise OutputError(
-                f"{where}: holds the {len(ours)} file(s) of {state} `{command}` run ({_names(ours)}; run "
-                f"{earlier.run_id}); {to_continue}pass --overwrite to replace them (only them), or choose "
-                "an empty folder"
-            )
-        return tuple(ours)
+    def _files(self) -> list[str]:
+        """The files in the folder (not the claim or the record), relative to it, sorted."""
+        relative = (f[len(self.root) :].lstrip("/") for f in self.fs.find(self.root))
+        return sorted(p for p in relative if not p.startswith(_MACHINERY))
 
     def begin(self) -> int:
-        """Just before the first write: remove the earlier run's files (markers first, then the
-        rest, then the folders they leave empty) and record this run; return how many files were
-        removed. Calling it again does nothing."""
-        if self.begun:
-            return 0
-        paths = [f"{self.root}/{p}" for p in self.stale]
-        ordered = sorted(paths, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS)
-        try:
-            for path in ordered:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm(path)
-            _remove_folders(self.fs, _emptied(self.root, paths))
-            record = OutputRecord(self.command, self.run_id, self.patterns)
-            write_file(f"{self.root}/{RECORD_FILE}", record.to_json(), self.fs)
-        except OSError as err:
-            raise OutputError(
-                f"{self.option} {self.url}: cannot replace the earlier run's files or record this run "
-                f"({type(err).__name__}: {err})"
-            ) from None
-        self.begun = True
-        return len(ordered)
+        """Before the first write: delete the earlier run's files (markers first), write the record."""
+        paths, self.stale = sorted(self.stale, key=lambda p: p.rsplit("/", 1)[-1] not in MARKERS), []
+        folders = {p.rsplit("/", i)[0] + "/" for p in paths for i in range(1, p.count("/") + 1)}
+        for path in paths:  # an OSError is the command's one line, naming the file
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(f"{self.root}/{path}")
+        _remove_empty(self.fs, [f"{self.root}/{f}" for f in sorted(folders, key=len, reverse=True)])
+        with _lock:
+            self.begun = True
+            files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
+        return len(paths)
 
     def close(self) -> None:
-        """Record the files the run left (when it began) and release the claim; a folder the
-        claim made is removed when the run left nothing in it. Never raises for a filesystem error (the
-        run's own outcome matters more): a record or claim left behind is logged."""
-        left = True
+        """Cut the journal to the files left, release the claim; errors are logged, never raised."""
         try:
             if self.begun:
-                left = self._record_what_is_left()
-        except (OSError, OutputError) as err:
+                present = set(self._files())
+                present |= {p.rsplit("/", i)[0] + "/" for p in present for i in range(1, p.count("/") + 1)}
+                self.record.files = {f: None for f in self.record.files if f in present}
+                self.record.ended = _now()
+                if self.record.files:
+                    files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
+                else:
+                    self.fs.rm(f"{self.root}/{RECORD_FILE}")
+        except OSError as err:
             log.warning("%s: could not record the files this run left (%s)", self.url, err)
-        finally:
-            try:
-                release(self.held)
-                if not (self.begun and left):
-                    _remove_folders(self.fs, self.made)
-            except OSError as err:
-                log.warning("%s: could not remove the claim %s (%s)", self.url, CLAIM_FILE, err)
-
-    def _record_what_is_left(self) -> bool:
-        """Rewrite the record with the exact files the run left; a run that left none leaves no
-        record either. Returns whether files were left."""
-        files = tuple(_listing(self.fs, self.root))
-        path = f"{self.root}/{RECORD_FILE}"
-        if not files:
-            self.fs.rm(path)
-            return False
-        old = read_record(self.fs, self.root, self.url)
-        started = old.started if old is not None else _now()
-        record = OutputRecord(self.command, self.run_id, self.patterns, files, started, _now())
-        write_file(path, record.to_json(), self.fs)
-        return True
-
-    def __enter__(self) -> OutputFolder:
-        return self
+        with contextlib.suppress(ValueError):  # after the record: journal() never gives it to an outer output
+            _held.remove(self)
+        try:
+            if self.claim and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # not another's
+                self.fs.rm(f"{self.root}/{CLAIM_FILE}")
+            _remove_empty(self.fs, self.made)  # only those left empty
+        except OSError as err:
+            log.warning("%s: could not remove the claim %s (%s)", self.url, CLAIM_FILE, err)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _emptied(root: str, paths: Sequence[str]) -> list[str]:
-    """The folders between ``root`` and ``paths``, deepest first."""
-    folders = set()
-    for path in paths:
-        while (path := path.rsplit("/", 1)[0]) != root and path.startswith(root + "/"):
-            folders.add(path)
-    return sorted(folders, key=len, reverse=True)
-
-
-def _remove_folders(fs: Any, folders: Sequence[str]) -> None:
-    """Remove each folder that exists and is empty, in the order given (deepest first)."""
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            if fs.isdir(folder) and not fs.ls(folder):
-                fs.rmdir(folder)
-
-
-__all__ = ["MARKERS", "RECORD_FILE", "OutputError", "OutputFolder", "OutputRecord", "Claimant", "read_record"]

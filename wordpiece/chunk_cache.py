@@ -1,30 +1,9 @@
 """Tokenising many sentences fast: each distinct space-separated chunk is tokenised once.
 
-BERT's tokenisation (``wordpiece.tokenizer``) is local to the text between two spaces: the
-normaliser works character by character (control characters dropped, whitespace mapped to a
-space, CJK ideographs spaced, lower-casing and accent stripping per character), the
-pre-tokeniser splits at every whitespace character, and WordPiece works on one word at a time.
-A space is always a boundary, never removed, merged or matched as part of a special token
-(``encode_special_tokens`` is on where this cache is used, so literal ``[SEP]`` is text). So the
-ids of a sentence are the concatenation of the ids of its ``" "``-separated chunks, each
-tokenised by the very same ``tokenizers.Tokenizer``: exact, not an approximation
-(``tests/unit/test_chunk_cache.py`` compares both on real books and on adversarial text).
-
-On natural text a few percent of the chunks are distinct (Zipf), so a batch costs one Arrow
-split and one Arrow hash pass over its sentences (``dictionary_encode``: the batch's distinct
-chunks), one dict lookup per distinct chunk, tokenising the chunks not yet seen, and a numpy
-gather; no Python object is made per chunk. The new chunks of a batch are tokenised together, never one call
-each: those of printable ASCII (no whitespace or control character) and the curly quotes,
-dashes and ellipsis of English prose (``_PLAIN_PUNCTUATION``), under BERT's normaliser and
-pre-tokeniser, are joined by spaces, lower-cased (when the normaliser lower-cases) and split
-into BERT's words by one regex (runs of letters and digits, and single punctuation characters:
-every other such character is punctuation to BERT), each distinct word going to the
-WordPiece model once (a word table, like the chunk table); every other new chunk goes through
-the whole ``Tokenizer`` in one pre-tokenised call, which treats each chunk as ``encode(chunk)``
-would and says which chunk each id came from.
-
-The cache holds at most ``max_entries`` chunks (or one batch's distinct chunks, when those alone
-are more) and starts afresh when full, so its memory is bounded whatever the corpus.
+BERT's tokenisation never crosses a space (literal ``[SEP]`` is text where this cache is used), so
+a sentence's ids are its chunks' ids back to back: exact (``tests/unit/test_chunk_cache.py``).
+New chunks of printable ASCII and prose punctuation are split into words by one regex, each
+distinct word through WordPiece once; other new chunks go through the whole ``Tokenizer``.
 """
 
 from __future__ import annotations
@@ -36,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer
 
 DEFAULT_MAX_ENTRIES = 500_000
 
@@ -65,47 +44,33 @@ def ragged_gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
 
 
 class ChunkCache:
-    """Ids of sentences through a cache of chunk -> ids; results equal ``tokenizer`` on each sentence.
-
-    ``tokenizer`` is the ``tokenizers.Tokenizer`` to reproduce (special tokens are not added).
-    """
+    """Ids of sentences through a cache of chunk -> ids, equal to ``tokenizer`` (a BERT
+    ``tokenizers.Tokenizer`` of :mod:`wordpiece.tokenizer`) on each sentence, without special tokens."""
 
     def __init__(self, tokenizer: Tokenizer, max_entries: int = DEFAULT_MAX_ENTRIES):
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
-        self._tokenizer = tokenizer
-        self._max_entries = max_entries
-        normalizer, pre_tokenizer = tokenizer.normalizer, tokenizer.pre_tokenizer
-        bert = isinstance(normalizer, normalizers.BertNormalizer) and isinstance(
-            pre_tokenizer, pre_tokenizers.BertPreTokenizer
-        )
-        self._plain_path = bert
-        model = tokenizer.model
+        self._tokenizer, self._max_entries = tokenizer, max_entries
+        self._lowercase = tokenizer.normalizer.lowercase
         # Vocabulary tokens that a whole word can be (not "##" pieces, not past WordPiece's limit).
-        self._whole_words: dict[str, int] = (
-            {
-                token: i
-                for token, i in tokenizer.get_vocab(with_added_tokens=False).items()
-                if not token.startswith(model.continuing_subword_prefix)
-                and len(token) <= model.max_input_chars_per_word
-            }
-            if bert and isinstance(model, models.WordPiece)
-            else {}
-        )
-        self._lowercase = bool(bert and normalizer.lowercase)
+        model = tokenizer.model
+        self._whole_words = {
+            token: i
+            for token, i in tokenizer.get_vocab(with_added_tokens=False).items()
+            if not token.startswith(model.continuing_subword_prefix)
+            and len(token) <= model.max_input_chars_per_word
+        }
         self._clear()
 
     def _clear(self) -> None:
         self._index = _Table()
-        self._starts = np.zeros(0, dtype=np.int64)
-        self._lengths = np.zeros(0, dtype=np.int64)
+        self._starts, self._lengths = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         self._ids = np.zeros(0, dtype=np.int32)
         # The word table of the plain path, laid out as the chunk table; " " (the boundary
         # between two chunks in one call) is a word of no ids.
         self._word_index = _Table()
         self._word_index.update({" ": 0})
-        self._word_starts = np.zeros(1, dtype=np.int64)
-        self._word_lengths = np.zeros(1, dtype=np.int64)
+        self._word_starts, self._word_lengths = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         self._word_ids = np.zeros(0, dtype=np.int32)
 
     def __len__(self) -> int:
@@ -153,32 +118,24 @@ class ChunkCache:
 
     def _add(self, chunks: list[str]) -> None:
         """Tokenise ``chunks`` (the chunk table's newest rows, in order) into the table."""
-        if self._plain_path:
-            plain = _PLAIN_CHUNK.fullmatch
-            is_plain = np.fromiter((plain(c) is not None for c in chunks), dtype=bool, count=len(chunks))
-            plain_ids, plain_lengths = self._plain_ids(list(itertools.compress(chunks, is_plain)))
-            other_ids, other_lengths = self._tokenizer_ids(list(itertools.compress(chunks, ~is_plain)))
-            flat = np.concatenate((plain_ids, other_ids))
-            lengths = np.empty(len(chunks), dtype=np.int64)
-            lengths[is_plain], lengths[~is_plain] = plain_lengths, other_lengths
-            # Each chunk's ids lie in ``flat``: the plain chunks' first, in order, then the others'.
-            order = np.concatenate((np.flatnonzero(is_plain), np.flatnonzero(~is_plain)))
-            starts = np.empty(len(chunks), dtype=np.int64)
-            starts[order] = np.cumsum(lengths[order]) - lengths[order]
-        else:
-            flat, lengths = self._tokenizer_ids(chunks)
-            starts = np.cumsum(lengths) - lengths
+        plain = _PLAIN_CHUNK.fullmatch
+        is_plain = np.fromiter((plain(c) is not None for c in chunks), dtype=bool, count=len(chunks))
+        plain_ids, plain_lengths = self._plain_ids(list(itertools.compress(chunks, is_plain)))
+        other_ids, other_lengths = self._tokenizer_ids(list(itertools.compress(chunks, ~is_plain)))
+        lengths = np.empty(len(chunks), dtype=np.int64)
+        lengths[is_plain], lengths[~is_plain] = plain_lengths, other_lengths
+        # Each chunk's ids lie in the plain chunks' ids, in order, then the others'.
+        order = np.concatenate((np.flatnonzero(is_plain), np.flatnonzero(~is_plain)))
+        starts = np.empty(len(chunks), dtype=np.int64)
+        starts[order] = np.cumsum(lengths[order]) - lengths[order]
         self._starts = np.concatenate((self._starts, len(self._ids) + starts))
         self._lengths = np.concatenate((self._lengths, lengths))
-        self._ids = np.concatenate((self._ids, flat))
+        self._ids = np.concatenate((self._ids, plain_ids, other_ids))
 
     def encode(self, sentences: Sequence[str] | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, lengths)``: every sentence's ids, flat (int32), and how many belong to each.
-
-        ``sentences`` is an Arrow string array (or a sequence of ``str``, converted to one): Arrow
-        splits them at spaces and finds the distinct chunks of the batch (``dictionary_encode``),
-        so Python sees each distinct chunk once, not every chunk of every sentence.
-        """
+        """``(ids, lengths)``: every sentence's ids, flat (int32), and how many belong to each;
+        ``sentences`` an Arrow string array (or ``str``s), which Arrow splits at spaces and whose
+        distinct chunks it finds, so Python sees each distinct chunk once."""
         if isinstance(sentences, pa.ChunkedArray):
             sentences = sentences.combine_chunks()
         elif not isinstance(sentences, pa.Array):
@@ -206,10 +163,8 @@ class ChunkCache:
 
 
 class _Table(dict):
-    """A key -> row table: looking up a key not in it gives the key the next row, and ``take_new``
-    hands over the keys added since it was last called, in row order, for their values to be
-    appended (one pass over a batch finds and numbers every new chunk; a hit stays a plain dict
-    lookup)."""
+    """A key -> row table: a key not in it gets the next row as it is looked up, and ``take_new``
+    hands over the keys added since, in row order (a hit stays a plain dict lookup)."""
 
     def __init__(self):
         super().__init__()

@@ -1,16 +1,6 @@
-"""Masked-LM selection, as the reference generator's ``create_masked_lm_predictions`` does it,
-for a batch of sequences at once: the one masking rule of the project.
-
-Both the static writer (``pipelines examples``) and the dynamic collate (``pretrain
---dynamic-masking``) call :func:`mask_batch`, so the two give the same statistics. It lives in
-``wordpiece/`` because it works on WordPiece ids and vocabularies only, and because
-``wordpiece/`` is the one package that both ``pipelines/`` (Beam) and ``pretrain/`` (torch) may
-import; it needs numpy alone.
-
-Every random choice is a hash of the sequence's 64-bit key (which the caller draws from a
-generator seeded by data identity) and a counter, so a sequence is masked the same whatever
-batch it is in and whichever worker runs it.
-"""
+"""Masked-LM selection, the reference's ``create_masked_lm_predictions``, for a batch of sequences:
+the one rule of ``pipelines examples`` and ``pretrain --dynamic-masking``. Every choice is a hash
+of the sequence's 64-bit key and a counter, the same in any batch and on any worker."""
 
 from __future__ import annotations
 
@@ -147,12 +137,8 @@ def _num_to_predict(lengths: np.ndarray, config: MaskingConfig) -> np.ndarray:
 def _choose_subsets(
     keys: np.ndarray, num_candidates: np.ndarray, num_wanted: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A uniformly random subset of ``num_wanted[i]`` of ``range(num_candidates[i])`` per sequence.
-
-    Robert Floyd's algorithm, one step for all sequences at a time: the same distribution as
-    the reference's shuffle of every candidate followed by taking the first ones.
-    Returns ``(owner, index)`` of the chosen candidates, grouped by owner, ascending in each.
-    """
+    """A uniformly random subset of ``num_wanted[i]`` of ``range(num_candidates[i])`` per sequence
+    (Floyd's algorithm, a step for all sequences at once): ``(owner, index)``, ascending per owner."""
     take = np.minimum(num_wanted, num_candidates)
     steps = int(take.max(initial=0))
     picks = np.full((len(keys), max(steps, 1)), -1, dtype=np.int64)
@@ -181,12 +167,13 @@ def _choose_whole_words(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whole-word selection: visit each sequence's words in a random order, taking a word whole
     when it still fits, until enough positions are chosen (the reference's loop)."""
-    group_id = np.cumsum(group_start) - 1
-    num_groups = int(group_id[-1]) + 1 if len(group_id) else 0
     group_owner = cand_owner[group_start]
     group_first = np.flatnonzero(group_start)
+    num_groups = len(group_first)
     group_size = np.diff(np.append(group_first, len(candidates)))
-    order_key = hashed_uniforms(keys[group_owner], np.arange(num_groups), STREAM_WORD_ORDER)
+    # Each word's draw is counted from its sequence's first word: the same in any batch.
+    counters = np.arange(num_groups) - np.searchsorted(group_owner, group_owner)
+    order_key = hashed_uniforms(keys[group_owner], counters, STREAM_WORD_ORDER)
     order = np.lexsort((order_key, group_owner))
     owners, indexes = [], []
     group_owner_l, size_l, first_l = group_owner.tolist(), group_size.tolist(), group_first.tolist()
@@ -195,7 +182,7 @@ def _choose_whole_words(
     for g in order.tolist():
         seq = group_owner_l[g]
         have = taken.get(seq, 0)
-        if have >= wanted_l[seq] or have + size_l[g] > wanted_l[seq]:
+        if have + size_l[g] > wanted_l[seq]:  # a word is taken whole or not at all
             continue
         taken[seq] = have + size_l[g]
         owners.extend([seq] * size_l[g])
@@ -211,15 +198,10 @@ def mask_batch(
     config: MaskingConfig,
     vocab: MaskingVocab,
 ) -> MaskedBatch:
-    """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch (the
-    sequences back to back: ``starts`` is ``cumsum(lengths) - lengths``).
-
-    Of each sequence, ``masked_lm_prob`` of its length (rounded, at least one, at most
-    ``max_predictions_per_seq``) positions other than ``vocab.special`` are chosen at random and
-    replaced: ``mask_share`` [MASK], ``keep_share`` unchanged, ``random_share`` a random id
-    from ``vocab.random_ids`` (80/10/10 by default). With whole-word masking
-    a word (a token and the ``##`` pieces after it) is taken whole or not at all.
-    """
+    """Mask every sequence ``ids[starts[i]:starts[i] + lengths[i]]`` of a flat batch: of its
+    positions other than ``vocab.special``, ``masked_lm_prob`` of its length (rounded, at least one, at
+    most ``max_predictions_per_seq``) are chosen at random (whole words with whole-word masking) and
+    replaced: ``mask_share`` [MASK], ``keep_share`` unchanged, the rest a random ``vocab.random_ids``."""
     num_sequences = len(starts)
     candidate = ~vocab.special[ids]
     candidates = np.flatnonzero(candidate)  # flat positions

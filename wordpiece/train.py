@@ -1,17 +1,9 @@
 """``wordpiece train``: learn a BERT-layout WordPiece vocabulary from a corpus, at any size.
 
-1. A Beam pipeline (``count.py``) counts pre-tokenised words in the learning splits and in
-   the measurement split, writing ``word_counts/`` shards.
-2. The vocabulary is learned from those counts with the ``tokenizers`` WordPiece trainer,
-   never from the text: memory grows with the number of distinct words, not corpus size.
-3. The learned pieces are laid out as the released BERT vocabularies are (``vocab_layout``),
-   written as ``vocab.txt`` and ``tokenizer.json``, and measured on the measurement split.
-
-Feeding counts: ``tokenizers`` has no public API that takes word counts, so each distinct word
-is fed as whitespace-joined repeats (at most ``FEED_REPEATS`` per string) to a trainer whose
-pre-tokenizer only splits on whitespace and whose normaliser is off: the trainer's own word
-counts equal ours exactly. The cost is a pass in Rust over the total word count (tens of
-millions of words per second), with memory bounded by one string.
+A Beam pipeline (``count.py``) counts pre-tokenised words into ``word_counts/``; the ``tokenizers``
+trainer learns from the counts, never the text (each distinct word fed as whitespace-joined
+repeats to a trainer that splits on whitespace only, so its counts equal ours); the pieces are
+laid out as the released BERT vocabularies and measured on the measurement split.
 """
 
 from __future__ import annotations
@@ -38,17 +30,17 @@ from schemas import (
     STATS_FILE,
     WORD_COUNTS,
     Manifest,
-    ManifestError,
     ShardEntry,
     absolute_reference,
     completed_marker,
     verify_completed,
 )
-from schemas.outputs import OutputError, OutputFolder
+from schemas.commands import InputError
+from schemas.outputs import OutputFolder
 from wordpiece import count as counting
 from wordpiece.beam_jobs import run_pipeline
-from wordpiece.count import COUNTS_FOLDER, CorpusError, read_bytes, s3_storage_options, write_bytes
-from wordpiece.tokenizer import SPECIAL_TOKENS, build_tokenizer, validate_vocab
+from wordpiece.count import COUNTS_FOLDER, read_bytes, s3_storage_options, write_bytes
+from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer, vocab_txt_bytes
 
 FEED_REPEATS = 4_096
 RELEASED_NUM_UNUSED = 994
@@ -57,8 +49,6 @@ UNUSED_BEFORE_UNK = 99
 """In the released layout, [unused0..98] sit between [PAD] and [UNK]; the rest follow [MASK]."""
 SPLITS = ("train", "validation", "test")
 OUTPUT_FILES = (MANIFEST_FILE, STATS_FILE, "vocab.txt", "tokenizer.json")
-OWN_FILES = (*OUTPUT_FILES, COMPLETED_FILE, f"{COUNTS_FOLDER}/*")
-"""Everything ``wordpiece train`` writes into its output (glob patterns): what its record lists."""
 LEARN, MEASURE = "learn", "measure"
 MAX_VOCAB_SIZE = 2**32
 MAX_COUNT = 2**63 - 1
@@ -66,13 +56,9 @@ MAX_COUNT = 2**63 - 1
 MAX_COUNT_SHARDS = 1_000_000
 
 
-class TrainingError(ValueError):
-    """Options and data that cannot give a valid vocabulary; the message says what to change."""
-
-
 @dataclass(frozen=True)
-class TrainConfig:
-    """Options of ``wordpiece train``, validated on creation (every problem at once)."""
+class VocabConfig:
+    """Options of ``wordpiece train``, validated on creation (``ValueError`` lists every problem)."""
 
     corpus: str
     output: str
@@ -87,7 +73,8 @@ class TrainConfig:
     overwrite: bool = False
     params_version: int = field(default=1)
 
-    def __post_init__(self) -> None:
+    def problems(self) -> list[str]:
+        """Every problem with the options, as sentences naming the flag."""
         problems = []
         if not self.corpus:
             problems.append("--corpus is required (a completed `pipelines corpus` output)")
@@ -116,7 +103,10 @@ class TrainConfig:
             problems.append(
                 f"--num-count-shards must be between 1 and {MAX_COUNT_SHARDS:,}, got {self.num_count_shards}"
             )
-        if problems:
+        return problems
+
+    def __post_init__(self) -> None:
+        if problems := self.problems():
             raise ValueError("invalid configuration: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
@@ -191,15 +181,11 @@ def _feed(counts: Iterable[tuple[str, int]]) -> Iterator[str]:
 
 
 def learn_pieces(
-    counts: Iterable[tuple[str, int]], alphabet: Alphabet, config: TrainConfig, num_pieces: int
+    counts: Iterable[tuple[str, int]], alphabet: Alphabet, config: VocabConfig, num_pieces: int
 ) -> list[str]:
-    """WordPiece characters and pieces learned from word counts, deterministically.
-
-    The trainer numbers symbols as it meets them in a hash map, and breaks ties between equally
-    frequent merges by those numbers, so on its own it gives different vocabularies in different
-    processes. Declaring every symbol up front (the kept characters as the initial alphabet, their
-    ``##`` forms as leading tokens) fixes the numbering, and with it every merge.
-    """
+    """WordPiece characters and pieces learned from word counts, deterministically: the trainer
+    numbers symbols as it meets them and breaks ties between merges by those numbers, so every symbol
+    is declared up front (the kept characters and their ``##`` forms), which fixes every merge."""
     learner = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     learner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     trainer = trainers.WordPieceTrainer(
@@ -240,16 +226,16 @@ def measure(tokenizer: Tokenizer, counts: Iterable[tuple[str, int]]) -> dict[str
     }
 
 
-def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
+def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[str, Any]:
     """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats, manifest."""
     start = time.perf_counter()
     alphabet = alphabet_of(read_counts(config.output, LEARN), config.limit_alphabet)
     if not alphabet.kept:
-        raise TrainingError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
+        raise InputError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
     num_pieces = config.vocab_size - len(SPECIAL_TOKENS) - config.num_unused
     kept_alphabet = len(alphabet.kept) + len(alphabet.continuing)
     if num_pieces < kept_alphabet:
-        raise TrainingError(
+        raise InputError(
             f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and ## forms plus "
             f"{len(SPECIAL_TOKENS) + config.num_unused} special and unused tokens need at least "
             f"{kept_alphabet + len(SPECIAL_TOKENS) + config.num_unused}; raise --vocab-size or lower "
@@ -257,11 +243,10 @@ def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
         )
     pieces = learn_pieces(read_counts(config.output, LEARN), alphabet, config, num_pieces)
     vocab = vocab_layout(pieces, config.num_unused)
-    validate_vocab(vocab, "learned vocabulary")
-    tokenizer = build_tokenizer(vocab, config.cased)
+    tokenizer = WordPieceTokenizer(vocab, config.cased, "learned vocabulary").tokenizer
     train_s = time.perf_counter() - start
 
-    vocab_bytes = ("\n".join(vocab) + "\n").encode("utf-8")
+    vocab_bytes = vocab_txt_bytes(vocab)
     tokenizer_bytes = tokenizer.to_str(pretty=True).encode("utf-8")
     stats = {
         "vocab_size": len(vocab),
@@ -283,8 +268,8 @@ def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
     entries = []
     for name, (data, fmt, rows) in files.items():
         write_bytes(FileSystems.join(config.output, name), data)
-        entries.append(ShardEntry(name, fmt, "", rows, len(data), _sha256(data)))
-    params = {**config.params(), "corpus_manifest_sha256": _manifest_sha256(config.corpus)}
+        entries.append(ShardEntry(name, fmt, "", rows, len(data), hashlib.sha256(data).hexdigest()))
+    params = {**config.params(), "corpus_manifest_sha256": corpus_manifest_sha256}
     manifest = Manifest("wordpiece", 1, "wordpiece train", params, tuple(entries))
     manifest_json = manifest.to_json()
     write_bytes(FileSystems.join(config.output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode())
@@ -293,37 +278,26 @@ def learn_vocabulary(config: TrainConfig) -> dict[str, Any]:
     return stats
 
 
-def _manifest_sha256(corpus: str) -> str:
-    """The corpus manifest's SHA-256 as its COMPLETED marker records it."""
-    return read_bytes(FileSystems.join(corpus, COMPLETED_FILE)).decode("utf-8").strip()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _load_corpus_manifest(corpus: str) -> Manifest:
+def _load_corpus_manifest(corpus: str) -> tuple[Manifest, str]:
+    """The completed corpus's manifest and its SHA-256, as its COMPLETED marker records it."""
     marker_path = FileSystems.join(corpus, COMPLETED_FILE)
     try:
         marker = read_bytes(marker_path).decode("utf-8") if FileSystems.exists(marker_path) else None
         text = (
             read_bytes(FileSystems.join(corpus, MANIFEST_FILE)).decode("utf-8") if marker is not None else ""
         )
-        return verify_completed(text, marker, corpus, DOCUMENTS.name)
-    except (ManifestError, OSError) as err:
-        raise CorpusError(f"--corpus {err}") from None
+        return verify_completed(text, marker, corpus, DOCUMENTS.name), (marker or "").strip()
+    except (InputError, OSError) as err:
+        raise InputError(f"--corpus {err}") from None
 
 
-def _open_output(config: TrainConfig, options: PipelineOptions) -> OutputFolder:
+def _open_output(config: VocabConfig, options: PipelineOptions) -> OutputFolder:
     """Claim ``--output`` (one writer), refusing a non-empty one unless ``--overwrite`` and its
     files are an earlier ``wordpiece train`` run's (never anyone else's); check it is writable."""
     output = config.output.rstrip("/")
     storage = s3_storage_options(options) if output.startswith("s3://") else {}
-    fs, root = fsspec.core.url_to_fs(output, **storage)
-    try:
-        return OutputFolder.open(output, fs, root, "wordpiece train", OWN_FILES, overwrite=config.overwrite)
-    except OutputError as err:
-        raise TrainingError(str(err)) from None
+    fs = fsspec.core.url_to_fs(output, **storage)[0]
+    return OutputFolder.open(output, "wordpiece train", fs=fs, overwrite=config.overwrite)
 
 
 def _remove_counts(output: str) -> None:
@@ -334,14 +308,14 @@ def _remove_counts(output: str) -> None:
         FileSystems.delete(counts)
 
 
-def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any] | None:
+def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any] | None:
     """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json.
 
     With Dataflow's ``--dry_run=True`` the counting job is only built, and None is returned.
     """
     options = PipelineOptions(beam_args)
     FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
-    manifest = _load_corpus_manifest(config.corpus)
+    manifest, manifest_sha256 = _load_corpus_manifest(config.corpus)
     dry_run = bool(options.view_as(TestOptions).dry_run)
     if not options.view_as(StandardOptions).runner:
         options.view_as(StandardOptions).runner = "DirectRunner"
@@ -349,19 +323,16 @@ def train_vocabulary(config: TrainConfig, beam_args: list[str]) -> dict[str, Any
         _count(config, manifest, options)
         return None
     with _open_output(config, options) as folder:
-        try:
-            folder.begin()
-        except OutputError as err:
-            raise TrainingError(str(err)) from None
+        folder.begin()
         _count(config, manifest, options)
         try:
-            return learn_vocabulary(config)
-        except TrainingError:
+            return learn_vocabulary(config, manifest_sha256)
+        except InputError:
             _remove_counts(config.output)
             raise
 
 
-def _count(config: TrainConfig, manifest: Manifest, options: PipelineOptions) -> None:
+def _count(config: VocabConfig, manifest: Manifest, options: PipelineOptions) -> None:
     """The Beam job that writes the word counts (``word_counts/``)."""
     pipeline = beam.Pipeline(options=options)
     counting.build(

@@ -1,69 +1,40 @@
-"""Clean one plain-text book (BooksCorpus / Project Gutenberg style) into prose paragraphs.
-
-Pure functions, no Beam. ``clean_book`` runs: ``decode_book`` -> ``normalize_newlines`` ->
-``strip_gutenberg`` (header, footer, licence) -> ``split_blocks`` (blank-line separated lines)
--> ``drop_table_of_contents`` -> ``unwrap_lines`` (one line per paragraph) -> drop paragraphs
-that ``is_boilerplate`` or ``is_heading``. Every heuristic errs on the side of keeping text:
-a stray heading costs little, lost prose more.
-"""
+"""Clean one plain-text book (Gutenberg style) into prose paragraphs: decode, strip the Gutenberg
+header and footer, split into blocks, drop contents lists, unwrap lines, drop headings and
+boilerplate. Every heuristic errs toward keeping text; an unusable book is a :class:`Rejection`."""
 
 from __future__ import annotations
 
 import itertools
 import re
 import unicodedata
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import charset_normalizer
 
 
-class BookRejected(Exception):
-    """A book that cannot be used; ``reason`` is a snake_case code, ``detail`` says why."""
+class Rejection(NamedTuple):
+    """Why a book cannot be used: ``reason`` is a snake_case code (``binary``, ``undecodable``,
+    ``empty``), ``detail`` a sentence naming the book."""
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
+    reason: str
+    detail: str
 
 
-@dataclass(frozen=True)
-class CleanBook:
-    """A cleaned book: its prose paragraphs (one line each) and what was removed.
-
-    Header and footer lines are those ``strip_gutenberg`` cut (credits included); TOC lines
-    those of contents lists and of a title page before one; heading paragraphs include
-    separators and illustration markers; boilerplate paragraphs include everything cut after
-    ``THE END`` or a transcriber's note at the very end.
-    """
+class CleanBook(NamedTuple):
+    """A cleaned book: its prose paragraphs (one line each), title, encoding and how many
+    undecodable bytes became U+FFFD (see ``MAX_REPLACED_SHARE``)."""
 
     title: str | None
     paragraphs: list[str]
     encoding: str
     replaced_characters: int = 0
-    """Undecodable bytes replaced by U+FFFD (see ``MAX_REPLACED_SHARE``)."""
-    num_header_lines: int = 0
-    num_footer_lines: int = 0
-    num_toc_lines: int = 0
-    num_heading_paragraphs: int = 0
-    num_boilerplate_paragraphs: int = 0
-
-
-@dataclass(frozen=True)
-class GutenbergParts:
-    """What ``strip_gutenberg`` returns: the body text, the title and the lines taken away."""
-
-    body: str
-    title: str | None
-    num_header_lines: int
-    num_footer_lines: int
 
 
 MAX_CONTROL_SHARE = 0.01
+"""Decoded text with more than this share of control characters is taken for binary data."""
 MAX_REPLACED_SHARE = 0.001
 """At most this share of a book's characters may be undecodable bytes (replaced by U+FFFD);
 a book with more is rejected ``undecodable`` (or, without a BOM, decoded as a legacy code page)."""
-"""Decoded text with more than this share of control characters is taken for binary data."""
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _BOMS = [
@@ -86,13 +57,9 @@ def _sniff_utf16(data: bytes) -> str:
 
 
 def _decode_legacy(data: bytes) -> tuple[str, str]:
-    """Decode bytes that are not UTF-8: Western (cp1252/latin-1) unless another script is clear.
-
-    cp1252 is preferred when bytes 0x80-0x9F occur (curly quotes and dashes there, C1 controls
-    in latin-1). charset-normalizer's guess is taken only when most non-ASCII letters it decodes
-    to are not Latin (Cyrillic, Greek, CJK): between Latin code pages its guesses on short or
-    mostly-ASCII text are unreliable (it calls Latin-1 German cp1250) and English dominates.
-    """
+    """Decode bytes that are not UTF-8: cp1252 when bytes 0x80-0x9F occur, else latin-1, unless
+    charset-normalizer's guess decodes to mostly non-Latin letters (Cyrillic, Greek, CJK): between
+    Latin code pages its guesses on mostly-ASCII text are unreliable."""
     western = "cp1252" if re.search(rb"[\x80-\x9f]", data) else "latin-1"
     try:
         western_text = data.decode(western)
@@ -125,57 +92,43 @@ def _decode_replacing(data: bytes, encoding: str) -> tuple[str, int] | None:
     return (text, replaced) if replaced <= MAX_REPLACED_SHARE * max(len(text), 1) else None
 
 
-def decode_book(data: bytes, name: str = "<book>") -> DecodedBook:
-    """Decode a book's bytes; return ``(text, encoding, replaced)`` or raise ``BookRejected``.
+def decode_book(data: bytes, name: str = "<book>") -> DecodedBook | Rejection:
+    """Decode a book's bytes: ``(text, encoding, replaced)``, or a :class:`Rejection`.
 
-    A BOM (UTF-32, UTF-8, UTF-16) decides; else NUL bytes mean BOM-less UTF-16 when they sit in
-    the odd or the even positions only, binary otherwise; else UTF-8; else ``_decode_legacy``.
-    A BOM's encoding or UTF-8 (text with valid multi-byte sequences) tolerates undecodable bytes
-    up to ``MAX_REPLACED_SHARE`` of the characters, each replaced by U+FFFD and counted in
-    ``replaced``; above it a BOM'd book is ``undecodable`` and a BOM-less one legacy-decoded. Text with more than ``MAX_CONTROL_SHARE`` control characters is binary;
-    the few control characters of accepted text are removed.
+    A BOM decides; else NUL bytes only in the odd or only in the even positions mean UTF-16 (other
+    NULs: binary); else UTF-8; else ``_decode_legacy``. A BOM's encoding or UTF-8 tolerates up to
+    ``MAX_REPLACED_SHARE`` undecodable bytes (U+FFFD, counted in ``replaced``); beyond it a BOM'd
+    book is ``undecodable``, a BOM-less one legacy-decoded. Over ``MAX_CONTROL_SHARE`` control
+    characters is binary; fewer are removed.
     """
     if not data.strip():
-        raise BookRejected("empty", f"{name}: no bytes or only whitespace")
+        return Rejection("empty", f"{name}: no bytes or only whitespace")
     bom, encoding = next(((b, e) for b, e in _BOMS if data.startswith(b)), (b"", ""))
+    if not bom and b"\x00" in data and not (encoding := _sniff_utf16(data)):
+        return Rejection("binary", f"{name}: NUL bytes and not UTF-16")
+    codec = encoding.removesuffix("-sig") or "utf-8"
+    replaced = 0
     try:
-        if bom:
-            text = data[len(bom) :].decode(encoding.removesuffix("-sig"))
-        elif b"\x00" in data:
-            if not (encoding := _sniff_utf16(data)):
-                raise BookRejected("binary", f"{name}: NUL bytes and not UTF-16")
-            text = data.decode(encoding)
-        else:
-            text, encoding = data.decode("utf-8"), "utf-8"
+        text = data[len(bom) :].decode(codec)
     except UnicodeDecodeError as exc:
-        replaced = 0
-        if bom:
-            tolerated = _decode_replacing(data[len(bom) :], encoding.removesuffix("-sig"))
-            if tolerated is None:
-                raise BookRejected(
-                    "undecodable", f"{name}: {encoding} BOM but {exc.reason} (beyond the tolerated share)"
-                ) from None
+        if not bom and b"\x00" in data:
+            return Rejection("binary", f"{name}: NUL bytes and not UTF-16")
+        tolerated = _decode_replacing(data[len(bom) :], codec)
+        if bom and tolerated is None:
+            return Rejection(
+                "undecodable", f"{name}: {encoding} BOM but {exc.reason} (beyond the tolerated share)"
+            )
+        if bom or (tolerated is not None and re.search(r"[^\x00-\x7f\ufffd]", tolerated[0])):
             text, replaced = tolerated
-        elif b"\x00" in data:
-            raise BookRejected("binary", f"{name}: NUL bytes and not UTF-16") from None
-        elif (tolerated := _decode_replacing(data, "utf-8")) is not None and re.search(
-            r"[^\x00-\x7f\ufffd]", tolerated[0]
-        ):
-            (text, replaced), encoding = tolerated, "utf-8"
         else:
             text, encoding = _decode_legacy(data)
-        return _finish_decoding(text, encoding, replaced, name)
-    return _finish_decoding(text, encoding, 0, name)
-
-
-def _finish_decoding(text: str, encoding: str, replaced: int, name: str) -> DecodedBook:
     controls = len(_CONTROL_RE.findall(text))
     if controls > MAX_CONTROL_SHARE * len(text):
-        raise BookRejected("binary", f"{name}: {controls} control characters in {len(text)}")
+        return Rejection("binary", f"{name}: {controls} control characters in {len(text)}")
     text = _CONTROL_RE.sub("", text).lstrip("\ufeff")
     if not text.strip():
-        raise BookRejected("empty", f"{name}: no text after decoding as {encoding}")
-    return DecodedBook(text, encoding, replaced)
+        return Rejection("empty", f"{name}: no text after decoding as {encoding or 'utf-8'}")
+    return DecodedBook(text, encoding or "utf-8", replaced)
 
 
 def normalize_newlines(text: str) -> str:
@@ -196,15 +149,10 @@ MAX_CREDIT_LINES = 6
 """A "Produced by" paragraph longer than this (blank lines lost) loses only its first line."""
 
 
-def strip_gutenberg(text: str) -> GutenbergParts:
-    """Remove the Project Gutenberg header, footer and licence from ``text`` (``\\n`` line ends).
-
-    The header ends at the last ``*** START OF THE/THIS PROJECT GUTENBERG ...`` or
-    ``*END*THE SMALL PRINT!`` line before the footer, which starts at the first later
-    ``*** END OF ...`` or ``End of (the) Project Gutenberg('s) ...`` line. "Produced by ..."
-    paragraphs right after the header go with it. The title is the header's ``Title:`` line
-    (with indented continuation lines). Without markers nothing is removed.
-    """
+def strip_gutenberg(text: str) -> tuple[str, str | None]:
+    """``(body, title)``: ``text`` without the Project Gutenberg header (to the last ``*** START OF``
+    or ``*END*THE SMALL PRINT!`` line, "Produced by" paragraphs included), footer and licence (from
+    ``*** END OF`` or ``End of the Project Gutenberg``), and the header's ``Title:``."""
     lines = text.split("\n")
     starts = [i for i, line in enumerate(lines) if _START_RE.match(line)]
     ends = [i for i, line in enumerate(lines) if _END_RE.match(line) and i > (starts or [-1])[0]]
@@ -224,7 +172,7 @@ def strip_gutenberg(text: str) -> GutenbergParts:
             break
         end = next((j for j in range(start, footer) if not lines[j].strip()), footer)
         start = end if end - start <= MAX_CREDIT_LINES else start + 1
-    return GutenbergParts("\n".join(lines[start:footer]), title, start, len(lines) - footer)
+    return "\n".join(lines[start:footer]), title
 
 
 REFLOW_MIN_LINES = 30
@@ -232,13 +180,9 @@ REFLOW_MIN_LINES = 30
 
 
 def _split_reflowed(block: list[str]) -> list[list[str]]:
-    """Split a block of a text without blank lines where a paragraph evidently ended.
-
-    Wrapping fills a line until the next word does not fit, so a line that left room for the
-    next line's first word (width: 90th percentile of line lengths) ended a paragraph if it ends
-    a sentence (``.!?:`` before closing quotes) or is under half the width. Only used on texts
-    without blank lines: hand-wrapped paragraphs would be split at sentence ends.
-    """
+    """Split a block of a text without blank lines where a paragraph evidently ended: a line that
+    left room for the next line's first word (width: the 90th percentile of line lengths) and ends
+    a sentence or is under half the width."""
     width = sorted(map(len, block))[int(0.9 * (len(block) - 1))]
     out: list[list[str]] = [[]]
     for line, following in zip(block, [*block[1:], ""], strict=True):
@@ -250,11 +194,8 @@ def _split_reflowed(block: list[str]) -> list[list[str]]:
 
 
 def split_blocks(text: str) -> list[list[str]]:
-    """Split text into blocks of stripped, non-blank lines separated by blank lines.
-
-    When the blocks average ``REFLOW_MIN_LINES`` lines or more (the blank lines were lost, one
-    paragraph runs into the next), every block is split by ``_split_reflowed``.
-    """
+    """Split text into blocks of stripped, non-blank lines separated by blank lines (by
+    ``_split_reflowed`` when they average ``REFLOW_MIN_LINES`` lines: the blank lines were lost)."""
     chunks = re.split(r"\n[ \t]*(?:\n[ \t]*)+", text)
     blocks = [b for b in ([s.strip() for s in c.split("\n") if s.strip()] for c in chunks) if b]
     if blocks and sum(map(len, blocks)) >= REFLOW_MIN_LINES * len(blocks):
@@ -266,22 +207,13 @@ _ILLUSTRATION_RE = re.compile(r"\[Illustrations?\b[^\]]*\]", _I)
 
 
 def unwrap_lines(lines: list[str]) -> str:
-    """Join a block's lines into one paragraph, whitespace collapsed, ``[Illustration]`` removed.
-
-    Lines are joined with a space, except after a hyphen or dash that directly follows a
-    non-space character: ``word-`` + ``word`` gives ``word-word``. Hyphens are never dropped,
-    since line-end hyphens in these texts are mostly real compounds.
-    """
+    """Join a block's lines into one paragraph, whitespace collapsed, ``[Illustration]`` removed;
+    ``word-`` + ``word`` gives ``word-word`` (line-end hyphens here are mostly real compounds)."""
     parts = lines[:1]
     for previous, line in itertools.pairwise(lines):
         glued = previous.endswith(("-", "–", "—")) and previous[-2:-1].strip() and line[:1].isalnum()
         parts.append(line if glued else " " + line)
     return " ".join(_ILLUSTRATION_RE.sub(" ", "".join(parts)).split())
-
-
-def split_paragraphs(text: str) -> list[str]:
-    """The paragraphs of ``text`` (blocks from ``split_blocks``), each unwrapped onto one line."""
-    return [p for p in map(unwrap_lines, split_blocks(text)) if p]
 
 
 _CONTENTS_RE = re.compile(r"^(table\s+of\s+)?contents\W*$", _I)
@@ -294,10 +226,8 @@ _SMALL_WORDS = {"a", "an", "the", "of", "and", "or", "in", "on", "to", "by", "fo
 
 
 def _ends_sentence(text: str) -> bool:
-    """Ends (before closing quotes, brackets, ``_``, ``*``) with ``. ! ? … : ,`` or a dash.
-
-    Not with a semicolon, which ends split titles (``Frankenstein;``) far more often than prose.
-    """
+    """Ends (before closing quotes, brackets, ``_``, ``*``) with ``. ! ? … : ,`` or a dash (not a
+    semicolon, which ends split titles, ``Frankenstein;``, more often than prose)."""
     return text.rstrip("\"'”’»)]_* ").endswith(tuple(".!?…:,-–—"))
 
 
@@ -330,18 +260,12 @@ def _is_short_line(block: list[str]) -> bool:
     return len(block) == 1 and len(block[0]) <= 60
 
 
-def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], int]:
-    """Drop tables of contents; return the remaining blocks and the number of lines dropped.
-
-    (1) A ``CONTENTS`` / ``TABLE OF CONTENTS`` heading and at least two entries after it: the
-    list runs on over entry blocks (``_is_toc_block``) and single lines of at most 60 characters
-    (a list of illustrations with captions ending in ! or ?), and ends at its last entry block,
-    so short lines after it (dialogue) are kept. (2) Without a heading, a block of three or more
-    lines that each start like ``CHAPTER ...`` or ``IV. ...``. Text before a contents list of
-    fewer than ``FRONT_MATTER_MAX_WORDS`` words is a title page and is dropped with it.
-    """
+def drop_table_of_contents(blocks: list[list[str]]) -> list[list[str]]:
+    """The blocks without their tables of contents: a ``CONTENTS`` heading and at least two entry
+    blocks (short single lines in between), or a block of three ``CHAPTER ...``/``IV. ...`` lines;
+    fewer than ``FRONT_MATTER_MAX_WORDS`` words before a list are a title page, dropped with it."""
     out: list[list[str]] = []
-    removed = i = 0
+    i = 0
     while i < len(blocks):
         block, end = blocks[i], i
         if _CONTENTS_RE.match(block[0]) and (len(block) == 1 or _is_toc_block(block[1:])):
@@ -354,26 +278,18 @@ def drop_table_of_contents(blocks: list[list[str]]) -> tuple[list[list[str]], in
             end = i + 1
         if end > i:
             if sum(len(" ".join(b).split()) for b in out) < FRONT_MATTER_MAX_WORDS:
-                removed += sum(map(len, out))  # a title page before the list goes with it
-                out = []
-            removed += sum(map(len, blocks[i:end]))
+                out = []  # a title page before the list goes with it
             i = end
         else:
             out.append(block)
             i += 1
-    return out, removed
+    return out
 
 
 def is_heading(paragraph: str) -> bool:
-    """True for a heading or other non-prose paragraph (one unwrapped line).
-
-    Dropped: text without letters (``* * *``, ``1919``); mostly upper-case text without
-    quotation marks or a final ! or ?, of at most 20 words, or 8 if it ends a sentence
-    (``PREFACE.``, ``THE GREAT WAR``); and, among
-    paragraphs of at most 12 words, ``[...]`` editorial notes, numbered headings (``CHAPTER IV.``,
-    ``Book the First--...``, ``Letter 3``, ``II. A Title``), and text with no sentence-ending
-    punctuation that is Title Case or at most three words (``By Jane Austen``, ``by``).
-    """
+    """True for a heading or other non-prose paragraph: no letters; mostly upper-case, unquoted,
+    at most 20 words (8 if it ends a sentence); or of at most 12 words, ``[...]``, a numbered heading
+    (``CHAPTER IV.``, ``II. A Title``) or unpunctuated Title Case or three words at most."""
     words = paragraph.split()
     if not any(c.isalpha() for c in paragraph):
         return True
@@ -411,41 +327,23 @@ def is_boilerplate(paragraph: str) -> bool:
     return bool(_BOILERPLATE_RE.search(paragraph))
 
 
-def clean_book(data: bytes, name: str, *, min_words: int = 0) -> CleanBook:
-    """Clean one book file into prose paragraphs; raise ``BookRejected`` for unusable input.
-
-    Reasons: ``binary``, ``undecodable``, ``empty`` (from ``decode_book``, or no prose paragraph
-    left) and ``too_short`` (fewer than ``min_words`` words of prose; 0 disables the check).
-    """
-    text, encoding, replaced = decode_book(data, name)
-    parts = strip_gutenberg(normalize_newlines(text))
-    blocks, num_toc_lines = drop_table_of_contents(split_blocks(parts.body))
+def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
+    """Clean one book file into prose paragraphs, or say why it cannot be used: a
+    :class:`Rejection` from ``decode_book``, or ``empty`` when no prose paragraph is left."""
+    decoded = decode_book(data, name)
+    if isinstance(decoded, Rejection):
+        return decoded
+    text, encoding, replaced = decoded
+    body, title = strip_gutenberg(normalize_newlines(text))
+    blocks = drop_table_of_contents(split_blocks(body))
     paragraphs: list[str] = []
-    headings = boilerplate = 0
     for index, paragraph in enumerate(map(unwrap_lines, blocks)):
         if index >= (1 - TAIL_SHARE) * len(blocks) and (
             _THE_END_RE.match(paragraph) or is_boilerplate(paragraph)
         ):
-            boilerplate += len(blocks) - index
-            break
-        if is_boilerplate(paragraph):
-            boilerplate += 1
-        elif not paragraph or is_heading(paragraph):
-            headings += 1
-        else:
+            break  # what follows THE END or a final transcriber's note is boilerplate
+        if paragraph and not is_boilerplate(paragraph) and not is_heading(paragraph):
             paragraphs.append(paragraph)
     if not paragraphs:
-        raise BookRejected("empty", f"{name}: no prose paragraphs left after cleaning")
-    if (words := sum(len(p.split()) for p in paragraphs)) < min_words:
-        raise BookRejected("too_short", f"{name}: {words} words of prose, fewer than {min_words}")
-    return CleanBook(
-        title=parts.title,
-        paragraphs=paragraphs,
-        encoding=encoding,
-        replaced_characters=replaced,
-        num_header_lines=parts.num_header_lines,
-        num_footer_lines=parts.num_footer_lines,
-        num_toc_lines=num_toc_lines,
-        num_heading_paragraphs=headings,
-        num_boilerplate_paragraphs=boilerplate,
-    )
+        return Rejection("empty", f"{name}: no prose paragraphs left after cleaning")
+    return CleanBook(title, paragraphs, encoding, replaced)

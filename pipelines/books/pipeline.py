@@ -1,16 +1,12 @@
-"""``pipelines books``: a folder or glob of plain-text books into documents, one per book.
-
-Graph: book files → reshuffle → read, decode and clean each book (one ``Outcome`` per file)
-→ ``WriteStageOutput``. A book that cannot be read or decoded is a file error, not a record:
-``records_in`` counts the books read.
-"""
+"""``pipelines books``: plain-text books (one a file) into documents, one per book. A book that
+cannot be read or decoded is a file error, not a record (``records_in`` counts the books read)."""
 
 from __future__ import annotations
 
 import apache_beam as beam
 
 from pipelines import io
-from pipelines.books.clean import BookRejected, clean_book
+from pipelines.books.clean import Rejection, clean_book
 from pipelines.config import BooksConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
@@ -23,65 +19,59 @@ from pipelines.stage import (
     sentences_outcome,
 )
 from pipelines.text import paragraphs_to_sentences
+from schemas.commands import InputError
+from schemas.inputs import MAX_LINE_BYTES, lines
 
 SOURCE = "books"
-FILE_ERROR_REASONS = ("undecodable", "unreadable")
+MAX_BOOK_BYTES = 128 << 20
+"""The largest book read (the longest novels are a few MB)."""
+FILE_ERROR_REASONS = ("undecodable", "unreadable", "too_large", "line_too_long")
 """Books that could not be read or decoded: file errors (``stats.json``'s ``file_errors``), which
 leave the output unmarked unless ``--allow-file-errors``; a ``binary`` or ``empty`` file is not a
 book and stays a reject."""
 
 
-def _title_from_path(path: str) -> str:
-    stem = path.rsplit("/", 1)[-1]
-    return stem.rsplit(".", 1)[0] if "." in stem else stem
-
-
 def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
     """Clean one book file into a document, or say why it was dropped or rejected."""
     name = path.rsplit("/", 1)[-1]
-    try:
-        book = clean_book(data, name)
-    except BookRejected as err:
-        excerpt = data[:200].decode("utf-8", errors="replace")
+    book = clean_book(data, name)
+    if isinstance(book, Rejection):
         # Text that cannot be decoded is a damaged input file, not a record to drop quietly.
-        kind = FILE_ERROR if err.reason in FILE_ERROR_REASONS else REJECTED
-        detail = err.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else err.detail
-        return reject_outcome(
-            source=SOURCE,
-            origin=path,
-            record_id=name,
-            reason=err.reason,
-            detail=detail,
-            excerpt=excerpt,
-            kind=kind,
-        )
-    return sentences_outcome(
-        paragraphs_to_sentences(book.paragraphs),
-        min_document_words,
-        source=SOURCE,
-        origin=path,
-        title=book.title or _title_from_path(path),
-        counts=(
-            {"replaced_characters": book.replaced_characters, "books_with_replacements": 1}
-            if book.replaced_characters
-            else None
-        ),
-    )
+        kind = FILE_ERROR if book.reason in FILE_ERROR_REASONS else REJECTED
+        detail = book.detail.removeprefix(f"{name}: ") if kind == FILE_ERROR else book.detail
+        excerpt = data[:200].decode("utf-8", errors="replace")
+        return reject_outcome(SOURCE, path, name, book.reason, detail, excerpt=excerpt, kind=kind)
+    replaced = book.replaced_characters
+    counts = {"replaced_characters": replaced, "books_with_replacements": 1} if replaced else None
+    title = book.title or name.rsplit(".", 1)[0]
+    sentences = paragraphs_to_sentences(book.paragraphs)
+    return sentences_outcome(sentences, min_document_words, counts, source=SOURCE, origin=path, title=title)
+
+
+def _read_book(path: str) -> bytes | tuple[str, str]:
+    """A book's bytes, or ``(reason, detail)`` when it holds a line longer than ``MAX_LINE_BYTES``
+    or more than ``MAX_BOOK_BYTES`` (a device or a sparse file is never read whole)."""
+    parts, size = [], 0
+    with io.open_binary(path) as f:
+        try:
+            for line in lines(f, path, MAX_LINE_BYTES):
+                size += len(line)
+                if size > MAX_BOOK_BYTES:
+                    return "too_large", f"larger than the limit of {MAX_BOOK_BYTES:,} bytes for one book"
+                parts.append(line)
+        except InputError as err:
+            return "line_too_long", str(err).removeprefix(f"{path}: ")
+    return b"".join(parts)
 
 
 def read_book_outcome(path: str, min_document_words: int) -> Outcome:
-    """Read one book file and clean it; an unreadable file is a file error, never a crash."""
+    """Read one book file and clean it; a file that cannot be read is a file error, never a crash."""
     try:
-        data = io.read_bytes(path)
+        data = _read_book(path)
     except Exception as err:  # Any filesystem error: a file error, the other books go on.
-        return reject_outcome(
-            source=SOURCE,
-            origin=path,
-            record_id=path.rsplit("/", 1)[-1],
-            reason="unreadable",
-            detail=f"{type(err).__name__}: {err}"[:500],
-            kind=FILE_ERROR,
-        )
+        data = "unreadable", f"{type(err).__name__}: {err}"[:500]
+    if isinstance(data, tuple):
+        return reject_outcome(SOURCE, path, path.rsplit("/", 1)[-1], *data, kind=FILE_ERROR)
     return book_outcome(path, data, min_document_words)
 
 
@@ -104,7 +94,6 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         producer="pipelines books",
         params=config.params(),
         num_shards=config.num_shards,
-        namespace="pipelines.books",
         extra_tallies=[books_read],
         input_files=files,
     )

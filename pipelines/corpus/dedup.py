@@ -1,17 +1,7 @@
-"""Exact and near-duplicate detection, as pure functions the Beam graph wires together.
-
-Exact duplicates share a ``doc_id`` (it hashes the normalised sentences), so one of each
-group is kept: the first in ``document_sort_key`` order.
-
-Near duplicates: each document becomes the set of its lower-cased ``shingle_words``-word
-shingles; a MinHash signature of ``bands × rows`` permutations estimates Jaccard similarity,
-and locality-sensitive hashing puts two documents in a common bucket when all ``rows`` values
-of some band agree. With 20 bands of 6 rows, a pair at Jaccard 0.8 shares a bucket with
-probability 1 − (1 − 0.8⁶)²⁰ ≈ 0.996, a pair at 0.5 with ≈ 0.27, and every candidate is then
-checked against ``threshold`` on the full signature. The rule that decides who goes is
-order-free: a document is dropped when some document with a smaller ``doc_id`` in one of its
-buckets is estimated at least ``threshold`` similar. (A chain A~B~C drops B and C even if A
-and C differ; that errs toward removing near-copies, as MinHash de-duplication usually does.)
+"""Exact and near-duplicate detection, pure functions. Exact duplicates share a ``doc_id``. Near
+duplicates: MinHash signatures of lower-cased word shingles and LSH buckets of their bands; in a
+bucket a document is dropped when one with a smaller ``doc_id`` is estimated at least
+``threshold`` similar (order-free; a chain A~B~C drops B and C).
 """
 
 from __future__ import annotations
@@ -74,11 +64,8 @@ def _permutations(num_perm: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def minhash_signature(sentences: Sequence[str], shingle_words: int, num_perm: int) -> np.ndarray:
-    """A ``num_perm``-long uint32 MinHash signature of the document's shingles (seeded, stable).
-
-    Shingles hash to 32 bits; with 32-bit coefficients ``a·h + b`` stays below 2⁶⁴, so the
-    arithmetic is exact in uint64 before the modulus.
-    """
+    """A ``num_perm``-long uint32 MinHash signature of the document's shingles (seeded, stable;
+    32-bit shingle hashes and coefficients keep ``a·h + b`` exact in uint64)."""
     a, b = _permutations(num_perm)
     hashes = shingle_hashes(sentences, shingle_words)
     signature = np.full(num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)

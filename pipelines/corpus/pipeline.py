@@ -1,11 +1,5 @@
-"""``pipelines corpus``: merge document outputs, remove exact and near duplicates, split.
-
-Graph: every shard of every input manifest → read rows (checksums verified) → group by
-``doc_id`` (exact duplicates: keep one) → MinHash signature per kept document → LSH band
-buckets → near-duplicate marks → join marks with documents by ``doc_id`` → assign each
-survivor a split by a hash of its id → ``WriteStageOutput`` with one folder per split.
-No step holds the corpus on one worker: the joins are keyed shuffles.
-"""
+"""``pipelines corpus``: merge document outputs, drop exact and near duplicates (keyed shuffles,
+never the corpus on one worker) and split by a hash of the document id."""
 
 from __future__ import annotations
 
@@ -18,12 +12,11 @@ from pipelines.corpus.split import assign_split
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
     DOCUMENT,
+    DROPPED,
     CountRecords,
     Outcome,
     WriteStageOutput,
-    document_outcome,
     document_sort_key,
-    dropped_outcome,
 )
 from schemas import Manifest, absolute_reference
 
@@ -32,27 +25,14 @@ def keep_one_of_each(element: tuple[str, list[dict]]) -> list[Outcome]:
     """Of documents sharing a ``doc_id``, keep the first in sort order and drop the others."""
     _, rows = element
     rows = sorted(rows, key=document_sort_key)
-    return [document_outcome(rows[0])] + [dropped_outcome("exact_duplicate") for _ in rows[1:]]
+    return [Outcome(DOCUMENT, "", rows[0])] + [Outcome(DROPPED, "exact_duplicate") for _ in rows[1:]]
 
 
 def mark_or_keep(element: tuple[str, dict[str, list]]) -> Outcome:
     """Join a document with its near-duplicate mark (if any)."""
     _, grouped = element
     (row,) = grouped["document"]
-    return dropped_outcome("near_duplicate") if grouped["near"] else document_outcome(row)
-
-
-def input_shards(manifests: list[tuple[str, Manifest]]) -> list[tuple[str, str]]:
-    """``(path, sha256)`` of every data shard of the inputs, in a stable order."""
-    return sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
-
-
-def input_manifests(manifests: list[tuple[str, Manifest]]) -> list[dict[str, str]]:
-    """Each input output's absolute path and manifest SHA-256, for this stage's manifest."""
-    return [
-        {"path": absolute_reference(folder), "manifest_sha256": io.manifest_sha256(folder)}
-        for folder, _ in manifests
-    ]
+    return Outcome(DROPPED, "near_duplicate") if grouped["near"] else Outcome(DOCUMENT, "", row)
 
 
 def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam.PCollection:
@@ -84,10 +64,13 @@ def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam
 
 
 def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
-    """Add the corpus stage to ``pipeline`` over completed document outputs."""
+    """Add the corpus stage to ``pipeline`` over completed document outputs: every data shard read
+    (``(path, sha256)``, checked), each input recorded with its manifest's SHA-256."""
+    shards = sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
+    inputs = [{"path": absolute_reference(f), "manifest_sha256": io.manifest_sha256(f)} for f, _ in manifests]
     rows = (
         pipeline
-        | "Input shards" >> beam.Create(input_shards(manifests))
+        | "Input shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
         | "Read shards" >> beam.FlatMap(io.read_document_shard)
         | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
@@ -124,9 +107,8 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         >> WriteStageOutput(
             output=config.output,
             producer="pipelines corpus",
-            params={**config.params(), "input_manifests": input_manifests(manifests)},
+            params={**config.params(), "input_manifests": inputs},
             num_shards=config.num_shards,
-            namespace="pipelines.corpus",
             extra_tallies=[documents_read],
             split_of=split_of,
         )

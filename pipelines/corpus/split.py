@@ -1,9 +1,5 @@
-"""Deterministic train/validation/test assignment by a hash of the document id.
-
-A document's split depends only on its ``doc_id`` and the salt, never on what else is in the
-corpus: adding data never moves an old document, and exact duplicates (same id) always land
-in the same split.
-"""
+"""Train/validation/test by a hash of the document id and a salt: adding data never moves a
+document, and exact duplicates land in the same split."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""The work of ``pipelines examples`` on a batch of documents at a time: pure functions, no Beam.
-
-* :func:`tokenize_documents`: a table of corpus documents → :class:`TokenizedDocument` (through a
-  :class:`~wordpiece.chunk_cache.ChunkCache`, exactly the tokenizer's ids);
-* :func:`plan_batch`: every dupe pass of every document of a batch (``plan_cuts``, one generator
-  per (seed, document, pass)); actual-next pairs are finished at once, random-next ones become
-  :class:`Requests`, grouped by the bucket their B comes from (:class:`RequestDrawer`);
-* :func:`fulfil_bucket`: a bucket's documents and the requests for them → the random-next
-  examples, B cut from the drawn document (the reference's whole sentences until long enough).
-
-Pairs travel as arrays (:class:`~pipelines.examples.finish.PairBatch`), never as an object
-per pair, and are finished ``FINISH_BATCH`` at a time.
-"""
+"""``pipelines examples`` on a batch of documents at a time (pure functions): tokenise, plan every
+pass, finish the actual-next pairs, request random B's by bucket (:class:`RequestDrawer`) and cut
+them from a bucket's documents (:func:`fulfil_bucket`), pairs as arrays throughout."""
 
 from __future__ import annotations
 
@@ -23,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.examples.finish import ExampleColumns, ExampleVocab, PairBatch, finish_pairs
-from pipelines.examples.pairs import PairConfig, TokenizedDocument, plan_cuts, seeded_generator
+from pipelines.examples.pairs import PairConfig, PairCuts, TokenizedDocument, plan_cuts, seeded_generator
 from pipelines.stage import shard_index
 from wordpiece.chunk_cache import ChunkCache, ragged_gather
 from wordpiece.masking import MaskingConfig
@@ -62,12 +52,8 @@ def tokenize_documents(cache: ChunkCache, table: pa.Table) -> tuple[list[Tokeniz
 
 
 class RequestDrawer:
-    """Which document a random B comes from: uniform over every document but the requester's.
-
-    Documents are filed into buckets (``bucket_of``); a draw picks a bucket with probability
-    proportional to its documents (the requester's own left out) and an index among that
-    bucket's other documents.
-    """
+    """Which document a random B comes from: uniform over every document but the requester's (a
+    bucket by its share of documents, then an index among that bucket's other documents)."""
 
     def __init__(self, bucket_sizes: dict[int, int]):
         self.buckets = np.array(sorted(bucket_sizes), dtype=np.int64)
@@ -76,13 +62,8 @@ class RequestDrawer:
     def draw(
         self, own_buckets: np.ndarray, document_draws: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(bucket, index)`` arrays for uniform draws of requesters in ``own_buckets``, or None
-        when there is no other document.
-
-        With the requester's own document left out of its bucket's count, there are ``total - 1``
-        documents; the draw's place among them maps back to a place among all documents by
-        skipping one at the start of the requester's bucket.
-        """
+        """``(bucket, index)`` arrays for uniform draws of requesters in ``own_buckets`` among the other
+        ``total - 1`` documents (mapped back by skipping the requester's own), or None when there is none."""
         total = int(self.cumulative[-1]) - 1 if len(self.cumulative) else 0
         if total <= 0:
             return None
@@ -114,48 +95,27 @@ class Requests(NamedTuple):
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls._fields))
 
 
-class _Passes(NamedTuple):
-    batch: PairBatch
-    random_b_length: np.ndarray
-    document_draws: np.ndarray
-    sentence_draws: np.ndarray
-    own_buckets: np.ndarray
-
-
 def _plan_passes(
     documents: Sequence[TokenizedDocument], dupe_factor: int, seed: int, pairs: PairConfig, num_buckets: int
-) -> _Passes:
-    """Every pass of every document, as one :class:`PairBatch` over the documents' tokens."""
+) -> tuple[PairBatch, PairCuts, np.ndarray]:
+    """Every pass of every document: the pairs as one :class:`PairBatch` over the documents'
+    tokens, their cuts (with the random-B draws) and each pair's own bucket."""
     bases = np.cumsum([0] + [len(d.tokens) for d in documents])
-    parts = []
+    cuts, labels = [], []  # labels: document number, dupe index, pair index and own bucket per pair
     for number, document in enumerate(documents):
-        bucket = bucket_of(document.doc_id, num_buckets)
+        bucket, base = bucket_of(document.doc_id, num_buckets), bases[number]
         for dupe in range(dupe_factor):
-            cuts = plan_cuts(document, pairs, seeded_generator(seed, document.doc_id, dupe))
-            n = len(cuts.keys)
-            parts.append(
-                (cuts.a_start + bases[number], cuts.a_end - cuts.a_start, cuts.a_end + bases[number],
-                 cuts.b_end - cuts.a_end, cuts.keys, np.full(n, number), np.full(n, dupe), np.arange(n),
-                 cuts.random_b_length, cuts.document_draws, cuts.sentence_draws, np.full(n, bucket))
-            )  # fmt: skip
-    (
-        a_start,
-        a_length,
-        b_start,
-        b_length,
-        keys,
-        number,
-        dupe,
-        pair,
-        random_b,
-        doc_draws,
-        sentence_draws,
-        own,
-    ) = (np.concatenate(column) for column in zip(*parts, strict=True))
+            c = plan_cuts(document, pairs, seeded_generator(seed, document.doc_id, dupe))
+            cuts.append(c._replace(a_start=c.a_start + base, a_end=c.a_end + base, b_end=c.b_end + base))
+            n = len(c.keys)
+            labels.append(np.stack([np.full(n, number), np.full(n, dupe), np.arange(n), np.full(n, bucket)]))
+    c = PairCuts(*(np.concatenate(column) for column in zip(*cuts, strict=True)))
+    number, dupe, pair, own = np.concatenate(labels, axis=1)
     doc_ids = np.array([d.doc_id for d in documents], dtype=object)[number]
     pool = np.concatenate([d.tokens for d in documents])
-    batch = PairBatch(pool, a_start, a_length, b_start, b_length, keys, random_b > 0, doc_ids, dupe, pair)
-    return _Passes(batch, random_b, doc_draws, sentence_draws, own)
+    a_length, b_length, random_next = c.a_end - c.a_start, c.b_end - c.a_end, c.random_b_length > 0
+    batch = PairBatch(pool, c.a_start, a_length, c.a_end, b_length, c.keys, random_next, doc_ids, dupe, pair)
+    return batch, c, own
 
 
 def finish_in_batches(
@@ -177,15 +137,16 @@ def plan_batch(
     """Every dupe pass of a batch of documents (``config`` an ``ExamplesConfig``): the finished
     actual-next examples with their tallies, what else goes to ``stats.json`` (the random-next
     pairs with no other document to draw from), and the random-next requests by bucket."""
-    passes = _plan_passes(documents, config.dupe_factor, config.seed, config.pairs, config.num_buckets)
-    batch = passes.batch
+    batch, cuts, own = _plan_passes(
+        documents, config.dupe_factor, config.seed, config.pairs, config.num_buckets
+    )
     masking = config.masking if config.apply_masking else None
     finished = list(finish_in_batches(batch.take(~batch.random_next), config.pairs, masking, vocab))
     tally: Counter = Counter()
     random = np.flatnonzero(batch.random_next)
     if not len(random):
         return finished, tally, []
-    drawn = drawer.draw(passes.own_buckets[random], passes.document_draws[random])
+    drawn = drawer.draw(own[random], cuts.document_draws[random])
     if drawn is None:
         tally["pairs_without_other_document"] += len(random)
         return finished, tally, []
@@ -204,8 +165,8 @@ def plan_batch(
                     batch.dupe_index[rows],
                     batch.pair_index[rows],
                     batch.keys[rows],
-                    passes.random_b_length[rows],
-                    passes.sentence_draws[rows],
+                    cuts.random_b_length[rows],
+                    cuts.sentence_draws[rows],
                     index[first:end],
                     batch.a_length[rows],
                     ragged_gather(batch.pool, batch.a_start[rows], batch.a_length[rows]),
@@ -221,12 +182,9 @@ def fulfil_bucket(
     config,
     vocab: ExampleVocab,
 ) -> Iterator[tuple[ExampleColumns, Counter]]:
-    """Cut each request's B from its document of this bucket and finish the pairs, in batches.
-
-    A request's index counts the bucket's documents in ``doc_id`` order, its own left out. B is
-    whole sentences from a random one (``sentence_draws``) until ``random_b_length`` tokens, as
-    ``take_random_b`` cuts it.
-    """
+    """Cut each request's B from its document of this bucket (its index counts the bucket's
+    documents in ``doc_id`` order, its own left out): whole sentences from a random one until
+    ``random_b_length`` tokens; the pairs finished in batches."""
     documents = sorted(documents, key=lambda d: d.doc_id)
     requests = list(requests)
     if not requests or not documents:
@@ -262,4 +220,28 @@ def fulfil_bucket(
         wanted.pair_index,
     )
     masking = config.masking if config.apply_masking else None
-    yield from finish_in_batches(batch, config.pairs, masking, vocab)
+    finished = finish_in_batches(batch, config.pairs, masking, vocab)
+    columns, tally = next(finished)
+    # doc_id is a hash of the text: a B from another document with A's doc_id is a copy of A's text.
+    doc_ids = np.array([d.doc_id for d in documents], dtype=object)
+    tally["random_next_same_text"] = int(np.count_nonzero(doc_ids[target] == wanted.doc_ids))
+    yield columns, tally
+    yield from finished
+
+
+MAX_SAME_TEXT_SHARE = 0.1
+"""Above this share of random-next pairs whose B comes from a copy of A's own document,
+``pipelines examples`` warns (:func:`random_next_warning`)."""
+
+
+def random_next_warning(stats: dict) -> str | None:
+    """The warning for an examples run (its ``stats.json``) whose random next sentences come
+    mostly from copies of the same text, where the NSP labels mean nothing; None otherwise."""
+    share = stats.get("random_next_same_text_share")
+    if share is None or share <= MAX_SAME_TEXT_SHARE:
+        return None
+    return (
+        f"random-next share {1 - share:.2f}: {share:.0%} of the random next sentences come from copies "
+        "of their own document, too few distinct documents for next sentence prediction "
+        "(`pipelines corpus` removes duplicates)"
+    )

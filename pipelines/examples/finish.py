@@ -1,13 +1,5 @@
-"""Finishing pairs as whole arrays: truncate, assemble ``[CLS] A [SEP] B [SEP]``, mask, and turn
-the result into Arrow tables, with no Python loop over examples.
-
-A :class:`PairBatch` names A and B of many pairs as ranges of one flat token array (the
-``pool``: the documents of a batch, or a bucket's documents and the requests' A sides);
-:func:`finish_pairs` gives :class:`ExampleColumns`, the examples as flat arrays plus per-example
-lengths, which :func:`examples_table` turns into a table of the ``examples`` schema with
-``pyarrow.ListArray.from_arrays`` (offsets + values). Every pair's randomness comes from its key,
-so the rows do not depend on how pairs are batched.
-"""
+"""Finishing examples as whole arrays: truncate, lay out ``[CLS] A [SEP] B [SEP]``, mask, and make
+Arrow tables; each pair's randomness comes from its key, so batching changes nothing."""
 
 from __future__ import annotations
 
@@ -24,7 +16,7 @@ from pipelines.stats import bucket_label
 from schemas import RecordFormat
 from wordpiece.chunk_cache import ragged_arange, ragged_gather
 from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
-from wordpiece.tokenizer import SPECIAL_TOKENS
+from wordpiece.tokenizer import replacement_ids
 
 PAIR_COLUMN = "_pair"
 """The pair index, kept beside the schema's columns until the shard is sorted."""
@@ -32,7 +24,7 @@ PAIR_COLUMN = "_pair"
 
 @dataclass(frozen=True)
 class ExampleVocab:
-    """The ids and tables that finishing pairs needs, built once per worker."""
+    """The ids and tables that finishing examples needs, built once per worker."""
 
     cls_id: int
     sep_id: int
@@ -42,16 +34,11 @@ class ExampleVocab:
     @classmethod
     def build(cls, tokens: Sequence[str], random_token_from_whole_vocab: bool) -> ExampleVocab:
         """Tables for the vocabulary ``tokens`` (in id order)."""
-        special = frozenset(SPECIAL_TOKENS)
-        if random_token_from_whole_vocab:
-            random_ids = range(len(tokens))
-        else:
-            random_ids = [i for i, t in enumerate(tokens) if t not in special and not t.startswith("[unused")]
         return cls(
             cls_id=tokens.index("[CLS]"),
             sep_id=tokens.index("[SEP]"),
             unk_id=tokens.index("[UNK]"),
-            masking=MaskingVocab.build(tokens, random_ids),
+            masking=MaskingVocab.build(tokens, replacement_ids(tokens, random_token_from_whole_vocab)),
         )
 
 
@@ -95,8 +82,36 @@ class ExampleColumns(NamedTuple):
         return len(self.num_tokens)
 
 
-def _assemble(batch: PairBatch, max_num_tokens: int, vocab: ExampleVocab):
-    """Truncate each pair and lay out ``[CLS] A [SEP] B [SEP]`` back to back in one array."""
+def mask_and_count(
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    keys: np.ndarray,
+    masking: MaskingConfig | None,
+    vocab: ExampleVocab,
+    tally: Counter,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Mask the sequences laid back to back in ``ids`` (unless ``masking`` is None) and add their
+    tokens, lengths and masks to ``tally``; ``(input_ids, positions, labels, num_predictions)``."""
+    tally.update(tokens=int(lengths.sum()), unk_tokens=int(np.count_nonzero(ids == vocab.unk_id)))
+    values, counts = np.unique(lengths, return_counts=True)
+    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+        tally[f"hist/{bucket_label(value)}"] += count
+    if masking is None:
+        return ids, ids[:0], ids[:0], np.zeros(len(lengths), np.int64)
+    masked = mask_batch(ids, np.cumsum(lengths) - lengths, lengths, keys, masking, vocab.masking)
+    tally.update(
+        predictions=len(masked.positions),
+        masked_to_mask=int(masked.num_to_mask.sum()),
+        masked_unchanged=int(masked.num_unchanged.sum()),
+    )
+    return masked.input_ids, masked.positions, masked.labels, masked.num_predictions
+
+
+def finish_pairs(
+    batch: PairBatch, max_num_tokens: int, masking: MaskingConfig | None, vocab: ExampleVocab
+) -> tuple[ExampleColumns, Counter]:
+    """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` back to back and (unless ``masking`` is None)
+    mask a batch of pairs; the examples and what they add to ``stats.json``."""
     a_front, a_back, b_front, b_back = truncate_pairs(
         batch.a_length, batch.b_length, batch.keys, max_num_tokens
     )
@@ -114,81 +129,27 @@ def _assemble(batch: PairBatch, max_num_tokens: int, vocab: ExampleVocab):
     ids[np.repeat(starts + 2 + a_kept, b_kept) + ragged_arange(b_kept)] = ragged_gather(
         batch.pool, batch.b_start + b_front, b_kept
     )
-    truncated = int(np.count_nonzero(a_front + a_back + b_front + b_back))
-    return ids, starts, lengths, a_kept + 2, truncated
-
-
-def finish_pairs(
-    batch: PairBatch, max_num_tokens: int, masking: MaskingConfig | None, vocab: ExampleVocab
-) -> tuple[ExampleColumns, Counter]:
-    """Truncate, assemble and (unless ``masking`` is None) mask a batch of pairs.
-
-    Returns the examples and what they add to ``stats.json``.
-    """
-    n = len(batch.keys)
-    ids, starts, lengths, num_tokens_a, truncated = _assemble(batch, max_num_tokens, vocab)
     tally = Counter(
-        examples=n,
+        examples=len(batch.keys),
         random_next=int(np.count_nonzero(batch.random_next)),
-        tokens=int(lengths.sum()),
-        truncated=truncated,
-        unk_tokens=int(np.count_nonzero(ids == vocab.unk_id)),
+        truncated=int(np.count_nonzero(a_front + a_back + b_front + b_back)),
     )
-    values, counts = np.unique(lengths, return_counts=True)
-    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-        tally[f"hist/{bucket_label(value)}"] += count
-    if masking is not None:
-        masked = mask_batch(ids, starts, lengths, batch.keys, masking, vocab.masking)
-        output, positions, labels, num_predictions = (
-            masked.input_ids,
-            masked.positions,
-            masked.labels,
-            masked.num_predictions,
-        )
-        tally.update(
-            predictions=len(positions),
-            masked_to_mask=int(masked.num_to_mask.sum()),
-            masked_unchanged=int(masked.num_unchanged.sum()),
-        )
-    else:
-        output, positions, labels, num_predictions = ids, ids[:0], ids[:0], np.zeros(n, np.int64)
+    output, positions, labels, num_predictions = mask_and_count(
+        ids, lengths, batch.keys, masking, vocab, tally
+    )
     columns = ExampleColumns(
         input_ids=output,
         num_tokens=lengths,
         positions=positions,
         labels=labels,
         num_predictions=num_predictions,
-        num_tokens_a=num_tokens_a,
+        num_tokens_a=a_kept + 2,
         next_sentence_labels=batch.random_next.astype(np.int8),
         doc_ids=batch.doc_ids,
         dupe_index=batch.dupe_index,
         pair_index=batch.pair_index,
     )
     return columns, tally
-
-
-def columns_from_rows(rows: Sequence[dict]) -> ExampleColumns:
-    """Example rows (dicts of the schema's columns plus :data:`PAIR_COLUMN`, as
-    ``packing.finish_packed`` makes them) as :class:`ExampleColumns`."""
-
-    def flat(name: str, dtype) -> np.ndarray:
-        return np.concatenate([np.asarray(r[name], dtype) for r in rows] or [np.zeros(0, dtype)])
-
-    def each(name: str, dtype) -> np.ndarray:
-        return np.array([r[name] for r in rows], dtype=dtype)
-
-    return ExampleColumns(
-        input_ids=flat("input_ids", np.int32),
-        num_tokens=each("num_tokens", np.int64),
-        positions=flat("masked_lm_positions", np.int64),
-        labels=flat("masked_lm_ids", np.int32),
-        num_predictions=np.array([len(r["masked_lm_positions"]) for r in rows], dtype=np.int64),
-        num_tokens_a=each("num_tokens_a", np.int64),
-        next_sentence_labels=each("next_sentence_labels", np.int8),
-        doc_ids=each("doc_id", object),
-        dupe_index=each("dupe_index", np.int64),
-        pair_index=each(PAIR_COLUMN, np.int64),
-    )
 
 
 def _list_array(values: np.ndarray, lengths: np.ndarray, list_type: pa.ListType) -> pa.ListArray:

@@ -1,19 +1,9 @@
-"""Packed sentences without NSP: the input format of BERT's successors (``--format packed``).
-
-RoBERTa's FULL-SENTENCES input (Liu et al., 2019, Section 4.2): each example is contiguous full
-sentences, packed up to the maximum length; when a document ends, the next document's sentences
-follow after an extra ``[SEP]``; there is no second segment and no next-sentence label::
+"""Packed sentences without NSP (``--format packed``), RoBERTa's FULL-SENTENCES input: contiguous
+full sentences up to the maximum length, ``[SEP]`` between documents, one segment, no label::
 
     [CLS] d1 s1 d1 s2 [SEP] d2 s1 d2 s2 d2 s3 [SEP]
 
-A sentence that does not fit in what is left of an example starts the next one; a sentence
-longer than a whole example (``max_seq_length - 2`` tokens) is cut into pieces of that length,
-so every token of the input appears exactly once per dupe pass.
-
-Documents are packed within groups (the ``--num-buckets`` buckets of the pairs format): a group
-is one worker's stream, its documents in an order drawn per dupe pass from (seed, pass,
-document), so each pass packs different neighbours. A group's last example of a pass may be
-short. Each example's masking key comes from a generator seeded by (seed, group, pass).
+Documents are packed within groups (the ``--num-buckets`` buckets), in an order drawn per pass.
 """
 
 from __future__ import annotations
@@ -21,28 +11,19 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
+from pipelines.examples.finish import ExampleColumns, ExampleVocab, mask_and_count
 from pipelines.examples.pairs import TokenizedDocument, seeded_generator
-from pipelines.stats import bucket_label
-from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
+from wordpiece.masking import MaskingConfig
 
 FORMATS = ("pairs", "packed")
 """``pipelines examples --format``: NSP pairs (BERT) or packed sentences without NSP."""
 
 PACKED_NEXT_SENTENCE_LABEL = 0
 """``next_sentence_labels`` of every packed example: a constant, there are no pairs."""
-
-
-class PackingVocab(Protocol):
-    """The ids packing needs (``pipeline.ExampleVocab`` has them)."""
-
-    cls_id: int
-    sep_id: int
-    unk_id: int
-    masking: MaskingVocab
 
 
 class PackedSequence(NamedTuple):
@@ -61,12 +42,9 @@ class PackedSequence(NamedTuple):
 def pack_documents(
     documents: Sequence[TokenizedDocument], max_seq_length: int, sep_id: int
 ) -> list[PackedSequence]:
-    """Pack the sentences of ``documents`` (in the given order) into examples of at most
-    ``max_seq_length`` tokens once ``[CLS]`` and the final ``[SEP]`` are added.
-
-    Sentences are never split unless one alone is longer than ``max_seq_length - 2`` tokens;
-    documents that share an example are separated by ``sep_id``.
-    """
+    """Pack the sentences of ``documents`` (in order) into examples of at most ``max_seq_length``
+    tokens with ``[CLS]`` and ``[SEP]``, ``sep_id`` between documents; a sentence is cut only when it
+    alone is longer than an example."""
     room = max_seq_length - 2
     if room < 1:
         raise ValueError(f"--max-seq-length must be at least 3 for packed examples, got {max_seq_length}")
@@ -117,62 +95,35 @@ def finish_packed(
     dupe_index: int,
     first_index: int,
     masking: MaskingConfig | None,
-    vocab: PackingVocab,
-) -> tuple[list[dict], Counter]:
-    """``[CLS] ... [SEP]`` rows of packed sequences, masked (unless ``masking`` is None) by the
-    rule of :func:`wordpiece.masking.mask_batch` with each sequence's key.
-
-    ``first_index`` numbers the rows within their (group, pass), for the shard key.
-    """
+    vocab: ExampleVocab,
+) -> tuple[ExampleColumns, Counter]:
+    """``[CLS] ... [SEP]`` examples of packed sequences, masked (unless ``masking`` is None) with
+    each sequence's key; ``first_index`` numbers them within their (group, pass)."""
     n = len(sequences)
     cls_, sep = np.array([vocab.cls_id], np.int32), np.array([vocab.sep_id], np.int32)
-    pieces = []
-    for sequence in sequences:
-        pieces += (cls_, sequence.tokens, sep)
-    ids = np.concatenate(pieces).astype(np.int32) if pieces else np.zeros(0, np.int32)
+    ids = np.concatenate(
+        [part for s in sequences for part in (cls_, s.tokens, sep)] or [np.zeros(0, np.int32)]
+    )
     lengths = np.fromiter((len(s.tokens) + 2 for s in sequences), np.int64, n)
-    starts = np.cumsum(lengths) - lengths
     tally = Counter(
         examples=n,
-        tokens=int(lengths.sum()),
-        unk_tokens=int(np.count_nonzero(ids == vocab.unk_id)),
         document_separators=sum(s.num_documents - 1 for s in sequences),
         split_sentences=sum(s.num_split_sentences for s in sequences),
     )
-    values, counts = np.unique(lengths, return_counts=True)
-    for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-        tally[f"hist/{bucket_label(value)}"] += count
-    if masking is not None:
-        masked = mask_batch(ids, starts, lengths, keys, masking, vocab.masking)
-        output, positions, labels = masked.input_ids, masked.positions, masked.labels
-        prediction_ends = np.cumsum(masked.num_predictions).tolist()
-        tally.update(
-            predictions=len(positions),
-            masked_to_mask=int(masked.num_to_mask.sum()),
-            masked_unchanged=int(masked.num_unchanged.sum()),
-        )
-    else:
-        output, positions, labels, prediction_ends = ids, ids[:0], ids[:0], [0] * n
-    rows = []
-    prediction_start = 0
-    for index, (sequence, start, length, prediction_end) in enumerate(
-        zip(sequences, starts.tolist(), lengths.tolist(), prediction_ends, strict=True)
-    ):
-        rows.append(
-            {
-                "input_ids": output[start : start + length],
-                "masked_lm_positions": positions[prediction_start:prediction_end],
-                "masked_lm_ids": labels[prediction_start:prediction_end],
-                "next_sentence_labels": PACKED_NEXT_SENTENCE_LABEL,
-                "num_tokens_a": length,  # one segment: token type 0 throughout
-                "num_tokens": length,
-                "doc_id": sequence.doc_id,
-                "dupe_index": dupe_index,
-                "_pair": first_index + index,
-            }
-        )
-        prediction_start = prediction_end
-    return rows, tally
+    output, positions, labels, num_predictions = mask_and_count(ids, lengths, keys, masking, vocab, tally)
+    columns = ExampleColumns(
+        input_ids=output,
+        num_tokens=lengths,
+        positions=positions,
+        labels=labels,
+        num_predictions=num_predictions,
+        num_tokens_a=lengths,  # one segment: token type 0 throughout
+        next_sentence_labels=np.full(n, PACKED_NEXT_SENTENCE_LABEL, np.int8),
+        doc_ids=np.array([s.doc_id for s in sequences], dtype=object),
+        dupe_index=np.full(n, dupe_index, np.int64),
+        pair_index=first_index + np.arange(n, dtype=np.int64),
+    )
+    return columns, tally
 
 
 def pack_group(
@@ -183,11 +134,11 @@ def pack_group(
     dupe_factor: int,
     max_seq_length: int,
     masking: MaskingConfig | None,
-    vocab: PackingVocab,
+    vocab: ExampleVocab,
     batch_size: int = 4096,
 ):
-    """Every dupe pass of one group's documents, packed and masked: yields ``(rows, tally)`` in
-    batches. The rows do not depend on the order ``documents`` come in."""
+    """Every dupe pass of one group's documents, packed and masked: yields ``(columns, tally)`` in
+    batches. The examples do not depend on the order ``documents`` come in."""
     for dupe in range(dupe_factor):
         ordered = sorted(documents, key=lambda d: document_order_key(seed, dupe, d.doc_id))
         sequences = pack_documents(ordered, max_seq_length, vocab.sep_id)

@@ -1,31 +1,18 @@
-"""Next-sentence pairs, as the reference generator's ``create_instances_from_document`` makes them.
-
-The reference picks the random B from a corpus held in memory. Here a document is planned
-on its own (``plan_pairs``): each pair whose B must come from another document carries a
-request for ``random_b_length`` tokens, which the pipeline fulfils elsewhere with
-``take_random_b``; ``truncate_pairs`` then trims a batch of pairs at once.
-
-Randomness is a pure function of data identity, never of a worker or of the order work
-arrives in: a document pass draws from a generator seeded by (seed, document, dupe pass)
-(``seeded_generator``), and gives each pair a 64-bit key from it; everything decided later
-about the pair (truncation, masking) is a counter-based hash of that key (``hashed_bits``),
-so a pair comes out the same whatever batch it is finished in.
-"""
+"""Next-sentence pairs, as the reference's ``create_instances_from_document`` makes them, planned a
+document at a time (``plan_cuts``) from a generator seeded by (seed, document, pass); each pair
+gets a 64-bit key whose hashes (``hashed_bits``) decide truncation and masking later, whatever
+batch the pair is finished in."""
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from wordpiece.masking import hashed_bits, hashed_uniforms
-
-__all__ = ["hashed_bits", "hashed_uniforms"]
+from wordpiece.masking import hashed_bits
 
 _POPCOUNT_8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
 
@@ -83,39 +70,6 @@ class TokenizedDocument(NamedTuple):
         return len(self.offsets) - 1
 
 
-def tokenized_document(doc_id: str, sentences: Sequence[Sequence[int]]) -> TokenizedDocument:
-    """A :class:`TokenizedDocument` from sentences of ids (empty sentences are left out)."""
-    lengths = [len(s) for s in sentences if s]
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    tokens = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(offsets[-1]))
-    return TokenizedDocument(doc_id, tokens, offsets)
-
-
-class PairPlan(NamedTuple):
-    """One pair before truncation: A, and either its actual continuation B or a request."""
-
-    doc_id: str
-    dupe_index: int
-    pair_index: int
-    tokens_a: np.ndarray
-    tokens_b: np.ndarray
-    """The actual next sentences (label 0); empty when B must be a random span."""
-    random_b_length: int
-    """Tokens wanted from another document (label 1); 0 for an actual continuation."""
-    key: int
-    """64 random bits that seed every later decision about this pair (truncation, masking)."""
-    document_draw: float
-    """Uniform in [0, 1): which other document B comes from (random next only)."""
-    sentence_draw: float
-    """Uniform in [0, 1): the sentence of that document B starts at (random next only)."""
-
-    @property
-    def is_random_next(self) -> bool:
-        """Whether B comes from another document (``next_sentence_labels`` = 1)."""
-        return self.random_b_length > 0
-
-
 class PairCuts(NamedTuple):
     """One document pass's pairs as arrays (one entry per pair, in pair order); offsets are token
     offsets into the document's ``tokens``."""
@@ -135,14 +89,10 @@ class PairCuts(NamedTuple):
 
 
 def plan_cuts(document: TokenizedDocument, config: PairConfig, rng: np.random.Generator) -> PairCuts:
-    """Cut one document into A/B pairs, the reference's way, as arrays.
-
-    Sentences accumulate into a chunk until the target length (``max_seq_length - 3``, or with
-    probability ``short_seq_prob`` a random shorter one, drawn once per document and pass); the
-    chunk splits at a random sentence into A and B; with probability ``random_next_prob``, and
-    always when the chunk is one sentence, B will be a random span of another document and the
-    chunk's unused sentences are put back.
-    """
+    """Cut one document into A/B pairs, the reference's way, as arrays: sentences accumulate into a
+    chunk until the target length (``max_seq_length - 3``, or with ``short_seq_prob`` a random shorter
+    one), which splits at a random sentence into A and B; with ``random_next_prob``, and always for a
+    one-sentence chunk, B will be a random span of another document and the unused sentences go back."""
     offsets = document.offsets.tolist()
     num_sentences = len(offsets) - 1
     # Every chunk takes at least one sentence for good, so there are at most num_sentences
@@ -174,42 +124,6 @@ def plan_cuts(document: TokenizedDocument, config: PairConfig, rng: np.random.Ge
     return PairCuts(a_start, a_end, b_end, random_b_length, keys, other[:, 0], other[:, 1])
 
 
-def plan_pairs(
-    document: TokenizedDocument, dupe_index: int, config: PairConfig, rng: np.random.Generator
-) -> list[PairPlan]:
-    """:func:`plan_cuts` as one :class:`PairPlan` per pair, with A and B as views of the document."""
-    cuts = plan_cuts(document, config, rng)
-    tokens = document.tokens
-    return [
-        PairPlan(
-            document.doc_id,
-            dupe_index,
-            index,
-            tokens[a_start:a_end],
-            tokens[a_end:b_end],
-            random_b_length,
-            key,
-            document_draw,
-            sentence_draw,
-        )
-        for index, (a_start, a_end, b_end, random_b_length, key, document_draw, sentence_draw) in enumerate(
-            zip(*(c.tolist() for c in cuts), strict=True)
-        )
-    ]
-
-
-def take_random_b(
-    tokens: np.ndarray, offsets: Sequence[int], length: int, sentence_draw: float
-) -> np.ndarray:
-    """From a random sentence of another document (its ``tokens`` and sentence ``offsets``),
-    whole sentences until ``length`` tokens."""
-    num_sentences = len(offsets) - 1
-    first = int(sentence_draw * num_sentences)
-    # The first sentence end at or past first + length, or the document's end.
-    last = min(bisect.bisect_left(offsets, offsets[first] + length, first + 1), num_sentences)
-    return tokens[offsets[first] : offsets[last]]
-
-
 def _coin_heads(keys: np.ndarray, num_coins: np.ndarray, stream: int) -> np.ndarray:
     """Heads among ``num_coins[i]`` fair coins of pair ``i`` (64 coins per hashed word)."""
     words = (num_coins + 63) // 64
@@ -226,13 +140,9 @@ def _coin_heads(keys: np.ndarray, num_coins: np.ndarray, stream: int) -> np.ndar
 def truncate_pairs(
     len_a: np.ndarray, len_b: np.ndarray, keys: np.ndarray, max_num_tokens: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Where each pair's A and B are cut: ``(a_front, a_back, b_front, b_back)`` token counts.
-
-    The reference trims one token at a time from the longer side (B on a tie), from the front
-    or the back by a fair coin, until the pair fits. Which side loses how many tokens follows
-    from the lengths alone; of each side's cuts, the number from the front is the number of
-    heads among as many coins, drawn here from the pair's key.
-    """
+    """Where each pair's A and B are cut, ``(a_front, a_back, b_front, b_back)``: the reference trims
+    the longer side (B on a tie) one token at a time, front or back by a fair coin; the counts per side
+    follow from the lengths, and the front cuts are the heads among as many coins of the pair's key."""
     excess = np.maximum(len_a + len_b - max_num_tokens, 0)
     gap = np.abs(len_a - len_b)
     first = np.minimum(excess, gap)  # cuts that bring the longer side down to the shorter

@@ -1,14 +1,6 @@
-"""Writing example shards from record batches: no Python object per example on the way.
-
-Finished examples (:class:`~pipelines.examples.finish.ExampleColumns`) are split by shard where
-they are made (:func:`shard_pieces`: the shard of a pair is a hash of its identity, as
-``WriteShards`` does for documents) as Arrow IPC stream bytes, one piece per (batch, shard),
-written to temporary files where they are made (``pipelines.examples.spill``);
-:class:`WriteExampleShards` groups the pieces' references by shard, reads each shard's pieces
-back, sorts its rows by (doc_id, dupe_index, pair) with Arrow's sort, and writes exactly
-``num_shards`` files. Only references go through the shuffle, so the runner never holds the
-examples; the writer holds one shard at a time.
-"""
+"""Writing example shards from record batches: examples are split by shard where they are made
+(:func:`shard_pieces`, a hash of the pair's identity) as Arrow IPC bytes; :class:`WriteExampleShards`
+reads each shard's pieces back, sorts them by (doc_id, dupe_index, pair) and writes the file."""
 
 from __future__ import annotations
 
@@ -23,10 +15,11 @@ import pyarrow as pa
 from pipelines import io
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
 from pipelines.examples.spill import SpillRef, read_spilled
-from pipelines.stage import shard_name
+from pipelines.stage import GroupByShard, shard_name
 from schemas import RecordFormat, ShardEntry
 from schemas.formats import batch_row_counts
 from schemas.index import shard_index_entry
+from schemas.outputs import journal
 from wordpiece.masking import hashed_bits
 
 STREAM_SHARD = 21
@@ -115,11 +108,9 @@ class WriteExampleShards(beam.PTransform):
 
     def expand(self, pieces):
         n = self._num_shards
-        # One placeholder per shard, so that every shard file exists even when empty.
-        placeholders = pieces.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
+        journal(*(io.join(self._output, shard_name(self._split, i, n)) for i in range(n)))  # before workers
         return (
-            (pieces, placeholders)
-            | "Merge" >> beam.Flatten()
-            | "Group by shard" >> beam.GroupByKey()
+            pieces
+            | GroupByShard(n)
             | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt)
         )

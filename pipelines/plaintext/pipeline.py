@@ -1,29 +1,14 @@
-"""``pipelines text``: files in the reference generator's input format into a corpus output.
-
-The format of google-research/bert's ``create_pretraining_data.py``: UTF-8 text, one sentence
-per line, a blank line between documents. Each line is stripped and kept as one sentence, as
-the reference does; blank lines end a document. Unlike the reference, a new file always starts
-a new document (there, a file without a trailing blank line runs into the next file's first
-document). Duplicates are kept (the reference keeps them).
-
-Graph: input files → reshuffle → read and parse each file (``Outcome`` per document) →
-``WriteStageOutput`` with the splits of a ``pipelines corpus`` output (by default every document
-in ``train``), so ``pipelines examples --corpus OUT`` takes it directly.
-
-Bad input is counted, never a crash. An empty (or whitespace-only) file is a reject ``empty``
-(see ``OUT/rejects``); a file with no blank line is one document, counted as
-``files_without_blank_lines`` in ``stats.json``. A file that is not UTF-8 text is a file error
-(``stats.json``'s ``file_errors`` and ``files_with_errors``, and a row in ``OUT/rejects``), which
-leaves the output unmarked unless ``--allow-file-errors``: ``undecodable`` at its first invalid
-UTF-8 byte, ``binary`` at its first NUL byte (UTF-16 text, or not text at all). The file is read
-up to the document holding that byte: the documents before it are kept, the rest is counted as
-``bytes_not_read`` and ``lines_not_read``. An input file that cannot be read at all is a file
-error ``unreadable``.
+"""``pipelines text``: files in ``create_pretraining_data.py``'s input format (UTF-8, one sentence
+a line, a blank line between documents) into a corpus output; a new file starts a new document
+and duplicates are kept, as in the reference. Each file is read as it streams. An empty file is
+a reject; a NUL byte, invalid UTF-8 or a line over ``MAX_LINE_BYTES`` is a file error that keeps
+the documents before the last blank line before it and counts the rest as not read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import apache_beam as beam
 
@@ -31,126 +16,119 @@ from pipelines import io
 from pipelines.config import TextConfig
 from pipelines.corpus.split import assign_split
 from pipelines.progress import ShowProgress
-from pipelines.stage import (
-    FILE_ERROR,
-    REJECTED,
-    Outcome,
-    WriteStageOutput,
-    reject_outcome,
-    sentences_outcome,
-)
+from pipelines.stage import FILE_ERROR, REJECTED, Outcome, WriteStageOutput, reject_outcome, sentences_outcome
+from schemas.inputs import MAX_LINE_BYTES
 
 SOURCE = "text"
+_CONTEXT_BYTES = 100
+"""Bytes kept on each side of a bad byte for the reject's excerpt."""
 
 
 def _reject(path: str, reason: str, detail: str, data: bytes = b"", kind: str = REJECTED) -> Outcome:
     excerpt = data[:200].decode("utf-8", errors="replace") if data else None
-    return reject_outcome(
-        source=SOURCE,
-        origin=path,
-        record_id=path.rsplit("/", 1)[-1],
-        reason=reason,
-        detail=detail,
-        excerpt=excerpt,
-        kind=kind,
-    )
+    return reject_outcome(SOURCE, path, path.rsplit("/", 1)[-1], reason, detail, excerpt=excerpt, kind=kind)
 
 
-def parse_documents(text: str) -> list[list[str]]:
-    """Documents of a file's text: stripped non-empty lines, split at blank lines."""
-    documents: list[list[str]] = [[]]
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            documents[-1].append(line)
-        elif documents[-1]:
-            documents.append([])
-    return [doc for doc in documents if doc]
-
-
-def text_file_outcomes(path: str, data: bytes, min_document_words: int) -> list[Outcome]:
-    """One file's documents as outcomes, with a reject saying why a file was not (wholly) used.
-
-    The first outcome carries the file's counts: ``records_in`` (its documents, or 1 for a
-    rejected file: what ``stats.json`` reconciles against; a file error is not a record),
-    ``text_files`` (files read) and ``files_without_blank_lines``.
-    """
-    outcomes = _parse_file(path, data, min_document_words)
-    records = sum(o.kind != FILE_ERROR for o in outcomes)
-    counts = {**(outcomes[0].counts or {}), "records_in": records, "text_files": 1}
-    return [dataclasses.replace(outcomes[0], counts=counts), *outcomes[1:]]
-
-
-def decode_text(data: bytes) -> tuple[str | None, tuple[int, str, str] | None]:
-    """``data`` as UTF-8 text, or None and ``(offset, reason, what)`` of the first byte that keeps
-    it from being text: invalid UTF-8 (``undecodable``) or a NUL byte (``binary``)."""
-    nul = data.find(b"\x00")
+def _first_bad_byte(line: bytes) -> tuple[int, str, str] | None:
+    """``(position, reason, what)`` of the first byte that keeps ``line`` from being text: a NUL
+    (``binary``) or invalid UTF-8 (``undecodable``), whichever comes first."""
+    nul = line.find(b"\x00")
     binary = (nul, "binary", "a NUL byte (UTF-16, or not text)")
     try:
-        text = data.decode("utf-8")
+        line.decode("utf-8")
     except UnicodeDecodeError as err:
-        return None, binary if 0 <= nul < err.start else (err.start, "undecodable", "not UTF-8")
-    return (None, binary) if nul >= 0 else (text, None)
+        return binary if 0 <= nul < err.start else (err.start, "undecodable", "not UTF-8")
+    return binary if nul >= 0 else None
 
 
-def _cut_file(path: str, data: bytes, min_document_words: int, bad: tuple[int, str, str]) -> list[Outcome]:
-    """The documents that end before the bad byte, and a file error counting what was not read."""
-    offset, reason, what = bad
-    line = data.count(b"\n", 0, offset) + 1
-    lines = data[:offset].decode("utf-8").split("\n")
-    # The line holding the bad byte is incomplete; the documents before the last blank line are whole.
-    blank = max((i for i, text in enumerate(lines[:-1]) if not text.strip()), default=-1)
-    read = "\n".join(lines[: blank + 1])
-    kept = parse_documents(read.removeprefix("\ufeff"))
-    unread_bytes = len(data) - (len(read.encode("utf-8")) + 1 if blank >= 0 else 0)
-    num_lines = data.count(b"\n") + (not data.endswith(b"\n"))
-    detail = (
-        f"{what} at byte {offset:,} (line {line:,}); {len(kept):,} document(s) before it read, "
-        f"{unread_bytes:,} bytes from line {blank + 2:,} on not read"
-    )
-    error = _reject(path, reason, detail, data[max(0, offset - 100) : offset + 100], kind=FILE_ERROR)
-    error = dataclasses.replace(
-        error, counts={"bytes_not_read": unread_bytes, "lines_not_read": num_lines - blank - 1}
-    )
-    return [*_documents(path, kept, min_document_words, {}), error]
+def _lines(f) -> Iterator[bytes]:
+    """The lines of ``f`` (with their ends), each read at most ``MAX_LINE_BYTES + 1`` bytes long:
+    a longer one comes out cut, without its line end."""
+    while line := f.readline(MAX_LINE_BYTES + 1):
+        yield line
 
 
-def _documents(path: str, documents: list[list[str]], min_document_words: int, counts: dict) -> list[Outcome]:
+def _file_outcomes(path: str, f, size: int, min_document_words: int) -> Iterator[Outcome]:
+    """The outcomes of one open file (``size`` bytes), read line by line. A document is given out
+    once a blank line (a whitespace-only line between two ``\\n``) follows it, so that what a bad
+    byte cuts off is exactly what comes after the last blank line before it."""
     name = path.rsplit("/", 1)[-1]
-    return [
-        sentences_outcome(
-            sentences,
-            min_document_words,
-            counts=counts if number == 0 and counts else None,
-            source=SOURCE,
-            origin=path,
-            title=f"{name}#{number}",
-        )
-        for number, sentences in enumerate(documents)
-    ]
+    pending: list[list[str]] = []  # documents ended, waiting for a blank line
+    current: list[str] = []
+    number = offset = num_lines = num_text_lines = 0
+    blank_end, blank_line = 0, 0  # where the last blank line ends (bytes, lines)
+    history, bad = b"", None
+
+    def documents(docs: list[list[str]]) -> Iterator[Outcome]:
+        nonlocal number
+        for sentences in docs:
+            yield sentences_outcome(
+                sentences, min_document_words, source=SOURCE, origin=path, title=f"{name}#{number}"
+            )
+            number += 1
+
+    for line in _lines(f):
+        if len(line) > MAX_LINE_BYTES:
+            bad = (offset, "line_too_long", f"a line longer than the limit of {MAX_LINE_BYTES:,} bytes")
+            break
+        if (found := _first_bad_byte(line)) is not None:
+            bad = (offset + found[0], *found[1:])
+            break
+        text = line.decode("utf-8")
+        pieces = (text.removeprefix("\ufeff") if offset == 0 else text).splitlines()
+        num_text_lines += len(text.splitlines())
+        for piece in pieces:
+            if piece := piece.strip():
+                current.append(piece)
+            elif current:
+                pending.append(current)
+                current = []
+        history = (history + line)[-_CONTEXT_BYTES:]
+        offset += len(line)
+        num_lines += 1
+        if line.endswith(b"\n") and not text.strip():
+            yield from documents(pending)
+            pending, blank_end, blank_line = [], offset, num_lines
+    if bad is None:
+        total = pending + ([current] if current else [])
+        if not total and not number:
+            yield _reject(path, "empty", "the file has no non-blank line")
+        elif len(total) == 1 and not number and num_text_lines > 1:
+            (only,) = documents(total)
+            yield dataclasses.replace(only, counts={"files_without_blank_lines": 1})
+        else:
+            yield from documents(total)
+        return
+    at, reason, what = bad
+    counts = {"bytes_not_read": size - blank_end}
+    after, newlines, last, rest = line[at - offset :], line.count(b"\n"), line[-1:], offset + len(line)
+    # The rest of a text file is read to count its lines; a file with an endless line is not text.
+    while reason != "line_too_long" and rest < size and (chunk := f.read(min(1 << 20, size - rest))):
+        after = after if len(after) >= _CONTEXT_BYTES else after + chunk[:_CONTEXT_BYTES]
+        rest, newlines, last = rest + len(chunk), newlines + chunk.count(b"\n"), chunk[-1:]
+    if reason != "line_too_long":
+        counts["lines_not_read"] = num_lines + newlines + (last != b"\n") - blank_line
+    detail = (
+        f"{what} at byte {at:,} (line {num_lines + 1:,}); {number:,} document(s) before it read, "
+        f"{counts['bytes_not_read']:,} bytes from line {blank_line + 1:,} on not read"
+    )
+    excerpt = (history + line[: at - offset])[-_CONTEXT_BYTES:] + after[:_CONTEXT_BYTES]
+    yield dataclasses.replace(_reject(path, reason, detail, excerpt, kind=FILE_ERROR), counts=counts)
 
 
-def _parse_file(path: str, data: bytes, min_document_words: int) -> list[Outcome]:
-    text, bad = decode_text(data)
-    if text is None:
-        return _cut_file(path, data, min_document_words, bad)
-    documents = parse_documents(text.removeprefix("\ufeff"))
-    if not documents:
-        return [_reject(path, "empty", "the file has no non-blank line")]
-    counts = {}
-    if len(documents) == 1 and len(text.splitlines()) > 1:
-        counts["files_without_blank_lines"] = 1
-    return _documents(path, documents, min_document_words, counts)
-
-
-def read_text_file(path: str, min_document_words: int) -> list[Outcome]:
-    """Read one input file and parse it; a file that cannot be read is a file error, never a crash."""
+def read_text_file(path: str, min_document_words: int) -> Iterator[Outcome]:
+    """The outcomes of one input file, each record counted in ``records_in`` and the file in
+    ``text_files``; a file that cannot be read is a file error, never a crash."""
+    first = True
     try:
-        data = io.read_bytes(path)
+        with io.open_binary(path) as f:
+            for outcome in _file_outcomes(path, f, io.file_size(path), min_document_words):
+                counts = {**(outcome.counts or {}), "records_in": int(outcome.kind != FILE_ERROR)}
+                yield dataclasses.replace(outcome, counts={**counts, "text_files": 1} if first else counts)
+                first = False
     except Exception as err:  # Any filesystem error: a file error, the others go on.
         error = _reject(path, "unreadable", f"{type(err).__name__}: {err}"[:500], kind=FILE_ERROR)
-        return [dataclasses.replace(error, counts={"records_in": 0, "text_files": 1})]
-    return text_file_outcomes(path, data, min_document_words)
+        yield dataclasses.replace(error, counts={"records_in": 0, "text_files": int(first)})
 
 
 def build(pipeline: beam.Pipeline, config: TextConfig, files: list[str]) -> None:
@@ -173,7 +151,6 @@ def build(pipeline: beam.Pipeline, config: TextConfig, files: list[str]) -> None
         producer="pipelines text",
         params=config.params(),
         num_shards=config.num_shards,
-        namespace="pipelines.text",
         split_of=split_of,
         input_files=files,
     )

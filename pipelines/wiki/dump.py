@@ -1,14 +1,6 @@
-"""Stream pages out of MediaWiki XML dumps: whole files, or byte ranges of multistream dumps.
-
-Pure Python on binary file objects, so the Beam layer can pass files opened with
-``FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)`` (local or ``gs://``;
-without that type Beam decompresses ``.bz2`` itself and byte ranges no longer match the index).
-
-Memory is bounded: input is read and decompressed in 64 KiB chunks and fed to an incremental
-``xml.etree.ElementTree.XMLPullParser``; each finished ``<page>`` is cleared from the tree. A defect
-in the data raises :class:`DumpError` after the pages before it have been yielded; an ``OSError``
-raised by the file object itself (storage trouble, not a bad dump) propagates unchanged.
-"""
+"""Stream pages out of MediaWiki XML dumps, whole or as byte ranges of multistream dumps, in
+bounded memory (64 KiB chunks into an ``XMLPullParser``, each finished ``<page>`` cleared). A
+defect ends the pages with one :class:`Defect`; a storage ``OSError`` propagates."""
 
 from __future__ import annotations
 
@@ -18,7 +10,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, NamedTuple
 from xml.etree import ElementTree as ET
 from xml.parsers import expat
 
@@ -37,32 +29,38 @@ class RawPage:
     text: str
 
 
-class DumpError(Exception):
-    """A dump (or index) that cannot be read to the end; ``str()`` is ``"reason: detail"``.
+class Defect(NamedTuple):
+    """Why a dump (or index) cannot be read to the end. ``reason`` is one of ``truncated_input``
+    (compressed data or XML ends early), ``malformed_xml`` (XML syntax error, or a page without a
+    valid ``<id>``), ``not_a_dump`` (not compressed data/XML at all, not a ``<mediawiki>``
+    document, or a range not starting at a bz2 stream), ``corrupt_input`` (compressed data
+    damaged after a valid start) and ``malformed_index`` (an index line without a numeric
+    offset); ``detail`` is one sentence."""
 
-    ``reason`` is one of ``truncated_input`` (compressed data or XML ends early),
-    ``malformed_xml`` (XML syntax error, or a page without a valid ``<id>``), ``not_a_dump`` (not
-    compressed data/XML at all, not a ``<mediawiki>`` document, or a range not starting at a bz2
-    stream), ``corrupt_input`` (compressed data damaged after a valid start) and
-    ``malformed_index`` (an index line without a numeric offset). ``detail`` is one sentence.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        self.detail = " ".join(detail.split())
-        super().__init__(f"{reason}: {self.detail}")
+    reason: str
+    detail: str
 
 
-class _Readable(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
+class _Chunks:
+    """The decompressed chunks of a file, by the magic bytes of its start (bz2, gzip or none).
+    A decompression failure ends them and is kept in ``damage``: ``(truncated, after_data,
+    cause)``; ``not_bz2``: a byte range that does not start with a bz2 stream header. Its own
+    ``read`` is the raw source under the decompressor: the head, then at most ``limit`` bytes,
+    remembering the storage error it raised (``error``)."""
 
-
-class _Source:
-    """Reads ``prefix``, then at most ``limit`` bytes of ``fileobj``; remembers the errors it raised."""
-
-    def __init__(self, fileobj: BinaryIO, prefix: bytes, limit: int | None) -> None:
-        self._fileobj, self._prefix, self._left = fileobj, prefix, limit
+    def __init__(self, fileobj: BinaryIO, limit: int | None = None, bz2_only: bool = False) -> None:
+        head, want = b"", 3 if limit is None else min(3, limit)
+        while len(head) < want and (data := fileobj.read(want - len(head))):
+            head += data
+        self._fileobj, self._prefix, self._left = fileobj, head, None if limit is None else limit - len(head)
+        self.not_bz2 = bz2_only and not head.startswith(b"BZh")
+        self._reader: Any = self
+        if head.startswith(b"BZh"):
+            self._reader = bz2.BZ2File(self)
+        elif head.startswith(b"\x1f\x8b"):
+            self._reader = gzip.GzipFile(fileobj=self, mode="rb")
         self.error: OSError | None = None
+        self.damage: tuple[bool, bool, BaseException] | None = None
 
     def read(self, size: int = -1) -> bytes:
         size = _CHUNK if size < 0 else size
@@ -82,59 +80,33 @@ class _Source:
             self._left -= len(data)
         return data
 
+    def __iter__(self) -> Iterator[bytes]:
+        after_data = False
+        while True:
+            try:
+                data = self._reader.read(_CHUNK)
+            except EOFError as exc:
+                self.damage = (True, after_data, exc)
+                return
+            except (OSError, zlib.error) as exc:
+                if exc is self.error:
+                    raise
+                self.damage = (False, after_data, exc)
+                return
+            if not data:
+                return
+            after_data = True
+            yield data
 
-def _open(fileobj: BinaryIO, limit: int | None = None, bz2_only: bool = False) -> tuple[_Readable, _Source]:
-    """Return a reader that decompresses according to the magic bytes, and the raw source under it."""
-    head, want = b"", 3 if limit is None else min(3, limit)
-    while len(head) < want:
-        data = fileobj.read(want - len(head))
-        if not data:
-            break
-        head += data
-    source = _Source(fileobj, head, None if limit is None else limit - len(head))
-    if head.startswith(b"BZh"):
-        return bz2.BZ2File(source), source
-    if bz2_only:
-        raise DumpError("not_a_dump", "the byte range does not start with a bz2 stream header")
-    if head.startswith(b"\x1f\x8b"):
-        return gzip.GzipFile(fileobj=source, mode="rb"), source  # type: ignore[arg-type]
-    return source, source
-
-
-class _InputDamage(Exception):
-    """Decompression failed: ``truncated`` (an early end) or invalid data, maybe ``after_data``."""
-
-    def __init__(self, truncated: bool, after_data: bool) -> None:
-        super().__init__("truncated" if truncated else "corrupt")
-        self.truncated, self.after_data = truncated, after_data
-
-    def to_dump_error(self, done: int, unit: str) -> DumpError:
-        if self.truncated:
+    def defect(self, done: int, unit: str) -> Defect:
+        """The :class:`Defect` of ``damage``, after ``done`` ``unit`` were read."""
+        truncated, after_data, cause = self.damage
+        if truncated:
             detail = f"compressed data ended before the end-of-stream marker after {done} {unit}"
-            return DumpError("truncated_input", detail)
-        if self.after_data:
-            return DumpError(
-                "corrupt_input", f"compressed data is damaged after {done} {unit} ({self.__cause__})"
-            )
-        return DumpError("not_a_dump", f"input is not valid compressed data ({self.__cause__})")
-
-
-def _chunks(reader: _Readable, source: _Source) -> Iterator[bytes]:
-    """Yield decompressed chunks; a decompression failure becomes :class:`_InputDamage`."""
-    after_data = False
-    while True:
-        try:
-            data = reader.read(_CHUNK)
-        except EOFError as exc:
-            raise _InputDamage(True, after_data) from exc
-        except (OSError, zlib.error) as exc:
-            if exc is source.error:
-                raise
-            raise _InputDamage(False, after_data) from exc
-        if not data:
-            return
-        after_data = True
-        yield data
+            return Defect("truncated_input", detail)
+        if after_data:
+            return Defect("corrupt_input", f"compressed data is damaged after {done} {unit} ({cause})")
+        return Defect("not_a_dump", f"input is not valid compressed data ({cause})")
 
 
 def _local(tag: str) -> str:
@@ -148,13 +120,13 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _page_from_element(page: ET.Element, number: int) -> RawPage:
+def _page_from_element(page: ET.Element, number: int) -> RawPage | Defect:
     fields: dict[str, ET.Element] = {_local(child.tag): child for child in page}
     revision = {_local(child.tag): child for child in fields.get("revision", ())}
     page_id = _int(fields["id"].text) if "id" in fields else None
     title = (fields["title"].text or "") if "title" in fields else ""
     if page_id is None:
-        raise DumpError("malformed_xml", f"page {number} ({title!r}) has no valid <id>")
+        return Defect("malformed_xml", f"page {number} ({title!r}) has no valid <id>")
     return RawPage(
         title=title,
         ns=(_int(fields["ns"].text) or 0) if "ns" in fields else 0,
@@ -166,12 +138,9 @@ def _page_from_element(page: ET.Element, number: int) -> RawPage:
 
 
 class _PageParser:
-    """Incremental parser yielding each top-level ``<page>`` and then dropping it from the tree.
-
-    With ``fragment=True`` the input is a run of ``<page>`` elements without a document element (a
-    byte range of a multistream dump): a ``<mediawiki>`` root is put around it unless the fragment
-    starts with the dump header itself, and the fragment may end with the real ``</mediawiki>``.
-    """
+    """Incremental parser yielding each top-level ``<page>`` (then dropped from the tree), or one
+    :class:`Defect`. With ``fragment=True`` the input is a run of ``<page>`` elements (a byte range of
+    a multistream dump): a ``<mediawiki>`` root is put around it unless it starts with the header."""
 
     def __init__(self, fragment: bool) -> None:
         self._parser = ET.XMLPullParser(events=("start", "end"))
@@ -181,7 +150,7 @@ class _PageParser:
         self._depth = 0
         self.count = 0
 
-    def feed(self, data: bytes) -> Iterator[RawPage]:
+    def feed(self, data: bytes) -> Iterator[RawPage | Defect]:
         if self._pending is not None:
             self._pending += data
             if not self._pending.strip():
@@ -192,7 +161,7 @@ class _PageParser:
         self._parser.feed(data)
         yield from self._drain(at_end=False)
 
-    def close(self) -> Iterator[RawPage]:
+    def close(self) -> Iterator[RawPage | Defect]:
         if self._pending is not None:  # an empty fragment
             self._parser.feed(self._pending + b"<mediawiki>")
             self._pending = None
@@ -203,128 +172,122 @@ class _PageParser:
         try:
             self._parser.close()
         except ET.ParseError as exc:
-            raise self._syntax_error(exc, at_end=True) from exc
+            yield self._syntax_error(exc, at_end=True)
+            return
         yield from self._drain(at_end=True)
 
-    def _drain(self, at_end: bool) -> Iterator[RawPage]:
+    def _drain(self, at_end: bool) -> Iterator[RawPage | Defect]:
         try:
             for event, elem in self._parser.read_events():
                 if event == "start":
                     if self._root is None:
                         self._root = elem
                         if _local(elem.tag) != "mediawiki":
-                            raise DumpError("not_a_dump", f"the document element is <{_local(elem.tag)}>")
+                            yield Defect("not_a_dump", f"the document element is <{_local(elem.tag)}>")
+                            return
                     self._depth += 1
                     continue
                 self._depth -= 1
                 if self._depth == 1 and _local(elem.tag) == "page":
                     page = _page_from_element(elem, self.count + 1)
                     self._root.clear()  # forget the finished page (and the siteinfo before it)
-                    self.count += 1
+                    self.count += isinstance(page, RawPage)
                     yield page
         except ET.ParseError as exc:
-            raise self._syntax_error(exc, at_end) from exc
+            yield self._syntax_error(exc, at_end)
 
-    def _syntax_error(self, exc: ET.ParseError, at_end: bool) -> DumpError:
+    def _syntax_error(self, exc: ET.ParseError, at_end: bool) -> Defect:
         line, column = exc.position
         message = expat.ErrorString(exc.code) if exc.code else str(exc)
         if self._root is None:
-            return DumpError("not_a_dump", f"input is empty or not XML ({message} at line {line})")
+            return Defect("not_a_dump", f"input is empty or not XML ({message} at line {line})")
         if at_end:
-            detail = f"XML ended inside an open element after {self.count} pages ({message})"
-            return DumpError("truncated_input", detail)
+            return Defect(
+                "truncated_input", f"XML ended inside an open element after {self.count} pages ({message})"
+            )
         detail = f"XML syntax error ({message}) at line {line}, column {column} after {self.count} pages"
-        return DumpError("malformed_xml", detail)
+        return Defect("malformed_xml", detail)
 
 
-def _parse(reader: _Readable, source: _Source, fragment: bool) -> Iterator[RawPage]:
+def _parse(chunks: _Chunks, fragment: bool) -> Iterator[RawPage | Defect]:
+    """The pages of ``chunks``, ending at the first :class:`Defect`."""
     pages = _PageParser(fragment)
-    try:
-        for data in _chunks(reader, source):
-            yield from pages.feed(data)
-    except _InputDamage as damage:
-        raise damage.to_dump_error(pages.count, "pages") from damage.__cause__
-    yield from pages.close()
+    for data in chunks:
+        for item in pages.feed(data):
+            yield item
+            if isinstance(item, Defect):
+                return
+    if chunks.damage is not None:
+        yield chunks.defect(pages.count, "pages")
+        return
+    for item in pages.close():
+        yield item
+        if isinstance(item, Defect):
+            return
 
 
-def iter_pages(fileobj: BinaryIO) -> Iterator[RawPage]:
-    """Yield every page of a whole dump, in order, with bounded memory.
-
-    ``fileobj`` is a binary file object (no seeking needed) holding bz2 (one stream or several
-    concatenated), gzip or plain XML (UTF-8, or UTF-16 with a BOM). Pages before a defect are
-    yielded, then :class:`DumpError` is raised.
-    """
-    reader, source = _open(fileobj)
-    yield from _parse(reader, source, fragment=False)
+def iter_pages(fileobj: BinaryIO) -> Iterator[RawPage | Defect]:
+    """Every page of a whole dump (bz2, one stream or several, gzip or plain XML), in order, with
+    bounded memory; a defect ends them with a :class:`Defect`."""
+    return _parse(_Chunks(fileobj), fragment=False)
 
 
-def iter_range_pages(fileobj: BinaryIO, start: int, end: int) -> Iterator[RawPage]:
-    """Yield the pages of the bz2 streams in bytes ``[start, end)`` of a multistream dump.
-
-    ``start`` must be a stream offset from the index (see :func:`plan_stream_ranges`); ``fileobj``
-    must be seekable. Only ``end - start`` bytes are read, in chunks. Errors are as for
-    :func:`iter_pages`.
-    """
+def iter_range_pages(fileobj: BinaryIO, start: int, end: int) -> Iterator[RawPage | Defect]:
+    """The pages of the bz2 streams in bytes ``[start, end)`` of a multistream dump (``start`` a
+    stream offset of its index; ``fileobj`` seekable), as :func:`iter_pages`."""
     if not 0 <= start <= end:
         raise ValueError(f"invalid byte range [{start}, {end})")
     fileobj.seek(start)
-    reader, source = _open(fileobj, end - start, bz2_only=start < end)
-    yield from _parse(reader, source, fragment=True)
+    chunks = _Chunks(fileobj, end - start, bz2_only=start < end)
+    if chunks.not_bz2:
+        return iter([Defect("not_a_dump", "the byte range does not start with a bz2 stream header")])
+    return _parse(chunks, fragment=True)
 
 
 _MULTISTREAM_NAME = re.compile(r"^(?P<stem>.*-multistream)(?P<part>\d*)\.xml(?P<pages>-p\d+p\d+)?\.bz2$")
 
 
-def index_path_for(dump_path: str) -> str:
-    """Return the conventional index path of a multistream dump (a local path or a URL).
-
-    ``X-multistream.xml.bz2`` gives ``X-multistream-index.txt.bz2`` and
-    ``X-multistream1.xml-p1p41242.bz2`` gives ``X-multistream-index1.txt-p1p41242.bz2``; other
-    names raise ``ValueError``.
-    """
+def index_path_for(dump_path: str) -> str | None:
+    """The index path of a multistream dump (``X-multistream1.xml-p1p41242.bz2`` gives
+    ``X-multistream-index1.txt-p1p41242.bz2``); None for a name that is not a multistream dump's."""
     directory, slash, name = dump_path.rpartition("/")
     match = _MULTISTREAM_NAME.match(name)
     if match is None:
-        raise ValueError(f"not a multistream dump name: {name!r}")
+        return None
     stem, part, pages = match.group("stem", "part", "pages")
     return f"{directory}{slash}{stem}-index{part}.txt{pages or ''}.bz2"
 
 
-def read_stream_offsets(index_fileobj: BinaryIO) -> list[int]:
-    """Return the sorted unique stream offsets of an index of ``OFFSET:PAGE_ID:TITLE`` lines.
-
-    The index may be bz2-compressed, gzip-compressed or plain; blank lines are ignored.
-    """
-    reader, source = _open(index_fileobj)
+def read_stream_offsets(index_fileobj: BinaryIO) -> list[int] | Defect:
+    """The sorted unique stream offsets of an index of ``OFFSET:PAGE_ID:TITLE`` lines (bz2, gzip
+    or plain; blank lines ignored), or the :class:`Defect` that keeps it from being read."""
+    chunks = _Chunks(index_fileobj)
     offsets: set[int] = set()
-    carry, number = b"", 0
-    try:
-        for data in _chunks(reader, source):
-            *lines, carry = (carry + data).split(b"\n")
-            for line in lines:
-                number += 1
-                _add_offset(offsets, line, number)
-    except _InputDamage as damage:
-        raise damage.to_dump_error(number, "index lines") from damage.__cause__
-    _add_offset(offsets, carry, number + 1)
+    number = 0
+    for number, line in enumerate(_lines(chunks), 1):
+        head, colon, _ = line.partition(b":")
+        if colon and head.strip().isdigit():
+            offsets.add(int(head))
+        elif line.strip():
+            return Defect("malformed_index", f"index line {number} does not start with OFFSET:")
+    if chunks.damage is not None:
+        return chunks.defect(number, "index lines")
     return sorted(offsets)
 
 
-def _add_offset(offsets: set[int], line: bytes, number: int) -> None:
-    if not line.strip():
-        return
-    head, colon, _ = line.partition(b":")
-    if not colon or not head.strip().isdigit():
-        raise DumpError("malformed_index", f"index line {number} does not start with OFFSET:")
-    offsets.add(int(head))
+def _lines(chunks: _Chunks) -> Iterator[bytes]:
+    """The lines of the decompressed chunks (the last one only when they end undamaged)."""
+    carry = b""
+    for data in chunks:
+        *lines, carry = (carry + data).split(b"\n")
+        yield from lines
+    if chunks.damage is None:
+        yield carry
 
 
 def plan_stream_ranges(offsets: list[int], file_size: int, streams_per_range: int) -> list[tuple[int, int]]:
-    """Split a multistream dump into contiguous byte ranges ``[start, end)`` for parallel reading.
-
-    Each range starts at a stream offset and covers up to ``streams_per_range`` page streams; the
-    last ends at ``file_size`` and so also holds the closing ``</mediawiki>`` stream.
-    """
+    """Contiguous byte ranges ``[start, end)`` of a multistream dump for parallel reading, each at
+    a stream offset, ``streams_per_range`` streams long; the last ends at ``file_size``."""
     if streams_per_range < 1:
         raise ValueError("streams_per_range must be at least 1")
     offsets = sorted(set(offsets))

@@ -1,9 +1,5 @@
-"""``pipelines wikipedia``: pages-articles dumps into clean documents.
-
-Graph: dump files → read tasks (a multistream file with its index becomes many byte ranges of
-bz2 streams; any other file is one task) → reshuffle → stream-parse pages → reshuffle →
-clean each page (one ``Outcome`` per page) → ``WriteStageOutput``.
-"""
+"""``pipelines wikipedia``: pages-articles dumps into clean documents, read in parallel by byte
+ranges of bz2 streams where a multistream index lies beside the dump."""
 
 from __future__ import annotations
 
@@ -18,17 +14,17 @@ from pipelines import io
 from pipelines.config import WikipediaConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
+    DROPPED,
     FILE_ERROR,
     CountRecords,
     Outcome,
     WriteStageOutput,
-    dropped_outcome,
     reject_outcome,
     sentences_outcome,
 )
 from pipelines.text import paragraphs_to_sentences
 from pipelines.wiki.dump import (
-    DumpError,
+    Defect,
     RawPage,
     index_path_for,
     iter_pages,
@@ -51,11 +47,13 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # Allowed in XML 1.0
 
 @dataclass(frozen=True)
 class ReadTask:
-    """One unit of reading: a whole file (``start is None``) or a byte range of bz2 streams."""
+    """One unit of reading: a whole file (``start is None``) or a byte range of bz2 streams; or
+    a multistream index that cannot be read (``defect``), reported as a file error."""
 
     path: str
     start: int | None = None
     end: int | None = None
+    defect: Defect | None = None
 
 
 def is_index_file(path: str) -> bool:
@@ -65,15 +63,15 @@ def is_index_file(path: str) -> bool:
 
 
 def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
-    """Split a multistream dump with an index into stream ranges; read any other file whole."""
-    try:
-        index_path = index_path_for(path)
-    except ValueError:  # Not named like a multistream dump: there is no index to look for.
-        return [ReadTask(path)]
-    if not io.exists(index_path):
+    """Split a multistream dump with an index into stream ranges; read any other file whole (and
+    a dump whose index cannot be read, reporting the index as a file error)."""
+    index_path = index_path_for(path)
+    if index_path is None or not io.exists(index_path):
         return [ReadTask(path)]
     with io.open_binary(index_path) as index:
         offsets = read_stream_offsets(index)
+    if isinstance(offsets, Defect):
+        return [ReadTask(path), ReadTask(index_path, defect=offsets)]
     if not offsets:
         return [ReadTask(path)]
     ranges = plan_stream_ranges(offsets, io.file_size(path), streams_per_range)
@@ -82,23 +80,23 @@ def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
 
 def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     """Yield the pages of one read task; a corrupt file ends in one file-error outcome."""
-    num_pages = 0
-    try:
+    num_pages, defect = 0, task.defect
+    if defect is None:
         with io.open_binary(task.path) as f:
             pages = iter_pages(f) if task.start is None else iter_range_pages(f, task.start, task.end)
             for page in pages:
+                if isinstance(page, Defect):
+                    defect = page
+                    break
                 num_pages += 1
                 yield page
-    except DumpError as err:
+    if defect is not None:
         where = "" if task.start is None else f" (bytes {task.start}-{task.end})"
-        yield reject_outcome(
-            source=SOURCE,
-            origin=task.path,
-            record_id="file",
-            reason=err.reason,
-            kind=FILE_ERROR,
-            detail=f"{err.detail}{where}; the {num_pages} pages before it were kept",
+        kept = (
+            f"the {num_pages} pages before it were kept" if task.defect is None else "the dump is read whole"
         )
+        detail = f"{defect.detail}{where}; {kept}"
+        yield reject_outcome(SOURCE, task.path, "file", defect.reason, detail, kind=FILE_ERROR)
 
 
 def garbled_text(text: str) -> tuple[str, str] | None:
@@ -115,35 +113,22 @@ def garbled_text(text: str) -> tuple[str, str] | None:
 def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome:
     """Clean one page into a document, or say why it was dropped or rejected."""
     if page.redirect_title is not None:
-        return dropped_outcome("redirect")
+        return Outcome(DROPPED, "redirect")
     if page.ns != ARTICLE_NAMESPACE:
-        return dropped_outcome("not_article_namespace")
-    if garbled := garbled_text(page.text):
-        reason, detail = garbled
-        return reject_outcome(
-            source=SOURCE,
-            origin=origin,
-            record_id=str(page.page_id),
-            title=page.title,
-            reason=reason,
-            detail=detail,
-            excerpt=page.text,
-        )
+        return Outcome(DROPPED, "not_article_namespace")
     try:
-        cleaned = clean_wikitext(page.text, page.title)
-        sentences = paragraphs_to_sentences(cleaned.paragraphs, normalized=True)
+        garbled = garbled_text(page.text)
+        if garbled is None:
+            cleaned = clean_wikitext(page.text, page.title)
+            sentences = paragraphs_to_sentences(cleaned.paragraphs, normalized=True)
     except Exception as err:  # A parser failure on one page must never stop the file.
+        garbled = "parse_error", f"{type(err).__name__}: {err}"[:500]
+    if garbled is not None:
         return reject_outcome(
-            source=SOURCE,
-            origin=origin,
-            record_id=str(page.page_id),
-            title=page.title,
-            reason="parse_error",
-            detail=f"{type(err).__name__}: {err}"[:500],
-            excerpt=page.text,
+            SOURCE, origin, str(page.page_id), *garbled, title=page.title, excerpt=page.text
         )
     if cleaned.is_disambiguation:
-        return dropped_outcome("disambiguation")
+        return Outcome(DROPPED, "disambiguation")
     return sentences_outcome(
         sentences,
         min_document_words,
@@ -201,7 +186,6 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
             producer="pipelines wikipedia",
             params=config.params(),
             num_shards=config.num_shards,
-            namespace="pipelines.wikipedia",
             extra_tallies=[pages_read],
             input_files=files,
         )

@@ -1,48 +1,13 @@
-"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia.
+"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia ("we extract
+only the text passages and ignore lists, tables, and headers"): a walker over mwparserfromhell's
+tree renders what a reader sees as running prose. Headings, lists, tables, references, files,
+categories, comments and templates without a renderer in ``_TEMPLATES`` are dropped (``<math>``
+leaves nothing); link text, bold/italic text and inline HTML contents are kept. Paragraphs shorter
+than ``MIN_PARAGRAPH_CHARS``, without a letter or still holding markup are removed.
 
-"We extract only the text passages and ignore lists, tables, and headers": the page is parsed
-with mwparserfromhell and a walker renders only what a reader sees as running prose.
-
-* Dropped: headings, list lines (``*``, ``#``, ``;``, ``:``), tables, references and footnotes,
-  galleries, files/images (captions included), categories, interlanguage links, comments, magic
-  words, templates not in ``_TEMPLATES`` (infoboxes, navboxes, citations, IPA, ...) and the
-  contents of the non-prose tags in ``_DROPPED_TAGS``. ``<math>`` and ``{{math}}`` are replaced
-  by *nothing* (no placeholder): a placeholder would become a frequent fake word.
-* Kept: link text (``[[a|b]]`` → b, ``[[a]]s`` → as; namespace and interwiki prefixes are not
-  shown), titles of bracketed external links (bare URLs are dropped), bold/italic text, the
-  contents of inline HTML; ``<br>`` becomes a space and HTML entities are unescaped.
-* Templates that carry prose are rendered by ``_TEMPLATES``. ``{{nihongo}}`` keeps the English
-  text only (the kanji and romaji are dropped); ``{{lang-xx}}`` keeps the text without the
-  "French:" label; ``{{convert}}`` keeps the input value and unit (``10 km``), not the conversion.
-
-A paragraph is a run of prose lines. Lines that are not prose end one and are dropped: list
-items, headings, preformatted lines (leading space), bold-only pseudo-headings and lines still
-holding markup. Paragraphs shorter than ``MIN_PARAGRAPH_CHARS`` or without a letter are removed.
-Templates count as rendered (a renderer in ``_TEMPLATES``) or dropped (cut by the pre-pass or met
-by the walker); those inside dropped material (references, infobox arguments, tables) are not
-counted.
-
-Speed. Building mwparserfromhell's tree in Python took ~85% of the time, mostly for material then
-thrown away (references, citation templates, infoboxes, tables). Two steps avoid it:
-
-1. ``_prepass`` cuts out what the walker would drop anyway, before parsing, with linear regex and
-   ``str.find`` scans and no tree: comments; the tags in ``_CUT_TAGS`` (a tag runs to the next
-   closing tag of its name, as in MediaWiki); file, category and interlanguage links (brackets
-   balanced within the paragraph); templates without a renderer; line-start ``{| tables |}``;
-   then list lines that hold only text and links (whatever the cuts left of them).
-   Braces pair up as in MediaWiki's preprocessor: a run of ``{`` opens one element, a run of
-   ``}`` closes the innermost ones, two braces for a template and three for a ``{{{parameter}}}``.
-   A construct is cut only once its end is found: unterminated markup is left to the parser,
-   which treats it as before. Templates with a renderer or a name that is not plain text
-   (``{{lang-{{{1}}}|...}}``) and parameters are kept, but what is nested in them is still cut.
-   Each cut leaves ``_GAP``, which the walker deletes from the text it renders; it keeps the
-   text on either side apart as the removed node did (a line starting after a cut template is
-   not a list item or a preformatted line).
-2. ``_parse`` runs mwparserfromhell's tokenizer on what is left and, before building the tree,
-   ``_plain_links`` turns each link whose target and text are plain text into one text token.
-
-Together they make cleaning 3-4x faster (``benchmarks/wikitext_speed.py``). The output is the same
-except where mwparserfromhell had failed on markup that the pre-pass now cuts (less debris).
+Building the tree costs most of the time, so ``_prepass`` first cuts out what the walker would
+drop, with linear scans (braces pair up as in MediaWiki's preprocessor; a construct is cut only
+once its end is found), and ``_parse`` makes plain links text tokens before the tree is built.
 """
 
 from __future__ import annotations
@@ -52,7 +17,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import mwparserfromhell
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Template, Text, Wikilink
 from mwparserfromhell.parser import Builder, CTokenizer, tokens
 from mwparserfromhell.parser.tokenizer import Tokenizer
@@ -395,11 +359,8 @@ def _close_braces(
 
 
 def _prepass(text: str) -> tuple[str, int, bool]:
-    """Cut out what the walker would drop (see the module docstring), leaving ``_GAP`` in its place.
-
-    Returns the text, the number of templates cut (not counting those inside other cuts) and
-    whether one of them was a disambiguation template.
-    """
+    """Cut out what the walker would drop, leaving ``_GAP``: the text, the number of templates cut
+    (not those inside other cuts) and whether one was a disambiguation template."""
     cuts: list[tuple[int, int, str | None]] = []  # (start, end, template name or None)
     stack: list[list[int]] = []  # Open brace elements and tables, see _close_braces.
     unclosed: set[str] = set()  # Closing tags, "-->" and ">" not found after some position.
@@ -466,12 +427,8 @@ def _apply_cuts(text: str, cuts: list[tuple[int, int, str | None]]) -> tuple[str
 
 
 def _resolve_quotes(line: str) -> str:
-    """Remove bold/italic apostrophe runs from one line, keeping the literal apostrophes.
-
-    As MediaWiki's doQuotes: ``''''`` is ``'`` + bold, runs over five keep the extras, and when
-    both italics and bolds are odd in number one bold run is read as ``'`` + italics, so
-    ``''Foo'''s`` is "Foo's".
-    """
+    """Remove bold/italic apostrophe runs from one line, keeping the literal apostrophes, as
+    MediaWiki's doQuotes does."""
     runs = list(_QUOTE_MARK_RE.finditer(line))
     kept = [len(m.group()) - 3 if len(m.group()) == 4 else max(0, len(m.group()) - 5) for m in runs]
     markup = [len(m.group()) - k for m, k in zip(runs, kept, strict=True)]
@@ -556,11 +513,8 @@ class _Walker:
 
 
 def _plain_links(tokenlist: list[tokens.Token]) -> list[tokens.Token]:
-    """Replace the tokens of each link whose target and text are plain text by one text token of
-    what ``_Walker._link`` would render for it, so that the builder makes no tree for it.
-
-    Only where the walker would treat that text as it is (no quotes, magic words or newlines).
-    """
+    """Turn each link whose target and text are plain text into one text token of what
+    ``_Walker._link`` would render, so that the builder makes no tree for it."""
     kinds = [type(token) for token in tokenlist]
     text_kind, close, separator = tokens.Text, tokens.WikilinkClose, tokens.WikilinkSeparator
     out: list[tokens.Token] = []
@@ -631,32 +585,19 @@ def _is_disambiguation_template(name: str) -> bool:
     return name in _DISAMBIGUATION_TEMPLATES or name.endswith("disambiguation")
 
 
-def is_disambiguation(wikicode_or_text: Wikicode | str, title: str) -> bool:
-    """Whether a page is a disambiguation page.
-
-    True when its title ends with "(disambiguation)", when a top-level template is a
-    disambiguation template (``{{disambiguation}}``, ``{{hndis}}``, ``{{geodis}}``, ... or any
-    name ending in "disambiguation") or when it has the ``__DISAMBIG__`` magic word.
-    """
-    if title.strip().endswith("(disambiguation)"):
-        return True
-    code = wikicode_or_text
-    if not isinstance(code, Wikicode):
-        code = mwparserfromhell.parse(str(code), skip_style_tags=True)
-    for node in code.nodes:
-        if isinstance(node, Template) and _is_disambiguation_template(str(node.name)):
-            return True
-        if isinstance(node, Text) and "__DISAMBIG__" in node.value:
-            return True
-    return False
+def _is_disambiguation(code: Wikicode, title: str) -> bool:
+    """Whether a page is a disambiguation page: its title ends with "(disambiguation)", a top-level
+    template is a disambiguation template, or it has ``__DISAMBIG__``."""
+    return title.strip().endswith("(disambiguation)") or any(
+        (isinstance(node, Template) and _is_disambiguation_template(str(node.name)))
+        or (isinstance(node, Text) and "__DISAMBIG__" in node.value)
+        for node in code.nodes
+    )
 
 
 def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
-    """Turn one page's wikitext into prose paragraphs (see the module docstring for the rules).
-
-    Each paragraph is one line normalised by ``normalize_text``. Parser errors from
-    mwparserfromhell propagate; the caller records the page as a reject.
-    """
+    """One page's wikitext as prose paragraphs, one normalised line each (see the module's
+    docstring); a parser failure propagates (the caller rejects the page)."""
     for mark in (_DROP_LINE, _QUOTE, _GAP):  # Our marks must not occur.
         if mark in wikitext:
             wikitext = wikitext.replace(mark, "")
@@ -666,7 +607,7 @@ def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
     paragraphs = _paragraphs(walker.render(code))
     return CleanedPage(
         paragraphs=paragraphs,
-        is_disambiguation=cut_disambiguation or is_disambiguation(code, title),
+        is_disambiguation=cut_disambiguation or _is_disambiguation(code, title),
         num_templates_rendered=walker.rendered,
         num_templates_dropped=cut_templates + walker.dropped,
     )

@@ -7,20 +7,17 @@ import json
 
 import pytest
 
-from finetune.common import TrainConfig
-from finetune.ner import run_ner
+from finetune.ner import NerConfig, run_ner
 from tests.conftest import SHARED_DATA, require
 
 pytestmark = pytest.mark.slow
+SMALL = {"max_seq_length": 48, "max_train_examples": 240, "max_eval_examples": 120}
 
 
 def test_ner_learns_from_minilm(minilm_folder, tmp_path):
     data = require(SHARED_DATA / "ner" / "conll2003")
-    config = TrainConfig(epochs=2, lr=2e-4, batch_size=16, seed=1, device="cpu", progress=False)
-    result = run_ner(
-        str(data), str(minilm_folder), str(tmp_path / "ner"), config,
-        max_seq_length=48, max_train_examples=240, max_eval_examples=120,
-    )  # fmt: skip
+    config = NerConfig(epochs=2, lr=2e-4, batch_size=16, seed=1, device="cpu", progress=False, **SMALL)
+    result = run_ner(str(data), str(minilm_folder), str(tmp_path / "ner"), config)
     assert result["valid"]["f1"] > 0.15, result["valid"]
     assert set(result["valid"]["per_type"]) <= {"PER", "LOC", "ORG", "MISC"}
     saved = json.loads((tmp_path / "ner" / "metrics.json").read_text())
@@ -35,12 +32,18 @@ def test_feature_based_ner_learns_from_frozen_minilm(minilm_folder, tmp_path):
     into a BiLSTM. Measured: valid F1 0.32 on the first 120 sentences after 240 training sentences
     x 3 epochs (seed 1); the bar is set well below that."""
     data = require(SHARED_DATA / "ner" / "conll2003")
-    config = TrainConfig(epochs=3, lr=2e-3, batch_size=8, seed=1, device="cpu", progress=False)
-    result = run_ner(
-        str(data), str(minilm_folder), str(tmp_path / "ner"), config,
-        max_seq_length=48, max_train_examples=240, max_eval_examples=120,
-        features="sum-last-4", cache_features=True,
-    )  # fmt: skip
+    config = NerConfig(
+        epochs=3,
+        lr=2e-3,
+        batch_size=8,
+        seed=1,
+        device="cpu",
+        progress=False,
+        features="sum-last-4",
+        cache_features=True,
+        **SMALL,
+    )
+    result = run_ner(str(data), str(minilm_folder), str(tmp_path / "ner"), config)
     assert result["valid"]["f1"] > 0.15, result["valid"]
     saved = json.loads((tmp_path / "ner" / "metrics.json").read_text())
     assert saved["mode"] == "feature-based" and saved["feature_based"]["layers"] == [3, 4, 5, 6]

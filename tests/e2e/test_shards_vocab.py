@@ -138,16 +138,3 @@ def test_an_output_without_a_copy_reads_with_vocab(moved, vocab, tmp_path):
     released = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"
     _pretrain(*common, "--output", str(tmp_path / "b"), "--vocab", str(released), expect=0)
     assert (tmp_path / "b" / "checkpoints" / "step-00000001" / "COMMITTED").exists()
-
-
-def test_pipelines_index_keeps_the_vocabulary_entry(moved, tmp_path):
-    """`pipelines index --overwrite` rewrites the manifest: the copy stays named and hashed."""
-    from tests.e2e.conftest import run_cli
-
-    folder = tmp_path / "reindexed"
-    shutil.copytree(moved, folder)
-    before = json.loads((folder / "manifest.json").read_text())["vocab_file"]
-    run_cli("index", str(folder), "--overwrite")
-    text = (folder / "manifest.json").read_text()
-    manifest = verify_completed(text, (folder / "COMPLETED").read_text(), str(folder), "examples")
-    assert manifest.vocab_file is not None and manifest.vocab_file.__dict__ == before

@@ -13,11 +13,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from finetune.common import FinetuneError, load_encoder
+from finetune.common import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain.cli import main as pretrain
 from pretrain.model import BertConfig, BertForPreTraining
-from schemas.commands import InputError
+from schemas.commands import CommandError, InputError
 from tests.unit.test_finetune_common import VOCAB, hf_folder, tiny_model
 
 
@@ -63,7 +63,7 @@ def _lines(run: Path, tmp_path: Path, resume: bool = True) -> dict[str, str]:
         assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: "), result.output
         said[name] = lines[0]
     assert not (tmp_path / "hf-out").exists()
-    with pytest.raises((FinetuneError, InputError)) as loaded:
+    with pytest.raises(InputError) as loaded:
         load_encoder(str(run))
     said["finetune"] = str(loaded.value)
     assert all("\n" not in line for line in said.values())
@@ -97,7 +97,7 @@ def test_pickle_payload_under_any_name_runs_no_code(tmp_path: Path, name: str):
     url = _checkpoint(run)
     Path(url, name).write_bytes(pickle.dumps(_Payload(marker)))
     ckpt.commit(url, 2)  # even a re-committed (matching hash) payload is only ever parsed as data
-    with pytest.raises((InputError, FinetuneError, ValueError, OSError)) as err:
+    with pytest.raises((InputError, CommandError, ValueError, OSError)) as err:
         _use(run)
         load_encoder(str(run))
     assert "\n" not in str(err.value)
@@ -205,7 +205,7 @@ def test_a_pytorch_model_bin_that_would_run_code_is_one_line(tmp_path: Path, sha
         torch.save({"weights": _Payload(marker)}, folder / "pytorch_model.bin")
     args = ["--shards", str(shards), "--init-from", str(tmp_path / "init"), "--output", str(tmp_path / "o")]
     result = CliRunner().invoke(pretrain, [*args, "--precision", "fp32"])
-    with pytest.raises(FinetuneError) as loaded:
+    with pytest.raises(InputError) as loaded:
         load_encoder(str(tmp_path / "hf"))
     for line in (str(loaded.value), result.output.strip()):
         assert "pytorch_model.bin: not plain weights (unpickling it would run code, or it is damaged)" in line

@@ -16,11 +16,12 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune
-from finetune.common import FinetuneError, load_encoder
+from finetune.common import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.cli import main as pretrain
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas.commands import CommandError
 from tests.unit.test_finetune_common import VOCAB, hf_folder, tiny_model
 
 
@@ -66,7 +67,7 @@ def test_an_hf_config_with_100000_layers_is_refused_before_a_model_exists(tmp_pa
     folder = hf_folder(tmp_path / "hf")
     _edit_config(folder, num_hidden_layers=100_000)
     _forbid_models(monkeypatch)
-    with pytest.raises(FinetuneError) as caught:
+    with pytest.raises(CommandError) as caught:
         load_encoder(str(folder))
     assert str(caught.value) == (
         f"--checkpoint {folder}: {folder}/config.json does not fit {folder}/model.safetensors: it says "
@@ -130,7 +131,7 @@ def test_a_fine_tuned_model_folder_is_checked_the_same_way(tmp_path, monkeypatch
     _edit_config(folder, max_position_embeddings=10**12, finetuning_task="rte", id2label={"0": "a", "1": "b"})
     _forbid_models(monkeypatch)
     with pytest.raises(
-        FinetuneError, match=r"max_position_embeddings 1,000,000,000,000 where the weights hold 64"
+        CommandError, match=r"max_position_embeddings 1,000,000,000,000 where the weights hold 64"
     ):
         load_encoder(str(folder))
 
@@ -149,7 +150,7 @@ def test_a_config_of_the_wrong_shape_is_one_line_naming_it(tmp_path, monkeypatch
     folder = hf_folder(tmp_path / "hf")
     (folder / "config.json").write_text(content)
     _forbid_models(monkeypatch)
-    with pytest.raises(FinetuneError) as caught:
+    with pytest.raises(CommandError) as caught:
         load_encoder(str(folder))
     assert f"{folder}/config.json" in str(caught.value) and said in str(caught.value)
     assert "\n" not in str(caught.value)
@@ -158,9 +159,7 @@ def test_a_config_of_the_wrong_shape_is_one_line_naming_it(tmp_path, monkeypatch
 def test_an_oversized_config_is_not_read(tmp_path, monkeypatch):
     folder = hf_folder(tmp_path / "hf")
     monkeypatch.setattr(hf, "MAX_JSON_BYTES", 100)
-    with pytest.raises(
-        FinetuneError, match=r"config.json: \d+ bytes, more than any config \(100\); not read"
-    ):
+    with pytest.raises(CommandError, match=r"config.json: \d+ bytes, more than any config \(100\); not read"):
         load_encoder(str(folder))
 
 
@@ -205,7 +204,7 @@ def test_a_sharded_index_naming_a_file_outside_the_folder_is_refused(tmp_path):
 def test_a_damaged_tokenizer_config_is_one_line(tmp_path):
     folder = hf_folder(tmp_path / "hf")
     (folder / "tokenizer_config.json").write_text("{oops")
-    with pytest.raises(FinetuneError, match=r"tokenizer_config.json: not valid JSON"):
+    with pytest.raises(CommandError, match=r"tokenizer_config.json: not valid JSON"):
         load_encoder(str(folder))
 
 

@@ -131,7 +131,6 @@ COMMANDS = {
     "pipelines text": ("pipelines.io:write_bytes", ".arrow", ["pipelines", "text", "--input", "{text}", "--output", "{out}", *FAST]),
     "pipelines corpus": (RUN, "", ["pipelines", "corpus", "--input", "{corpus}", "--output", "{out}", *FAST]),
     "pipelines examples": ("pipelines.io:write_bytes", ".arrow", ["pipelines", "examples", "--corpus", "{corpus}", "--vocab", "{vocab}", "--output", "{out}", "--num-shards", "1", "--num-buckets", "2", "--max-seq-length", "32", *FAST]),
-    "pipelines index": ("pipelines.index:add_index", "", ["pipelines", "index", "{out}"]),
     "pipelines show": ("pipelines.show:describe", "", ["pipelines", "show", "{corpus}"]),
     "wordpiece train": ("wordpiece.count:write_bytes", "word_counts", ["wordpiece", "train", "--corpus", "{corpus}", "--output", "{out}", "--vocab-size", "300", "--num-unused", "0", "--measure-split", "train", *FAST]),
     "wordpiece encode": ("wordpiece.tokenizer:WordPieceTokenizer.encode_batch", "", ["wordpiece", "encode", "--vocab", "{bert}/vocab.txt", "--uncased"]),

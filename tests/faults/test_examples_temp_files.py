@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pipelines.examples.write as write
 from pipelines.examples.spill import SpillRef
-from pipelines.io import STAGE_FILES
 from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.e2e.conftest import FAST_RUNNER, run_cli
 from tests.faults.test_pipeline_outputs import corpus, write_vocab
@@ -36,7 +35,7 @@ def test_overwrite_removes_a_killed_runs_temporary_files_and_a_finished_run_leav
     leftover = out / ".temp" / "part.spill"  # what a killed run leaves: its record, its temporary files
     leftover.parent.mkdir(parents=True)
     (out / RECORD_FILE).write_bytes(
-        OutputRecord("pipelines examples", "0123456789abcdef", STAGE_FILES).to_json()
+        OutputRecord("pipelines examples", "0123456789abcdef", [".temp/"], "t").to_json()
     )
     leftover.write_bytes(b"spilled")
     refused = _examples(corpus, vocab, out, expect=1)

@@ -20,10 +20,10 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune_main
-from finetune.common import TrainConfig, load_encoder
+from finetune.common import Classifier, FitConfig, load_encoder
 from finetune.conll import read_conll
 from finetune.heads import FeatureTagger
-from finetune.ner import TokenClassifier, label_set, tag_windows
+from finetune.ner import label_set, tag_windows
 from finetune.ner_features import tag_feature_based
 from finetune.ner_windows import sentence_features
 from pretrain.hf import export_hf
@@ -33,7 +33,7 @@ from tests.conftest import SHARED_DATA, require
 CONLL = SHARED_DATA / "ner" / "conll2003"
 VOCAB = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"
 SHORT = 16  # 14 sub-tokens a window: a third of the sentences below are longer
-CONFIG = TrainConfig(epochs=1, lr=1e-3, batch_size=16, seed=3, device="cpu", precision="fp32", progress=False)
+CONFIG = FitConfig(epochs=1, lr=1e-3, batch_size=16, seed=3, device="cpu", precision="fp32", progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def _sharpened(head: torch.nn.Linear) -> None:
 def test_every_word_of_a_long_sentence_is_tagged_as_one_long_window_tags_it(context_free, sentences):
     encoder = load_encoder(str(context_free))
     labels = label_set(sentences)
-    model = TokenClassifier(encoder.model, len(labels), seed=1).eval()
+    model = Classifier(encoder.model, len(labels), per="token", seed=1).eval()
     _sharpened(model.classifier)
     windows = sentence_features(sentences, encoder, labels, SHORT)
     whole = sentence_features(sentences, encoder, labels, _whole(sentences, encoder, labels))
@@ -160,6 +160,6 @@ def test_a_doc_stride_below_one_is_refused_before_anything_is_read(tmp_path):
     result = CliRunner().invoke(finetune_main, [*args, "--output", str(tmp_path / "o"), "--doc-stride", "0"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert [line for line in result.output.splitlines() if "rror" in line] == [
-        "Error: --doc-stride must be at least 1, got 0"
+        "error: --doc-stride must be at least 1, got 0"
     ]
     assert not (tmp_path / "o").exists()

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from finetune.common import FinetuneError, load_encoder
+from finetune.common import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.cli import main as pretrain
-from schemas.commands import InputError
+from schemas.commands import CommandError, InputError
 from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, tiny_model
 
@@ -41,14 +41,16 @@ def _checkpoint(run: Path, run_id: str, step: int = 2, stamped: bool = True) -> 
 
 def _record(run: Path, run_id: str) -> None:
     run.mkdir(parents=True, exist_ok=True)
-    (run / RECORD_FILE).write_bytes(OutputRecord("pretrain", run_id, ("checkpoints/*",)).to_json())
+    (run / RECORD_FILE).write_bytes(
+        OutputRecord("pretrain", run_id, [], "2026-01-01T00:00:00+00:00").to_json()
+    )
 
 
 def _refusals(run: Path, tmp_path: Path) -> list[str]:
     """What resume (the checkpoint ``resolve``), export and fine-tuning say about ``run``."""
     with pytest.raises(InputError) as resolved:
         ckpt.resolve(str(run))
-    with pytest.raises(FinetuneError) as loaded:
+    with pytest.raises(CommandError) as loaded:
         load_encoder(str(run))
     exported = CliRunner().invoke(
         pretrain, ["export", "--checkpoint", str(run), "--output", str(tmp_path / "hf")]
@@ -77,9 +79,12 @@ def test_stamped_checkpoints_resolve_and_record_one_run_everywhere(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "names",
-    [("trainer.json", "trainer.safetensors"), ("rng-rank00000.json", "rng-rank00000.safetensors"),
-     ("model.safetensors", "config.json")],
-)  # fmt: skip
+    [
+        ("trainer.json", "trainer.safetensors"),
+        ("rng-rank00000.json", "rng-rank00000.safetensors"),
+        ("model.safetensors", "config.json"),
+    ],
+)
 def test_a_checkpoint_mixing_two_runs_is_refused_naming_the_file(tmp_path: Path, names):
     run = tmp_path / "run"
     mine = _checkpoint(run, "aaaaaaaaaaaaaaaa")

@@ -20,18 +20,19 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from click.testing import CliRunner
 
 from pretrain import checkpoint as ckpt
-from schemas.claims import CLAIM_FILE, Claimant, process_start, remove_hint
-from schemas.outputs import RECORD_FILE, OutputError, OutputFolder
+from schemas.commands import OutputError
+from schemas.files import write_file
+from schemas.outputs import CLAIM_FILE, RECORD_FILE, OutputFolder, process_start, remove_hint
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys
-import fsspec
 from schemas.outputs import OutputFolder
 url, command = sys.argv[1], sys.argv[2]
-folder = OutputFolder.open(url, *fsspec.core.url_to_fs(url), command, ("*",))
+folder = OutputFolder.open(url, command)
 print(folder.run_id, flush=True)
 sys.stdin.read()  # hold the claim until the test closes stdin (or kills this process)
 folder.close()
@@ -39,7 +40,17 @@ folder.close()
 
 
 def _open(url: str, command: str = "pretrain", **kw) -> OutputFolder:
-    return OutputFolder.open(url, *fsspec.core.url_to_fs(url), command, ("*",), **kw)
+    return OutputFolder.open(url, command, **kw)
+
+
+def _claim(command: str, run_id: str, host: str, pid: int, start: int | None) -> bytes:
+    """A claim file's bytes, as another process would have written them."""
+    fields = {"command": command, "run_id": run_id, "host": host, "pid": pid, "process_start": start}
+    return json.dumps({**fields, "claimed": "2026-01-01T00:00:00+00:00"}).encode()
+
+
+def _named(command: str, run_id: str, host: str, pid: int) -> str:
+    return f"`{command}` (run {run_id}, pid {pid} on host {host}, since 2026-01-01T00:00:00+00:00)"
 
 
 def _env() -> dict[str, str]:
@@ -51,9 +62,13 @@ class Holder:
 
     def __init__(self, url: str, command: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, url, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=_env(), cwd=ROOT, text=True,
-        )  # fmt: skip
+            [sys.executable, "-c", HOLDER, url, command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_env(),
+            cwd=ROOT,
+            text=True,
+        )
         self.run_id = self.process.stdout.readline().strip()
         assert self.run_id, "the holder did not claim"
         self.pid = self.process.pid
@@ -75,9 +90,13 @@ def _busy_line(url: Path | str, holder: Holder, command: str, prefix: str) -> st
 
 def _command(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True, env=_env(), cwd=ROOT,
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 def _error_lines(done: subprocess.CompletedProcess) -> list[str]:
@@ -103,7 +122,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_the_claim_goes_at_the_e
     assert not (tmp_path / "out").exists()  # nothing was begun: the folder the claim made goes too
     with _open(out) as second:
         second.begin()
-        (tmp_path / "out" / "metrics.jsonl").write_text("{}")
+        write_file(f"{out}/metrics.jsonl", "{}")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [RECORD_FILE, "metrics.jsonl"]
 
 
@@ -112,19 +131,18 @@ def test_a_stale_claim_is_taken_over_with_a_warning(tmp_path: Path, caplog):
     gone.wait()
     out = tmp_path / "out"
     out.mkdir()
-    stale = Claimant(
-        "pretrain", "feedfacefeedface", socket.gethostname(), gone.pid, None, "2026-01-01T00:00:00+00:00"
+    (out / CLAIM_FILE).write_bytes(
+        _claim("pretrain", "feedfacefeedface", socket.gethostname(), gone.pid, None)
     )
-    (out / CLAIM_FILE).write_bytes(stale.to_json())
     with caplog.at_level(logging.WARNING, logger="schemas"), _open(str(out)) as folder:
         assert json.loads((out / CLAIM_FILE).read_text())["run_id"] == folder.run_id
-    assert caplog.messages == [
-        f"--output {out}: took over the claim of {stale.describe()}, which no longer runs"
-    ]
+    stale = _named("pretrain", "feedfacefeedface", socket.gethostname(), gone.pid)
+    assert caplog.messages == [f"--output {out}: took over the claim of {stale}, which no longer runs"]
     # a pid that runs again, but another process (started at another time) is stale too
-    reused = Claimant("pretrain", "0123456789abcdef", socket.gethostname(), os.getpid(),
-                      (process_start(os.getpid()) or 0) + 1, "2026-01-01T00:00:00+00:00")  # fmt: skip
-    (out / CLAIM_FILE).write_bytes(reused.to_json())
+    started = (process_start(os.getpid()) or 0) + 1
+    (out / CLAIM_FILE).write_bytes(
+        _claim("pretrain", "0123456789abcdef", socket.gethostname(), os.getpid(), started)
+    )
     _open(str(out)).close()
     assert not (out / CLAIM_FILE).exists()
 
@@ -132,10 +150,7 @@ def test_a_stale_claim_is_taken_over_with_a_warning(tmp_path: Path, caplog):
 def test_a_claim_that_cannot_be_checked_says_how_to_remove_it(tmp_path: Path):
     out = tmp_path / "out"
     out.mkdir()
-    other = Claimant(
-        "pipelines examples", "0123456789abcdef", "another-host", 4242, 1, "2026-01-01T00:00:00+00:00"
-    )
-    (out / CLAIM_FILE).write_bytes(other.to_json())
+    (out / CLAIM_FILE).write_bytes(_claim("pipelines examples", "0123456789abcdef", "another-host", 4242, 1))
     with pytest.raises(OutputError) as refused:
         _open(str(out))
     assert str(refused.value) == (
@@ -145,7 +160,7 @@ def test_a_claim_that_cannot_be_checked_says_how_to_remove_it(tmp_path: Path):
     )
     (out / CLAIM_FILE).write_text("{not json")
     with pytest.raises(
-        OutputError, match=rf"{out}/\.claim: not a claim this release can read .*remove it \(rm "
+        OutputError, match=rf"{out}/\.claim: not a claim this release can read; .*remove it \(rm "
     ):
         _open(str(out))
     assert (out / CLAIM_FILE).read_text() == "{not json"  # left for its owner
@@ -155,23 +170,59 @@ def test_a_claim_that_cannot_be_checked_says_how_to_remove_it(tmp_path: Path):
 
 def test_release_never_removes_another_writers_claim(tmp_path: Path):
     folder = _open(str(tmp_path / "out"))
-    other = Claimant("pretrain", "0123456789abcdef", "another-host", 1, None, "2026-01-01T00:00:00+00:00")
-    (tmp_path / "out" / CLAIM_FILE).write_bytes(other.to_json())  # e.g. removed by hand and retaken
+    other = _claim("pretrain", "0123456789abcdef", "another-host", 1, None)
+    (tmp_path / "out" / CLAIM_FILE).write_bytes(other)  # e.g. removed by hand and retaken
     folder.close()
     assert json.loads((tmp_path / "out" / CLAIM_FILE).read_text())["host"] == "another-host"
 
 
-def test_pipelines_index_changes_an_output_only_under_its_claim(tmp_path: Path):
-    from tests.e2e.conftest import run_cli
+def test_one_chain_per_workdir_and_the_second_is_told_of_the_first(tmp_path: Path):
+    """The sweep's case: two `chain` runs in one --workdir mixed (one died telling the user to
+    --resume a run with no checkpoint). The chain claims its workdir as a folder it adds to."""
+    work = str(tmp_path / "work")
+    with _open(work, "chain", continuing=True, option="--workdir") as first:
+        first.begin()
+        write_file(f"{work}/chain.json", "{}")
+        with pytest.raises(OutputError) as refused:
+            _open(work, "chain", continuing=True, option="--workdir")
+        assert str(refused.value).startswith(
+            f"--workdir {work}: being written by `chain` (run {first.run_id}, pid {os.getpid()} on host "
+        )
+    with _open(work, "chain", continuing=True, option="--workdir") as rerun:  # continues the chain's record
+        rerun.begin()
+        assert rerun.run_id == first.run_id
+    assert json.loads((tmp_path / "work" / RECORD_FILE).read_text())["files"] == ["chain.json"]
 
-    out = tmp_path / "shards"
-    with _open(str(out), "pipelines examples") as holder:
-        result = run_cli("index", str(out), expect=1)
-    assert result.output.strip() == (
-        f"error: {out}: being written by `pipelines examples` (run {holder.run_id}, pid {os.getpid()} on host "
-        f"{socket.gethostname()}, since {holder.held.claimant.claimed}); wait for it to end, or choose another "
-        "folder"
+
+def test_a_feature_cache_has_one_writer(tmp_path: Path):
+    from finetune.cli import main as finetune
+
+    cache = tmp_path / "cache"
+    with _open(
+        str(cache), "finetune ner --feature-cache", continuing=True, option="--feature-cache"
+    ) as holder:
+        result = CliRunner().invoke(
+            finetune,
+            [
+                "ner",
+                "--data-dir",
+                str(tmp_path / "conll"),
+                "--checkpoint",
+                str(tmp_path / "c"),
+                "--output",
+                str(tmp_path / "out"),
+                "--features",
+                "last",
+                "--feature-cache",
+                str(cache),
+            ],
+        )
+    assert result.exit_code == 1, result.output
+    assert (
+        f"--feature-cache {cache}: being written by `finetune ner --feature-cache` (run {holder.run_id}"
+        in (result.output)
     )
+    assert not (tmp_path / "out").exists()  # the output claimed first is released and gone again
 
 
 # -- buckets: a conditional create ---------------------------------------------------------------------
@@ -190,8 +241,7 @@ def test_s3_claims_are_conditional_creates(s3_server):
         ):
             _open(out)
     assert not fs.exists("bert-bucket/runs/a/.claim")
-    other = Claimant("pretrain", "0123456789abcdef", "another-host", 1, None, "2026-01-01T00:00:00+00:00")
-    fs.pipe_file("bert-bucket/runs/a/.claim", other.to_json())
+    fs.pipe_file("bert-bucket/runs/a/.claim", _claim("pretrain", "0123456789abcdef", "another-host", 1, None))
     with pytest.raises(OutputError, match=r"remove the claim \(aws s3 rm s3://bert-bucket/runs/a/\.claim\)"):
         _open(out)
 
@@ -217,8 +267,25 @@ def test_two_pretrain_processes_never_write_one_run(shards, tmp_path: Path, capl
     from pretrain.cli import main as pretrain
 
     out = tmp_path / "run"
-    args = ["--shards", shards, "--output", out, "--config", "tiny", "--global-batch-size", "8", "--max-steps",
-            "2", "--save-steps", "2", "--precision", "fp32", "--num-workers", "0", "--quiet"]  # fmt: skip
+    args = [
+        "--shards",
+        shards,
+        "--output",
+        out,
+        "--config",
+        "tiny",
+        "--global-batch-size",
+        "8",
+        "--max-steps",
+        "2",
+        "--save-steps",
+        "2",
+        "--precision",
+        "fp32",
+        "--num-workers",
+        "0",
+        "--quiet",
+    ]
     holder = Holder(str(out), "pretrain")
     try:
         done = _command("pretrain", *args)
@@ -245,8 +312,25 @@ def test_two_pretrain_processes_never_write_one_run(shards, tmp_path: Path, capl
 @pytest.mark.slow
 def test_two_example_writers_never_mix_shards(corpus_output, vocab, tmp_path: Path):
     out = tmp_path / "shards"
-    args = ["examples", "--corpus", corpus_output, "--vocab", vocab, "--output", out, "--max-seq-length", "64",
-            "--dupe-factor", "1", "--num-shards", "2", "--num-buckets", "4", "--runner", "FnApiRunner"]  # fmt: skip
+    args = [
+        "examples",
+        "--corpus",
+        corpus_output,
+        "--vocab",
+        vocab,
+        "--output",
+        out,
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "2",
+        "--num-buckets",
+        "4",
+        "--runner",
+        "FnApiRunner",
+    ]
     holder = Holder(str(out), "pipelines examples")
     try:
         done = _command("pipelines", *args)

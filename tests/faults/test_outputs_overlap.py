@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from schemas.paths import CONTAINS, INSIDE, SAME, OverlapError, check_apart, location, relation
+from schemas.commands import UsageError
+from schemas.paths import CONTAINS, INSIDE, SAME, check_apart, location, relation
 from tests.clis import CLIS
 
 TAIL = "an output is never written over an input, even with --overwrite; choose another"
@@ -66,7 +67,7 @@ def test_locations_follow_symlinks_and_normalise_urls(tmp_path: Path, monkeypatc
     assert location("~") == os.path.expanduser("~")
     assert location("gcs://b//x/./y/") == "gs://b/x/y" == location("GS://b/x/y")
     assert location("s3a://b/x/../y") == "s3://b/y"
-    with pytest.raises(OverlapError, match=r"--output link is the same place as --data-dir real \(both are "):
+    with pytest.raises(UsageError, match=r"--output link is the same place as --data-dir real \(both are "):
         check_apart({"--output": "link"}, {"--data-dir": "real"})
     check_apart({"--output": "out", "--cache": None}, {"--data-dir": ["real", ""], "--vocab": None})
 
@@ -76,15 +77,15 @@ def test_finetune_glue_never_writes_over_its_data_dir(tmp_path: Path):
     before = _files(data)
     common = ("glue", "--task", "mrpc", "--data-dir", data, "--checkpoint", tmp_path / "none", "--overwrite")
     line = _refused("finetune", *common, "--output", data)
-    assert line == f"Error: --output {data} is the same place as --data-dir {data}: {TAIL} --output"
+    assert line == f"error: --output {data} is the same place as --data-dir {data}: {TAIL} --output"
     (tmp_path / "link").symlink_to(data)
     line = _refused("finetune", *common, "--output", tmp_path / "link")
     assert f"--output {tmp_path / 'link'} is the same place as --data-dir {data} (both are {data})" in line
     assert _refused("finetune", *common, "--output", data / "out").startswith(
-        f"Error: --output {data / 'out'} lies inside"
+        f"error: --output {data / 'out'} lies inside"
     )
     assert _refused("finetune", *common, "--output", tmp_path).startswith(
-        f"Error: --output {tmp_path} holds --data-dir"
+        f"error: --output {tmp_path} holds --data-dir"
     )
     assert _files(data) == before and not (data / "out").exists()
 
@@ -95,31 +96,67 @@ def test_finetune_predict_only_never_deletes_the_model_it_reads(tmp_path: Path):
     data = _data(tmp_path / "MRPC", "dev.tsv")
     before = _files(out)
     line = _refused(
-        "finetune", "glue", "--task", "mrpc", "--data-dir", data, "--checkpoint", model, "--output", out,
-        "--predict-only", "--overwrite",
-    )  # fmt: skip
-    assert line == f"Error: --output {out} holds --checkpoint {model}: {TAIL} --output"
+        "finetune",
+        "glue",
+        "--task",
+        "mrpc",
+        "--data-dir",
+        data,
+        "--checkpoint",
+        model,
+        "--output",
+        out,
+        "--predict-only",
+        "--overwrite",
+    )
+    assert line == f"error: --output {out} holds --checkpoint {model}: {TAIL} --output"
     assert _files(out) == before
 
 
 def test_every_finetune_command_checks_its_inputs(tmp_path: Path):
     squad = _data(tmp_path / "squad", "train.json", "dev.json")
     line = _refused(
-        "finetune", "squad", "--version", "1.1", "--train-file", squad / "train.json", "--predict-file",
-        squad / "dev.json", "--checkpoint", tmp_path / "none", "--output", squad,
-    )  # fmt: skip
+        "finetune",
+        "squad",
+        "--version",
+        "1.1",
+        "--train-file",
+        squad / "train.json",
+        "--predict-file",
+        squad / "dev.json",
+        "--checkpoint",
+        tmp_path / "none",
+        "--output",
+        squad,
+    )
     assert "--output" in line and "holds --train-file" in line
     swag = _data(tmp_path / "swag", "train.csv")
     line = _refused(
-        "finetune", "swag", "--train-file", swag / "train.csv", "--checkpoint", tmp_path / "c",
-        "--output", swag / "train.csv",
-    )  # fmt: skip
+        "finetune",
+        "swag",
+        "--train-file",
+        swag / "train.csv",
+        "--checkpoint",
+        tmp_path / "c",
+        "--output",
+        swag / "train.csv",
+    )
     assert "is the same place as --train-file" in line
     cache = tmp_path / "cache"
     line = _refused(
-        "finetune", "ner", "--data-dir", tmp_path / "conll", "--checkpoint", tmp_path / "c", "--output", cache,
-        "--features", "last", "--feature-cache", cache,
-    )  # fmt: skip
+        "finetune",
+        "ner",
+        "--data-dir",
+        tmp_path / "conll",
+        "--checkpoint",
+        tmp_path / "c",
+        "--output",
+        cache,
+        "--features",
+        "last",
+        "--feature-cache",
+        cache,
+    )
     assert "is the same place as --feature-cache" in line
     text = _data(tmp_path / "text", "lines.txt")
     line = _refused(
@@ -137,20 +174,58 @@ def test_every_finetune_command_checks_its_inputs(tmp_path: Path):
     assert "holds RUNS" in _refused("finetune", "report", run, "--output", tmp_path)
 
 
+def test_the_feature_cache_is_never_written_into_an_input(tmp_path: Path):
+    conll = _data(tmp_path / "conll", "train.txt", "valid.txt")
+    before = _files(conll)
+    line = _refused(
+        "finetune",
+        "ner",
+        "--data-dir",
+        conll,
+        "--checkpoint",
+        tmp_path / "c",
+        "--output",
+        tmp_path / "out",
+        "--features",
+        "last",
+        "--feature-cache",
+        conll / "cache",
+    )
+    assert line == (
+        f"error: --feature-cache {conll / 'cache'} lies inside --data-dir {conll}: {TAIL} --feature-cache"
+    )
+    assert _files(conll) == before and not (conll / "cache").exists() and not (tmp_path / "out").exists()
+
+
 def test_pipelines_never_write_over_their_input(tmp_path: Path):
     corpus = _data(tmp_path / "corpus", "manifest.json", "COMPLETED", "vocab.txt")
     before = _files(corpus)
     line = _refused("pipelines", "corpus", "--input", corpus, "--output", corpus, "--overwrite")
     assert line == f"error: --output {corpus} is the same place as --input {corpus}: {TAIL} --output"
     line = _refused(
-        "pipelines", "examples", "--corpus", corpus, "--vocab", corpus / "vocab.txt", "--output", corpus,
+        "pipelines",
+        "examples",
+        "--corpus",
+        corpus,
+        "--vocab",
+        corpus / "vocab.txt",
+        "--output",
+        corpus,
         "--overwrite",
-    )  # fmt: skip
+    )
     assert line.startswith(f"error: --output {corpus} is the same place as --corpus {corpus}")
     line = _refused(
-        "pipelines", "examples", "--corpus", corpus, "--vocab", corpus / "vocab.txt", "--output",
-        tmp_path / "shards", "--temp-location", corpus / "tmp",
-    )  # fmt: skip
+        "pipelines",
+        "examples",
+        "--corpus",
+        corpus,
+        "--vocab",
+        corpus / "vocab.txt",
+        "--output",
+        tmp_path / "shards",
+        "--temp-location",
+        corpus / "tmp",
+    )
     assert line.startswith(f"error: --temp-location {corpus / 'tmp'} lies inside --corpus {corpus}")
     books = _data(tmp_path / "books", "a.txt", "b.txt")
     line = _refused("pipelines", "books", "--input", f"{books}/*.txt", "--output", books, "--overwrite")
@@ -198,8 +273,9 @@ def test_the_chain_never_writes_a_stage_over_an_input(tmp_path: Path):
     assert line.startswith(f"error: --workdir {books / 'w'} lies inside --books {books}")
     from chain.ablate_cli import main as ablate
 
-    result = CliRunner().invoke(ablate, ["--workdir", str(books), "--wiki-dump", str(dump), "--books", str(books),
-                                         "--dry-run"])  # fmt: skip
+    result = CliRunner().invoke(
+        ablate, ["--workdir", str(books), "--wiki-dump", str(dump), "--books", str(books), "--dry-run"]
+    )
     assert (
         result.exit_code == 2 and f"--workdir {books} is the same place as --books {books}" in result.output
     )

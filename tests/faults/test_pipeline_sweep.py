@@ -47,8 +47,6 @@ CASES = [
     ("evaluate squad: predictions not JSON", "finetune evaluate squad --version 1.1 --data-file {root}/dev.json --predictions {root}/not-json.json", "not-json.json"),
     ("evaluate squad: no questions", "finetune evaluate squad --version 2.0 --data-file {root}/dev.json --predictions {root}/preds.json", "dev.json"),
     ("text: glob matches nothing", "pipelines text --input {root}/none-*.txt --output {root}/o", "none-*"),
-    ("index: folder without a manifest", "pipelines index {root}/incomplete", "manifest.json"),
-    ("index: missing folder", "pipelines index {root}/nowhere", "nowhere"),
     ("features: missing checkpoint", "finetune features --checkpoint {root}/nowhere --input {root}/vocab.txt --output {root}/f", "nowhere"),
     ("features: missing input", "finetune features --checkpoint {root}/nowhere --input {root}/missing.txt --output {root}/f", "missing.txt"),
     ("report: run folder without metrics.json", "finetune report {root}/nowhere --output {root}/r", "nowhere"),

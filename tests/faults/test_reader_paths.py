@@ -1,21 +1,17 @@
 """Shard paths that leave the output folder — ``..``, absolute, a symbolic link to a file outside —
-with every hash matched: the reader and ``pipelines index`` read nothing outside the folder and
-say so in one line (``pretrain`` and ``pipelines index``: exit 1); ``pipelines index`` on a
-missing folder is exit 1 too (an input missing, README)."""
+with every hash matched: the reader reads nothing outside the folder and says so in one line
+(``pretrain``: exit 1)."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from pretrain.data import ExampleShards
 from schemas.commands import InputError
-from tests.clis import CLIS
-from tests.faults.reader_folders import copy_output, load, pretrain, rewrite, run
+from tests.faults.reader_folders import copy_output, pretrain, rewrite
 
 SHARD = "examples/part-00000-of-00002.arrow"
 
@@ -96,54 +92,3 @@ def test_symlinks_inside_the_folder_and_to_the_folder_are_followed(shards, tmp_p
             sum(len(b["input_ids"]) for b in reader)
             == reader.world_size * reader.streams * reader.stream_rows
         )
-
-
-def _unindexed(folder: Path) -> None:
-    """As `pipelines examples` wrote outputs before the index: no index.json, no reference."""
-    (folder / "index.json").unlink()
-    rewrite(folder, manifest=lambda data: data.pop("index"))
-
-
-@pytest.mark.parametrize("name", ["dot-dot", "absolute"])
-def test_pipelines_index_reads_nothing_out_of_the_folder(shards, tmp_path, name):
-    folder = copy_output(shards, tmp_path / "out")
-    outside, new_path = _cases(tmp_path)[name]
-    _moved_out(folder, outside, new_path)
-    _unindexed(folder)
-    code, line = run("pipelines", "index", str(folder))
-    assert code == 1 and line == (
-        f"error: {folder}/manifest.json: shard {new_path!r}: the path {new_path!r} is not a relative path "
-        "inside the folder"
-    )
-    assert not (folder / "index.json").exists()
-
-
-def test_pipelines_index_refuses_a_symlink_out_of_the_folder(shards, tmp_path):
-    folder = _symlinked(shards, tmp_path)
-    _unindexed(folder)
-    before = hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
-    code, line = run("pipelines", "index", str(folder))
-    assert code == 1 and line == (
-        f"error: {folder}/{SHARD}: a symbolic link to a file outside {folder}; an output's shards are read only "
-        "from inside it: copy the file into the folder"
-    )
-    assert hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest() == before
-    assert not (folder / "index.json").exists()
-
-
-def test_pipelines_index_on_a_missing_folder_is_exit_1(tmp_path):
-    code, line = run("pipelines", "index", str(tmp_path / "nowhere"))
-    assert code == 1 and line == (
-        f"error: {tmp_path}/nowhere: no manifest.json; give the output folder of `pipelines examples`"
-    )
-
-
-def test_pipelines_index_reindexes_a_clean_output(shards, tmp_path):
-    """The counterpart: the same output with its shards inside is indexed and reads."""
-    folder = copy_output(shards, tmp_path / "out")
-    expected = load(folder, "index.json")
-    _unindexed(folder)
-    result = CliRunner().invoke(CLIS["pipelines"], ["index", str(folder)])
-    assert result.exit_code == 0 and "2 shards, 8 record batches" in result.output, result.output
-    assert load(folder, "index.json") == expected
-    assert len(list(ExampleShards(str(folder), batch_size=64))) > 0

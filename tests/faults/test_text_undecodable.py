@@ -1,8 +1,7 @@
-"""`pipelines text` (and `pipelines books`) on input that cannot be decoded: the run used to end
-with exit 0 and `COMPLETED`, the file quietly a reject, although `--allow-file-errors` says such a
-run fails without it. Now: exit 1, one line naming the file, the byte and the line, no
-`COMPLETED`, `stats.json` kept; with the flag the documents before the bad byte are kept and the
-rest is counted (`bytes_not_read`, `lines_not_read`), the counts reconciling.
+"""`pipelines text` (and `pipelines books`) on input that cannot be decoded: exit 1, one line
+naming the file, the byte and the line, no `COMPLETED`, `stats.json` kept; with
+`--allow-file-errors` the documents before the bad byte are kept and the rest is counted
+(`bytes_not_read`, `lines_not_read`), the counts reconciling.
 
 The text files are real: a Project Gutenberg book cut into create_pretraining_data.py's format.
 """
@@ -88,9 +87,8 @@ def test_an_undecodable_byte_fails_the_run_naming_file_byte_and_line(tmp_path):
 
 
 def test_utf16_text_is_not_quietly_dropped(tmp_path):
-    """UTF-16 (with a BOM: invalid UTF-8 at byte 0; without: NUL bytes) used to be a reject and
-    a COMPLETED output without it. Now both fail the run; the line names the first file and
-    counts the others."""
+    """UTF-16 (with a BOM: invalid UTF-8 at byte 0; without: NUL bytes) fails the run; the line
+    names the first file and counts the others."""
     text = _as_file(_documents(2)).decode("utf-8")
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -115,14 +113,14 @@ def test_utf16_text_is_not_quietly_dropped(tmp_path):
 
 
 def test_an_unreadable_file_is_a_file_error_not_a_reject(tmp_path, monkeypatch):
-    """A read that fails (a bucket outage, a permission) used to make the file a reject of a
-    COMPLETED output; now it is a file error, in `text` and in `books`."""
+    """A read that fails (a bucket outage, a permission) is a file error, in `text` and in `books`."""
     from pipelines import io
 
     def fail(path: str) -> bytes:
         raise OSError(f"connection reset reading {path}")
 
     monkeypatch.setattr(io, "read_bytes", fail)
+    monkeypatch.setattr(io, "open_binary", fail)
     (error,) = read_text_file("gs://b/in/a.txt", 0)
     assert error.kind == FILE_ERROR and error.reason == "unreadable" and error.counts["records_in"] == 0
     book = read_book_outcome("gs://b/books/a.txt", 0)
@@ -132,7 +130,7 @@ def test_an_unreadable_file_is_a_file_error_not_a_reject(tmp_path, monkeypatch):
 
 def test_an_undecodable_book_fails_the_books_run_too(tmp_path):
     """`pipelines books`: a book with a UTF-16 BOM and more undecodable bytes than the tolerated
-    share was a reject of a COMPLETED output; now a file error (binary files stay rejects)."""
+    share is a file error (binary files stay rejects)."""
     books = write_books(tmp_path / "books", count=2)
     utf16 = (books / "book0.txt").read_text().encode("utf-16")
     broken = books / "broken.txt"

@@ -4,7 +4,6 @@ missing, casing against the vocabulary, vocab.txt against the embedding rows. No
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -12,11 +11,12 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from finetune.common import Encoder, FinetuneError, TrainConfig, check_casing, load_encoder
+from finetune.common import Encoder, FitConfig, check_casing, load_encoder
 from pretrain import metrics
 from pretrain.config import PretrainConfig
-from pretrain.outputs import PRETRAIN_FILES, OutputError, open_output, run_scratch
-from schemas.outputs import RECORD_FILE
+from pretrain.outputs import run_scratch
+from schemas.commands import CommandError, OutputError
+from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, hf_folder
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -26,20 +26,20 @@ def _tree(root: Path) -> list[str]:
 
 
 def _open(url: str, **kw):
-    return open_output(url, "pretrain", PRETRAIN_FILES, **kw)
+    return OutputFolder.open(url, "pretrain", **kw)
 
 
 def _record(run: Path, files: list[str]) -> None:
     """The record an earlier `pretrain` run left, listing ``files``."""
-    folder = _open(str(run), continuing=True)
-    folder.begin()
-    folder.close()
-    assert json.loads((run / RECORD_FILE).read_text())["files"] == sorted(files)
+    record = OutputRecord(
+        "pretrain", "0123456789abcdef", files, "2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+00:00"
+    )
+    (run / RECORD_FILE).write_bytes(record.to_json())
 
 
 def test_a_missing_or_empty_output_is_claimed_and_left_as_it_was(tmp_path: Path):
     with _open(str(tmp_path / "a" / "b")) as folder:
-        assert folder.stale == () and (tmp_path / "a" / "b" / ".claim").exists()
+        assert folder.stale == [] and (tmp_path / "a" / "b" / ".claim").exists()
     assert not (tmp_path / "a").exists()  # the folders the claim made are gone again
     (tmp_path / "empty").mkdir()
     _open(str(tmp_path / "empty")).close()
@@ -99,8 +99,9 @@ def test_bucket_outputs_are_checked_the_same_way():
     fs.pipe_file("/sweep-bucket/run/metrics.jsonl", b"{}\n")
     with pytest.raises(OutputError, match=r"holds 1 file\(s\) that no `pretrain` run recorded"):
         _open("memory://sweep-bucket/run", overwrite=True)
-    with _open("memory://sweep-bucket/run", continuing=True) as folder:
-        folder.begin()
+    fs.pipe_file(
+        "/sweep-bucket/run/.output.json", OutputRecord("pretrain", "r", ["metrics.jsonl"], "t").to_json()
+    )
     with _open("memory://sweep-bucket/run", overwrite=True) as folder:
         folder.begin()
     assert not fs.exists("/sweep-bucket/run/metrics.jsonl")
@@ -128,8 +129,8 @@ def test_flag_ranges_are_all_listed_at_once():
         "--streams",
     ):
         assert sum(p.startswith(flag) for p in problems) == 1, (flag, problems)
-    with pytest.raises(FinetuneError, match=r"--lr must be positive and finite, got inf; --weight-decay"):
-        TrainConfig(lr=float("inf"), weight_decay=-0.1)
+    with pytest.raises(CommandError, match=r"--lr must be positive and finite, got inf; --weight-decay"):
+        FitConfig(lr=float("inf"), weight_decay=-0.1).checked()
 
 
 def test_without_tensorboard_a_run_warns_once_and_keeps_its_metrics(tmp_path: Path, monkeypatch, caplog):
@@ -160,7 +161,7 @@ def test_casing_that_does_not_fit_the_vocabulary_is_warned_with_the_figures(capl
 def test_vocab_txt_against_the_embedding_rows(tmp_path: Path):
     folder = hf_folder(tmp_path / "hf", vocab=VOCAB[:-2])
     with pytest.raises(
-        FinetuneError, match=r"vocab.txt has 18 tokens but the word embeddings in .* have 20 rows"
+        CommandError, match=r"vocab.txt has 18 tokens but the word embeddings in .* have 20 rows"
     ):
         load_encoder(str(folder))
 

@@ -63,7 +63,7 @@ def world(shards, tmp_path_factory) -> Path:
 def _record(folder: Path, command: str) -> None:
     """Make ``folder`` an earlier, finished run of ``command``: its record lists every file in it."""
     files = tuple(sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()))
-    (folder / RECORD_FILE).write_bytes(OutputRecord(command, "0123456789abcdef", ("*",), files).to_json())
+    (folder / RECORD_FILE).write_bytes(OutputRecord(command, "0123456789abcdef", files, "t", "t").to_json())
 
 
 def _swapped_vocab_folder(folder: Path, shards: Path) -> None:

@@ -7,13 +7,21 @@ import json
 import pytest
 
 from benchmarks import run_all
-from benchmarks.gpu_check import main, run_record, steady_figures
+from benchmarks.gpu_check import NOT_MEASURED, main, run_record, steady_figures
 
 
 def _record(step: int, tokens: int, seconds: float, **extra) -> dict:
-    return {"step": step, "split": "train", "tokens": tokens, "tokens_per_s": tokens / seconds,
-            "samples_per_s": 10 / seconds, "data_wait_share": 0.1, "loss": 9.0 - step / 10, "skipped_steps": 0,
-            **extra}  # fmt: skip
+    return {
+        "step": step,
+        "split": "train",
+        "tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+        "samples_per_s": 10 / seconds,
+        "data_wait_share": 0.1,
+        "loss": 9.0 - step / 10,
+        "skipped_steps": 0,
+        **extra,
+    }
 
 
 def test_steady_state_leaves_out_the_startup_window_and_weighs_windows_by_time():
@@ -43,7 +51,7 @@ def test_a_failed_run_keeps_its_exit_status_and_log_tail(tmp_path):
     assert run_record("x", tmp_path, 124, 150.0, log, [])["status"] == "timed out"
 
 
-def test_collected_figures_render_into_the_summary_with_the_gpu_named(tmp_path, monkeypatch):
+def test_collected_figures_render_into_the_summary_with_the_gpu_named(tmp_path):
     out = tmp_path / "out"
     run = tmp_path / "run"
     run.mkdir()
@@ -61,10 +69,13 @@ def test_collected_figures_render_into_the_summary_with_the_gpu_named(tmp_path, 
         == 0
     )
     assert main(["skipped", str(out), "seq512-packed-bf16-eager", "not run: the time budget was spent"]) == 0
-    step = {"runs": [{"config": "base", "batch_size": 256, "variants": {
-        "ours": {"tokens_per_s": 400_000.0}, "ours_compiled": {"tokens_per_s": 700_000.0},
-        "transformers_collator": {"tokens_per_s": 300_000.0}},
-        "speedup_vs_transformers_collator": 4 / 3, "compiled_speedup_vs_transformers_collator": 7 / 3}]}  # fmt: skip
+    variants = {
+        "ours": {"tokens_per_s": 400_000.0},
+        "ours_compiled": {"tokens_per_s": 700_000.0},
+        "transformers_collator": {"tokens_per_s": 300_000.0},
+    }
+    ratios = {"speedup_vs_transformers_collator": 4 / 3, "compiled_speedup_vs_transformers_collator": 7 / 3}
+    step = {"runs": [{"config": "base", "batch_size": 256, "variants": variants, **ratios}]}
     (tmp_path / "step.json").write_text(json.dumps(step))
     assert (
         main(["step", str(out), "train_step_pairing", "0", "60", str(log), str(tmp_path / "step.json")]) == 0
@@ -78,12 +89,14 @@ def test_collected_figures_render_into_the_summary_with_the_gpu_named(tmp_path, 
     ]
     assert collected["runs"][0]["tokens_per_s"] == 2000.0 and collected["runs"][0]["mfu"] == 0.3
 
-    monkeypatch.setattr(run_all, "GPU_RESULTS", tmp_path / "absent.json")
-    assert run_all.GPU_NOT_MEASURED in run_all.render_summary()
-    monkeypatch.setattr(run_all, "GPU_RESULTS", out / "gpu_check.json")
-    summary = run_all.render_summary()
-    assert run_all.GPU_NOT_MEASURED not in summary
+    assert NOT_MEASURED in run_all.render_summary(tmp_path / "no-results")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "gpu_check.json").write_text((out / "gpu_check.json").read_text())
+    summary = run_all.render_summary(results)
+    assert NOT_MEASURED not in summary
     rows = [line for line in summary.splitlines() if line.startswith("| gpu_check |")]
     assert len(rows) == 4 and all("NVIDIA H200" in row for row in rows)
     assert "2,000 tokens/s, MFU 0.300" in rows[0] and "not run: the time budget was spent" in rows[1]
     assert "**2.33x**" in rows[3] and "700,000 tokens/s" in rows[3]
+    assert "* gpu_check: `bash benchmarks/gpu_check.sh` on " in summary

@@ -9,14 +9,22 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch, tokenize_documents
+from pipelines.examples.batches import (
+    RequestDrawer,
+    bucket_of,
+    fulfil_bucket,
+    plan_batch,
+    random_next_warning,
+    tokenize_documents,
+)
 from pipelines.examples.dofns import document_batches
 from pipelines.examples.finish import PAIR_COLUMN, ExampleVocab, examples_table
-from pipelines.examples.pairs import PairConfig, tokenized_document
+from pipelines.examples.pairs import PairConfig
 from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.examples.write import STREAM_SHARD, pair_shards, shard_pieces, shard_table
 from schemas.examples import examples_format
 from tests.conftest import SHARED_DATA, require
+from tests.unit.test_examples_pairs import tokenized_document
 from wordpiece.chunk_cache import ChunkCache
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -107,7 +115,8 @@ def test_random_b_is_whole_sentences_of_another_document():
             # Not truncated at the front: B starts at a sentence boundary of its document.
             if len(row["input_ids"]) < unmasked.pairs.max_seq_length:
                 start = next(i for i in range(len(tokens)) if tokens[i : i + len(b)] == b)
-                assert start in documents[source].offsets.tolist()
+                offsets = documents[source].offsets.tolist()
+                assert start in offsets and start + len(b) in offsets  # whole sentences
 
 
 def test_draws_are_uniform_over_the_other_documents():
@@ -210,3 +219,20 @@ def test_document_batches_cut_between_whole_documents(monkeypatch):
     # a+b reach 3 sentences; c alone passes it; d+e are what is left.
     assert [b.column("doc_id").to_pylist() for b in batches] == [["a", "b"], ["c"], ["d", "e"]]
     assert list(document_batches(table.slice(0, 0))) == []
+
+
+def test_random_next_sentences_from_copies_of_the_same_text_are_counted_and_warned_of():
+    """50 copies of one document (one doc_id: it hashes the text): every random B is a copy of A's
+    own text, so the NSP labels mean nothing; stats.json says so and the run warns."""
+    copies = [tokenized_document("same", [[5, 6, 7], [8, 9]])] * 50
+    requests = {}
+    for bucket, batch in plan_batch(copies, CONFIG, RequestDrawer({bucket_of("same", 4): 50}), VOCAB)[2]:
+        requests.setdefault(bucket, []).append(batch)
+    (batches,) = requests.values()
+    tallies = [tally for _, tally in fulfil_bucket(copies, batches, CONFIG, VOCAB)]
+    random_next = sum(t["random_next"] for t in tallies)
+    assert random_next > 0 and sum(t["random_next_same_text"] for t in tallies) == random_next
+    warning = random_next_warning({"random_next_same_text_share": 1.0})
+    assert warning.startswith("random-next share 0.00: 100% of the random next sentences come from copies")
+    assert random_next_warning({"random_next_same_text_share": 0.0}) is None
+    assert random_next_warning({"random_next_same_text_share": None}) is None

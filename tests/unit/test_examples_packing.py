@@ -7,9 +7,11 @@ import random
 import numpy as np
 import pytest
 
+from pipelines.examples.finish import examples_table
 from pipelines.examples.packing import pack_documents, pack_group
-from pipelines.examples.pairs import tokenized_document
 from pipelines.examples.pipeline import ExamplesConfig, ExampleVocab
+from schemas.examples import examples_format
+from tests.unit.test_examples_pairs import tokenized_document
 from wordpiece.masking import MaskingConfig
 
 SEP = 3
@@ -111,11 +113,19 @@ def test_a_too_short_length_is_refused():
 
 
 def _packed(group, documents, vocab, seed=7):
-    """``pack_group`` as ``pipelines examples --format packed --max-seq-length 64`` calls it."""
-    return pack_group(
-        group, documents, seed=seed, dupe_factor=3, max_seq_length=64,
-        masking=MaskingConfig(max_predictions_per_seq=10), vocab=vocab,
-    )  # fmt: skip
+    """``pack_group`` as ``pipelines examples --format packed --max-seq-length 64`` calls it, with
+    each batch's examples as rows."""
+    packed = pack_group(
+        group,
+        documents,
+        seed=seed,
+        dupe_factor=3,
+        max_seq_length=64,
+        masking=MaskingConfig(max_predictions_per_seq=10),
+        vocab=vocab,
+    )
+    for columns, tally in packed:
+        yield examples_table(columns, examples_format(len(TOKENS))).to_pylist(), tally
 
 
 def test_rows_are_masked_by_the_rule_and_restore_to_the_input():
@@ -153,19 +163,11 @@ def test_packing_does_not_depend_on_the_order_documents_arrive_in():
     shuffled = list(documents)
     random.Random(1).shuffle(shuffled)
 
-    def rows(docs):
-        return [
-            (r["doc_id"], r["dupe_index"], r["_pair"], np.asarray(r["input_ids"]).tolist(),
-             np.asarray(r["masked_lm_positions"]).tolist())
-            for batch, _ in _packed(5, docs, vocab) for r in batch
-        ]  # fmt: skip
+    def rows(docs, seed=7):
+        return [row for batch, _ in _packed(5, docs, vocab, seed) for row in batch]
 
     assert rows(documents) == rows(shuffled)
-    assert rows(documents) != [
-        (r["doc_id"], r["dupe_index"], r["_pair"], np.asarray(r["input_ids"]).tolist(),
-         np.asarray(r["masked_lm_positions"]).tolist())
-        for batch, _ in _packed(5, documents, vocab, seed=8) for r in batch
-    ]  # fmt: skip
+    assert rows(documents) != rows(documents, seed=8)
 
 
 def test_an_unknown_format_is_refused():

@@ -2,20 +2,50 @@
 
 from __future__ import annotations
 
+import itertools
 import random
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 from pipelines.examples.pairs import (
     PairConfig,
-    hashed_uniforms,
-    plan_pairs,
+    TokenizedDocument,
+    plan_cuts,
     seeded_generator,
-    take_random_b,
-    tokenized_document,
     truncate_pairs,
 )
+from wordpiece.masking import hashed_uniforms
+
+
+def tokenized_document(doc_id: str, sentences: list[list[int]]) -> TokenizedDocument:
+    """A :class:`TokenizedDocument` from sentences of ids (empty sentences are left out)."""
+    lengths = [len(s) for s in sentences if s]
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int32, count=int(offsets[-1]))
+    return TokenizedDocument(doc_id, tokens, offsets)
+
+
+class _Plan(NamedTuple):
+    pair_index: int
+    tokens_a: np.ndarray
+    tokens_b: np.ndarray
+    random_b_length: int
+    key: int
+
+    @property
+    def is_random_next(self) -> bool:
+        return self.random_b_length > 0
+
+
+def plan_pairs(document, config, rng) -> list[_Plan]:
+    """``plan_cuts`` as one plan per pair, with A and B as views of the document's tokens."""
+    cuts = plan_cuts(document, config, rng)
+    rows = zip(*(c.tolist() for c in cuts[:5]), strict=True)
+    t = document.tokens
+    return [_Plan(i, t[a0:a1], t[a1:b1], n, key) for i, (a0, a1, b1, n, key) in enumerate(rows)]
 
 
 def _document(num_sentences: int, first_id: int = 1000, doc_id: str = "d"):
@@ -42,7 +72,7 @@ def test_tokenized_document_leaves_out_empty_sentences():
 def test_actual_continuations_are_the_next_sentences_in_order():
     doc = _document(60)
     flat = doc.tokens.tolist()
-    plans = plan_pairs(doc, 0, PairConfig(max_seq_length=64), seeded_generator(1, "d", 0))
+    plans = plan_pairs(doc, PairConfig(max_seq_length=64), seeded_generator(1, "d", 0))
     continuations = [p for p in plans if not p.is_random_next]
     assert continuations and any(p.is_random_next for p in plans)
     for plan in continuations:
@@ -57,7 +87,7 @@ def test_chunks_reach_the_target_and_split_at_sentence_boundaries():
     ends = set(doc.offsets.tolist())
     config = PairConfig(max_seq_length=64, short_seq_prob=0.0)
     for seed in range(5):
-        for plan in plan_pairs(doc, 0, config, seeded_generator(seed, "d", 0)):
+        for plan in plan_pairs(doc, config, seeded_generator(seed, "d", 0)):
             first = doc.tokens.tolist().index(int(plan.tokens_a[0]))
             assert first in ends and first + len(plan.tokens_a) in ends
             if not plan.is_random_next:
@@ -70,7 +100,7 @@ def test_chunks_reach_the_target_and_split_at_sentence_boundaries():
 def test_random_next_puts_unused_sentences_back():
     doc = _document(40)
     plans = plan_pairs(
-        doc, 0, PairConfig(max_seq_length=64, random_next_prob=1.0, short_seq_prob=0.0), seeded_generator(3)
+        doc, PairConfig(max_seq_length=64, random_next_prob=1.0, short_seq_prob=0.0), seeded_generator(3)
     )
     assert all(p.is_random_next and not len(p.tokens_b) for p in plans)
     # Every sentence starts some A exactly once or continues one: nothing is skipped.
@@ -83,7 +113,7 @@ def test_random_next_puts_unused_sentences_back():
 
 def test_one_sentence_documents_always_take_a_random_next():
     doc = tokenized_document("d", [[1, 2, 3]])
-    plans = plan_pairs(doc, 0, PairConfig(random_next_prob=0.0), seeded_generator(0))
+    plans = plan_pairs(doc, PairConfig(random_next_prob=0.0), seeded_generator(0))
     assert len(plans) == 1 and plans[0].is_random_next and plans[0].tokens_a.tolist() == [1, 2, 3]
 
 
@@ -94,7 +124,7 @@ def test_random_next_share_and_short_targets_follow_the_probabilities():
     plans = [
         p
         for seed in range(200)
-        for p in plan_pairs(doc, 0, PairConfig(short_seq_prob=0.0), seeded_generator(seed))
+        for p in plan_pairs(doc, PairConfig(short_seq_prob=0.0), seeded_generator(seed))
     ]
     share = sum(p.is_random_next for p in plans) / len(plans)
     assert 0.49 <= share < 0.53
@@ -102,7 +132,7 @@ def test_random_next_share_and_short_targets_follow_the_probabilities():
     short = [
         p
         for seed in range(200)
-        for p in plan_pairs(doc, 0, PairConfig(short_seq_prob=1.0), seeded_generator(seed))
+        for p in plan_pairs(doc, PairConfig(short_seq_prob=1.0), seeded_generator(seed))
     ]
     assert len(short) > 1.5 * len(plans)
 
@@ -110,25 +140,9 @@ def test_random_next_share_and_short_targets_follow_the_probabilities():
 def test_plans_are_a_function_of_identity():
     doc = _document(30)
     config = PairConfig()
-    first = _plans_as_lists(plan_pairs(doc, 2, config, seeded_generator(5, "d", 2)))
-    assert first == _plans_as_lists(plan_pairs(doc, 2, config, seeded_generator(5, "d", 2)))
-    assert first != _plans_as_lists(plan_pairs(doc, 3, config, seeded_generator(5, "d", 3)))
-
-
-def test_random_b_takes_whole_sentences_until_long_enough():
-    doc = _document(10, first_id=50_000)
-    offsets = doc.offsets.tolist()
-    for draw in (0.0, 0.35, 0.99):
-        tokens = take_random_b(doc.tokens, offsets, 30, draw).tolist()
-        first = int(draw * 10)
-        assert tokens[0] == doc.tokens[offsets[first]]
-        assert tokens == sorted(tokens)
-        end = offsets[first] + len(tokens)
-        assert end in offsets  # whole sentences
-        assert len(tokens) >= 30 or end == offsets[-1]
-        # and no more than needed: without the last sentence it is short of 30
-        last_start = max(o for o in offsets if o < end)
-        assert last_start - offsets[first] < 30
+    first = _plans_as_lists(plan_pairs(doc, config, seeded_generator(5, "d", 2)))
+    assert first == _plans_as_lists(plan_pairs(doc, config, seeded_generator(5, "d", 2)))
+    assert first != _plans_as_lists(plan_pairs(doc, config, seeded_generator(5, "d", 3)))
 
 
 def _truncate_by_reference(len_a: int, len_b: int, max_num_tokens: int) -> tuple[int, int]:

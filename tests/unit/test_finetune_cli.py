@@ -30,13 +30,14 @@ def run(*args: str, expect: int = 0):
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["glue"], ["swag"], ["squad"], ["evaluate"], ["evaluate", "squad"], ["report"]]
+    "command", ["", "glue", "swag", "squad", "ner", "features", "evaluate", "evaluate squad", "report"]
 )
-def test_help(command):
-    result = run(*command, "--help")
-    assert "Usage:" in result.output
-    if command in (["glue"], ["swag"], ["squad"]):
-        assert "Examples:" in result.output and "--checkpoint" in result.output
+def test_each_help_fits_a_screen_and_ends_with_its_doc(command):
+    lines = run(*command.split(), "--help").output.rstrip().splitlines()
+    assert lines[0].startswith("Usage:") and len(lines) <= 40
+    assert lines[-1].strip() == "Examples and every flag: docs/finetune.md"
+    if command in ("glue", "swag", "squad", "ner"):
+        assert "--checkpoint" in "\n".join(lines)
 
 
 def test_glue_rte_writes_metrics_dev_predictions_and_submission(bert_uncased_folder, tmp_path: Path):
@@ -114,7 +115,7 @@ def test_user_errors_are_one_line_messages(bert_uncased_folder, tmp_path: Path):
         str(tmp_path / "o"),
         expect=1,
     )
-    assert "Error: " in result.output and "train.tsv not found" in result.output
+    assert "error: " in result.output and "train.tsv not found" in result.output
     data = require(SAMPLES / "rte" / "dummy_data" / "RTE")
     result = run(
         "glue",

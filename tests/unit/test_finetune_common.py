@@ -10,21 +10,19 @@ import pytest
 import torch
 
 from finetune.common import (
-    FinetuneError,
-    MultipleChoice,
-    SequenceClassifier,
-    TrainConfig,
+    Classifier,
+    FitConfig,
     collate,
     encode_pair,
     epoch_order,
     fit,
     load_encoder,
-    predict,
-    stack,
+    predict_classes,
     truncate_pair,
 )
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas.commands import CommandError, UsageError
 
 WORDS = "the a movie film was is good bad great awful plot acting very not".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s"]
@@ -68,13 +66,13 @@ def test_load_hf_folder_takes_casing_from_tokenizer_config(tmp_path: Path):
 def test_vocabulary_that_does_not_match_the_model_is_refused(tmp_path: Path):
     folder = hf_folder(tmp_path / "hf", vocab=[*VOCAB, "extra"])
     with pytest.raises(
-        FinetuneError, match=r"vocab\.txt has 21 tokens but the word embeddings .* have 20 rows"
+        CommandError, match=r"vocab\.txt has 21 tokens but the word embeddings .* have 20 rows"
     ):
         load_encoder(str(folder))
     (folder / "vocab.txt").unlink()
-    with pytest.raises(FinetuneError, match=r"vocab\.txt not found"):
+    with pytest.raises(CommandError, match=r"vocab\.txt not found"):
         load_encoder(str(folder))
-    with pytest.raises(FinetuneError, match="config.json not found"):
+    with pytest.raises(CommandError, match="config.json not found"):
         load_encoder(str(tmp_path / "nothing"))
 
 
@@ -96,10 +94,10 @@ def test_pretrain_run_folder_resolves_to_the_newest_complete_checkpoint(tmp_path
     encoder = load_encoder(str(run))
     assert encoder.source.endswith("step-00000010") and encoder.cased is True
     assert load_encoder(ckpt.step_url(str(run), 10)).cased is True
-    with pytest.raises(FinetuneError, match="not a complete checkpoint"):
+    with pytest.raises(CommandError, match="not a complete checkpoint"):
         load_encoder(ckpt.step_url(str(run), 20))
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
-    with pytest.raises(FinetuneError, match="no complete checkpoint"):
+    with pytest.raises(CommandError, match="no complete checkpoint"):
         load_encoder(str(tmp_path / "empty"))
 
 
@@ -178,11 +176,12 @@ def test_collate_multiple_choice():
     assert batch["labels"].tolist() == [1, 0]
 
 
-def test_train_config_lists_every_problem():
-    with pytest.raises(FinetuneError) as err:
-        TrainConfig(epochs=0, lr=-1, batch_size=0, precision="fp8")
+def test_fit_config_lists_every_problem():
+    with pytest.raises(UsageError) as err:
+        FitConfig(epochs=0, lr=-1, batch_size=0, precision="fp8", device="gpu:x").checked()
     message = str(err.value)
-    assert all(flag in message for flag in ("--epochs", "--lr", "--batch-size", "--precision"))
+    assert all(flag in message for flag in ("--epochs", "--lr", "--batch-size", "--precision", "--device"))
+    assert FitConfig().problems() == []
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch():
@@ -204,51 +203,59 @@ def _sentiment(encoder, n: int = 64) -> list[dict]:
     return features
 
 
+@pytest.mark.slow
 def test_fit_learns_and_is_reproducible(encoder):
     features = _sentiment(encoder, 32)
-    config = TrainConfig(epochs=14, lr=1e-3, batch_size=4, seed=3, warmup_proportion=0.1, progress=False)
+    config = FitConfig(epochs=14, lr=1e-3, batch_size=4, seed=3, eval_batch_size=5, progress=False)
     pretrained = {k: v.clone() for k, v in encoder.model.state_dict().items()}
-    model = SequenceClassifier(encoder.model, 2, seed=3)
-    result = fit(model, features, config, eval_fn=lambda m: {"n": 1})
-    assert result.steps == 14 * 8 and len(result.epoch_losses) == 14 and len(result.evaluations) == 14
+    model = Classifier(encoder.model, 2, seed=3)
+    result = fit(model, features, config)
+    assert result.steps == 14 * 8 and len(result.epoch_losses) == 14
     assert result.epoch_losses[-1] < 0.5 * result.epoch_losses[0]
-    predictions = stack(predict(model, features, batch_size=5, progress=False)).argmax(-1).tolist()
+    predictions = predict_classes(model, features, config).argmax(-1).tolist()
     assert sum(p == f["labels"] for p, f in zip(predictions, features, strict=True)) >= 28
     trained = {k: v.clone() for k, v in model.state_dict().items()}
 
     encoder.model.load_state_dict(pretrained)
-    again = SequenceClassifier(encoder.model, 2, seed=3)
+    again = Classifier(encoder.model, 2, seed=3)
     fit(again, features, config)
     assert all(torch.equal(trained[k], v) for k, v in again.state_dict().items())
 
 
-def test_fractional_epochs_and_global_rng_left_alone(encoder):
+def test_fractional_epochs_reproducible_weights_and_global_rng_left_alone(encoder):
     features = _sentiment(encoder, 20)
+    config = FitConfig(epochs=1.5, batch_size=4, progress=False)
+    pretrained = {k: v.clone() for k, v in encoder.model.state_dict().items()}
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    result = fit(
-        SequenceClassifier(encoder.model, 2), features, TrainConfig(epochs=1.5, batch_size=4, progress=False)
-    )
+    model = Classifier(encoder.model, 2)
+    result = fit(model, features, config)
     assert result.steps == 8 and len(result.epoch_losses) == 2
     assert torch.equal(torch.rand(3), expected)
+    trained = {k: v.clone() for k, v in model.state_dict().items()}
+    encoder.model.load_state_dict(pretrained)
+    again = Classifier(encoder.model, 2)
+    fit(again, features, config)
+    assert all(torch.equal(trained[k], v) for k, v in again.state_dict().items())
 
 
 def test_predict_returns_outputs_in_feature_order(encoder):
     features = _sentiment(encoder, 13)
-    model = SequenceClassifier(encoder.model, 3, seed=1)
-    batched = stack(predict(model, features, batch_size=4, progress=False))
-    one_by_one = torch.cat([stack(predict(model, [f], batch_size=1, progress=False)) for f in features])
+    model = Classifier(encoder.model, 3, seed=1)
+    batched = predict_classes(model, features, FitConfig(eval_batch_size=4, progress=False))
+    single = FitConfig(eval_batch_size=1, progress=False)
+    one_by_one = torch.cat([predict_classes(model, [f], single) for f in features])
     assert batched.shape == (13, 3)
     torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=1e-5)
 
 
 def test_regression_and_multiple_choice_heads(encoder):
-    regression = SequenceClassifier(encoder.model, 1)
+    regression = Classifier(encoder.model, 1)
     batch = collate([{**encode_pair(encoder.tokenizer, "good", "bad", 16), "labels": 2.5}] * 2)
     output = regression(**batch)
     assert output.logits.shape == (2,) and output.loss.ndim == 0
-    choice = MultipleChoice(encoder.model)
+    choice = Classifier(encoder.model, 1, per="choice")
     feature = {
         "input_ids": [[2, 5, 3], [2, 6, 7, 3], [2, 3], [2, 8, 3]],
         "token_type_ids": [[0] * 3, [0] * 4, [0] * 2, [0] * 3],

@@ -14,11 +14,12 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main
-from finetune.common import FinetuneError, load_encoder
+from finetune.common import load_encoder
 from finetune.extract import ExtractSettings, extract_features, read_features, vectors, word_indices
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
 from schemas import COMPLETED_FILE, MANIFEST_FILE
+from schemas.commands import CommandError, InputError
 
 WORDS = "the a cat dog sat on mat play walk".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##ing", "##s", ",", "."]
@@ -150,21 +151,21 @@ def test_output_is_refused_unless_overwrite_and_damage_is_detected(run, text, tm
     out = tmp_path / "out"
     settings = ExtractSettings(layers="-1", device="cpu")
     extract_features(str(run), str(text), str(out), settings)
-    with pytest.raises(FinetuneError, match="holds the 4 file.*`finetune features` run.*--overwrite"):
+    with pytest.raises(CommandError, match="holds the 4 file.*`finetune features` run.*--overwrite"):
         extract_features(str(run), str(text), str(out), settings)
     extract_features(str(run), str(text), str(out), ExtractSettings(layers="0", device="cpu"), overwrite=True)
     manifest, table = read_features(str(out))
     assert set(table.column("layer").to_pylist()) == {0} and len(manifest.shards) == 1
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(FinetuneError, match="no `finetune features` run recorded writing \\(notes.txt"):
+    with pytest.raises(CommandError, match="no `finetune features` run recorded writing \\(notes.txt"):
         extract_features(str(run), str(text), str(out), settings, overwrite=True)
     (out / "notes.txt").unlink()
     shard = out / manifest.shards[0].path
     shard.write_bytes(shard.read_bytes()[:-10])
-    with pytest.raises(FinetuneError, match="does not match manifest.json"):
+    with pytest.raises(CommandError, match="does not match manifest.json"):
         read_features(str(out))
     (out / COMPLETED_FILE).unlink()
-    with pytest.raises(FinetuneError, match="no COMPLETED"):
+    with pytest.raises(CommandError, match="no COMPLETED"):
         read_features(str(out))
 
 
@@ -200,7 +201,6 @@ def test_cli_writes_shards_and_names_bad_flags(run, text, tmp_path):
 
 def test_the_features_schema_refuses_bad_rows():
     from schemas.features import features_format
-    from schemas.formats import SchemaError
 
     fmt = features_format(2)
     good = {
@@ -212,9 +212,9 @@ def test_the_features_schema_refuses_bad_rows():
         "vector": [0.5, 1.0],
     }
     assert fmt.to_table([good]).column("vector").type.list_size == 2
-    with pytest.raises(SchemaError, match="word_index must be -1"):
+    with pytest.raises(InputError, match="word_index must be -1"):
         fmt.to_table([{**good, "word_index": -2}])
-    with pytest.raises(SchemaError, match="do not fit"):
+    with pytest.raises(InputError, match="do not fit"):
         fmt.to_table([{**good, "vector": [0.5]}])
 
 
@@ -225,10 +225,10 @@ def test_a_failed_run_leaves_neither_shards_nor_marker(run, tmp_path, monkeypatc
     path = tmp_path / "bad.txt"
     path.write_bytes(("\n".join(TEXT) + "\n").encode() + b"the \xff cat\n")  # ... then line 5 is not UTF-8
     settings = ExtractSettings(layers="-1", device="cpu", max_shard_bytes=1)
-    with pytest.raises(FinetuneError, match=r"bad.txt:5: not UTF-8"):
+    with pytest.raises(CommandError, match=r"bad.txt:5: not UTF-8"):
         extract_features(str(run), str(path), str(tmp_path / "new"), settings)
     assert not (tmp_path / "new").exists()  # the two shards written first are gone with the folder
     (tmp_path / "mine").mkdir()
-    with pytest.raises(FinetuneError, match="not UTF-8"):
+    with pytest.raises(CommandError, match="not UTF-8"):
         extract_features(str(run), str(path), str(tmp_path / "mine"), settings)
     assert (tmp_path / "mine").is_dir() and not list((tmp_path / "mine").iterdir())

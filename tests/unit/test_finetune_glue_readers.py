@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from finetune.common import FinetuneError
 from finetune.glue import TASKS, get_task, read_split, read_task, read_tsv
+from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
 GLUE = SHARED_DATA / "glue"
@@ -83,13 +83,13 @@ def test_diagnostic_set_with_mnli(tmp_path: Path):
     ax = require(SAMPLES / "ax" / "dummy_data" / "ax.tsv")
     data = read_task(TASKS["mnli"], str(folder), diagnostic_file=str(ax))
     assert data.test["diagnostic"][0].text_b == "The cat did not sit on the mat."
-    with pytest.raises(FinetuneError, match="--task mnli"):
+    with pytest.raises(CommandError, match="--task mnli"):
         read_task(TASKS["rte"], str(require(SAMPLES / SAMPLE_DIRS["rte"])), diagnostic_file=str(ax))
 
 
 def test_task_names():
     assert get_task("STS-B").name == "stsb" and get_task("SST2").name == "sst2"
-    with pytest.raises(FinetuneError, match="unknown GLUE task"):
+    with pytest.raises(CommandError, match="unknown GLUE task"):
         get_task("squad")
 
 
@@ -102,22 +102,22 @@ def test_missing_column_names_file_and_line(tmp_path: Path):
     path = _write(
         tmp_path / "train.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tonly one\n"
     )
-    with pytest.raises(FinetuneError, match=r"train\.tsv:3: 2 tab-separated fields, no column 'sentence2'"):
+    with pytest.raises(CommandError, match=r"train\.tsv:3: 2 tab-separated fields, no column 'sentence2'"):
         read_split(TASKS["rte"], path, labelled=True)
 
 
 def test_header_without_a_needed_column(tmp_path: Path):
     path = _write(tmp_path / "dev.tsv", "index\tpremise\thypothesis\tlabel\n0\ta\tb\tentailment\n")
-    with pytest.raises(FinetuneError, match=r"dev\.tsv:1: the header has no column 'sentence1'"):
+    with pytest.raises(CommandError, match=r"dev\.tsv:1: the header has no column 'sentence1'"):
         read_split(TASKS["rte"], path, labelled=True)
 
 
 def test_label_outside_the_task_set(tmp_path: Path):
     path = _write(tmp_path / "train.tsv", "gj04\t1\t\tfine.\ngj04\t2\t*\tbad.\n")
-    with pytest.raises(FinetuneError, match=r"train\.tsv:2: label '2' is not one of 0, 1 \(CoLA\)"):
+    with pytest.raises(CommandError, match=r"train\.tsv:2: label '2' is not one of 0, 1 \(CoLA\)"):
         read_split(TASKS["cola"], path, labelled=True)
     path = _write(tmp_path / "s.tsv", "sentence1\tsentence2\tscore\na\tb\t5.5\n")
-    with pytest.raises(FinetuneError, match=r"s\.tsv:2: score '5.5' is not a number in \[0, 5\]"):
+    with pytest.raises(CommandError, match=r"s\.tsv:2: score '5.5' is not a number in \[0, 5\]"):
         read_split(TASKS["stsb"], path, labelled=True)
 
 
@@ -131,5 +131,5 @@ def test_crlf_bom_blank_lines_and_unicode_separators(tmp_path: Path):
 
 
 def test_missing_folder_is_a_clear_error(tmp_path: Path):
-    with pytest.raises(FinetuneError, match=r"train\.tsv not found: --data-dir must be the MRPC folder"):
+    with pytest.raises(CommandError, match=r"train\.tsv not found: --data-dir must be the MRPC folder"):
         read_task(TASKS["mrpc"], str(tmp_path))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from finetune.common import TrainConfig, fit
+from finetune.common import FitConfig, fit
 from finetune.heads import BiLSTM, FeatureTagger, cache_layers, collate_tokens, collate_with_layers
 from finetune.hidden import FEATURE_CHOICES, feature_layers, hidden_states, parse_layers
 from pretrain.model import BertConfig, BertForPreTraining
@@ -112,7 +112,7 @@ def test_training_leaves_the_frozen_encoder_unchanged_and_in_eval_mode():
     encoder = tiny_encoder().bert
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     tagger = FeatureTagger(encoder, num_labels=3, features="concat-last-4", lstm_units=16, seed=0)
-    config = TrainConfig(epochs=3, lr=1e-2, batch_size=4, seed=0, device="cpu", progress=False)
+    config = FitConfig(epochs=3, lr=1e-2, batch_size=4, seed=0, device="cpu", progress=False)
     result = fit(tagger, _features(16), config, collate_fn=collate_tokens)
     assert result.epoch_losses[-1] < result.epoch_losses[0]  # the head learns ...
     after = encoder.state_dict()
@@ -126,7 +126,7 @@ def test_training_leaves_the_frozen_encoder_unchanged_and_in_eval_mode():
 
 def test_cached_layers_train_exactly_like_the_live_encoder():
     features = _features(10)
-    config = TrainConfig(epochs=2, lr=1e-2, batch_size=4, seed=3, device="cpu", progress=False)
+    config = FitConfig(epochs=2, lr=1e-2, batch_size=4, seed=3, device="cpu", progress=False)
     live = FeatureTagger(tiny_encoder().bert, 3, "sum-all", lstm_units=8, seed=1)
     cached = FeatureTagger(tiny_encoder().bert, 3, "sum-all", lstm_units=8, seed=1)
     with_layers = cache_layers(
@@ -185,7 +185,7 @@ def test_the_head_runs_over_the_sentence_span_only():
 
 def test_cached_sentence_spans_train_exactly_like_the_live_window():
     features = _with_spans(_features(10))
-    config = TrainConfig(epochs=2, lr=1e-2, batch_size=4, seed=3, device="cpu", progress=False)
+    config = FitConfig(epochs=2, lr=1e-2, batch_size=4, seed=3, device="cpu", progress=False)
     live = FeatureTagger(tiny_encoder().bert, 3, "concat-last-4", lstm_units=8, seed=1)
     cached = FeatureTagger(tiny_encoder().bert, 3, "concat-last-4", lstm_units=8, seed=1)
     cut = cache_layers(

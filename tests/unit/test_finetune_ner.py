@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from finetune.common import FinetuneError
 from finetune.conll import Sentence, entities, read_conll, score, to_iob2
 from finetune.heads import IGNORE
 from finetune.ner import label_set
 from finetune.ner_windows import sentence_features
+from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
 VALID = SHARED_DATA / "ner" / "conll2003" / "valid.txt"
@@ -90,10 +90,10 @@ def test_scorer_equals_seqeval_on_the_raw_iob1_tags_of_valid_txt():
 def test_bad_lines_name_the_file_and_line(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP\n")
-    with pytest.raises(FinetuneError, match=r"train.txt:3: expected 4 columns"):
+    with pytest.raises(CommandError, match=r"train.txt:3: expected 4 columns"):
         read_conll(str(path))
     path.write_text("EU NNP I-NP X-ORG\n")
-    with pytest.raises(FinetuneError, match=r"train.txt:1: NER tag 'X-ORG'"):
+    with pytest.raises(CommandError, match=r"train.txt:1: NER tag 'X-ORG'"):
         read_conll(str(path))
 
 

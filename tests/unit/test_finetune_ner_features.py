@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from finetune.common import FinetuneError, TrainConfig
+from finetune.common import FitConfig
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens
 from finetune.ner_features import inputs_digest, weights_digest, with_layers
+from schemas.commands import CommandError
 from tests.unit.test_finetune_heads import LAYERS, _features, _with_spans, tiny_encoder
 
-CONFIG = TrainConfig(epochs=1, lr=1e-3, batch_size=4, seed=0, device="cpu", precision="fp32", progress=False)
+CONFIG = FitConfig(epochs=1, lr=1e-3, batch_size=4, seed=0, device="cpu", precision="fp32", progress=False)
 
 
 def test_one_written_cache_serves_every_choice(tmp_path):
@@ -62,6 +63,6 @@ def test_a_damaged_cache_file_is_refused_by_name(tmp_path):
     with_layers(tagger, features, CONFIG, folder=str(tmp_path))
     (path,) = tmp_path.glob("*.safetensors")
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(FinetuneError, match=rf"{path.name}: not a readable feature cache .*delete it"):
+    with pytest.raises(CommandError, match=rf"{path.name}: not a readable feature cache .*delete it"):
         with_layers(tagger, features, CONFIG, folder=str(tmp_path))
     assert LAYERS + 1 == tagger.bert.config.num_hidden_layers + 1

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from finetune.common import FinetuneError, load_encoder
+from finetune.common import load_encoder
 from finetune.swag import features, read_swag
+from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
 SWAG = SHARED_DATA / "swag"
@@ -31,13 +32,13 @@ def test_hf_regular_layout_train_val_and_unlabelled_test():
     assert train and all(e.label is not None for e in train)
     assert test and all(e.label is None for e in test)
     assert test[0].start == "Then, the person"
-    with pytest.raises(FinetuneError, match=r"test\.csv:1: no column 'label'"):
+    with pytest.raises(CommandError, match=r"test\.csv:1: no column 'label'"):
         read_swag(str(folder / "test.csv"), labelled=True)
 
 
 def test_full_layout_is_refused_with_a_clear_message():
     path = require(SWAG / "hf_dummy" / "full" / "val_full.csv")
-    with pytest.raises(FinetuneError, match=r"no column 'ending0'.*regular layout"):
+    with pytest.raises(CommandError, match=r"no column 'ending0'.*regular layout"):
         read_swag(str(path), labelled=True)
 
 
@@ -45,7 +46,7 @@ def test_bad_label_names_file_and_line(tmp_path: Path):
     path = tmp_path / "val.csv"
     header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"
     path.write_text(header + '0,v,1,"A b. C",A b.,C,gold,"x, y",e1,e2,e3,1\n1,v,2,s,A,C,gold,e0,e1,e2,e3,4\n')
-    with pytest.raises(FinetuneError, match=r"val\.csv:3: label '4' is not one of 0, 1, 2, 3"):
+    with pytest.raises(CommandError, match=r"val\.csv:3: label '4' is not one of 0, 1, 2, 3"):
         read_swag(str(path), labelled=True)
 
 

@@ -5,6 +5,7 @@ the saved model restores (with the flag only) and predicts the same again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,10 +14,10 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main
-from finetune.common import FinetuneError, TrainConfig, fit
-from finetune.glue import run_glue
-from finetune.glue_model import build_classifier
+from finetune.common import FitConfig, fit
+from finetune.glue import GlueConfig, build_classifier, run_glue
 from pretrain.model import BertConfig, BertModel
+from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
 MRPC = SHARED_DATA / "glue" / "MRPC"
@@ -83,7 +84,7 @@ def test_one_step_changes_the_bilstm_and_the_encoder():
         {"input_ids": ids[: int(m.sum())].tolist(), "token_type_ids": t[: int(m.sum())].tolist(), "labels": y}
         for ids, t, m, y in zip(IDS, TYPES, MASK, (0, 1), strict=True)
     ]
-    fit(model, features, TrainConfig(epochs=1, lr=1e-2, batch_size=2, warmup_proportion=0, device="cpu"))
+    fit(model, features, FitConfig(epochs=1, lr=1e-2, batch_size=2, warmup_proportion=0, device="cpu"))
     after = model.state_dict()
     for name in ("bilstm.lstm.weight_ih_l0", "bilstm.lstm.weight_hh_l0_reverse", "classifier.weight"):
         assert not torch.equal(before[name], after[name]), name
@@ -94,11 +95,11 @@ def test_one_step_changes_the_bilstm_and_the_encoder():
 def test_a_tiny_run_on_real_mrpc_learns_saves_and_restores_with_the_flag_only(tiny_hf_folder, tmp_path):
     data = str(require(MRPC))
     out = tmp_path / "mrpc"
-    common = {"max_seq_length": 64, "max_eval_examples": 16, "predict_test": False}
-    config = TrainConfig(epochs=6, lr=3e-3, batch_size=8, seed=3, device="cpu", progress=False)
-    metrics = run_glue(
-        "mrpc", data, str(tiny_hf_folder), str(out), config, bilstm=True, max_train_examples=32, **common
+    common = {"max_seq_length": 64, "max_eval_examples": 16, "test_predictions": False, "device": "cpu"}
+    config = GlueConfig(
+        epochs=6, lr=3e-3, batch_size=8, seed=3, progress=False, max_train_examples=32, **common
     )
+    metrics = run_glue("mrpc", data, str(tiny_hf_folder), str(out), dataclasses.replace(config, bilstm=True))
     losses = metrics["runs"][0]["train"]["epoch_losses"]
     assert losses[-1] < 0.75 * losses[0], losses  # it fits its 32 real rows (measured: 0.70 -> 0.37)
     assert metrics["bilstm"] is True and metrics["head"] == "fresh" and "model/" in metrics["files"]
@@ -121,8 +122,9 @@ def test_a_tiny_run_on_real_mrpc_learns_saves_and_restores_with_the_flag_only(ti
     assert (again / "dev_predictions.tsv").read_text() == (out / "dev_predictions.tsv").read_text()
     refused = runner.invoke(main, [*args[:8], str(tmp_path / "refused"), *args[9:]])
     assert refused.exit_code == 1 and "trained with a BiLSTM: give --bilstm" in refused.output
-    with pytest.raises(FinetuneError, match="needs a fine-tuned classifier"):
-        run_glue("mrpc", data, str(tiny_hf_folder), str(tmp_path / "none"), config, train=False, **common)
+    with pytest.raises(CommandError, match="needs a fine-tuned classifier"):
+        predict_only = dataclasses.replace(config, predict_only=True)
+        run_glue("mrpc", data, str(tiny_hf_folder), str(tmp_path / "none"), predict_only)
 
 
 def test_help_names_the_flags():

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from schemas import Manifest, ManifestError, ShardEntry, VocabFile, manifest_vocabulary
+from schemas import Manifest, ShardEntry, VocabFile, manifest_vocabulary
+from schemas.commands import InputError
 from wordpiece.tokenizer import WordPieceTokenizer, parse_vocab_txt, vocab_sha256, vocab_txt_bytes
 
 SHA = "ab" * 32
@@ -53,7 +54,7 @@ def test_an_examples_manifest_without_a_usable_vocabulary_hash_is_refused(change
     params = {"vocab_sha256": SHA, "cased": False, "vocab": "/data/vocab.txt"}
     change(params)
     text = _manifest(params).to_json()
-    with pytest.raises(ManifestError, match="the manifest is damaged") as err:
+    with pytest.raises(InputError, match="the manifest is damaged") as err:
         Manifest.from_json(text, "m.json")
     assert message in str(err.value) and "\n" not in str(err.value)
 
@@ -104,7 +105,7 @@ def test_a_vocabulary_file_entry_of_another_shape_is_one_line(vocab_file, proble
     data = json.loads(_manifest({"vocab_sha256": SHA, "cased": False}).to_json())
     data["vocab_file"] = vocab_file
     with pytest.raises(
-        ManifestError, match=r"^m\.json: vocab_file: .*; the manifest is damaged: copy the shards again$"
+        InputError, match=r"^m\.json: vocab_file: .*; the manifest is damaged: copy the shards again$"
     ) as err:
         Manifest.from_json(json.dumps(data), "m.json")
     assert problem in str(err.value)

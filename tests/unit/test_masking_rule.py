@@ -143,8 +143,7 @@ def test_dynamic_masking_at_512_takes_the_shards_settings():
     assert (
         masking_from_params(params, max_predictions_per_seq=20, mask_share=None).max_predictions_per_seq == 20
     )
-    # Older manifests kept the settings under "masking"; the defaults apply when none are recorded.
-    assert masking_from_params({"masking": {"masked_lm_prob": 0.2}}).masked_lm_prob == 0.2
+    # Without recorded settings the defaults apply.
     assert masking_from_params({}) == MaskingConfig()
 
 

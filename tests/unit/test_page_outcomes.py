@@ -59,3 +59,15 @@ def test_binary_and_undecodable_page_text_is_rejected_not_cleaned():
     assert outcome.kind == "document" and not any("\x85" in s for s in outcome.row["sentences"])
     # Redirects and other namespaces are dropped before the text is looked at.
     assert wiki.page_outcome(_page(binary, ns=1), "d", 8).reason == "not_article_namespace"
+
+
+def test_a_damaged_multistream_index_is_a_file_error_and_the_dump_is_read_whole(tmp_path):
+    dump = tmp_path / "xwiki-20260101-pages-articles-multistream.xml.bz2"
+    dump.write_bytes(b"")
+    index = tmp_path / "xwiki-20260101-pages-articles-multistream-index.txt.bz2"
+    index.write_bytes(b"600:12:Alpha\nnot an index line\n")
+    whole, broken = wiki.plan_reads(str(dump), 20)
+    assert (whole.path, whole.start, whole.defect) == (str(dump), None, None)
+    (error,) = wiki.read_task(broken)
+    assert (error.kind, error.reason, error.row["origin"]) == ("file_error", "malformed_index", str(index))
+    assert error.row["detail"] == "index line 2 does not start with OFFSET:; the dump is read whole"

@@ -7,7 +7,8 @@ import dataclasses
 import pyarrow as pa
 import pytest
 
-from schemas import DOCUMENTS, REJECTS, Manifest, ManifestError, SchemaError, ShardEntry, completed_marker
+from schemas import DOCUMENTS, REJECTS, Manifest, ShardEntry, completed_marker
+from schemas.commands import InputError
 
 
 def _doc(**overrides):
@@ -46,19 +47,19 @@ def test_documents_round_trip_is_byte_stable():
     ],
 )
 def test_invalid_documents_are_refused_naming_the_file(row, message):
-    with pytest.raises(SchemaError, match=rf"shard-7\.arrow.*{message}"):
+    with pytest.raises(InputError, match=rf"shard-7\.arrow.*{message}"):
         DOCUMENTS.to_table([row], source="shard-7.arrow")
 
 
 def test_reading_another_format_or_version_names_the_file():
     data = REJECTS.to_ipc_bytes(REJECTS.to_table([]), "r.arrow")
-    with pytest.raises(SchemaError, match="r.arrow: expected a 'documents' file, found format 'rejects'"):
+    with pytest.raises(InputError, match="r.arrow: expected a 'documents' file, found format 'rejects'"):
         DOCUMENTS.read_ipc(data, "r.arrow")
     newer = dataclasses.replace(DOCUMENTS, version=99)
     data = newer.to_ipc_bytes(newer.to_table([_doc()]), "n.arrow")
-    with pytest.raises(SchemaError, match="version 99 is not supported"):
+    with pytest.raises(InputError, match="version 99 is not supported"):
         DOCUMENTS.read_ipc(data, "n.arrow")
-    with pytest.raises(SchemaError, match="not a readable Arrow IPC file"):
+    with pytest.raises(InputError, match="not a readable Arrow IPC file"):
         DOCUMENTS.read_ipc(b"not arrow at all", "junk.arrow")
 
 
@@ -69,7 +70,7 @@ def test_a_table_with_other_columns_is_refused():
             [("doc_id", pa.string())], metadata={b"format": b"documents", b"format_version": b"1"}
         ),
     )
-    with pytest.raises(SchemaError, match="columns do not match"):
+    with pytest.raises(InputError, match="columns do not match"):
         DOCUMENTS.validate(table, "odd.arrow")
 
 
@@ -91,5 +92,5 @@ def test_manifest_round_trip_and_marker():
     ],
 )
 def test_bad_manifests_are_refused(text, message):
-    with pytest.raises(ManifestError, match=message):
+    with pytest.raises(InputError, match=message):
         Manifest.from_json(text, "m.json")

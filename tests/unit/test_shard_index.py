@@ -1,4 +1,4 @@
-"""The record-batch index (``schemas.index``) and ``pipelines index`` for outputs written without one."""
+"""The record-batch index (``schemas.index``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import hashlib
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-from click.testing import CliRunner
 
-from pipelines.cli import main as pipelines_main
-from pretrain.data import ExampleShards
-from schemas import Manifest, ManifestError, ShardEntry, completed_marker, verify_completed
+from schemas.commands import InputError
 from schemas.examples import examples_format
 from schemas.formats import batch_row_counts
 from schemas.index import ShardIndex, shard_index_entry
@@ -63,80 +60,10 @@ def test_index_json_round_trip_and_version():
     back = ShardIndex.from_json(text, "index.json")
     assert back.shards == index.shards and back.schema.equals(FMT.schema, check_metadata=True)
     assert back.to_json() == text
-    with pytest.raises(ManifestError, match=r"index\.json: index version 2 is not supported"):
+    with pytest.raises(InputError, match=r"index\.json: index version 2 is not supported"):
         ShardIndex.from_json(text.replace('"index_version":1', '"index_version":2'), "index.json")
-    with pytest.raises(ManifestError, match=r"index\.json: malformed index"):
+    with pytest.raises(InputError, match=r"index\.json: malformed index"):
         ShardIndex.from_json(text.replace('"offset"', '"offsets"'), "index.json")
-
-
-def _old_output(root) -> str:
-    """An examples output as `pipelines examples` wrote it before the index: no index.json."""
-    entries = []
-    for i, (first, count) in enumerate([(0, 1500), (1500, 700)]):
-        data = _shard(first, count)
-        path = f"train/part-{i:05d}-of-00002.arrow"
-        (root / "train").mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(data)
-        entries.append(
-            ShardEntry(path, "examples", "train", count, len(data), hashlib.sha256(data).hexdigest())
-        )
-    manifest = Manifest(
-        "examples", 1, "pipelines examples", {"vocab_sha256": "0" * 64}, tuple(entries)
-    ).to_json()
-    (root / "manifest.json").write_text(manifest)
-    (root / "stats.json").write_text("{}\n")
-    (root / "COMPLETED").write_text(completed_marker(manifest))
-    return str(root)
-
-
-def _snapshot(root) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def test_pipelines_index_adds_the_index_and_touches_nothing_else(tmp_path):
-    root = tmp_path / "old"
-    url = _old_output(root)
-    with pytest.raises(ManifestError, match=f"add it with `pipelines index {url}`"):
-        ExampleShards(url, batch_size=100)
-    before = _snapshot(root)
-    result = CliRunner().invoke(pipelines_main, ["index", url], prog_name="pipelines")
-    assert result.exit_code == 0, result.output
-    assert "2 shards, 3 record batches" in result.output
-    after = _snapshot(root)
-    changed = {name for name in after if before.get(name) != after[name]}
-    assert changed == {"index.json", "manifest.json", "COMPLETED"}
-    manifest = verify_completed(after["manifest.json"].decode(), after["COMPLETED"].decode(), url, "examples")
-    assert (
-        manifest.index is not None
-        and manifest.shards == Manifest.from_json(before["manifest.json"].decode(), "old").shards
-    )
-    reader = ExampleShards(url, batch_size=100, shuffle=False)
-    uids = [row[1] for batch in reader for row in batch["input_ids"].tolist()]
-    assert uids == list(range(2200))
-
-    again = CliRunner().invoke(pipelines_main, ["index", url], prog_name="pipelines")
-    assert again.exit_code == 0 and "already has an index; nothing to do" in again.output
-    assert _snapshot(root) == after
-
-
-def test_pipelines_index_refuses_a_modified_shard_and_finishes_an_interrupted_run(tmp_path):
-    root = tmp_path / "old"
-    url = _old_output(root)
-    shard = root / "train/part-00001-of-00002.arrow"
-    original = shard.read_bytes()
-    shard.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
-    result = CliRunner().invoke(pipelines_main, ["index", url], prog_name="pipelines")
-    assert result.exit_code == 1 and not (root / "index.json").exists()
-    assert result.output.strip() == (
-        f"error: {url}/train/part-00001-of-00002.arrow: differs from its manifest entry (size or SHA-256); "
-        "the shard was modified or damaged: regenerate the output with `pipelines examples`"
-    )
-    shard.write_bytes(original)
-    marker = (root / "COMPLETED").read_bytes()
-    assert CliRunner().invoke(pipelines_main, ["index", url]).exit_code == 0
-    (root / "COMPLETED").write_bytes(marker)  # as if the run stopped before writing the marker
-    assert CliRunner().invoke(pipelines_main, ["index", url]).exit_code == 0
-    assert len(list(ExampleShards(url, batch_size=100))) == 22
 
 
 @pytest.mark.parametrize("count", [0, 1, 1024, 1025, 2500])

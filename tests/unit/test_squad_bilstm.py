@@ -4,14 +4,15 @@ logits' shape and padding independence, trains, and its saved model restores wit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
-from finetune.common import FinetuneError
-from finetune.squad import SpanQuestionAnswering, run_squad
+from finetune.squad import SpanQuestionAnswering, SquadConfig, run_squad
 from pretrain.model import BertConfig, BertModel
+from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
 SQUAD_V1 = SHARED_DATA / "squad" / "allennlp-models_test_fixtures_squad.json"
@@ -57,12 +58,11 @@ def test_the_bilstm_adds_exactly_one_bidirectional_layer_under_the_span_head():
 def test_run_squad_with_bilstm_trains_and_restores_only_with_the_flag(tiny_hf_folder, tmp_path):
     data = str(require(SQUAD_V1))
     window = {"max_seq_length": 64, "doc_stride": 32, "max_query_length": 16}
-    common = {"batch_size": 8, "device": "cpu", "progress": False, "seed": 0, **window}
+    config = SquadConfig(batch_size=8, device="cpu", progress=False, seed=0, epochs=2, lr=1e-3, **window)
+    with_bilstm = dataclasses.replace(config, bilstm=True)
     out = tmp_path / "out"
-    metrics = run_squad(
-        "1.1", data, data, str(tiny_hf_folder), str(out), epochs=2, lr=1e-3, bilstm=True, **common
-    )
-    assert metrics["settings"]["bilstm"] is True and metrics["span_head"] == "fresh"
+    metrics = run_squad("1.1", data, data, str(tiny_hf_folder), str(out), with_bilstm)
+    assert metrics["config"]["bilstm"] is True and metrics["span_head"] == "fresh"
     losses = metrics["train"]["epoch_losses"]
     assert metrics["train"]["steps"] >= 4 and losses[-1] < losses[0]
     weights = out / "model" / "model.safetensors"
@@ -71,9 +71,9 @@ def test_run_squad_with_bilstm_trains_and_restores_only_with_the_flag(tiny_hf_fo
     with safe_open(str(weights), "pt") as f:
         assert {"bilstm.lstm.weight_ih_l0", "bilstm.lstm.weight_hh_l0_reverse"} <= set(f.keys())
     # The saved model answers the same again, with --bilstm; without it, it is refused.
-    again = run_squad("1.1", None, data, str(out / "model"), str(tmp_path / "again"), bilstm=True, **common)
+    again = run_squad("1.1", None, data, str(out / "model"), str(tmp_path / "again"), with_bilstm)
     assert again["span_head"] == "from the checkpoint"
     predictions = json.loads((out / "predictions.json").read_text())
     assert json.loads((tmp_path / "again" / "predictions.json").read_text()) == predictions
-    with pytest.raises(FinetuneError, match="trained with a BiLSTM: give --bilstm"):
-        run_squad("1.1", None, data, str(out / "model"), str(tmp_path / "plain"), **common)
+    with pytest.raises(CommandError, match="trained with a BiLSTM: give --bilstm"):
+        run_squad("1.1", None, data, str(out / "model"), str(tmp_path / "plain"), config)

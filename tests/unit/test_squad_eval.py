@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from finetune.squad import SquadFormatError, evaluate_file
+from finetune.squad import evaluate_file
 from finetune.squad_eval import (
     best_threshold,
     evaluate_v1,
@@ -19,6 +19,7 @@ from finetune.squad_eval import (
     raw_scores_v2,
     tune_null_threshold,
 )
+from schemas.commands import CommandError
 
 
 def squad_data(*questions: tuple[str, list[str]]) -> list[dict]:
@@ -225,13 +226,18 @@ def test_evaluate_file_names_the_bad_file(tmp_path):
     del broken[0]["paragraphs"][0]["qas"][1]["id"]
     bad = write(tmp_path / "bad.json", {"data": broken})
     with pytest.raises(
-        SquadFormatError, match=r"bad\.json: data\[0\]\.paragraphs\[0\]\.qas\[1\] has no 'id'"
+        CommandError, match=r"bad\.json: data\[0\]\.paragraphs\[0\]\.qas\[1\]: the field 'id' is missing"
     ):
         evaluate_file("2.0", bad, preds)
     listed = write(tmp_path / "list.json", ["Broncos"])
-    with pytest.raises(SquadFormatError, match=r"list\.json: must be one JSON object"):
+    with pytest.raises(
+        CommandError, match=r"list\.json: a JSON list; give one object mapping each question id"
+    ):
         evaluate_file("2.0", good, listed)
-    with pytest.raises(SquadFormatError, match=r"missing\.json: no such file"):
+    with pytest.raises(CommandError, match=r"missing\.json: no such file"):
         evaluate_file("2.0", str(tmp_path / "missing.json"), preds)
-    with pytest.raises(SquadFormatError, match="no 'data' field"):
+    with pytest.raises(CommandError, match="the top level: the field 'data' is missing"):
         evaluate_file("1.1", write(tmp_path / "nodata.json", {"version": "1.1"}), preds)
+    numbers = write(tmp_path / "numbers.json", {**predictions, "q1": 3})
+    with pytest.raises(CommandError, match=r"numbers\.json: the field 'q1' is a int, not str"):
+        evaluate_file("2.0", good, numbers)

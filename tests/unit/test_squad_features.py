@@ -7,19 +7,19 @@ import json
 import pytest
 import torch
 
+from finetune.common import doc_windows, max_context_windows
 from finetune.squad import (
     NO_SPAN_NULL_ODDS,
     SpanQuestionAnswering,
+    SquadConfig,
     SquadFeature,
-    SquadFormatError,
     answers_at_threshold,
     build_features,
     char_span_to_tokens,
-    doc_windows,
-    is_max_context,
     predict_example,
     read_squad,
 )
+from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
 SQUAD_V1 = SHARED_DATA / "squad" / "allennlp-models_test_fixtures_squad.json"
@@ -54,19 +54,33 @@ def test_doc_windows_cover_every_token_and_each_has_one_max_context_window(num_t
     covered = {start + i for start, length in windows for i in range(length)}
     assert covered == set(range(num_tokens))
     assert all(length <= size for _, length in windows)
-    for position in range(num_tokens):
-        owners = [w for w in range(len(windows)) if is_max_context(windows, w, position)]
-        assert len(owners) == 1
-        start, length = windows[owners[0]]
+    owners = max_context_windows(windows)
+    assert len(owners) == num_tokens
+    for position, owner in enumerate(owners):
+        start, length = windows[owner]
         assert start <= position < start + length
 
 
-def test_is_max_context_prefers_the_centred_window():
-    windows = [(0, 4), (2, 4)]
+def test_the_max_context_window_is_the_centred_one_the_first_on_ties():
     # Token 3: window 0 has 3 left, 0 right (score 0.04); window 1 has 1 left, 2 right (1.04).
-    assert not is_max_context(windows, 0, 3) and is_max_context(windows, 1, 3)
-    # Token 2: window 0 min(2, 1) = 1; window 1 min(0, 3) = 0.
-    assert is_max_context(windows, 0, 2) and not is_max_context(windows, 1, 2)
+    # Token 2: window 0 min(2, 1) = 1; window 1 min(0, 3) = 0. Token 4, 5: only window 1.
+    assert max_context_windows([(0, 4), (2, 4)]) == [0, 0, 0, 1, 1, 1]
+    assert max_context_windows([(0, 4), (2, 4), (4, 2)]) == [0, 0, 0, 1, 1, 1]  # a tie: the first
+
+
+def test_max_context_windows_are_those_of_the_reference_rule_in_linear_time():
+    """The reference rule looks at every window for every token; here each window once."""
+    windows = doc_windows(50, 8, 3)
+    reference = []
+    for position in range(50):
+        scores = [
+            (min(position - s, s + n - 1 - position) + 0.01 * n, -w)
+            for w, (s, n) in enumerate(windows)
+            if s <= position < s + n
+        ]
+        reference.append(-max(scores)[1])
+    assert max_context_windows(windows) == reference
+    assert len(max_context_windows(doc_windows(1_000_000, 384, 128))) == 1_000_000  # well under a second
 
 
 def test_char_span_to_tokens():
@@ -101,41 +115,44 @@ def test_bad_answer_offsets_are_counted_and_skipped_for_training(tmp_path, token
     assert stats.bad_offset_ids == ["bad", "second-bad"]
     assert examples[1].answer_start is None and examples[1].answers == ("2016",)  # still scored
     assert examples[2].answer_text == "the game"  # only a later answer is bad: still trained on
-    window = {"max_seq_length": 32, "doc_stride": 8, "max_query_length": 8}
-    features = build_features(examples, tokenizer, training=True, **window)
+    config = SquadConfig(max_seq_length=32, doc_stride=8, max_query_length=8)
+    features = build_features(examples, tokenizer, config, training=True)
     assert {f.example_index for f in features} == {0, 2}
-    assert len(build_features(examples, tokenizer, **window)) == 3
+    assert len(build_features(examples, tokenizer, config)) == 3
 
 
 @pytest.mark.parametrize(
     ("qa", "message"),
     [
-        ({"question": "q", "answers": []}, r"qas\[0\] has no 'id' field"),
-        ({"id": "x", "answers": []}, r"qas\[0\] has no 'question' field"),
-        ({"id": "x", "question": "q"}, r"qas\[0\] has no 'answers' field"),
+        (
+            {"question": "q", "answers": []},
+            r"data\[0\]\.paragraphs\[0\]\.qas\[0\]: the field 'id' is missing",
+        ),
+        ({"id": "x", "answers": []}, r"question 'x': the field 'question' is missing"),
+        ({"id": "x", "question": "q"}, r"question 'x': the field 'answers' is missing"),
         (
             {"id": "x", "question": "q", "answers": [{"text": "a"}]},
-            r"qas\[0\]\.answers\[0\] has no 'answer_start'",
+            r"question 'x', answer 0: the field 'answer_start'",
         ),
-        (
-            {"id": "x", "question": "q", "answers": []},
-            r"qas\[0\] \(id 'x'\) has no answers: SQuAD v1.1 needs one",
-        ),
+        ({"id": "x", "question": "q", "answers": []}, r"question 'x': has no answers; SQuAD v1.1 needs one"),
+        ({"id": 7, "question": "q", "answers": []}, r"qas\[0\]: the field 'id' is a int, not str"),
     ],
 )
-def test_missing_fields_name_the_file_and_place(tmp_path, qa, message):
+def test_missing_fields_name_the_file_the_question_and_the_field(tmp_path, qa, message):
     path = write_squad(tmp_path / "dev.json", [qa])
-    with pytest.raises(SquadFormatError, match=r"dev\.json: data\[0\]\.paragraphs\[0\]\." + message):
+    with pytest.raises(CommandError, match=r"dev\.json: (data\[0\]\.paragraphs\[0\]\.)?" + message):
         read_squad(path, "1.1")
 
 
 def test_missing_context_and_bad_json(tmp_path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps({"data": [{"paragraphs": [{"qas": []}]}]}))
-    with pytest.raises(SquadFormatError, match=r"x\.json: data\[0\]\.paragraphs\[0\] has no 'context'"):
+    with pytest.raises(
+        CommandError, match=r"x\.json: data\[0\]\.paragraphs\[0\]: the field 'context' is missing"
+    ):
         read_squad(str(path), "2.0")
     path.write_text("{not json")
-    with pytest.raises(SquadFormatError, match=r"x\.json: not valid UTF-8 JSON"):
+    with pytest.raises(CommandError, match=r"x\.json: not valid JSON"):
         read_squad(str(path), "2.0")
 
 
@@ -147,14 +164,8 @@ def test_missing_context_and_bad_json(tmp_path):
 def test_labels_map_back_to_the_answer_text(tokenizer, version, max_seq_length, doc_stride):
     examples, stats = read_squad(require(SQUAD_V1 if version == "1.1" else SQUAD_V2), version)
     assert stats.num_answers_bad_offset == 0
-    features = build_features(
-        examples,
-        tokenizer,
-        max_seq_length=max_seq_length,
-        doc_stride=doc_stride,
-        max_query_length=24,
-        training=True,
-    )
+    config = SquadConfig(max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=24)
+    features = build_features(examples, tokenizer, config, training=True)
     labelled = set()
     for feature in features:
         assert len(feature.input_ids) <= max_seq_length
@@ -179,7 +190,9 @@ def test_labels_map_back_to_the_answer_text(tokenizer, version, max_seq_length, 
 
 def test_windows_cover_the_real_contexts(tokenizer):
     examples, _ = read_squad(require(SQUAD_V1), "1.1")
-    features = build_features(examples, tokenizer, max_seq_length=64, doc_stride=16, max_query_length=16)
+    features = build_features(
+        examples, tokenizer, SquadConfig(max_seq_length=64, doc_stride=16, max_query_length=16)
+    )
     for index, example in enumerate(examples):
         windows = [f for f in features if f.example_index == index]
         assert len(windows) > 1
@@ -199,9 +212,8 @@ def test_windows_cover_the_real_contexts(tokenizer):
 def test_impossible_questions_label_cls(tokenizer):
     examples, stats = read_squad(require(SQUAD_V2), "2.0")
     assert stats.num_impossible == 1 and stats.num_duplicate_ids == 1
-    features = build_features(
-        examples, tokenizer, max_seq_length=64, doc_stride=16, max_query_length=24, training=True
-    )
+    config = SquadConfig(max_seq_length=64, doc_stride=16, max_query_length=24)
+    features = build_features(examples, tokenizer, config, training=True)
     impossible = [f for f in features if examples[f.example_index].is_impossible]
     assert impossible and all(f.start_position == f.end_position == 0 for f in impossible)
 

@@ -21,7 +21,6 @@ from pipelines.wiki.wikitext import (
     _prepass,
     _Walker,
     clean_wikitext,
-    is_disambiguation,
 )
 from tests.conftest import SHARED_DATA, require
 
@@ -266,10 +265,7 @@ DAB_BODY = "'''Mercury''' may refer to:\n* [[Mercury (planet)]]\n* [[Mercury (el
     ],
 )
 def test_disambiguation_templates(template: str) -> None:
-    page = clean_wikitext(DAB_BODY + template, "Mercury")
-    assert page.is_disambiguation
-    assert is_disambiguation(DAB_BODY + template, "Mercury")
-    assert is_disambiguation(mwparserfromhell.parse(DAB_BODY + template), "Mercury")
+    assert clean_wikitext(DAB_BODY + template, "Mercury").is_disambiguation
 
 
 @pytest.mark.parametrize(

@@ -16,15 +16,13 @@ import pytest
 from click.testing import CliRunner
 from tokenizers import Tokenizer
 
+from schemas.commands import InputError
 from tests.conftest import SHARED_DATA, require
 from wordpiece.cli import main
 from wordpiece.tokenizer import (
     MAX_INPUT_CHARS_PER_WORD,
     SPECIAL_TOKENS,
-    VocabError,
     WordPieceTokenizer,
-    build_tokenizer,
-    infer_casing,
     load_vocab,
     pre_tokenize,
     read_vocab_file,
@@ -32,6 +30,11 @@ from wordpiece.tokenizer import (
 )
 
 RELEASED_VOCAB = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"
+
+
+def _built(vocab, cased):
+    return WordPieceTokenizer(vocab, cased).tokenizer
+
 
 TINY = [*SPECIAL_TOKENS, "hello", "world", "##s", "the", "a", "##b", "b", "c", "##c", "d", "##d", ",", "."]
 
@@ -48,7 +51,7 @@ def write_vocab(path: Path, tokens: list[str]) -> str:
 @pytest.mark.parametrize("missing", SPECIAL_TOKENS)
 def test_each_missing_special_token_is_named(missing):
     tokens = [t for t in TINY if t != missing]
-    with pytest.raises(VocabError) as caught:
+    with pytest.raises(InputError) as caught:
         validate_vocab(tokens, "v.txt")
     message = str(caught.value)
     assert message.startswith("v.txt: missing special token ")
@@ -58,14 +61,14 @@ def test_each_missing_special_token_is_named(missing):
 
 def test_all_missing_special_tokens_are_named_together():
     with pytest.raises(
-        VocabError, match=r"missing special tokens \[PAD\], \[UNK\], \[CLS\], \[SEP\], \[MASK\]"
+        InputError, match=r"missing special tokens \[PAD\], \[UNK\], \[CLS\], \[SEP\], \[MASK\]"
     ):
         validate_vocab(["hello"], "v.txt")
 
 
 def test_duplicate_names_token_and_both_lines():
     tokens = [*TINY, "world"]
-    with pytest.raises(VocabError) as caught:
+    with pytest.raises(InputError) as caught:
         validate_vocab(tokens, "v.txt")
     assert str(caught.value).startswith(
         f"v.txt: duplicate token 'world' on lines {TINY.index('world') + 1} and {len(tokens)} "
@@ -75,7 +78,7 @@ def test_duplicate_names_token_and_both_lines():
 @pytest.mark.parametrize("bad", ["two words", "tab\there", "nbsp\u00a0x", "ideo\u3000space", "cr\r"])
 def test_token_with_whitespace(bad):
     with pytest.raises(
-        VocabError, match=rf"v.txt: line {len(TINY) + 1} \(id {len(TINY)}\) token .* whitespace"
+        InputError, match=rf"v.txt: line {len(TINY) + 1} \(id {len(TINY)}\) token .* whitespace"
     ):
         validate_vocab([*TINY, bad], "v.txt")
 
@@ -83,14 +86,14 @@ def test_token_with_whitespace(bad):
 def test_empty_line_in_file(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
-    with pytest.raises(VocabError, match=rf"^{path}: line 3 \(id 2\) is empty"):
+    with pytest.raises(InputError, match=rf"^{path}: line 3 \(id 2\) is empty"):
         read_vocab_file(str(path))
 
 
 def test_non_utf8_file_names_byte_offset(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_bytes(b"[PAD]\n[UNK]\ncaf\xe9\n[CLS]\n[SEP]\n[MASK]\n")
-    with pytest.raises(VocabError) as caught:
+    with pytest.raises(InputError) as caught:
         read_vocab_file(str(path))
     assert str(caught.value) == (
         f"{path}: not UTF-8: invalid byte 0xe9 at byte offset 15 (line 3): re-save the vocabulary as UTF-8"
@@ -100,7 +103,7 @@ def test_non_utf8_file_names_byte_offset(tmp_path):
 def test_bom_is_refused(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_bytes(b"\xef\xbb\xbf" + "\n".join(TINY).encode())
-    with pytest.raises(VocabError, match="byte-order mark"):
+    with pytest.raises(InputError, match="byte-order mark"):
         read_vocab_file(str(path))
 
 
@@ -109,14 +112,14 @@ def test_reader_strips_only_line_endings(tmp_path):
     path.write_bytes("\r\n".join(TINY).encode())  # CRLF, and no final newline
     assert read_vocab_file(str(path)) == TINY
     path.write_bytes(("\n".join(TINY) + "\n\n").encode())  # a trailing blank line is an empty entry
-    with pytest.raises(VocabError, match=f"line {len(TINY) + 1} .* is empty"):
+    with pytest.raises(InputError, match=f"line {len(TINY) + 1} .* is empty"):
         read_vocab_file(str(path))
 
 
 def test_missing_path_and_folder(tmp_path):
-    with pytest.raises(VocabError, match="no such file"):
+    with pytest.raises(InputError, match="no such file"):
         read_vocab_file(str(tmp_path / "nope.txt"))
-    with pytest.raises(VocabError, match="is a folder"):
+    with pytest.raises(InputError, match="is a folder"):
         WordPieceTokenizer.load(str(tmp_path), cased=False)
 
 
@@ -128,20 +131,27 @@ def test_reads_fsspec_urls():
 
 
 def test_build_tokenizer_validates():
-    with pytest.raises(VocabError, match="missing special token"):
-        build_tokenizer(["hello"], cased=False)
+    with pytest.raises(InputError, match="missing special token"):
+        _built(["hello"], cased=False)
 
 
 # ---------------------------------------------------------------------------------------------
 # Casing
 
 
-def test_infer_casing():
-    assert infer_casing(TINY) is False  # [PAD] and friends do not count
-    assert infer_casing([*TINY, "The"]) is True
-    assert infer_casing([*TINY, "##É"]) is True
-    assert infer_casing([*TINY, "\u211d"]) is False  # upper-case letter without a lower-case form
-    assert infer_casing([*TINY, "[UNUSED1]"]) is False
+@pytest.mark.parametrize(
+    ("extra", "cased"),
+    [
+        ([], False),  # [PAD] and friends do not count
+        (["The"], True),
+        (["##É"], True),
+        (["\u211d"], False),  # upper-case letter without a lower-case form
+        (["[UNUSED1]"], False),
+    ],
+)
+def test_casing_is_inferred_from_the_tokens(tmp_path, extra, cased):
+    with pytest.warns(UserWarning, match="inferred"):
+        assert WordPieceTokenizer.load(write_vocab(tmp_path / "v.txt", [*TINY, *extra])).cased is cased
 
 
 def test_load_warns_which_casing_was_inferred(tmp_path):
@@ -172,7 +182,7 @@ def test_casing_behaviour():
 def test_saved_tokenizer_json_loads_back_with_casing_from_normalizer(tmp_path):
     for cased in (False, True):
         path = tmp_path / f"tokenizer-{cased}.json"
-        build_tokenizer([*TINY, "Hello"], cased).save(str(path))
+        _built([*TINY, "Hello"], cased).save(str(path))
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             loaded = WordPieceTokenizer.load(str(path))
@@ -184,7 +194,7 @@ def test_saved_tokenizer_json_loads_back_with_casing_from_normalizer(tmp_path):
 
 
 def _tokenizer_json(tmp_path: Path, edit) -> str:
-    obj = json.loads(build_tokenizer(TINY, cased=False).to_str())
+    obj = json.loads(_built(TINY, cased=False).to_str())
     edit(obj)
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(obj), encoding="utf-8")
@@ -198,14 +208,14 @@ def _tokenizer_json(tmp_path: Path, edit) -> str:
         (lambda o: o["model"].update(max_input_chars_per_word=200), "max_input_chars_per_word is 200"),
         (lambda o: o["model"]["vocab"].update({"extra": 99}), "ids are not exactly 0..18"),
         (lambda o: o["model"]["vocab"].pop("[MASK]"), r"ids are not exactly|missing special token \[MASK\]"),
-        (lambda o: o.update(normalizer={"type": "Lowercase"}), "normalizer .* is not BERT's"),
-        (lambda o: o["normalizer"].update(strip_accents=False), "normalizer .* is not BERT's"),
+        (lambda o: o.update(normalizer={"type": "Lowercase"}), "normalizer is not BERT's"),
+        (lambda o: o["normalizer"].update(strip_accents=False), "normalizer is not BERT's"),
         (lambda o: o.update(pre_tokenizer={"type": "Whitespace"}), "pre_tokenizer is 'Whitespace'"),
     ],
 )
 def test_tokenizer_json_that_is_not_bert_is_refused(tmp_path, edit, message):
     path = _tokenizer_json(tmp_path, edit)
-    with pytest.raises(VocabError, match=message):
+    with pytest.raises(InputError, match=message):
         WordPieceTokenizer.load(path, cased=False)
 
 
@@ -214,7 +224,7 @@ def test_tokenizer_json_duplicate_is_reported_by_id(tmp_path):
         vocab = obj["model"]["vocab"]
         vocab["hello"] = vocab.pop("world")  # 'world's id now belongs to no token
 
-    with pytest.raises(VocabError, match="ids are not exactly"):
+    with pytest.raises(InputError, match="ids are not exactly"):
         WordPieceTokenizer.load(_tokenizer_json(tmp_path, duplicate), cased=False)
 
 
@@ -223,19 +233,19 @@ def test_load_vocab_gives_the_loaded_tokenizers_vocabulary_and_its_errors(tmp_pa
     does, and refuses what ``load`` refuses."""
     txt = write_vocab(tmp_path / "vocab.txt", [*TINY, "Hello"])
     saved = tmp_path / "tokenizer.json"
-    build_tokenizer([*TINY, "Hello"], cased=True).save(str(saved))
+    _built([*TINY, "Hello"], cased=True).save(str(saved))
     for path in (txt, str(saved)):
         assert load_vocab(path) == WordPieceTokenizer.load(path, cased=True).vocab == [*TINY, "Hello"]
-    with pytest.raises(VocabError, match="pre_tokenizer is 'Whitespace'"):
+    with pytest.raises(InputError, match="pre_tokenizer is 'Whitespace'"):
         load_vocab(_tokenizer_json(tmp_path, lambda o: o.update(pre_tokenizer={"type": "Whitespace"})))
-    with pytest.raises(VocabError, match="listed twice|duplicate"):
+    with pytest.raises(InputError, match="listed twice|duplicate"):
         load_vocab(write_vocab(tmp_path / "twice.txt", [*TINY, "hello"]))
 
 
 def test_invalid_json(tmp_path):
     path = tmp_path / "tokenizer.json"
     path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(VocabError, match=r"not valid JSON .* line 1 column 2"):
+    with pytest.raises(InputError, match=r"not valid JSON .* line 1, column 2"):
         WordPieceTokenizer.load(str(path))
 
 
@@ -348,7 +358,7 @@ def test_saved_file_gives_same_ids_in_tokenizers_and_transformers(released_vocab
     vocab = read_vocab_file(released_vocab)
     for cased in (False, True):
         path = str(tmp_path / f"tokenizer-{cased}.json")
-        build_tokenizer(vocab, cased).save(path)
+        _built(vocab, cased).save(path)
         raw = Tokenizer.from_file(path)
         want = reference(released_vocab, cased)(HARD_CASES)["input_ids"]
         assert [e.ids for e in raw.encode_batch(HARD_CASES)] == want

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import GUTENBERG, SHARED_DATA, require
 from wordpiece.tokenizer import pre_tokenize
-from wordpiece.train import TrainConfig, alphabet_of, learn_pieces, vocab_layout
+from wordpiece.train import VocabConfig, alphabet_of, learn_pieces, vocab_layout
 
 
 def test_layout_matches_the_released_vocabulary():
@@ -54,7 +54,7 @@ def test_alphabet_is_chosen_by_frequency_then_code_point():
 
 def test_config_lists_every_problem():
     with pytest.raises(ValueError) as err:
-        TrainConfig(corpus="", output="", vocab_size=100, num_unused=200, min_frequency=0, splits=("dev",))
+        VocabConfig(corpus="", output="", vocab_size=100, num_unused=200, min_frequency=0, splits=("dev",))
     for flag in ("--corpus", "--output", "--vocab-size 100", "--min-frequency", "--split"):
         assert flag in str(err.value)
 
@@ -69,9 +69,9 @@ def _book_counts() -> list[tuple[str, int]]:
 
 _LEARN_IN_A_NEW_PROCESS = """
 import json, sys
-from wordpiece.train import TrainConfig, alphabet_of, learn_pieces
+from wordpiece.train import VocabConfig, alphabet_of, learn_pieces
 counts = [tuple(x) for x in json.load(sys.stdin)]
-config = TrainConfig(corpus="c", output="o", vocab_size=3000, num_unused=0, limit_alphabet=70)
+config = VocabConfig(corpus="c", output="o", vocab_size=3000, num_unused=0, limit_alphabet=70)
 alphabet = alphabet_of(counts, config.limit_alphabet)
 print(json.dumps(learn_pieces(counts, alphabet, config, 2995)))
 """
@@ -98,7 +98,7 @@ def test_agrees_with_tokenizers_own_trainer_on_the_text():
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     counts = _book_counts()
-    config = TrainConfig(corpus="c", output="o", vocab_size=2005, num_unused=0, limit_alphabet=10_000)
+    config = VocabConfig(corpus="c", output="o", vocab_size=2005, num_unused=0, limit_alphabet=10_000)
     ours = learn_pieces(counts, alphabet_of(counts, config.limit_alphabet), config, 2000)
     peer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     peer.normalizer = normalizers.BertNormalizer(lowercase=True)
