@@ -21,7 +21,7 @@ from pretrain import checkpoint as ckpt
 from pretrain.config import PretrainConfig
 from pretrain.model import BertConfig, BertForPreTraining
 from pretrain.train import train
-from schemas.commands import InputError, UsageError
+from schemas.commands import InputError, OutputError, UsageError
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -151,7 +151,7 @@ def test_bad_inputs_fail_before_the_first_step(shards, tmp_path):
         cfg = PretrainConfig(
             **{"shards": str(shards), "output": str(tmp_path / "out"), "max_steps": 2, **TINY, **overrides}
         )
-        with pytest.raises((InputError, UsageError, ValueError), match=match):
+        with pytest.raises((InputError, OutputError, UsageError, ValueError), match=match):
             train(cfg)
         assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
