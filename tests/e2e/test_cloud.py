@@ -164,7 +164,7 @@ def _stream_examples_from_bucket(bucket) -> None:
     ds = ExampleShards(url, batch_size=8, seed=1, streams=2, vocab_sha256=vocab.vocab_sha256)
     local = list(ds)
     assert len(local) == len(ds) > 0
-    assert len(local) * 8 == ds.num_examples - ds.dropped_examples
+    assert len(local) * 8 == ds.world_size * ds.streams * ds.stream_rows
     for batch in local:
         assert batch["input_ids"].shape[1] <= 64
         assert int(batch["input_ids"].max()) < vocab.vocab_size

@@ -153,6 +153,8 @@ COMMANDS = {
         "features --checkpoint {url}/run --input {url}/in.txt --output {url}/o",
     ),
     "finetune report": ("finetune", "report {url}/run --output {url}/report"),
+    "pretrain": ("pretrain", "--shards {url}/shards --output {url}/run --config tiny"),
+    "pretrain export": ("pretrain", "export --checkpoint {url}/run --output {url}/hf"),
 }
 BUCKET_FAULTS = ("gs without credentials", "s3 without credentials", "gs unreachable", "s3 unreachable")
 
