@@ -110,15 +110,6 @@ class BertConfig:
         """The fields as a plain dict (JSON-ready)."""
         return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BertConfig:
-        """The inverse of ``to_dict``; unknown keys are an error."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown BertConfig fields: {', '.join(unknown)}")
-        return cls(**data)
-
     def to_hf_dict(self) -> dict[str, Any]:
         """A transformers ``config.json`` for ``BertForPreTraining`` (``pad_vocab_to_multiple`` rides
         along as an extra key, which transformers keeps and ignores)."""
@@ -672,8 +663,3 @@ def compile_model(model: nn.Module, *, mode: str | None = None, backend: str = "
     """``torch.compile`` the model for training (dynamic sequence lengths); returns the compiled
     wrapper, which shares parameters with ``model`` (save and load through ``model``)."""
     return torch.compile(model, mode=mode, backend=backend, dynamic=None)
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Parameters counted once each (the tied decoder weight is the word embeddings)."""
-    return sum(p.numel() for p in model.parameters())

@@ -1,16 +1,5 @@
-"""Optimisers, learning-rate schedules and the divergence rule of pre-training.
-
-- :func:`parameter_groups`: no weight decay on biases and LayerNorm (the reference's
-  ``exclude_from_weight_decay``); LAMB gives them no trust ratio either.
-- :class:`Lamb`: LAMB (You et al., 2019), bias-corrected Adam moments times a per-tensor trust
-  ratio ``‖w‖ / ‖update‖``, on whole groups with foreach ops. AdamW: torch's, fused on CUDA.
-- :func:`apply_gradients`: unscale, clip and step unless the gradients are not finite, decided on
-  the device (fused AdamW and :class:`Lamb` take the flag as ``GradScaler`` hands it over).
-- :class:`Health`: the divergence rule; :class:`Diverged`: the error it raises.
-- Schedules (``--lr-schedule``): ``transformers`` (:func:`warmup_decay`: linear warm-up, then
-  polynomial decay to 0) and ``reference`` (:func:`reference_decay`: google-research/bert's
-  ``polynomial_decay`` from step 0, overridden by the warm-up ``lr * step / warmup``).
-"""
+"""Optimisers (AdamW, fused on CUDA; LAMB), learning-rate schedules and the divergence rule of
+pre-training."""
 
 from __future__ import annotations
 
@@ -27,7 +16,7 @@ NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias", "layer_norm", "norm.we
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: with weight decay, and without it (biases, LayerNorm)."""
+    """Two groups: with weight decay, and without it or LAMB's trust ratio (biases, LayerNorm)."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
@@ -40,9 +29,9 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB (see the module docstring). Like torch's fused optimizers it takes ``found_inf`` and
-    ``grad_scale`` (0-d tensors) from ``GradScaler`` or :func:`step_unless`: a step with
-    ``found_inf`` set leaves everything as it was, decided on the device."""
+    """LAMB (You et al., 2019): bias-corrected Adam moments times a per-tensor trust ratio
+    ``‖w‖ / ‖update‖``, foreach ops. Like torch's fused optimizers it takes ``found_inf`` and
+    ``grad_scale`` (0-d tensors): a step with ``found_inf`` set changes nothing."""
 
     def __init__(self, params: Iterable, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01) -> None:
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
@@ -218,13 +207,11 @@ def build_optimizer(
     """``adamw`` (fused on :data:`FUSED_DEVICES`) or ``lamb`` over :func:`parameter_groups`, for
     the device the model's parameters are on."""
     groups = parameter_groups(model, weight_decay)
-    if name == "adamw":
-        device = next(model.parameters()).device.type
-        fused = {"fused": True} if device in FUSED_DEVICES else {"foreach": True}
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps)
-    raise ValueError(f"unknown optimizer {name!r}: choose adamw or lamb")
+    device = next(model.parameters()).device.type
+    fused = {"fused": True} if device in FUSED_DEVICES else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
 
 
 def warmup_decay(step: int, warmup_steps: int, max_steps: int, power: float = 1.0) -> float:
@@ -253,8 +240,6 @@ def build_scheduler(
 ):
     """The ``schedule`` (a key of :data:`SCHEDULES`) with peak ``lr``, positioned at ``start_step``
     (a resumed run gets the rate an uninterrupted one would have, under the schedule given now)."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}: choose {' or '.join(SCHEDULES)}")
     multiplier = SCHEDULES[schedule]
     for group in optimizer.param_groups:
         group["initial_lr"] = lr

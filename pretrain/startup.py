@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 
 import fsspec
@@ -22,7 +23,8 @@ from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining, parameter_counts, training_state_bytes
 from pretrain.runtime import exists
 from schemas import MANIFEST_FILE, manifest_vocabulary
-from schemas.commands import InputError
+from schemas.commands import InputError, OutputError
+from schemas.files import write_file
 from schemas.inputs import loads, read_bytes
 from schemas.manifest import bytes_match, path_leaves_folder
 from wordpiece.tokenizer import WordPieceTokenizer, parse_vocab_txt, read_vocab_file
@@ -305,7 +307,26 @@ def _resumed_model(
 
 
 def check_output(output: str) -> None:
-    """Fail early when ``--output`` cannot be written (a probe file, removed with its folders)."""
-    from pretrain.outputs import check_writable
-
-    check_writable(output, f"--output {output} is not writable")
+    """Create and remove a probe file in ``--output`` (and the folders this made):
+    :class:`OutputError` when that fails."""
+    fs, root = fsspec.core.url_to_fs(output)
+    root = root.rstrip("/") or "/"
+    made = []  # the folders makedirs will create, deepest first
+    folder = root
+    while folder not in ("", "/") and not fs.exists(folder):
+        made.append(folder)
+        folder = folder.rsplit("/", 1)[0]
+    probe = f"{root}/.write-probe-{uuid.uuid4().hex}"
+    try:
+        fs.makedirs(root, exist_ok=True)
+        write_file(probe, b"", fs)  # journaled: a probe left by a killed run is the run's own
+        fs.rm(probe)
+    except Exception as err:  # Any filesystem error means the same thing to the user.
+        raise OutputError(
+            f"--output {output} is not writable: cannot write there ({type(err).__name__}: {err})"
+        ) from None
+    finally:
+        for path in made:
+            with contextlib.suppress(Exception):
+                if fs.isdir(path) and not fs.ls(path):
+                    fs.rmdir(path)

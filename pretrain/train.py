@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import signal
+import tempfile
 import time
 import warnings
 from collections import namedtuple
@@ -49,7 +50,6 @@ from pretrain.hf import non_finite, save_hf
 from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import left_to_right_batch, pretraining_loss, training_flops_per_token
 from pretrain.optim import Diverged, Health, apply_gradients, build_optimizer, build_scheduler
-from pretrain.outputs import run_scratch
 from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, all_sum, barrier, check_output, init_processes, prepare
@@ -71,7 +71,7 @@ def train(
     rank 0, once every check passed; ``run_id``: the run folder's (None: a new one)."""
     if cfg.resume and not cfg.output:
         cfg = replace(cfg, output=cfg.resume)
-    with run_scratch("pretrain-run-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="pretrain-run-", ignore_cleanup_errors=True) as scratch:
         trainer = Trainer(cfg, procs or init_processes(), scratch=scratch, run_id=run_id)
         if before_fit is not None and trainer.procs.is_main:
             before_fit()
@@ -159,7 +159,10 @@ class Trainer:
     ) -> None:
         self.cfg, self.procs = cfg, procs
         self.run_id = ckpt.shared_run_id(procs.world_size, run_id)  # rank 0's, on every rank
-        self.micro, self.accumulation, self.output = _checked_settings(cfg, procs)
+        self.micro, self.accumulation = cfg.accumulation(procs.world_size)
+        self.output = (cfg.output or cfg.resume).rstrip("/")
+        if procs.is_main:
+            check_output(self.output)
         seed = cfg.seed + procs.rank  # the global RNGs dropout and the rest draw from, per rank
         torch.manual_seed(seed)
         np.random.seed(seed % 2**32)
@@ -627,15 +630,6 @@ class Trainer:
         if self.procs.is_main:
             self.metrics.close()
             self.metrics.plot()
-
-
-def _checked_settings(cfg: PretrainConfig, procs: Processes) -> tuple[int, int, str]:
-    """The micro batch, accumulation and output folder (rank 0: checked writable)."""
-    micro, accumulation = cfg.accumulation(procs.world_size)
-    output = (cfg.output or cfg.resume).rstrip("/")
-    if procs.is_main:
-        check_output(output)
-    return micro, accumulation, output
 
 
 def is_worker_failure(err: Exception) -> bool:

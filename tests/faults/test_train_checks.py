@@ -14,7 +14,6 @@ import pytest
 from finetune.common import Encoder, FitConfig, check_casing, load_encoder
 from pretrain import metrics
 from pretrain.config import PretrainConfig
-from pretrain.outputs import run_scratch
 from schemas.commands import CommandError, OutputError
 from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, hf_folder
@@ -106,14 +105,6 @@ def test_bucket_outputs_are_checked_the_same_way():
         folder.begin()
     assert not fs.exists("/sweep-bucket/run/metrics.jsonl")
     assert not [p for p in fs.find("/sweep-bucket") if ".claim" in p]
-
-
-def test_run_scratch_is_removed_on_failure(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    with pytest.raises(RuntimeError), run_scratch("pretrain-run-") as folder:
-        Path(folder, "x").write_text("x")
-        raise RuntimeError("boom")
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_flag_ranges_are_all_listed_at_once():

@@ -15,7 +15,6 @@ from pretrain.model import (
     BertConfig,
     BertForPreTraining,
     compile_model,
-    count_parameters,
     pretraining_loss,
     training_flops_per_token,
 )
@@ -83,7 +82,7 @@ def test_presets_follow_the_paper_and_the_miniatures():
     assert BertConfig.preset("large", vocab_size=30522).num_attention_heads == 16
     assert BertConfig.preset("tiny", 8000, hidden_dropout_prob=0.0).hidden_dropout_prob == 0.0
     # bert-base-uncased has 110M parameters (108.9M with the pooler, without the tied decoder)
-    assert 109_000_000 < count_parameters(BertForPreTraining(base)) < 111_000_000
+    assert 109_000_000 < sum(p.numel() for p in BertForPreTraining(base).parameters()) < 111_000_000
 
 
 def test_config_validation_lists_every_problem():
@@ -97,10 +96,7 @@ def test_config_validation_lists_every_problem():
 
 def test_config_dict_round_trips():
     config = tiny_config(pad_vocab_to_multiple=8)
-    assert BertConfig.from_dict(config.to_dict()) == config
     assert BertConfig.from_hf_dict(config.to_hf_dict()) == config
-    with pytest.raises(ValueError, match="unknown BertConfig fields"):
-        BertConfig.from_dict({**config.to_dict(), "bogus": 1})
     with pytest.raises(ValueError, match="hidden_act"):
         BertConfig.from_hf_dict({**config.to_hf_dict(), "hidden_act": "relu"})
 
