@@ -1,11 +1,7 @@
 """What every fine-tuning task shares: its inputs, the pre-trained encoder, batching, the heads of
-the paper's Figure 4 (a) and (b), the fit loop and prediction.
-
-A *feature* is a ``dict``: ``input_ids`` and ``token_type_ids`` (``list[int]``, or one list per
-choice for multiple choice) and scalar targets such as ``labels``. :func:`collate` pads to the
-longest sequence in the batch and adds ``attention_mask``; every key of the batch becomes a keyword
-argument of the task model's ``forward``, which returns a :class:`TaskOutput`.
-"""
+the paper's Figure 4 (a) and (b), the fit loop and prediction. A *feature* is a ``dict`` (token ids
+and targets); every key of a batch of them (:func:`collate`) is a keyword argument of the task
+model's ``forward``, which returns a :class:`TaskOutput`."""
 
 from __future__ import annotations
 
@@ -157,10 +153,8 @@ def read_head(source: str, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]
     return {k: v for k, v in weights.items() if k.startswith(prefixes)}
 
 
-CASING_SAMPLE = 200
-"""Texts of the training data :func:`check_casing` tokenises (the first ones)."""
-UNK_WARN_SHARE = 0.01
-"""Above this share of ``[UNK]``, and at least twice the other casing's, the casing is wrong."""
+CASING_SAMPLE = 200  # the first texts of the training data check_casing tokenises
+UNK_WARN_SHARE = 0.01  # above this share of [UNK], and twice the other casing's, the casing is wrong
 
 
 def unknown_share(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> float:
@@ -316,13 +310,10 @@ def seeded_linear(in_features: int, out_features: int, std: float, seed: int) ->
 
 
 class Classifier(nn.Module):
-    """Dropout and a linear layer on the encoder's output, the heads of the paper's Figure 4: on the
-    pooled ``[CLS]`` (``per="sequence"``: GLUE, cross-entropy over ``outputs`` labels, or mean
-    squared error for one output, STS-B), on each choice's pooled ``[CLS]`` (``"choice"``: SWAG,
-    ``input_ids`` ``[batch, choices, length]``, one score each, softmax over the choices), or on
-    every token (``"token"``: NER, labels -100 are not scored). ``bilstm`` (Table 5's "+ BiLSTM"):
-    the classifier reads its :meth:`~finetune.heads.BiLSTM.summary` of the final hidden states
-    instead of the pooled ``[CLS]``."""
+    """Dropout and a linear layer on the encoder's output (the paper's Figure 4): on the pooled
+    ``[CLS]`` (``per="sequence"``: GLUE; one output is STS-B's regression), on each choice's
+    (``"choice"``: SWAG, ``[batch, choices, length]`` ids), or on every token (``"token"``: NER).
+    With ``bilstm`` (Table 5) it reads the BiLSTM's :meth:`~finetune.heads.BiLSTM.summary`."""
 
     def __init__(
         self, encoder: BertModel, outputs: int, *, per: str = "sequence", seed: int = 0, bilstm: Any = None
@@ -357,10 +348,8 @@ class Classifier(nn.Module):
 
 
 def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates: Any) -> None:
-    """Write a fine-tuned ``model`` (an encoder under ``bert`` and a task head) into ``folder`` as a
-    BERT folder any ``--checkpoint`` accepts: ``config.json`` (the encoder's, updated with
-    ``config_updates``), ``model.safetensors`` (every tensor, the word embeddings cut to
-    ``vocab_size`` rows), ``vocab.txt`` and ``tokenizer_config.json`` (the casing)."""
+    """Write a fine-tuned ``model`` (``bert`` and a task head) into ``folder`` as a BERT folder any
+    ``--checkpoint`` accepts, ``config.json`` updated with ``config_updates``."""
     config, _ = hf.read_config(encoder.source)
     vocab_size = model.bert.config.vocab_size
     state = {}
@@ -380,11 +369,9 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
 # --- training --------------------------------------------------------------------------------------
 
 MIN_SEQ_LENGTH = 8
-MAX_LR = 1.0
-"""The largest ``--lr``: fine-tuning uses 1e-5 .. 1e-3; AdamW diverges long before 1."""
+MAX_LR = 1.0  # fine-tuning uses 1e-5 .. 1e-3; AdamW diverges long before 1
 MAX_EPOCHS = 1000
-MAX_COUNT = 2**31 - 1
-"""The largest batch size, sequence length or example count a flag takes."""
+MAX_COUNT = 2**31 - 1  # the largest batch size, sequence length or example count a flag takes
 
 
 @dataclass(frozen=True)
@@ -493,10 +480,9 @@ def diverged(step: int, what: str, config: FitConfig, precision: str) -> Diverge
 
 @dataclass
 class _Update:
-    """One optimizer update from a loss: backward (scaled for fp16), the gradient norm clipped at
-    ``max_grad_norm`` (none when 0), the step, the scaler's and the schedule's update. A loss or,
-    outside fp16 (whose scaler skips an overflowing step), a gradient norm that is not finite
-    stops the run (:func:`diverged`), as does an fp16 scale driven below 1 by overflows."""
+    """One optimizer update from a loss: backward, clipping at ``max_grad_norm`` (0: none), the step
+    and the schedule. A loss or (outside fp16, whose scaler skips overflows) a gradient norm that
+    is not finite stops the run (:func:`diverged`), as does an fp16 scale driven below 1."""
 
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
@@ -545,11 +531,9 @@ def fit(
     *,
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
 ) -> TrainResult:
-    """Fine-tune ``model`` (all of it; ``model(**batch)`` returns a :class:`TaskOutput` with a loss)
-    on ``features`` for ``config.epochs`` epochs (a fraction: that share of the last one): AdamW
-    without decay on biases and LayerNorm, linear warm-up then decay to zero, gradient clipping, AMP
-    on GPU. Each epoch's order comes from :func:`epoch_order` and dropout from ``config.seed``
-    (under ``fork_rng``: the caller's global RNG is left alone)."""
+    """Fine-tune all of ``model`` on ``features`` for ``config.epochs`` epochs (a fraction: that share
+    of the last one), AMP on GPU. The order comes from :func:`epoch_order` and dropout from
+    ``config.seed`` (under ``fork_rng``: the caller's global RNG is left alone)."""
     check_examples(features, "the training data")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)

@@ -4,9 +4,6 @@ fine-tuned classifier saved as a model.
 Files are UTF-8 (a leading BOM dropped), rows split on ``\n`` only (a form feed or Unicode line
 separator in a sentence is text), fields on tabs with no CSV quoting; columns are found by header
 name; a missing column or a label outside the task's set names the file and line.
-:func:`run_glue` makes one run, several seeds (mean ± sd) or the paper's grid (Appendix A.3),
-selected on dev, and saves the selected model in ``OUT/model/`` (transformers'
-``BertForSequenceClassification`` layout): as ``--checkpoint`` it restores the classifier too.
 """
 
 from __future__ import annotations
@@ -428,13 +425,11 @@ def run_glue(
     diagnostic_file: str | None = None,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` on one GLUE task; write ``output/metrics.json`` (the selected
-    setting's dev metrics, mean and sd over seeds, every run's, the majority-class baseline) and
-    return it. The selected setting's best seed predicts the dev set (``dev_predictions.tsv``) and
-    the test files (the GLUE server's ``CoLA.tsv``, ...) and is saved in ``output/model/``;
-    ``predict_only`` evaluates and predicts with the classifier saved in ``checkpoint`` instead.
-    ``before_training`` (the CLI's ``--overwrite`` clean-up) is called once the data, checkpoint
-    and settings have passed their checks."""
+    """Fine-tune ``checkpoint`` on one GLUE task: one run, several seeds (mean ± sd) or the paper's
+    grid (Appendix A.3), selected on dev. The selected setting's best seed predicts dev and test
+    (the GLUE server's files) and is saved in ``output/model/`` (``BertForSequenceClassification``'s
+    layout); returns ``metrics.json``. ``predict_only``: the classifier in ``checkpoint`` instead.
+    ``before_training`` (``--overwrite``'s clean-up) runs once every check has passed."""
     task = get_task(task_name)
     data = read_task(task, data_dir, diagnostic_file=diagnostic_file, with_test=config.test_predictions)
     train = data.train[: config.max_train_examples]

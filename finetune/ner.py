@@ -90,10 +90,8 @@ def run_ner(
     config: NerConfig,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` for NER on ``data_dir`` (train.txt; scored on valid.txt and test.txt
-    when present); write ``{valid,test}_predictions.txt`` and ``metrics.json`` (per split:
-    conlleval's figures, the sentences longer than one window), which it returns.
-    ``before_training``: as :func:`finetune.glue.run_glue`'s."""
+    """Fine-tune ``checkpoint`` for NER on ``data_dir``; write ``{valid,test}_predictions.txt`` and
+    ``metrics.json`` (returned). ``before_training``: as :func:`finetune.glue.run_glue`'s."""
     root = data_dir.rstrip("/")
     train = read_conll(f"{root}/{SPLIT_FILES['train']}")[: config.max_train_examples]
     splits = {

@@ -53,9 +53,7 @@ VERSIONS = ("1.1", "2.0")
 NO_SPAN_NULL_ODDS = 1e6
 """Null odds of a v2.0 example that has no valid non-null span at all (it is always answered ``""``)."""
 MAX_BAD_IDS_REPORTED = 20
-MODEL_FOLDER = "model"
-"""Where ``run_squad`` saves the fine-tuned model in ``--output`` (transformers'
-``BertForQuestionAnswering`` layout); as ``--checkpoint`` it restores the span head too."""
+MODEL_FOLDER = "model"  # as --checkpoint it restores the span head too
 HEAD_PREFIXES = ("qa_outputs.", "bilstm.")
 
 
@@ -115,12 +113,9 @@ class SquadStats:
 
 
 def read_squad(path: str, version: str) -> tuple[list[SquadExample], SquadStats]:
-    """Read and check a SQuAD v1.1 or v2.0 file: every question needs a string ``id`` and
-    ``question`` and a list of ``answers`` (each a string ``text`` and an integer
-    ``answer_start``); v2.0's ``is_impossible`` is a boolean (or ``"true"``/``"false"``, as some
-    converters write it), by default "has no answers". A field that is missing or of the wrong type
-    is one :class:`InputError` naming the file, the question and the field. An answer whose
-    ``answer_start`` does not point at its text is counted, never fatal."""
+    """Read and check a SQuAD v1.1 or v2.0 file, every field typed (v2.0's ``is_impossible`` may be
+    ``"true"``/``"false"``; by default "has no answers"): one :class:`InputError` naming the file,
+    question and field. An ``answer_start`` that misses its text is counted, never fatal."""
     examples: list[SquadExample] = []
     stats = SquadStats()
     seen: set[str] = set()
@@ -468,13 +463,9 @@ def run_squad(
     config: SquadConfig,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` on ``train_file`` (skipped when None), answer ``predict_file`` and
-    score it; write into ``output`` ``predictions.json`` (question id -> answer; v2.0 at null
-    threshold 0), ``nbest_predictions.json``, for v2.0 ``null_odds.json`` and
-    ``predictions_tuned_threshold.json``, after training the model in ``model/`` (as ``checkpoint``
-    it restores the span head too), and last ``metrics.json``, which it returns. Both files are
-    read, and the checkpoint loaded, before ``before_training`` (the CLI's ``--overwrite``
-    clean-up) is called."""
+    """Fine-tune ``checkpoint`` on ``train_file`` (None: no training) and save it in ``model/``,
+    answer ``predict_file`` and score it: the prediction files, and last ``metrics.json``, which it
+    returns. ``before_training`` (``--overwrite``'s clean-up) runs once every check has passed."""
     train, train_stats = read_squad(train_file, version) if train_file else ([], None)
     train = train[: config.max_train_examples]
     questions, predict_stats = read_squad(predict_file, version)

@@ -130,12 +130,9 @@ def run_swag(
     test_file: str | None = None,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` on SWAG (``data_dir``'s ``train.csv``; dev ``val.csv``; ``test.csv``
-    when present; each overridable by a file) and write ``metrics.json`` (dev accuracy, training
-    loss and throughput), ``dev_predictions.csv`` and, with a test file, ``test_predictions.csv``
-    (one ``pred`` per row, the leaderboard's layout). Returns the metrics. ``before_training`` (the
-    CLI's ``--overwrite`` clean-up) is called once the data, checkpoint and settings have passed
-    their checks."""
+    """Fine-tune ``checkpoint`` on SWAG (``data_dir``'s files, each overridable) and write
+    ``metrics.json`` (returned), ``dev_predictions.csv`` and ``test_predictions.csv`` (the
+    leaderboard's layout). ``before_training``: as :func:`finetune.glue.run_glue`'s."""
     train_path, dev_path, test_path = _files(data_dir, train_file, dev_file, test_file)
     train = read_swag(train_path, labelled=True)[: config.max_train_examples]
     dev = read_swag(dev_path, labelled=True)[: config.max_eval_examples]
