@@ -1,8 +1,5 @@
-"""Typed, validated configurations of the corpus stages: the source of every flag's default.
-
-Each config checks every field when it is created (``problems()``) and raises one ``ValueError``
-listing them all, so a bad flag fails before any pipeline is built (exit 2 at the command line).
-"""
+"""Typed configurations of the corpus stages, the source of every flag's default; each raises one
+``ValueError`` listing every problem when created (exit 2 at the command line)."""
 
 from __future__ import annotations
 

@@ -99,11 +99,8 @@ def is_completed(output: str) -> bool:
 
 
 def manifest_sha256(folder: str) -> str:
-    """The SHA-256 of a completed output's manifest, as its ``COMPLETED`` marker records it.
-
-    A downstream manifest records it beside the upstream folder's path, so the exact
-    upstream output a stage read is named by content, not only by place.
-    """
+    """The SHA-256 of a completed output's manifest, as its ``COMPLETED`` marker records it: a
+    downstream manifest names the output it read by content, not only by place."""
     return read_bytes(join(folder, COMPLETED_FILE)).decode("utf-8").strip()
 
 

@@ -41,12 +41,9 @@ def run_stage(
     cleanup: Callable[[], Any] | None = None,
     fmt: str = DOCUMENTS.name,
 ) -> tuple[dict[str, Any], str] | None:
-    """Check, claim, build and run one stage; its ``stats.json`` and a line saying what its
-    output holds (None for a dry run, which writes and claims nothing). Before anything is read
-    the paths workers use (``reads``, ``--output``, ``writes``) and every bucket (``submitter_reads``
-    too) are checked (:func:`wordpiece.beam_jobs.check_job`); ``load_inputs()`` then gives what
-    ``build`` needs. The output is claimed here for ``command`` and released after ``cleanup``; a
-    DONE job's output is read back and verified (:func:`finished_output`)."""
+    """Check the paths and buckets (:func:`wordpiece.beam_jobs.check_job`), claim the output for
+    ``command``, ``build`` the stage from ``load_inputs()`` and run it; a finished job's output is
+    verified. Returns its ``stats.json`` and what the output holds (None for a dry run)."""
     options = job_options(beam_args)
     io.use_beam_options(beam_args)
     check_job(options, reads, {"--output": config.output, **(writes or {})}, submitter_reads)

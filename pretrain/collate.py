@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import torch
 
 from wordpiece.masking import MaskingConfig, MaskingVocab, mask_batch
+from wordpiece.tokenizer import replacement_ids
 
 Batch = dict[str, torch.Tensor]
 
@@ -35,15 +36,10 @@ class DynamicMasking:
     read) instead of by draws from the batch's generator."""
 
     @classmethod
-    def from_vocab(
-        cls, vocab: Sequence[str], config=None, *, whole_vocab=False, by_content=False
-    ) -> DynamicMasking:
-        """Settings for a vocabulary (tokens in id order, e.g. ``WordPieceTokenizer.vocab``); the
-        random tokens come from the same pool as ``pipelines examples`` draws them from."""
-        from wordpiece.tokenizer import WordPieceTokenizer
-
-        tokenizer = WordPieceTokenizer(vocab, cased=True)
-        pool = tokenizer.replacement_ids(whole_vocab)
+    def from_vocab(cls, vocab: Sequence[str], config=None, *, by_content=False) -> DynamicMasking:
+        """Settings for a vocabulary (tokens in id order); the random tokens come from the pool
+        ``pipelines examples`` draws them from."""
+        pool = replacement_ids(vocab)
         return cls(config or MaskingConfig(), MaskingVocab.build(list(vocab), pool), by_content)
 
 

@@ -1,13 +1,9 @@
 """The buckets a command names, probed before it starts work: each once, bounded in time.
 
-A command that reads or writes ``gs://`` or ``s3://`` paths calls :func:`probe` with them, by
-flag, before it builds or reads anything. Per bucket: credentials are there, its endpoint
-answers, the bucket exists, each input can be looked up and each output written (an empty object
-put under it and deleted). All of it runs in a daemon thread against one deadline
-(:data:`LIMIT_S`), so a hang (gcsfs asking a metadata server that is not there, retrying for
-minutes) is one line too. Every problem is one :class:`~schemas.commands.CommandError` line naming
-the flag, the path and that cloud's usual remedy: exit 1. An input missing from a bucket that
-exists is left to the command, which says what it expected there. Local paths are not probed.
+Per bucket of a ``gs://`` or ``s3://`` path: credentials are there, the endpoint answers, the
+bucket exists, each input can be looked up and each output written (an empty object put and
+deleted), all in a daemon thread against one deadline (:data:`LIMIT_S`), so a hang is one line too.
+An input missing from a bucket that exists is left to the command. Local paths are not probed.
 """
 
 from __future__ import annotations

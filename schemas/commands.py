@@ -2,10 +2,7 @@
 line is wrong; 128 + N a stop signal N ended it (130 SIGINT, 143 SIGTERM); every failure one
 ``error:`` line on standard error, never a traceback.
 
-Each tool's top-level click group or command uses ``cls=OneLineGroup`` (:class:`OneLineCommand`):
-while it runs SIGINT and SIGTERM raise :class:`Stopped` (a ``KeyboardInterrupt``, so every
-``finally`` runs; under torchrun only local rank 0 prints the line); a :class:`CommandError` ends
-with its line and exit code, an uncaught ``OSError`` with one line naming the file, exit 1.
+Each tool's top-level click group or command uses ``cls=OneLineGroup`` (:class:`OneLineCommand`).
 Commands raise, never print and exit. Flag defaults come from the configs (:func:`config_option`).
 """
 

@@ -1,33 +1,8 @@
-"""The ``examples`` format: BERT pre-training examples, already masked and paired for NSP.
-
-Written by ``pipelines examples``; read by the ``pretrain`` reader, ``pyarrow.dataset`` or HF
-``datasets``. Column names follow the reference generator's features where they exist.
-
-| column               | type                 | meaning                                                        |
-|----------------------|----------------------|----------------------------------------------------------------|
-| input_ids            | list<ID>             | ``[CLS] A [SEP] B [SEP]`` after masking, unpadded               |
-| masked_lm_positions  | list<int16>          | positions that were selected for prediction, ascending          |
-| masked_lm_ids        | list<ID>             | the original ids at those positions                             |
-| next_sentence_labels | int8                 | 1 = B is a random span from another document, 0 = actual next   |
-|                      |                      | (packed examples: always 0, there is no B)                      |
-| num_tokens_a         | int16                | tokens of ``[CLS] A [SEP]``: token type 0 before it, 1 from it  |
-|                      |                      | (packed examples: = num_tokens, one segment)                    |
-| num_tokens           | int16                | ``len(input_ids)``, for length bucketing                        |
-| doc_id               | string               | the document A (and, for label 0, B) came from                  |
-| dupe_index           | int16                | which of the ``dupe_factor`` passes over the document           |
-
-Packed examples (``pipelines examples --format packed``, manifest parameter ``format``) are
-``[CLS] s1 s2 ... [SEP] t1 t2 ... [SEP]``: full sentences of one or more documents, a ``[SEP]``
-between documents, no pairs.
-
-``ID`` is the narrowest unsigned integer type that holds every id of the vocabulary: uint16
-up to 65,536 tokens, uint32 beyond. ``examples_format(vocab_size)`` gives the format.
-
-Bytes that match their SHA-256 are only as trustworthy as their writer: :func:`example_batch_problem`
-checks, vectorised, what the trainer relies on (every table written or read is checked the same way,
-without the vocabulary): the Arrow structure, no nulls, ``1 <= num_tokens <= max_seq_length`` and the
-length of ``input_ids``, ids below the vocabulary size, ``0 <= num_tokens_a <= num_tokens``, one id per
-masked position, positions strictly ascending inside the row's tokens, NSP labels 0 or 1.
+"""The ``examples`` format: BERT pre-training examples, already masked and paired for NSP (or
+packed), as ``pipelines examples`` writes them; each column's meaning is in docs/shards.md. Token
+ids are uint16 up to 65,536 tokens, uint32 beyond. Bytes that match their SHA-256 are only as
+trustworthy as their writer: :func:`example_batch_problem` checks, vectorised, every value the
+trainer relies on, in every table written or read.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """The ``features`` format: per-token hidden states of an encoder, as ``finetune features`` writes
 them (the equivalent of google-research/bert's ``extract_features.py``, in Arrow instead of JSON).
 
-One row per (line, token, layer), ordered by line, then token, then layer in the order asked for:
-
-| column      | type                          | meaning                                                       |
-|-------------|-------------------------------|---------------------------------------------------------------|
-| line        | int64                         | 0-based line number in the input file                         |
-| token       | string                        | the WordPiece token (``[CLS]``, ``play``, ``##ing``, ``[SEP]``) |
-| token_index | int32                         | position in the line's ``[CLS] pieces [SEP]`` (0 = ``[CLS]``)  |
-| word_index  | int32                         | 0-based whitespace-separated word of the line; -1 for specials |
-| layer       | int16                         | the layer as asked (``-1`` = last; ``0`` = embeddings)         |
-| vector      | fixed_size_list<float32>[H]   | the hidden state, ``H`` = the encoder's hidden size            |
-
-``features_format(hidden_size)`` gives the format; the output folder's ``manifest.json`` (format
-``features``) records the hidden size, the layers and the checkpoint under ``params``.
+One row per (line, token, layer), ordered by line, then token, then layer in the order asked for;
+each column's meaning is in docs/finetune.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Submitting and running a Beam job the way a command should, for every corpus stage
-(``pipelines``) and ``wordpiece train``'s counting job (here, in the lower of the two Beam
-packages, so that ``wordpiece`` never imports ``pipelines``): the paths and buckets checked before
-anything is built (:func:`check_job`), a dry run that runs nothing, a stop signal that stops the
-job and its local worker processes (``schemas.commands.Stopped``), and a failure, however the
-runner wrapped it, as the one line a user can act on."""
+"""Submitting and running a Beam job the way a command should, for the corpus stages and
+``wordpiece train``'s counting job (here, so that ``wordpiece`` never imports ``pipelines``): paths
+and buckets checked before anything is built, a dry run, a stop signal that stops the local
+workers too, and a failure, however the runner wrapped it, as one line a user can act on."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""``wordpiece``: command-line entry point of the ``wordpiece`` package.
-
-Commands: ``train`` (learn a vocabulary from a corpus) and ``encode`` (tokenise standard input
-with a vocabulary). Library code lives in ``wordpiece.tokenizer`` and ``wordpiece.train``; each
-command here parses flags (defaults from the typed config), loads and raises: the one exit rule
-of ``schemas.commands`` turns an error into one ``error:`` line and its exit code.
-"""
+"""``wordpiece``: ``train`` (learn a vocabulary from a corpus) and ``encode`` (tokenise standard
+input with a vocabulary)."""
 
 from __future__ import annotations
 
@@ -43,14 +38,9 @@ def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
 
 
 def _batches(stream: BinaryIO, size: int) -> Iterator[list[str]]:
-    """Lines of a byte stream, ``size`` at a time, decoded as UTF-8 with invalid bytes replaced
-    by U+FFFD and without their line ending (``\\n`` or ``\\r\\n``); a line over
-    ``schemas.inputs.MAX_LINE_BYTES`` is one error naming its number (the tokenizer is never
-    handed it).
-
-    Lines end at ``\\n`` only, so characters such as U+2028 or form feed stay inside their line
-    (BERT's normaliser turns U+2028 into a space and deletes form feed).
-    """
+    """Lines of a byte stream, ``size`` at a time, decoded as UTF-8 (invalid bytes U+FFFD) without
+    their ``\\n`` or ``\\r\\n``; only ``\\n`` ends a line (U+2028 and form feed stay inside it),
+    and a line over ``MAX_LINE_BYTES`` is one error naming its number."""
     bounded = lines(stream, "standard input", MAX_LINE_BYTES)
     while batch := list(islice(bounded, size)):
         texts = []

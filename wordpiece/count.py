@@ -1,11 +1,7 @@
-"""The distributed part of vocabulary training: a Beam pipeline that counts words.
-
-Graph: the corpus shards of the chosen splits → read documents (checksums verified) → per
-document, count its words after BERT normalisation and pre-tokenisation (``pre_tokenize``,
-the same components the tokenizer uses) → sum per word across the corpus (a combiner) →
-shard by a hash of the word → sorted ``word_counts`` Arrow files. Counts for the learning
-splits and for the measurement split are written side by side, so training and its
-statistics never read the text again.
+"""The distributed part of vocabulary training: a Beam pipeline that counts the words of the
+corpus splits after BERT's normalisation and pre-tokenisation (``pre_tokenize``) into sorted
+``word_counts`` Arrow files, for the learning splits and the measurement split side by side, so
+training and its statistics never read the text again.
 """
 
 from __future__ import annotations

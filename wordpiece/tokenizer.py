@@ -150,12 +150,6 @@ def _vocab_and_casing(path: str) -> tuple[list[str], bool | None]:
     return _json_vocab(loads(_read_text(path), path), path)
 
 
-def load_vocab(path: str) -> list[str]:
-    """The validated tokens (in id order) of a ``vocab.txt`` or ``tokenizer.json``, without
-    building a tokenizer."""
-    return _vocab_and_casing(path)[0]
-
-
 def _upper_case_token(tokens: Iterable[str]) -> str | None:
     """A token (other than bracketed control tokens) with a letter that lower-casing changes: the
     vocabulary is cased; None: uncased. (``!= lower()``, not ``isupper()``: letters such as
@@ -352,10 +346,6 @@ class WordPieceTokenizer:
     def vocab_sha256(self) -> str:
         """:func:`vocab_sha256` of this vocabulary."""
         return vocab_sha256(self.vocab)
-
-    def replacement_ids(self, whole_vocab: bool = False) -> list[int]:
-        """:func:`replacement_ids` of this vocabulary."""
-        return replacement_ids(self.vocab, whole_vocab)
 
     def special_ids(self) -> dict[str, int]:
         """Each of :data:`SPECIAL_TOKENS` with its id, e.g. ``{"[PAD]": 0, "[UNK]": 100, ...}``."""

@@ -1,10 +1,6 @@
-"""The DoFns of ``pipelines examples`` (wired in ``pipeline.py``): thin wrappers around the pure
-functions of ``batches.py``, ``packing.py`` and ``write.shard_pieces`` that read their inputs
-back from, and write their outputs to, temporary files (``spill.py``) when the run spills.
-
-What one DoFn holds at once is set here, not by the input: a batch of ``BATCH_SENTENCES``
-sentences, planned ``PLAN_SENTENCE_PASSES`` sentence-passes at a time, at most ``SPILL_BYTES`` of
-example pieces before they are written, one bucket (``FulfilBucket``, ``PackGroup``).
+"""The DoFns of ``pipelines examples``: thin wrappers around the pure functions of ``batches.py``,
+``packing.py`` and ``write.shard_pieces``, spilling to temporary files (``spill.py``). What one
+DoFn holds at once is set here (``BATCH_SENTENCES``, ``SPILL_BYTES``, one bucket), not by the input.
 """
 
 from __future__ import annotations
@@ -53,10 +49,8 @@ BatchRef = tuple[tuple[int, SpillRef | bytes, int], ...]
 
 
 class TokenizeShard(beam.DoFn):
-    """A corpus shard → batches of ``TokenizedDocument`` (about ``BATCH_SENTENCES`` sentences
-    each), each written to a temporary file by bucket (one ``BatchRef`` per batch); the tokenizer
-    (built from the vocabulary's tokens, which travel inside the DoFn: a worker never opens the
-    submitter's vocabulary file) and its chunk cache live as long as the worker."""
+    """A corpus shard → batches of ``TokenizedDocument`` by bucket (one ``BatchRef`` each); the
+    vocabulary's tokens travel inside the DoFn: a worker never opens the submitter's file."""
 
     def __init__(self, tokens: tuple[str, ...], cased: bool, num_buckets: int, folder: str | None):
         self._tokens, self._cased, self._num_buckets, self._folder = tokens, cased, num_buckets, folder

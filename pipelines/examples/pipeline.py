@@ -1,25 +1,12 @@
 """``pipelines examples``: corpus documents + a vocabulary → masked, NSP-paired example shards.
 
-Graph (elements are batches of documents and record batches of examples, never one per pair;
-the DoFns are in ``dofns.py``): the split's shards are tokenised in batches of about
-``BATCH_SENTENCES`` sentences (``wordpiece.chunk_cache``) and filed into buckets, ``hash(doc_id)
-mod num_buckets``; a small side input counts documents per bucket. Per batch and dupe pass,
-``plan_batch`` (one generator seeded by (seed, document, pass); each pair keyed by 64 bits for
-everything decided later) finishes actual-next pairs and turns random-next ones into requests for
-a bucket drawn in proportion to its documents (the requester's own left out), so every other
-document is equally likely, as in the reference. Requests meet documents by bucket
-(``CoGroupByKey``; ``fulfil_bucket`` cuts B); pairs are truncated, assembled and masked as arrays
-(``finish``); the pieces go to their shards by a hash of the pair's identity and
-``WriteExampleShards`` writes each shard, then ``length_histogram.png``, ``index.json``,
-``vocab.txt`` (the vocabulary the ids index), ``stats.json``, ``manifest.json`` and ``COMPLETED``.
-``--format packed`` replaces planning and pairing: a group's documents meet and
-``packing.pack_group`` packs their sentences without NSP.
-
-Spilling (``--spill``, ``spill.py``): on Beam's local runners, which hold every PCollection that
-crosses a stage boundary in memory, documents, requests and example pieces go to temporary files
-and only references through the shuffles, so peak memory is set by ``BATCH_SENTENCES``, one
-bucket and one shard. The folder is removed before ``COMPLETED`` is written, and by the command
-after a failure.
+The split's documents are tokenised in batches and filed into buckets by ``hash(doc_id)``. Per
+batch and dupe pass, ``plan_batch`` finishes actual-next pairs and turns random-next ones into
+requests for a bucket drawn in proportion to its documents (the requester's own left out), so every
+other document is equally likely, as in the reference; requests meet documents by bucket
+(``fulfil_bucket`` cuts B). Pairs are masked as arrays (``finish``) and go to their shards by a
+hash of their identity (``--format packed``: ``packing.pack_group`` instead of pairing). With
+``--spill`` (``spill.py``) only references to temporary files go through the shuffles.
 """
 
 from __future__ import annotations
@@ -35,7 +22,6 @@ import apache_beam as beam
 from pipelines import io
 from pipelines.config import check_count
 from pipelines.examples.dofns import FulfilBucket, PackGroup, PlanBatch, TokenizeShard
-from pipelines.examples.finish import ExampleVocab  # noqa: F401 (imported from here by callers)
 from pipelines.examples.packing import FORMATS
 from pipelines.examples.pairs import PairConfig
 from pipelines.examples.spill import TEMP_DIR, remove_folder, run_folder

@@ -1,13 +1,9 @@
 """Spilling the bulk of ``pipelines examples`` to temporary files, so only references are shuffled.
 
-Each DoFn writes what it produces to one new file (:func:`spill`: the pieces back to back) under
-the run's temporary folder (local or a bucket, through Beam's filesystems) and sends a
-:class:`SpillRef` per piece (path, offset, length) through the shuffle; the consumer reads back
-its own pieces (:func:`read_spilled`). The folder is removed when the run ends, finished or failed
-(:func:`remove_folder`). Runners whose shuffle keeps data out of memory (Dataflow, Flink, Spark)
-need none of this: ``--spill auto`` spills on Beam's local runners only, and with no folder the
-pieces travel through the shuffle as bytes. Documents and requests are ``.npz`` archives of numpy
-arrays, read back with ``allow_pickle=False``.
+Each DoFn writes its pieces back to back into one new file under the run's temporary folder and
+sends a :class:`SpillRef` (path, offset, length) per piece through the shuffle. Beam's local
+runners hold every shuffled PCollection in memory; ``--spill auto`` spills on those only.
+Documents and requests are ``.npz`` archives of numpy arrays, read with ``allow_pickle=False``.
 """
 
 from __future__ import annotations

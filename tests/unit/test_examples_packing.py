@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from pipelines.examples.finish import examples_table
+from pipelines.examples.finish import ExampleVocab, examples_table
 from pipelines.examples.packing import pack_documents, pack_group
-from pipelines.examples.pipeline import ExamplesConfig, ExampleVocab
+from pipelines.examples.pipeline import ExamplesConfig
 from schemas.examples import examples_format
 from tests.unit.test_examples_pairs import tokenized_document
 from wordpiece.masking import MaskingConfig

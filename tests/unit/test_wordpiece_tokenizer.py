@@ -23,7 +23,6 @@ from wordpiece.tokenizer import (
     MAX_INPUT_CHARS_PER_WORD,
     SPECIAL_TOKENS,
     WordPieceTokenizer,
-    load_vocab,
     pre_tokenize,
     read_vocab_file,
     validate_vocab,
@@ -226,20 +225,6 @@ def test_tokenizer_json_duplicate_is_reported_by_id(tmp_path):
 
     with pytest.raises(InputError, match="ids are not exactly"):
         WordPieceTokenizer.load(_tokenizer_json(tmp_path, duplicate), cased=False)
-
-
-def test_load_vocab_gives_the_loaded_tokenizers_vocabulary_and_its_errors(tmp_path):
-    """``load_vocab`` (the tokens alone, no tokenizer built) reads both kinds of file as ``load``
-    does, and refuses what ``load`` refuses."""
-    txt = write_vocab(tmp_path / "vocab.txt", [*TINY, "Hello"])
-    saved = tmp_path / "tokenizer.json"
-    _built([*TINY, "Hello"], cased=True).save(str(saved))
-    for path in (txt, str(saved)):
-        assert load_vocab(path) == WordPieceTokenizer.load(path, cased=True).vocab == [*TINY, "Hello"]
-    with pytest.raises(InputError, match="pre_tokenizer is 'Whitespace'"):
-        load_vocab(_tokenizer_json(tmp_path, lambda o: o.update(pre_tokenizer={"type": "Whitespace"})))
-    with pytest.raises(InputError, match="listed twice|duplicate"):
-        load_vocab(write_vocab(tmp_path / "twice.txt", [*TINY, "hello"]))
 
 
 def test_invalid_json(tmp_path):
