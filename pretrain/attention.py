@@ -1,22 +1,13 @@
-"""Attention inside each example of a packed batch: flash's variable-length kernel on CUDA, padded
-SDPA everywhere else.
+"""Attention inside each example (segment) of a packed batch, by one of two kernels chosen once per
+device at start-up (:func:`choose_kernel`; the rule is in docs/pretrain.md):
 
-A packed batch keeps its activations as ``[total_tokens, ...]``: example (segment) ``i`` is tokens
-``offsets[i]:offsets[i + 1]`` (:class:`Packed`). Two kernels compute attention within segments:
-
-- ``flash``: ``torch.ops.aten._flash_attention_forward`` with ``cum_seq_q = cum_seq_k = offsets``,
-  the variable-length FlashAttention-2 kernel PyTorch ships, called on the flat tensors. It takes
-  BERT's attention dropout (``torch.nn.attention.varlen.varlen_attn`` fixes it at 0); PyTorch's own
-  derivative replays the forward's dropout mask, and its meta kernels let ``torch.compile`` trace
-  forward and backward whole; ``max_seqlen`` is a Python int, so nothing syncs with the host. The
-  call uses the positional arguments and the ``scale`` keyword, the same schema in torch 2.11 and
-  2.13.
-- ``padded``: scatter the tokens into a ``[segments, max_seqlen]`` block, SDPA with a key mask,
-  gather back: the same function on any device and dtype.
-
-The rule (:func:`choose_kernel`, decided once per device at start-up): ``flash`` on a CUDA device of
-compute capability 8.0 or newer (Ampere on), for bfloat16 or float16 and head sizes that are
-multiples of 8 up to 256 (the kernel's own limits); ``padded`` everywhere else, the CPU included.
+- ``flash``: ``torch.ops.aten._flash_attention_forward``, the variable-length FlashAttention-2
+  kernel PyTorch ships, on the flat tensors. Unlike ``torch.nn.attention.varlen.varlen_attn`` it
+  takes BERT's attention dropout; its meta kernels let ``torch.compile`` trace it whole, and
+  ``max_seqlen`` is a Python int, so nothing syncs with the host. The call's schema is the same in
+  torch 2.11 and 2.13.
+- ``padded``: the tokens scattered into a padded block, SDPA with a key mask, gathered back: the
+  same function on any device and dtype.
 """
 
 from __future__ import annotations
@@ -31,11 +22,9 @@ kernel_choices: dict[str, str] = {}  # device ("cuda:0", "cpu") -> "flash" or "p
 
 
 class Packed(NamedTuple):
-    """The layout of a packed batch: segment ``i`` is tokens ``offsets[i]:offsets[i + 1]`` of the
-    flat ``[total_tokens, ...]`` activations (``offsets`` int32, as the flash kernel takes them);
-    ``max_seqlen`` bounds every segment's length (a Python int, so that nothing here needs a host
-    sync); ``rows`` and ``columns`` are each token's segment and position in it. Build it with
-    :meth:`build`."""
+    """The layout of a packed batch: segment ``i`` is tokens ``offsets[i]:offsets[i + 1]`` (int32)
+    of the flat ``[total_tokens, ...]`` activations, none longer than ``max_seqlen``; ``rows`` and
+    ``columns`` are each token's segment and position in it."""
 
     offsets: torch.Tensor
     max_seqlen: int
@@ -73,8 +62,7 @@ def packed_attention(
 def flash_varlen_attention(
     q, k, v, offsets: torch.Tensor, max_seqlen: int, dropout_p: float = 0.0
 ) -> torch.Tensor:
-    """FlashAttention-2's variable-length kernel over segments cut at ``offsets`` (int32, on the
-    device); differentiable, with dropout; see the module docstring."""
+    """FlashAttention-2's variable-length kernel over segments cut at ``offsets`` (int32)."""
     lengths = (offsets, offsets, max_seqlen, max_seqlen)  # queries', keys'
     return torch.ops.aten._flash_attention_forward(
         q, k, v, *lengths, dropout_p, False, False, scale=q.size(-1) ** -0.5
@@ -108,9 +96,8 @@ def _key_mask(layout: Packed) -> torch.Tensor:
 
 
 def choose_kernel(device: torch.device, dtype: torch.dtype, heads: int, head_dim: int) -> str:
-    """The kernel of packed attention on ``device`` by the rule of the module docstring, kept in
-    :data:`kernel_choices` for the device: the trainer decides at start-up, before compiling, so
-    a compiled graph reads the choice as a constant."""
+    """The kernel of packed attention on ``device``, kept in :data:`kernel_choices`: the trainer
+    decides at start-up, before compiling, so a compiled graph reads the choice as a constant."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())

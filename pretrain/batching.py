@@ -93,20 +93,15 @@ def static_layout(num_examples: int, max_seqlen: int) -> tuple[int, int]:
 
 
 def pack(batch: Batch, max_seq_length: int | None = None) -> Batch:
-    """A padded batch as its real tokens end to end, padded to one of a few static sizes.
+    """A padded batch as its real tokens end to end, padded to one of a few static sizes (so that
+    ``torch.compile`` and CUDA graphs see a few shapes, not one per step).
 
     ``input_ids``, ``token_type_ids`` and ``labels`` become ``[total_tokens]``: each example's real
-    tokens in order, then a tail of padding tokens (id 0, type 0, label -100) that rounds the count
-    up to a multiple of the :func:`static_layout` step. ``cu_seqlens`` (int32, the flash kernel's
-    type) has a fixed length, ``examples + 1 + padding segments``: the examples' offsets, then the
-    tail cut into padding segments of at most ``max_seqlen`` tokens; ``max_seqlen`` (0-d) is
-    ``max_seq_length`` (the shards' sequence length; default and at least: the batch's width);
-    ``num_examples`` (0-d) says how many segments are examples. The prediction and NSP tensors stay
-    as they were (positions relative to each example).
-
-    Static, so that ``torch.compile`` and CUDA graphs see a few shapes, not one per step. Losses
-    do not change: padding segments attend only among themselves, are neither pooled nor
-    predicted, and count in no token total (:func:`num_real_tokens`, :func:`batch_shape`).
+    tokens, then padding tokens up to a multiple of the :func:`static_layout` step. ``cu_seqlens``
+    (int32) holds the examples' offsets, then those of the padding segments (at most ``max_seqlen``
+    tokens each, ``max_seq_length`` or the batch's width); ``num_examples`` says how many segments
+    are examples. Padding segments attend only among themselves and are neither pooled, predicted
+    nor counted. The prediction and NSP tensors stay as they were.
     """
     real = batch["attention_mask"].bool()
     lengths = real.sum(1)

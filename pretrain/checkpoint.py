@@ -1,17 +1,7 @@
-"""Atomic, resumable training checkpoints on local paths or buckets (fsspec).
-
-``RUN/checkpoints/step-00001000/`` holds the model in transformers' layout (``config.json``,
-``model.safetensors``), ``vocab.txt``, the trainer state (``trainer.json`` + ``.safetensors``:
-optimizer, scheduler, scaler, counters, reader position, settings, casing, vocabulary hash),
-every rank's RNG states (``rng-rankNNNNN.json`` + ``.safetensors``), and ``COMMITTED``, written
-last by rank 0: the step, the run id and each file's size and SHA-256. Nothing is unpickled: a
-state's tensors go to safetensors and the rest to a JSON tree that names them.
-
-A checkpoint counts once ``COMMITTED`` exists and every file has its size; :func:`resolve`
-(resume, export, fine-tuning) also checks every SHA-256 and that every file records the run and
-step ``COMMITTED`` does (:class:`Stamp`), that the folder is named for its step, links nowhere
-outside its run's ``checkpoints/``, and belongs to the run folder's run (``.output.json``). Every
-file read is validated; a problem is one :class:`~schemas.commands.InputError` naming the file.
+"""Atomic, resumable training checkpoints on local paths or buckets (fsspec); the layout is in
+docs/pretrain.md. Nothing is unpickled: a state's tensors go to safetensors and the rest to a JSON
+tree that names them. A checkpoint counts once ``COMMITTED`` exists and every file has its size;
+:func:`resolve` (resume, export, fine-tuning) also verifies every SHA-256 and its identity.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Examples → padded model tensors, with optional dynamic re-masking.
-
-:func:`collate` turns a table of examples (the ``schemas/examples`` columns) into int64 tensors
-padded to the batch's longest sequence rounded up to a multiple of 8. With a
-:class:`DynamicMasking` it restores the original tokens and masks afresh (RoBERTa's dynamic
-masking) by the rule ``pipelines examples`` uses (:mod:`wordpiece.masking`), keyed by draws from
-the generator the caller passes (seeded by batch identity) or, for validation, by each example's
-own tokens (:func:`validation_masking`): the same masks in every run.
+"""Examples → padded model tensors, with optional dynamic re-masking (RoBERTa's) by the rule
+``pipelines examples`` uses (:mod:`wordpiece.masking`), keyed by draws from the caller's generator
+or, for validation, by each example's own tokens: the same masks in every run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Micro batches from the host to the device, ready before the step needs them.
-
-:class:`DeviceFeed` turns the trainer's host batches into :class:`MicroBatch` es: the model's
-inputs and the loss's targets on the device, and what the trainer counts, read from the host copy
-(so the step never reads a device tensor for it). On CUDA the copies are non-blocking from pinned
-memory on a side stream one batch ahead; the compute stream waits for them, and each tensor is
-recorded on it for the caching allocator. On the CPU the feed passes the host tensors through.
+"""Micro batches from the host to the device, ready before the step needs them: what the trainer
+counts is read from the host copy, so the step never reads a device tensor for it. On CUDA the
+copies are non-blocking from pinned memory on a side stream one batch ahead; on the CPU the host
+tensors pass through.
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ class MicroBatch:
 
 
 class DeviceFeed:
-    """An iterator of :class:`MicroBatch` over ``source``, an iterator of ``(host batch,
-    position)``; see the module docstring. :meth:`close` closes the source."""
+    """An iterator of :class:`MicroBatch` over ``source``, an iterator of ``(host batch, position)``."""
 
     def __init__(self, source: Iterator[tuple[Batch, Any]], device: torch.device) -> None:
         self.source, self.device = source, device

@@ -1,11 +1,7 @@
 """Conversion between ``pretrain.model.BertForPreTraining`` and transformers' BERT folders
 (``config.json`` and ``model.safetensors``, sharded safetensors, or ``pytorch_model.bin`` read with
-``weights_only``). The names are the same on both sides: export trims the padded vocabulary rows
-and leaves out the tied decoder, as transformers does; import also takes keys without ``bert.``
-and TF-port ``LayerNorm.gamma``/``beta``, initialises a missing pooler or head, and refuses an
-untied decoder or weights that are not finite. A config is checked against the weights' headers
-before a tensor is made (:func:`check_weights_fit`), each header against its file. Errors are
-one-line ``ValueError`` s naming the file (the commands report them as input errors).
+``weights_only``), whose names are ours. A config is checked against the weights' headers before a
+tensor is made (:func:`check_weights_fit`). Errors are one-line ``ValueError`` s naming the file.
 """
 
 from __future__ import annotations
@@ -336,10 +332,9 @@ def our_name(hf_key: str) -> str:
 def load_hf_state_dict(
     model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint"
 ) -> list[str]:
-    """Copy an HF BERT state dict into ``model`` in place; return the names left at their fresh
-    initialisation (a missing pooler or heads). :class:`ValueError` naming ``source`` and every
-    problem: a missing encoder tensor, a shape mismatch, an unknown ``bert.`` key, an untied
-    decoder, a tensor that is not finite."""
+    """Copy an HF BERT state dict (keys with or without ``bert.``, TF-port ``gamma``/``beta``) into
+    ``model`` in place; return the names left at their fresh initialisation (a missing pooler or
+    heads). :class:`ValueError` naming ``source`` and every problem."""
     targets = model.state_dict()
     del targets[_DECODER_WEIGHT]  # the word embeddings under a second name
     incoming, decoder = _as_ours(hf_state)
@@ -401,9 +396,8 @@ def save_hf(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] 
 def export_hf(
     model: nn.Module, output: str | os.PathLike, vocab_file: str | os.PathLike, *, do_lower_case: bool = True
 ) -> None:
-    """Write a folder that transformers' ``BertForPreTraining`` and ``BertTokenizer`` load:
-    ``config.json``, ``model.safetensors``, ``vocab.txt`` (copied from ``vocab_file``, which must
-    have ``config.vocab_size`` lines) and ``tokenizer_config.json``."""
+    """Write a folder that transformers' ``BertForPreTraining`` and ``BertTokenizer`` load, with
+    ``vocab_file`` (of ``config.vocab_size`` lines) copied into it."""
     with fsspec.open(str(vocab_file), "r", encoding="utf-8") as f:
         vocab = f.read()
     num_tokens = len(vocab.splitlines())

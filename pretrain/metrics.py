@@ -3,7 +3,7 @@
 
 On resume, records after the checkpoint's step are dropped, so the file describes the training
 the checkpoints hold; it is rewritten whole at every flush. TensorBoard writes one uniquely named
-event file per session into the run's scratch folder, and each flush publishes it whole into
+event file per session into a temporary folder, and each flush publishes it whole into
 ``tensorboard/`` (nothing in the run folder is appended to). Without ``tensorboard`` (the
 ``train`` extra) a run warns once and writes the rest; without ``matplotlib`` it writes no plots.
 MFU counts real tokens against the peak of the GPUs in :data:`PEAK_TFLOPS`.
@@ -11,6 +11,7 @@ MFU counts real tokens against the peak of the GPUs in :data:`PEAK_TFLOPS`.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import logging
@@ -49,10 +50,9 @@ def peak_flops(device_name: str, precision: str) -> float | None:
 
 
 class MetricsLog:
-    """Rank 0's metrics under the run folder; ``scratch``: the run's temporary folder (None: the
-    log makes its own and removes it in :meth:`close`)."""
+    """Rank 0's metrics under the run folder."""
 
-    def __init__(self, output: str, resume_step: int | None, scratch: str | None = None) -> None:
+    def __init__(self, output: str, resume_step: int | None) -> None:
         self.output = output.rstrip("/")
         self.fs, self.root = fsspec.core.url_to_fs(self.output)
         self.local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
@@ -66,18 +66,11 @@ class MetricsLog:
                     record = loads(line, where) if line.strip() else None
                     if record is not None and field(record, "step", int, where) <= resume_step:
                         self.records.append(record)
-        self._own_scratch = scratch is None
-        self.scratch = tempfile.mkdtemp(prefix="pretrain-run-") if scratch is None else scratch
-        self.board_dir = os.path.join(self.scratch, "tensorboard")
+        self.board_dir: str | None = None  # the event files' local folder, made with the writer
         self._writer = None
         self._resume_step = resume_step
         self._closed = False
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            self.tensorboard = False
-        else:
-            self.tensorboard = True
+        self.tensorboard = importlib.util.find_spec("tensorboard") is not None
         if not self.tensorboard:
             log.warning(TENSORBOARD_MISSING)
 
@@ -88,6 +81,7 @@ class MetricsLog:
             from torch.utils.tensorboard import SummaryWriter
 
             purge = None if self._resume_step is None else self._resume_step + 1
+            self.board_dir = tempfile.mkdtemp(prefix="pretrain-tensorboard-")
             self._writer = SummaryWriter(self.board_dir, purge_step=purge)
         return self._writer
 
@@ -109,11 +103,8 @@ class MetricsLog:
             self._upload_events()
 
     def close(self) -> None:
-        """Write everything out and close TensorBoard (and a scratch folder of the log's own).
-
-        Safe to call again (a failed run closes its log on the way out): the writer is closed
-        before the events are published, since its last events reach the scratch folder only then.
-        """
+        """Write everything out and close TensorBoard; safe to call again. The writer is closed
+        before the events are published: its last events reach its folder only then."""
         if self._closed:
             return
         self._closed = True
@@ -122,8 +113,8 @@ class MetricsLog:
             self._writer = None
         self._write_records()
         self._upload_events()
-        if self._own_scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.board_dir is not None:
+            shutil.rmtree(self.board_dir, ignore_errors=True)
 
     def _write_records(self) -> None:
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
@@ -131,7 +122,7 @@ class MetricsLog:
 
     def _upload_events(self) -> None:
         """Publish this session's TensorBoard event files whole into the run folder."""
-        if os.path.isdir(self.board_dir):
+        if self.board_dir is not None:
             for name in sorted(os.listdir(self.board_dir)):
                 with open(os.path.join(self.board_dir, name), "rb") as f:
                     write_file(f"{self.root}/tensorboard/{name}", f.read(), self.fs)

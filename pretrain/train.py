@@ -12,11 +12,8 @@ No host sync inside a step: what a step counts from a batch is read from the hos
 them; with DDP the loss weights come from an all-reduce the host does not wait for, and the
 ranks agree on a stop signal in a background gloo all-reduce read one step later.
 
-Divergence stops the run (:class:`pretrain.optim.Diverged`, exit 1) at the first read after the
-bad step; no checkpoint after that step, nor one holding a tensor that is not finite, is committed.
-
-Phase 2 (``--resume RUN --shards OTHER``): model, optimizer and step continue; the reader starts
-at the beginning of the new shards; the schedule follows the new ``--max-steps``.
+Divergence stops the run at the first read after the bad step; no checkpoint after that step, nor
+one holding a tensor that is not finite, is committed.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ import logging
 import math
 import random
 import signal
-import tempfile
 import time
 import warnings
 from collections import namedtuple
@@ -71,11 +67,10 @@ def train(
     rank 0, once every check passed; ``run_id``: the run folder's (None: a new one)."""
     if cfg.resume and not cfg.output:
         cfg = replace(cfg, output=cfg.resume)
-    with tempfile.TemporaryDirectory(prefix="pretrain-run-", ignore_cleanup_errors=True) as scratch:
-        trainer = Trainer(cfg, procs or init_processes(), scratch=scratch, run_id=run_id)
-        if before_fit is not None and trainer.procs.is_main:
-            before_fit()
-        return trainer.fit()
+    trainer = Trainer(cfg, procs or init_processes(), run_id=run_id)
+    if before_fit is not None and trainer.procs.is_main:
+        before_fit()
+    return trainer.fit()
 
 
 @dataclass
@@ -154,9 +149,7 @@ class Trainer:
     """One process's pre-training: built from the settings, then :meth:`fit` runs :meth:`step`
     until ``--max-steps``, with :meth:`log`, :meth:`evaluate` and :meth:`checkpoint` between."""
 
-    def __init__(
-        self, cfg: PretrainConfig, procs: Processes, scratch: str | None = None, run_id: str | None = None
-    ) -> None:
+    def __init__(self, cfg: PretrainConfig, procs: Processes, run_id: str | None = None) -> None:
         self.cfg, self.procs = cfg, procs
         self.run_id = ckpt.shared_run_id(procs.world_size, run_id)  # rank 0's, on every rank
         self.micro, self.accumulation = cfg.accumulation(procs.world_size)
@@ -175,7 +168,7 @@ class Trainer:
         self._restore_position()
         self._build_forward()
         resumed = self.position.step if self.setup.trainer_state is not None else None
-        self.metrics = MetricsLog(self.output, resumed, scratch) if procs.is_main else None
+        self.metrics = MetricsLog(self.output, resumed) if procs.is_main else None
         self.last_saved = resumed
         if procs.is_main:
             self._log_start()

@@ -65,10 +65,6 @@ class TokenizeShard(beam.DoFn):
     def process(self, shard: tuple[str, str]):
         for batch in document_batches(io.read_document_table(shard, ["doc_id", "sentences"])):
             documents, without_tokens = tokenize_documents(self._cache, batch)
-            if without_tokens:
-                beam.metrics.Metrics.counter("pipelines.examples", "documents_without_tokens").inc(
-                    without_tokens
-                )
             yield beam.pvalue.TaggedOutput(
                 "tallies", Counter(documents_used=len(documents), documents_without_tokens=without_tokens)
             )
@@ -154,10 +150,6 @@ class PlanBatch(WithVocab):
         config = self._config
         for part in plan_parts(read_documents(ref for _, ref, _ in batch), config.dupe_factor):
             finished, tally, requests = plan_batch(part, config, self._drawer[1], self._vocab)
-            if tally["pairs_without_other_document"]:
-                beam.metrics.Metrics.counter("pipelines.examples", "pairs_without_other_document").inc(
-                    tally["pairs_without_other_document"]
-                )
             yield from self._pieces(finished)
             yield beam.pvalue.TaggedOutput("tallies", tally)
             yield from spill(self._folder, [(bucket, requests_to_bytes(r)) for bucket, r in requests])

@@ -137,7 +137,7 @@ def _trainer(shards: Path, tmp_path: Path, procs: Processes, **settings) -> Trai
         shards=str(shards), output=str(tmp_path / "run"), config="tiny", global_batch_size=8, micro_batch_size=4,
         num_workers=0, max_steps=10, **settings,
     )  # fmt: skip
-    return Trainer(cfg, procs, scratch=str(tmp_path))
+    return Trainer(cfg, procs)
 
 
 def _count_steps(trainer: Trainer, counter: SyncCounter, steps: int) -> list[str]:
