@@ -1,11 +1,5 @@
-"""The CoNLL-2003 layout and conlleval's scoring, for ``finetune ner`` (:mod:`finetune.ner`).
-
-Files are four columns (token, POS, chunk, NER tag), one token a line, a blank line between
-sentences and ``-DOCSTART-`` lines between documents. Tags in IOB1 (the original release) or IOB2
-are both accepted and converted to IOB2 (:func:`to_iob2`). Scoring is conlleval's: exact-match
-entities, precision, recall and F1 per type and overall (:func:`score`; tested equal to
-seqeval's default mode on real data).
-"""
+"""The CoNLL-2003 layout (IOB1 or IOB2 tags, read as IOB2) and conlleval's scoring, for
+``finetune ner``."""
 
 from __future__ import annotations
 

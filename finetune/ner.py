@@ -1,11 +1,6 @@
-"""Named-entity recognition on the CoNLL-2003 layout (the paper's Section 5.3).
-
-Reading and scoring (conlleval's) are :mod:`finetune.conll`; the windows, each sentence with as
-much of its document around it as fits and a long sentence in overlapping windows, are
-:mod:`finetune.ner_windows`. Each word is tagged at its first sub-token. Two modes: fine-tuned
-(:class:`finetune.common.Classifier` on every token, the whole model trained) and, with ``features``, feature-based (the
-paper's Table 7: the encoder frozen, the chosen layers into a two-layer BiLSTM and a classifier,
-:mod:`finetune.ner_features`). Both use the same data, scoring and outputs.
+"""Named-entity recognition on the CoNLL-2003 layout (the paper's Section 5.3), fine-tuned or, with
+``features``, feature-based (Table 7: :mod:`finetune.ner_features`), with the same data, scoring
+(:mod:`finetune.conll`) and windows (:mod:`finetune.ner_windows`).
 """
 
 from __future__ import annotations
@@ -43,10 +38,8 @@ FEATURE_LR = 1e-3
 
 @dataclass(frozen=True)
 class NerConfig(FitConfig):
-    """An NER run: the fit settings, the stride of a long sentence's windows (None: half a
-    window), and the feature-based mode (``features``, one of
-    :data:`finetune.hidden.FEATURE_CHOICES`; its activations kept in memory with
-    ``cache_features``, and in the folder ``feature_cache`` for later runs)."""
+    """An NER run: the fit settings, the stride of a long sentence's windows (None: half a window)
+    and the feature-based mode (``features``; activations cached in memory, or in a folder)."""
 
     lr: float = 5e-5
     doc_stride: int | None = None

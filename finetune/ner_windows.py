@@ -1,12 +1,7 @@
-"""The model inputs of ``finetune ner``: each sentence in a window of sub-tokens, a long sentence in
-several.
-
-A sentence that fits is one window, ``[CLS] left context, sentence, right context [SEP]``, the
-context taken alternately from the neighbouring sentences of its document, nearest first (the
-paper's "maximal document context"). A longer one is read in windows over its own sub-tokens,
-``doc_stride`` apart (:func:`finetune.common.doc_windows`), each word labelled and predicted at its
-first sub-token in the window where that has the most context
-(:func:`finetune.common.max_context_windows`): every word once, in time linear in the length.
+"""The model inputs of ``finetune ner``: a sentence that fits is one window with the paper's
+"maximal document context" around it (neighbouring sentences, alternately right and left); a longer
+one is read in windows over its own sub-tokens, each word labelled and predicted at its first
+sub-token in the window where that has the most context: every word once, in linear time.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The results table: our runs' ``metrics.json`` beside the paper's numbers, in the layout of the
-BERT paper's Table 1 (GLUE), Table 2/3 (SQuAD v1.1/v2.0) and Table 4 (SWAG); markdown and JSON.
-
-Numbers are percentages (metric × 100). GLUE columns use Table 1's metrics: F1 for QQP and MRPC,
-Spearman for STS-B, Matthews correlation for CoLA, accuracy for the others (MNLI matched /
-mismatched). Our GLUE numbers are dev-set numbers (mean ± sd over seeds); the paper's Table 1
-numbers are GLUE *test*-server numbers, so the two rows are not the same measurement.
+BERT paper's Table 1 (GLUE, in its metrics), Table 2/3 (SQuAD v1.1/v2.0) and Table 4 (SWAG), in
+percent; markdown and JSON.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""SQuAD v1.1 and v2.0 as the paper (Sections 4.2, 4.3) and google-research/bert ``run_squad.py``.
-
-- **features**: ``[CLS] question [SEP] context-window [SEP]``, the question cut to
-  ``max_query_length`` tokens, windows ``doc_stride`` tokens apart filling ``max_seq_length``;
-  labels the answer's first and last token, or 0 (``[CLS]``) when it is not wholly in the window
-  or there is none. Token boundaries are the tokenizer's character offsets into the context, so
-  answers and predicted spans both come from exact character positions.
-- **model**: ``qa_outputs``, ``Linear(hidden, 2)`` on every token (start and end logits); the
-  loss is the mean of the two cross-entropies.
-- **answers**: the ``n_best_size`` best starts and ends of each window give spans (in the
-  context, started in their *max-context* window, at most ``max_answer_length`` tokens) ranked
-  by start + end logit. v2.0: the null score is the smallest ``[CLS]`` start + end logit over the
-  windows; the null odds (null score minus the best span's) above the threshold answer ``""``.
+"""SQuAD v1.1 and v2.0 as the paper (Sections 4.2, 4.3) and google-research/bert ``run_squad.py``:
+features, model, answers and metrics as docs/finetune.md describes them.
 """
 
 from __future__ import annotations
@@ -38,6 +27,7 @@ from finetune.common import (
     prepare_encoder,
     read_head,
     save_model,
+    seeded_linear,
 )
 from finetune.heads import BiLSTM
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
@@ -364,22 +354,17 @@ def predict_answers(
 
 
 class SpanQuestionAnswering(nn.Module):
-    """The encoder and ``qa_outputs``, a ``Linear(hidden, 2)`` on every token's final hidden state
-    giving start and end logits (the paper's Figure 4 (c); transformers' parameter names). Logits
-    at padding are -10000, so neither the loss nor the span search depends on the padding.
-    ``bilstm``: a one-layer BiLSTM (:class:`finetune.heads.BiLSTM`, seeded from ``seed + 1``)
-    between the encoder and ``qa_outputs``, the paper's "LTR & No NSP + BiLSTM" (Table 5)."""
+    """The encoder and ``qa_outputs``, start and end logits from every token's final hidden state
+    (the paper's Figure 4 (c); transformers' names), -10000 at padding. ``bilstm``: a one-layer
+    BiLSTM between them, the paper's "LTR & No NSP + BiLSTM" (Table 5)."""
 
     def __init__(self, encoder: BertModel, *, seed: int = 0, bilstm: bool = False) -> None:
         super().__init__()
         self.bert = encoder
         hidden = encoder.config.hidden_size
         self.bilstm = BiLSTM(hidden, hidden, num_layers=1, seed=seed + 1) if bilstm else None
-        self.qa_outputs = nn.Linear(2 * hidden if bilstm else hidden, 2)
-        with torch.no_grad():
-            generator = torch.Generator().manual_seed(seed)
-            self.qa_outputs.weight.normal_(0.0, encoder.config.initializer_range, generator=generator)
-            self.qa_outputs.bias.zero_()
+        width = 2 * hidden if bilstm else hidden
+        self.qa_outputs = seeded_linear(width, 2, encoder.config.initializer_range, seed)
 
     def forward(
         self, input_ids, token_type_ids=None, attention_mask=None, start_positions=None, end_positions=None

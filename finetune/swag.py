@@ -1,8 +1,5 @@
 """SWAG: four-way multiple choice over the official CSV files (Zellers et al., 2018).
 
-The regular layout (``train.csv``, ``val.csv``, ``test.csv`` of rowanz/swagaf ``data/``) is a
-quoted CSV with a header: an unnamed index column, ``video-id``, ``fold-ind``, ``startphrase``,
-``sent1``, ``sent2``, ``gold-source``, ``ending0`` … ``ending3`` and ``label`` (absent in test).
 As in the paper (Section 4.4), each choice is ``[CLS] sent1 [SEP] sent2 + ending [SEP]``; a linear
 layer scores each choice's pooled ``[CLS]`` and a softmax runs over the four. Metric: accuracy.
 """
