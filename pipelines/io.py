@@ -1,8 +1,5 @@
-"""File access for the pipelines through Beam's filesystems (local paths, gs://, s3://, ...).
-
-Everything here runs both at pipeline construction (on the launching machine) and inside
-workers, so paths are always URLs understood by ``apache_beam.io.filesystems.FileSystems``.
-"""
+"""File access for the pipelines through Beam's filesystems (local paths, gs://, s3://, ...), on the
+launching machine and inside workers alike."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Counting what a stage did, as data: flat ``Counter`` tallies that sum across workers (in any
-order, on any runner) into ``stats.json``. Every record read ends as exactly one outcome: written,
-dropped or rejected, with a reason."""
+"""Counting what a stage did: flat ``Counter`` tallies that sum across workers, in any order, into
+``stats.json``, where every record read is written, dropped or rejected, with a reason."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""Batch layouts for the trainer: padded, length-bucketed or packed (``pretrain --batching``).
-
-:class:`BatchLayout` turns a rank's sequence of padded batches (the reader's) into the batches the
-model runs on, without changing which examples a step sees:
-
-- ``padded``: as read, each batch padded to its longest example rounded up to a multiple of 8.
-- ``bucketed``: the examples of every ``window`` consecutive batches sorted by length (ties at
-  random), cut into batches of the same size, shuffled, each trimmed to its longest example. The
-  order is a function of ``(seed, epoch, rank, window)``: a resumed run reads its window again
-  from its first batch and skips what it consumed.
-- ``packed``: every batch as its real tokens end to end with ``cu_seqlens`` offsets
-  (:func:`pack`); the model computes nothing on padding.
-
-Evaluation uses :meth:`BatchLayout.single` (one batch, no regrouping).
+"""Batch layouts for the trainer (``pretrain --batching``; docs/pretrain.md): :class:`BatchLayout`
+turns a rank's padded batches into padded, length-bucketed or packed ones, without changing which
+examples a step sees.
 """
 
 from __future__ import annotations
@@ -167,7 +156,8 @@ def model_inputs(batch: Batch) -> dict:
 
 @dataclass(frozen=True)
 class BatchLayout:
-    """How the trainer lays out a rank's batches; see the module docstring."""
+    """How the trainer lays out a rank's batches; ``bucketed`` regroups each ``window`` of batches in
+    an order drawn from ``(seed, epoch, rank, window)``, so a resume reads its window again."""
 
     mode: str = "padded"
     window: int = 64  # batches whose examples ``bucketed`` regroups together

@@ -1,8 +1,5 @@
 """``pretrain``: train BERT (MLM + NSP) from example shards; ``pretrain export``: to transformers' format.
-
-Every flag's default is :class:`pretrain.config.PretrainConfig`'s; the flags a first run rarely
-needs are left out of ``--help`` and listed in docs/pretrain.md. Nothing here imports torch before
-the command line is checked."""
+Flags a first run rarely needs are hidden from ``--help``; torch loads once the command line is checked."""
 
 from __future__ import annotations
 

@@ -327,10 +327,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
 class ShardLoader:
     """The DataLoader of a run over an :class:`ExampleShards` (``num_workers`` must divide its
-    streams). :meth:`epoch` starts the workers for one epoch from a resume point; they stop when
-    its iterator is closed or ends. A worker's error is its one :class:`InputError`; torch reports
-    a worker that dies or is silent for ``timeout_s`` with a ``RuntimeError`` (the trainer's line:
-    :func:`pretrain.train.worker_failure`)."""
+    streams); :meth:`epoch` starts the workers for one epoch from a resume point. A worker that dies
+    or is silent for ``timeout_s`` is torch's ``RuntimeError`` (:func:`pretrain.train.worker_failure`)."""
 
     def __init__(
         self, reader: ExampleShards, num_workers: int = 0, *, pin_memory=False, timeout_s=600.0

@@ -1,12 +1,7 @@
-"""Training metrics on rank 0: ``metrics.jsonl`` (one JSON object per record, ``"split"``
-``train`` or ``validation``), TensorBoard events, MFU, and PNG curves at the end of a run.
-
-On resume, records after the checkpoint's step are dropped, so the file describes the training
-the checkpoints hold; it is rewritten whole at every flush. TensorBoard writes one uniquely named
-event file per session into a temporary folder, and each flush publishes it whole into
-``tensorboard/`` (nothing in the run folder is appended to). Without ``tensorboard`` (the
-``train`` extra) a run warns once and writes the rest; without ``matplotlib`` it writes no plots.
-MFU counts real tokens against the peak of the GPUs in :data:`PEAK_TFLOPS`.
+"""Training metrics on rank 0: ``metrics.jsonl``, TensorBoard events, MFU, and PNG curves at the
+end of a run. On resume, records after the checkpoint's step are dropped. Nothing in the run folder
+is appended to: ``metrics.jsonl`` is rewritten whole at every flush, and each session's TensorBoard
+event file is written in a temporary folder and published whole.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Progress of a long loop (pre-training and fine-tuning steps, prediction batches): a tqdm bar
-on a terminal; anywhere else (a log file, a pipe, ``TERM=dumb``) plain lines, one every
-``interval_s`` seconds and one at the end, no carriage returns, escape codes or colour:
-``fine-tune: step 120/1,000 (12%), 3.21 step/s, ETA 4m34s, loss 0.5312``.
+"""Progress of a long loop: a tqdm bar on a terminal; anywhere else (a log file, a pipe,
+``TERM=dumb``) plain lines: ``fine-tune: step 120/1,000 (12%), 3.21 step/s, ETA 4m34s, loss 0.5312``.
 """
 
 from __future__ import annotations

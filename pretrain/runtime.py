@@ -1,7 +1,5 @@
 """What ``pretrain/`` and ``finetune/`` share at run time: the device and precision a run uses,
-autocast for that precision, and existence checks, output folders and JSON writing on local
-paths or fsspec URLs. The precisions and the range checks of numeric flags live in
-:mod:`pretrain.config` (no torch there) and are named here for ``finetune``."""
+autocast, and existence checks, output folders and JSON writing on local paths or fsspec URLs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Tokenising many sentences fast: each distinct space-separated chunk is tokenised once.
-
-BERT's tokenisation never crosses a space (literal ``[SEP]`` is text where this cache is used), so
-a sentence's ids are its chunks' ids back to back: exact (``tests/unit/test_chunk_cache.py``).
-New chunks of printable ASCII and prose punctuation are split into words by one regex, each
-distinct word through WordPiece once; other new chunks go through the whole ``Tokenizer``.
+"""Tokenising many sentences fast: each distinct space-separated chunk is tokenised once. BERT's
+tokenisation never crosses a space (a literal ``[SEP]`` is text here), so a sentence's ids are its
+chunks' ids back to back, exactly.
 """
 
 from __future__ import annotations

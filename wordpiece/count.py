@@ -56,10 +56,9 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
-    """The Beam side's one writer (``pipelines.io.write_bytes``): a whole file or nothing under its
-    name; ``data`` is the bytes or pieces of them. Locally and on ``s3://`` (whose multipart upload
-    completes even after a failed part) through a temporary name renamed once whole; on ``gs://``
-    one upload, which Beam cancels when the block fails. A failure is a ``WriteError``."""
+    """The Beam side's one writer: ``data`` (bytes or pieces of them) whole or nothing under its name
+    (locally and on ``s3://``, whose multipart upload completes even after a failed part, through a
+    temporary name renamed once whole); a failure is a ``WriteError``."""
     chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
         if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):

@@ -1,9 +1,6 @@
-"""``wordpiece train``: learn a BERT-layout WordPiece vocabulary from a corpus, at any size.
-
-A Beam pipeline (``count.py``) counts pre-tokenised words into ``word_counts/``; the ``tokenizers``
-trainer learns from the counts, never the text (each distinct word fed as whitespace-joined
-repeats to a trainer that splits on whitespace only, so its counts equal ours); the pieces are
-laid out as the released BERT vocabularies and measured on the measurement split.
+"""``wordpiece train``: learn a BERT-layout WordPiece vocabulary from a corpus, at any size: the
+``tokenizers`` trainer learns from the word counts of ``count.py``, never the text (each distinct
+word fed as whitespace-joined repeats to a trainer that splits on whitespace only).
 """
 
 from __future__ import annotations
@@ -309,10 +306,8 @@ def _remove_counts(output: str) -> None:
 
 
 def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any] | None:
-    """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json.
-
-    With Dataflow's ``--dry_run=True`` the counting job is only built, and None is returned.
-    """
+    """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json
+    (None for a dry run, which only builds the counting job)."""
     options = PipelineOptions(beam_args)
     FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
     manifest, manifest_sha256 = _load_corpus_manifest(config.corpus)

@@ -93,14 +93,9 @@ def _decode_replacing(data: bytes, encoding: str) -> tuple[str, int] | None:
 
 
 def decode_book(data: bytes, name: str = "<book>") -> DecodedBook | Rejection:
-    """Decode a book's bytes: ``(text, encoding, replaced)``, or a :class:`Rejection`.
-
-    A BOM decides; else NUL bytes only in the odd or only in the even positions mean UTF-16 (other
-    NULs: binary); else UTF-8; else ``_decode_legacy``. A BOM's encoding or UTF-8 tolerates up to
-    ``MAX_REPLACED_SHARE`` undecodable bytes (U+FFFD, counted in ``replaced``); beyond it a BOM'd
-    book is ``undecodable``, a BOM-less one legacy-decoded. Over ``MAX_CONTROL_SHARE`` control
-    characters is binary; fewer are removed.
-    """
+    """Decode a book's bytes by the rule of docs/corpus.md, or say why it is not a book. A BOM's
+    encoding or UTF-8 tolerates up to ``MAX_REPLACED_SHARE`` undecodable bytes (U+FFFD, counted);
+    beyond it a BOM'd book is ``undecodable``, a BOM-less one legacy-decoded."""
     if not data.strip():
         return Rejection("empty", f"{name}: no bytes or only whitespace")
     bom, encoding = next(((b, e) for b, e in _BOMS if data.startswith(b)), (b"", ""))

@@ -29,10 +29,8 @@ def _word_hashes(words: list[str]) -> np.ndarray:
 
 
 def shingle_hashes(sentences: Sequence[str], shingle_words: int) -> np.ndarray:
-    """Distinct 32-bit hashes of the document's lower-cased word n-grams (the whole text when shorter).
-
-    A shingle's hash is a polynomial in its words' hashes, computed for all shingles at once.
-    """
+    """Distinct 32-bit hashes of the document's lower-cased word n-grams (the whole text when
+    shorter), each a polynomial in its words' hashes, computed for all shingles at once."""
     words = " ".join(sentences).lower().split()
     hashes = _word_hashes(words)
     if len(words) <= shingle_words:

@@ -1,10 +1,5 @@
-"""Packed sentences without NSP (``--format packed``), RoBERTa's FULL-SENTENCES input: contiguous
-full sentences up to the maximum length, ``[SEP]`` between documents, one segment, no label::
-
-    [CLS] d1 s1 d1 s2 [SEP] d2 s1 d2 s2 d2 s3 [SEP]
-
-Documents are packed within groups (the ``--num-buckets`` buckets), in an order drawn per pass.
-"""
+"""Packed sentences without NSP (``--format packed``), RoBERTa's FULL-SENTENCES input, packed
+within groups (the ``--num-buckets`` buckets) as docs/examples.md describes."""
 
 from __future__ import annotations
 

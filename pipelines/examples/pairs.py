@@ -89,10 +89,7 @@ class PairCuts(NamedTuple):
 
 
 def plan_cuts(document: TokenizedDocument, config: PairConfig, rng: np.random.Generator) -> PairCuts:
-    """Cut one document into A/B pairs, the reference's way, as arrays: sentences accumulate into a
-    chunk until the target length (``max_seq_length - 3``, or with ``short_seq_prob`` a random shorter
-    one), which splits at a random sentence into A and B; with ``random_next_prob``, and always for a
-    one-sentence chunk, B will be a random span of another document and the unused sentences go back."""
+    """Cut one document into A/B pairs, the reference's way (docs/examples.md), as arrays."""
     offsets = document.offsets.tolist()
     num_sentences = len(offsets) - 1
     # Every chunk takes at least one sentence for good, so there are at most num_sentences

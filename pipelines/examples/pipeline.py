@@ -1,12 +1,6 @@
 """``pipelines examples``: corpus documents + a vocabulary → masked, NSP-paired example shards.
-
-The split's documents are tokenised in batches and filed into buckets by ``hash(doc_id)``. Per
-batch and dupe pass, ``plan_batch`` finishes actual-next pairs and turns random-next ones into
-requests for a bucket drawn in proportion to its documents (the requester's own left out), so every
-other document is equally likely, as in the reference; requests meet documents by bucket
-(``fulfil_bucket`` cuts B). Pairs are masked as arrays (``finish``) and go to their shards by a
-hash of their identity (``--format packed``: ``packing.pack_group`` instead of pairing). With
-``--spill`` (``spill.py``) only references to temporary files go through the shuffles.
+Random next sentences meet their documents by bucket (docs/examples.md); with ``--spill`` only
+references to temporary files go through the shuffles.
 """
 
 from __future__ import annotations

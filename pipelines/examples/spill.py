@@ -1,9 +1,6 @@
-"""Spilling the bulk of ``pipelines examples`` to temporary files, so only references are shuffled.
-
-Each DoFn writes its pieces back to back into one new file under the run's temporary folder and
-sends a :class:`SpillRef` (path, offset, length) per piece through the shuffle. Beam's local
-runners hold every shuffled PCollection in memory; ``--spill auto`` spills on those only.
-Documents and requests are ``.npz`` archives of numpy arrays, read with ``allow_pickle=False``.
+"""Spilling the bulk of ``pipelines examples`` to temporary files, so only references (a
+:class:`SpillRef` per piece) are shuffled: Beam's local runners hold every shuffled PCollection in
+memory. Documents and requests are ``.npz`` archives, read with ``allow_pickle=False``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""``pipelines text``: files in ``create_pretraining_data.py``'s input format (UTF-8, one sentence
-a line, a blank line between documents) into a corpus output; a new file starts a new document
-and duplicates are kept, as in the reference. Each file is read as it streams. An empty file is
-a reject; a NUL byte, invalid UTF-8 or a line over ``MAX_LINE_BYTES`` is a file error that keeps
-the documents before the last blank line before it and counts the rest as not read.
+"""``pipelines text``: files in ``create_pretraining_data.py``'s input format into a corpus output
+(docs/corpus.md). A file error keeps the documents before the last blank line before it and counts
+the rest as not read.
 """
 
 from __future__ import annotations

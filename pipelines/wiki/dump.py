@@ -42,11 +42,9 @@ class Defect(NamedTuple):
 
 
 class _Chunks:
-    """The decompressed chunks of a file, by the magic bytes of its start (bz2, gzip or none).
-    A decompression failure ends them and is kept in ``damage``: ``(truncated, after_data,
-    cause)``; ``not_bz2``: a byte range that does not start with a bz2 stream header. Its own
-    ``read`` is the raw source under the decompressor: the head, then at most ``limit`` bytes,
-    remembering the storage error it raised (``error``)."""
+    """The decompressed chunks of a file, by the magic bytes of its start (bz2, gzip or none); a
+    decompression failure ends them and is kept in ``damage``. Its own ``read`` is the raw source
+    under the decompressor, remembering the storage error it raised (``error``)."""
 
     def __init__(self, fileobj: BinaryIO, limit: int | None = None, bz2_only: bool = False) -> None:
         head, want = b"", 3 if limit is None else min(3, limit)

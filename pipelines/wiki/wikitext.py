@@ -1,13 +1,8 @@
-"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia ("we extract
-only the text passages and ignore lists, tables, and headers"): a walker over mwparserfromhell's
-tree renders what a reader sees as running prose. Headings, lists, tables, references, files,
-categories, comments and templates without a renderer in ``_TEMPLATES`` are dropped (``<math>``
-leaves nothing); link text, bold/italic text and inline HTML contents are kept. Paragraphs shorter
-than ``MIN_PARAGRAPH_CHARS``, without a letter or still holding markup are removed.
-
-Building the tree costs most of the time, so ``_prepass`` first cuts out what the walker would
-drop, with linear scans (braces pair up as in MediaWiki's preprocessor; a construct is cut only
-once its end is found), and ``_parse`` makes plain links text tokens before the tree is built.
+"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia (what is kept
+and dropped: docs/corpus.md): a walker over mwparserfromhell's tree renders what a reader sees as
+running prose. Building the tree costs most of the time, so ``_prepass`` first cuts out what the
+walker would drop, with linear scans (braces pair up as in MediaWiki's preprocessor; a construct is
+cut only once its end is found), and ``_parse`` makes plain links text tokens before the tree is built.
 """
 
 from __future__ import annotations
