@@ -28,7 +28,7 @@ from pretrain.optim import Diverged, build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas.commands import InputError, UsageError
-from schemas.files import write_file
+from schemas.files import write_file, write_json
 from schemas.inputs import MAX_JSON_BYTES, boolean, check_file, lines, loads, read_bytes
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -362,8 +362,8 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
     with fsspec.open(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
         write_file(f"{root}/{hf.VOCAB_FILE}", f.read(), fs)
     write_file(f"{root}/{hf.SAFETENSORS_FILE}", safetensors.torch.save(state, metadata={"format": "pt"}), fs)
-    runtime.write_json(f"{folder}/{hf.CONFIG_FILE}", {**config, **config_updates})
-    runtime.write_json(f"{folder}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased})
+    write_json(f"{root}/{hf.CONFIG_FILE}", {**config, **config_updates}, fs, sort_keys=True)
+    write_json(f"{root}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased}, fs, sort_keys=True)
 
 
 # --- training --------------------------------------------------------------------------------------

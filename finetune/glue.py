@@ -35,9 +35,9 @@ from finetune.common import (
 from finetune.heads import BiLSTM
 from pretrain import hf
 from pretrain.model import BertModel
-from pretrain.runtime import MAX_SEED, exists, output_folder, write_json
+from pretrain.runtime import MAX_SEED, exists, output_folder
 from schemas.commands import InputError, UsageError
-from schemas.files import write_file
+from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -483,7 +483,7 @@ def run_glue(
         "max_seq_length": config.max_seq_length,
         "files": files,
     }
-    write_json(f"{output}/metrics.json", result)
+    write_json(f"{output}/metrics.json", result, sort_keys=True)
     return result
 
 
@@ -515,7 +515,9 @@ def _train(
             result = evaluate(model, run)
             result.record["train"] = trained.to_dict()
             if len(groups) * len(group) > 1:
-                write_json(f"{output}/runs/{result.record['name']}/metrics.json", result.record)
+                write_json(
+                    f"{output}/runs/{result.record['name']}/metrics.json", result.record, sort_keys=True
+                )
             runs.append(result.record)
             logger.info("%s: %s dev %s", task.name, result.record["name"], result.record["dev"])
             if group_best is None or result.record["dev"][main] > group_best.record["dev"][main]:

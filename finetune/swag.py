@@ -25,9 +25,9 @@ from finetune.common import (
     predict_classes,
     prepare_encoder,
 )
-from pretrain.runtime import exists, output_folder, write_json
+from pretrain.runtime import exists, output_folder
 from schemas.commands import InputError, UsageError
-from schemas.files import write_file
+from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +167,6 @@ def run_swag(
         "max_seq_length": config.max_seq_length,
         "files": files,
     }
-    write_json(f"{output.rstrip('/')}/metrics.json", result)
+    write_json(f"{output.rstrip('/')}/metrics.json", result, sort_keys=True)
     logger.info("swag: dev accuracy %.4f", result["dev"]["accuracy"])
     return result

@@ -1,10 +1,9 @@
 """What ``pretrain/`` and ``finetune/`` share at run time: the device and precision a run uses,
-autocast, and existence checks, output folders and JSON writing on local paths or fsspec URLs."""
+autocast, and existence checks and output folders on local paths or fsspec URLs."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import fsspec
 import torch
@@ -14,7 +13,6 @@ from pretrain.config import PRECISIONS as PRECISIONS
 from pretrain.config import non_negative_finite as non_negative_finite
 from pretrain.config import positive_finite as positive_finite
 from pretrain.config import seed_in_range as seed_in_range
-from schemas import files
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,11 +50,3 @@ def output_folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     fs, root = fsspec.core.url_to_fs(url)
     fs.makedirs(root, exist_ok=True)
     return fs, root
-
-
-def write_json(url: str, obj: Any) -> None:
-    """Write ``obj`` as indented, key-sorted JSON to a path or URL, whole or not at all
-    (``schemas.files``), making the parent folder first."""
-    fs, local = fsspec.core.url_to_fs(url)
-    fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
-    files.write_json(local, obj, fs, sort_keys=True)
