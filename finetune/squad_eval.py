@@ -8,13 +8,10 @@ ways that change numbers, and each is kept here:
 - v2.0 gives an unanswerable question the single gold answer ``""`` (also a question whose gold
   answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Scores are
   kept per question id (a repeated id scores its last question once). With null odds, a question
-  whose odds exceed ``na_prob_thresh`` (1.0, the script's default) counts as answered ``""``, and
-  ``best_exact`` / ``best_f1`` with their thresholds are the script's threshold search.
+  whose odds exceed :data:`NA_PROB_THRESH` counts as answered ``""``, and ``best_exact`` /
+  ``best_f1`` with their thresholds are the script's threshold search.
 - Both count every question of the data file in the total: one without a prediction scores 0
   (the v2.0 script leaves it out, which raises the scores); ``unanswered`` says how many.
-
-The functions take the ``data`` list of a SQuAD file and a prediction dict;
-:func:`finetune.squad.evaluate_file` reads the files.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from collections.abc import Iterable, Mapping
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
 
-DEFAULT_NA_PROB_THRESH = 1.0
-"""``evaluate-v2.0.py --na-prob-thresh`` default: null odds above it count as predicting no answer."""
+NA_PROB_THRESH = 1.0  # evaluate-v2.0.py's default: null odds above it count as predicting no answer
 
 
 def normalize_answer(text: str) -> str:
@@ -74,10 +70,7 @@ def _questions(data: Iterable[Mapping]) -> Iterable[Mapping]:
 
 def evaluate_v1(data: Iterable[Mapping], predictions: Mapping[str, str]) -> dict[str, float]:
     """``{"exact_match", "f1"}`` in percent, exactly as ``evaluate-v1.1.py``, with ``total`` and
-    ``unanswered`` (questions without a prediction, scored 0).
-
-    ``data`` is the ``data`` list of a SQuAD file; ``predictions`` maps question id to answer text.
-    """
+    ``unanswered`` (questions without a prediction, scored 0)."""
     exact_match = f1 = 0.0
     total = unanswered = 0
     for qa in _questions(data):
@@ -164,7 +157,6 @@ def evaluate_v2(
     data: list[Mapping],
     predictions: Mapping[str, str],
     null_odds: Mapping[str, float] | None = None,
-    na_prob_thresh: float = DEFAULT_NA_PROB_THRESH,
 ) -> dict[str, float]:
     """``evaluate-v2.0.py``'s output: exact, f1, total, HasAns_*/NoAns_* (where such questions
     exist) and, given ``null_odds`` (one per predicted question), best_exact(_thresh) and
@@ -178,8 +170,8 @@ def evaluate_v2(
     if missing:
         raise ValueError(f"the null odds have no entry for question {missing[0]!r} ({len(missing)} missing)")
     unanswered = {qid: 0.0 for qid in has_answer if qid not in exact_raw}
-    exact = {**apply_null_threshold(exact_raw, odds, has_answer, na_prob_thresh), **unanswered}
-    f1 = {**apply_null_threshold(f1_raw, odds, has_answer, na_prob_thresh), **unanswered}
+    exact = {**apply_null_threshold(exact_raw, odds, has_answer, NA_PROB_THRESH), **unanswered}
+    f1 = {**apply_null_threshold(f1_raw, odds, has_answer, NA_PROB_THRESH), **unanswered}
     exact_raw, f1_raw = {**exact_raw, **unanswered}, {**f1_raw, **unanswered}
     result: dict[str, float] = _summary(exact, f1, list(exact))
     result["unanswered"] = len(unanswered)

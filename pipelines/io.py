@@ -90,11 +90,6 @@ def file_size(path: str) -> int:
     return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
 
 
-def is_completed(output: str) -> bool:
-    """Whether ``output`` holds a finished stage output (the ``COMPLETED`` marker)."""
-    return exists(join(output, COMPLETED_FILE))
-
-
 def manifest_sha256(folder: str) -> str:
     """The SHA-256 of a completed output's manifest, as its ``COMPLETED`` marker records it: a
     downstream manifest names the output it read by content, not only by place."""

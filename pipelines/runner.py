@@ -11,7 +11,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import io
-from schemas import DOCUMENTS, STATS_FILE
+from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE
 from schemas.commands import CommandError, InputError
 from wordpiece.beam_jobs import (
     STEP_ANNOTATION,
@@ -93,7 +93,7 @@ def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
             "its workers wrote elsewhere or failed: see the runner's logs"
         )
     stats = json.loads(io.read_bytes(stats_path))
-    if not io.is_completed(output):
+    if not io.exists(io.join(output, COMPLETED_FILE)):
         return stats, f"output: {output} (not marked COMPLETED)"
     try:
         manifest = io.load_manifest(output, fmt)

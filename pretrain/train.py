@@ -438,10 +438,6 @@ class Trainer:
             )
         return "no checkpoint was saved"
 
-    def check_health(self) -> None:
-        """Stop with :class:`pretrain.optim.Diverged` when a step so far diverged."""
-        self.health.check(self.cfg.lr, self._saved())
-
     def log(self, grad_norm: torch.Tensor, lr_used: float) -> dict:
         """The training record of the window since the last one, over all ranks; starts a new one."""
         procs, window, position = self.procs, self.window, self.position
@@ -450,7 +446,7 @@ class Trainer:
         *losses, skipped, norm = torch.cat(
             [window.losses, window.skipped.view(1), grad_norm.detach().double().view(1)]
         ).tolist()
-        self.check_health()
+        self.health.check(self.cfg.lr, self._saved())  # Diverged when a step so far diverged
         window.skipped.zero_()
         position.skipped_steps += int(skipped)
         sums = Sums(*all_sum(procs, [*losses, *window.counts.tolist(), window.wait_s, window.pending_tokens]))
@@ -550,7 +546,7 @@ class Trainer:
     def checkpoint(self) -> None:
         """Save, commit and prune: never after a divergence, never with a tensor that is not finite."""
         step = self.position.step
-        self.check_health()
+        self.health.check(self.cfg.lr, self._saved())
         state = self.state_dict()
         bad = non_finite(self.model.state_dict()) or non_finite(state["optimizer"], "optimizer")
         if bad is not None:
