@@ -23,6 +23,7 @@ from torch import nn
 
 from pretrain import checkpoint as ckpt
 from pretrain import hf, runtime
+from pretrain.config import non_negative_finite, positive_finite, seed_in_range
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import Diverged, build_scheduler, parameter_groups
 from pretrain.progress import Progress
@@ -407,7 +408,7 @@ class FitConfig:
             if math.isfinite(value) and value > top:
                 found.append(f"{flag} must be at most {top:g}, got {value:g}")
             else:
-                runtime.positive_finite(flag, value, found)
+                positive_finite(flag, value, found)
         for flag, value, low in (
             ("--batch-size", self.batch_size, 1),
             ("the evaluation batch size", self.eval_batch_size, 1),
@@ -417,12 +418,12 @@ class FitConfig:
         ):
             if value is not None and not low <= value <= MAX_COUNT:
                 found.append(f"{flag} must be between {low} and {MAX_COUNT:,}, got {value}")
-        runtime.seed_in_range("--seed", self.seed, found)
+        seed_in_range("--seed", self.seed, found)
         if not 0 <= self.warmup_proportion < 1:
             found.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
         if not 0 <= self.weight_decay <= 1:
             found.append(f"--weight-decay must be in [0, 1], got {self.weight_decay}")
-        runtime.non_negative_finite("max_grad_norm", self.max_grad_norm, found)
+        non_negative_finite("max_grad_norm", self.max_grad_norm, found)
         if self.precision not in PRECISIONS:
             found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.device != "auto":

@@ -34,8 +34,9 @@ from finetune.common import (
 )
 from finetune.heads import BiLSTM
 from pretrain import hf
+from pretrain.config import MAX_SEED
 from pretrain.model import BertModel
-from pretrain.runtime import MAX_SEED, exists, output_folder
+from pretrain.runtime import exists, output_folder
 from schemas.commands import InputError, UsageError
 from schemas.files import write_file, write_json
 

@@ -8,11 +8,7 @@ import contextlib
 import fsspec
 import torch
 
-from pretrain.config import MAX_SEED as MAX_SEED  # finetune reads these here
-from pretrain.config import PRECISIONS as PRECISIONS
-from pretrain.config import non_negative_finite as non_negative_finite
-from pretrain.config import positive_finite as positive_finite
-from pretrain.config import seed_in_range as seed_in_range
+from pretrain.config import PRECISIONS as PRECISIONS  # chain reads it here
 
 
 def resolve_device(name: str) -> torch.device:

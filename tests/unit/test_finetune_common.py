@@ -147,7 +147,7 @@ def test_collate_pads_further_token_keys_with_their_own_value():
 
 
 def test_the_shared_range_checks_list_each_problem_once():
-    from pretrain.runtime import non_negative_finite, positive_finite
+    from pretrain.config import non_negative_finite, positive_finite
 
     problems: list[str] = []
     for value in (1e-4, 0.0, -1.0, float("nan"), float("inf")):
