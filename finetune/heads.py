@@ -1,16 +1,6 @@
-"""Heads with a BiLSTM: the paper's feature-based NER (Table 7) and "+ BiLSTM" for SQuAD and GLUE
-(Table 5).
-
-- :class:`BiLSTM` runs over the real (unpadded) tokens of each sequence only, so padding changes
-  nothing; ``summary`` is one vector per sequence (what ``finetune glue --bilstm`` classifies).
-- :class:`ScalarMix`: ELMo's learned weighted sum of layers, starting from the mean.
-- :class:`FeatureTagger` (``finetune ner --features``): the encoder frozen (no gradients, eval
-  mode, ``no_grad``), the chosen layers into a two-layer BiLSTM (the encoder's hidden size per
-  direction, as the paper's 768 on BERT-BASE) and a linear classifier. It also takes the layers
-  precomputed (:func:`cache_layers`); given each row's sentence span, the head runs over the
-  sentence's sub-tokens only (the encoder sees the whole window with its document context).
-
-Weights start from ``seed`` alone (under ``fork_rng``): the caller's global RNG is left alone.
+"""Heads with a BiLSTM: the paper's feature-based NER (Table 7; docs/finetune.md) and "+ BiLSTM"
+for SQuAD and GLUE (Table 5). Weights start from ``seed`` alone (under ``fork_rng``): the caller's
+global RNG is left alone.
 """
 
 from __future__ import annotations
@@ -46,8 +36,8 @@ def _lengths(x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tens
 
 
 class BiLSTM(nn.Module):
-    """``num_layers`` bidirectional LSTM layers (``units`` per direction) over ``[batch, length,
-    in_features]``; returns ``[batch, length, 2 * units]``, zeros at padding."""
+    """``num_layers`` bidirectional LSTM layers (``units`` per direction) over each sequence's real
+    tokens only, ``[batch, length, in_features]`` → ``[batch, length, 2 * units]``, zeros at padding."""
 
     def __init__(
         self, in_features: int, units: int, *, num_layers: int = 2, dropout: float = 0.1, seed: int = 0
@@ -69,8 +59,7 @@ class BiLSTM(nn.Module):
 
     def summary(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """One vector per sequence, ``[batch, 2 * units]``: the forward direction's output at the
-        last real token and the backward direction's at the first (each has read the whole
-        sequence), the usual BiLSTM sentence encoding; ``finetune glue --bilstm`` classifies it."""
+        last real token and the backward direction's at the first (each has read the whole sequence)."""
         out = self(x, attention_mask)
         last = _lengths(x, attention_mask).to(out.device) - 1
         forward = out[torch.arange(len(x), device=out.device), last, : self.units]
@@ -198,13 +187,10 @@ def cache_layers(
     precision: str,
     which: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each feature with its encoder layers added under ``layers`` (a CPU float32 tensor
-    ``[length, len(layers), hidden]``; the model's chosen layers, or ``which``): the frozen encoder
-    runs once over the training set instead of once per epoch (in length-sorted batches, so little
-    padding is computed). A feature with a sentence span (``sentence_start``/``sentence_end``)
-    keeps only the sentence: its ids, types, labels and layers are cut to the span and the span
-    keys dropped, so it trains exactly as the window would with the span given. Memory: ``tokens
-    x layers x hidden x 4`` bytes."""
+    """Each feature with its encoder layers (the model's chosen ones, or ``which``) added under
+    ``layers`` (CPU float32 ``[length, len(layers), hidden]``): the frozen encoder runs once over
+    the training set instead of once per epoch. A feature with a sentence span keeps only the
+    sentence (:func:`sentence_only`), which trains exactly as the window with the span would."""
     model.bert.to(device).eval()
     out = [dict(f) for f in features]
     order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))

@@ -33,8 +33,7 @@ class Packed(NamedTuple):
 
     @classmethod
     def build(cls, offsets: torch.Tensor, max_seqlen: int, total_tokens: int) -> Packed:
-        """The layout of ``total_tokens`` tokens cut at ``offsets`` (``[segments + 1]``, from 0 to
-        ``total_tokens``)."""
+        """The layout of ``total_tokens`` tokens cut at ``offsets`` (``[segments + 1]``)."""
         offsets = offsets.to(torch.int32)
         flat = torch.arange(total_tokens, device=offsets.device, dtype=torch.int32)
         rows = torch.bucketize(flat, offsets[1:], out_int32=True, right=True)
@@ -83,8 +82,7 @@ def padded_attention(
 
 
 def _block(t: torch.Tensor, layout: Packed) -> torch.Tensor:
-    """``[total_tokens, heads, dim]`` scattered into ``[segments, heads, max_seqlen, dim]`` (zeros
-    past each segment's end)."""
+    """``[total_tokens, heads, dim]`` scattered into ``[segments, heads, max_seqlen, dim]``."""
     out = t.new_zeros(layout.num_segments, layout.max_seqlen, *t.shape[1:])
     return out.index_put((layout.rows, layout.columns), t).transpose(1, 2)
 

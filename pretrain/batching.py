@@ -54,8 +54,7 @@ def _concatenate(batches: list[Batch]) -> Batch:
 
 
 def bucket(batches: list[Batch], rng: np.random.Generator) -> list[Batch]:
-    """The examples of ``batches`` regrouped by length into as many batches of the same sizes,
-    in an order drawn from ``rng``, each trimmed (see :func:`trim`)."""
+    """The examples of ``batches`` regrouped by length into as many batches, in an order from ``rng``."""
     sizes = [len(b["input_ids"]) for b in batches]
     pool = _concatenate(batches)
     lengths = pool["attention_mask"].sum(1).numpy()
@@ -130,8 +129,7 @@ def num_real_tokens(batch: Batch) -> int:
 
 
 def batch_shape(batch: Batch) -> tuple[int, int]:
-    """(examples, width the attention computes at) of a batch in any layout, from host tensors: for
-    a packed batch, its longest example."""
+    """(examples, width the attention computes at) of a batch in any layout, from host tensors."""
     if is_packed(batch):
         lengths = _example_lengths(batch)
         return len(lengths), int(lengths.max()) if len(lengths) else 0
@@ -139,9 +137,8 @@ def batch_shape(batch: Batch) -> tuple[int, int]:
 
 
 def model_inputs(batch: Batch) -> dict:
-    """The keyword arguments of :meth:`pretrain.model.BertForPreTraining.forward` for a batch on
-    the host: packed fields for a packed batch; for a padded one ``attention_mask`` is None when
-    no example is padded, so attention runs without a mask (flash kernels on GPU)."""
+    """The keyword arguments of ``BertForPreTraining.forward`` for a host batch; ``attention_mask`` is
+    None when no example is padded, so attention runs without a mask."""
     inputs = {
         "input_ids": batch["input_ids"],
         "token_type_ids": batch["token_type_ids"],

@@ -223,8 +223,7 @@ def verify(url: str) -> None:
 
 
 def _stamp_of(fs: fsspec.AbstractFileSystem, path: str, url: str, name: str) -> tuple[Any, Any]:
-    """The (run id, step) a checkpoint file records: a safetensors header's metadata, a state
-    JSON's ``__stamp__``."""
+    """The (run id, step) a checkpoint file records (safetensors metadata, or a JSON's ``__stamp__``)."""
     if name.endswith(".safetensors"):
         try:
             header, _ = read_header(fs, f"{path}/{name}", f"{url}/{name}")
@@ -296,8 +295,7 @@ def set_rng_state(state: dict, where: str = "the RNG state") -> None:
 
 
 def commit(url: str, step: int, run_id: str | None = None) -> None:
-    """Write ``COMMITTED`` listing every file of the checkpoint folder with its size and SHA-256,
-    and the step and run id (when given) the files record."""
+    """Write ``COMMITTED``: every file of the checkpoint with its size and SHA-256, the step and run id."""
     fs, path = _fs(url)
     files = {
         entry["name"].rsplit("/", 1)[-1]: {"size": int(entry["size"]), "sha256": _sha256(fs, entry["name"])}

@@ -132,9 +132,8 @@ def main(ctx, quiet, overwrite, **options) -> None:
 
 
 def _open_run_folder(cfg: PretrainConfig, overwrite: bool) -> OutputFolder:
-    """Rank 0, before any data or model is read: refuse an --output over an input (exit 2),
-    claim the run folder (one writer), and refuse a non-empty one this run does not continue
-    unless --overwrite (exit 1, saying whose files are there)."""
+    """Rank 0, before any data or model is read: refuse an --output over an input (exit 2), then claim
+    the run folder, refusing one this run does not continue unless --overwrite."""
     from pretrain import checkpoint as ckpt
     from schemas.paths import location
 
@@ -155,8 +154,7 @@ def _open_run_folder(cfg: PretrainConfig, overwrite: bool) -> OutputFolder:
 
 
 def _begin(folder: OutputFolder) -> None:
-    """Just before step 1, once every check has passed: --overwrite's clean-up (the earlier run's
-    own files), and the run folder's record."""
+    """Just before step 1: --overwrite's clean-up and the run folder's record."""
     removed = folder.begin()
     if removed:
         logging.getLogger("pretrain").warning(

@@ -32,16 +32,14 @@ class DynamicMasking:
 
     @classmethod
     def from_vocab(cls, vocab: Sequence[str], config=None, *, by_content=False) -> DynamicMasking:
-        """Settings for a vocabulary (tokens in id order); the random tokens come from the pool
-        ``pipelines examples`` draws them from."""
+        """Settings for a vocabulary (tokens in id order), random tokens from ``pipelines examples``' pool."""
         pool = replacement_ids(vocab)
         return cls(config or MaskingConfig(), MaskingVocab.build(list(vocab), pool), by_content)
 
 
 def validation_masking(params: dict, vocab: Sequence[str]) -> DynamicMasking | None:
-    """How the trainer masks validation shards with manifest ``params``: as written (None) when they
-    are masked; unmasked (``--no-masking``) shards by their manifest's settings, keyed by each
-    example's tokens: the same masks in every evaluation and every run."""
+    """How validation shards are masked: as written (None) when masked; unmasked shards by their
+    manifest's settings, keyed by each example's tokens: the same masks in every evaluation."""
     if params.get("masking", True) is not False:
         return None
     return DynamicMasking.from_vocab(vocab, masking_from_params(params), by_content=True)
@@ -57,8 +55,7 @@ def content_keys(input_ids: np.ndarray, real: np.ndarray) -> np.ndarray:
 
 
 def masking_from_params(params: dict, **overrides) -> MaskingConfig:
-    """The masking settings the shards were written with (their manifest's ``masking_settings``),
-    with the non-``None`` ``overrides`` applied."""
+    """The masking settings in the shards' manifest, with the non-``None`` ``overrides`` applied."""
     recorded = params.get("masking_settings")
     recorded = recorded if isinstance(recorded, dict) else {}
     known = {f.name for f in fields(MaskingConfig)}
@@ -79,8 +76,7 @@ def _lists(column: pa.ChunkedArray, size: int) -> tuple[np.ndarray, np.ndarray]:
 def _remask(
     input_ids: np.ndarray, real: np.ndarray, lengths: np.ndarray, masking: DynamicMasking, rng
 ) -> tuple:
-    """Mask original ``input_ids`` afresh (in place) with :func:`wordpiece.masking.mask_batch`;
-    return (slots, positions, ids) padded to the most predictions of a row."""
+    """Mask ``input_ids`` afresh (in place); (slots, positions, ids) padded to a row's most predictions."""
     size = len(lengths)
     if masking.by_content:
         keys = content_keys(input_ids, real)

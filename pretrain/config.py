@@ -1,6 +1,5 @@
-"""The trainer's settings: one typed record, the source of every flag's default, checked all at
-once (:meth:`PretrainConfig.problems`) and saved in every checkpoint. Imports no torch, so the
-command line is checked before torch loads."""
+"""The trainer's settings: the source of every flag's default, checked all at once and saved in
+every checkpoint. Imports no torch, so the command line is checked before torch loads."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ MAX_SEED = 2**32 - 1
 
 
 def parse_model_size(name: str) -> tuple[int, int, int]:
-    """(layers, hidden, heads) of a preset name or an ``L/H/A`` string such as ``12/768/12``;
-    ValueError naming what is wrong."""
+    """(layers, hidden, heads) of a preset name or an ``L/H/A`` string such as ``12/768/12``."""
     if name in PRESETS:
         layers, hidden = PRESETS[name]
         return layers, hidden, hidden // 64

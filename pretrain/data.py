@@ -248,8 +248,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
                 self.fs.invalidate_cache()
 
     def _read_unit(self, unit: _Unit) -> pa.RecordBatch:
-        """Fetch just the unit's bytes, check them against their SHA-256, decode them, check the
-        values and permute the rows."""
+        """Fetch just the unit's bytes, check them, decode them, check the values and permute the rows."""
         path = f"{self._root}/{self.shards[unit.shard].path}"
         span = (unit.offset, unit.offset + unit.length)
         where = f"{path}: record batch {unit.batch}"

@@ -154,8 +154,7 @@ def stored_shapes(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], 
 
 
 def tensor_names(path: str | os.PathLike) -> set[str] | None:
-    """The tensor names of an HF-format folder's weights from their headers; None for
-    ``pytorch_model.bin`` (which only reading it whole tells)."""
+    """An HF-format folder's tensor names from the weights' headers; None for ``pytorch_model.bin``."""
     fs, root = fsspec.core.url_to_fs(str(path))
     return None if _safetensors_files(fs, root, path)[0] is None else set(stored_shapes(path)[0])
 
@@ -180,8 +179,7 @@ def check_vocab_rows(path: str | os.PathLike) -> None:
 
 
 def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]:
-    """The tensors of an HF-format folder (safetensors, sharded safetensors or pytorch_model.bin)
-    on the CPU, and the weights file's path (for messages)."""
+    """The tensors of an HF-format folder on the CPU, and the weights file's path (for messages)."""
     fs, root = fsspec.core.url_to_fs(str(path))
     files, source = _safetensors_files(fs, root, path)
     state: dict[str, torch.Tensor] = {}
@@ -372,8 +370,7 @@ def load_hf_state_dict(
 
 
 def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The tensors transformers' ``BertForPreTraining`` saves: vocabulary rows trimmed, tied decoder
-    weight left out; contiguous CPU copies that share no memory."""
+    """The tensors transformers' ``BertForPreTraining`` saves, as contiguous CPU copies."""
     vocab_size = model.config.vocab_size
     state = {}
     for name, tensor in model.state_dict().items():
@@ -384,8 +381,7 @@ def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_hf(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (transformers' layout) to a folder or URL;
-    ``metadata`` joins the safetensors header's ``{"format": "pt"}`` (a checkpoint's run id)."""
+    """Write ``config.json`` and ``model.safetensors`` to a folder or URL, ``metadata`` in the header."""
     fs, root = fsspec.core.url_to_fs(str(path))
     fs.makedirs(root, exist_ok=True)
     data = safetensors.torch.save(to_hf_state_dict(model), metadata={**(metadata or {}), "format": "pt"})
@@ -396,8 +392,7 @@ def save_hf(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] 
 def export_hf(
     model: nn.Module, output: str | os.PathLike, vocab_file: str | os.PathLike, *, do_lower_case: bool = True
 ) -> None:
-    """Write a folder that transformers' ``BertForPreTraining`` and ``BertTokenizer`` load, with
-    ``vocab_file`` (of ``config.vocab_size`` lines) copied into it."""
+    """Write a folder that transformers' ``BertForPreTraining`` and ``BertTokenizer`` load."""
     with fsspec.open(str(vocab_file), "r", encoding="utf-8") as f:
         vocab = f.read()
     num_tokens = len(vocab.splitlines())

@@ -123,8 +123,7 @@ class MetricsLog:
                     write_file(f"{self.root}/tensorboard/{name}", f.read(), self.fs)
 
     def plot(self) -> list[str]:
-        """PNG curves of the run (train loss, accuracies, learning rate; validation) in ``plots/``;
-        none (with a warning) without matplotlib."""
+        """PNG curves of the run in ``plots/``; none (with a warning) without matplotlib."""
         try:
             import matplotlib
         except ImportError:

@@ -1,5 +1,4 @@
-"""Optimisers (AdamW, fused on CUDA; LAMB), learning-rate schedules and the divergence rule of
-pre-training."""
+"""Optimisers (AdamW, fused on CUDA; LAMB), learning-rate schedules and the divergence rule."""
 
 from __future__ import annotations
 
@@ -137,9 +136,8 @@ def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> No
 
 
 def apply_gradients(params: list, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> tuple:
-    """Unscale, clip and apply the accumulated gradients unless their norm is not finite. Returns
-    the norm (before clipping) and a 0-d float tensor, 1 when the update was skipped, both on the
-    device, unread. With fp16 the scaler lowers its scale after a step whose gradients overflowed."""
+    """Unscale, clip and apply the gradients unless their norm is not finite. Returns the norm and a 0-d
+    float tensor, 1 when the update was skipped, both on the device, unread."""
     scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm or float("inf"), foreach=True)
     skipped = (~torch.isfinite(grad_norm)).float()
@@ -169,8 +167,7 @@ class Health:
         self.streak = torch.zeros((), dtype=torch.float32, device=device)
 
     def update(self, step: int, loss: torch.Tensor, skipped: torch.Tensor) -> None:
-        """Watch step ``step``: ``loss`` (any sum that holds its loss), ``skipped`` (0-d, 1: the
-        gradients were not finite)."""
+        """Watch step ``step``: its ``loss`` (any sum that holds it) and ``skipped`` (0-d, 1: not finite)."""
         bad = ~torch.isfinite(loss)
         if self.fp16:
             self.streak = (self.streak + 1) * skipped
@@ -180,8 +177,7 @@ class Health:
         self.first_bad = torch.where((self.first_bad == 0) & bad, step, self.first_bad)
 
     def check(self, lr: float, hint: str = "") -> None:
-        """Raise :class:`Diverged` naming the first bad step and the likely cause, if there was one;
-        ``hint`` ends the line (what was saved, what to do)."""
+        """Raise :class:`Diverged` naming the first bad step and its likely cause; ``hint`` ends the line."""
         first = self.first_bad
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             first = torch.where(first == 0, math.inf, first)  # the earliest bad step of any rank
@@ -204,8 +200,7 @@ FUSED_DEVICES = ("cuda",)  # AdamW's fused kernel; foreach ops elsewhere
 def build_optimizer(
     name: str, model: torch.nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.999), eps=1e-6
 ) -> torch.optim.Optimizer:
-    """``adamw`` (fused on :data:`FUSED_DEVICES`) or ``lamb`` over :func:`parameter_groups`, for
-    the device the model's parameters are on."""
+    """``adamw`` (fused on :data:`FUSED_DEVICES`) or ``lamb`` over :func:`parameter_groups`."""
     groups = parameter_groups(model, weight_decay)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps)

@@ -33,9 +33,8 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Count ``total`` units of work from ``initial``; show them as a bar, as lines, or (``enabled``
-    False) not at all. ``interval_s`` None: only the final line, for callers that log their own
-    lines and add :meth:`status` to them."""
+    """Count ``total`` units of work from ``initial``: a bar, lines, or (``enabled`` False) nothing.
+    ``interval_s`` None: only the final line, for callers that log their own with :meth:`status`."""
 
     def __init__(
         self,

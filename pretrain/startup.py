@@ -34,8 +34,7 @@ log = logging.getLogger("pretrain")
 
 @contextlib.contextmanager
 def input_errors(prefix: str = ""):
-    """A ``ValueError`` raised by a reader of inputs (a manifest, a vocabulary, a config) as one
-    :class:`InputError`, its message after ``prefix``."""
+    """A ``ValueError`` raised by a reader of inputs as one :class:`InputError`, after ``prefix``."""
     try:
         yield
     except ValueError as err:
@@ -276,8 +275,7 @@ def warn_unknown_share(shards: str, cased: bool) -> float | None:
 def _resumed_model(
     cfg: PretrainConfig, vocab: WordPieceTokenizer, vocab_url: str
 ) -> tuple[BertForPreTraining, dict, ckpt.Checkpoint]:
-    """``--resume``'s model and trainer state, checked against the objective, the shards'
-    vocabulary and ``--config``."""
+    """``--resume``'s model and trainer state, checked against the objective, vocabulary and ``--config``."""
     found = ckpt.resolve(cfg.resume)
     with input_errors(f"--resume {cfg.resume}: "):
         model = BertForPreTraining.from_pretrained(found.url)
@@ -307,8 +305,7 @@ def _resumed_model(
 
 
 def check_output(output: str) -> None:
-    """Create and remove a probe file in ``--output`` (and the folders this made):
-    :class:`OutputError` when that fails."""
+    """Create and remove a probe file in ``--output`` (and the folders this made), or :class:`OutputError`."""
     fs, root = fsspec.core.url_to_fs(output)
     root = root.rstrip("/") or "/"
     made = []  # the folders makedirs will create, deepest first

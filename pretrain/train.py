@@ -63,8 +63,7 @@ def train(
     before_fit: Callable[[], None] | None = None,
     run_id: str | None = None,
 ) -> dict:
-    """Run (or continue) pre-training; return the last training metrics record. ``before_fit``: on
-    rank 0, once every check passed; ``run_id``: the run folder's (None: a new one)."""
+    """Run (or continue) pre-training; return the last training metrics record."""
     if cfg.resume and not cfg.output:
         cfg = replace(cfg, output=cfg.resume)
     trainer = Trainer(cfg, procs or init_processes(), run_id=run_id)
@@ -121,8 +120,7 @@ Sums = namedtuple(  # a metrics window's sums over every rank
 
 
 class _Window:
-    """This rank's sums since the last metrics record (losses on the device, sizes on the host), and
-    the counts not yet in :class:`Position`."""
+    """This rank's sums since the last metrics record, and the counts not yet in :class:`Position`."""
 
     def __init__(self, device: torch.device) -> None:
         self.losses = torch.zeros(7, dtype=torch.float64, device=device)
@@ -146,8 +144,8 @@ class _Window:
 
 
 class Trainer:
-    """One process's pre-training: built from the settings, then :meth:`fit` runs :meth:`step`
-    until ``--max-steps``, with :meth:`log`, :meth:`evaluate` and :meth:`checkpoint` between."""
+    """One process's pre-training: :meth:`fit` runs :meth:`step` to ``--max-steps``, logging, evaluating
+    and checkpointing between."""
 
     def __init__(self, cfg: PretrainConfig, procs: Processes, run_id: str | None = None) -> None:
         self.cfg, self.procs = cfg, procs
@@ -269,8 +267,7 @@ class Trainer:
                 raise InputError(f"cannot continue the data order of {url}: {err}") from None
 
     def _build_forward(self) -> None:
-        """DDP, the packed-attention kernel, and ``torch.compile`` (by default on CUDA, where a model
-        that fails to compile then runs eagerly)."""
+        """DDP, the packed-attention kernel, and ``torch.compile`` (by default on CUDA; eager if it fails)."""
         cfg, procs = self.cfg, self.procs
         self.ddp_model = self.model
         if procs.world_size > 1:
@@ -304,8 +301,7 @@ class Trainer:
         log.info("training %s on %s: %d examples, %s; from step %d to %d", size, *where)
 
     def batches(self):
-        """``(batch, the reader's (epoch, batches done) after it)`` from the current position on, in
-        --batching's layout (LTR batches for --objective ltr)."""
+        """``(batch, the reader's (epoch, batches done) after it)`` from the current position on."""
         pin = self.procs.device.type == "cuda" and self.cfg.batching == "padded"
         loader = ShardLoader(self.reader, self.workers, pin_memory=pin)
         epoch, done = self.position.epoch, self.position.batches_done
@@ -372,8 +368,7 @@ class Trainer:
         return record
 
     def step(self, data: DeviceFeed) -> tuple[torch.Tensor, float]:
-        """One optimizer step (its micro batches, then the update); returns the gradient norm (on
-        the device) and the step's lr. Nothing here waits for the device."""
+        """One optimizer step; returns the gradient norm (on the device) and the lr, waiting for nothing."""
         cfg, procs, position = self.cfg, self.procs, self.position
         waited = time.perf_counter()
         micro = [next(data) for _ in range(self.accumulation)]
@@ -638,8 +633,7 @@ def worker_failure(url: str, err: Exception, timeout_s: float = 600.0) -> str:
 
 
 def compile_regions(model: torch.nn.Module, mode: str | None, dynamic: bool | None) -> None:
-    """``torch.compile`` a BERT region by region, in place (each encoder layer: one compilation for
-    all; the embeddings; the heads), so DDP and the checkpoints see the same module."""
+    """``torch.compile`` a BERT region by region, in place, so DDP and the checkpoints see the same module."""
     for region in (*model.bert.encoder.layer, model.bert.embeddings, model.cls):
         region.compile(mode=mode, dynamic=dynamic)
 
@@ -653,8 +647,7 @@ _NOT_INHERITED = frozenset(
 
 
 def inherit_settings(cfg: PretrainConfig, given: set[str]) -> PretrainConfig:
-    """``cfg`` with the settings not ``given`` on the command line taken from the checkpoint that
-    ``cfg.resume`` continues, so that ``--resume RUN`` alone continues the run as it was set up."""
+    """``cfg`` with the settings not ``given`` on the command line taken from the checkpoint it resumes."""
     found = ckpt.resolve(cfg.resume)
     saved = ckpt.trainer_json(found.url).get("train_config")
     if not isinstance(saved, dict):
