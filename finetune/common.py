@@ -46,8 +46,7 @@ _STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pr
 
 @contextlib.contextmanager
 def open_input(url: str) -> Iterator[Any]:
-    """``url`` (a path or fsspec URL) opened in binary once it is known to be a regular file or a
-    bucket object (a FIFO would block, a device never ends)."""
+    """``url`` (a path or fsspec URL) opened in binary once it is known to be a file or bucket object."""
     fs, path = fsspec.core.url_to_fs(url)
     check_file(path, fs)
     try:
@@ -59,8 +58,7 @@ def open_input(url: str) -> Iterator[Any]:
 
 
 def input_lines(url: str) -> Iterator[tuple[int, str]]:
-    """The lines of a UTF-8 text input (line ends kept, a leading BOM dropped) with their numbers,
-    each at most :data:`schemas.inputs.MAX_LINE_BYTES`."""
+    """The numbered lines of a UTF-8 text input (line ends kept, a leading BOM dropped), each bounded."""
     with open_input(url) as f:
         for number, line in enumerate(lines(f, url), 1):
             try:
@@ -70,8 +68,7 @@ def input_lines(url: str) -> Iterator[tuple[int, str]]:
 
 
 def input_json(url: str) -> Any:
-    """The JSON document in ``url``, read whole up to :data:`schemas.inputs.MAX_JSON_BYTES` and
-    parsed strictly (:func:`schemas.inputs.loads`)."""
+    """The JSON document in ``url``, read whole up to a bound and parsed strictly."""
     with open_input(url) as f:
         return loads(read_bytes(f, url, MAX_JSON_BYTES), url)
 
@@ -87,8 +84,7 @@ def check_examples(examples: Sequence[Any], what: str) -> None:
 
 @dataclass
 class Encoder:
-    """A pre-trained BERT encoder, the tokenizer it was trained with, and the folder of its weights
-    (a run folder resolves to its checkpoint)."""
+    """A pre-trained BERT encoder, its tokenizer and the folder of its weights."""
 
     model: BertModel
     tokenizer: WordPieceTokenizer
@@ -102,8 +98,7 @@ class Encoder:
 
 
 def _recorded_casing(folder: str) -> bool | None:
-    """The casing a checkpoint records: ``trainer.json``'s ``cased`` (ours), else
-    ``tokenizer_config.json``'s ``do_lower_case`` (HF folders), else None."""
+    """The casing ``trainer.json`` (ours) or ``tokenizer_config.json`` (HF) records, else None."""
     for name, key in ((f"{ckpt.TRAINER_STATE}.json", "cased"), (hf.TOKENIZER_CONFIG_FILE, "do_lower_case")):
         where = f"{folder}/{name}"
         value = boolean(input_json(where), key, where, default=None) if runtime.exists(where) else None
@@ -184,8 +179,7 @@ def check_casing(encoder: Encoder, texts: Sequence[str]) -> float:
 
 
 def prepare_encoder(checkpoint: str, config: FitConfig, texts: Sequence[str]) -> Encoder:
-    """:func:`load_encoder` with the run's casing and seed, its ``max_seq_length`` checked against
-    the encoder's positions, and :func:`check_casing` on the first training ``texts``."""
+    """:func:`load_encoder` for a run, checked against its ``max_seq_length`` and its training ``texts``."""
     encoder = load_encoder(checkpoint, cased=config.cased, seed=config.seed)
     if config.max_seq_length > encoder.max_positions:
         raise InputError(
@@ -200,8 +194,7 @@ def prepare_encoder(checkpoint: str, config: FitConfig, texts: Sequence[str]) ->
 
 
 def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
-    """Drop tokens from the end of the longer of ``a`` and ``b`` (``b`` on ties) until both fit in
-    ``max_tokens``, as the reference ``_truncate_seq_pair``; returns new lists."""
+    """Drop tokens from the end of the longer side until both fit, as the reference ``_truncate_seq_pair``."""
     a, b = list(a), list(b)
     while len(a) + len(b) > max_tokens:
         (a if len(a) > len(b) else b).pop()
@@ -292,16 +285,14 @@ def collate(
 
 
 class TaskOutput(NamedTuple):
-    """What a task model returns: ``logits`` (a tensor, or a tuple of tensors such as SQuAD's start
-    and end logits) and ``loss`` (None without targets)."""
+    """What a task model returns: ``logits`` (a tensor, or a tuple such as SQuAD's) and ``loss``."""
 
     logits: torch.Tensor | tuple[torch.Tensor, ...]
     loss: torch.Tensor | None = None
 
 
 def seeded_linear(in_features: int, out_features: int, std: float, seed: int) -> nn.Linear:
-    """A linear layer initialised as BERT's (N(0, std) weights, zero bias) from ``seed`` alone; the
-    global RNG is left as it was."""
+    """A linear layer initialised as BERT's from ``seed`` alone; the global RNG is left as it was."""
     with torch.random.fork_rng(devices=[]):
         layer = nn.Linear(in_features, out_features)
     with torch.no_grad():
@@ -327,8 +318,7 @@ class Classifier(nn.Module):
         self.classifier = seeded_linear(in_features, outputs, config.initializer_range, seed)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> TaskOutput:
-        """Logits ``[batch, outputs]`` (``[batch]`` for one output, ``[batch, choices]``, ``[batch,
-        length, outputs]``) and the loss when ``labels``."""
+        """Logits (``[batch]`` for one output) and, with ``labels``, the loss."""
         length = input_ids.shape[-1]
         flat = [
             None if t is None else t.reshape(-1, length) for t in (input_ids, token_type_ids, attention_mask)
@@ -495,8 +485,7 @@ class _Update:
     def for_run(
         cls, model: nn.Module, config: FitConfig, max_steps: int, device: torch.device, precision: str
     ) -> _Update:
-        """AdamW without decay on biases and LayerNorm, linear warm-up then decay to zero over
-        ``max_steps``, a grad scaler enabled for fp16."""
+        """AdamW without decay on biases and LayerNorm, linear warm-up then decay to zero."""
         optimizer = torch.optim.AdamW(
             parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.999), eps=1e-6
         )

@@ -1,5 +1,4 @@
-"""The CoNLL-2003 layout (IOB1 or IOB2 tags, read as IOB2) and conlleval's scoring, for
-``finetune ner``."""
+"""The CoNLL-2003 layout (IOB1 or IOB2 tags, read as IOB2) and conlleval's scoring."""
 
 from __future__ import annotations
 
@@ -72,8 +71,7 @@ def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> 
 
 
 def read_conll(path: str) -> list[Sentence]:
-    """Read a CoNLL-2003 file; a line that is not four columns or a tag that is not ``O``,
-    ``B-X`` or ``I-X`` is an :class:`InputError` naming ``file:line``."""
+    """Read a CoNLL-2003 file; a bad line or tag is an :class:`InputError` naming ``file:line``."""
     if not exists(path):
         raise InputError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)")
     sentences: list[Sentence] = []

@@ -221,8 +221,7 @@ def _label(task: GlueTask, value: str, where: str) -> str | float:
 
 @dataclass
 class GlueData:
-    """A task folder read in full: train, each dev split, each test split present (and the
-    diagnostic set when given)."""
+    """A task folder read in full: train, and each dev and test split present."""
 
     train: list[GlueExample]
     dev: dict[str, list[GlueExample]]
@@ -232,8 +231,7 @@ class GlueData:
 def read_task(
     task: GlueTask, data_dir: str, *, diagnostic_file: str | None = None, with_test: bool = True
 ) -> GlueData:
-    """Read ``data_dir`` (the task's folder of the GLUE download: ``train.tsv``, ``dev.tsv`` or
-    MNLI's ``dev_matched.tsv``/``dev_mismatched.tsv``, and the test files when present)."""
+    """Read the task's folder of the GLUE download (the test files when present)."""
 
     def file(stem: str) -> str:
         return f"{data_dir.rstrip('/')}/{stem}.tsv"
@@ -373,8 +371,7 @@ def load_head(model: Classifier, head: dict, source: str) -> None:
 
 
 def save_classifier(model: Classifier, encoder: Encoder, folder: str, task: GlueTask) -> None:
-    """Write ``model`` into ``folder`` (:func:`finetune.common.save_model`) with the task's name
-    and labels in ``config.json``, as transformers' ``BertForSequenceClassification``."""
+    """Write ``model`` into ``folder`` as transformers' ``BertForSequenceClassification``."""
     names = list(task.labels) if task.labels is not None else ["score"]
     save_model(
         model,
@@ -393,8 +390,7 @@ def save_classifier(model: Classifier, encoder: Encoder, folder: str, task: Glue
 
 
 def run_configs(base: GlueConfig) -> list[list[GlueConfig]]:
-    """The runs to make, grouped by setting: each setting over ``num_seeds`` seeds; every setting
-    of the paper's grid with ``grid``."""
+    """The runs to make, grouped by setting (the paper's grid with ``grid``), each over the seeds."""
     settings = [dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values())]
     return [
         [dataclasses.replace(base, **s, seed=base.seed + k) for k in range(base.num_seeds)]
@@ -408,8 +404,7 @@ def _run_name(config: FitConfig) -> str:
 
 @dataclass
 class _Run:
-    """One trained run: its record in metrics.json, its dev predictions and (the best of its
-    setting) its weights on the CPU."""
+    """One trained run: its record in metrics.json, its dev predictions and (the best) its CPU weights."""
 
     record: dict[str, Any]
     predictions: dict[str, list]
@@ -561,8 +556,7 @@ def _write_predictions(
     dev_predictions: dict[str, list],
     test: dict[str, list[GlueExample]],
 ) -> list[str]:
-    """``<dev stem>_predictions.tsv`` (index, prediction, label) and the GLUE server's file of each
-    test split (``index\\tprediction``); returns their names."""
+    """The dev splits' ``<stem>_predictions.tsv`` and the GLUE server's test files; returns their names."""
     fs, root = output_folder(output)
     written = []
     for stem, examples in dev.items():

@@ -138,8 +138,7 @@ class FeatureTagger(nn.Module):
         *,
         which: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """The chosen layers of the frozen encoder (``which``: other indices into
-        :func:`~finetune.hidden.hidden_states`), ``[batch, length, len(layers), hidden]``."""
+        """The chosen (or ``which``) layers of the frozen encoder, ``[batch, length, layers, hidden]``."""
         with torch.no_grad():
             states = hidden_states(self.bert, input_ids, token_type_ids, attention_mask)
             return stack_layers(states, self.layers if which is None else which)

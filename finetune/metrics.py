@@ -31,8 +31,7 @@ def f1(predictions: Sequence[int], labels: Sequence[int], positive: int = 1) -> 
 
 
 def matthews_corrcoef(predictions: Sequence[int], labels: Sequence[int]) -> float:
-    """Matthews correlation of binary predictions (0 when a row or column of the confusion matrix is
-    empty, as scikit-learn returns)."""
+    """Matthews correlation of binary predictions (0 for an empty confusion row or column, as sklearn)."""
     _check(predictions, labels)
     pairs = list(zip(predictions, labels, strict=True))
     tp = sum(p == 1 and y == 1 for p, y in pairs)

@@ -70,8 +70,7 @@ def label_set(sentences: Sequence[Sentence]) -> list[str]:
 def tag_windows(
     model: nn.Module, windows: Windows, labels: Sequence[str], config: FitConfig
 ) -> list[list[str]]:
-    """Predicted IOB2 tags for every word of every sentence of ``windows``, each word read from
-    its window."""
+    """Predicted IOB2 tags for every word of every sentence of ``windows``."""
     outputs = predict(model, windows.features, config, collate_fn=collate_tokens)
     return windows.tags([logits.argmax(-1).tolist() for logits in outputs], labels)
 

@@ -55,8 +55,7 @@ class Windows:
 def _document_context(
     sentences: Sequence[Sentence], flat: Sequence[Sequence[int]], index: int, budget: int
 ) -> tuple[list[int], list[int]]:
-    """Up to ``budget`` sub-tokens of the sentences around ``index`` in its document, taken
-    alternately from the right and the left, nearest first."""
+    """Up to ``budget`` sub-tokens of the document around sentence ``index``, alternately right and left."""
     document = sentences[index].document
     left: list[list[int]] = []
     right: list[int] = []
@@ -85,8 +84,7 @@ def sentence_features(
     doc_stride: int | None = None,
     spans: bool = False,
 ) -> Windows:
-    """The windows of ``sentences`` (module docstring); ``doc_stride`` defaults to
-    :func:`default_doc_stride`. Only each word's first sub-token, in its window, carries its label."""
+    """The windows of ``sentences``; each word's label sits at its first sub-token in its window."""
     special = encoder.tokenizer.special_ids()
     cls_id, sep_id, unk_id = special["[CLS]"], special["[SEP]"], special["[UNK]"]
     label_id = {tag: i for i, tag in enumerate(labels)}

@@ -57,8 +57,7 @@ PAPER_SQUAD = {
 
 
 def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the
-    tables read: a damaged or foreign file is one :class:`InputError` naming it."""
+    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the tables read."""
     found = []
     for path in paths:
         url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
@@ -114,8 +113,7 @@ def _cell(values: Any, sds: Sequence[float] | None = None) -> str:
 
 
 def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[str, Any]:
-    """The tables as a JSON-ready dict: ``glue``, ``swag`` and ``squad`` rows, each with its
-    system, split and values (percentages; ours with ``sd`` over seeds)."""
+    """The tables as a JSON-ready dict of ``glue``, ``swag`` and ``squad`` rows (percentages)."""
     glue_rows: list[dict[str, Any]] = [
         {"system": name, "split": "test (paper, Table 1)", "values": dict(values)}
         for name, values in PAPER_GLUE_TEST.items()

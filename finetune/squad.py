@@ -49,8 +49,7 @@ HEAD_PREFIXES = ("qa_outputs.", "bilstm.")
 
 @dataclasses.dataclass(frozen=True)
 class SquadConfig(FitConfig):
-    """A SQuAD run: the fit settings with SQuAD's defaults, the windows, the answer search, and
-    ``bilstm`` (a BiLSTM between the encoder and the span head, Table 5)."""
+    """A SQuAD run: the fit settings with SQuAD's defaults, the windows, the answer search, ``bilstm``."""
 
     epochs: float = 2.0
     lr: float = 3e-5
@@ -335,8 +334,7 @@ def predict_answers(
     config: SquadConfig,
     with_null: bool,
 ) -> dict[str, ExamplePrediction]:
-    """:func:`predict_example` for every example, keyed by question id (a repeated id keeps its
-    last example, as the official scripts do)."""
+    """:func:`predict_example` for every example by question id (a repeated id keeps its last example)."""
     by_example: dict[int, list] = {}
     for feature, (start, end) in zip(features, logits, strict=True):
         length = len(feature.input_ids)
@@ -386,8 +384,7 @@ class SpanQuestionAnswering(nn.Module):
 
 
 def load_span_head(model: SpanQuestionAnswering, checkpoint: str) -> bool:
-    """Copy ``qa_outputs.*`` (and ``bilstm.*``) from the checkpoint into ``model`` when it has a
-    span head (a ``model/`` folder of ``finetune squad`` or a ``BertForQuestionAnswering``)."""
+    """Copy a span head saved in the checkpoint (``qa_outputs.*``, ``bilstm.*``) into ``model``, if any."""
     head = read_head(checkpoint, HEAD_PREFIXES)
     if not any(k.startswith("qa_outputs.") for k in head):
         return False
@@ -416,8 +413,7 @@ def _as_data(examples: Sequence[SquadExample]) -> list[dict]:
 def _score(
     output: str, examples: Sequence[SquadExample], answers: dict[str, ExamplePrediction], with_null: bool
 ) -> dict[str, Any]:
-    """Write the prediction files into ``output``; the official metrics (v2.0: at null threshold 0
-    and at the threshold tuned for F1 on these examples)."""
+    """Write the prediction files into ``output``; the official metrics (v2.0 also at a tuned threshold)."""
     data = _as_data(examples)
     files: dict[str, Any] = {"nbest_predictions.json": {qid: p.nbest for qid, p in answers.items()}}
     if with_null:

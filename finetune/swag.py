@@ -58,8 +58,7 @@ class SwagExample:
 
 
 def read_swag(path: str, *, labelled: bool) -> list[SwagExample]:
-    """Read a SWAG CSV in the official regular layout; a missing column or a label that is not 0-3
-    is an :class:`InputError` naming the file and line."""
+    """Read a SWAG CSV in the official regular layout; a bad column or label names the file and line."""
     reader = csv.DictReader((text for _, text in input_lines(path)))
     wanted = list(TEXT_COLUMNS) + (["label"] if labelled else [])
     missing = [c for c in wanted if c not in (reader.fieldnames or [])]
@@ -105,8 +104,7 @@ def features(examples: Sequence[SwagExample], encoder: Encoder, max_seq_length: 
 def _files(
     data_dir: str | None, train_file: str | None, dev_file: str | None, test_file: str | None
 ) -> tuple[str, str, str | None]:
-    """The train, dev and test files: each given one, else ``data_dir``'s (its test file only when
-    present)."""
+    """The train, dev and test files: each given one, else ``data_dir``'s (its test file if present)."""
     folder = None if data_dir is None else data_dir.rstrip("/")
     train = train_file or (folder and f"{folder}/{SPLIT_FILES['train']}")
     dev = dev_file or (folder and f"{folder}/{SPLIT_FILES['dev']}")
