@@ -70,8 +70,7 @@ def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, reco
 
 
 def _files(config: SourceConfig):
-    """The files ``--input`` names, none of them over ``--output`` (the patterns are checked
-    before they are expanded, the files after: a link into the output counts)."""
+    """The files ``--input`` names, none over ``--output`` (patterns checked, then the files)."""
     check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:

@@ -1,5 +1,4 @@
-"""File access for the pipelines through Beam's filesystems (local paths, gs://, s3://, ...), on the
-launching machine and inside workers alike."""
+"""File access for the pipelines through Beam's filesystems, on the launching machine and workers alike."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ def _fs(output: str) -> tuple[Any, str]:
 
 
 def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
-    """Claim ``output`` for the stage ``command`` on the launching machine (one writer; remote
-    workers write under this claim): :class:`schemas.outputs.OutputFolder`."""
+    """Claim ``output`` for the stage ``command`` on the launching machine; remote workers write under it."""
     return OutputFolder.open(output, command, fs=_fs(output)[0], overwrite=overwrite)
 
 
@@ -91,8 +89,7 @@ def file_size(path: str) -> int:
 
 
 def manifest_sha256(folder: str) -> str:
-    """The SHA-256 of a completed output's manifest, as its ``COMPLETED`` marker records it: a
-    downstream manifest names the output it read by content, not only by place."""
+    """The SHA-256 of a completed output's manifest, as its ``COMPLETED`` marker records it."""
     return read_bytes(join(folder, COMPLETED_FILE)).decode("utf-8").strip()
 
 
@@ -109,8 +106,7 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
 
 
 def read_document_table(shard: tuple[str, str], columns: list[str] | None = None):
-    """One documents shard ``(path, sha256)`` as an Arrow table, refused if its checksum differs
-    from the manifest."""
+    """One documents shard ``(path, sha256)`` as an Arrow table, refused if its checksum differs."""
     path, expected_sha256 = shard
     data = read_bytes(path)
     if sha256_hex(data) != expected_sha256:

@@ -1,5 +1,4 @@
-"""Running a corpus stage: checks before submission, output preparation, execution, the check of
-what the job left and the user-facing summary."""
+"""Running a corpus stage: checks, the output claimed, the job run and what it left checked."""
 
 from __future__ import annotations
 

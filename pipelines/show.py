@@ -10,8 +10,7 @@ from schemas.inputs import field, loads
 
 
 def describe(folder: str, num_samples: int = 3, num_sentences: int = 3) -> list[str]:
-    """Lines describing an output: rows per split, stats, and the first sentences of a few documents
-    (each shard checked against its manifest's SHA-256 as it is read)."""
+    """Lines describing an output: rows per split, stats, and the first sentences of a few documents."""
     manifest = io.load_manifest(folder, DOCUMENTS.name)
     path = io.join(folder, STATS_FILE)
     stats = loads(io.read_bytes(path), path)

@@ -53,8 +53,7 @@ class Outcome:
 def sentences_outcome(
     sentences: list[str], min_document_words: int, counts: dict[str, int] | None = None, **fields: Any
 ) -> Outcome:
-    """A cleaned record's sentences as a document (``fields``: its metadata, ``source``,
-    ``origin``, ``title``, ...), or dropped when empty or too short."""
+    """A cleaned record's sentences as a document with ``fields``, or dropped when empty or too short."""
     if not sentences:
         return Outcome(DROPPED, "empty_after_cleaning")
     sentence_words = [len(s.split()) for s in sentences]
@@ -157,8 +156,7 @@ def _write_shard(
 
 
 class GroupByShard(beam.PTransform):
-    """``(shard, element)`` pairs grouped by shard, each of ``num_shards`` present (a placeholder
-    None each, so that every shard file exists even when empty)."""
+    """``(shard, element)`` pairs grouped by shard, every one of ``num_shards`` present even when empty."""
 
     def __init__(self, num_shards: int):
         super().__init__()

@@ -19,8 +19,7 @@ def bucket_label(value: int) -> str:
 
 
 def document_tally(sentences: list[str], split: str | None = None, words: list[int] | None = None) -> Counter:
-    """The tally of one written document: counts and histogram entries (``words``: its words per
-    sentence, when already counted)."""
+    """The tally of one written document (``words``: its words per sentence, when already counted)."""
     if words is None:
         words = [len(s.split()) for s in sentences]
     tally: Counter = Counter(
@@ -47,8 +46,7 @@ def sum_tallies(tallies) -> Counter:
 
 
 def build_stats(tally: Mapping[str, int]) -> dict[str, Any]:
-    """A summed tally in the ``stats.json`` layout; ``reconciles`` says whether every record read
-    (``records_in``) is written, dropped or rejected."""
+    """A summed tally as ``stats.json``; ``reconciles``: every record read is written, dropped or rejected."""
     nested: dict[str, dict[str, int]] = {"dropped": {}, "rejected": {}, "file_errors": {}, "splits": {}}
     histograms: dict[str, dict[str, int]] = {name: {} for name in HISTOGRAMS}
     flat: dict[str, int] = {}

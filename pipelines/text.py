@@ -72,8 +72,7 @@ def split_sentences(paragraph: str) -> list[str]:
 
 
 def paragraphs_to_sentences(paragraphs: Iterable[str], normalized: bool = False) -> list[str]:
-    """Concatenate the paragraphs' sentences in order, normalising each paragraph first
-    unless the caller says they already are (``normalized=True``)."""
+    """The paragraphs' sentences in order, each paragraph normalised first unless ``normalized``."""
     sentences: list[str] = []
     for paragraph in paragraphs:
         sentences.extend(split_sentences(paragraph if normalized else normalize_text(paragraph)))
@@ -81,7 +80,6 @@ def paragraphs_to_sentences(paragraphs: Iterable[str], normalized: bool = False)
 
 
 def content_hash(sentences: Sequence[str]) -> str:
-    """A document's id: the first 128 bits of the SHA-256 of its sentences, so the same text has
-    the same id whatever its source (what exact de-duplication keys on)."""
+    """A document's id: 128 bits of the SHA-256 of its sentences, the same for the same text anywhere."""
     digest = hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
     return digest[:32]

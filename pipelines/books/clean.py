@@ -13,16 +13,14 @@ import charset_normalizer
 
 
 class Rejection(NamedTuple):
-    """Why a book cannot be used: ``reason`` is a snake_case code (``binary``, ``undecodable``,
-    ``empty``), ``detail`` a sentence naming the book."""
+    """Why a book cannot be used: a snake_case ``reason`` and a ``detail`` sentence naming the book."""
 
     reason: str
     detail: str
 
 
 class CleanBook(NamedTuple):
-    """A cleaned book: its prose paragraphs (one line each), title, encoding and how many
-    undecodable bytes became U+FFFD (see ``MAX_REPLACED_SHARE``)."""
+    """A cleaned book: title, prose paragraphs (a line each), encoding and the bytes replaced by U+FFFD."""
 
     title: str | None
     paragraphs: list[str]
@@ -323,8 +321,7 @@ def is_boilerplate(paragraph: str) -> bool:
 
 
 def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
-    """Clean one book file into prose paragraphs, or say why it cannot be used: a
-    :class:`Rejection` from ``decode_book``, or ``empty`` when no prose paragraph is left."""
+    """Clean one book file into prose paragraphs, or the :class:`Rejection` saying why it cannot be used."""
     decoded = decode_book(data, name)
     if isinstance(decoded, Rejection):
         return decoded

@@ -64,8 +64,7 @@ def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam
 
 
 def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
-    """Add the corpus stage to ``pipeline`` over completed document outputs: every data shard read
-    (``(path, sha256)``, checked), each input recorded with its manifest's SHA-256."""
+    """Add the corpus stage to ``pipeline`` over completed document outputs (each shard's SHA-256 checked)."""
     shards = sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
     inputs = [{"path": absolute_reference(f), "manifest_sha256": io.manifest_sha256(f)} for f, _ in manifests]
     rows = (

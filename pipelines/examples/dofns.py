@@ -75,8 +75,7 @@ class TokenizeShard(beam.DoFn):
 
 
 def document_batches(table: pa.Table) -> Iterator[pa.Table]:
-    """A documents table in slices of whole documents of about ``BATCH_SENTENCES`` sentences
-    (zero-copy: the rows stay in Arrow)."""
+    """A documents table in zero-copy slices of whole documents of about ``BATCH_SENTENCES`` sentences."""
     counts = np.asarray(pc.list_value_length(table.column("sentences")), dtype=np.int64)
     first, total = 0, 0
     for row, count in enumerate(counts.tolist()):
@@ -108,8 +107,7 @@ def read_documents(pieces: Iterable[SpillRef | bytes]) -> list[TokenizedDocument
 
 
 class WithVocab(beam.DoFn):
-    """A DoFn that builds the vocabulary tables once per worker from the tokens it carries, and
-    spills its examples."""
+    """A DoFn that builds the vocabulary tables once per worker and spills its examples."""
 
     def __init__(
         self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple[str, ...]
@@ -135,8 +133,7 @@ class WithVocab(beam.DoFn):
 
 
 class PlanBatch(WithVocab):
-    """A spilled batch of documents → its actual-next examples (finished here) and its
-    random-next requests, spilled, one reference per bucket."""
+    """A spilled batch of documents → its actual-next examples and its random-next requests, by bucket."""
 
     def __init__(
         self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple[str, ...]

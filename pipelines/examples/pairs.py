@@ -71,8 +71,7 @@ class TokenizedDocument(NamedTuple):
 
 
 class PairCuts(NamedTuple):
-    """One document pass's pairs as arrays (one entry per pair, in pair order); offsets are token
-    offsets into the document's ``tokens``."""
+    """One document pass's pairs as arrays (one entry per pair); offsets are into the document's tokens."""
 
     a_start: np.ndarray
     a_end: np.ndarray

@@ -149,8 +149,7 @@ def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[st
 
 
 def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> bytes:
-    """The ``length_histogram`` of ``stats.json`` as a bar chart: PNG bytes, the same bytes for the
-    same histogram (no time or version stamped in)."""
+    """The ``length_histogram`` of ``stats.json`` as a bar chart (PNG bytes, the same for the same data)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -171,8 +170,7 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
 
 @dataclass(frozen=True)
 class CarriedVocabulary:
-    """The vocabulary as an examples output carries it, made once on the launching machine from the
-    tokens it loaded: ``vocab.txt``'s bytes, their manifest entry and the tokens' identity."""
+    """The vocabulary an examples output carries: ``vocab.txt``'s bytes, manifest entry and identity."""
 
     data: bytes
     file: VocabFile
@@ -242,8 +240,7 @@ def _finish_output(
 
 
 def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple):
-    """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies.
-    Only references to the spilled documents, requests and pieces go through the shuffles."""
+    """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies."""
     bucketed = batches | "Bucket" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
     bucket_sizes = (
         batches

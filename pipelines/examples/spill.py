@@ -53,8 +53,7 @@ def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple
 
 
 def read_spilled(pieces: Iterable[SpillRef | bytes]) -> Iterator[bytes]:
-    """The bytes of each piece: those that travelled as bytes first, then the spilled ones, read
-    file by file in offset order (each file opened once)."""
+    """The bytes of each piece: those that travelled as bytes first, then the spilled ones, file by file."""
     by_path: dict[str, list[SpillRef]] = {}
     for piece in pieces:
         if isinstance(piece, SpillRef):

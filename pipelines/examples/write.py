@@ -36,8 +36,7 @@ def _ipc_stream(table: pa.Table) -> bytes:
 
 
 def document_hashes(doc_ids: np.ndarray) -> np.ndarray:
-    """Each row's document as 64 bits: the first 8 bytes of its ``doc_id``'s SHA-256 (big-endian),
-    hashed once per distinct document."""
+    """Each row's document as 64 bits: the start of its ``doc_id``'s SHA-256, hashed once per document."""
     names = doc_ids.tolist()
     digest = {d: hashlib.sha256(d.encode("utf-8")).digest()[:8] for d in dict.fromkeys(names)}
     return np.frombuffer(b"".join(map(digest.__getitem__, names)), dtype=">u8").astype(np.uint64)

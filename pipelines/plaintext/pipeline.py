@@ -40,8 +40,7 @@ def _first_bad_byte(line: bytes) -> tuple[int, str, str] | None:
 
 
 def _lines(f) -> Iterator[bytes]:
-    """The lines of ``f`` (with their ends), each read at most ``MAX_LINE_BYTES + 1`` bytes long:
-    a longer one comes out cut, without its line end."""
+    """The lines of ``f``, each read at most ``MAX_LINE_BYTES + 1`` bytes long (a longer one is cut)."""
     while line := f.readline(MAX_LINE_BYTES + 1):
         yield line
 

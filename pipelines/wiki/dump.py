@@ -225,8 +225,7 @@ def _parse(chunks: _Chunks, fragment: bool) -> Iterator[RawPage | Defect]:
 
 
 def iter_pages(fileobj: BinaryIO) -> Iterator[RawPage | Defect]:
-    """Every page of a whole dump (bz2, one stream or several, gzip or plain XML), in order, with
-    bounded memory; a defect ends them with a :class:`Defect`."""
+    """Every page of a whole dump (bz2, gzip or plain XML) in bounded memory; a defect ends them."""
     return _parse(_Chunks(fileobj), fragment=False)
 
 

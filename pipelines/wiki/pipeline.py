@@ -47,8 +47,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # Allowed in XML 1.0
 
 @dataclass(frozen=True)
 class ReadTask:
-    """One unit of reading: a whole file (``start is None``) or a byte range of bz2 streams; or
-    a multistream index that cannot be read (``defect``), reported as a file error."""
+    """One unit of reading: a whole file, a byte range of bz2 streams, or an unreadable index (``defect``)."""
 
     path: str
     start: int | None = None
@@ -63,8 +62,7 @@ def is_index_file(path: str) -> bool:
 
 
 def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
-    """Split a multistream dump with an index into stream ranges; read any other file whole (and
-    a dump whose index cannot be read, reporting the index as a file error)."""
+    """A multistream dump with an index as stream ranges; any other file whole."""
     index_path = index_path_for(path)
     if index_path is None or not io.exists(index_path):
         return [ReadTask(path)]

@@ -422,8 +422,7 @@ def _apply_cuts(text: str, cuts: list[tuple[int, int, str | None]]) -> tuple[str
 
 
 def _resolve_quotes(line: str) -> str:
-    """Remove bold/italic apostrophe runs from one line, keeping the literal apostrophes, as
-    MediaWiki's doQuotes does."""
+    """Remove bold/italic apostrophe runs from one line, keeping literal apostrophes, as MediaWiki does."""
     runs = list(_QUOTE_MARK_RE.finditer(line))
     kept = [len(m.group()) - 3 if len(m.group()) == 4 else max(0, len(m.group()) - 5) for m in runs]
     markup = [len(m.group()) - k for m, k in zip(runs, kept, strict=True)]
@@ -591,8 +590,7 @@ def _is_disambiguation(code: Wikicode, title: str) -> bool:
 
 
 def clean_wikitext(wikitext: str, title: str = "") -> CleanedPage:
-    """One page's wikitext as prose paragraphs, one normalised line each (see the module's
-    docstring); a parser failure propagates (the caller rejects the page)."""
+    """One page's wikitext as prose paragraphs, one normalised line each; a parser failure propagates."""
     for mark in (_DROP_LINE, _QUOTE, _GAP):  # Our marks must not occur.
         if mark in wikitext:
             wikitext = wikitext.replace(mark, "")
