@@ -113,8 +113,7 @@ def _ids_problem(batch: pa.RecordBatch, lengths: np.ndarray, limits: ExampleLimi
 
 
 def _positions_problem(batch: pa.RecordBatch, num_tokens: np.ndarray) -> str | None:
-    """masked_lm_positions that are not strictly ascending inside the row's real tokens, or not as
-    many as the row's masked_lm_ids."""
+    """masked_lm_positions not strictly ascending inside the row's tokens, or not one per masked_lm_id."""
     positions = batch.column("masked_lm_positions")
     counts = _numpy(pc.list_value_length(positions))
     problem = _first(

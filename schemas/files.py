@@ -25,8 +25,7 @@ _TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
 
 
 class WriteError(OSError):
-    """A file could not be written (a full disk, no permission, a lost connection); nothing was left
-    under its name."""
+    """A file could not be written (a full disk, no permission, a lost connection); nothing is left."""
 
     def __str__(self) -> str:
         return f"{self.filename}: cannot write it ({self.strerror})"
@@ -38,8 +37,7 @@ def temporary_name(name: str) -> str:
 
 
 def is_temporary_name(name: str) -> bool:
-    """Whether a file name (no folder) is one of :func:`temporary_name`'s: what a process killed
-    while writing leaves behind, never a finished file."""
+    """Whether a file name is one of :func:`temporary_name`'s: what a process killed while writing leaves."""
     return _TEMPORARY.match(name) is not None
 
 
@@ -111,6 +109,5 @@ def write_json(
     indent: int | None = 2,
     **options: Any,
 ) -> None:
-    """:func:`write_file` of ``obj`` as JSON (indented by ``indent``, ``options`` for ``json.dumps``)
-    and a final newline."""
+    """:func:`write_file` of ``obj`` as JSON (``options`` for ``json.dumps``) and a final newline."""
     write_file(path, json.dumps(obj, indent=indent, **options) + "\n", fs)

@@ -28,8 +28,7 @@ _KINDS = {
 
 
 def check_file(path: str | os.PathLike, fs: Any = None) -> None:
-    """Refuse ``path`` unless it is a regular file (symlinks followed) or an object in a bucket
-    (``fs``: its fsspec filesystem; None: a local path)."""
+    """Refuse ``path`` unless it is a regular file (symlinks followed) or an object in a bucket."""
     if fs is not None and "file" not in fs.protocol and "local" not in fs.protocol:
         return  # an object store holds objects only
     try:
@@ -44,8 +43,7 @@ def check_file(path: str | os.PathLike, fs: Any = None) -> None:
 
 
 def read_bytes(f, where: str, limit: int) -> bytes:
-    """All of the open binary file ``f``, or :class:`InputError` when it holds more than ``limit``
-    bytes (read no further than that)."""
+    """All of the open binary file ``f``, or :class:`InputError` when it holds more than ``limit`` bytes."""
     data = f.read(limit + 1)
     if len(data) > limit:
         raise InputError(f"{where}: larger than the limit of {limit:,} bytes for this kind of file")

@@ -1,5 +1,4 @@
-"""``wordpiece``: ``train`` (learn a vocabulary from a corpus) and ``encode`` (tokenise standard
-input with a vocabulary)."""
+"""``wordpiece``: ``train`` (learn a vocabulary from a corpus) and ``encode`` (tokenise stdin)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _HELP = {"help_option_names": ["-h", "--help"]}
 
 
 def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
-    """Load a vocabulary (a regular file or a bucket object), an inferred casing said in a
-    one-line ``warning:`` on standard error."""
+    """Load a vocabulary (a file or a bucket object); an inferred casing is a one-line ``warning:``."""
     if "://" not in path:
         check_file(path)
     probe(reads={"--vocab": path})

@@ -70,8 +70,7 @@ def validate_vocab(tokens: Sequence[str], source: str) -> None:
 
 
 def _read_text(path: str) -> str:
-    """A vocabulary file's text: a regular file or bucket object, at most ``MAX_VOCAB_BYTES``,
-    strict UTF-8 without a byte-order mark."""
+    """A vocabulary file's text, at most ``MAX_VOCAB_BYTES``, strict UTF-8 without a byte-order mark."""
     try:
         fs, root = fsspec.core.url_to_fs(path)
         check_file(root, fs)
@@ -102,8 +101,7 @@ def _decode_utf8(data: bytes, path: str) -> str:
 
 
 def read_vocab_file(path: str) -> list[str]:
-    """The validated tokens of a ``vocab.txt`` (one token per line, id = line number - 1), local or
-    any fsspec URL; see :func:`parse_vocab_txt`."""
+    """The validated tokens of a ``vocab.txt`` (line ``N`` is id ``N - 1``), local or any fsspec URL."""
     return _tokens(_read_text(path), path)
 
 
@@ -143,8 +141,7 @@ def replacement_ids(tokens: Sequence[str], whole_vocab: bool = False) -> list[in
 
 
 def _vocab_and_casing(path: str) -> tuple[list[str], bool | None]:
-    """The validated vocabulary of a ``vocab.txt`` or ``tokenizer.json`` (by its ``.json``
-    suffix), and the casing a tokenizer.json records (None for a vocab.txt)."""
+    """The validated vocabulary of a ``vocab.txt`` or ``tokenizer.json``, and the casing the JSON records."""
     if not path.lower().endswith(".json"):
         return read_vocab_file(path), None
     return _json_vocab(loads(_read_text(path), path), path)
@@ -162,8 +159,7 @@ def _upper_case_token(tokens: Iterable[str]) -> str | None:
 
 
 def _components(cased: bool) -> tuple[normalizers.Normalizer, pre_tokenizers.PreTokenizer]:
-    """BERT's normaliser and pre-tokeniser for a casing (uncased: lower-case and strip accents, as
-    ``BertTokenizerFast(do_lower_case=True)``); the one definition of both."""
+    """BERT's normaliser and pre-tokeniser for a casing, as ``BertTokenizerFast``'s: the one definition."""
     normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=not cased, lowercase=not cased
     )
@@ -320,8 +316,7 @@ class WordPieceTokenizer:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """:meth:`encode` for many texts at once (in Rust, in parallel unless
-        ``TOKENIZERS_PARALLELISM=false`` or ``RAYON_NUM_THREADS=1``)."""
+        """:meth:`encode` for many texts at once (in Rust, in parallel)."""
         check_lengths(texts)
         return [e.ids for e in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
 

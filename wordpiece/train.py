@@ -289,8 +289,7 @@ def _load_corpus_manifest(corpus: str) -> tuple[Manifest, str]:
 
 
 def _open_output(config: VocabConfig, options: PipelineOptions) -> OutputFolder:
-    """Claim ``--output`` (one writer), refusing a non-empty one unless ``--overwrite`` and its
-    files are an earlier ``wordpiece train`` run's (never anyone else's); check it is writable."""
+    """Claim ``--output``, refusing a non-empty one unless ``--overwrite`` and its files are ours."""
     output = config.output.rstrip("/")
     storage = s3_storage_options(options) if output.startswith("s3://") else {}
     fs = fsspec.core.url_to_fs(output, **storage)[0]
