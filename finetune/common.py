@@ -160,9 +160,8 @@ def unknown_share(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> float:
 
 
 def check_casing(encoder: Encoder, texts: Sequence[str]) -> float:
-    """Warn, with both figures, when the encoder's casing gives more than :data:`UNK_WARN_SHARE`
-    ``[UNK]`` on the first :data:`CASING_SAMPLE` of ``texts`` and at least twice as many as the
-    other casing (``--cased`` on an uncased vocabulary, or the reverse). Returns the share."""
+    """Warn, with both figures, when the encoder's casing gives over :data:`UNK_WARN_SHARE` ``[UNK]`` on
+    the first texts and twice the other casing's. Returns the share."""
     sample = [t for t in texts[:CASING_SAMPLE] if t]
     tokenizer = encoder.tokenizer
     share = unknown_share(tokenizer, sample)
@@ -258,9 +257,8 @@ def _pad(rows: Sequence[Sequence[int]], length: int, value: int) -> list[list[in
 def collate(
     features: Sequence[dict[str, Any]], pad_id: int = 0, *, token_pads: Mapping[str, int] | None = None
 ) -> dict[str, torch.Tensor]:
-    """Stack features into tensors: ``input_ids`` and ``token_type_ids`` (``list[int]``, or one list
-    per choice) padded to the longest in this batch, ``attention_mask`` added, further per-token keys
-    padded with their ``token_pads`` value (NER's ``{"labels": IGNORE}``), the others scalars."""
+    """Stack features into tensors: ids and types (a list, or one per choice) padded to the batch's
+    longest, ``attention_mask`` added, other per-token keys padded with ``token_pads``, scalars stacked."""
     first = features[0]
     nested = isinstance(first["input_ids"][0], (list, tuple))
     rows = [c for f in features for c in f["input_ids"]] if nested else [f["input_ids"] for f in features]
@@ -521,9 +519,8 @@ def fit(
     *,
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = collate,
 ) -> TrainResult:
-    """Fine-tune all of ``model`` on ``features`` for ``config.epochs`` epochs (a fraction: that share
-    of the last one), AMP on GPU. The order comes from :func:`epoch_order` and dropout from
-    ``config.seed`` (under ``fork_rng``: the caller's global RNG is left alone)."""
+    """Fine-tune all of ``model`` on ``features`` for ``config.epochs`` epochs, AMP on GPU, the order from
+    :func:`epoch_order` and dropout from ``config.seed`` (the caller's global RNG is left alone)."""
     check_examples(features, "the training data")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)

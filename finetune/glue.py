@@ -333,8 +333,7 @@ def build_classifier(encoder: BertModel, num_labels: int, *, seed: int, bilstm: 
 
 def head_weights(checkpoint: str, task: GlueTask, *, bilstm: bool) -> dict | None:
     """The classifier (and BiLSTM) saved in ``checkpoint`` for ``task``, or None for a pre-trained
-    encoder; refused when trained for another task, with another number of outputs, or with(out)
-    a BiLSTM against ``bilstm``."""
+    encoder; refused when it does not fit ``task`` or ``bilstm``."""
     head = read_head(checkpoint, HEAD_PREFIXES)
     if "classifier.weight" not in head:
         return None
@@ -492,9 +491,8 @@ def _train(
     config: GlueConfig,
     output: str,
 ) -> tuple[Classifier, _Run, dict[str, Any]]:
-    """Train every run of every setting from the same pre-trained weights (and ``head``, when
-    given); return the best seed of the best setting (by the mean of its seeds), its run, and the
-    metrics.json entries."""
+    """Train every run of every setting from the same weights; return the best seed of the best setting
+    (by its mean), its run, and the metrics.json entries."""
     main = task.main_metric
     groups = run_configs(config)
     pretrained = copy.deepcopy(encoder.model.state_dict())

@@ -1,6 +1,5 @@
-"""Classification and regression metrics as GLUE's leaderboard computes them, in plain Python
-(tested against scipy). Inputs of different lengths, or none, are a ``ValueError``.
-"""
+"""Classification and regression metrics as GLUE's leaderboard computes them, in plain Python; inputs
+of different lengths, or none, are a ``ValueError``."""
 
 from __future__ import annotations
 

@@ -162,9 +162,8 @@ def _train(
     config: NerConfig,
     before_training: Callable[[], None] | None,
 ) -> tuple[nn.Module, TrainResult, Callable[[str, Windows], list[list[str]]], dict[str, str]]:
-    """Train the tagger of ``config``'s mode on the training windows' ``features``; return it, the
-    training result, ``tag(split name, windows)``, and (feature-based) how each split's
-    activations were obtained."""
+    """Train the tagger of ``config``'s mode; return it, the result, ``tag(split name, windows)``, and
+    (feature-based) how each split's activations were obtained."""
     activations: dict[str, str] = {}
     if config.features is None:
         model: nn.Module = Classifier(encoder.model, len(labels), per="token", seed=config.seed)

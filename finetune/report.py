@@ -206,9 +206,7 @@ def _as_list(value: Any) -> list[float] | None:
 def write_report(
     run_folders: Sequence[str], output: str, label: str = "Ours", overwrite: bool = False
 ) -> dict[str, Any]:
-    """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` in ``output``
-    (claimed: one writer); an earlier report there is refused unless ``overwrite``, and files no
-    report wrote always (before any run is read)."""
+    """Read each run's ``metrics.json`` and write ``results.md`` and ``results.json`` into ``output``."""
     with OutputFolder.open(output, "finetune report", overwrite=overwrite) as folder:
         report = build_report(read_metrics(run_folders), label)
         folder.begin()

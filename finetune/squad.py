@@ -1,6 +1,4 @@
-"""SQuAD v1.1 and v2.0 as the paper (Sections 4.2, 4.3) and google-research/bert ``run_squad.py``:
-features, model, answers and metrics as docs/finetune.md describes them.
-"""
+"""SQuAD v1.1 and v2.0 as the paper (Sections 4.2, 4.3) and google-research/bert ``run_squad.py``."""
 
 from __future__ import annotations
 

@@ -125,9 +125,8 @@ def run_swag(
     test_file: str | None = None,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` on SWAG (``data_dir``'s files, each overridable) and write
-    ``metrics.json`` (returned), ``dev_predictions.csv`` and ``test_predictions.csv`` (the
-    leaderboard's layout). ``before_training``: as :func:`finetune.glue.run_glue`'s."""
+    """Fine-tune ``checkpoint`` on SWAG; write ``metrics.json`` (returned) and the dev and test predictions
+    (the leaderboard's layout). ``before_training``: as :func:`finetune.glue.run_glue`'s."""
     train_path, dev_path, test_path = _files(data_dir, train_file, dev_file, test_file)
     train = read_swag(train_path, labelled=True)[: config.max_train_examples]
     dev = read_swag(dev_path, labelled=True)[: config.max_eval_examples]

@@ -82,9 +82,8 @@ def _run(build, config, inputs, options, cleanup) -> Any:
 
 
 def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
-    """What a finished job left at ``output``, read back where it is (a bucket for remote
-    workers): its ``stats.json`` and, when it is marked ``COMPLETED``, a line saying what its
-    manifest (verified against the marker, of format ``fmt``) holds."""
+    """What a finished job left at ``output``, read back where it is: its ``stats.json`` and a line saying
+    what its verified manifest holds."""
     stats_path = io.join(output, STATS_FILE)
     if not io.exists(stats_path):
         raise PipelineFailed(

@@ -209,9 +209,8 @@ def hash_input(path: str) -> dict[str, Any]:
 
 
 def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) -> str | None:
-    """Why a corpus stage's output must not be marked ``COMPLETED``, or None when it may be: an
-    input file that ended early (unless ``--allow-file-errors``) or no documents at all. Such an
-    output gets ``stats.json`` but no manifest and no ``COMPLETED``, and the command exits 1."""
+    """Why a corpus stage's output must not be marked ``COMPLETED`` (a file ended early, unless allowed;
+    no documents), or None; it then gets ``stats.json`` alone and the command exits 1."""
     if stats["file_errors"] and not allow_file_errors:
         files = stats["files_with_errors"]
         more = f" (and {len(files) - 1:,} more file(s): see stats.json)" if len(files) > 1 else ""
@@ -263,9 +262,8 @@ def _finish(
 
 
 class WriteStageOutput(beam.PTransform):
-    """Write a stage's outcomes: document shards per split (``split_of(row)``; without it the one
-    split ``all``), rejects, stats, manifest, marker. ``extra_tallies`` add counts measured elsewhere
-    (the records read); ``input_files`` are hashed beside the stage's work for the manifest."""
+    """Write a stage's outcomes: document shards per split (one ``all`` without ``split_of``), rejects,
+    stats, manifest (with ``input_files`` hashed) and marker; ``extra_tallies`` add counts."""
 
     def __init__(
         self,

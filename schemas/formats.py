@@ -1,6 +1,5 @@
 """Versioned Arrow record formats, one definition for every writer and reader: tables are validated
-before a byte is written and when read (format name, version, schema, rows); every error is an
-InputError naming the file."""
+before a byte is written and when read; every error is an InputError naming the file."""
 
 from __future__ import annotations
 

@@ -59,9 +59,8 @@ def _paths(value: Paths) -> list[str]:
 
 
 def check_apart(outputs: Mapping[str, Paths], inputs: Mapping[str, Paths], remedy: str | None = None) -> None:
-    """Raise :class:`~schemas.commands.UsageError` when an output (``{flag: path or paths}``) is,
-    holds or lies inside an input, naming the first such pair and ``remedy`` (default: choose
-    another value of the output's flag)."""
+    """Raise :class:`~schemas.commands.UsageError` when an output (``{flag: path or paths}``) is, holds or
+    lies inside an input, naming the pair and ``remedy`` (default: another value of the flag)."""
     for out_flag, out_value in outputs.items():
         for out in _paths(out_value):
             out_at = location(out)

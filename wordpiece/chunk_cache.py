@@ -130,9 +130,8 @@ class ChunkCache:
         self._ids = np.concatenate((self._ids, plain_ids, other_ids))
 
     def encode(self, sentences: Sequence[str] | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, lengths)``: every sentence's ids, flat (int32), and how many belong to each;
-        ``sentences`` an Arrow string array (or ``str``s), which Arrow splits at spaces and whose
-        distinct chunks it finds, so Python sees each distinct chunk once."""
+        """``(ids, lengths)``: every sentence's ids (int32, flat) and how many each has; ``sentences``
+        is an Arrow string array (or ``str``s), whose distinct chunks Arrow finds."""
         if isinstance(sentences, pa.ChunkedArray):
             sentences = sentences.combine_chunks()
         elif not isinstance(sentences, pa.Array):

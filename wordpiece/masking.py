@@ -98,9 +98,7 @@ class MaskingVocab:
         random_ids: Sequence[int],
         never_masked: frozenset[str] = NEVER_MASKED,
     ) -> MaskingVocab:
-        """Tables for the vocabulary ``tokens`` (in id order); ``random_ids`` is the one pool of
-        random replacements, ``never_masked`` the tokens never chosen (the reference's
-        ``[CLS]``/``[SEP]``)."""
+        """Tables for the vocabulary ``tokens`` (in id order); ``random_ids``: the random replacements."""
         if not len(random_ids):
             raise ValueError("the pool of random replacement tokens is empty")
         return cls(

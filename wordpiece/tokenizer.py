@@ -37,9 +37,8 @@ _WHITESPACE = re.compile(r"\s")
 
 
 def validate_vocab(tokens: Sequence[str], source: str) -> None:
-    """Raise :class:`InputError` unless ``tokens`` (in id order) is a usable BERT vocabulary: no
-    empty entry, no token with whitespace, none listed twice, all of :data:`SPECIAL_TOKENS`.
-    Line ``N`` is id ``N - 1``; ``source`` names the vocabulary in the message."""
+    """Raise :class:`InputError` unless ``tokens`` (in id order) is a usable BERT vocabulary: no empty,
+    whitespace or repeated token, all of :data:`SPECIAL_TOKENS`."""
     seen: dict[str, int] = {}
     for index, token in enumerate(tokens):
         line = index + 1
@@ -270,9 +269,8 @@ def check_lengths(texts: Iterable[str]) -> None:
 
 
 class WordPieceTokenizer:
-    """BERT tokenisation with one vocabulary: ``cased``, ``vocab`` (tokens in id order) and
-    ``tokenizer`` (the ``tokenizers.Tokenizer``: ``[CLS] A [SEP] B [SEP]`` with type id 1 for B when
-    asked; its ``save`` file gives the same ids in transformers' ``BertTokenizerFast``)."""
+    """BERT tokenisation with one vocabulary: ``cased``, ``vocab`` (tokens in id order) and ``tokenizer``
+    (its ``save`` file gives the same ids in transformers' ``BertTokenizerFast``)."""
 
     def __init__(self, vocab: Sequence[str], cased: bool, source: str = "vocabulary") -> None:
         """Validate ``vocab`` (tokens in id order; ``source`` names it in errors) and build."""
@@ -283,9 +281,8 @@ class WordPieceTokenizer:
 
     @classmethod
     def load(cls, path: str, cased: bool | None = None) -> WordPieceTokenizer:
-        """Load a ``vocab.txt`` or ``tokenizer.json`` (by its suffix), local or a URL. ``cased=None``
-        takes a tokenizer.json's casing, or infers it from the vocabulary and warns; a tokenizer.json's
-        settings other than BERT's are refused."""
+        """Load a ``vocab.txt`` or ``tokenizer.json``, local or a URL; ``cased=None`` takes a tokenizer.json's
+        casing, or infers it from the vocabulary and warns."""
         vocab, recorded = _vocab_and_casing(path)
         name = {True: "cased", False: "uncased"}
         if cased is None and recorded is None:

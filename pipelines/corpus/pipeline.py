@@ -36,9 +36,7 @@ def mark_or_keep(element: tuple[str, dict[str, list]]) -> Outcome:
 
 
 def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam.PCollection:
-    """``(doc_id, mark)`` for every document with a near duplicate among the ``(doc_id, row)``
-    of ``unique``: MinHash signatures, LSH band buckets, pairwise estimates within a bucket, and
-    one mark per document (the smallest)."""
+    """``(doc_id, mark)`` for every document of ``unique`` with a near duplicate (MinHash, LSH bands)."""
     bands, rows_per_band = config.minhash_bands, config.minhash_rows
     return (
         unique

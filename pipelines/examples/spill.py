@@ -38,9 +38,8 @@ def run_folder(base: str) -> str:
 
 
 def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple[Any, SpillRef | bytes]]:
-    """Write ``(key, bytes)`` pieces back to back into one new file under ``folder``; the key and
-    the reference of each, in order. No file is written for no pieces; with no folder (spilling
-    off) the pieces are returned as they are, to go through the shuffle themselves."""
+    """Write ``(key, bytes)`` pieces back to back into one new file under ``folder`` (None: spilling off,
+    the pieces go through the shuffle); the key and the reference of each, in order."""
     if folder is None or not pieces:
         return list(pieces)
     path = io.join(folder, f"{uuid.uuid4().hex}{SPILL_SUFFIX}")

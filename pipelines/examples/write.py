@@ -97,9 +97,8 @@ def _write_shard(
 
 
 class WriteExampleShards(beam.PTransform):
-    """``(shard, SpillRef)`` elements (the spilled pieces of ``shard_pieces``) into exactly
-    ``num_shards`` sorted Arrow files; one ``ShardEntry`` dict each, with the shard's
-    ``schemas.index.ShardIndexEntry`` under ``"index"``."""
+    """``(shard, SpillRef)`` elements into exactly ``num_shards`` sorted Arrow files; one ``ShardEntry``
+    dict each, with its ``ShardIndexEntry`` under ``"index"``."""
 
     def __init__(self, output: str, split: str, num_shards: int, fmt: RecordFormat):
         super().__init__()
