@@ -39,8 +39,7 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
-    """Entities of a tag sequence as conlleval finds them: ``(type, first, last)``; a chunk starts
-    at ``B-X``, or at ``I-X`` after anything but ``X``, and runs over the following ``I-X``."""
+    """Entities of a tag sequence as conlleval finds them: ``(type, first, last)``."""
     found, start, kind = set(), None, None
     for index, tag in enumerate([*to_iob2(tags), "O"]):
         if tag == "O" or tag.startswith("B-") or (kind is not None and tag[2:] != kind):

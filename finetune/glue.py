@@ -110,8 +110,8 @@ HEAD_PREFIXES = ("classifier.", "bilstm.")
 
 @dataclass(frozen=True)
 class GlueConfig(FitConfig):
-    """A GLUE run: the fit settings, ``num_seeds`` runs per setting (seed, seed + 1, ...), the
-    paper's ``grid``, ``bilstm`` (Table 5's "+ BiLSTM"), and what to predict and save."""
+    """A GLUE run: the fit settings, ``num_seeds`` runs per setting, the paper's ``grid``, ``bilstm``
+    (Table 5's "+ BiLSTM"), and what to predict and save."""
 
     num_seeds: int = 1
     grid: bool = False
@@ -147,8 +147,7 @@ def get_task(name: str) -> GlueTask:
 
 @dataclass(frozen=True)
 class GlueExample:
-    """One row: where it came from (``file:line``), its texts, its label (a label string, a float
-    score, or None in test files) and its index (the file's index column, else the row number)."""
+    """One row: where it came from (``file:line``), its texts, label (None in test files) and index."""
 
     guid: str
     text_a: str
@@ -324,8 +323,7 @@ def majority_baseline(
 
 
 def build_classifier(encoder: BertModel, num_labels: int, *, seed: int, bilstm: bool) -> Classifier:
-    """The task model of one run: the classifier from ``seed``, the BiLSTM (when ``bilstm``: one
-    layer, the encoder's hidden size per direction) from ``seed + 1``."""
+    """The task model of one run: the classifier from ``seed``, the one-layer BiLSTM from ``seed + 1``."""
     hidden = encoder.config.hidden_size
     lstm = BiLSTM(hidden, hidden, num_layers=1, seed=seed + 1) if bilstm else None
     return Classifier(encoder, num_labels, seed=seed, bilstm=lstm)

@@ -58,8 +58,8 @@ class BiLSTM(nn.Module):
         return out
 
     def summary(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """One vector per sequence, ``[batch, 2 * units]``: the forward direction's output at the
-        last real token and the backward direction's at the first (each has read the whole sequence)."""
+        """One vector per sequence: the forward direction's output at the last real token and the backward's
+        at the first."""
         out = self(x, attention_mask)
         last = _lengths(x, attention_mask).to(out.device) - 1
         forward = out[torch.arange(len(x), device=out.device), last, : self.units]

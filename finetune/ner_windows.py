@@ -16,8 +16,7 @@ from finetune.heads import IGNORE
 
 
 def default_doc_stride(max_seq_length: int) -> int:
-    """Half a window: consecutive windows of a long sentence overlap by half, so every sub-token
-    but those near the sentence's ends is read with at least a quarter window on each side."""
+    """Half a window: every sub-token but those near a sentence's ends is read with a quarter on each side."""
     return max(1, (max_seq_length - 2) // 2)
 
 
@@ -44,8 +43,7 @@ class Windows:
     def tags(
         self, best: Sequence[Sequence[int]], labels: Sequence[str], starts: Sequence[int] | None = None
     ) -> list[list[str]]:
-        """Each sentence's IOB2 tags from ``best``, the label index at every position of every
-        feature (counted from ``starts[feature]`` when given: logits over the sentence span only)."""
+        """Each sentence's IOB2 tags from ``best``, the label index at every position of every feature."""
         return [
             to_iob2([labels[best[f][p - (starts[f] if starts else 0)]] for f, p in words])
             for words in self.words

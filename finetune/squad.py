@@ -75,8 +75,7 @@ class SquadConfig(FitConfig):
 
 @dataclasses.dataclass(frozen=True)
 class SquadExample:
-    """One question on one context: every gold answer text (for scoring), and the answer trained
-    on (the first one; None when unanswerable or its ``answer_start`` is wrong)."""
+    """One question on one context: every gold answer text, and the answer trained on (None if none)."""
 
     qid: str
     question: str
@@ -186,8 +185,7 @@ class SquadFeature:
 def char_span_to_tokens(
     offsets: Sequence[tuple[int, int]], start_char: int, end_char: int
 ) -> tuple[int, int] | None:
-    """The first and last token overlapping characters ``[start_char, end_char)``, or None when no
-    token does (an answer made only of whitespace or dropped characters)."""
+    """The first and last token overlapping characters ``[start_char, end_char)``, or None if none does."""
     first = next((i for i, (s, e) in enumerate(offsets) if e > start_char and e > s), None)
     last = next(
         (
@@ -257,8 +255,7 @@ def _top_indices(logits: Sequence[float], n: int) -> list[int]:
 
 @dataclasses.dataclass(frozen=True)
 class ExamplePrediction:
-    """The n-best answers of one example (text, probability, start_logit, end_logit, best first),
-    its best non-null answer, and for v2.0 its null odds (null score minus best non-null score)."""
+    """The n-best answers of one example (best first), its best non-null answer and v2.0's null odds."""
 
     nbest: list[dict[str, Any]]
     best_non_null: str

@@ -46,8 +46,7 @@ class SwagConfig(FitConfig):
 
 @dataclass(frozen=True)
 class SwagExample:
-    """One row: where it came from (``file:line``), its context, start of the second sentence, the
-    four endings and the gold ending's index (None in test files)."""
+    """One row: where it came from (``file:line``), its context and start, endings, label and index."""
 
     guid: str
     context: str

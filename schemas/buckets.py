@@ -159,8 +159,7 @@ def _reach(cloud: str, options: Mapping[str, Any]) -> None:
 
 
 def _filesystem(cloud: str, options: Mapping[str, Any]) -> Any:
-    """The cloud's fsspec filesystem with credentials found here first (one line when there are
-    none), a connection timeout and no retries; never a cached instance the command will use."""
+    """The cloud's fsspec filesystem with credentials checked, a timeout and no retries, never cached."""
     if cloud == "gs":
         import gcsfs
 

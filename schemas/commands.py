@@ -146,8 +146,7 @@ def config_default(config: type, name: str) -> Any:
 
 
 def config_option(config: type, name: str, *decls: str, **attrs: Any) -> Callable:
-    """A click option whose default is the config's (:func:`config_default`), shown in ``--help``.
-    ``decls`` default to ``--<name with dashes>`` (the last part of a dotted name)."""
+    """A click option whose default is the config's, ``--<name with dashes>`` unless ``decls`` name it."""
     flag = "--" + name.rsplit(".", 1)[-1].replace("_", "-")
     attrs.setdefault("show_default", True)
     return click.option(*(decls or (flag,)), default=config_default(config, name), **attrs)

@@ -64,8 +64,7 @@ def examples_format(vocab_size: int) -> RecordFormat:
 
 
 def example_batch_problem(batch: pa.RecordBatch, limits: ExampleLimits) -> str | None:
-    """The first problem of a decoded record batch of examples as one phrase naming the column
-    and the row (its place in the record batch), or None when every value is in range."""
+    """The first problem of a record batch of examples, naming the column and the row, or None."""
     try:
         batch.validate(full=True)
     except pa.ArrowInvalid as err:

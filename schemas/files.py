@@ -54,8 +54,7 @@ def write_error(err: OSError, path: str) -> WriteError:
 
 
 def write_local_file(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
-    """Write ``chunks`` (bytes already made: never a generator that may fail half-way) to the local
-    ``path`` (its folder made if missing) through a temporary file; :class:`WriteError` naming it."""
+    """Write ``chunks`` (bytes already made) to the local ``path`` through a temporary file."""
     path = os.fspath(path)
     _journal(path)
     folder, name = os.path.split(os.path.abspath(path))
@@ -77,8 +76,7 @@ def write_local_file(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
 
 
 def write_file(path: str, data: bytes | str, fs: fsspec.AbstractFileSystem | None = None) -> None:
-    """Write ``data`` (text is UTF-8) whole or not at all to ``path``, a local path or URL or, with
-    ``fs``, a path in that filesystem; :class:`WriteError` naming the file."""
+    """Write ``data`` whole or not at all to ``path`` (a local path or URL, or in ``fs``)."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     name = path  # for messages: the URL as given, or the filesystem's own

@@ -72,8 +72,7 @@ def lines(f, where: str, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
 
 
 def loads(data: bytes | str, where: str) -> Any:
-    """JSON parsed strictly: UTF-8, no lone surrogate in a string, nesting Python can hold.
-    :class:`InputError` naming ``where`` (and the line and column) otherwise."""
+    """JSON parsed strictly (UTF-8, no lone surrogate, bounded nesting), or :class:`InputError`."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -94,8 +93,7 @@ def loads(data: bytes | str, where: str) -> Any:
 
 
 def field(record: Any, key: str, kinds: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
-    """``record[key]`` checked to be of ``kinds`` (``bool`` is never taken for a number); missing:
-    ``default`` when one is given. :class:`InputError` naming ``where`` and ``key`` otherwise."""
+    """``record[key]`` checked to be of ``kinds`` (``bool`` is never a number); missing: ``default``."""
     if not isinstance(record, Mapping):
         raise InputError(f"{where}: a {type(record).__name__} where a JSON object is expected")
     if key not in record:
@@ -115,8 +113,7 @@ TRUE_STRINGS, FALSE_STRINGS = ("true", "True", "TRUE", "1"), ("false", "False", 
 
 
 def boolean(record: Any, key: str, where: str, default: Any = ...) -> bool:
-    """``record[key]`` as a boolean: ``true``/``false``, or one of :data:`TRUE_STRINGS` and
-    :data:`FALSE_STRINGS`; any other value is :class:`InputError`."""
+    """``record[key]`` as a boolean: ``true``, ``false`` or one of the strings taken for them."""
     value = field(record, key, (bool, str), where, default)
     if isinstance(value, bool) or value is default:
         return value

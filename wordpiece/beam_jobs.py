@@ -69,8 +69,7 @@ def workers_elsewhere(options: PipelineOptions) -> bool:
 
 
 def dry_run(options: PipelineOptions) -> str:
-    """``--dry_run``: "" (none), "sdist" (check, build the job and the package workers install)
-    or "true" (check and build the job)."""
+    """``--dry_run``: "" (none), "sdist" (the job and the workers' package built) or "true" (the job)."""
     value = str(options.view_as(TestOptions).dry_run).strip().lower()
     return "" if value in ("", "false", "0", "no", "none") else "sdist" if value == "sdist" else "true"
 

@@ -28,8 +28,7 @@ COUNTS_FOLDER = "word_counts"
 
 
 def s3_storage_options(options: PipelineOptions) -> dict[str, Any]:
-    """fsspec's (s3fs') options for the server and credentials that Beam's ``S3Options`` name;
-    empty when none is given (boto3's own defaults then apply to both)."""
+    """fsspec's (s3fs') options for the server and credentials that Beam's ``S3Options`` name."""
     s3 = options.view_as(S3Options)
     client = {
         k: v for k, v in (("endpoint_url", s3.s3_endpoint_url), ("region_name", s3.s3_region_name)) if v

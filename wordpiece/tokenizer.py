@@ -171,8 +171,7 @@ def _cached_components(cased: bool) -> tuple[normalizers.Normalizer, pre_tokeniz
 
 
 def pre_tokenize(text: str, cased: bool) -> list[str]:
-    """The words of ``text`` that WordPiece sees (and the vocabulary trainer counts): the
-    tokenizer's own normaliser and pre-tokeniser; literal special tokens are not treated apart."""
+    """The words of ``text`` that WordPiece sees (and the vocabulary trainer counts)."""
     normalizer, pre_tokenizer = _cached_components(cased)
     return [word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]
 
@@ -210,8 +209,7 @@ _BERT_WORDPIECE = {
 
 
 def _json_vocab(obj: object, path: str) -> tuple[list[str], bool | None]:
-    """The vocabulary (id order) and casing (None: no normaliser) of a tokenizer.json object,
-    refusing any setting under which it would not tokenise as BERT does."""
+    """The vocabulary and casing (None: no normaliser) of a tokenizer.json that tokenises as BERT does."""
     model = field(obj, "model", dict, path, None)
     kind = model.get("type") if model is not None else None
     if kind != "WordPiece":
@@ -258,8 +256,7 @@ def _json_vocab(obj: object, path: str) -> tuple[list[str], bool | None]:
 
 
 def check_lengths(texts: Iterable[str]) -> None:
-    """Refuse (:class:`InputError`) a text longer than :data:`MAX_TEXT_CHARS`, before the Rust
-    library sees it; every tokenizer call on text from a user goes through this."""
+    """Refuse a text over :data:`MAX_TEXT_CHARS` before the Rust library sees it (every call on user text)."""
     for text in texts:
         if len(text) > MAX_TEXT_CHARS:
             raise InputError(

@@ -117,8 +117,7 @@ class VocabConfig:
 
 
 def vocab_layout(pieces: Iterable[str], num_unused: int) -> list[str]:
-    """The released BERT layout: [PAD], [unused0..98], [UNK], [CLS], [SEP], [MASK], the other
-    [unusedN], then the learned characters, their ## forms and the pieces in merge order."""
+    """The released BERT layout: [PAD], [unused0..98], [UNK], [CLS], [SEP], [MASK], the rest, the pieces."""
     unused = [f"[unused{i}]" for i in range(num_unused)]
     head = [
         "[PAD]",

@@ -28,8 +28,7 @@ def bucket_of(doc_id: str, num_buckets: int) -> int:
 
 
 def tokenize_documents(cache: ChunkCache, table: pa.Table) -> tuple[list[TokenizedDocument], int]:
-    """A table of documents with ``doc_id`` and ``sentences`` → the documents with tokens (empty
-    sentences left out), and how many had none. The sentences stay in Arrow until tokenised."""
+    """The documents of a table (``doc_id``, ``sentences``) with tokens, and how many had none."""
     sentences = table.column("sentences").combine_chunks()
     ids, lengths = cache.encode(pc.list_flatten(sentences))
     ends = np.cumsum(lengths)
@@ -98,8 +97,7 @@ class Requests(NamedTuple):
 def _plan_passes(
     documents: Sequence[TokenizedDocument], dupe_factor: int, seed: int, pairs: PairConfig, num_buckets: int
 ) -> tuple[PairBatch, PairCuts, np.ndarray]:
-    """Every pass of every document: the pairs as one :class:`PairBatch` over the documents'
-    tokens, their cuts (with the random-B draws) and each pair's own bucket."""
+    """Every pass of every document: the pairs as one :class:`PairBatch`, their cuts and own buckets."""
     bases = np.cumsum([0] + [len(d.tokens) for d in documents])
     cuts, labels = [], []  # labels: document number, dupe index, pair index and own bucket per pair
     for number, document in enumerate(documents):
@@ -235,8 +233,8 @@ MAX_SAME_TEXT_SHARE = 0.1
 
 
 def random_next_warning(stats: dict) -> str | None:
-    """The warning for an examples run (its ``stats.json``) whose random next sentences come
-    mostly from copies of the same text, where the NSP labels mean nothing; None otherwise."""
+    """The warning for an examples run whose random next sentences come mostly from copies of the same
+    text, where the NSP labels mean nothing; None otherwise."""
     share = stats.get("random_next_same_text_share")
     if share is None or share <= MAX_SAME_TEXT_SHARE:
         return None

@@ -110,8 +110,7 @@ def mask_and_count(
 def finish_pairs(
     batch: PairBatch, max_num_tokens: int, masking: MaskingConfig | None, vocab: ExampleVocab
 ) -> tuple[ExampleColumns, Counter]:
-    """Truncate, lay out ``[CLS] A [SEP] B [SEP]`` back to back and (unless ``masking`` is None)
-    mask a batch of pairs; the examples and what they add to ``stats.json``."""
+    """Truncate, lay out and (unless ``masking`` is None) mask a batch of pairs; the examples and tally."""
     a_front, a_back, b_front, b_back = truncate_pairs(
         batch.a_length, batch.b_length, batch.keys, max_num_tokens
     )

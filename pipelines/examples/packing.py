@@ -92,8 +92,7 @@ def finish_packed(
     masking: MaskingConfig | None,
     vocab: ExampleVocab,
 ) -> tuple[ExampleColumns, Counter]:
-    """``[CLS] ... [SEP]`` examples of packed sequences, masked (unless ``masking`` is None) with
-    each sequence's key; ``first_index`` numbers them within their (group, pass)."""
+    """``[CLS] ... [SEP]`` examples of packed sequences, masked with each sequence's key."""
     n = len(sequences)
     cls_, sep = np.array([vocab.cls_id], np.int32), np.array([vocab.sep_id], np.int32)
     ids = np.concatenate(
@@ -132,8 +131,7 @@ def pack_group(
     vocab: ExampleVocab,
     batch_size: int = 4096,
 ):
-    """Every dupe pass of one group's documents, packed and masked: yields ``(columns, tally)`` in
-    batches. The examples do not depend on the order ``documents`` come in."""
+    """Every dupe pass of one group's documents, packed and masked: ``(columns, tally)`` in batches."""
     for dupe in range(dupe_factor):
         ordered = sorted(documents, key=lambda d: document_order_key(seed, dupe, d.doc_id))
         sequences = pack_documents(ordered, max_seq_length, vocab.sep_id)

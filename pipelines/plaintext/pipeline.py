@@ -114,8 +114,7 @@ def _file_outcomes(path: str, f, size: int, min_document_words: int) -> Iterator
 
 
 def read_text_file(path: str, min_document_words: int) -> Iterator[Outcome]:
-    """The outcomes of one input file, each record counted in ``records_in`` and the file in
-    ``text_files``; a file that cannot be read is a file error, never a crash."""
+    """The outcomes of one input file; a file that cannot be read is a file error, never a crash."""
     first = True
     try:
         with io.open_binary(path) as f:

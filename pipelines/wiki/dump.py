@@ -230,8 +230,7 @@ def iter_pages(fileobj: BinaryIO) -> Iterator[RawPage | Defect]:
 
 
 def iter_range_pages(fileobj: BinaryIO, start: int, end: int) -> Iterator[RawPage | Defect]:
-    """The pages of the bz2 streams in bytes ``[start, end)`` of a multistream dump (``start`` a
-    stream offset of its index; ``fileobj`` seekable), as :func:`iter_pages`."""
+    """The pages of the bz2 streams in bytes ``[start, end)`` of a multistream dump, as :func:`iter_pages`."""
     if not 0 <= start <= end:
         raise ValueError(f"invalid byte range [{start}, {end})")
     fileobj.seek(start)

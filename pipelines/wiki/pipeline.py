@@ -98,8 +98,7 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
 
 
 def garbled_text(text: str) -> tuple[str, str] | None:
-    """``(reason, detail)`` when page text is binary data (``binary``) or was decoded from invalid
-    UTF-8 (``undecodable``), judged by ``MAX_GARBLED_SHARE``; ``None`` for text worth cleaning."""
+    """``(reason, detail)`` when page text is binary or decoded from invalid UTF-8; None otherwise."""
     limit = MAX_GARBLED_SHARE * len(text)
     if (controls := len(_CONTROL_RE.findall(text))) > limit:
         return "binary", f"{controls} control characters in {len(text)}: binary data, not wikitext"
