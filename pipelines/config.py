@@ -9,8 +9,7 @@ from typing import Any
 from schemas import absolute_reference
 
 MAX_SHARDS = 1_000_000
-"""The most files (or buckets) a flag may ask for: every one is a placeholder element of the
-pipeline before any data flows (100-500 MB each covers petabytes)."""
+"""The most files (or buckets) a flag may ask for: each is an element before any data flows."""
 
 
 def check_count(flag: str, value: int, problems: list[str], most: int = MAX_SHARDS) -> None:

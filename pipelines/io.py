@@ -21,7 +21,8 @@ SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
 
 TEMP_DIR = ".temp"
-"""Temporary files of a run (``pipelines examples``), removed when it ends; a killed run's stay."""
+"""Temporary files of a run (``pipelines examples``), removed when it ends; ``--overwrite`` removes
+what a killed run left there."""
 
 _S3_STORAGE: dict[str, Any] = {}
 

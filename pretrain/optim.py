@@ -147,8 +147,7 @@ def apply_gradients(params: list, optimizer, scaler: torch.amp.GradScaler, max_g
 
 
 MAX_FP16_SKIPS = 16
-"""Consecutive fp16 steps with overflowing gradients that mean divergence: the grad scaler halves
-its scale at each, so by then the scale has fallen 65,536-fold without a step that fits."""
+"""Consecutive fp16 steps with overflowing gradients that mean divergence (the scale fell 65,536-fold)."""
 
 
 class Diverged(CommandError):

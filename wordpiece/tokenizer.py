@@ -23,12 +23,10 @@ SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """Tokens every vocabulary must contain (each exactly once)."""
 
 MAX_INPUT_CHARS_PER_WORD = 100
-"""Words longer than this (in code points, after normalisation) become one ``[UNK]``, as in
-``tokenizers`` and transformers (google-research/bert uses 200)."""
+"""Longer words become one ``[UNK]``, as in ``tokenizers`` and transformers (google-research/bert: 200)."""
 
 MAX_TEXT_CHARS = 1_000_000
-"""The longest text one tokenizer call takes: the Rust library needs many times a text's size in
-memory and aborts the whole process when an allocation fails."""
+"""The longest text one tokenizer call takes (the Rust library aborts when an allocation fails)."""
 
 MAX_VOCAB_BYTES = 256 << 20
 """The largest vocab.txt or tokenizer.json read."""

@@ -31,8 +31,7 @@ class CleanBook(NamedTuple):
 MAX_CONTROL_SHARE = 0.01
 """Decoded text with more than this share of control characters is taken for binary data."""
 MAX_REPLACED_SHARE = 0.001
-"""At most this share of a book's characters may be undecodable bytes (replaced by U+FFFD);
-a book with more is rejected ``undecodable`` (or, without a BOM, decoded as a legacy code page)."""
+"""At most this share of a book's characters may be undecodable bytes (replaced by U+FFFD)."""
 
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 _BOMS = [
@@ -308,8 +307,7 @@ _BOILERPLATE_RE = re.compile(
 )
 _COPYRIGHT_RE = re.compile(r"^\W*(copyright\b|all\s+rights\s+reserved)", _I)
 TAIL_SHARE = 0.05
-"""In this last share of the blocks, ``THE END`` or boilerplate drops everything from there on
-(publishers' advertisements, a transcriber's list of corrections)."""
+"""In this last share of the blocks, ``THE END`` or boilerplate drops everything from there on."""
 _THE_END_RE = re.compile(r"^\W*(the\s+end|finis)\W*$", _I)
 
 

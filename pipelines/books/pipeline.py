@@ -26,9 +26,7 @@ SOURCE = "books"
 MAX_BOOK_BYTES = 128 << 20
 """The largest book read (the longest novels are a few MB)."""
 FILE_ERROR_REASONS = ("undecodable", "unreadable", "too_large", "line_too_long")
-"""Books that could not be read or decoded: file errors (``stats.json``'s ``file_errors``), which
-leave the output unmarked unless ``--allow-file-errors``; a ``binary`` or ``empty`` file is not a
-book and stays a reject."""
+"""Books that could not be read or decoded: file errors; a ``binary`` or ``empty`` file is a reject."""
 
 
 def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:

@@ -228,8 +228,7 @@ def fulfil_bucket(
 
 
 MAX_SAME_TEXT_SHARE = 0.1
-"""Above this share of random-next pairs whose B comes from a copy of A's own document,
-``pipelines examples`` warns (:func:`random_next_warning`)."""
+"""Above this share of random-next B's from a copy of A's own document, ``pipelines examples`` warns."""
 
 
 def random_next_warning(stats: dict) -> str | None:

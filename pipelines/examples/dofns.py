@@ -41,8 +41,7 @@ BATCH_SENTENCES = 20_000
 SPILL_BYTES = 64 << 20
 """Example pieces a DoFn holds before it writes them to a temporary file."""
 PLAN_SENTENCE_PASSES = 5 * BATCH_SENTENCES
-"""Sentences x dupe passes planned at once: a batch is planned in parts of at most this many
-(at least one document each), so the planner's memory does not grow with ``--dupe-factor``."""
+"""Sentences x dupe passes planned at once, so the planner's memory does not grow with ``--dupe-factor``."""
 
 BatchRef = tuple[tuple[int, SpillRef | bytes, int], ...]
 """A batch of documents by bucket: ``(bucket, where its documents lie (or their bytes), how many)``."""

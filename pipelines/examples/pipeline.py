@@ -18,7 +18,7 @@ from pipelines.config import check_count
 from pipelines.examples.dofns import FulfilBucket, PackGroup, PlanBatch, TokenizeShard
 from pipelines.examples.packing import FORMATS
 from pipelines.examples.pairs import PairConfig
-from pipelines.examples.spill import TEMP_DIR, remove_folder, run_folder
+from pipelines.examples.spill import remove_folder, run_folder
 from pipelines.examples.write import WriteExampleShards
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
@@ -109,7 +109,7 @@ def spill_folder(config: ExamplesConfig, runner: str) -> str | None:
         return None
     if config.temp_location:
         return run_folder(config.temp_location)
-    return io.join(config.output, TEMP_DIR)
+    return io.join(config.output, io.TEMP_DIR)
 
 
 def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[str, Any]:

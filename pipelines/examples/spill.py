@@ -18,9 +18,6 @@ from pipelines.examples.batches import Requests
 from pipelines.examples.pairs import TokenizedDocument
 from schemas.commands import InputError
 
-TEMP_DIR = io.TEMP_DIR
-"""The default temporary folder, inside the output (``--temp-location`` chooses another); an
-``--overwrite`` run removes what a killed run left there."""
 SPILL_SUFFIX = ".spill"
 
 

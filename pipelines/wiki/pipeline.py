@@ -39,9 +39,7 @@ ARTICLE_NAMESPACE = 0
 _LOG = logging.getLogger(__name__)
 
 MAX_GARBLED_SHARE = 0.01
-"""Page text with more than this share of control characters (binary data) or of U+FFFD
-(bytes that were not UTF-8 before they reached the dump) is rejected rather than cleaned: the
-cleaner would keep most of it as "sentences" of noise. The books stage uses the same share."""
+"""Page text with more than this share of control characters or U+FFFD is rejected, not cleaned."""
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # Allowed in XML 1.0: only \x7f-\x9f.
 
 
