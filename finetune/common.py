@@ -137,8 +137,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
 
 
 def read_head(source: str, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """The tensors of a task head saved beside the encoder in ``source`` (names starting with
-    ``prefixes``); empty for a pre-trained encoder, whose weights are then not read twice."""
+    """The tensors of a task head saved in ``source`` (named ``prefixes``); empty for an encoder alone."""
     try:
         names = hf.tensor_names(source)
         if names is not None and not any(n.startswith(prefixes) for n in names):
@@ -337,8 +336,7 @@ class Classifier(nn.Module):
 
 
 def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates: Any) -> None:
-    """Write a fine-tuned ``model`` (``bert`` and a task head) into ``folder`` as a BERT folder any
-    ``--checkpoint`` accepts, ``config.json`` updated with ``config_updates``."""
+    """Write a fine-tuned ``model`` into ``folder`` as a BERT folder, its config with ``config_updates``."""
     config, _ = hf.read_config(encoder.source)
     vocab_size = model.bert.config.vocab_size
     state = {}

@@ -330,8 +330,7 @@ def build_classifier(encoder: BertModel, num_labels: int, *, seed: int, bilstm: 
 
 
 def head_weights(checkpoint: str, task: GlueTask, *, bilstm: bool) -> dict | None:
-    """The classifier (and BiLSTM) saved in ``checkpoint`` for ``task``, or None for a pre-trained
-    encoder; refused when it does not fit ``task`` or ``bilstm``."""
+    """The classifier (and BiLSTM) saved in ``checkpoint`` for ``task`` (None: a pre-trained encoder)."""
     head = read_head(checkpoint, HEAD_PREFIXES)
     if "classifier.weight" not in head:
         return None

@@ -82,8 +82,7 @@ def run_ner(
     config: NerConfig,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` for NER on ``data_dir``; write ``{valid,test}_predictions.txt`` and
-    ``metrics.json`` (returned). ``before_training``: as :func:`finetune.glue.run_glue`'s."""
+    """Fine-tune ``checkpoint`` for NER on ``data_dir``; write the predictions and ``metrics.json``."""
     root = data_dir.rstrip("/")
     train = read_conll(f"{root}/{SPLIT_FILES['train']}")[: config.max_train_examples]
     splits = {

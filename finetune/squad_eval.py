@@ -69,8 +69,7 @@ def _questions(data: Iterable[Mapping]) -> Iterable[Mapping]:
 
 
 def evaluate_v1(data: Iterable[Mapping], predictions: Mapping[str, str]) -> dict[str, float]:
-    """``{"exact_match", "f1"}`` in percent, exactly as ``evaluate-v1.1.py``, with ``total`` and
-    ``unanswered`` (questions without a prediction, scored 0)."""
+    """``evaluate-v1.1.py``'s ``{"exact_match", "f1"}``, with ``total`` and ``unanswered`` (scored 0)."""
     exact_match = f1 = 0.0
     total = unanswered = 0
     for qa in _questions(data):

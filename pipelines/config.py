@@ -1,5 +1,4 @@
-"""Typed configurations of the corpus stages, the source of every flag's default; each raises one
-``ValueError`` listing every problem when created (exit 2 at the command line)."""
+"""Typed configurations of the corpus stages, the source of every flag's default, checked when made."""
 
 from __future__ import annotations
 

@@ -28,8 +28,7 @@ _S3_STORAGE: dict[str, Any] = {}
 
 
 def use_beam_options(beam_args: Sequence[str]) -> None:
-    """Give the launching machine's own file operations Beam's filesystem options (``S3Options``
-    such as ``--s3_endpoint_url``), which Beam applies itself only once a pipeline is built."""
+    """Give the launching machine's own file operations Beam's filesystem options (``S3Options``)."""
     options = PipelineOptions(list(beam_args))
     FileSystems.set_options(options)
     _S3_STORAGE.clear()

@@ -1,5 +1,4 @@
-"""Progress of a running pipeline: a pass-through DoFn counting what flows by, on a terminal as a
-bar, elsewhere (logs, CI, ``TERM=dumb``, Dataflow) as a plain line every ``LINE_INTERVAL_S``."""
+"""Progress of a running pipeline: a pass-through DoFn counting what flows by, as a bar or lines."""
 
 from __future__ import annotations
 

@@ -82,8 +82,7 @@ def _run(build, config, inputs, options, cleanup) -> Any:
 
 
 def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
-    """What a finished job left at ``output``, read back where it is: its ``stats.json`` and a line saying
-    what its verified manifest holds."""
+    """What a finished job left at ``output``: its ``stats.json`` and what its verified manifest holds."""
     stats_path = io.join(output, STATS_FILE)
     if not io.exists(stats_path):
         raise PipelineFailed(

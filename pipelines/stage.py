@@ -195,8 +195,7 @@ class WriteShards(beam.PTransform):
 
 
 def hash_input(path: str) -> dict[str, Any]:
-    """What a manifest records of one raw input file: absolute path, size and SHA-256 (read in
-    chunks); a file that cannot be read is recorded with the error (the stage reports it itself)."""
+    """A raw input file's absolute path, size and SHA-256 for the manifest (or the error reading it)."""
     digest, size = hashlib.sha256(), 0
     try:
         with io.open_binary(path) as f:

@@ -71,8 +71,7 @@ def flash_varlen_attention(
 def padded_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Packed, dropout_p: float = 0.0
 ) -> torch.Tensor:
-    """The same function as :func:`flash_varlen_attention` on any device: the tokens scattered
-    into ``[segments, heads, max_seqlen, head_dim]``, masked SDPA, gathered back."""
+    """The same function as :func:`flash_varlen_attention` on any device, with masked SDPA."""
     y = F.scaled_dot_product_attention(
         *(_block(t, layout) for t in (q, k, v)),
         attn_mask=_key_mask(layout)[:, None, None, :],

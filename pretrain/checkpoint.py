@@ -117,8 +117,7 @@ def shared_run_id(world_size: int, run_id: str | None) -> str:
 
 
 def save_state(obj: object, url: str, stamp: Stamp | None = None) -> None:
-    """Write ``obj`` (dicts, lists, tuples, numbers, strings, tensors, arrays) as ``URL.json`` (the
-    tree) and ``URL.safetensors`` (its tensors); ``stamp`` goes into both."""
+    """Write ``obj`` as ``URL.json`` (the tree) and ``URL.safetensors`` (its tensors), ``stamp`` in both."""
     tensors: dict[str, torch.Tensor] = {}
     tree = _encode(obj, tensors)
     metadata = None
@@ -152,8 +151,7 @@ def trainer_json(url: str) -> dict:
 
 
 def load_state(url: str, missing_ok: bool = False) -> dict | None:
-    """Read what :func:`save_state` wrote (None when it is missing and ``missing_ok``); a damaged
-    file, or a tensor that is not finite, is :class:`InputError` naming it."""
+    """Read what :func:`save_state` wrote (None when missing and ``missing_ok``), checked and finite."""
     fs, path = _fs(url)
     if missing_ok and not fs.exists(f"{path}.json"):
         return None
@@ -212,8 +210,7 @@ def is_complete(url: str) -> bool:
 
 
 def verify(url: str) -> None:
-    """Check every file ``COMMITTED`` lists against its SHA-256, then the checkpoint's identity
-    (:func:`check_identity`); raise naming the first that differs."""
+    """Check every file ``COMMITTED`` lists against its SHA-256, then the checkpoint's identity."""
     fs, path = _fs(url)
     record = _commit_record(fs, path, url)
     for name, entry in record["files"].items():
@@ -353,8 +350,7 @@ def resolve(url: str) -> Checkpoint:
 
 
 def prune(run: str, keep: int) -> list[str]:
-    """Remove all but the newest ``keep`` complete checkpoints, and incomplete folders older than
-    the newest complete one; return what was removed."""
+    """Remove all but the newest ``keep`` complete checkpoints and older incomplete ones; what it removed."""
     checkpoints = _step_dirs(run)
     complete = [c for c in checkpoints if is_complete(c.url)]
     if not complete:

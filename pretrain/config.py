@@ -231,8 +231,7 @@ class PretrainConfig:
         return self.nsp and self.objective == "mlm"
 
     def accumulation(self, world_size: int) -> tuple[int, int]:
-        """(micro batch size, accumulation steps) for ``world_size`` ranks, or :class:`UsageError`
-        listing every problem of the settings (exit 2: before anything is read)."""
+        """(micro batch size, accumulation steps) for ``world_size`` ranks, or :class:`UsageError`."""
         problems = self.problems()
         per_rank, rest = divmod(self.global_batch_size, world_size)
         micro = self.micro_batch_size or per_rank

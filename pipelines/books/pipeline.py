@@ -1,5 +1,4 @@
-"""``pipelines books``: plain-text books (one a file) into documents, one per book. A book that
-cannot be read or decoded is a file error, not a record (``records_in`` counts the books read)."""
+"""``pipelines books``: plain-text books (one a file) into documents, one per book."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
 
 
 def _read_book(path: str) -> bytes | tuple[str, str]:
-    """A book's bytes, or ``(reason, detail)`` when it holds a line longer than ``MAX_LINE_BYTES``
-    or more than ``MAX_BOOK_BYTES`` (a device or a sparse file is never read whole)."""
+    """A book's bytes, or ``(reason, detail)`` when it holds too long a line or is too large."""
     parts, size = [], 0
     with io.open_binary(path) as f:
         try:

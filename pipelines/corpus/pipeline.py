@@ -1,5 +1,4 @@
-"""``pipelines corpus``: merge document outputs, drop exact and near duplicates (keyed shuffles,
-never the corpus on one worker) and split by a hash of the document id."""
+"""``pipelines corpus``: merge document outputs, drop exact and near duplicates, split by document id."""
 
 from __future__ import annotations
 

@@ -48,8 +48,7 @@ BatchRef = tuple[tuple[int, SpillRef | bytes, int], ...]
 
 
 class TokenizeShard(beam.DoFn):
-    """A corpus shard → batches of ``TokenizedDocument`` by bucket (one ``BatchRef`` each); the
-    vocabulary's tokens travel inside the DoFn: a worker never opens the submitter's file."""
+    """A corpus shard → batches of ``TokenizedDocument`` by bucket (one ``BatchRef`` each)."""
 
     def __init__(self, tokens: tuple[str, ...], cased: bool, num_buckets: int, folder: str | None):
         self._tokens, self._cased, self._num_buckets, self._folder = tokens, cased, num_buckets, folder

@@ -103,8 +103,7 @@ class ExamplesConfig:
 
 
 def spill_folder(config: ExamplesConfig, runner: str) -> str | None:
-    """The folder for this run's temporary files (``OUTPUT/.temp`` or under ``--temp-location``), or None
-    when the run does not spill."""
+    """The folder for this run's temporary files, or None when the run does not spill."""
     if config.spill == "never" or (config.spill == "auto" and runner not in LOCAL_RUNNERS):
         return None
     if config.temp_location:
@@ -277,8 +276,7 @@ def build(
     vocab: Sequence[str],
     folder: str | None,
 ):
-    """Add the examples stage to ``pipeline`` for the corpus ``manifest`` and the vocabulary's tokens;
-    temporary files go under ``folder`` (None: no spilling)."""
+    """Add the examples stage to ``pipeline``; temporary files go under ``folder`` (None: no spilling)."""
     shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     carried = CarriedVocabulary.of(vocab)
     # recorded in the output's journal before workers write them

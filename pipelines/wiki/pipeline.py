@@ -1,5 +1,4 @@
-"""``pipelines wikipedia``: pages-articles dumps into clean documents, read in parallel by byte
-ranges of bz2 streams where a multistream index lies beside the dump."""
+"""``pipelines wikipedia``: pages-articles dumps into documents, multistream dumps read in parallel."""
 
 from __future__ import annotations
 
