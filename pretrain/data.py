@@ -141,8 +141,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
         return self._retrying(f"{self._root}/{name}", lambda: self.fs.cat_file(f"{self._root}/{name}"), True)
 
     def _units_from_index(self) -> list[_Unit]:
-        """Every non-empty record batch of the shards, from the index the manifest names (checked
-        against the manifest), with the shards' schema checked to be the examples format."""
+        """Every non-empty record batch of the shards, from the index the manifest names, all checked."""
         reference = self.manifest.index
         if reference is None:
             raise InputError(f"{self.url}: no record-batch index ({INDEX_FILE}); {_REBUILD}")

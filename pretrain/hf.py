@@ -123,8 +123,7 @@ def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, t
 
 
 def _safetensors_files(fs: fsspec.AbstractFileSystem, root: str, path) -> tuple[list[str] | None, str]:
-    """The folder's safetensors files (one, or the shards its index names: plain file names in the
-    folder) and the file that names them (for messages); None for ``pytorch_model.bin``."""
+    """The folder's safetensors files and the file naming them; None for ``pytorch_model.bin``."""
     if fs.exists(_join(root, SAFETENSORS_FILE)):
         return [SAFETENSORS_FILE], _join(path, SAFETENSORS_FILE)
     source = _join(path, SAFETENSORS_INDEX_FILE)
@@ -144,8 +143,7 @@ def _safetensors_files(fs: fsspec.AbstractFileSystem, root: str, path) -> tuple[
 
 
 def stored_shapes(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], str]:
-    """Tensor name -> shape of an HF-format folder's weights, and the weights file (for messages):
-    from the safetensors header(s); a ``pytorch_model.bin`` has none and is read whole."""
+    """Tensor name -> shape of an HF-format folder's weights (from their headers), and the weights file."""
     fs, root = fsspec.core.url_to_fs(str(path))
     files, source = _safetensors_files(fs, root, path)
     if files is None:
@@ -160,8 +158,7 @@ def tensor_names(path: str | os.PathLike) -> set[str] | None:
 
 
 def check_vocab_rows(path: str | os.PathLike) -> None:
-    """Refuse a folder whose ``vocab.txt`` has another number of tokens than its word embeddings
-    have rows (from the ``model.safetensors`` header: before any weight is loaded)."""
+    """Refuse a folder whose ``vocab.txt`` has another number of tokens than its word embeddings rows."""
     fs, root = fsspec.core.url_to_fs(str(path))
     vocab_path, weights_path = _join(root, VOCAB_FILE), _join(root, SAFETENSORS_FILE)
     if not (fs.exists(vocab_path) and fs.exists(weights_path)):
@@ -297,8 +294,7 @@ def _sizes_held(stored: dict[str, tuple[int, ...]]) -> dict[str, int]:
 
 
 def check_weights_fit(config: Any, path: str | os.PathLike, config_source: str) -> None:
-    """Refuse, before the model is made, a config (from ``config_source``) whose model is not the
-    one the folder's weights hold; a hostile config (100,000 layers) costs nothing."""
+    """Refuse, before the model is made, a config whose model is not the one the folder's weights hold."""
     shapes, source = stored_shapes(path)
     stored, decoder = _as_ours(shapes)
     wrong = [

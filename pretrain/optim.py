@@ -232,8 +232,7 @@ SCHEDULES = {"transformers": warmup_decay, "reference": reference_decay}
 def build_scheduler(
     optimizer, lr: float, warmup_steps: int, max_steps: int, power=1.0, start_step=0, schedule="transformers"
 ):
-    """The ``schedule`` (a key of :data:`SCHEDULES`) with peak ``lr``, positioned at ``start_step``
-    (a resumed run gets the rate an uninterrupted one would have, under the schedule given now)."""
+    """The ``schedule`` with peak ``lr`` at ``start_step``: the rate an uninterrupted run would have."""
     multiplier = SCHEDULES[schedule]
     for group in optimizer.param_groups:
         group["initial_lr"] = lr

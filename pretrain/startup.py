@@ -127,8 +127,7 @@ def prepare(cfg: PretrainConfig, probe: ExampleShards, device: torch.device | No
 
 
 def check_fits(config: BertConfig, size: str, device: torch.device, memory: int | None = None) -> None:
-    """Refuse, before a byte is allocated, a new model whose training state alone exceeds all of
-    ``device``'s memory (``memory`` overrides it, for tests)."""
+    """Refuse, before a byte is allocated, a model whose training state alone exceeds ``device``'s memory."""
     if memory is None:  # all of the GPU's, or the host's physical memory for the CPU
         cuda = device.type == "cuda"
         memory = (
@@ -147,8 +146,7 @@ def check_fits(config: BertConfig, size: str, device: torch.device, memory: int 
 
 
 def check_init_vocab(flag_value: str, source: str, vocab: WordPieceTokenizer, vocab_url: str) -> None:
-    """Refuse an ``--init-from`` folder (``source``) whose ``vocab.txt`` does not fit its embeddings
-    or is not the shards' vocabulary (naming both sizes, or the first differing id)."""
+    """Refuse an ``--init-from`` folder whose ``vocab.txt`` does not fit its embeddings or the shards."""
     prefix = f"--init-from {flag_value}: "
     with input_errors(prefix):
         hf.check_vocab_rows(source)

@@ -137,8 +137,7 @@ class OneLineCommand(click.Command):
 
 
 def config_default(config: type, name: str) -> Any:
-    """The default of the field ``name`` of the dataclass ``config`` (a nested one's by a dotted
-    path, ``pairs.max_seq_length``): a flag's default is declared there, once."""
+    """The default of the field ``name`` of the dataclass ``config`` (dotted for a nested one)."""
     head, _, rest = name.partition(".")
     field = {f.name: f for f in dataclasses.fields(config)}[head]
     value = field.default if field.default is not dataclasses.MISSING else field.default_factory()

@@ -20,8 +20,7 @@ EXAMPLES_VERSION = 1
 
 @dataclass(frozen=True)
 class ExampleLimits:
-    """What the values of a record batch must fit: token ids below ``vocab_size`` (None: the id
-    type's range) and ``num_tokens`` at most ``max_seq_length`` (None: the int16 range)."""
+    """What the values of a record batch must fit (None: the column type's range)."""
 
     vocab_size: int | None = None
     max_seq_length: int | None = None

@@ -1,5 +1,4 @@
-"""Where a path really is, and whether a command's output is, holds or lies inside one of its inputs
-(refused before anything is read, even with ``--overwrite``: a UsageError, exit 2)."""
+"""Where a path really is, and whether a command's output is, holds or lies inside one of its inputs."""
 
 from __future__ import annotations
 

@@ -41,8 +41,7 @@ def ragged_gather(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
 
 
 class ChunkCache:
-    """Ids of sentences through a cache of chunk -> ids, equal to ``tokenizer`` (a BERT
-    ``tokenizers.Tokenizer`` of :mod:`wordpiece.tokenizer`) on each sentence, without special tokens."""
+    """Ids of sentences through a cache of chunk -> ids, equal to ``tokenizer``'s without special tokens."""
 
     def __init__(self, tokenizer: Tokenizer, max_entries: int = DEFAULT_MAX_ENTRIES):
         if max_entries < 1:

@@ -123,14 +123,12 @@ def vocab_txt_bytes(tokens: Sequence[str]) -> bytes:
 
 
 def vocab_sha256(tokens: Sequence[str]) -> str:
-    """SHA-256 of the tokens in id order joined by newlines: a vocabulary's identity, the same for a
-    ``vocab.txt`` and its ``tokenizer.json`` (example manifests record it as ``params.vocab_sha256``)."""
+    """SHA-256 of the tokens in id order joined by newlines: a vocabulary's identity, whatever its file."""
     return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
 
 
 def replacement_ids(tokens: Sequence[str], whole_vocab: bool = False) -> list[int]:
-    """Ids a masked-LM "random token" may take: every id when ``whole_vocab`` (as the reference
-    generator), else the real tokens only (no :data:`SPECIAL_TOKENS`, no ``[unusedN]``)."""
+    """Ids a masked-LM "random token" may take: every id, or the real tokens only (no specials, unused)."""
     if whole_vocab:
         return list(range(len(tokens)))
     special = frozenset(SPECIAL_TOKENS)

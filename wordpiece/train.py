@@ -304,8 +304,7 @@ def _remove_counts(output: str) -> None:
 
 
 def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any] | None:
-    """Count words with Beam (any runner), then learn and write the vocabulary; return stats.json
-    (None for a dry run, which only builds the counting job)."""
+    """Count words with Beam, then learn and write the vocabulary; stats.json (None for a dry run)."""
     options = PipelineOptions(beam_args)
     FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
     manifest, manifest_sha256 = _load_corpus_manifest(config.corpus)
