@@ -41,9 +41,6 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what predict
 _STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pretrain run
 
 
-# --- inputs ----------------------------------------------------------------------------------------
-
-
 @contextlib.contextmanager
 def open_input(url: str) -> Iterator[Any]:
     """``url`` (a path or fsspec URL) opened in binary once it is known to be a file or bucket object."""
@@ -77,9 +74,6 @@ def check_examples(examples: Sequence[Any], what: str) -> None:
     """Refuse an empty split before any model is loaded: nothing to train on or score."""
     if not examples:
         raise InputError(f"{what}: no examples; give a file with at least one")
-
-
-# --- the pre-trained encoder -----------------------------------------------------------------------
 
 
 @dataclass
@@ -188,9 +182,6 @@ def prepare_encoder(checkpoint: str, config: FitConfig, texts: Sequence[str]) ->
     return encoder
 
 
-# --- tokenisation and batching ---------------------------------------------------------------------
-
-
 def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
     """Drop tokens from the end of the longer side until both fit, as the reference ``_truncate_seq_pair``."""
     a, b = list(a), list(b)
@@ -278,9 +269,6 @@ def collate(
     return batch
 
 
-# --- task heads ------------------------------------------------------------------------------------
-
-
 class TaskOutput(NamedTuple):
     """What a task model returns: ``logits`` (a tensor, or a tuple such as SQuAD's) and ``loss``."""
 
@@ -352,8 +340,6 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
     write_json(f"{root}/{hf.CONFIG_FILE}", {**config, **config_updates}, fs, sort_keys=True)
     write_json(f"{root}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased}, fs, sort_keys=True)
 
-
-# --- training --------------------------------------------------------------------------------------
 
 MIN_SEQ_LENGTH = 8
 MAX_LR = 1.0  # fine-tuning uses 1e-5 .. 1e-3; AdamW diverges long before 1

@@ -142,9 +142,6 @@ def get_task(name: str) -> GlueTask:
     return TASKS[key]
 
 
-# --- reading ---------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class GlueExample:
     """One row: where it came from (``file:line``), its texts, label (None in test files) and index."""
@@ -253,9 +250,6 @@ def read_task(
     return GlueData(train, dev, test)
 
 
-# --- features, metrics, submissions ----------------------------------------------------------------
-
-
 def features(
     task: GlueTask, examples: Sequence[GlueExample], encoder: Encoder, max_seq_length: int
 ) -> list[dict]:
@@ -319,9 +313,6 @@ def majority_baseline(
     return score(task, [counts.index(max(counts))] * len(labels), labels)
 
 
-# --- the classifier as a model ---------------------------------------------------------------------
-
-
 def build_classifier(encoder: BertModel, num_labels: int, *, seed: int, bilstm: bool) -> Classifier:
     """The task model of one run: the classifier from ``seed``, the one-layer BiLSTM from ``seed + 1``."""
     hidden = encoder.config.hidden_size
@@ -380,9 +371,6 @@ def save_classifier(model: Classifier, encoder: Encoder, folder: str, task: Glue
         problem_type="regression" if task.labels is None else "single_label_classification",
         bilstm=model.bilstm is not None,
     )
-
-
-# --- running ---------------------------------------------------------------------------------------
 
 
 def run_configs(base: GlueConfig) -> list[list[GlueConfig]]:

@@ -155,9 +155,6 @@ def _question(qa: Any, context: str, version: str, where: str, stats: SquadStats
     )
 
 
-# --- features --------------------------------------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True)
 class SquadFeature:
     """One window of one example. ``token_offsets[i]`` is the ``(start, end)`` character span in
@@ -244,9 +241,6 @@ def build_features(
                 )
             )
     return features
-
-
-# --- answers from logits ---------------------------------------------------------------------------
 
 
 def _top_indices(logits: Sequence[float], n: int) -> list[int]:
@@ -343,9 +337,6 @@ def predict_answers(
     }
 
 
-# --- the model -------------------------------------------------------------------------------------
-
-
 class SpanQuestionAnswering(nn.Module):
     """The encoder and ``qa_outputs``, start and end logits from every token's final hidden state
     (the paper's Figure 4 (c); transformers' names), -10000 at padding. ``bilstm``: a one-layer
@@ -394,9 +385,6 @@ def load_span_head(model: SpanQuestionAnswering, checkpoint: str) -> bool:
     except RuntimeError as err:
         raise InputError(f"{checkpoint}: its span head does not fit this model: {err}") from None
     return True
-
-
-# --- running and scoring ---------------------------------------------------------------------------
 
 
 def _as_data(examples: Sequence[SquadExample]) -> list[dict]:
