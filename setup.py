@@ -47,6 +47,7 @@ setup(
             "wordpiece=wordpiece.cli:main",
             "pretrain=pretrain.cli:main",
             "finetune=finetune.cli:main",
+            "chain=chain.cli:main",
         ]
     },
 )

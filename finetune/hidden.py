@@ -1,15 +1,6 @@
-"""Hidden states out of a frozen encoder, and the layer choices of the paper's Table 7.
-
-:func:`hidden_states` returns what transformers calls ``output_hidden_states``: the embedding
-layer's output then every encoder layer's output, ``num_hidden_layers + 1`` tensors
-``[batch, length, hidden]``. It records them with forward hooks on
-:class:`pretrain.model.BertModel`'s own modules, so the attention mask (padding, causal models)
-is whatever the model itself applies; nothing of the forward pass is re-implemented here.
-
-:data:`FEATURE_CHOICES` are ``finetune ner --features``' names for Table 7's rows; for each,
-:func:`feature_layers` gives the indices into :func:`hidden_states`' list and :data:`COMBINE`
-how they are joined (one layer, a learned weighted sum, or a concatenation).
-"""
+"""Hidden states out of a frozen encoder (:func:`hidden_states`: the embeddings' output then each
+layer's, as transformers' ``output_hidden_states``, recorded by forward hooks on
+:class:`pretrain.model.BertModel`'s own modules) and the layer choices of the paper's Table 7."""
 
 from __future__ import annotations
 

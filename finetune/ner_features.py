@@ -1,21 +1,9 @@
-"""Feature-based NER (the paper's Table 7): training and tagging with a frozen encoder, and the
-folder of cached activations that ``finetune ner --feature-cache DIR`` shares between runs.
-
-The encoder reads each sentence in its window of document context; the head
-(:class:`finetune.heads.FeatureTagger`) runs over the sentence's own sub-tokens only (the span of
-``sentence_features(..., spans=True)``; in each window of a sentence longer than one), which is
-all that is scored. With ``--cache-features``
-the frozen encoder runs once over the training set instead of once per epoch. With
-``--feature-cache DIR`` the activations of *every* layer of every split (train, valid, test) are
-also written to ``DIR`` (safetensors, one file per split) and read back by any later run over the
-same encoder inputs, whatever its ``--features`` choice: the six rows of Table 7 then cost one
-encoder pass over the data, not six.
-
-A cache file is named by the SHA-256 of what determines its contents: the encoder's weights
-(every tensor's name, dtype, shape and bytes), the precision the encoder runs in, and every
-feature's ``input_ids``, ``token_type_ids`` and sentence span (so the data, vocabulary, casing,
-``--max-seq-length`` and ``--max-*-examples`` are all in it). A file is written under a temporary
-name and renamed when complete, so a file with the final name is whole.
+"""Feature-based NER (the paper's Table 7): a head (:class:`finetune.heads.FeatureTagger`) trained
+on a frozen encoder's layers over each sentence's own sub-tokens, read in its window of document
+context. ``--cache-features`` runs the encoder once over the training set; ``--feature-cache DIR``
+keeps every layer of every split in DIR (safetensors, one file per split) for later runs whatever
+their ``--features``, so Table 7's rows cost one encoder pass. A file is named by the SHA-256 of what
+determines it: the encoder's weights, its precision, and each feature's ids, types and span.
 """
 
 from __future__ import annotations
@@ -105,8 +93,7 @@ def load_cached(
     if (
         layers is None
         or stored is None
-        or tuple(layers.shape) != expected
-        or stored.tolist() != list(lengths)
+        or (tuple(layers.shape), stored.tolist()) != (expected, list(lengths))
     ):
         raise InputError(f"{path}: does not match this run's inputs (expected layers {expected}); delete it")
     return layers
@@ -187,10 +174,6 @@ def fit_feature_tagger(
     how the training activations were obtained (``live``, ``computed``, ``read``, ``written``)."""
     outcome = "live"
     if cache or folder is not None:
-        size = (
-            sum(f["sentence_end"] - f["sentence_start"] for f in inputs) * model.bert.config.hidden_size * 4
-        )
-        logger.info("ner: %d training sentences' activations, %.0f MiB per layer", len(inputs), size / 2**20)
         inputs, outcome = with_layers(model, inputs, config, folder=folder, split="train", source=source)
     return fit(model, inputs, config, collate_fn=collate_with_layers(collate_tokens)), outcome
 
