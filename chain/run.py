@@ -94,8 +94,11 @@ def read_state(url: str) -> dict:
             raise InputError(f"{url}: a JSON {type(state).__name__}, not the record of the chain's stages")
         for name, record in state.items():
             inputs.field(record, "key", str, f"{url}: stage {name}")
-            number, text = (int, float, type(None)), (str, type(None))
-            for key, kind in (("seconds", number), ("finished", text), ("peak_rss_mb", number)):
+            for key, kind in (
+                ("seconds", (int, float)),
+                ("finished", str),
+                ("peak_rss_mb", (int, float, type(None))),
+            ):
                 inputs.field(record, key, kind, f"{url}: stage {name}", None)
     except InputError as err:
         raise InputError(f"{err}; delete it to run every stage again, or choose another --workdir") from None

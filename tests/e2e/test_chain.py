@@ -38,7 +38,7 @@ def test_the_whole_chain_on_a_bucket_and_its_resume(gcs_emulator):
     for expected in (
         "corpus/all/COMPLETED", "vocab/vocab.txt", "shards/seq128/COMPLETED", "shards/seq128-validation/COMPLETED",
         "runs/tiny/checkpoints/step-00000006/COMMITTED", "hf/tiny/model.safetensors", "tasks/next-sentence/dev.tsv",
-        "finetune/next-sentence/metrics.json", "report/report.md", "report/report.html", "report/data_card.png",
+        "finetune/next-sentence/metrics.json", "report/report.md", "report/report.html", "report/sentence_lengths.png",
         "report/pretraining_curves.png", "chain.json",
     ):  # fmt: skip
         assert f"bert-bucket/demo/{expected}" in names, expected
