@@ -180,27 +180,23 @@ class AblationConfig:
         found = chain_config(self).input_problems() if self.wiki_dump else []
         if self.corpus:  # the derived task's train pairs come from validation, its dev pairs from test
             found += checks.corpus_problems(
-                self.corpus, ("train", "validation", "test")[: 3 - bool(self.glue_dir)]
+                self.corpus, ["train", "validation"] + ["test"] * (not self.glue_dir)
             )
             found += checks.glue_dir_problems(self.glue_dir, self.glue_task) if self.glue_dir else []
-        conll = ["train.txt", "valid.txt"]
-        found += (
-            checks.folder_problems("--ner-dir", self.ner_dir, conll, "the CoNLL-2003 layout")
-            if self.ner_dir
-            else []
-        )
-        return found + (
-            checks.folder_problems("--reference", self.reference, [], "") if self.reference else []
-        )
+        if self.ner_dir:
+            found += checks.folder_problems(
+                "--ner-dir", self.ner_dir, ["train.txt", "valid.txt"], "CoNLL-2003"
+            )
+        if self.reference:
+            found += checks.folder_problems("--reference", self.reference, [], "")
+        return found
 
     def url(self, *parts: str) -> str:
         return "/".join([self.workdir.rstrip("/"), "ablations", *parts])
 
 
 @dataclass(frozen=True)
-class Run:
-    """One pre-training run of the grid."""
-
+class Run:  # one pre-training run of the grid
     name: str
     title: str
     config: str
@@ -211,10 +207,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class FineTune:
-    """One fine-tuning run from a run's checkpoint at ``step`` (the reference model's: ``run`` is
-    ``reference``, ``step`` 0)."""
-
+class FineTune:  # one fine-tuning run from a run's checkpoint at step (the reference's: run "reference")
     name: str
     run: str
     task: str  # glue or ner
@@ -258,11 +251,11 @@ class _Builder:
         """A cell of fine-tunes: per run, one per seed (``RUN/TASK[-FEATURES][-bilstm]-stepN-sSEED``);
         ``how``: ``step`` (default the last; 0 for the reference model), ``features``, ``bilstm``."""
         step = how.pop("step", 0 if runs == ["reference"] else self.p.steps)
-        what = "-".join([task, how.get("features") or "", "bilstm" if how.get("bilstm") else ""]).strip("-")
+        what = "-".join(filter(None, [task, how.get("features"), "bilstm" if how.get("bilstm") else None]))
         names = []
         for run in runs:
             for seed in self.seeds(self.p.ner_seeds if task == "ner" else self.p.finetune_seeds):
-                names.append(f"{run}/{what.replace('--', '-')}-step{step}-s{seed}")
+                names.append(f"{run}/{what}-step{step}-s{seed}")
                 self.g.finetunes.setdefault(names[-1], FineTune(names[-1], run, task, seed, step, **how))
         self.g.cells.append({"table": table, "row": row, "column": column, "finetunes": names})
 

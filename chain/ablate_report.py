@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from chain.ablate import AblationConfig, Grid, chain_config, installed_reference
-from chain.report import get, markdown_to_html, png, read_json, table, write
+from chain.report import get, png, read_json, table, write
 from chain.run import Stage, shown
 
 PAPER = {  # per table and row: the paper's columns (None: not in the paper)
@@ -236,6 +236,3 @@ def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict)
     return write(
         cfg.url(), "chain ablate report", f"BERT ablations: preset `{p.name}`", sections, images, extra
     )
-
-
-__all__ = ["build_report", "collect", "format_cell", "markdown_to_html", "summarise"]

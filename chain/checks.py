@@ -4,7 +4,6 @@ UsageError, exit 2, no path looked at yet), then the inputs (together as one Inp
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -28,14 +27,6 @@ create_runner(options.view_as(StandardOptions).runner or "DirectRunner")
 def seed_problems(seed: int, count: int = 1) -> list[str]:
     top = SEED_MAX - (count - 1)
     return [] if 0 <= seed <= top else [f"--seed must be between 0 and {top:,}, got {seed}"]
-
-
-def at_least(flag: str, value: float, minimum: float) -> list[str]:
-    return (
-        []
-        if math.isfinite(value) and value >= minimum
-        else [f"{flag} must be at least {minimum:,}, got {value}"]
-    )
 
 
 def beam_problems(options: Sequence[str]) -> list[str]:

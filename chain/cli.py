@@ -14,6 +14,9 @@ from chain.run import check_apart, claim, run_chain, shown
 from schemas.commands import InputError, OneLineGroup, UsageError, config_default, config_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+WORKDIR = dict(help="Folder or bucket URL for every output.")
+BEAM = ("runner", "--beam-option", "runner")
+BEAM_HELP = dict(multiple=True, show_default=False, help="For every pipeline.")
 
 
 def _refuse(problems: list[str], error: type[Exception]) -> None:
@@ -25,10 +28,10 @@ def _refuse(problems: list[str], error: type[Exception]) -> None:
     cls=OneLineGroup,
     invoke_without_command=True,
     context_settings=CONTEXT,
-    epilog="Stages and rules: docs/chain.md",
+    epilog="Stages, reruns and errors: docs/chain.md",
 )
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
-@config_option(ChainConfig, "workdir", help="Folder or bucket URL for every output.")
+@config_option(ChainConfig, "workdir", **WORKDIR)
 @config_option(
     ChainConfig, "wiki_dump", show_default=False, help="A pages-articles dump (.xml.bz2). [required]"
 )
@@ -41,9 +44,7 @@ def _refuse(problems: list[str], error: type[Exception]) -> None:
 @config_option(ChainConfig, "precision", help="bf16 or fp16 on a GPU.")
 @config_option(ChainConfig, "finetune_epochs", type=float)
 @config_option(ChainConfig, "seed", type=int)
-@config_option(
-    ChainConfig, "runner", "--beam-option", "runner", multiple=True, show_default=False, help="For every pipeline."
-)
+@config_option(ChainConfig, *BEAM, **BEAM_HELP)
 @click.pass_context
 def main(ctx: click.Context, **opts) -> None:
     """Run every stage (corpus, vocabulary, shards, pre-training, export, fine-tuning) and write
@@ -68,23 +69,17 @@ def main(ctx: click.Context, **opts) -> None:
         state = run_chain(todo, cfg.workdir, log=click.echo)
         report = build(cfg.outputs(), state, cfg.workdir)
     click.echo(f"\n== done in {sum(s.get('seconds', 0) for s in state.values()):,.0f} s of stage time:")
-    where = cfg.outputs()
-    for label, key in (
-        ("documents", "corpus"),
-        ("vocabulary", "vocab"),
-        ("shards", "shards"),
-        ("run", "run"),
+    for label, key in zip(
+        ["documents", "vocabulary", "shards", "run", "transformers export", "fine-tuning"],
+        ["corpus", "vocab", "shards", "run", "export", "finetune"],
+        strict=True,
     ):
-        click.echo(f"   {label:20s} {where[key]}")
-    for label, key in (("transformers export", "export"), ("fine-tuning", "finetune")):
-        click.echo(f"   {label:20s} {where[key]}")
+        click.echo(f"   {label:20s} {cfg.outputs()[key]}")
     click.echo(f"   {'report':20s} {report['html']}  (and report.md)")
 
 
-@main.command(
-    context_settings=CONTEXT, epilog="Presets, tables and the quick study's figures: docs/ablations.md"
-)
-@config_option(AblationConfig, "workdir", help="Folder or bucket URL for every output.")
+@main.command(context_settings=CONTEXT, epilog="Presets, tables and measured times: docs/ablations.md")
+@config_option(AblationConfig, "workdir", **WORKDIR)
 @click.option(
     "--preset",
     type=click.Choice(list(PRESETS)),
@@ -98,17 +93,11 @@ def main(ctx: click.Context, **opts) -> None:
 @click.option("--glue-dir", help="A GLUE task folder; default: the demo's derived task.")
 @click.option("--glue-task", help="The task of --glue-dir (default mrpc).")
 @click.option("--ner-dir", help="A CoNLL-2003 folder (train.txt, valid.txt) for Tables 7 and 8.")
-@click.option(
-    "--reference", help="A pre-trained BERT beside ours in Table 7 [default: all-MiniLM-L6-v2, if installed]."
-)
+@click.option("--reference", help="A pre-trained BERT for Table 7 [default: all-MiniLM-L6-v2 if installed].")
 @click.option("--no-reference", is_flag=True, help="Leave Table 7's reference column out.")
 @config_option(AblationConfig, "seed", type=int, help="The first seed (seed, seed+1, ...).")
-@config_option(
-    AblationConfig, "runner", "--beam-option", "runner", multiple=True, show_default=False, help="For every pipeline."
-)
-@click.option(
-    "--dry-run", is_flag=True, help="Print every stage's command (and expected time) and run nothing."
-)
+@config_option(AblationConfig, *BEAM, **BEAM_HELP)
+@click.option("--dry-run", is_flag=True, help="Print every stage's command and expected time; run nothing.")
 def ablate(preset: str, reference: str | None, no_reference: bool, dry_run: bool, **opts) -> None:
     """Pre-train and fine-tune the grid of the paper's Tables 5-8 and Figure 5, then write
     WORKDIR/ablations/report.md and .html. Reruns skip every finished run."""
@@ -121,11 +110,8 @@ def ablate(preset: str, reference: str | None, no_reference: bool, dry_run: bool
     _refuse(cfg.problems() + ([] if dry_run else gpu_problems(cfg)), UsageError)
     g = grid(cfg)
     todo = stages(cfg, g)
-    given = {
-        f"--{k.replace('_', '-')}": getattr(cfg, k)
-        for k in ("wiki_dump", "books", "corpus", "glue_dir", "ner_dir", "reference")
-    }
-    check_apart(cfg.workdir, todo, given)
+    names = ("wiki_dump", "books", "corpus", "glue_dir", "ner_dir", "reference")
+    check_apart(cfg.workdir, todo, {f"--{k.replace('_', '-')}": getattr(cfg, k) for k in names})
     _refuse(cfg.input_problems(), InputError)
     if dry_run:
         return print_plan(cfg, g, todo)
@@ -141,9 +127,11 @@ def gpu_problems(cfg: AblationConfig) -> list[str]:
         return []
     import torch
 
-    if torch.cuda.is_available():
-        return []
-    return [f"--preset {cfg.preset.name} needs a CUDA GPU and none is here; see its plan with --dry-run"]
+    return (
+        []
+        if torch.cuda.is_available()
+        else [f"--preset {cfg.preset.name} needs a CUDA GPU and none is here; see its plan with --dry-run"]
+    )
 
 
 def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print) -> dict[str, str]:

@@ -52,7 +52,8 @@ class ChainConfig:
                 f"special tokens and {NUM_UNUSED} [unused] slots: give at least {reserved + 1}"
             )
         found += checks.model_problems("--model", self.model, self.precision)
-        found += checks.at_least("--pretrain-steps", self.pretrain_steps, 1)
+        if self.pretrain_steps < 1:
+            found.append(f"--pretrain-steps must be at least 1, got {self.pretrain_steps}")
         if not 0 < self.finetune_epochs < float("inf"):
             found.append(f"--finetune-epochs must be positive, got {self.finetune_epochs}")
         found += checks.seed_problems(self.seed) + checks.glue_problems(self.glue_dir, self.glue_task)

@@ -10,6 +10,7 @@ import io
 from typing import Any
 
 import fsspec
+import markdown
 
 from schemas import inputs
 from schemas.commands import InputError
@@ -87,7 +88,7 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows])
 
 
-STATISTICS = {
+STATISTICS = {  # section: the stage and the figures of its stats.json
     "Vocabulary": (
         "vocab",
         "vocab_size num_pieces_learned cased distinct_words pieces_per_word unk_word_rate",
@@ -105,10 +106,9 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
     images: dict[str, bytes] = {}
     _data_card(outputs, sections, images)
     for title, (key, names) in STATISTICS.items():
-        stats = read_json(f"{outputs[key]}/stats.json") or {}
-        rows = [
-            [k, get(stats, outputs[key], k, kinds=(int, float, str))] for k in names.split() if k in stats
-        ]
+        url = f"{outputs[key]}/stats.json"
+        stats = read_json(url) or {}
+        rows = [[k, get(stats, url, k, kinds=(int, float, str, bool))] for k in names.split() if k in stats]
         sections.append((f"## {title}\n\n{table(['statistic', 'value'], rows)}\n", "md"))
     _picture(f"{outputs['shards']}/length_histogram.png", "Example lengths (tokens)", sections, images)
     _pretraining(outputs["run"], sections, images)
@@ -118,18 +118,14 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
     baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
     text = table(["dev metric", "value"], rows) + f"\n\nMajority-class baseline: {baseline}\n"
     sections.append(("## Fine-tuning\n\n" + text, "md"))
-    timed = [
-        [name, s["seconds"], s.get("peak_rss_mb")]
-        for name, s in state.items()
-        if s.get("seconds") is not None
-    ]
-    text = (
-        table(["stage", "seconds", "peak memory (MB)"], timed)
-        + f"\n\nTotal: {sum(t[1] for t in timed):,.0f} s.\n"
+    timed = [[name, s["seconds"], s.get("peak_rss_mb")] for name, s in state.items() if "seconds" in s]
+    text = table(["stage", "seconds", "peak memory (MB)"], timed)
+    sections.append(
+        (f"## Time and peak memory per stage\n\n{text}\n\nTotal: {sum(t[1] for t in timed):,.0f} s.\n", "md")
     )
-    sections.append(("## Time and peak memory per stage\n\n" + text, "md"))
-    title = f"BERT pre-training: the whole chain on real text\n\nWork folder: `{workdir}`; every figure is read from the stages' own outputs."
-    return write(f"{workdir.rstrip('/')}/report", "chain report", title, sections, images)
+    title = "BERT pre-training: the whole chain on real text"
+    intro = f"Work folder: `{workdir}`; every figure is read from the stages' own outputs.\n"
+    return write(f"{workdir.rstrip('/')}/report", "chain report", title, [(intro, "md"), *sections], images)
 
 
 def _picture(url: str, caption: str, sections: Sections, images: dict[str, bytes]) -> None:
@@ -145,35 +141,29 @@ def _data_card(outputs: dict[str, str], sections: Sections, images: dict[str, by
         url = f"{outputs[name]}/stats.json"
         if outputs[name] and (stats := read_json(url)):
             drops = {
-                k: v
-                for group in ("dropped", "rejected")
-                for k, v in (get(stats, url, group, kinds=(dict,)) or {}).items()
+                **(get(stats, url, "dropped", kinds=(dict,)) or {}),
+                **(get(stats, url, "rejected", kinds=(dict,)) or {}),
             }
             counts = [get(stats, url, k) for k in ("records_in", "documents_out", "sentences", "words")]
             reasons = ", ".join(f"{k} {v}" for k, v in sorted(drops.items())) or "—"
             rows.append(
                 [name, *counts[:2], reasons, *counts[2:], get(stats, url, "reconciles", kinds=(bool,))]
             )
-    header = [
-        "stage",
-        "records in",
-        "documents out",
-        "dropped / rejected by reason",
-        "sentences",
-        "words",
-        "reconciles",
-    ]
+    header = "stage|records in|documents out|dropped / rejected by reason|sentences|words|reconciles".split(
+        "|"
+    )
     url = f"{outputs['corpus']}/stats.json"
     corpus = read_json(url) or {}
-    splits = get(corpus, url, "splits", kinds=(dict,)) or {}
-    split = ", ".join(f"{k} {v}" for k, v in sorted(splits.items()))
+    split = ", ".join(
+        f"{k} {v}" for k, v in sorted((get(corpus, url, "splits", kinds=(dict,)) or {}).items())
+    )
     sections.append((f"## Data card\n\n{table(header, rows)}\n\nCorpus split (documents): {split}\n", "md"))
     histogram = get(corpus, url, "histograms", "sentence_words", kinds=(dict,)) or {}
     if histogram and all(isinstance(v, int) for v in histogram.values()):
-        picture = bars(
-            "Sentence lengths in the corpus (words)", list(histogram), list(histogram.values()), "sentences"
+        labels, values = list(histogram), list(histogram.values())
+        images["sentence_lengths.png"] = bars(
+            "Sentence lengths in the corpus (words)", labels, values, "sentences"
         )
-        images["sentence_lengths.png"] = picture
         sections.append(("Sentence lengths (words per sentence)", "sentence_lengths.png"))
 
 
@@ -227,27 +217,4 @@ def write(
 
 
 def markdown_to_html(text: str) -> str:
-    """The Markdown the reports use: headings, tables, paragraphs, `code`."""
-    out, rows = [], []
-
-    def inline(s: str) -> str:
-        return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(html.escape(s).split("`")))
-
-    for line in [*text.splitlines(), ""]:
-        if line.startswith("|"):
-            if not set(line.replace("|", "").strip()) <= {"-"}:
-                rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-            continue
-        if rows:
-            cells = [
-                "".join(f"<t{'hd'[i > 0]}>{inline(c)}</t{'hd'[i > 0]}>" for c in row)
-                for i, row in enumerate(rows)
-            ]
-            out.append("<table>" + "".join(f"<tr>{c}</tr>" for c in cells) + "</table>")
-            rows = []
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{inline(line[level:].strip())}</h{level}>")
-        elif line.strip():
-            out.append(f"<p>{inline(line)}</p>")
-    return "\n".join(out)
+    return markdown.markdown(text, extensions=["tables"])

@@ -1,12 +1,6 @@
-"""Running a chain: its stages in order, each the real command in its own process, resumable.
-
-A stage's key hashes its command line and the keys and finishing times of the stages it reads;
-``WORKDIR/chain.json`` records per stage the key, wall time and peak memory. A rerun skips a stage
-whose key matches and whose marker file exists, continues an interrupted pre-training run from its
-checkpoints, and redoes the rest. SIGINT/SIGTERM go to the running stage's process group (SIGKILL
-after ``GRACE_S`` or at a second signal); the stage is recorded as interrupted and the chain stops
-with :class:`~schemas.commands.Stopped`. See docs/chain.md.
-"""
+"""Running a chain: its stages in order, each the real command in its own process; reruns skip
+what is done (a stage's key: its command and its upstream stages' keys), an interrupted pre-training
+run continues, and a stop signal reaches the running stage's process group. docs/chain.md"""
 
 from __future__ import annotations
 

@@ -73,13 +73,11 @@ class ExtractSettings:
             raise UsageError("; ".join(problems))
 
     @property
-    def window(self) -> int:
-        """Pieces per window (``max_seq_length`` less ``[CLS]`` and ``[SEP]``)."""
+    def window(self) -> int:  # pieces per window: max_seq_length less [CLS] and [SEP]
         return self.max_seq_length - 2
 
     @property
-    def step(self) -> int:
-        """Pieces between the starts of two windows of one long line."""
+    def step(self) -> int:  # pieces between the starts of two windows of one long line
         return self.stride or max(self.window // 2, 1)
 
 
@@ -248,7 +246,12 @@ def extract_features(
         folder.begin()
         writer = _ShardWriter(output, features_format(config.hidden_size), settings.max_shard_bytes)
         digest = hashlib.sha256()
-        stats = _extract(encoder, input_file, layers, settings, writer, digest)
+        try:
+            stats = _extract(encoder, input_file, layers, settings, writer, digest)
+        except BaseException:  # the shards written so far are of no use without a manifest
+            for entry in writer.entries:
+                writer.fs.rm(f"{writer.root}/{entry.path}")
+            raise
         params = {
             "checkpoint": encoder.source,
             "input": input_file,
@@ -304,8 +307,8 @@ def _extract(
     stats["extract_s"] = round(time.perf_counter() - start, 3)
     stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
     stats["num_rows"] = sum(e.num_rows for e in writer.entries)
-    logger.info("features: %d lines, %d pieces, %d rows in %.1f s", stats["num_lines"], stats["num_pieces"],
-                stats["num_rows"], stats["extract_s"])  # fmt: skip
+    counts = [stats[k] for k in ("num_lines", "num_pieces", "num_rows", "extract_s")]
+    logger.info("features: %d lines, %d pieces, %d rows in %.1f s", *counts)
     return stats
 
 

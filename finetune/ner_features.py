@@ -28,15 +28,13 @@ logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = "ner-feature-cache"
 CACHE_VERSION = "1"
-SPAN_INPUTS = (*MODEL_INPUTS, "sentence_start", "sentence_end", "layers")
-"""What the feature tagger takes at prediction: the window, or its sentence's cached layers."""
+SPAN_INPUTS = (*MODEL_INPUTS, "sentence_start", "sentence_end", "layers")  # the window, or its cached layers
 
 
 def feature_tagger(
     encoder: Encoder, labels: Sequence[str], features: str, config: FitConfig
 ) -> FeatureTagger:
-    """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder; a checkpoint too shallow
-    for ``features`` is one :class:`InputError`."""
+    """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder (InputError: too shallow)."""
     try:
         return FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
     except ValueError as err:
@@ -76,9 +74,8 @@ def _cache_path(folder: str, digest: str) -> str:
 def load_cached(
     folder: str, digest: str, lengths: Sequence[int], num_states: int, hidden: int
 ) -> torch.Tensor | None:
-    """The cached activations ``[sum(lengths), num_states, hidden]`` of the split named ``digest``,
-    or None when ``folder`` has none. A file that does not hold what its name promises is a
-    :class:`InputError` naming it."""
+    """The cached activations ``[sum(lengths), num_states, hidden]`` named ``digest`` (None: not
+    there); an InputError for a file that does not hold what its name promises."""
     path = _cache_path(folder, digest)
     fs, local = fsspec.core.url_to_fs(path)
     if not fs.exists(local):
@@ -123,10 +120,9 @@ def with_layers(
     split: str = "train",
     source: str = "",
 ) -> tuple[list[dict[str, Any]], str]:
-    """``features`` (with sentence spans) cut to their sentences, each with the model's chosen
-    layers under ``layers``. Without ``folder`` the encoder computes just those layers. With it,
-    every layer is read from ``folder`` when there, else computed and written there for later
-    runs. Returns the features and what happened: ``computed``, ``read`` or ``written``."""
+    """``features`` cut to their sentences, each with the model's chosen ``layers``: computed, or
+    with ``folder`` every layer read from it (else computed and written there); and which of
+    ``computed``, ``read``, ``written`` happened."""
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     compute = dict(
@@ -188,10 +184,8 @@ def tag_feature_based(
     split: str,
     source: str,
 ) -> tuple[list[list[str]], str]:
-    """Predicted IOB2 tags for every word of every sentence of ``windows`` (features with sentence
-    spans; a long sentence's words each read from the window where they have the most context),
-    the activations live or, with ``folder``, shared through it. Returns the tags and how the
-    activations were obtained."""
+    """IOB2 tags for every word of ``windows``' sentences (each from the window where it has the most
+    context), the activations live or shared through ``folder``; and how they were obtained."""
     inputs = windows.features
     starts = [f["sentence_start"] for f in inputs]
     outcome = "live"

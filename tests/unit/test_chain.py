@@ -1,4 +1,4 @@
-"""The chain's resume rules, the derived task and the report's HTML, on stand-in stages."""
+"""The chain's resume rules and the derived task, on stand-in stages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from chain.report import markdown_to_html
 from chain.run import Stage, StageFailed, run_chain
 from chain.task import pairs
 
@@ -77,12 +76,3 @@ def test_derived_pairs_are_balanced_and_negatives_cross_documents():
             assert doc1 != doc2
     assert len(pairs(documents, limit=10, seed=7)) == 10
     assert pairs(documents[:1], limit=10, seed=7) == []
-
-
-def test_report_markdown_subset_to_html():
-    page = markdown_to_html("## Data card\n\n| a | `b` |\n|---|---|\n| 1 | x<y |\n\ntext `code`")
-    assert "<h2>Data card</h2>" in page
-    assert (
-        "<table><tr><th>a</th><th><code>b</code></th></tr><tr><td>1</td><td>x&lt;y</td></tr></table>" in page
-    )
-    assert "<p>text <code>code</code></p>" in page

@@ -86,10 +86,8 @@ def test_a_stop_signal_ends_the_stage_group_and_the_chain_without_finishing_the_
     (tmp_path / "stage.py").write_text(STAGE)
     work = tmp_path / "work"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    chain = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(work), mode, str(tmp_path / "stage.py")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    command = [sys.executable, "-c", DRIVER, str(work), mode, str(tmp_path / "stage.py")]
+    chain = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(work / "slow" / "pids.txt")
         stage_pid, grandchild_pid = map(int, (work / "slow" / "pids.txt").read_text().split())
