@@ -7,6 +7,7 @@ et al., 2018, dev sets) stand beside ours for reference."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 from chain.ablate import AblationConfig, Grid, chain_config, installed_reference
 from chain.report import get, png, read_json, table, write
@@ -168,6 +169,17 @@ def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
     return points, png(figure)
 
 
+def _times(state: dict) -> str:
+    """The stages' time in all, and the wall time from the first stage's start to now."""
+    done = [(datetime.fromisoformat(s["finished"]), s["seconds"]) for s in state.values() if "finished" in s]
+    if not done:
+        return "No stage has run yet.\n"
+    wall = (
+        datetime.now(UTC) - min(end - timedelta(seconds=seconds) for end, seconds in done)
+    ).total_seconds()
+    return f"Time: {sum(s for _, s in done) / 60:.1f} min in the stages, {wall / 60:.1f} min of wall time since the first began.\n"
+
+
 def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict) -> dict[str, str]:
     """Write the study's report; return the paths of report.md and report.html."""
     label = chain_config(cfg).task.upper() if cfg.glue_dir else "next-sentence task"
@@ -183,7 +195,7 @@ def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict)
         "model pre-trained at full scale, which shows what the method gives when the encoder is good. "
         "The paper's numbers are BERT at full size: for reference, not comparison.\n\n" + NOTES
     )
-    sections = [(intro + "\n", "md")]
+    sections = [(intro + "\n\n" + _times(state), "md")]
     acc = f"ours: {label} dev acc"
     for number, title, columns, first in (
         ("5", "Table 5: pre-training tasks", {"task": acc}, ["pre-training"]),
