@@ -125,9 +125,9 @@ def collect(cfg: AblationConfig, g: Grid) -> list[dict]:
     return results
 
 
-def _table(results: list[dict], number: str, columns: dict[str, str], first: list[str], digits=None) -> str:
-    """Table ``number``: per row our ``columns`` (cell column: header), each with its Δ from the first
-    row, then the paper's."""
+def _table(results: list[dict], number: str, columns: dict, first: list[str], digits: dict) -> tuple:
+    """Table ``number``'s header and rows: per row our ``columns`` (cell column: header), each with its
+    Δ from the first row, then the paper's."""
     cells = {(r["row"], r["column"]): r["summary"] for r in results if r["table"] == number}
     rows = list(dict.fromkeys(row for row, _ in cells))
     body = []
@@ -138,7 +138,7 @@ def _table(results: list[dict], number: str, columns: dict[str, str], first: lis
         ]
         paper = PAPER[number].get(row, (None,) * len(PAPER_COLUMNS[number]))
         body.append([*(row.split("/") if number == "6" else [row]), *ours, *paper])
-    return table([*first, *columns.values(), *PAPER_COLUMNS[number]], body)
+    return [*first, *columns.values(), *PAPER_COLUMNS[number]], body
 
 
 def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
@@ -162,9 +162,7 @@ def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
         line = [p for p in done if p["run"] == run]
         x, y, err = ([p[k] or 0 for p in line] for k in ("step", "mean", "std"))
         axis.errorbar(x, y, yerr=err, marker="o", capsize=3, label=run)
-    axis.set(
-        xlabel="pre-training steps", ylabel=f"{label} dev accuracy (%)", title="Figure 5: training length"
-    )
+    axis.set(xlabel="pre-training steps", ylabel=f"{label} dev accuracy (%)", title="Figure 5")
     axis.legend()
     return points, png(figure)
 
@@ -174,10 +172,10 @@ def _times(state: dict) -> str:
     done = [(datetime.fromisoformat(s["finished"]), s["seconds"]) for s in state.values() if "finished" in s]
     if not done:
         return "No stage has run yet.\n"
-    wall = (
-        datetime.now(UTC) - min(end - timedelta(seconds=seconds) for end, seconds in done)
-    ).total_seconds()
-    return f"Time: {sum(s for _, s in done) / 60:.1f} min in the stages, {wall / 60:.1f} min of wall time since the first began.\n"
+    wall = (datetime.now(UTC) - min(end - timedelta(seconds=s) for end, s in done)).total_seconds() / 60
+    return (
+        f"Time: {sum(s for _, s in done) / 60:.1f} min in the stages, {wall:.1f} min since the first began.\n"
+    )
 
 
 def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict) -> dict[str, str]:
@@ -196,54 +194,34 @@ def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict)
         "The paper's numbers are BERT at full size: for reference, not comparison.\n\n" + NOTES
     )
     sections = [(intro + "\n\n" + _times(state), "md")]
-    acc = f"ours: {label} dev acc"
-    for number, title, columns, first in (
-        ("5", "Table 5: pre-training tasks", {"task": acc}, ["pre-training"]),
-        ("6", "Table 6: model size", {"ppl": "ours: MLM ppl (held-out)", "task": acc}, ["#L", "#H", "#A"]),
-        (
-            "7",
-            "Table 7: CoNLL-2003 NER",
-            {"ner": "ours: dev F1", "reference": f"{reference}: dev F1"},
-            ["system"],
-        ),
-        (
-            "8",
-            "Table 8: masking mixes",
-            {"task": acc, "ner": "ours: NER fine-tune", "ner-features": "ours: NER features"},
-            ["MASK / SAME / RND"],
-        ),
-    ):
-        body = _table(results, number, columns, first, {"ppl": 2})
-        missing = "".join(f"\nNot run: {m}.\n" for m in g.missing.get(number, []))
-        sections.append((f"## {title}\n\n{body}\n{missing}", "md"))
-    rows = [
-        [q["run"], q["step"], "not run" if q["mean"] is None else f"{q['mean']:.1f}", q["n"]] for q in points
-    ]
-    sections.append(
-        ("## Figure 5: training length\n\n" + table(["run", "step", "dev acc", "n"], rows) + "\n", "md")
-    )
-    if picture:
-        sections.append(("Figure 5: dev accuracy against pre-training steps", "figure5.png"))
-    rows = [
-        [
-            s.name.removeprefix("ablate/"),
-            state.get(s.name, {}).get("seconds", "not run"),
-            f"`{shown(s.command)}`",
-        ]
-        for s in stages
-        if s.name.startswith("ablate/")
-    ]
-    sections.append(
-        ("## Runs and their commands\n\n" + table(["run", "seconds", "command"], rows) + "\n", "md")
-    )
-    csv = "run,step,mean,std,n\n" + "".join(
-        ",".join("" if q[k] is None else str(q[k]) for k in q) + "\n" for q in points
-    )
-    extra = {
-        "figure5.json": json.dumps(points, indent=1),
-        "figure5.csv": csv,
-        "results.json": json.dumps(results, indent=1),
+
+    def add(title: str, header: list[str], rows: list[list], after: str = "") -> None:
+        sections.append((f"## {title}\n\n{table(header, rows)}\n{after}", "md"))
+
+    acc, f1 = f"ours: {label} dev acc", {"ner": "ours: dev F1", "reference": f"{reference}: dev F1"}
+    ner = {"ner": "ours: NER fine-tune", "ner-features": "ours: NER features"}
+    tables = {
+        "5": ("pre-training tasks", {"task": acc}, ["pre-training"]),
+        "6": ("model size", {"ppl": "ours: MLM ppl (held-out)", "task": acc}, ["#L", "#H", "#A"]),
+        "7": ("CoNLL-2003 NER", f1, ["system"]),
+        "8": ("masking mixes", {"task": acc, **ner}, ["MASK / SAME / RND"]),
     }
+    for number, (title, columns, first) in tables.items():
+        missing = "".join(f"\nNot run: {m}.\n" for m in g.missing.get(number, []))
+        add(f"Table {number}: {title}", *_table(results, number, columns, first, {"ppl": 2}), missing)
+    rows = [
+        [q["run"], q["step"], "not run" if q["mean"] is None else round(q["mean"], 1), q["n"]] for q in points
+    ]
+    add("Figure 5: training length", ["run", "step", "dev acc", "n"], rows)
+    sections += [("Figure 5: dev accuracy against pre-training steps", "figure5.png")] if picture else []
+    ours = [s for s in stages if s.name.startswith("ablate/")]
+    rows = [
+        [s.name[7:], state.get(s.name, {}).get("seconds", "not run"), f"`{shown(s.command)}`"] for s in ours
+    ]
+    add("Runs and their commands", ["run", "seconds", "command"], rows)
+    csv = "".join(",".join(map(str, q.values())).replace("None", "") + "\n" for q in points)
+    extra = {"figure5.json": json.dumps(points), "figure5.csv": "run,step,mean,std,n\n" + csv}
+    extra["results.json"] = json.dumps(results, indent=1)
     images = {"figure5.png": picture} if picture else {}
     return write(
         cfg.url(), "chain ablate report", f"BERT ablations: preset `{p.name}`", sections, images, extra

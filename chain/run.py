@@ -4,6 +4,7 @@ run continues, and a stop signal reaches the running stage's process group. docs
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ from schemas.outputs import OutputFolder
 STATE_FILE = "chain.json"
 MAX_STATE_BYTES = 64 << 20
 GRACE_S = 60.0  # how long a stopped stage may take to finish (pretrain saves a checkpoint)
+RECORD_FIELDS = (("seconds", (int, float)), ("finished", str), ("peak_rss_mb", (int, float, type(None))))
 
 
 class StageFailed(CommandError):
@@ -88,11 +90,7 @@ def read_state(url: str) -> dict:
             raise InputError(f"{url}: a JSON {type(state).__name__}, not the record of the chain's stages")
         for name, record in state.items():
             inputs.field(record, "key", str, f"{url}: stage {name}")
-            for key, kind in (
-                ("seconds", (int, float)),
-                ("finished", str),
-                ("peak_rss_mb", (int, float, type(None))),
-            ):
+            for key, kind in RECORD_FIELDS:
                 inputs.field(record, key, kind, f"{url}: stage {name}", None)
     except InputError as err:
         raise InputError(f"{err}; delete it to run every stage again, or choose another --workdir") from None
@@ -137,11 +135,8 @@ def run_process(argv: list[str], grace_s: float = GRACE_S) -> tuple[int, float, 
 
 
 def _kill(group: list[int], signum: int) -> None:
-    if group:
-        try:
-            os.killpg(group[0], signum)
-        except (ProcessLookupError, PermissionError):
-            pass  # the group has gone
+    with contextlib.suppress(IndexError, ProcessLookupError, PermissionError):  # none yet, or gone
+        os.killpg(group[0], signum)
 
 
 def claim(workdir: str, command: str) -> OutputFolder:
@@ -163,10 +158,9 @@ def run_chain(stages: list[Stage], workdir: str, log=print, *, grace_s: float = 
 def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: float) -> None:
     key, recorded = _key(stage, state), state.get(stage.name, {})
     if recorded.get("key") == key and stage.marker and exists(stage.marker):
-        log(
-            f"{header}: complete, skipped (ran {recorded.get('seconds', 0):.0f} s on {recorded.get('finished')})"
+        return log(
+            f"{header}: complete, skipped (ran {recorded.get('seconds', 0):.0f} s, {recorded.get('finished')})"
         )
-        return
     log(header)
     argv = stage.command
     if recorded.get("key") == key and stage.resume and exists(f"{stage.output}/checkpoints"):
@@ -186,18 +180,24 @@ def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: f
         seconds = time.perf_counter() - started
     if signum is not None:
         state[stage.name] = {"key": key, "interrupted": signal.Signals(signum).name}
-        files.write_json(url, state, indent=1, sort_keys=True)
+    elif code != 0:
+        state[stage.name] = {"key": key, "failed": code}
+    else:
+        finished = datetime.now(UTC).isoformat(timespec="seconds")
+        peak = None if peak_mb is None else round(peak_mb, 1)
+        state[stage.name] = {
+            "key": key,
+            "seconds": round(seconds, 1),
+            "peak_rss_mb": peak,
+            "finished": finished,
+        }
+        state[stage.name].update(output=stage.output, **extra)
+    files.write_json(url, state, indent=1, sort_keys=True)
+    if signum is not None:
         raise Stopped(signum, f"stage {stage.name} recorded as interrupted; rerun to continue")
     if code != 0:
-        state[stage.name] = {"key": key, "failed": code}
-        files.write_json(url, state, indent=1, sort_keys=True)
         status = 128 - code if code < 0 else code
         raise StageFailed(f"stage {stage.name} failed (exit {code}): {shown(argv or [])}", status)
-    finished = datetime.now(UTC).isoformat(timespec="seconds")
-    peak = None if peak_mb is None else round(peak_mb, 1)
-    state[stage.name] = {"key": key, "seconds": round(seconds, 1), "peak_rss_mb": peak, "finished": finished}
-    state[stage.name].update(output=stage.output, **extra)
-    files.write_json(url, state, indent=1, sort_keys=True)
 
 
 def check_apart(workdir: str, stages: list[Stage], given: dict[str, str | None]) -> None:
