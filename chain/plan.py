@@ -46,6 +46,7 @@ class ChainConfig:
 
         reserved = len(SPECIAL_TOKENS) + NUM_UNUSED
         found = [] if self.wiki_dump or self.corpus else ["give --wiki-dump (a pages-articles dump)"]
+        found += [] if self.workdir else ["--workdir must not be empty"]
         if self.vocab_size <= reserved:
             found.append(
                 f"--vocab-size {self.vocab_size} leaves no room for word pieces after {len(SPECIAL_TOKENS)} "

@@ -238,3 +238,12 @@ def test_a_second_chain_in_a_workdir_is_refused_naming_the_first(dump, tmp_path)
         assert _errors(refused).startswith(
             f"--workdir {work}: being written by `chain` (run {first.run_id}, pid {os.getpid()} on host "
         )
+
+
+def test_chains_own_flags_before_a_subcommand_are_refused(dump, tmp_path):
+    result = CliRunner().invoke(
+        chain_main, ["--workdir", str(tmp_path / "w"), "ablate", "--wiki-dump", str(dump)]
+    )
+    assert result.exit_code == 2 and _errors(result) == "--workdir is chain's, not chain ablate's"
+    empty = CliRunner().invoke(chain_main, ["--workdir", "", "--wiki-dump", str(dump)])
+    assert empty.exit_code == 2 and _errors(empty) == "--workdir must not be empty"
