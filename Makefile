@@ -19,7 +19,7 @@ GLUE_TASK ?= mrpc
 # bf16 autocast is slower than fp32 on most CPUs; use it (or fp16) on a GPU.
 PRECISION ?= $(shell $(PY) -c "import torch; print('bf16' if torch.cuda.is_available() else 'fp32')" 2>/dev/null || echo fp32)
 
-.PHONY: setup test test-all demo lint bench gpu-data constraints clean
+.PHONY: setup test test-all demo lint bench gpu-data constraints clean dataflow-rehearsal
 
 setup: $(STAMP)
 
@@ -42,6 +42,12 @@ test-all: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m pytest -n 2 --dist loadfile --durations=15
+
+# The Beam stages as Dataflow runs them, before paying (docs/scale.md): a job service, an isolated
+# worker pool (root: a mount namespace) and a GCS emulator; STAGE runs with the stages before it.
+STAGE ?= all
+dataflow-rehearsal: $(STAMP)
+	$(PY) -m tests.rehearsal.rehearse --stage $(STAGE) --compare
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)

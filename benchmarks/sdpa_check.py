@@ -25,7 +25,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from pretrain import attention
-from pretrain.batching import model_inputs, pack, to_device
+from pretrain.batching import model_inputs, pack
 from pretrain.model import BertConfig, BertForPreTraining, pretraining_loss
 from pretrain.runtime import autocast
 
@@ -38,6 +38,13 @@ BACKENDS = (
     ("cudnn", SDPBackend.CUDNN_ATTENTION),
     ("math", SDPBackend.MATH),
 )
+
+
+def to_device(inputs: dict, device: torch.device) -> dict:
+    """``inputs`` with every tensor moved to ``device`` (other values as they are)."""
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
+    }
 
 
 def batches(batch: int, length: int, vocab: int, device: torch.device) -> dict[str, dict]:

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from pretrain import attention
-from pretrain.batching import model_inputs, num_real_tokens, pack, to_device
+from pretrain.batching import model_inputs, num_real_tokens, pack
 from pretrain.model import BertConfig, BertForPreTraining, compile_model, pretraining_loss
 from pretrain.runtime import autocast
 
@@ -35,6 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from benchmarks import harness
 
 VOCAB = 30522
+
+
+def to_device(inputs: dict, device: torch.device) -> dict:
+    """``inputs`` with every tensor moved to ``device`` (other values as they are)."""
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
+    }
 
 
 def shard_like_batch(examples: int, length: int, predictions: int, seed: int) -> dict[str, torch.Tensor]:

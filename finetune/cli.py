@@ -21,6 +21,7 @@ from finetune.hidden import FEATURE_CHOICES
 from finetune.ner import FEATURE_LR, NerConfig, run_ner
 from finetune.squad import SquadConfig, run_squad
 from finetune.swag import SwagConfig, run_swag
+from schemas.buckets import probe
 from schemas.commands import OneLineGroup, config_option
 from schemas.outputs import OutputFolder
 from schemas.paths import check_apart
@@ -52,6 +53,7 @@ def _into_output(
     check_apart({"--output": output}, inputs)
     if cache:
         check_apart({"--feature-cache": cache}, {k: v for k, v in inputs.items() if k != "--feature-cache"})
+    probe(reads=inputs, writes={"--output": output, "--feature-cache": cache})
     with contextlib.ExitStack() as stack:
         folders = [stack.enter_context(OutputFolder.open(output, f"finetune {command}", overwrite=overwrite))]
         if cache:
@@ -224,6 +226,7 @@ def features(
     extract_features.py)."""
     config = ExtractSettings(**opts)
     check_apart({"--output": output}, {"--checkpoint": checkpoint, "--input": input_file})
+    probe(reads={"--checkpoint": checkpoint, "--input": input_file}, writes={"--output": output})
     stats = extract_features(checkpoint, input_file, output, config, cased=cased, overwrite=overwrite)
     click.echo(json.dumps(stats, indent=2))
 
@@ -262,6 +265,7 @@ def report(runs: tuple[str, ...], output: str, label: str, overwrite: bool) -> N
     from finetune.report import to_markdown, write_report
 
     check_apart({"--output": output}, {"RUNS": list(runs)})
+    probe(reads={"RUNS": runs}, writes={"--output": output})
     click.echo(to_markdown(write_report(list(runs), output, label, overwrite)))
 
 

@@ -28,10 +28,10 @@ from torch import nn
 from pretrain import checkpoint as ckpt
 from pretrain import hf, runtime
 from pretrain.model import BertForPreTraining, BertModel
-from pretrain.optim import build_scheduler, parameter_groups
+from pretrain.optim import Diverged, build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
-from schemas.commands import CommandError, InputError, UsageError
+from schemas.commands import InputError, UsageError
 from schemas.files import write_file
 from schemas.inputs import MAX_JSON_BYTES, boolean, check_file, lines, loads, read_bytes
 from wordpiece.tokenizer import WordPieceTokenizer
@@ -123,10 +123,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
     url = checkpoint.rstrip("/")
     fs, path = fsspec.core.url_to_fs(url)
     if _STEP_DIR.search(path) is not None or fs.exists(f"{path}/checkpoints"):
-        try:
-            url = ckpt.resolve(url).url
-        except ValueError as err:
-            raise InputError(str(err)) from None
+        url = ckpt.resolve(url).url
     try:
         hf.check_vocab_rows(url)
         model = BertForPreTraining.from_pretrained(url, seed=seed)
@@ -486,12 +483,12 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def diverged(step: int, what: str, config: FitConfig, precision: str) -> CommandError:
+def diverged(step: int, what: str, config: FitConfig, precision: str) -> Diverged:
     """The error that stops a run whose loss or gradients stopped being finite (exit 1)."""
     advice = f"lower --lr (it is {config.lr:g})"
     if precision == "fp16":
         advice += " or use --precision bf16 or fp32"
-    return CommandError(f"fine-tuning diverged at step {step + 1}: {what}; {advice}; no model was saved")
+    return Diverged(f"fine-tuning diverged at step {step + 1}: {what}; {advice}; no model was saved")
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""Typed, validated configurations of the corpus stages.
+"""Typed, validated configurations of the corpus stages: the source of every flag's default.
 
-Each config checks every field when it is created and raises one ``ValueError`` listing all
-problems, so a bad flag fails before any pipeline is built.
+Each config checks every field when it is created (``problems()``) and raises one ``ValueError``
+listing them all, so a bad flag fails before any pipeline is built (exit 2 at the command line).
 """
 
 from __future__ import annotations
@@ -22,37 +22,35 @@ def check_count(flag: str, value: int, problems: list[str], most: int = MAX_SHAR
         problems.append(f"{flag} must be between 1 and {most:,}, got {value}")
 
 
-def _check(problems: list[str]) -> None:
-    if problems:
-        raise ValueError("invalid configuration: " + "; ".join(problems))
+def _check_fractions(validation: float, test: float, problems: list[str]) -> None:
+    for flag, value in (("--validation-fraction", validation), ("--test-fraction", test)):
+        if not 0.0 <= value < 1.0:
+            problems.append(f"{flag} must be in [0, 1), got {value}")
+    if validation + test >= 1.0:
+        problems.append("--validation-fraction plus --test-fraction must leave some training data")
 
 
 @dataclass(frozen=True)
-class SourceConfig:
-    """Options shared by ``pipelines wikipedia`` and ``pipelines books``."""
+class _Stage:
+    """What every corpus stage has: inputs, an output, its shards; validated on creation."""
 
     inputs: tuple[str, ...]
     output: str
     num_shards: int = 16
-    min_document_words: int = 8
     overwrite: bool = False
-    allow_file_errors: bool = False
-    """Mark the output COMPLETED although input files ended early (``--allow-file-errors``)."""
 
     def problems(self) -> list[str]:
         """Every problem with the options, as sentences naming the flag."""
-        problems = []
-        if not self.inputs:
-            problems.append("--input is required (a file, a glob or a bucket URL; repeatable)")
+        problems = [] if self.inputs else ["--input is required (repeatable)"]
         if not self.output:
             problems.append("--output is required")
         check_count("--num-shards", self.num_shards, problems)
-        if self.min_document_words < 0:
-            problems.append(f"--min-document-words must be 0 or more, got {self.min_document_words}")
         return problems
 
     def __post_init__(self) -> None:
-        _check(self.problems())
+        problems = self.problems()
+        if problems:
+            raise ValueError("invalid configuration: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """The parameters recorded in the manifest (inputs as absolute paths or URLs)."""
@@ -61,6 +59,21 @@ class SourceConfig:
         data.pop("output")
         data["inputs"] = [absolute_reference(path) for path in self.inputs]
         return data
+
+
+@dataclass(frozen=True)
+class SourceConfig(_Stage):
+    """Options shared by ``pipelines wikipedia``, ``books`` and ``text``."""
+
+    min_document_words: int = 8
+    allow_file_errors: bool = False
+    """Mark the output COMPLETED although input files ended early (``--allow-file-errors``)."""
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.min_document_words < 0:
+            problems.append(f"--min-document-words must be 0 or more, got {self.min_document_words}")
+        return problems
 
 
 @dataclass(frozen=True)
@@ -94,43 +107,25 @@ class TextConfig(SourceConfig):
 
     def problems(self) -> list[str]:
         problems = super().problems()
-        for name in ("validation_fraction", "test_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                problems.append(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
-        if self.validation_fraction + self.test_fraction >= 1.0:
-            problems.append("--validation-fraction plus --test-fraction must leave some training data")
+        _check_fractions(self.validation_fraction, self.test_fraction, problems)
         return problems
 
 
 @dataclass(frozen=True)
-class CorpusConfig:
+class CorpusConfig(_Stage):
     """``pipelines corpus``: merge, de-duplicate and split document outputs."""
 
-    inputs: tuple[str, ...]
-    output: str
     validation_fraction: float = 0.01
     test_fraction: float = 0.01
     near_duplicate_threshold: float = 0.8
     shingle_words: int = 5
     minhash_bands: int = 20
     minhash_rows: int = 6
-    num_shards: int = 16
-    overwrite: bool = False
     split_seed: str = field(default="corpus-split-v1")
 
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.inputs:
-            problems.append("--input is required (a completed wikipedia/books output; repeatable)")
-        if not self.output:
-            problems.append("--output is required")
-        for name in ("validation_fraction", "test_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                problems.append(f"--{name.replace('_', '-')} must be in [0, 1), got {value}")
-        if self.validation_fraction + self.test_fraction >= 1.0:
-            problems.append("--validation-fraction plus --test-fraction must leave some training data")
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        _check_fractions(self.validation_fraction, self.test_fraction, problems)
         if not 0.0 < self.near_duplicate_threshold <= 1.0:
             problems.append(
                 f"--near-duplicate-threshold must be in (0, 1], got {self.near_duplicate_threshold}"
@@ -139,18 +134,9 @@ class CorpusConfig:
             problems.append(f"--shingle-words must be between 1 and 64, got {self.shingle_words}")
         if self.minhash_bands < 1 or self.minhash_rows < 1:
             problems.append("--minhash-bands and --minhash-rows must be at least 1")
-        check_count("--num-shards", self.num_shards, problems)
-        _check(problems)
+        return problems
 
     @property
     def num_permutations(self) -> int:
         """MinHash signature length: bands × rows."""
         return self.minhash_bands * self.minhash_rows
-
-    def params(self) -> dict[str, Any]:
-        """The parameters recorded in the manifest."""
-        data = asdict(self)
-        data.pop("overwrite")
-        data.pop("output")
-        data["inputs"] = [absolute_reference(path) for path in self.inputs]
-        return data

@@ -15,12 +15,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, commands, verify_completed
-from schemas.commands import OutputError as OutputError  # an output in the way: the CLI's io.OutputError
-from schemas.files import WriteError
+from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, verify_completed
+from schemas.commands import InputError, OutputError  # noqa: F401 (io.OutputError)
+from schemas.inputs import check_file
 from schemas.outputs import OutputFolder
-from wordpiece.count import read_bytes, s3_storage_options
-from wordpiece.count import write_bytes as beam_write_bytes
+from wordpiece.count import read_bytes, s3_storage_options, write_bytes  # noqa: F401 (io.write_bytes)
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -31,16 +30,9 @@ TEMP_DIR = ".temp"
 _S3_STORAGE: dict[str, Any] = {}
 
 
-class InputError(ValueError):
-    """An input is missing, empty or unusable; the message names it and says what to do."""
-
-
 def use_beam_options(beam_args: Sequence[str]) -> None:
-    """Give the launching machine's own file operations (output checks, input globs, manifests,
-    the output's claim) Beam's filesystem options from the command line: ``--s3_endpoint_url``,
-    ``--s3_region_name`` and the other ``S3Options`` (without them boto3 reads
-    ``AWS_ENDPOINT_URL`` and the usual AWS credentials). Beam applies them itself only once a
-    pipeline is built; its S3 filesystem refuses to work without them."""
+    """Give the launching machine's own file operations Beam's filesystem options (``S3Options``
+    such as ``--s3_endpoint_url``), which Beam applies itself only once a pipeline is built."""
     options = PipelineOptions(list(beam_args))
     FileSystems.set_options(options)
     _S3_STORAGE.clear()
@@ -54,10 +46,8 @@ def _fs(output: str) -> tuple[Any, str]:
 
 
 def open_output(output: str, command: str, overwrite: bool) -> OutputFolder:
-    """Claim ``output`` for the stage ``command`` on the launching machine (one writer; workers
-    on Dataflow write into it under this claim), refusing a folder that holds files unless
-    ``overwrite`` and they are the earlier run's of the same command
-    (:class:`schemas.outputs.OutputFolder`); :class:`OutputError` says what is there."""
+    """Claim ``output`` for the stage ``command`` on the launching machine (one writer; remote
+    workers write under this claim): :class:`schemas.outputs.OutputFolder`."""
     return OutputFolder.open(output, command, fs=_fs(output)[0], overwrite=overwrite)
 
 
@@ -76,16 +66,6 @@ def open_binary(path: str):
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
-    """Write a whole file, or nothing under its name (``data``: the bytes, or pieces of them already
-    made), through the Beam side's one writer, ``wordpiece.count.write_bytes``; a failure (a full
-    disk) is an :class:`OutputError` naming the file."""
-    try:
-        beam_write_bytes(path, data)
-    except WriteError as err:
-        raise OutputError(str(err)) from None
-
-
 def sha256_hex(data: bytes) -> str:
     """Hex SHA-256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
@@ -102,6 +82,8 @@ def expand_inputs(patterns: Iterable[str]) -> list[str]:
         matched = [m for m in matched if not m.endswith("/")]
         if not matched:
             raise InputError(f"--input {pattern}: no file matches this path or pattern")
+        for path in matched if "://" not in pattern else ():
+            check_file(path)  # a FIFO or a device would block or never end
         files.update(matched)
     return sorted(files)
 
@@ -133,8 +115,6 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
     try:
         text = read_bytes(manifest_path).decode("utf-8") if marker is not None else ""
         return verify_completed(text, marker, folder, expected_format)
-    except commands.InputError as err:
-        raise InputError(str(err)) from None
     except OSError as err:
         raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
 

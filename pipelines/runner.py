@@ -1,145 +1,115 @@
-"""Running a corpus stage: options, output preparation, execution and the user-facing summary."""
+"""Running a corpus stage: checks before submission, output preparation, execution, the check of
+what the job left and the user-facing summary."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import json
 import logging
-import os
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
-import pyarrow as pa
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 
 from pipelines import io
-from schemas import STATS_FILE
-from schemas.commands import InputError
-from wordpiece.beam_jobs import DEFAULT_RUNNER, STEP_ANNOTATION, explain_failure, run_pipeline
+from schemas import DOCUMENTS, STATS_FILE
+from schemas.commands import CommandError, InputError
+from wordpiece.beam_jobs import (
+    STEP_ANNOTATION,
+    check_job,
+    dry_run,
+    explain_failure,
+    job_options,
+    run_pipeline,
+)
 
 _LOG = logging.getLogger(__name__)
 
 
-# glibc's mallopt parameters: blocks at least this big are mmapped (and unmapped when freed),
-# and free memory above this much at the top of the heap is given back to the system.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_RETAINED_BYTES = 1 << 30
-
-
-def retain_freed_memory() -> bool:
-    """Keep freed memory in this process for reuse instead of giving it back at once (glibc).
-
-    By default glibc unmaps every freed block above a threshold of at most 32 MiB and trims the
-    heap's free top, so a stage that makes and drops arrays of tens of MB batch after batch
-    faults their pages in afresh each time: about a third of ``pipelines examples``' system
-    time on the books (docs/examples.md). Raising both thresholds to 1 GiB lets the next batch
-    reuse the pages; the peak stays that of the largest batch. Arrow then allocates through
-    glibc too (its system memory pool). Returns whether it applied
-    (False off glibc, e.g. on macOS, where nothing changes).
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    retained = bool(mallopt(_M_MMAP_THRESHOLD, _RETAINED_BYTES)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, _RETAINED_BYTES)
-    )
-    if retained:
-        # Arrow's own allocator (mimalloc) decommits freed pages shortly after (madvise), to be
-        # faulted in again by the next batch; through glibc's malloc Arrow's buffers share the
-        # kept memory. Measured on the books: `pipelines examples` about 0.3 CPU-s and 70 MB of
-        # peak RSS less. The variable carries the choice to worker processes started from here.
-        pa.set_memory_pool(pa.system_memory_pool())
-        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    return retained
-
-
-class StageFailed(RuntimeError):
-    """A pipeline failed while running; the message is the most useful single line."""
-
-
-def pipeline_options(beam_args: list[str]) -> PipelineOptions:
-    """Beam options from the pass-through arguments, with DirectRunner as the default runner."""
-    options = PipelineOptions(beam_args)
-    standard = options.view_as(StandardOptions)
-    if not standard.runner:
-        standard.runner = DEFAULT_RUNNER
-    return options
-
-
-def runner_name(beam_args: list[str]) -> str:
-    """The runner a stage will run on (``--runner``, DirectRunner by default), without a module path."""
-    return str(pipeline_options(beam_args).view_as(StandardOptions).runner).rsplit(".", 1)[-1]
-
-
-def is_dry_run(options: PipelineOptions) -> bool:
-    """Whether the runner only builds the job (Dataflow ``--dry_run``), writing nothing."""
-    return bool(options.view_as(TestOptions).dry_run)
+class PipelineFailed(CommandError):
+    """The Beam job failed on the runner, or ended without leaving its output: one line, exit 1."""
 
 
 def run_stage(
     build: Callable[[beam.Pipeline, Any, Any], None],
     config: Any,
-    inputs: Any,
+    load_inputs: Callable[[], Any],
     beam_args: list[str],
+    command: str,
+    reads: Mapping[str, str | Iterable[str]],
+    writes: Mapping[str, str | Iterable[str]] | None = None,
+    submitter_reads: Mapping[str, str | Iterable[str]] | None = None,
     cleanup: Callable[[], Any] | None = None,
-    command: str = "pipelines",
-) -> dict[str, Any] | None:
-    """Claim and prepare the output, build and run one stage; return its ``stats.json`` (None for
-    a dry run).
-
-    The output is claimed for ``command`` here, in the launching process, before anything is
-    written (one writer; Dataflow's workers write under this claim), its earlier run's own files
-    removed with ``--overwrite`` (:func:`pipelines.io.open_output`), and released when the
-    pipeline has ended, finished or failed (or was stopped by a signal: :func:`run_pipeline`),
-    after ``cleanup`` (removing the stage's temporary files), which runs then too. A dry run
-    writes nothing and claims nothing.
-    """
-    retain_freed_memory()
-    options = pipeline_options(beam_args)
+    fmt: str = DOCUMENTS.name,
+) -> tuple[dict[str, Any], str] | None:
+    """Check, claim, build and run one stage; its ``stats.json`` and a line saying what its
+    output holds (None for a dry run, which writes and claims nothing). Before anything is read
+    the paths workers use (``reads``, ``--output``, ``writes``) and every bucket (``submitter_reads``
+    too) are checked (:func:`wordpiece.beam_jobs.check_job`); ``load_inputs()`` then gives what
+    ``build`` needs. The output is claimed here for ``command`` and released after ``cleanup``; a
+    DONE job's output is read back and verified (:func:`finished_output`)."""
+    options = job_options(beam_args)
     io.use_beam_options(beam_args)
-    dry_run = is_dry_run(options)
-    folder = None if dry_run else io.open_output(config.output, command, config.overwrite)
-    with folder or contextlib.nullcontext():
-        if folder is not None:
-            folder.begin()
-        pipeline = beam.Pipeline(options=options)
-        build(pipeline, config, inputs)
-        try:
-            state = run_pipeline(pipeline, config.output)
-        except (io.InputError, io.OutputError, InputError) as err:  # raised again by Beam, step named
-            raise StageFailed(STEP_ANNOTATION.sub("", str(err))) from err
-        except Exception as err:  # The runner wraps worker errors in its own types.
-            _LOG.debug("pipeline failed", exc_info=True)
-            raise StageFailed(explain_failure(err)) from err
-        finally:
-            if cleanup is not None and not dry_run:
-                _clean_up(cleanup)
-    if dry_run:
+    check_job(options, reads, {"--output": config.output, **(writes or {})}, submitter_reads)
+    inputs = load_inputs()
+    if dry_run(options):
+        build(pipeline := beam.Pipeline(options=options), config, inputs)
+        run_pipeline(pipeline, config.output)
         return None
+    with io.open_output(config.output, command, config.overwrite) as folder:
+        folder.begin()
+        state = _run(build, config, inputs, options, cleanup)
     if state not in (beam.runners.runner.PipelineState.DONE, None):
-        raise StageFailed(f"the pipeline ended in state {state}; see the runner's logs")
-    return json.loads(io.read_bytes(io.join(config.output, STATS_FILE)))
+        raise PipelineFailed(f"the pipeline ended in state {state}; see the runner's logs")
+    return finished_output(config.output, fmt)
 
 
-def _clean_up(cleanup: Callable[[], Any]) -> None:
-    """Run ``cleanup``; a failure is reported on one line, never hides the run's own outcome."""
+def _run(build, config, inputs, options, cleanup) -> Any:
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline, config, inputs)
     try:
-        cleanup()
-    except Exception as err:  # Any filesystem error: the files stay, and the user is told.
-        _LOG.error(
-            "could not remove the temporary files (%s: %s); delete them by hand", type(err).__name__, err
+        return run_pipeline(pipeline, config.output)
+    except CommandError as err:  # ours, raised again by an in-process runner with the step named
+        raise type(err)(STEP_ANNOTATION.sub("", str(err))) from None
+    except Exception as err:  # The runner wraps worker errors in its own types.
+        _LOG.debug("pipeline failed", exc_info=True)
+        raise PipelineFailed(explain_failure(err)) from err
+    finally:
+        if cleanup is not None:
+            try:
+                cleanup()
+            except Exception as err:  # Any filesystem error: the files stay, and the user is told.
+                _LOG.error(
+                    "could not remove the temporary files (%s: %s); delete them by hand",
+                    type(err).__name__,
+                    err,
+                )
+
+
+def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
+    """What a finished job left at ``output``, read back where it is (a bucket for remote
+    workers): its ``stats.json`` and, when it is marked ``COMPLETED``, a line saying what its
+    manifest (verified against the marker, of format ``fmt``) holds."""
+    stats_path = io.join(output, STATS_FILE)
+    if not io.exists(stats_path):
+        raise PipelineFailed(
+            f"--output {output}: the runner says the job is done, but it left no {STATS_FILE} there; "
+            "its workers wrote elsewhere or failed: see the runner's logs"
         )
+    stats = json.loads(io.read_bytes(stats_path))
+    if not io.is_completed(output):
+        return stats, f"output: {output} (not marked COMPLETED)"
+    try:
+        manifest = io.load_manifest(output, fmt)
+    except InputError as err:
+        raise PipelineFailed(f"--output {output}: the job's output does not verify: {err}") from None
+    size_mb = sum(s.num_bytes for s in manifest.shards) / 1e6
+    holds = (
+        f"{len(manifest.shards):,} {manifest.format} shards, {manifest.num_rows():,} rows, {size_mb:,.1f} MB"
+    )
+    return stats, f"output: {output} (COMPLETED: {holds})"
 
 
-def summary_lines(stats: dict[str, Any], output: str, record_name: str) -> list[str]:
+def summary_lines(stats: dict[str, Any], record_name: str) -> list[str]:
     """A short human summary of a stage's ``stats.json``."""
     lines = [
         f"{record_name} read: {stats['records_in']:,}",
@@ -152,5 +122,4 @@ def summary_lines(stats: dict[str, Any], output: str, record_name: str) -> list[
     for split, count in stats.get("splits", {}).items():
         lines.append(f"  split {split}: {count:,} documents")
     lines.append(f"counts reconcile: {'yes' if stats['reconciles'] else 'NO'}")
-    lines.append(f"output: {output}")
     return lines

@@ -1,24 +1,17 @@
 """Batch layouts for the trainer: padded, length-bucketed or packed (``pretrain --batching``).
 
-The reader (:class:`pretrain.data.ExampleShards`) yields padded batches of a fixed number of
-examples; :class:`BatchLayout` turns a rank's sequence of them into the batches the model runs on,
-in the trainer's process, without changing which examples a step sees:
+:class:`BatchLayout` turns a rank's sequence of padded batches (the reader's) into the batches the
+model runs on, without changing which examples a step sees:
 
-- ``padded``: as read — every batch padded to its longest example, rounded up to a multiple of 8
-  (what transformers' ``DataCollatorForLanguageModeling`` does).
-- ``bucketed``: the examples of every ``window`` consecutive batches are sorted by length (ties
-  broken at random) and cut into batches of the same size again, which are then shuffled; each is
-  trimmed to its longest example (a multiple of 8). Little padding remains, and a batch whose
-  examples all have the trimmed width has none, so the model attends without a mask (flash
-  kernels on GPU). The order is a function of ``(seed, epoch, rank, window)``: a resumed run
-  reads its window again from the window's first batch and skips what it consumed, so it sees
-  exactly the batches of a run that never stopped.
-- ``packed``: every batch becomes its real tokens end to end (``[total_tokens]``) with
-  ``cu_seqlens`` offsets and ``max_seqlen``; the model computes nothing on padding (see
-  :class:`pretrain.model.Packed`). Losses equal the padded batch's.
+- ``padded``: as read, each batch padded to its longest example rounded up to a multiple of 8.
+- ``bucketed``: the examples of every ``window`` consecutive batches sorted by length (ties at
+  random), cut into batches of the same size, shuffled, each trimmed to its longest example. The
+  order is a function of ``(seed, epoch, rank, window)``: a resumed run reads its window again
+  from its first batch and skips what it consumed.
+- ``packed``: every batch as its real tokens end to end with ``cu_seqlens`` offsets
+  (:func:`pack`); the model computes nothing on padding.
 
-Evaluation uses :meth:`BatchLayout.single` (trim or pack one batch, no regrouping), so the
-figures of a fixed number of validation batches do not depend on the layout.
+Evaluation uses :meth:`BatchLayout.single` (one batch, no regrouping).
 """
 
 from __future__ import annotations
@@ -32,7 +25,6 @@ import torch
 
 Batch = dict[str, torch.Tensor]
 
-BATCHING_MODES = ("padded", "bucketed", "packed")
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 """``[batch, width]`` tensors of a padded batch."""
 PREDICTION_KEYS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
@@ -84,19 +76,13 @@ def bucket(batches: list[Batch], rng: np.random.Generator) -> list[Batch]:
     return [trim({k: v[groups[i]] for k, v in pool.items()}) for i in rng.permutation(len(groups))]
 
 
-STATIC_SIZES = 32
-"""A packed batch's token count is rounded up to a multiple of ``1/STATIC_SIZES`` of its capacity
-(examples x sequence length): at most ``STATIC_SIZES + 1`` shapes, 2-3 in practice."""
+STATIC_SIZES = 32  # a packed batch's token count: a multiple of 1/32 of its capacity
 
 
 def static_layout(num_examples: int, max_seqlen: int) -> tuple[int, int]:
     """(token step, padding segments) of the static packed layout of batches of ``num_examples``
-    examples up to ``max_seqlen`` tokens (see :func:`pack`).
-
-    The tail that rounds the real tokens up to a multiple of the step is cut into the fixed number
-    of padding segments, each 1 to ``max_seqlen`` tokens long: ``pack`` keeps at least one token
-    per padding segment, so the tail is ``segments`` to ``segments + step - 1`` tokens, and
-    ``segments`` is the least count for which that never exceeds ``segments * max_seqlen``."""
+    examples up to ``max_seqlen`` tokens: the tail that rounds the tokens up to a multiple of the
+    step is cut into the fewest segments of 1 to ``max_seqlen`` tokens that always hold it."""
     if num_examples < 1 or max_seqlen < 2:
         raise ValueError(
             f"a packed layout needs examples >= 1 and max_seqlen >= 2, got {num_examples}, {max_seqlen}"
@@ -118,14 +104,9 @@ def pack(batch: Batch, max_seq_length: int | None = None) -> Batch:
     ``num_examples`` (0-d) says how many segments are examples. The prediction and NSP tensors stay
     as they were (positions relative to each example).
 
-    Why static: ``torch.compile`` specialises a graph on its input shapes and CUDA graphs replay
-    fixed ones, so a token count and a segment count that changed every step would recompile every
-    step. Rounded up, a shard set's batches take 2-3 sizes (their real token counts vary by ~1%)
-    at a cost of half a step of padding tokens on average (~1.6%; the padded layout computes ~6% at
-    128). The flash kernel's cost does not depend on ``max_seqlen`` beyond launch bounds, so the
-    shards' length serves every batch. Losses do not change: padding segments attend only among
-    themselves, are neither pooled nor predicted, and count in no token total
-    (:func:`num_real_tokens`, :func:`batch_shape`) or MFU.
+    Static, so that ``torch.compile`` and CUDA graphs see a few shapes, not one per step. Losses
+    do not change: padding segments attend only among themselves, are neither pooled nor
+    predicted, and count in no token total (:func:`num_real_tokens`, :func:`batch_shape`).
     """
     real = batch["attention_mask"].bool()
     lengths = real.sum(1)
@@ -173,14 +154,6 @@ def batch_shape(batch: Batch) -> tuple[int, int]:
     return tuple(batch["input_ids"].shape)
 
 
-def example_tokens(batch: Batch) -> list[torch.Tensor]:
-    """Each example's real token ids, in any layout."""
-    if is_packed(batch):
-        lengths = _example_lengths(batch).tolist()
-        return list(torch.split(batch["input_ids"][: sum(lengths)], lengths))
-    return [ids[mask.bool()] for ids, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
-
-
 def model_inputs(batch: Batch) -> dict:
     """The keyword arguments of :meth:`pretrain.model.BertForPreTraining.forward` for a batch on
     the host: packed fields for a packed batch; for a padded one ``attention_mask`` is None when
@@ -197,33 +170,15 @@ def model_inputs(batch: Batch) -> dict:
     return inputs | {"attention_mask": None if bool(mask.all()) else mask}
 
 
-def to_device(inputs: dict, device: torch.device) -> dict:
-    """``inputs`` with every tensor moved to ``device`` (non-blocking; other values as they are)."""
-    return {
-        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
-    }
-
-
 @dataclass(frozen=True)
 class BatchLayout:
     """How the trainer lays out a rank's batches; see the module docstring."""
 
     mode: str = "padded"
-    window: int = 64
-    """Batches whose examples ``bucketed`` regroups together."""
+    window: int = 64  # batches whose examples ``bucketed`` regroups together
     seed: int = 0
     rank: int = 0
-    max_seq_length: int | None = None
-    """The shards' sequence length: ``packed`` batches take it as their static ``max_seqlen``
-    (None: each batch's width, which varies a little more)."""
-
-    def __post_init__(self) -> None:
-        if self.mode not in BATCHING_MODES:
-            raise ValueError(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.mode!r}")
-        if self.window < 1:
-            raise ValueError(f"--bucket-window must be at least 1, got {self.window}")
-        if self.max_seq_length is not None and self.max_seq_length < 2:
-            raise ValueError(f"max_seq_length must be at least 2, got {self.max_seq_length}")
+    max_seq_length: int | None = None  # packed batches' static max_seqlen (None: each batch's width)
 
     def single(self, batch: Batch) -> Batch:
         """One batch in this layout, without regrouping (evaluation)."""

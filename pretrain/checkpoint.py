@@ -1,34 +1,17 @@
 """Atomic, resumable training checkpoints on local paths or buckets (fsspec).
 
-Layout of a run folder::
+``RUN/checkpoints/step-00001000/`` holds the model in transformers' layout (``config.json``,
+``model.safetensors``), ``vocab.txt``, the trainer state (``trainer.json`` + ``.safetensors``:
+optimizer, scheduler, scaler, counters, reader position, settings, casing, vocabulary hash),
+every rank's RNG states (``rng-rankNNNNN.json`` + ``.safetensors``), and ``COMMITTED``, written
+last by rank 0: the step, the run id and each file's size and SHA-256. Nothing is unpickled: a
+state's tensors go to safetensors and the rest to a JSON tree that names them.
 
-    RUN/checkpoints/step-00001000/
-        config.json, model.safetensors   the model, in transformers' layout (``save_pretrained``):
-                                         ``BertForPreTraining.from_pretrained`` and export read it
-        trainer.json, trainer.safetensors
-                                         optimizer, scheduler, grad scaler, step, tokens seen,
-                                         the reader's position, the run's settings, casing,
-                                         vocabulary hash: tensors in safetensors, the rest JSON
-        rng-rank00000.json/.safetensors  every rank's RNG states (Python, NumPy, torch CPU, CUDA)
-        COMMITTED                        written last, by rank 0, after every rank's files:
-                                         JSON with the step, the run id and each file's size
-                                         and SHA-256
-
-Nothing is unpickled: a state is split by :func:`save_state` into its tensors (safetensors) and a
-JSON tree that names them. A checkpoint counts only once ``COMMITTED`` exists and every file has the
-size it records (a bucket has no atomic rename; a local folder gets the same rule); :func:`resolve`
-also checks every file's SHA-256 and names the one that differs. Old pickle-based checkpoints
-(``trainer.pt``, ``rng-rank*.pt``) are refused with a one-line error. :func:`latest` finds the newest complete
-one; :func:`prune` keeps the newest ``keep`` and removes incomplete leftovers older than them.
-
-Run id. Every file that can hold it records the run that wrote it and the step (:class:`Stamp`):
-``COMMITTED``, the trainer state and each rank's RNG state (their JSON and safetensors metadata),
-``model.safetensors``' metadata. :func:`resolve` (resume, export, fine-tuning) refuses a checkpoint
-whose files name different runs or steps (two writers mixed in one folder), whose folder name is
-not the step it records (a renamed folder, or a link to another step), that links to a folder
-outside its run's ``checkpoints/``, or whose run is not the run folder's (its ``.output.json``
-record; a checkpoint copied in from another run). Checkpoints of older releases record no run id
-in any file and are read as before.
+A checkpoint counts once ``COMMITTED`` exists and every file has its size; :func:`resolve`
+(resume, export, fine-tuning) also checks every SHA-256 and that every file records the run and
+step ``COMMITTED`` does (:class:`Stamp`), that the folder is named for its step, links nowhere
+outside its run's ``checkpoints/``, and belongs to the run folder's run (``.output.json``). Every
+file read is validated; a problem is one :class:`~schemas.commands.InputError` naming the file.
 """
 
 from __future__ import annotations
@@ -39,6 +22,7 @@ import os
 import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -46,18 +30,17 @@ import safetensors.torch
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
-from schemas.commands import OutputError
+from pretrain.hf import non_finite, read_header
+from schemas.commands import InputError
 from schemas.files import is_temporary_name, write_file
+from schemas.inputs import field, loads, read_bytes
 from schemas.outputs import new_run_id, read_record
 
 COMMITTED = "COMMITTED"
 TRAINER_STATE = "trainer"  # trainer.json + trainer.safetensors
-OLD_FORMAT = ("trainer.pt", "rng-rank00000.pt")
+MAX_JSON_BYTES = 256 << 20
 _STEP_DIR = re.compile(r"step-(\d{8,})$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, incomplete or does not fit this run; the message names it."""
+_STAMP_KEY = "__stamp__"
 
 
 @dataclass(frozen=True)
@@ -73,8 +56,7 @@ class Stamp:
     run_id: str
     step: int
 
-    def metadata(self) -> dict[str, str]:
-        """As safetensors metadata (strings only)."""
+    def metadata(self) -> dict[str, str]:  # safetensors metadata: strings only
         return {"run_id": self.run_id, "step": str(self.step)}
 
 
@@ -124,7 +106,7 @@ def _decode(tree: object, tensors: dict[str, torch.Tensor]) -> object:
     if "__tensor__" in tree:
         return tensors[tree["__tensor__"]]
     if "__ndarray__" in tree:
-        return tensors[tree["__ndarray__"]].numpy().astype(tree["dtype"])
+        return tensors[tree["__ndarray__"]].numpy().astype(np.dtype(tree["dtype"]).str)
     if "__tuple__" in tree:
         return tuple(_decode(v, tensors) for v in tree["__tuple__"])
     if "__items__" in tree:
@@ -133,8 +115,7 @@ def _decode(tree: object, tensors: dict[str, torch.Tensor]) -> object:
 
 
 def shared_run_id(world_size: int, run_id: str | None) -> str:
-    """The run id every rank stamps its files with: rank 0's ``run_id`` (a new one when it has
-    none), sent to the other ranks of a torchrun group."""
+    """The run id every rank stamps its files with: rank 0's ``run_id`` (None: a new one)."""
     run_id = run_id or new_run_id()
     if world_size > 1:
         import torch.distributed as dist
@@ -145,19 +126,13 @@ def shared_run_id(world_size: int, run_id: str | None) -> str:
     return run_id
 
 
-_STAMP_KEY = "__stamp__"
-
-
 def save_state(obj: object, url: str, stamp: Stamp | None = None) -> None:
     """Write ``obj`` (dicts, lists, tuples, numbers, strings, tensors, arrays) as ``URL.json`` (the
-    tree) and ``URL.safetensors`` (its tensors); nothing in either is code. ``stamp`` goes into
-    both (the JSON's ``__stamp__``, the safetensors metadata)."""
+    tree) and ``URL.safetensors`` (its tensors); ``stamp`` goes into both."""
     tensors: dict[str, torch.Tensor] = {}
     tree = _encode(obj, tensors)
     metadata = None
     if stamp is not None:
-        if not isinstance(tree, dict) or "__items__" in tree:
-            raise TypeError("a stamped state must be a dict with string keys")
         tree = {_STAMP_KEY: {"run_id": stamp.run_id, "step": stamp.step}, **tree}
         metadata = stamp.metadata()
     fs, path = _fs(url)
@@ -166,36 +141,50 @@ def save_state(obj: object, url: str, stamp: Stamp | None = None) -> None:
     write_file(f"{path}.json", json.dumps(tree, indent=None), fs)
 
 
-def save_model(model: torch.nn.Module, url: str, stamp: Stamp) -> None:
-    """The model in transformers' layout (``config.json``, ``model.safetensors``), the safetensors
-    metadata carrying ``stamp``."""
-    from pretrain import hf
-
-    hf.save_hf(model, url, metadata=stamp.metadata())
-
-
-def load_state(url: str) -> object:
-    """Read what :func:`save_state` wrote; a damaged file is a :class:`CheckpointError` naming it."""
-    fs, path = _fs(url)
+def _read_json(fs: fsspec.AbstractFileSystem, path: str, where: str) -> dict:
+    """A JSON object file of a checkpoint, bounded and strict, or :class:`InputError`."""
     try:
-        tree = json.loads(fs.cat_file(f"{path}.json"))
-    except ValueError as err:
-        raise CheckpointError(f"{url}.json: not valid JSON ({err}); the checkpoint is damaged") from None
-    if isinstance(tree, dict):
-        tree.pop(_STAMP_KEY, None)
+        with fs.open(path, "rb") as f:
+            tree = loads(read_bytes(f, where, MAX_JSON_BYTES), where)
+    except FileNotFoundError:
+        raise InputError(f"{where}: missing; the checkpoint is incomplete") from None
+    if not isinstance(tree, dict):
+        raise InputError(
+            f"{where}: holds a JSON {type(tree).__name__}, not an object; the checkpoint is damaged"
+        )
+    return tree
+
+
+def trainer_json(url: str) -> dict:
+    """The ``trainer.json`` of the checkpoint ``url`` (what resume and export read of it)."""
+    fs, path = _fs(url)
+    return _read_json(fs, f"{path}/{TRAINER_STATE}.json", f"{url}/{TRAINER_STATE}.json")
+
+
+def load_state(url: str, missing_ok: bool = False) -> dict | None:
+    """Read what :func:`save_state` wrote (None when it is missing and ``missing_ok``); a damaged
+    file, or a tensor that is not finite, is :class:`InputError` naming it."""
+    fs, path = _fs(url)
+    if missing_ok and not fs.exists(f"{path}.json"):
+        return None
+    tree = _read_json(fs, f"{path}.json", f"{url}.json")
+    tree.pop(_STAMP_KEY, None)
     try:
         tensors = safetensors.torch.load(fs.cat_file(f"{path}.safetensors"))
     except FileNotFoundError:
-        raise
+        raise InputError(f"{url}.safetensors: missing; the checkpoint is incomplete") from None
     except Exception as err:  # safetensors raises its own error types for a bad header
-        raise CheckpointError(f"{url}.safetensors: not a valid safetensors file ({err})") from None
+        raise InputError(f"{url}.safetensors: not a valid safetensors file ({err})") from None
     try:
         state = _decode(tree, tensors)
     except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"{url}.json: does not match {url}.safetensors ({err})") from None
-    if not isinstance(state, dict):
-        raise CheckpointError(
-            f"{url}.json: holds a JSON {type(tree).__name__}, not a state; the checkpoint is damaged"
+        raise InputError(
+            f"{url}.json: does not match {url}.safetensors ({type(err).__name__}: {err})"
+        ) from None
+    bad = non_finite(state)
+    if bad is not None:
+        raise InputError(
+            f"{url}.safetensors: {bad} holds NaN or infinity (the run diverged): use an earlier checkpoint"
         )
     return state
 
@@ -208,147 +197,112 @@ def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return digest.hexdigest()
 
 
-def verify(url: str) -> None:
-    """Check every file ``COMMITTED`` lists against its SHA-256; raise naming the first that differs."""
+def _commit_record(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict:
+    """``COMMITTED``, every field checked: the step, the run id, each file's size and SHA-256."""
+    where = f"{url}/{COMMITTED}"
+    record = _read_json(fs, f"{path}/{COMMITTED}", where)
+    field(record, "step", int, where)
+    field(record, "run_id", (str, type(None)), where, default=None)
+    for name, entry in field(record, "files", dict, where).items():
+        if "/" in name or "\\" in name or name in ("", ".", ".."):
+            raise InputError(f"{where}: lists {name!r}, not a file name in the folder; damaged")
+        field(entry, "size", int, f"{where} ({name})")
+        field(entry, "sha256", str, f"{where} ({name})")
+    return record
+
+
+def is_complete(url: str) -> bool:
+    """Whether ``COMMITTED`` exists, is whole, and every file it lists has its recorded size."""
     fs, path = _fs(url)
-    for name in OLD_FORMAT:
-        if fs.exists(f"{path}/{name}") and not fs.exists(f"{path}/{TRAINER_STATE}.json"):
-            raise CheckpointError(
-                f"{url}: old pickle-based checkpoint ({name}), not read for safety; convert it with a "
-                "trusted older release's `pretrain export` and start a new run with --init-from"
-            )
     try:
-        record = json.loads(fs.cat_file(f"{path}/{COMMITTED}"))
-        files = record["files"]
-    except (ValueError, KeyError, TypeError):
-        raise CheckpointError(f"{url}/{COMMITTED}: damaged commit record") from None
-    for name, entry in files.items():
-        want = entry.get("sha256") if isinstance(entry, dict) else None
-        if want is None:
-            raise CheckpointError(f"{url}/{COMMITTED}: no SHA-256 for {name} (written by an older release)")
-        if _sha256(fs, f"{path}/{name}") != want:
-            raise CheckpointError(f"{url}/{name}: content differs from its SHA-256 in {COMMITTED}; damaged")
+        record = _commit_record(fs, path, url)
+        return all(fs.size(f"{path}/{name}") == entry["size"] for name, entry in record["files"].items())
+    except (InputError, FileNotFoundError):
+        return False
+
+
+def verify(url: str) -> None:
+    """Check every file ``COMMITTED`` lists against its SHA-256, then the checkpoint's identity
+    (:func:`check_identity`); raise naming the first that differs."""
+    fs, path = _fs(url)
+    record = _commit_record(fs, path, url)
+    for name, entry in record["files"].items():
+        if _sha256(fs, f"{path}/{name}") != entry["sha256"]:
+            raise InputError(f"{url}/{name}: content differs from its SHA-256 in {COMMITTED}; damaged")
     check_identity(url, record)
 
 
-# -- which run and step a checkpoint is -------------------------------------------------------------
-
-_MAX_HEADER_BYTES = 100 << 20
-
-
-def _header_stamp(fs: fsspec.AbstractFileSystem, path: str, url: str) -> tuple[str | None, int | None]:
-    """The run id and step in a safetensors file's metadata (its header alone is read)."""
-    with fs.open(path, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        if not 0 < size <= _MAX_HEADER_BYTES:
-            raise CheckpointError(f"{url}: not a valid safetensors header (length {size}); damaged")
+def _stamp_of(fs: fsspec.AbstractFileSystem, path: str, url: str, name: str) -> tuple[Any, Any]:
+    """The (run id, step) a checkpoint file records: a safetensors header's metadata, a state
+    JSON's ``__stamp__``."""
+    if name.endswith(".safetensors"):
         try:
-            header = json.loads(f.read(size))
-        except ValueError:
-            raise CheckpointError(f"{url}: not a valid safetensors header; damaged") from None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    meta = meta if isinstance(meta, dict) else {}
-    step = meta.get("step")
-    return meta.get("run_id"), int(step) if isinstance(step, str) and step.isdigit() else None
-
-
-def _json_stamp(fs: fsspec.AbstractFileSystem, path: str) -> tuple[str | None, int | None]:
-    """The run id and step a state's JSON records (its ``__stamp__``)."""
-    try:
-        tree = json.loads(fs.cat_file(path))
-    except ValueError:
-        return None, None  # a damaged state is named when it is loaded
-    stamp = tree.get(_STAMP_KEY) if isinstance(tree, dict) else None
-    if not isinstance(stamp, dict):
-        return None, None
-    return stamp.get("run_id"), stamp.get("step")
-
-
-def _file_stamps(fs: fsspec.AbstractFileSystem, path: str, url: str, names) -> dict:
-    """File name -> (run id, step) for every file of the checkpoint that records them."""
-    stamps = {}
-    for name in sorted(names):
-        if name.endswith(".safetensors"):
-            stamps[name] = _header_stamp(fs, f"{path}/{name}", f"{url}/{name}")
-        elif name.endswith(".json") and (name.startswith(TRAINER_STATE) or name.startswith("rng-rank")):
-            stamps[name] = _json_stamp(fs, f"{path}/{name}")
-    return stamps
+            header, _ = read_header(fs, f"{path}/{name}", f"{url}/{name}")
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        meta = header.get("__metadata__") if isinstance(header.get("__metadata__"), dict) else {}
+        step = meta.get("step")
+        return meta.get("run_id"), int(step) if isinstance(step, str) and step.isdigit() else None
+    stamp = _read_json(fs, f"{path}/{name}", f"{url}/{name}").get(_STAMP_KEY)
+    return (stamp.get("run_id"), stamp.get("step")) if isinstance(stamp, dict) else (None, None)
 
 
 def check_identity(url: str, record: dict) -> None:
     """Refuse, in one line naming the file, a checkpoint (whose ``COMMITTED`` is ``record``)
-    whose folder name is not the step it records, that links outside its run's checkpoints
-    folder, whose files record another run or step than ``COMMITTED``, or whose run is not the
-    run folder's (its ``.output.json``)."""
+    whose folder name is not its step, that links out of its run's checkpoints folder, whose files
+    record another run or step than ``COMMITTED``, or whose run is not the run folder's."""
     fs, path = _fs(url)
-    step, run_id = record.get("step"), record.get("run_id")
-    if not isinstance(step, int) or not isinstance(run_id, (str, type(None))):
-        raise CheckpointError(f"{url}/{COMMITTED}: damaged commit record (step or run_id)")
-    _check_place(fs, path, url, step)
-    stamps = _file_stamps(fs, path, url, record["files"])
-    if run_id is None and all(stamp == (None, None) for stamp in stamps.values()):
-        return  # an older release's checkpoint: no run id anywhere
-    for name, stamp in stamps.items():
-        if stamp != (run_id, step):
-            raise CheckpointError(
-                f"{url}/{name}: written by run {stamp[0]} at step {stamp[1]}, but {COMMITTED} records run "
-                f"{run_id} at step {step}: the checkpoint mixes two runs' files; use another checkpoint"
-            )
-    _check_run_folder(url, run_id)
-
-
-def _check_place(fs: fsspec.AbstractFileSystem, path: str, url: str, step: int) -> None:
-    """The folder is named for the step its files record, and is no link out of its run."""
+    step, run_id = record["step"], record.get("run_id")
     match = _STEP_DIR.search(path)
     if match and int(match.group(1)) != step:
-        raise CheckpointError(
+        raise InputError(
             f"{url}: named for step {int(match.group(1))} but its files record step {step}: the folder "
             f"was renamed or links to another step; rename it back to step-{step:08d} or remove it"
         )
-    if isinstance(fs, LocalFileSystem):
-        real = os.path.realpath(path)
-        if os.path.dirname(real) != os.path.realpath(os.path.dirname(path)):
-            raise CheckpointError(
-                f"{url}: links to {real}, outside this run's checkpoints folder; use that checkpoint "
-                "from its own run folder"
+    real = os.path.realpath(path)
+    if isinstance(fs, LocalFileSystem) and os.path.dirname(real) != os.path.realpath(os.path.dirname(path)):
+        raise InputError(
+            f"{url}: links to {real}, outside this run's checkpoints folder; use that checkpoint from its own run folder"
+        )
+    for name in sorted(record["files"]):
+        state = name.endswith(".json") and name.startswith((TRAINER_STATE, "rng-rank"))
+        if not (name.endswith(".safetensors") or state):
+            continue
+        stamp = _stamp_of(fs, path, url, name)
+        if stamp != (run_id, step) and (run_id is not None or stamp != (None, None)):
+            raise InputError(
+                f"{url}/{name}: written by run {stamp[0]} at step {stamp[1]}, but {COMMITTED} records run "
+                f"{run_id} at step {step}: the checkpoint mixes two runs' files; use another checkpoint"
+            )
+    head, _, name = url.rstrip("/").rpartition("/")
+    run, _, folder = head.rpartition("/")
+    if folder == "checkpoints" and _STEP_DIR.search(name) and run and run_id is not None:
+        run_fs, root = _fs(run)
+        owner = read_record(run_fs, root, run)
+        if owner is not None and owner.command == "pretrain" and owner.run_id != run_id:
+            raise InputError(
+                f"{url}: a checkpoint of run {run_id}, but {run} is run {owner.run_id} (its .output.json): "
+                "copied or linked in from another run; use it from its own run folder, or remove it"
             )
 
 
-def _check_run_folder(url: str, run_id: str | None) -> None:
-    """A checkpoint under RUN/checkpoints/ belongs to RUN's run (when RUN records one)."""
-    head, _, name = url.rstrip("/").rpartition("/")
-    run, _, folder = head.rpartition("/")
-    if folder != "checkpoints" or not _STEP_DIR.search(name) or not run:
-        return
-    fs, root = _fs(run)
-    try:
-        owner = read_record(fs, root, run)
-    except OutputError as err:
-        raise CheckpointError(str(err)) from None
-    if owner is not None and owner.command == "pretrain" and owner.run_id != run_id:
-        raise CheckpointError(
-            f"{url}: a checkpoint of run {run_id}, but {run} is run {owner.run_id} (its .output.json): "
-            "copied or linked in from another run; use it from its own run folder, or remove it"
-        )
-
-
 def rng_state() -> dict:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def set_rng_state(state: dict, where: str = "the RNG state") -> None:
+    """Restore :func:`rng_state`'s states; a damaged one is :class:`InputError` naming ``where``."""
+    try:
+        random.setstate(state["python"])
+        np.random.set_state(state["numpy"])
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise InputError(f"{where}: damaged ({type(err).__name__}: {err})") from None
 
 
 def commit(url: str, step: int, run_id: str | None = None) -> None:
@@ -366,30 +320,12 @@ def commit(url: str, step: int, run_id: str | None = None) -> None:
     write_file(f"{path}/{COMMITTED}", json.dumps(record, indent=1), fs)
 
 
-def is_complete(url: str) -> bool:
-    fs, path = _fs(url)
-    try:
-        record = json.loads(fs.cat_file(f"{path}/{COMMITTED}"))
-    except FileNotFoundError:
-        return False
-    except ValueError:
-        return False
-    try:
-        return all(
-            fs.size(f"{path}/{name}") == (entry["size"] if isinstance(entry, dict) else entry)
-            for name, entry in record["files"].items()
-        )
-    except (FileNotFoundError, KeyError, TypeError, AttributeError):
-        return False
-
-
 def _step_dirs(run: str) -> list[Checkpoint]:
     fs, path = _fs(run)
-    folder = f"{path}/checkpoints"
-    if not fs.exists(folder):
+    if not fs.exists(f"{path}/checkpoints"):
         return []
     found = []
-    for name in fs.ls(folder, detail=False):
+    for name in fs.ls(f"{path}/checkpoints", detail=False):
         match = _STEP_DIR.search(name.rstrip("/"))
         if match:
             found.append(Checkpoint(step_url(run, int(match.group(1))), int(match.group(1))))
@@ -398,40 +334,32 @@ def _step_dirs(run: str) -> list[Checkpoint]:
 
 def latest(run: str) -> Checkpoint | None:
     """The newest complete checkpoint of a run folder, or None."""
-    for checkpoint in reversed(_step_dirs(run)):
-        if is_complete(checkpoint.url):
-            return checkpoint
-    return None
+    return next((c for c in reversed(_step_dirs(run)) if is_complete(c.url)), None)
 
 
 def run_id_of(run: str) -> str | None:
-    """The run id the newest complete checkpoint of ``run`` records (None: none, or an older
-    release's): what a run folder without a record continues with."""
+    """The run id the newest complete checkpoint of ``run`` records (None: none)."""
     found = latest(run)
     if found is None:
         return None
     fs, path = _fs(found.url)
-    try:
-        run_id = json.loads(fs.cat_file(f"{path}/{COMMITTED}")).get("run_id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return run_id if isinstance(run_id, str) else None
+    return _commit_record(fs, path, found.url).get("run_id")
 
 
 def resolve(url: str) -> Checkpoint:
-    """A checkpoint folder itself, or the newest complete checkpoint of a run folder."""
+    """A checkpoint folder itself, or the newest complete checkpoint of a run folder, verified."""
     url = url.rstrip("/")
     match = _STEP_DIR.search(url)
     if match:
         if not is_complete(url):
-            raise CheckpointError(f"{url}: not a complete checkpoint (no {COMMITTED} or a file is missing)")
-        verify(url)
-        return Checkpoint(url, int(match.group(1)))
-    found = latest(url)
-    if found is None:
-        raise CheckpointError(
-            f"{url}: no complete checkpoint under {url}/checkpoints (a run folder written by `pretrain`)"
-        )
+            raise InputError(f"{url}: not a complete checkpoint (no valid {COMMITTED} or a file is missing)")
+        found = Checkpoint(url, int(match.group(1)))
+    else:
+        found = latest(url)
+        if found is None:
+            raise InputError(
+                f"{url}: no complete checkpoint under {url}/checkpoints (a run folder written by `pretrain`)"
+            )
     verify(found.url)
     return found
 
@@ -443,11 +371,10 @@ def prune(run: str, keep: int) -> list[str]:
     complete = [c for c in checkpoints if is_complete(c.url)]
     if not complete:
         return []
-    kept = {c.url for c in complete[-keep:]} if keep > 0 else {complete[-1].url}
-    newest = complete[-1].step
+    kept = {c.url for c in complete[-max(keep, 1) :]}
     removed = []
     for checkpoint in checkpoints:
-        if checkpoint.url in kept or checkpoint.step > newest:
+        if checkpoint.url in kept or checkpoint.step > complete[-1].step:
             continue
         fs, path = _fs(checkpoint.url)
         if isinstance(fs, LocalFileSystem) and os.path.islink(path):

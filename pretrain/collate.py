@@ -2,15 +2,10 @@
 
 :func:`collate` turns a table of examples (the ``schemas/examples`` columns) into int64 tensors
 padded to the batch's longest sequence rounded up to a multiple of 8. With a
-:class:`DynamicMasking`, it first restores the original tokens (shards written by ``pipelines
-examples`` are masked unless written with ``--no-masking``) and then masks afresh, as RoBERTa
-does: a new choice each epoch instead of the ``dupe_factor`` fixed ones. The choice follows the
-reference generator's rule — ``min(max_predictions, max(1, round(num_tokens × prob)))`` positions
-out of the tokens other than ``[CLS]``/``[SEP]``, 80% ``[MASK]``, 10% unchanged, 10% a random token
-by default — with the one rule of :mod:`wordpiece.masking` that ``pipelines examples`` also uses (whole-word
-grouping, the three replacement shares), keyed by draws from the generator the caller passes
-(seeded by batch identity) — or, for validation, by each example's own tokens
-(:func:`validation_masking`), so that its masks do not depend on the batch, rank, epoch or run.
+:class:`DynamicMasking` it restores the original tokens and masks afresh (RoBERTa's dynamic
+masking) by the rule ``pipelines examples`` uses (:mod:`wordpiece.masking`), keyed by draws from
+the generator the caller passes (seeded by batch identity) or, for validation, by each example's
+own tokens (:func:`validation_masking`): the same masks in every run.
 """
 
 from __future__ import annotations
@@ -41,12 +36,7 @@ class DynamicMasking:
 
     @classmethod
     def from_vocab(
-        cls,
-        vocab: Sequence[str],
-        config: MaskingConfig | None = None,
-        *,
-        whole_vocab: bool = False,
-        by_content: bool = False,
+        cls, vocab: Sequence[str], config=None, *, whole_vocab=False, by_content=False
     ) -> DynamicMasking:
         """Settings for a vocabulary (tokens in id order, e.g. ``WordPieceTokenizer.vocab``); the
         random tokens come from the same pool as ``pipelines examples`` draws them from."""
@@ -58,11 +48,9 @@ class DynamicMasking:
 
 
 def validation_masking(params: dict, vocab: Sequence[str]) -> DynamicMasking | None:
-    """How the trainer masks validation shards with manifest ``params``: None (their static masks,
-    as written) when they are masked, whether or not training uses --dynamic-masking — the same
-    figures in every run; for unmasked (``--no-masking``) shards, their manifest's own masking
-    settings (no command-line overrides) keyed by each example's tokens: deterministic, and the
-    same in every evaluation and every run over these shards."""
+    """How the trainer masks validation shards with manifest ``params``: as written (None) when they
+    are masked; unmasked (``--no-masking``) shards by their manifest's settings, keyed by each
+    example's tokens: the same masks in every evaluation and every run."""
     if params.get("masking", True) is not False:
         return None
     return DynamicMasking.from_vocab(vocab, masking_from_params(params), by_content=True)
@@ -78,11 +66,10 @@ def content_keys(input_ids: np.ndarray, real: np.ndarray) -> np.ndarray:
 
 
 def masking_from_params(params: dict, **overrides) -> MaskingConfig:
-    """The masking settings the shards were written with (their manifest's ``masking_settings``,
-    or its ``masking`` for older shards), with the non-``None`` ``overrides`` applied."""
-    recorded = params.get("masking_settings") or params.get("masking") or {}
-    if not isinstance(recorded, dict):
-        recorded = {}
+    """The masking settings the shards were written with (their manifest's ``masking_settings``),
+    with the non-``None`` ``overrides`` applied."""
+    recorded = params.get("masking_settings")
+    recorded = recorded if isinstance(recorded, dict) else {}
     known = {f.name for f in fields(MaskingConfig)}
     settings = {k: v for k, v in recorded.items() if k in known}
     settings.update({k: v for k, v in overrides.items() if v is not None})
@@ -99,12 +86,8 @@ def _lists(column: pa.ChunkedArray, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _remask(
-    input_ids: np.ndarray,
-    real: np.ndarray,
-    lengths: np.ndarray,
-    masking: DynamicMasking,
-    rng: np.random.Generator | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    input_ids: np.ndarray, real: np.ndarray, lengths: np.ndarray, masking: DynamicMasking, rng
+) -> tuple:
     """Mask original ``input_ids`` afresh (in place) with :func:`wordpiece.masking.mask_batch`;
     return (slots, positions, ids) padded to the most predictions of a row."""
     size = len(lengths)

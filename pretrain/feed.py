@@ -1,15 +1,10 @@
 """Micro batches from the host to the device, ready before the step needs them.
 
-:class:`DeviceFeed` turns the trainer's host batches (any layout of :mod:`pretrain.batching`) into
-:class:`MicroBatch` es: the model's inputs and the loss's targets on the device, plus what the
-trainer counts, read from the host copy (real tokens, width, masked tokens, pairs), so that the
-step never reads a device tensor for them.
-
-On CUDA the copies are non-blocking from pinned memory and run on a side stream one batch ahead:
-while the step computes on batch ``k``, batch ``k + 1`` is already being copied. The compute stream
-waits for that copy before it uses the batch, and each tensor is recorded on the compute stream,
-so the caching allocator does not hand its memory to a later copy while the step still reads it.
-Elsewhere (CPU) the feed is a pass-through: the host tensors are the inputs, nothing is read ahead.
+:class:`DeviceFeed` turns the trainer's host batches into :class:`MicroBatch` es: the model's
+inputs and the loss's targets on the device, and what the trainer counts, read from the host copy
+(so the step never reads a device tensor for it). On CUDA the copies are non-blocking from pinned
+memory on a side stream one batch ahead; the compute stream waits for them, and each tensor is
+recorded on it for the caching allocator. On the CPU the feed passes the host tensors through.
 """
 
 from __future__ import annotations
@@ -23,30 +18,21 @@ import torch
 
 from pretrain.batching import Batch, batch_shape, model_inputs, num_real_tokens
 
-TARGET_KEYS = ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
-"""The loss's arguments besides the model's outputs (see :func:`pretrain.model.pretraining_loss`)."""
+TARGET_KEYS = ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")  # the loss's other arguments
 
 
 @dataclass
 class MicroBatch:
     """One micro batch as the step uses it."""
 
-    inputs: dict[str, Any]
-    """Keyword arguments of the model's forward, tensors on the device."""
-    targets: dict[str, torch.Tensor]
-    """:data:`TARGET_KEYS`, on the device."""
-    host: Batch
-    """The batch as it came, on the host (for the rank report)."""
-    num_tokens: int
-    """Real (non-padding) tokens."""
-    shape: tuple[int, int]
-    """(examples, the width attention computes at)."""
-    num_masked: float
-    """The sum of ``masked_lm_weights``: the positions the MLM loss averages over."""
-    num_pairs: int
-    """Sentence pairs (examples) the NSP loss averages over."""
-    position: Any
-    """What the source paired with the batch (the trainer: the reader's position after it)."""
+    inputs: dict[str, Any]  # the model's keyword arguments, on the device
+    targets: dict[str, torch.Tensor]  # TARGET_KEYS, on the device
+    host: Batch  # the batch as it came
+    num_tokens: int  # real (non-padding) tokens
+    shape: tuple[int, int]  # (examples, the width attention computes at)
+    num_masked: float  # the sum of masked_lm_weights: what the MLM loss averages over
+    num_pairs: int  # sentence pairs the NSP loss averages over
+    position: Any  # what the source paired with the batch (the reader's position after it)
 
     def device_tensors(self) -> list[torch.Tensor]:
         """The tensors this batch holds on the device."""

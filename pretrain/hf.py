@@ -1,19 +1,11 @@
-"""Conversion between ``pretrain.model.BertForPreTraining`` and transformers' BERT folders.
-
-An HF-format folder holds ``config.json`` and the weights as ``model.safetensors`` (or sharded with
-``model.safetensors.index.json``, or the older ``pytorch_model.bin``). Parameter names are the
-same on both sides; the conversion only
-
-- trims (export) or zero-pads (import) the vocabulary rows of the word embeddings and the MLM bias
-  (our model pads them to a multiple of ``pad_vocab_to_multiple``);
-- leaves out the MLM decoder weight and bias on export, as transformers 5's own ``save_pretrained``
-  does: they are tied to ``bert.embeddings.word_embeddings.weight`` and ``cls.predictions.bias``
-  (safetensors cannot store one tensor under two names), and transformers re-ties them on load;
-- on import, accepts keys without the ``bert.`` prefix (``BertModel`` checkpoints), TF-port names
-  ``LayerNorm.gamma`` / ``beta``, ignores the ``position_ids`` buffer, checks that a stored decoder
-  weight equals the word embeddings, and initialises a missing pooler or missing heads afresh.
-
-Every path is a local folder or an fsspec URL (``gs://``, ``s3://``, ``memory://``).
+"""Conversion between ``pretrain.model.BertForPreTraining`` and transformers' BERT folders
+(``config.json`` and ``model.safetensors``, sharded safetensors, or ``pytorch_model.bin`` read with
+``weights_only``). The names are the same on both sides: export trims the padded vocabulary rows
+and leaves out the tied decoder, as transformers does; import also takes keys without ``bert.``
+and TF-port ``LayerNorm.gamma``/``beta``, initialises a missing pooler or head, and refuses an
+untied decoder or weights that are not finite. A config is checked against the weights' headers
+before a tensor is made (:func:`check_weights_fit`), each header against its file. Errors are
+one-line ``ValueError`` s naming the file (the commands report them as input errors).
 """
 
 from __future__ import annotations
@@ -35,10 +27,6 @@ from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
 
-# The functions below take a ``pretrain.model.BertForPreTraining`` (any module with a ``config``
-# that has ``vocab_size``, ``max_position_embeddings`` and ``to_hf_dict``); this module does not
-# import ``pretrain.model``, which imports it for ``from_pretrained``/``save_pretrained``.
-
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX_FILE = "model.safetensors.index.json"
@@ -52,34 +40,33 @@ _WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
 _MLM_BIAS = "cls.predictions.bias"
 _VOCAB_ROWS = (_WORD_EMBEDDINGS, _MLM_BIAS)  # tensors whose first dimension is the vocabulary
 _REQUIRED_PREFIXES = ("bert.embeddings.", "bert.encoder.")
+_LAYER = re.compile(r"^bert\.encoder\.layer\.(\d+)\.")
+
+MAX_JSON_BYTES = 16 << 20
+"""The largest ``config.json``, ``tokenizer_config.json`` or sharded index read (real ones: a few kB)."""
+MAX_HEADER_BYTES = 100_000_000
+"""The largest safetensors header read (the format's own limit)."""
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2, "F16": 2}
+_DTYPE_BYTES |= {"BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8}
 
 
 def _join(path: str | os.PathLike, name: str) -> str:
     return str(path).rstrip("/") + "/" + name
 
 
-MAX_JSON_BYTES = 16 << 20
-"""The largest ``config.json``, ``tokenizer_config.json`` or sharded index read (real ones are a
-few kB; the index of a 100-shard model well under 1 MB)."""
-MAX_HEADER_BYTES = 100_000_000
-"""The largest safetensors header read (the format's own limit)."""
-_DTYPE_BYTES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
-    "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8,
-}  # fmt: skip
-_LAYER = re.compile(r"^bert\.encoder\.layer\.(\d+)\.")
+def _loads(data: bytes, source: str) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"{source}: not valid JSON ({type(err).__name__}: {str(err)[:200]})") from None
 
 
 def read_json_object(fs: fsspec.AbstractFileSystem, path: str, source: str) -> dict[str, Any]:
-    """A small JSON file that must hold an object (``config.json`` and the like), refused with one
-    line naming ``source`` when it is too big, not JSON, or not an object."""
+    """A small JSON file that must hold an object (``config.json`` and the like)."""
     size = fs.size(path)
     if size is not None and size > MAX_JSON_BYTES:
         raise ValueError(f"{source}: {size:,} bytes, more than any config ({MAX_JSON_BYTES:,}); not read")
-    try:
-        data = json.loads(fs.cat_file(path))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{source}: not valid JSON ({err})") from None
+    data = _loads(fs.cat_file(path), source)
     if not isinstance(data, dict):
         raise ValueError(f"{source}: holds a JSON {type(data).__name__}, not an object")
     return data
@@ -97,86 +84,97 @@ def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
         ) from None
 
 
-def _safetensors_header(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape from a safetensors file's header alone (no tensor is read), every entry
-    checked against the file: a known dtype, a shape of non-negative integers, and a byte range
-    inside the file of exactly that many bytes. So the shapes never promise more than the file
-    holds."""
+def read_header(fs: fsspec.AbstractFileSystem, path: str, source: str) -> tuple[dict[str, Any], int]:
+    """A safetensors file's header (a JSON object; no tensor is read) and the bytes after it."""
     size = fs.size(path)
-
-    def bad(why: str) -> ValueError:
-        return ValueError(f"{fs.unstrip_protocol(path)}: not a valid safetensors file ({why})")
-
     with fs.open(path, "rb") as f:
         length = int.from_bytes(f.read(8), "little")
         if not 2 <= length <= min(MAX_HEADER_BYTES, size - 8):
-            raise bad(f"a header of {length:,} bytes in a file of {size:,}")
-        try:
-            header = json.loads(f.read(length))
-        except (ValueError, UnicodeDecodeError):
-            raise bad("its header is not JSON") from None
+            raise ValueError(
+                f"{source}: not a valid safetensors file (a header of {length:,} bytes in a file of {size:,})"
+            )
+        header = _loads(f.read(length), f"{source} (its header)")
     if not isinstance(header, dict):
-        raise bad("its header is not a JSON object")
-    data_bytes, shapes = size - 8 - length, {}
+        raise ValueError(f"{source}: not a valid safetensors file (its header is not a JSON object)")
+    return header, size - 8 - length
+
+
+def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors header, each entry a known dtype and a shape that
+    fits its byte range inside the file: the shapes never promise more than the file holds."""
+    source = fs.unstrip_protocol(path)
+    header, data_bytes = read_header(fs, path, source)
+    shapes = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         try:
             shape, (begin, end) = tuple(entry["shape"]), entry["data_offsets"]
             itemsize = _DTYPE_BYTES[entry["dtype"]]
-            numbers = (*shape, begin, end)
-            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
+            if not all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
                 raise ValueError
         except (KeyError, TypeError, ValueError):
-            raise bad(f"the entry of {name} is not a dtype, shape and data_offsets") from None
+            raise ValueError(
+                f"{source}: not a valid safetensors file (the entry of {name} is not a dtype, shape and data_offsets)"
+            ) from None
         if not begin <= end <= data_bytes or end - begin != math.prod(shape) * itemsize:
-            raise bad(f"{name} of shape {list(shape)} does not fit bytes {begin}-{end} of {data_bytes:,}")
+            raise ValueError(
+                f"{source}: not a valid safetensors file ({name} of shape {list(shape)} does not fit bytes "
+                f"{begin}-{end} of {data_bytes:,})"
+            )
         shapes[name] = shape
     return shapes
 
 
-def _weight_map(fs: fsspec.AbstractFileSystem, root: str, source: str) -> dict[str, str]:
-    """The sharded index's tensor name -> shard file, every shard a plain file name in the folder."""
+def _safetensors_files(fs: fsspec.AbstractFileSystem, root: str, path) -> tuple[list[str] | None, str]:
+    """The folder's safetensors files (one, or the shards its index names: plain file names in the
+    folder) and the file that names them (for messages); None for ``pytorch_model.bin``."""
+    if fs.exists(_join(root, SAFETENSORS_FILE)):
+        return [SAFETENSORS_FILE], _join(path, SAFETENSORS_FILE)
+    source = _join(path, SAFETENSORS_INDEX_FILE)
+    if not fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
+        if not fs.exists(_join(root, PYTORCH_FILE)):
+            raise ValueError(
+                f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found"
+            )
+        return None, _join(path, PYTORCH_FILE)
     weight_map = read_json_object(fs, _join(root, SAFETENSORS_INDEX_FILE), source).get("weight_map")
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ValueError(f"{source}: no weight_map of tensor names to shard files")
     for shard in set(weight_map.values()):
         if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
             raise ValueError(f"{source}: shard {shard!r} is not a file name in the folder")
-    return weight_map
+    return sorted(set(weight_map.values())), source
 
 
 def stored_shapes(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], str]:
     """Tensor name -> shape of an HF-format folder's weights, and the weights file (for messages):
-    from the safetensors header(s) without reading a tensor (:func:`_safetensors_header`); a
-    ``pytorch_model.bin`` has no header and is read whole."""
+    from the safetensors header(s); a ``pytorch_model.bin`` has none and is read whole."""
     fs, root = fsspec.core.url_to_fs(str(path))
-    if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return _safetensors_header(fs, _join(root, SAFETENSORS_FILE)), _join(path, SAFETENSORS_FILE)
-    if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
-        source = _join(path, SAFETENSORS_INDEX_FILE)
-        weight_map, shapes = _weight_map(fs, root, source), {}
-        for shard in sorted(set(weight_map.values())):
-            shapes.update(_safetensors_header(fs, _join(root, shard)))
-        return shapes, source
-    state, source = read_weights(path)
-    return {name: tuple(tensor.shape) for name, tensor in state.items()}, source
+    files, source = _safetensors_files(fs, root, path)
+    if files is None:
+        return {name: tuple(tensor.shape) for name, tensor in read_weights(path)[0].items()}, source
+    return {k: v for name in files for k, v in _safetensors_shapes(fs, _join(root, name)).items()}, source
+
+
+def tensor_names(path: str | os.PathLike) -> set[str] | None:
+    """The tensor names of an HF-format folder's weights from their headers; None for
+    ``pytorch_model.bin`` (which only reading it whole tells)."""
+    fs, root = fsspec.core.url_to_fs(str(path))
+    return None if _safetensors_files(fs, root, path)[0] is None else set(stored_shapes(path)[0])
 
 
 def check_vocab_rows(path: str | os.PathLike) -> None:
     """Refuse a folder whose ``vocab.txt`` has another number of tokens than its word embeddings
-    have rows (read from the ``model.safetensors`` header: cheap, before any weight is loaded).
-    Folders without either file, or with other weight formats, are left to the loaders' checks."""
+    have rows (from the ``model.safetensors`` header: before any weight is loaded)."""
     fs, root = fsspec.core.url_to_fs(str(path))
     vocab_path, weights_path = _join(root, VOCAB_FILE), _join(root, SAFETENSORS_FILE)
     if not (fs.exists(vocab_path) and fs.exists(weights_path)):
         return
-    shapes = {our_name(k): v for k, v in _safetensors_header(fs, weights_path).items()}
+    shapes = {our_name(k): v for k, v in _safetensors_shapes(fs, weights_path).items()}
     rows = (shapes.get(_WORD_EMBEDDINGS) or [None])[0]
-    with fs.open(vocab_path, "r", encoding="utf-8") as f:
-        num_tokens = len(f.read().splitlines())
+    with fs.open(vocab_path, "rb") as f:
+        num_tokens = sum(1 for _ in f)
     if rows is not None and rows != num_tokens:
         raise ValueError(
             f"{_join(path, VOCAB_FILE)} has {num_tokens} tokens but the word embeddings in "
@@ -185,50 +183,57 @@ def check_vocab_rows(path: str | os.PathLike) -> None:
         )
 
 
-def tensor_names(path: str | os.PathLike) -> set[str] | None:
-    """The tensor names of an HF-format folder's weights without reading any tensor: from the
-    ``model.safetensors`` header or the sharded index's weight map; None for other formats
-    (``pytorch_model.bin``) or no weights."""
-    fs, root = fsspec.core.url_to_fs(str(path))
-    if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return set(_safetensors_header(fs, _join(root, SAFETENSORS_FILE)))
-    if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
-        return set(_weight_map(fs, root, _join(path, SAFETENSORS_INDEX_FILE)))
-    return None
-
-
 def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]:
     """The tensors of an HF-format folder (safetensors, sharded safetensors or pytorch_model.bin)
     on the CPU, and the weights file's path (for messages)."""
     fs, root = fsspec.core.url_to_fs(str(path))
-
-    def load(name: str) -> dict[str, torch.Tensor]:
+    files, source = _safetensors_files(fs, root, path)
+    state: dict[str, torch.Tensor] = {}
+    for name in files or []:
         try:
-            return safetensors.torch.load(fs.cat_file(_join(root, name)))
+            state.update(safetensors.torch.load(fs.cat_file(_join(root, name))))
         except safetensors.SafetensorError as err:
             raise ValueError(f"{_join(path, name)}: not a valid safetensors file ({err})") from None
-
-    if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return load(SAFETENSORS_FILE), _join(path, SAFETENSORS_FILE)
-    if fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
-        source = _join(path, SAFETENSORS_INDEX_FILE)
-        state: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(_weight_map(fs, root, source).values())):
-            state.update(load(shard))
+    if files is not None:
         return state, source
-    if fs.exists(_join(root, PYTORCH_FILE)):
-        buffer = io.BytesIO(fs.cat_file(_join(root, PYTORCH_FILE)))
-        try:
-            return torch.load(buffer, map_location="cpu", weights_only=True), _join(path, PYTORCH_FILE)
-        except Exception as err:  # torch raises its own unpickling errors for a damaged file
-            raise ValueError(f"{_join(path, PYTORCH_FILE)}: not a loadable weights file ({err})") from None
-    raise ValueError(f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found")
+    try:
+        state = torch.load(
+            io.BytesIO(fs.cat_file(_join(root, PYTORCH_FILE))), map_location="cpu", weights_only=True
+        )
+    except Exception:  # torch's unpickling errors: a file that would run code, or a damaged one
+        raise ValueError(
+            f"{source}: not plain weights (unpickling it would run code, or it is damaged); not loaded: "
+            "convert it to model.safetensors with a tool you trust"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{source}: holds no state dict of tensors")
+    return state, source
+
+
+def non_finite(obj: Any, name: str = "") -> str | None:
+    """The dotted name of the first floating-point tensor in ``obj`` (nested dicts, lists, tuples)
+    that holds NaN or infinity, or None: one device read when all are finite."""
+    found = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            found.append((where, value))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                walk(item, f"{where}.{index}")
+
+    walk(obj, name)
+    if not found or bool(torch.stack([t.detach().isfinite().all() for _, t in found]).all()):
+        return None
+    return next(where for where, t in found if not bool(t.detach().isfinite().all()))
 
 
 def expected_shapes(config: Any) -> dict[str, tuple[int, ...]]:
-    """Every tensor ``BertForPreTraining(config)`` loads from an HF folder, by name, with its shape
-    (vocabulary rows unpadded, the tied decoder weight left out): computed from the config, so a
-    config is checked against the weights before any tensor of the model exists."""
+    """Every tensor ``BertForPreTraining(config)`` loads from an HF folder, with its shape
+    (vocabulary rows unpadded, the tied decoder weight left out), from the config alone."""
     h, inner, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
     linear = {"bert.pooler.dense": (h, h), "cls.predictions.transform.dense": (h, h)}  # weight shapes
     if config.nsp:
@@ -236,17 +241,13 @@ def expected_shapes(config: Any) -> dict[str, tuple[int, ...]]:
     normed = ["bert.embeddings", "cls.predictions.transform"]  # modules with a LayerNorm of width h
     for layer in range(config.num_hidden_layers):
         prefix = f"bert.encoder.layer.{layer}."
-        for name in (
-            "attention.self.query",
-            "attention.self.key",
-            "attention.self.value",
-            "attention.output.dense",
-        ):
-            linear[prefix + name] = (h, h)
+        for name in ("query", "key", "value"):
+            linear[f"{prefix}attention.self.{name}"] = (h, h)
+        linear[prefix + "attention.output.dense"] = (h, h)
         linear.update({prefix + "intermediate.dense": (inner, h), prefix + "output.dense": (h, inner)})
         normed += [prefix + "attention.output", prefix + "output"]
     shapes = {
-        "bert.embeddings.word_embeddings.weight": (vocab, h),
+        _WORD_EMBEDDINGS: (vocab, h),
         "bert.embeddings.position_embeddings.weight": (config.max_position_embeddings, h),
         "bert.embeddings.token_type_embeddings.weight": (config.type_vocab_size, h),
         _MLM_BIAS: (vocab,),
@@ -273,9 +274,9 @@ def _as_ours(stored: dict[str, Any]) -> tuple[dict[str, Any], Any]:
 def _fit_problems(
     expected: dict[str, tuple[int, ...]], stored: dict[str, tuple[int, ...]]
 ) -> tuple[list[str], list[str], list[str]]:
-    """What keeps ``stored`` shapes from loading where ``expected`` ones are: unknown ``bert.``
-    tensors, missing embeddings or encoder tensors, other shapes. Also the names left at their
-    fresh initialisation (a missing pooler or head) and the stored names ignored (not ``bert.``)."""
+    """What keeps ``stored`` shapes from loading where ``expected`` ones are (unknown ``bert.``
+    tensors, missing embeddings or encoder tensors, other shapes); the names left at their fresh
+    initialisation; and the stored names ignored (not ``bert.``)."""
     unexpected = sorted(set(stored) - set(expected))
     missing = sorted(set(expected) - set(stored))
     problems = [f"unexpected tensor {k}" for k in unexpected if k.startswith("bert.")]
@@ -302,10 +303,8 @@ def _sizes_held(stored: dict[str, tuple[int, ...]]) -> dict[str, int]:
 
 
 def check_weights_fit(config: Any, path: str | os.PathLike, config_source: str) -> None:
-    """Refuse, before the model is made, a config (read from ``config_source``) whose model is not
-    the one the folder's weights hold: another number of layers, another width, vocabulary or
-    positions, missing or unknown encoder tensors. Shapes come from the weights' header
-    (:func:`stored_shapes`), so a hostile config (100,000 layers, a width of 10^9) costs nothing."""
+    """Refuse, before the model is made, a config (from ``config_source``) whose model is not the
+    one the folder's weights hold; a hostile config (100,000 layers) costs nothing."""
     shapes, source = stored_shapes(path)
     stored, decoder = _as_ours(shapes)
     wrong = [
@@ -338,9 +337,9 @@ def load_hf_state_dict(
     model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint"
 ) -> list[str]:
     """Copy an HF BERT state dict into ``model`` in place; return the names left at their fresh
-    initialisation (a missing pooler or heads). Raises ``ValueError`` naming ``source`` and every
-    problem: a missing encoder tensor, a shape mismatch, an unknown ``bert.`` key, an untied decoder.
-    """
+    initialisation (a missing pooler or heads). :class:`ValueError` naming ``source`` and every
+    problem: a missing encoder tensor, a shape mismatch, an unknown ``bert.`` key, an untied
+    decoder, a tensor that is not finite."""
     targets = model.state_dict()
     del targets[_DECODER_WEIGHT]  # the word embeddings under a second name
     incoming, decoder = _as_ours(hf_state)
@@ -359,7 +358,11 @@ def load_hf_state_dict(
         )
     if problems:
         raise ValueError(f"{source}: cannot load into BertForPreTraining: " + "; ".join(problems))
-
+    bad = non_finite(incoming)
+    if bad is not None:
+        raise ValueError(
+            f"{source}: {bad} holds NaN or infinity (the training diverged): use an earlier checkpoint"
+        )
     with torch.no_grad():
         for name in set(targets) & set(incoming):
             target, tensor = targets[name], incoming[name]
@@ -375,15 +378,13 @@ def load_hf_state_dict(
 
 def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The tensors transformers' ``BertForPreTraining`` saves: vocabulary rows trimmed, tied decoder
-    weight and bias left out; contiguous CPU copies that share no memory."""
+    weight left out; contiguous CPU copies that share no memory."""
     vocab_size = model.config.vocab_size
     state = {}
     for name, tensor in model.state_dict().items():
-        if name == _DECODER_WEIGHT:
-            continue
-        if name in _VOCAB_ROWS:
-            tensor = tensor[:vocab_size]
-        state[name] = tensor.detach().to("cpu", copy=True).contiguous()
+        if name != _DECODER_WEIGHT:
+            tensor = tensor[:vocab_size] if name in _VOCAB_ROWS else tensor
+            state[name] = tensor.detach().to("cpu", copy=True).contiguous()
     return state
 
 
@@ -398,18 +399,11 @@ def save_hf(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] 
 
 
 def export_hf(
-    model: nn.Module,
-    output: str | os.PathLike,
-    vocab_file: str | os.PathLike,
-    *,
-    do_lower_case: bool = True,
+    model: nn.Module, output: str | os.PathLike, vocab_file: str | os.PathLike, *, do_lower_case: bool = True
 ) -> None:
-    """Write a folder that transformers' ``BertForPreTraining.from_pretrained`` and
-    ``BertTokenizerFast.from_pretrained`` load: ``config.json``, ``model.safetensors``,
-    ``vocab.txt`` (copied from ``vocab_file``) and ``tokenizer_config.json``.
-
-    Raises ``ValueError`` when ``vocab_file`` does not have ``config.vocab_size`` lines.
-    """
+    """Write a folder that transformers' ``BertForPreTraining`` and ``BertTokenizer`` load:
+    ``config.json``, ``model.safetensors``, ``vocab.txt`` (copied from ``vocab_file``, which must
+    have ``config.vocab_size`` lines) and ``tokenizer_config.json``."""
     with fsspec.open(str(vocab_file), "r", encoding="utf-8") as f:
         vocab = f.read()
     num_tokens = len(vocab.splitlines())

@@ -1,23 +1,12 @@
-"""Training metrics: JSONL and TensorBoard on rank 0, MFU, and PNG plots at the end of a run.
+"""Training metrics on rank 0: ``metrics.jsonl`` (one JSON object per record, ``"split"``
+``train`` or ``validation``), TensorBoard events, MFU, and PNG curves at the end of a run.
 
-``metrics.jsonl`` holds one JSON object per logging step (``"split": "train"``) or evaluation
-(``"split": "validation"``). On resume, records after the checkpoint's step are dropped, so the
-file always describes the training that the checkpoints hold; it is rewritten whole at every flush.
-
-Each training record says whether its window includes the process's start-up (``startup_window``:
-the first record after start or resume, which also holds ``torch.compile``'s compilation), so that
-steady-state figures leave it out.
-
-MFU = achieved model FLOPs / the GPU's peak dense FLOPs for the precision, with model FLOPs per
-token from :func:`pretrain.model.training_flops_per_token` at the batch's padded length and
-counting real (non-padding) tokens only; reported for the GPUs in :data:`PEAK_TFLOPS`.
-
-TensorBoard is optional: without the ``tensorboard`` package a run warns once, at start, and
-writes ``metrics.jsonl`` and the plots only; without ``matplotlib`` (a bare GPU image) it warns at
-the end and writes no plots. Every file is written whole (``schemas.files``, recorded in the run
-folder's journal): TensorBoard writes its events into the run's scratch folder
-(:func:`pretrain.outputs.run_scratch`), one uniquely named event file per session, and each flush
-publishes that file whole into ``tensorboard/``; no event file in the run folder is appended to.
+On resume, records after the checkpoint's step are dropped, so the file describes the training
+the checkpoints hold; it is rewritten whole at every flush. TensorBoard writes one uniquely named
+event file per session into the run's scratch folder, and each flush publishes it whole into
+``tensorboard/`` (nothing in the run folder is appended to). Without ``tensorboard`` (the
+``train`` extra) a run warns once and writes the rest; without ``matplotlib`` it writes no plots.
+MFU counts real tokens against the peak of the GPUs in :data:`PEAK_TFLOPS`.
 """
 
 from __future__ import annotations
@@ -32,24 +21,23 @@ import tempfile
 import fsspec
 
 from schemas.files import write_file
+from schemas.inputs import field, lines, loads, read_bytes
 
 log = logging.getLogger("pretrain")
+MAX_METRICS_BYTES = 1 << 30  # metrics.jsonl read back on resume (a record a step: 1M steps, ~1 GB)
 TENSORBOARD_MISSING = (
     "tensorboard is not installed: metrics go to metrics.jsonl and plots/ only, no TensorBoard "
     "events (pip install 'bert-pretraining[train]' adds it)"
 )
 
 # Dense tensor-core peak TFLOP/s per GPU: (bf16/fp16, tf32) from the vendors' data sheets (SXM parts).
-PEAK_TFLOPS = {
-    "H200": (989.0, 494.0),
-    "H100": (989.0, 494.0),
-    "A100": (312.0, 156.0),
-    "L40S": (362.0, 183.0),
+PEAK_TFLOPS = {"H200": (989.0, 494.0), "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L40S": (362.0, 183.0)}
+PEAK_TFLOPS |= {
     "L4": (121.0, 60.0),
     "A10": (125.0, 62.5),
     "V100": (125.0, 15.7),
     "T4": (65.0, 8.1),
-}
+}  # after L40S
 
 
 def peak_flops(device_name: str, precision: str) -> float | None:
@@ -60,21 +48,9 @@ def peak_flops(device_name: str, precision: str) -> float | None:
     return None
 
 
-def tensorboard_available() -> bool:
-    """Whether the ``tensorboard`` package (the ``train`` extra) can be imported."""
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class MetricsLog:
-    """Rank 0's metrics: ``metrics.jsonl`` and TensorBoard events under the run folder.
-
-    ``scratch``: the run's temporary folder (the caller removes it); without one the log makes
-    its own and removes it in :meth:`close`.
-    """
+    """Rank 0's metrics under the run folder; ``scratch``: the run's temporary folder (None: the
+    log makes its own and removes it in :meth:`close`)."""
 
     def __init__(self, output: str, resume_step: int | None, scratch: str | None = None) -> None:
         self.output = output.rstrip("/")
@@ -83,15 +59,25 @@ class MetricsLog:
         self.records: list[dict] = []
         path = f"{self.root}/metrics.jsonl"
         if resume_step is not None and self.fs.exists(path):
-            lines = self.fs.cat_file(path).decode("utf-8").splitlines()
-            self.records = [r for r in map(json.loads, filter(None, lines)) if r["step"] <= resume_step]
+            with self.fs.open(path, "rb") as f:  # whole (a bucket file's readline takes no limit)
+                data = io.BytesIO(read_bytes(f, path, MAX_METRICS_BYTES))
+                for number, line in enumerate(lines(data, path), 1):
+                    where = f"{self.output}/metrics.jsonl line {number}"
+                    record = loads(line, where) if line.strip() else None
+                    if record is not None and field(record, "step", int, where) <= resume_step:
+                        self.records.append(record)
         self._own_scratch = scratch is None
         self.scratch = tempfile.mkdtemp(prefix="pretrain-run-") if scratch is None else scratch
         self.board_dir = os.path.join(self.scratch, "tensorboard")
         self._writer = None
         self._resume_step = resume_step
         self._closed = False
-        self.tensorboard = tensorboard_available()
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            self.tensorboard = False
+        else:
+            self.tensorboard = True
         if not self.tensorboard:
             log.warning(TENSORBOARD_MISSING)
 
@@ -157,45 +143,32 @@ class MetricsLog:
             import matplotlib
         except ImportError:
             log.warning(
-                "matplotlib is not installed: no plots in %s/plots (metrics.jsonl has every figure)",
-                self.output,
+                "matplotlib is not installed: no plots in %s/plots (metrics.jsonl has them)", self.output
             )
             return []
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        train = [r for r in self.records if r.get("split", "train") == "train"]
-        valid = [r for r in self.records if r.get("split") == "validation"]
-        panels = [
-            (
-                "loss",
-                [
-                    ("train", train, "loss"),
-                    ("train MLM", train, "mlm_loss"),
-                    ("train NSP", train, "nsp_loss"),
-                    ("validation MLM", valid, "mlm_loss"),
-                ],
-            ),
-            (
-                "accuracy",
-                [
-                    ("train MLM", train, "mlm_accuracy"),
-                    ("train NSP", train, "nsp_accuracy"),
-                    ("validation MLM", valid, "mlm_accuracy"),
-                    ("validation NSP", valid, "nsp_accuracy"),
-                ],
-            ),
-            ("learning rate", [("lr", train, "lr")]),
-            ("throughput (tokens/s)", [("tokens/s", train, "tokens_per_s")]),
-        ]
+        panels = {  # title: the "split key" series it draws
+            "loss": ["train loss", "train mlm_loss", "train nsp_loss", "validation mlm_loss"],
+            "accuracy": [
+                "train mlm_accuracy",
+                "train nsp_accuracy",
+                "validation mlm_accuracy",
+                "validation nsp_accuracy",
+            ],
+            "learning rate": ["train lr"],
+            "throughput (tokens/s)": ["train tokens_per_s"],
+        }
         figure, axes = plt.subplots(2, 2, figsize=(11, 7))
-        for axis, (title, series) in zip(axes.flat, panels, strict=True):
-            for label, records, key in series:
-                points = [(r["step"], r[key]) for r in records if key in r]
+        for axis, (title, series) in zip(axes.flat, panels.items(), strict=True):
+            for name in series:
+                split, key = name.split()
+                points = [(r["step"], r[key]) for r in self.records if r.get("split") == split and key in r]
                 if points:
                     axis.plot(
-                        *zip(*points, strict=True), label=label, marker="." if len(points) < 30 else None
+                        *zip(*points, strict=True), label=name, marker="." if len(points) < 30 else None
                     )
             axis.set_title(title)
             axis.set_xlabel("step")

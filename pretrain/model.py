@@ -1,44 +1,20 @@
 """BERT (Devlin et al., 2019) for MLM + NSP pre-training, with transformers-compatible parameter names.
 
 The module tree mirrors transformers' ``BertForPreTraining`` (``bert.embeddings.word_embeddings``,
-``bert.encoder.layer.N.attention.self.query``, ..., ``cls.predictions.transform.dense``,
-``cls.predictions.bias``, ``cls.seq_relationship``), so a checkpoint converts both ways by renaming
-nothing: ``pretrain.hf`` only trims the padded vocabulary rows and drops the tied decoder weight.
+``bert.encoder.layer.N.attention.self.query``, ..., ``cls.predictions.transform.dense``), so a
+checkpoint converts both ways by renaming nothing (:mod:`pretrain.hf`). Differences from the
+reference implementations, none of which changes the function computed:
 
-Differences from the reference implementations, none of which changes the function computed:
-
-- Attention goes through ``F.scaled_dot_product_attention`` for padded batches: with the padding
-  mask as a boolean ``attn_mask``, or with ``attn_mask=None`` when the caller passes no mask (a
-  batch without padding; the flash / memory-efficient kernels apply on GPU).
-- A packed batch (:func:`pretrain.batching.pack`) is unpadded once, before the embeddings: the
-  examples' real tokens end to end (``[total_tokens]``, position ids restarting in every segment of
-  ``cu_seqlens``), and every layer keeps ``[total_tokens, hidden]``, so embeddings, projections,
-  FFN and LayerNorm compute no padding and nothing is re-padded between layers. Attention stays
-  within each segment: on CUDA through FlashAttention's variable-length kernel, which takes the
-  flat tensors and the offsets directly (with attention dropout; checked once against padded
-  attention on first use), elsewhere by scattering into a ``[segments, max_seqlen]`` block for the
-  attention alone (:mod:`pretrain.attention`). Segments after the first ``num_examples`` only pad
-  the batch to a static size: they are neither pooled nor predicted. The function computed is the
-  padded one's.
+- Attention is ``F.scaled_dot_product_attention``, without a mask for a batch that has no padding.
+- A packed batch (:func:`pretrain.batching.pack`) is unpadded once, before the embeddings: every
+  layer keeps ``[total_tokens, hidden]``, position ids restart in every segment of ``cu_seqlens``,
+  and attention stays within each segment (:mod:`pretrain.attention`). Segments after the first
+  ``num_examples`` only pad the batch to a static size: they are neither pooled nor predicted.
 - The query, key and value projections run as one matmul against the three weights concatenated
-  (:meth:`BertSelfAttention.projections`): the input is read once by one GEMM of width
-  ``3 * hidden`` instead of three, and the backward runs one GEMM for the input's gradient and one
-  for the weights' instead of three each (the three gradients from attention are stacked for it:
-  one copy, where the separate projections added theirs twice). Fewer, larger GEMMs use the GPU
-  better. The parameters stay ``query``/``key``/``value`` (transformers' names); the
-  concatenation copies ``3 * hidden^2`` weights per layer and step, little beside matmuls over
-  every token. The
-  MLM logits stay a slice of the padded-vocabulary GEMM's output: a GEMM straight to the real
-  vocabulary would have rows of ``vocab_size`` (30,522, not a multiple of 8) and miss the aligned
-  tensor-core kernels, and under bf16 autocast the loss's cast to float32 copies the slice anyway.
-- The MLM head runs only at ``masked_lm_positions`` (sparse prediction, as google-research/bert's
-  ``gather_indexes``), not at every position.
-- The vocabulary is padded to a multiple of ``pad_vocab_to_multiple`` inside the model (embedding
-  rows, decoder rows, decoder bias). Padded rows start at zero and stay there: they are never
-  looked up and their logits are sliced away, so they get no gradient (and AdamW's decay keeps
-  zero at zero). Logits always have the real ``vocab_size`` columns; export trims the rows.
-
-Training logic (optimizer, schedule, AMP) lives in the trainer, not here.
+  (:meth:`BertSelfAttention.projections`): one GEMM of width ``3 * hidden`` instead of three.
+- The MLM head runs only at ``masked_lm_positions`` (sparse prediction, as google-research/bert).
+- The vocabulary is padded to a multiple of ``pad_vocab_to_multiple`` inside the model; the padded
+  rows stay zero, get no gradient, and their logits are sliced away; export trims them.
 """
 
 from __future__ import annotations
@@ -54,16 +30,7 @@ from torch import nn
 
 from pretrain import hf
 from pretrain.attention import Packed, packed_attention
-
-PRESETS: dict[str, tuple[int, int]] = {
-    # name: (num_hidden_layers, hidden_size); heads = hidden / 64, intermediate = 4 * hidden.
-    "tiny": (2, 128),
-    "mini": (4, 256),
-    "small": (4, 512),
-    "medium": (8, 512),
-    "base": (12, 768),
-    "large": (24, 1024),
-}
+from pretrain.config import parse_model_size
 
 
 @dataclass(frozen=True)
@@ -194,24 +161,6 @@ class BertConfig:
             return cls(**fields)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
-
-
-def parse_model_size(name: str) -> tuple[int, int, int]:
-    """(layers, hidden, heads) of a preset name or an ``L/H/A`` string such as ``12/768/12``;
-    ValueError naming what is wrong."""
-    if name in PRESETS:
-        layers, hidden = PRESETS[name]
-        return layers, hidden, hidden // 64
-    parts = name.split("/")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ValueError(
-            f"unknown config preset {name!r}: give one of {', '.join(PRESETS)} or L/H/A "
-            "(layers/hidden/heads, positive integers, e.g. 12/768/12)"
-        )
-    layers, hidden, heads = map(int, parts)
-    if hidden % heads:
-        raise ValueError(f"model size {name!r}: hidden {hidden} is not a multiple of heads {heads}")
-    return layers, hidden, heads
 
 
 # --- encoder ---------------------------------------------------------------------------------------
@@ -531,9 +480,13 @@ class BertForPreTraining(nn.Module):
                     f"masked_lm_positions has {masked_lm_positions.size(0)} rows for {num_examples} examples"
                 )
         sequence_output, pooled_output = self.bert(
-            input_ids, token_type_ids, attention_mask,
-            cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, num_examples=num_examples,
-        )  # fmt: skip
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            num_examples=num_examples,
+        )
         if cu_seqlens is not None:
             starts = cu_seqlens[:num_examples, None].to(masked_lm_positions.dtype)
             sequence_output = sequence_output[starts + masked_lm_positions]
@@ -573,7 +526,7 @@ class BertForPreTraining(nn.Module):
 
 def _resolve_run_folder(path: str | os.PathLike) -> str | os.PathLike:
     """``path``, or the newest complete checkpoint when ``path`` is a run folder without a
-    ``config.json`` of its own (CheckpointError when none is complete)."""
+    ``config.json`` of its own (InputError when none is complete)."""
     import fsspec
 
     from pretrain import checkpoint as ckpt

@@ -1,38 +1,27 @@
-"""Optimisers and learning-rate schedules for pre-training.
+"""Optimisers, learning-rate schedules and the divergence rule of pre-training.
 
-- :func:`parameter_groups`: weight decay on weights only; biases and LayerNorm parameters (and
-  embeddings' LayerNorm) get none, as in the reference (``exclude_from_weight_decay``).
-- :class:`Lamb`: LAMB (You et al., 2019, "Large Batch Optimization for Deep Learning"), the
-  optimiser of BERT's large-batch recipes; bias-corrected Adam moments, a per-tensor trust ratio
-  ``‖w‖ / ‖update‖`` (1 where either norm is zero). Biases and LayerNorm parameters (the group
-  :func:`parameter_groups` marks ``trust_ratio: False``) get neither weight decay nor the trust
-  ratio, as ``exclude_from_layer_adaptation`` defaults to ``exclude_from_weight_decay`` in the
-  reference LAMB. The step runs on whole groups with ``torch._foreach_*`` ops, not a Python loop;
-  its step count is one tensor per group on the parameters' device (as in NVIDIA's fused LAMB), so
-  that a skipped step is decided there too.
-- AdamW: ``torch.optim.AdamW`` (decoupled weight decay; the reference's ``AdamWeightDecay`` has no
-  bias correction, which only matters in the first few hundred steps of warm-up): torch's fused
-  kernel on CUDA, foreach ops elsewhere (on CPU bitwise the updates of torch's per-tensor loop,
-  which its fused CPU kernel is not).
-- :func:`step_unless`: the step, unless a 0-d ``found_inf`` flag on the device says the gradients
-  are not finite. Fused AdamW and :class:`Lamb` take the flag as ``GradScaler`` hands it to them
-  (``optimizer.found_inf``) and skip on the device, so the host never waits for it.
-- Two schedules (``--lr-schedule``):
-
-  - ``transformers`` (:func:`warmup_decay`, the default): linear warm-up to the peak over
-    ``warmup_steps`` (``(step + 1) / warmup``), then ``(1 - progress) ** power`` from the end of
-    warm-up to zero at ``max_steps`` — transformers' ``get_polynomial_decay_schedule_with_warmup``.
-  - ``reference`` (:func:`reference_decay`): google-research/bert ``optimization.py``:
-    ``tf.train.polynomial_decay(lr, step, max_steps, end_learning_rate=0, power)`` counted from step
-    0 (so decay already runs during warm-up), replaced while ``step < warmup`` by the linear
-    warm-up ``lr * step / warmup`` (0 at step 0, as in the reference).
+- :func:`parameter_groups`: no weight decay on biases and LayerNorm (the reference's
+  ``exclude_from_weight_decay``); LAMB gives them no trust ratio either.
+- :class:`Lamb`: LAMB (You et al., 2019), bias-corrected Adam moments times a per-tensor trust
+  ratio ``‖w‖ / ‖update‖``, on whole groups with foreach ops. AdamW: torch's, fused on CUDA.
+- :func:`apply_gradients`: unscale, clip and step unless the gradients are not finite, decided on
+  the device (fused AdamW and :class:`Lamb` take the flag as ``GradScaler`` hands it over).
+- :class:`Health`: the divergence rule; :class:`Diverged`: the error it raises.
+- Schedules (``--lr-schedule``): ``transformers`` (:func:`warmup_decay`: linear warm-up, then
+  polynomial decay to 0) and ``reference`` (:func:`reference_decay`: google-research/bert's
+  ``polynomial_decay`` from step 0, overridden by the warm-up ``lr * step / warmup``).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable
 
 import torch
+import torch.distributed as dist
+
+from schemas.commands import CommandError
 
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias", "layer_norm", "norm.weight", "norm.bias")
 
@@ -51,24 +40,11 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB: Adam moments with a layer-wise trust ratio (see the module docstring).
+    """LAMB (see the module docstring). Like torch's fused optimizers it takes ``found_inf`` and
+    ``grad_scale`` (0-d tensors) from ``GradScaler`` or :func:`step_unless`: a step with
+    ``found_inf`` set leaves everything as it was, decided on the device."""
 
-    Like torch's fused optimizers it reads ``found_inf`` and ``grad_scale`` (0-d tensors) when
-    ``GradScaler`` or :func:`step_unless` set them: the gradients are unscaled by ``grad_scale``,
-    and a step with ``found_inf`` nonzero leaves parameters, moments and step counts as they were,
-    without the flag being read on the host.
-    """
-
-    def __init__(
-        self,
-        params: Iterable,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.01,
-    ) -> None:
-        if lr <= 0 or eps < 0 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"invalid LAMB settings: lr={lr}, betas={betas}, eps={eps}")
+    def __init__(self, params: Iterable, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01) -> None:
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
         self._step_supports_amp_scaling = True  # GradScaler hands over found_inf and grad_scale
 
@@ -86,22 +62,7 @@ class Lamb(torch.optim.Optimizer):
                 self._update_group(group, params, grad_scale, found_inf)
         return loss
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state; one saved with a step count per parameter (before the count moved to the
-        group) gets its group's count from them."""
-        super().load_state_dict(state_dict)
-        for group in self.param_groups:
-            steps = [self.state[p].pop("step") for p in group["params"] if "step" in self.state[p]]
-            if "step" not in group and steps:
-                group["step"] = torch.tensor(float(max(steps)), dtype=torch.float64)
-
-    def _update_group(
-        self,
-        group: dict,
-        params: list[torch.Tensor],
-        grad_scale: torch.Tensor | None,
-        found_inf: torch.Tensor | None,
-    ) -> None:
+    def _update_group(self, group: dict, params: list[torch.Tensor], grad_scale, found_inf) -> None:
         beta1, beta2 = group["betas"]
         adapt = group.get("trust_ratio", True)
         grads = [p.grad.float() for p in params]  # fp32 gradients: the tensors themselves
@@ -174,12 +135,8 @@ def _zero_unless(tensors: list[torch.Tensor], keep: torch.Tensor) -> None:
 
 
 def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
-    """``optimizer.step()`` unless ``found_inf`` (a 0-d float tensor, nonzero to skip) is set.
-
-    Optimizers that take the flag (fused AdamW, :class:`Lamb`: ``_step_supports_amp_scaling``)
-    get it as ``GradScaler`` gives it and skip on the device, with no host sync; any other reads
-    it on the host first.
-    """
+    """``optimizer.step()`` unless ``found_inf`` (0-d, nonzero to skip): decided on the device by
+    optimizers that take the flag (``_step_supports_amp_scaling``), on the host by the others."""
     if getattr(optimizer, "_step_supports_amp_scaling", False):
         optimizer.grad_scale, optimizer.found_inf = None, found_inf
         try:
@@ -190,8 +147,69 @@ def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> No
         optimizer.step()
 
 
-FUSED_DEVICES = ("cuda",)
-"""Devices where AdamW runs torch's fused kernel (elsewhere: foreach ops)."""
+def apply_gradients(params: list, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> tuple:
+    """Unscale, clip and apply the accumulated gradients unless their norm is not finite. Returns
+    the norm (before clipping) and a 0-d float tensor, 1 when the update was skipped, both on the
+    device, unread. With fp16 the scaler lowers its scale after a step whose gradients overflowed."""
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm or float("inf"), foreach=True)
+    skipped = (~torch.isfinite(grad_norm)).float()
+    step_unless(optimizer, skipped)
+    scaler.update()
+    return grad_norm, skipped
+
+
+MAX_FP16_SKIPS = 16
+"""Consecutive fp16 steps with overflowing gradients that mean divergence: the grad scaler halves
+its scale at each, so by then the scale has fallen 65,536-fold without a step that fits."""
+
+
+class Diverged(CommandError):
+    """Training diverged: the loss or the gradients are no longer finite numbers (exit 1)."""
+
+
+class Health:
+    """The divergence rule, watched on the device without a host sync: the first step whose loss is
+    not finite, or whose gradients are not finite (with fp16: the last of :data:`MAX_FP16_SKIPS`
+    consecutive such steps, as the grad scaler skips single overflowing steps by design).
+    :meth:`check` reads it (at metrics records and before every checkpoint)."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        self.fp16, self.precision = precision == "fp16", precision
+        self.first_bad = torch.zeros((), dtype=torch.float64, device=device)
+        self.streak = torch.zeros((), dtype=torch.float32, device=device)
+
+    def update(self, step: int, loss: torch.Tensor, skipped: torch.Tensor) -> None:
+        """Watch step ``step``: ``loss`` (any sum that holds its loss), ``skipped`` (0-d, 1: the
+        gradients were not finite)."""
+        bad = ~torch.isfinite(loss)
+        if self.fp16:
+            self.streak = (self.streak + 1) * skipped
+            bad = bad | (self.streak >= MAX_FP16_SKIPS)
+        else:
+            bad = bad | (skipped > 0)
+        self.first_bad = torch.where((self.first_bad == 0) & bad, step, self.first_bad)
+
+    def check(self, lr: float, hint: str = "") -> None:
+        """Raise :class:`Diverged` naming the first bad step and the likely cause, if there was one;
+        ``hint`` ends the line (what was saved, what to do)."""
+        first = self.first_bad
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            first = torch.where(first == 0, math.inf, first)  # the earliest bad step of any rank
+            dist.all_reduce(first, op=dist.ReduceOp.MIN)
+            first = torch.where(first.isinf(), 0.0, first)
+        step = int(first.item())
+        if step:
+            cause = f"the learning rate (--lr {lr:g}) is likely too high for this model and batch"
+            if self.fp16:
+                cause += ", or fp16's range too narrow (try --precision bf16)"
+            raise Diverged(
+                f"training diverged at step {step}: the loss or the gradients are not finite (NaN or "
+                f"infinity); {cause}{'; ' + hint if hint else ''}"
+            )
+
+
+FUSED_DEVICES = ("cuda",)  # AdamW's fused kernel; foreach ops elsewhere
 
 
 def build_optimizer(
@@ -231,14 +249,8 @@ SCHEDULES = {"transformers": warmup_decay, "reference": reference_decay}
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer,
-    lr: float,
-    warmup_steps: int,
-    max_steps: int,
-    power: float = 1.0,
-    start_step: int = 0,
-    schedule: str = "transformers",
-) -> torch.optim.lr_scheduler.LambdaLR:
+    optimizer, lr: float, warmup_steps: int, max_steps: int, power=1.0, start_step=0, schedule="transformers"
+):
     """The ``schedule`` (a key of :data:`SCHEDULES`) with peak ``lr``, positioned at ``start_step``
     (a resumed run gets the rate an uninterrupted one would have, under the schedule given now)."""
     if schedule not in SCHEDULES:
@@ -246,8 +258,5 @@ def build_scheduler(
     multiplier = SCHEDULES[schedule]
     for group in optimizer.param_groups:
         group["initial_lr"] = lr
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: multiplier(step, warmup_steps, max_steps, power),
-        last_epoch=start_step - 1,
-    )
+    rate = functools.partial(multiplier, warmup_steps=warmup_steps, max_steps=max_steps, power=power)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rate, last_epoch=start_step - 1)

@@ -1,9 +1,7 @@
-"""Progress of a long loop (pre-training and fine-tuning steps, prediction batches).
-
-On a terminal a live bar (tqdm: count, rate, ETA); anywhere else (a log file, CI, a pipe, or
-``TERM=dumb``) plain lines instead, one every ``interval_s`` seconds and one at the end, with no
-carriage returns and no escape codes: ``fine-tune: step 120/1,000 (12%), 3.21 step/s, ETA 4m34s,
-loss 0.5312``. Nothing here ever prints colour, so ``NO_COLOR`` output is clean as it is.
+"""Progress of a long loop (pre-training and fine-tuning steps, prediction batches): a tqdm bar
+on a terminal; anywhere else (a log file, a pipe, ``TERM=dumb``) plain lines, one every
+``interval_s`` seconds and one at the end, no carriage returns, escape codes or colour:
+``fine-tune: step 120/1,000 (12%), 3.21 step/s, ETA 4m34s, loss 0.5312``.
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-LINE_INTERVAL_S = 30.0
-"""Seconds between two progress lines when the output is not a terminal."""
+LINE_INTERVAL_S = 30.0  # seconds between two progress lines off a terminal
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -38,12 +35,9 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Count ``total`` units of work from ``initial``; show it as a bar, as lines, or not at all.
-
-    ``enabled``: None shows progress (bar on a terminal, else lines); False shows nothing (the
-    counts and :meth:`status` still work). ``interval_s`` None: lines mode writes only the final
-    line, for callers that log their own lines and add :meth:`status` to them.
-    """
+    """Count ``total`` units of work from ``initial``; show them as a bar, as lines, or (``enabled``
+    False) not at all. ``interval_s`` None: only the final line, for callers that log their own
+    lines and add :meth:`status` to them."""
 
     def __init__(
         self,
@@ -107,8 +101,7 @@ class Progress:
             self._bar.set_postfix(**values)
 
     def close(self, finished: bool = True) -> None:
-        """End the bar, or write the final line (``done``, units and time taken); with
-        ``finished`` False (the loop failed or was stopped) no ``done`` line: the error says why."""
+        """End the bar, or write the final ``done`` line (not when the loop failed or was stopped)."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -1,21 +1,22 @@
-"""Run-time helpers that ``pretrain/`` and ``finetune/`` share: the precisions a run may use, the
-device and precision it does use, the autocast context for that precision, and existence
-checks, output folders and JSON writing on local paths or fsspec URLs (``gs://``, ``memory://``,
-...), and the range checks of the two configs' numeric flags (seeds included)."""
+"""What ``pretrain/`` and ``finetune/`` share at run time: the device and precision a run uses,
+autocast for that precision, and existence checks, output folders and JSON writing on local
+paths or fsspec URLs. The precisions and the range checks of numeric flags live in
+:mod:`pretrain.config` (no torch there) and are named here for ``finetune``."""
 
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Any
 
 import fsspec
 import torch
 
+from pretrain.config import MAX_SEED as MAX_SEED  # finetune reads these here
+from pretrain.config import PRECISIONS as PRECISIONS
+from pretrain.config import non_negative_finite as non_negative_finite
+from pretrain.config import positive_finite as positive_finite
+from pretrain.config import seed_in_range as seed_in_range
 from schemas import files
-
-PRECISIONS = ("fp32", "bf16", "fp16")
-"""The training precisions (``finetune`` adds ``auto``: bf16 where the GPU supports it)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -56,32 +57,8 @@ def output_folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def write_json(url: str, obj: Any) -> None:
-    """Write ``obj`` as indented, key-sorted JSON (plus a newline) to a path or URL, whole or not at
-    all (``schemas.files``), making the parent folder first."""
+    """Write ``obj`` as indented, key-sorted JSON to a path or URL, whole or not at all
+    (``schemas.files``), making the parent folder first."""
     fs, local = fsspec.core.url_to_fs(url)
     fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
     files.write_json(local, obj, fs, sort_keys=True)
-
-
-MAX_SEED = 2**32 - 1
-"""The largest ``--seed``: every RNG a seed reaches (torch, NumPy, Python) takes it as it is."""
-
-
-def seed_in_range(flag: str, value: int, problems: list[str]) -> None:
-    """Append ``"<flag> must be between 0 and 4294967295, got <value>"`` unless it is."""
-    if not 0 <= value <= MAX_SEED:
-        problems.append(f"{flag} must be between 0 and {MAX_SEED}, got {value}")
-
-
-def positive_finite(flag: str, value: float, problems: list[str]) -> None:
-    """Append ``"<flag> must be positive and finite, got <value>"`` to ``problems`` unless ``value``
-    is a finite number above zero (NaN and infinity fail)."""
-    if not (math.isfinite(value) and value > 0):
-        problems.append(f"{flag} must be positive and finite, got {value}")
-
-
-def non_negative_finite(flag: str, value: float, problems: list[str]) -> None:
-    """Append ``"<flag> must not be negative (and finite), got <value>"`` to ``problems`` unless
-    ``value`` is a finite number at or above zero (NaN and infinity fail)."""
-    if not (math.isfinite(value) and value >= 0):
-        problems.append(f"{flag} must not be negative (and finite), got {value}")

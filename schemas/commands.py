@@ -24,7 +24,7 @@ import click
 from schemas.files import WriteError
 
 EXIT_FAILED = 1
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed (129)
 
 _received: list[int] = []  # the stop signals this process received while a command ran
 

@@ -54,16 +54,23 @@ def read_bytes(f, where: str, limit: int) -> bytes:
 
 def lines(f, where: str, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
     """The lines of the open binary file ``f`` (with their line ends), each at most ``limit``
-    bytes; a longer one is :class:`InputError` naming the line number, never its text."""
-    number = 0
+    bytes; a longer one is :class:`InputError` naming the line number, never its text. Reads in
+    blocks (bucket files' ``readline`` takes no size), so little more than ``limit`` is held."""
+    number, pending = 0, b""
     while True:
-        line = f.readline(limit + 1)
-        if not line:
+        block = f.read(1 << 20)
+        *complete, pending = (pending + block).split(b"\n")
+        for line in complete:
+            number += 1
+            if len(line) > limit:
+                raise InputError(f"{where}: line {number:,} is longer than the limit of {limit:,} bytes")
+            yield line + b"\n"
+        if len(pending) > limit:
+            raise InputError(f"{where}: line {number + 1:,} is longer than the limit of {limit:,} bytes")
+        if not block:
+            if pending:
+                yield pending
             return
-        number += 1
-        if len(line) > limit and not line.endswith(b"\n"):
-            raise InputError(f"{where}: line {number:,} is longer than the limit of {limit:,} bytes")
-        yield line
 
 
 def loads(data: bytes | str, where: str) -> Any:

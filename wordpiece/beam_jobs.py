@@ -1,9 +1,9 @@
-"""Running a Beam job so that it ends the way a command should: a stop signal (SIGINT, SIGTERM)
-stops the job and its local worker processes and ends the command as
-``schemas.commands.Stopped``, and a failure, however the runner wrapped it, becomes the one line a
-user can act on. Used by every corpus stage (``pipelines``) and by ``wordpiece train``'s counting
-job: it lives here, in the lower of the two Beam packages, so that ``wordpiece`` never imports
-``pipelines``."""
+"""Submitting and running a Beam job the way a command should, for every corpus stage
+(``pipelines``) and ``wordpiece train``'s counting job (here, in the lower of the two Beam
+packages, so that ``wordpiece`` never imports ``pipelines``): the paths and buckets checked before
+anything is built (:func:`check_job`), a dry run that runs nothing, a stop signal that stops the
+job and its local worker processes (``schemas.commands.Stopped``), and a failure, however the
+runner wrapped it, as the one line a user can act on."""
 
 from __future__ import annotations
 
@@ -11,31 +11,29 @@ import contextlib
 import os
 import re
 import signal
+import sys
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    StandardOptions,
+    TestOptions,
+)
 
-from schemas.commands import STOP_SIGNALS, raise_if_stopped, raise_stopped, stop_received
+from schemas import buckets
+from schemas.commands import STOP_SIGNALS, UsageError, raise_if_stopped, raise_stopped, stop_received
+from wordpiece.count import s3_storage_options
 
 DEFAULT_RUNNER = "DirectRunner"
-_IN_PROCESS_RUNNERS = (
-    "DirectRunner",
-    "FnApiRunner",
-    "SwitchingDirectRunner",
-    "BundleBasedDirectRunner",
-    "PrismRunner",
-)
-"""Runners whose work ends with this process and its children (a service runner's job goes on)."""
-_OUR_ERRORS = (
-    "InputError",
-    "OutputError",
-    "DumpError",
-    "WriteError",
-    "CorpusError",
-)
+LOCAL_RUNNERS = StandardOptions.LOCAL_RUNNERS
+"""Runners whose work ends with this process and its children, on this machine's disk."""
+_OUR_ERRORS = ("InputError", "OutputError", "CommandError", "WriteError")
 STEP_ANNOTATION = re.compile(r"\s*\[while running '[^']*'\]")
 """What Beam appends to a worker's error message: the step it ran."""
 
@@ -51,20 +49,117 @@ def explain_failure(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[-1] if lines else 'no message'}"
 
 
+def job_options(beam_args: Iterable[str]) -> PipelineOptions:
+    """Beam's options from the pass-through arguments, DirectRunner unless ``--runner`` says."""
+    options = PipelineOptions(list(beam_args))
+    standard = options.view_as(StandardOptions)
+    standard.runner = standard.runner or DEFAULT_RUNNER
+    return options
+
+
+def runner_name(options: PipelineOptions) -> str:
+    """The runner's class name (``--runner`` may give a module path)."""
+    return str(options.view_as(StandardOptions).runner).rsplit(".", 1)[-1]
+
+
+def workers_elsewhere(options: PipelineOptions) -> bool:
+    """Whether the runner's workers run on other machines (Dataflow; a portable runner, Flink or
+    Spark in any environment but LOOPBACK), where this machine's disk is out of reach."""
+    runner = runner_name(options)
+    environment = (options.view_as(PortableOptions).environment_type or "").upper()
+    return runner not in LOCAL_RUNNERS and ("Dataflow" in runner or environment != "LOOPBACK")
+
+
+def dry_run(options: PipelineOptions) -> str:
+    """``--dry_run``: "" (none), "sdist" (check, build the job and the package workers install)
+    or "true" (check and build the job)."""
+    value = str(options.view_as(TestOptions).dry_run).strip().lower()
+    return "" if value in ("", "false", "0", "no", "none") else "sdist" if value == "sdist" else "true"
+
+
+def check_job(
+    options: PipelineOptions,
+    reads: Mapping[str, str | Iterable[str]],
+    writes: Mapping[str, str | Iterable[str]],
+    submitter_reads: Mapping[str, str | Iterable[str]] | None = None,
+) -> None:
+    """Before anything is read, built or submitted: where workers run elsewhere, every path they
+    read or write (Beam's temporary and staging folders too) must be a URL (else UsageError
+    naming the flag); then every bucket, ``submitter_reads`` included, is probed (exit 1)."""
+    google = options.view_as(GoogleCloudOptions)
+    if workers_elsewhere(options):
+        runner = runner_name(options)
+        if "Dataflow" in runner and not (google.project and google.region and google.temp_location):
+            raise UsageError(f"{runner} needs --project, --region and --temp_location gs://BUCKET/tmp")
+        beam_paths = {"--temp_location": google.temp_location, "--staging_location": google.staging_location}
+        for flag, paths in {**reads, **writes, **beam_paths}.items():
+            for path in [paths] if isinstance(paths, str) else paths or ():
+                if path and "://" not in path or path.startswith("file://"):
+                    scheme = "gs://BUCKET/..." if "Dataflow" in runner else "a bucket URL (gs://, s3://)"
+                    raise UsageError(
+                        f"{flag} {path}: a local path, and the workers of {runner} run on other machines "
+                        f"and cannot see this one's disk; give {scheme}"
+                    )
+    beam_writes = {
+        "--temp_location": google.temp_location or (),
+        "--staging_location": google.staging_location or (),
+    }
+    buckets.probe(
+        reads={**reads, **(submitter_reads or {})},
+        writes={**writes, **beam_writes},
+        storage_options={"s3": s3_storage_options(options)},
+    )
+
+
 def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
-    """Run ``pipeline``, wait for it and return its final state. A stop signal (SIGINT, SIGTERM)
-    ends it as ``schemas.commands.Stopped`` (``output`` not marked COMPLETED), whatever error
-    Beam's runner rewrapped it as; the local runner's worker processes
-    (``--direct_running_mode multi_processing``), which the runner waits for as it unwinds, are
-    stopped with it."""
-    runner = str(pipeline.options.view_as(StandardOptions).runner or DEFAULT_RUNNER).rsplit(".", 1)[-1]
-    remote = "" if runner in _IN_PROCESS_RUNNERS else f"; the job may still run on {runner}: cancel it there"
+    """Run ``pipeline`` and return its final state. A dry run builds the job (every DoFn pickled;
+    with ``--dry_run=sdist`` the workers' package too) and runs nothing, on any runner (None). A
+    stop signal ends it as ``Stopped`` (with the local runner's worker processes), whatever Beam
+    rewrapped it as. The package's build on a remote submission is quiet unless ``--verbose``."""
+    options = pipeline.options
+    quiet = _quiet_stderr if workers_elsewhere(options) and not _beam_logs() else contextlib.nullcontext
+    if dry_run(options):
+        pipeline.to_runner_api()
+        if dry_run(options) == "sdist":
+            from apache_beam.transforms.environments import python_sdk_dependencies
+
+            with tempfile.TemporaryDirectory() as folder, quiet():
+                python_sdk_dependencies(options, folder)
+        return None
+    remote = (
+        ""
+        if runner_name(options) in LOCAL_RUNNERS
+        else f"; the job may still run on {runner_name(options)}: cancel it there"
+    )
     with _workers_stop_with_us():
         try:
-            return pipeline.run().wait_until_finish()
+            with quiet():
+                result = pipeline.run()
+            return result.wait_until_finish()
         except BaseException:
             raise_if_stopped(f"{output} is not marked COMPLETED{remote}")
             raise
+
+
+def _beam_logs() -> bool:
+    import logging
+
+    return logging.getLogger("apache_beam").isEnabledFor(logging.INFO)
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Standard error (file descriptor 2, which child processes share) to nowhere for the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "wb") as sink:
+        os.dup2(sink.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @contextlib.contextmanager

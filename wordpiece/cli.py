@@ -1,10 +1,9 @@
 """``wordpiece``: command-line entry point of the ``wordpiece`` package.
 
 Commands: ``train`` (learn a vocabulary from a corpus) and ``encode`` (tokenise standard input
-with a vocabulary). Library code lives in
-``wordpiece.tokenizer``; each command here only parses flags, loads, and reports errors as one
-``error:`` line: exit 1 when it ran and failed, 2 when a setting is refused before anything is
-read (``schemas.commands``: 130/143 for SIGINT/SIGTERM).
+with a vocabulary). Library code lives in ``wordpiece.tokenizer`` and ``wordpiece.train``; each
+command here parses flags (defaults from the typed config), loads and raises: the one exit rule
+of ``schemas.commands`` turns an error into one ``error:`` line and its exit code.
 """
 
 from __future__ import annotations
@@ -15,30 +14,29 @@ import sys
 import warnings
 from collections.abc import Iterator
 from itertools import islice
-from typing import BinaryIO, NoReturn
+from typing import BinaryIO
 
 import click
 
-from schemas.commands import InputError, OneLineGroup
+from schemas.buckets import probe
+from schemas.commands import CommandError, OneLineGroup, UsageError
+from schemas.commands import config_option as option
+from schemas.inputs import MAX_LINE_BYTES, check_file, lines
 from wordpiece.tokenizer import WordPieceTokenizer
+from wordpiece.train import VocabConfig
 
-
-def _fail(message: str, exit_code: int = 1) -> NoReturn:
-    """One ``error:`` line and exit: 1 when the command ran and failed (a missing or bad corpus or
-    vocabulary, an output in the way), 2 when its settings are refused before anything is read."""
-    click.echo(f"error: {message}", err=True)
-    sys.exit(exit_code)
+_HELP = {"help_option_names": ["-h", "--help"]}
 
 
 def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
-    """Load a vocabulary, turning a VocabError into ``error:`` and an inferred casing into a
+    """Load a vocabulary (a regular file or a bucket object), an inferred casing said in a
     one-line ``warning:`` on standard error."""
+    if "://" not in path:
+        check_file(path)
+    probe(reads={"--vocab": path})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            tokenizer = WordPieceTokenizer.load(path, cased=cased)
-        except InputError as err:
-            _fail(str(err))
+        tokenizer = WordPieceTokenizer.load(path, cased=cased)
     for warning in caught:
         click.echo(f"warning: {warning.message}", err=True)
     return tokenizer
@@ -46,13 +44,15 @@ def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
 
 def _batches(stream: BinaryIO, size: int) -> Iterator[list[str]]:
     """Lines of a byte stream, ``size`` at a time, decoded as UTF-8 with invalid bytes replaced
-    by U+FFFD and without their line ending (``\\n`` or ``\\r\\n``).
+    by U+FFFD and without their line ending (``\\n`` or ``\\r\\n``); a line over
+    ``schemas.inputs.MAX_LINE_BYTES`` is one error naming its number (the tokenizer is never
+    handed it).
 
     Lines end at ``\\n`` only, so characters such as U+2028 or form feed stay inside their line
     (BERT's normaliser turns U+2028 into a space and deletes form feed).
     """
-    lines = iter(stream)
-    while batch := list(islice(lines, size)):
+    bounded = lines(stream, "standard input", MAX_LINE_BYTES)
+    while batch := list(islice(bounded, size)):
         texts = []
         for raw in batch:
             if raw.endswith(b"\n"):
@@ -69,7 +69,7 @@ class _OneLineFormatter(logging.Formatter):
         return f"{record.levelname.lower()}: {record.name}: {message[0] if message else ''}"
 
 
-@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings=_HELP, epilog="Docs: docs/wordpiece.md")
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 def main() -> None:
     """Train a WordPiece vocabulary from corpus documents and tokenise exactly as BERT does.
@@ -86,7 +86,7 @@ def main() -> None:
     logging.getLogger("schemas").setLevel(logging.WARNING)  # a stale claim taken over is said
 
 
-@main.command("encode")
+@main.command("encode", epilog="Docs: docs/wordpiece.md")
 @click.option(
     "--vocab",
     "vocab_path",
@@ -137,119 +137,61 @@ def encode(vocab_path: str, cased: bool | None, as_tokens: bool, batch_size: int
         sys.exit(1)
 
 
-_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
+_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}
 
 
-@main.command("train", context_settings=_PASS_THROUGH)
+@main.command("train", context_settings=_PASS_THROUGH, epilog="Docs: docs/wordpiece.md")
 @click.option("--corpus", required=True, help="A completed `pipelines corpus` output (local or bucket URL).")
 @click.option(
     "--output", required=True, help="Folder for vocab.txt, tokenizer.json, stats.json, word_counts/."
 )
-@click.option(
-    "--vocab-size",
-    type=int,
-    default=30_522,
-    show_default=True,
-    help="Total size, special and [unusedN] tokens included (30,522 as released BERT).",
+@option(VocabConfig, "vocab_size", help="Total size, special and [unusedN] tokens included.")
+@option(
+    VocabConfig, "cased", "--cased/--uncased", help="Keep case and accents, or lower-case and strip them."
 )
-@click.option(
-    "--cased/--uncased",
-    default=False,
-    show_default=True,
-    help="Keep case and accents, or lower-case and strip them (BERT-Base uncased).",
-)
-@click.option(
-    "--min-frequency",
-    type=int,
-    default=2,
-    show_default=True,
-    help="A pair must occur this often to be merged into a piece.",
-)
-@click.option(
-    "--limit-alphabet",
-    type=int,
-    default=1_000,
-    show_default=True,
-    help="Keep at most this many characters (the most frequent); the rest become [UNK].",
-)
-@click.option(
-    "--num-unused",
-    type=int,
-    default=994,
-    show_default=True,
-    help="[unusedN] slots; 994 gives the released layout ([UNK]=100 ... [MASK]=103).",
-)
-@click.option(
+@option(VocabConfig, "min_frequency", help="A pair must occur this often to be merged into a piece.")
+@option(VocabConfig, "limit_alphabet", help="Keep at most this many characters; the rest become [UNK].")
+@option(VocabConfig, "num_unused", help="[unusedN] slots; 994 gives the released layout ([UNK]=100).")
+@option(
+    VocabConfig,
+    "splits",
     "--split",
     "splits",
     multiple=True,
-    default=("train",),
-    show_default=True,
-    help="Corpus split(s) to learn from; repeat for several.",
+    help="Corpus split(s) to learn from; repeatable.",
 )
-@click.option(
-    "--measure-split",
-    default="validation",
-    show_default=True,
-    help="Split on which stats.json reports the [UNK] rate and pieces per word.",
+@option(
+    VocabConfig, "measure_split", help="Split on which stats.json reports [UNK] rate and pieces per word."
 )
-@click.option(
-    "--num-count-shards", type=int, default=8, show_default=True, help="Files of word counts to write."
-)
+@option(VocabConfig, "num_count_shards", help="Files of word counts to write.")
 @click.option("--overwrite", is_flag=True, help="Replace a completed vocabulary at --output.")
 @click.pass_context
-def train(
-    ctx,
-    corpus,
-    output,
-    vocab_size,
-    cased,
-    min_frequency,
-    limit_alphabet,
-    num_unused,
-    splits,
-    measure_split,
-    num_count_shards,
-    overwrite,
-) -> None:
+def train(ctx, **flags) -> None:
     """Learn a BERT-layout WordPiece vocabulary from corpus documents, at any corpus size.
 
     A Beam pipeline counts pre-tokenised words (any runner: Beam options such as --runner pass
-    through); the vocabulary is then learned from the counts with the tokenizers WordPiece
-    trainer, never from the text. Writes vocab.txt, tokenizer.json and stats.json ([UNK] rate and
-    pieces per word on --measure-split). The same corpus and options give a byte-identical
-    vocab.txt whatever the runner or number of workers.
+    through); the vocabulary is then learned here from the counts, never from the text. Writes
+    vocab.txt, tokenizer.json and stats.json ([UNK] rate and pieces per word on --measure-split).
+    The same corpus and options give a byte-identical vocab.txt on any runner and workers.
     """
-    from schemas.commands import CommandError, UsageError
     from schemas.paths import check_apart
-    from wordpiece.beam_jobs import explain_failure
-    from wordpiece.count import CorpusError
-    from wordpiece.train import VocabConfig, train_vocabulary
+    from wordpiece.beam_jobs import check_job, explain_failure, job_options
+    from wordpiece.train import train_vocabulary
 
     try:
-        config = VocabConfig(
-            corpus=corpus,
-            output=output,
-            vocab_size=vocab_size,
-            cased=cased,
-            min_frequency=min_frequency,
-            limit_alphabet=limit_alphabet,
-            num_unused=num_unused,
-            splits=tuple(splits),
-            measure_split=measure_split,
-            num_count_shards=num_count_shards,
-            overwrite=overwrite,
-        )
-        check_apart({"--output": output}, {"--corpus": corpus})  # exit 2, before the corpus is read
-    except (ValueError, UsageError) as err:  # the settings, or --output over --corpus: exit 2
-        _fail(str(err), exit_code=2)
+        config = VocabConfig(**{**flags, "splits": tuple(flags["splits"])})
+    except ValueError as err:  # the settings
+        raise UsageError(str(err)) from None
+    check_apart({"--output": config.output}, {"--corpus": config.corpus})  # exit 2
+    check_job(job_options(ctx.args), {"--corpus": config.corpus}, {"--output": config.output})
     try:
         stats = train_vocabulary(config, ctx.args)
-    # it ran and failed: the corpus, the vocabulary, an output in the way (ValueError), a full disk
-    except (CorpusError, ValueError, OSError, CommandError) as err:
-        _fail(str(err))
+    except (CommandError, OSError):
+        raise
+    except ValueError as err:  # the corpus, the vocabulary, an output in the way
+        raise CommandError(str(err)) from None
     except Exception as err:  # Beam wraps worker errors; show the line that says what happened.
-        _fail(explain_failure(err))
+        raise CommandError(explain_failure(err)) from None
     if stats is None:
         click.echo("dry run: the counting job was built and not submitted; nothing was written")
         return
@@ -262,7 +204,8 @@ def train(
             f"on {stats['measured_on']}: {stats['pieces_per_word']:.3f} pieces per word, "
             f"[UNK] {100 * stats['unk_piece_rate']:.3f}% of pieces"
         )
-    click.echo(f"output: {output}/vocab.txt, {output}/tokenizer.json, {output}/stats.json")
+    out = config.output
+    click.echo(f"output: {out}/vocab.txt, {out}/tokenizer.json, {out}/stats.json")
 
 
 if __name__ == "__main__":

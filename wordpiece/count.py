@@ -23,15 +23,12 @@ from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
 from schemas import DOCUMENTS, WORD_COUNTS, Manifest
+from schemas.commands import InputError
 from schemas.files import temporary_name, write_error, write_local_file
 from schemas.outputs import journal
 from wordpiece.tokenizer import pre_tokenize
 
 COUNTS_FOLDER = "word_counts"
-
-
-class CorpusError(ValueError):
-    """The corpus is missing, incomplete or damaged; the message names it."""
 
 
 def s3_storage_options(options: PipelineOptions) -> dict[str, Any]:
@@ -63,14 +60,10 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_bytes(path: str, data: bytes | Sequence[bytes]) -> None:
-    """The Beam side's one writer (``pipelines.io.write_bytes`` too): a whole file, or nothing
-    under its name. ``data`` is the bytes, or pieces of them already made (written back to back).
-    Locally through a temporary name beside ``path``, renamed once whole
-    (``schemas.files.write_local_file``). On ``gs://`` one upload, which Beam's GCS writer cancels
-    when the block fails (the object appears only once complete). On other buckets (``s3://``)
-    Beam's writer completes a multipart upload whenever it is closed, after a failed part too:
-    there the object goes up under a temporary name and is renamed once whole. A failure (a full
-    disk) is a ``schemas.files.WriteError`` naming the file; the temporary file is removed."""
+    """The Beam side's one writer (``pipelines.io.write_bytes``): a whole file or nothing under its
+    name; ``data`` is the bytes or pieces of them. Locally and on ``s3://`` (whose multipart upload
+    completes even after a failed part) through a temporary name renamed once whole; on ``gs://``
+    one upload, which Beam cancels when the block fails. A failure is a ``WriteError``."""
     chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
         if isinstance(FileSystems.get_filesystem(path), LocalFileSystem):
@@ -104,7 +97,7 @@ def read_documents(shard: tuple[str, str]) -> list[list[str]]:
     path, expected_sha256 = shard
     data = read_bytes(path)
     if hashlib.sha256(data).hexdigest() != expected_sha256:
-        raise CorpusError(f"{path}: checksum differs from its manifest; the corpus was modified or damaged")
+        raise InputError(f"{path}: checksum differs from its manifest; the corpus was modified or damaged")
     return DOCUMENTS.read_ipc(data, source=path).column("sentences").to_pylist()
 
 

@@ -35,7 +35,7 @@ from pipelines.examples.spill import (
 from pipelines.examples.write import shard_pieces
 from schemas import RecordFormat
 from wordpiece.chunk_cache import ChunkCache
-from wordpiece.tokenizer import WordPieceTokenizer, load_vocab
+from wordpiece.tokenizer import WordPieceTokenizer
 
 ExamplesConfig = Any
 """``pipeline.ExamplesConfig`` (not imported here: ``pipeline`` imports this module)."""
@@ -55,14 +55,15 @@ BatchRef = tuple[tuple[int, SpillRef | bytes, int], ...]
 class TokenizeShard(beam.DoFn):
     """A corpus shard → batches of ``TokenizedDocument`` (about ``BATCH_SENTENCES`` sentences
     each), each written to a temporary file by bucket (one ``BatchRef`` per batch); the tokenizer
-    and its chunk cache live as long as the worker."""
+    (built from the vocabulary's tokens, which travel inside the DoFn: a worker never opens the
+    submitter's vocabulary file) and its chunk cache live as long as the worker."""
 
-    def __init__(self, vocab: str, cased: bool, num_buckets: int, folder: str | None):
-        self._vocab, self._cased, self._num_buckets, self._folder = vocab, cased, num_buckets, folder
+    def __init__(self, tokens: tuple[str, ...], cased: bool, num_buckets: int, folder: str | None):
+        self._tokens, self._cased, self._num_buckets, self._folder = tokens, cased, num_buckets, folder
         self._cache: ChunkCache | None = None
 
     def setup(self) -> None:
-        tokenizer = WordPieceTokenizer.load(self._vocab, cased=self._cased).tokenizer
+        tokenizer = WordPieceTokenizer(self._tokens, self._cased).tokenizer
         # Corpus text that spells "[SEP]" is text, not a separator.
         tokenizer.encode_special_tokens = True
         self._cache = ChunkCache(tokenizer)
@@ -117,15 +118,17 @@ def read_documents(pieces: Iterable[SpillRef | bytes]) -> list[TokenizedDocument
 
 
 class WithVocab(beam.DoFn):
-    """A DoFn that loads the vocabulary tables once per worker and spills its examples."""
+    """A DoFn that builds the vocabulary tables once per worker from the tokens it carries, and
+    spills its examples."""
 
-    def __init__(self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
-        self._config, self._fmt, self._folder = config, fmt, folder
+    def __init__(
+        self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple[str, ...]
+    ):
+        self._config, self._fmt, self._folder, self._tokens = config, fmt, folder, tokens
         self._vocab: ExampleVocab | None = None
 
     def setup(self) -> None:
-        tokens = load_vocab(self._config.vocab)  # the ids of tokens, no tokenizer needed
-        self._vocab = ExampleVocab.build(tokens, self._config.random_token_from_whole_vocab)
+        self._vocab = ExampleVocab.build(self._tokens, self._config.random_token_from_whole_vocab)
 
     def _pieces(self, finished: Iterable[tuple[ExampleColumns, Counter]]):
         """The examples as ``(shard, SpillRef)`` outputs (written ``SPILL_BYTES`` at a time)."""
@@ -145,8 +148,10 @@ class PlanBatch(WithVocab):
     """A spilled batch of documents → its actual-next examples (finished here) and its
     random-next requests, spilled, one reference per bucket."""
 
-    def __init__(self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
-        super().__init__(config, fmt, folder)
+    def __init__(
+        self, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple[str, ...]
+    ):
+        super().__init__(config, fmt, folder, tokens)
         self._drawer: tuple[dict, RequestDrawer] | None = None
 
     def process(self, batch: BatchRef, bucket_sizes: dict[int, int]):

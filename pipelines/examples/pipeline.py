@@ -1,40 +1,25 @@
 """``pipelines examples``: corpus documents + a vocabulary → masked, NSP-paired example shards.
 
-Graph (no worker ever holds the corpus; elements are batches of documents and record
-batches of examples, never one element per pair):
+Graph (elements are batches of documents and record batches of examples, never one per pair;
+the DoFns are in ``dofns.py``): the split's shards are tokenised in batches of about
+``BATCH_SENTENCES`` sentences (``wordpiece.chunk_cache``) and filed into buckets, ``hash(doc_id)
+mod num_buckets``; a small side input counts documents per bucket. Per batch and dupe pass,
+``plan_batch`` (one generator seeded by (seed, document, pass); each pair keyed by 64 bits for
+everything decided later) finishes actual-next pairs and turns random-next ones into requests for
+a bucket drawn in proportion to its documents (the requester's own left out), so every other
+document is equally likely, as in the reference. Requests meet documents by bucket
+(``CoGroupByKey``; ``fulfil_bucket`` cuts B); pairs are truncated, assembled and masked as arrays
+(``finish``); the pieces go to their shards by a hash of the pair's identity and
+``WriteExampleShards`` writes each shard, then ``length_histogram.png``, ``index.json``,
+``vocab.txt`` (the vocabulary the ids index), ``stats.json``, ``manifest.json`` and ``COMPLETED``.
+``--format packed`` replaces planning and pairing: a group's documents meet and
+``packing.pack_group`` packs their sentences without NSP.
 
-1. Read the split's document shards and tokenise them in batches of about ``BATCH_SENTENCES``
-   sentences through a chunk cache (``wordpiece.chunk_cache``: each distinct space-separated
-   chunk tokenised once; literal ``[SEP]`` text stays text). Documents are filed into buckets,
-   ``hash(doc_id) mod num_buckets``.
-2. Count documents per bucket (a small side input).
-3. Per batch of documents, every dupe pass (``plan_batch``: one generator seeded by (seed,
-   document, pass); each pair gets a 64-bit key from it for everything decided later).
-   Actual-next pairs are finished there. Pairs whose B must come from another document become
-   requests, one element per (batch, bucket): a bucket drawn with probability proportional to
-   its documents (the requester's own left out) and an index inside it, so every other
-   document is equally likely, as in the reference, and never the requester's own.
-4. Requests and documents meet by bucket (``CoGroupByKey``); ``fulfil_bucket`` cuts B.
-5. ``finish_pairs`` truncates, assembles and (unless ``--no-masking``) masks pairs as arrays;
-   each pair's draws are hashes of its key, so batching changes nothing.
-6. The examples go to their shards as Arrow record batches (``shard_pieces``: shard chosen by
-   a hash of the pair's identity) and ``WriteExampleShards`` sorts and writes each shard, then
-   ``length_histogram.png``, ``index.json`` (every record batch's byte range, rows and SHA-256,
-   taken from the bytes as they are written; ``schemas.index``), ``vocab.txt`` (the vocabulary
-   the ids index, so that the shards need nothing beside them wherever they are copied),
-   ``stats.json``, ``manifest.json`` (the vocabulary's SHA-256, the copy's and the index's) and
-   ``COMPLETED``.
-
-``--format packed`` replaces steps 2-5: documents meet by bucket and ``packing.pack_group``
-packs their full sentences without NSP pairs.
-
-The DoFns are in ``dofns.py``. Spilling (``--spill``, ``spill.py``): on Beam's local runners, which hold every PCollection that
-crosses a stage boundary in memory, the tokenised documents (by bucket), the requests and the
-example pieces are written to temporary files by the DoFn that makes them, and only references
-go through the shuffles; each consumer reads back its own pieces. Peak memory is then set by
-``BATCH_SENTENCES`` (``PLAN_SENTENCE_PASSES`` for planning), one bucket and one shard, not by
-the input or the dupe factor. The temporary folder is removed before ``COMPLETED`` is written,
-and by the command after a failure.
+Spilling (``--spill``, ``spill.py``): on Beam's local runners, which hold every PCollection that
+crosses a stage boundary in memory, documents, requests and example pieces go to temporary files
+and only references through the shuffles, so peak memory is set by ``BATCH_SENTENCES``, one
+bucket and one shard. The folder is removed before ``COMPLETED`` is written, and by the command
+after a failure.
 """
 
 from __future__ import annotations
@@ -62,6 +47,7 @@ from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
 from schemas.manifest import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE
 from schemas.outputs import journal
+from wordpiece.beam_jobs import LOCAL_RUNNERS
 from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
 
@@ -69,14 +55,6 @@ LENGTH_HISTOGRAM_FILE = "length_histogram.png"
 MAX_DUPE_FACTOR = 32_767
 """``dupe_index`` is an int16 column (schemas/examples.py)."""
 SPILL_MODES = ("auto", "always", "never")
-LOCAL_RUNNERS = (
-    "DirectRunner",
-    "FnApiRunner",
-    "SwitchingDirectRunner",
-    "BundleBasedDirectRunner",
-    "PrismRunner",
-)
-"""Runners that hold every PCollection crossing a stage boundary in memory: ``--spill auto`` spills there."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +261,7 @@ def _finish_output(
     return stats
 
 
-def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple):
     """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies.
     Only references to the spilled documents, requests and pieces go through the shuffles."""
     bucketed = batches | "Bucket" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
@@ -293,24 +271,25 @@ def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str
         | "Bucket sizes" >> beam.CombinePerKey(sum)
     )
     planned = batches | "Plan pairs" >> beam.ParDo(
-        PlanBatch(config, fmt, folder), beam.pvalue.AsDict(bucket_sizes)
+        PlanBatch(config, fmt, folder, tokens), beam.pvalue.AsDict(bucket_sizes)
     ).with_outputs("pieces", "tallies", main="requests")
     fulfilled = (
         {"documents": bucketed, "requests": planned.requests}
         | "Meet by bucket" >> beam.CoGroupByKey()
-        | "Random B" >> beam.ParDo(FulfilBucket(config, fmt, folder)).with_outputs("pieces", "tallies")
+        | "Random B"
+        >> beam.ParDo(FulfilBucket(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
     pieces = (planned.pieces, fulfilled.pieces) | "All pieces" >> beam.Flatten()
     return pieces, (planned.tallies, fulfilled.tallies)
 
 
-def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None):
+def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple):
     """Packed sentences: a group's documents meet on one worker and are packed there."""
     packed = (
         batches
         | "Group" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
         | "Meet by group" >> beam.GroupByKey()
-        | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder)).with_outputs("pieces", "tallies")
+        | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
     return packed.pieces, (packed.tallies,)
 
@@ -331,7 +310,8 @@ def build(
     names = [LENGTH_HISTOGRAM_FILE, INDEX_FILE, carried.file.path, STATS_FILE, MANIFEST_FILE, COMPLETED_FILE]
     journal(*(io.join(config.output, n) for n in names), *([f"{folder}/"] if folder else []))
     fmt = examples_format(carried.size)
-    tokenize = TokenizeShard(config.vocab, config.cased, config.num_buckets, folder)
+    tokens = tuple(vocab)  # travels inside the DoFns: no worker opens the vocabulary file
+    tokenize = TokenizeShard(tokens, config.cased, config.num_buckets, folder)
     documents = (
         pipeline
         | "Corpus shards" >> beam.Create(shards)
@@ -339,9 +319,9 @@ def build(
         | "Tokenise" >> beam.ParDo(tokenize).with_outputs("tallies", main="batches")
     )
     if config.format == "packed":
-        pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder)
+        pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder, tokens)
     else:
-        pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder)
+        pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder, tokens)
     entries = pieces | "Write" >> WriteExampleShards(config.output, "examples", config.num_shards, fmt)
     tally = (
         (documents.tallies, *tallies)

@@ -1,22 +1,13 @@
 """Spilling the bulk of ``pipelines examples`` to temporary files, so only references are shuffled.
 
-A runner holds what crosses a stage boundary: Beam's local runners keep whole PCollections in
-memory there, so tokenised documents, random-next requests and finished examples sent through
-the shuffle made the peak memory grow with the corpus and the dupe factor. Instead each DoFn
-writes what it produces to one new file (:func:`spill`: the pieces back to back) under the run's
-temporary folder, and sends a :class:`SpillRef` per piece (a path, an offset and a length: tens of
-bytes) through the shuffle; the consumer reads back only its own pieces (:func:`read_spilled`).
-The files go through Beam's filesystems, so the folder may be a bucket (``gs://``) that every
-Dataflow worker sees. The folder is removed when the run ends, finished or failed
-(:func:`remove_folder`).
-
-Runners whose shuffle keeps its data out of memory on its own (Dataflow's shuffle service, Flink,
-Spark) need none of this, and there a shard writer reading thousands of small ranges from a
-bucket would be slow: ``--spill auto`` spills on Beam's local runners only, and with spilling
-off the same pieces travel through the shuffle as bytes (:func:`spill` with no folder).
-
-Pieces are plain bytes; documents and requests are encoded here as ``.npz`` archives of numpy
-arrays and read back with ``allow_pickle=False`` (nothing read from a file is unpickled).
+Each DoFn writes what it produces to one new file (:func:`spill`: the pieces back to back) under
+the run's temporary folder (local or a bucket, through Beam's filesystems) and sends a
+:class:`SpillRef` per piece (path, offset, length) through the shuffle; the consumer reads back
+its own pieces (:func:`read_spilled`). The folder is removed when the run ends, finished or failed
+(:func:`remove_folder`). Runners whose shuffle keeps data out of memory (Dataflow, Flink, Spark)
+need none of this: ``--spill auto`` spills on Beam's local runners only, and with no folder the
+pieces travel through the shuffle as bytes. Documents and requests are ``.npz`` archives of numpy
+arrays, read back with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
@@ -32,15 +23,12 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import io
 from pipelines.examples.batches import Requests
 from pipelines.examples.pairs import TokenizedDocument
+from schemas.commands import InputError
 
 TEMP_DIR = io.TEMP_DIR
 """The default temporary folder, inside the output (``--temp-location`` chooses another); an
 ``--overwrite`` run removes what a killed run left there."""
 SPILL_SUFFIX = ".spill"
-
-
-class SpillError(OSError):
-    """A spilled piece could not be read back whole; the message names the file."""
 
 
 class SpillRef(NamedTuple):
@@ -86,7 +74,7 @@ def read_spilled(pieces: Iterable[SpillRef | bytes]) -> Iterator[bytes]:
                 f.seek(ref.offset)
                 data = f.read(ref.length)
                 if len(data) != ref.length:
-                    raise SpillError(
+                    raise InputError(
                         f"{path}: temporary file ends at {ref.offset + len(data)} bytes, a piece needs "
                         f"{ref.offset + ref.length}; it was changed or removed while the run went on"
                     )

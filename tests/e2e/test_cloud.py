@@ -28,30 +28,47 @@ DATAFLOW_DRY_RUN = [
 ]
 
 
-@pytest.mark.parametrize("command", ["wikipedia", "books", "corpus"])
-def test_every_pipeline_builds_as_a_dataflow_job(command, wiki_output):
-    inputs = {
-        "wikipedia": str(require(ENWIKI_EXCERPT)),
-        "books": f"{require(GUTENBERG)}/*.txt",
-        "corpus": str(wiki_output),
-    }[command]
-    result = run_cli(command, "--input", inputs, "--output", f"gs://bert-bucket/{command}", *DATAFLOW_DRY_RUN)
-    assert "dry run: the job was built and not submitted" in result.output
+def _upload_folder(bucket, folder: Path, prefix: str) -> str:
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        bucket.blob(f"{prefix}/{path.relative_to(folder)}").upload_from_filename(str(path))
+    return f"gs://bert-bucket/{prefix}"
 
 
-def test_wordpiece_train_builds_as_a_dataflow_job(corpus_output):
-    result = run_wordpiece(
-        "train", "--corpus", str(corpus_output), "--output", "gs://bert-bucket/vocab", *DATAFLOW_DRY_RUN
+@pytest.mark.emulator
+def test_every_stage_builds_as_a_dataflow_job_and_writes_nothing(
+    gcs_emulator, wiki_output, corpus_output, released_vocab
+):
+    """With every path on a bucket, each stage (the spilling examples graph included) is checked,
+    built and pickled for Dataflow; a dry run submits nothing and writes nothing."""
+    gcs_emulator.blob(f"dumps/{ENWIKI_EXCERPT.name}").upload_from_filename(str(require(ENWIKI_EXCERPT)))
+    for book in sorted(require(GUTENBERG).glob("*.txt"))[:2]:
+        gcs_emulator.blob(f"books/{book.name}").upload_from_filename(str(book))
+    wiki, corpus = (
+        _upload_folder(gcs_emulator, wiki_output, "wiki"),
+        _upload_folder(gcs_emulator, corpus_output, "all"),
     )
+    before = {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")}
+    out = "gs://bert-bucket/out"
+    for args in (
+        ["wikipedia", "--input", "gs://bert-bucket/dumps/*.bz2", "--output", f"{out}/wiki"],
+        ["books", "--input", "gs://bert-bucket/books/*.txt", "--output", f"{out}/books"],
+        ["corpus", "--input", wiki, "--output", f"{out}/corpus"],
+        [
+            "examples",
+            "--corpus",
+            corpus,
+            "--vocab",
+            released_vocab,
+            "--output",
+            f"{out}/ex",
+            "--spill",
+            "always",
+        ],
+    ):
+        assert "dry run: the job was built and not submitted" in run_cli(*args, *DATAFLOW_DRY_RUN).output
+    result = run_wordpiece("train", "--corpus", corpus, "--output", f"{out}/vocab", *DATAFLOW_DRY_RUN)
     assert "dry run: the counting job was built and not submitted" in result.output
-
-
-def test_examples_build_as_a_dataflow_job(corpus_output, released_vocab):
-    """The spilling graph (temporary files under gs://, references through the shuffles) builds
-    and pickles for Dataflow; a dry run writes nothing, temporary files included."""
-    args = ("--corpus", str(corpus_output), "--vocab", released_vocab, "--output", "gs://bert-bucket/ex")
-    result = run_cli("examples", *args, "--spill", "always", *DATAFLOW_DRY_RUN)
-    assert "dry run: the job was built and not submitted" in result.output
+    assert {blob.name for blob in gcs_emulator.client.list_blobs("bert-bucket")} == before
 
 
 @pytest.mark.emulator
@@ -147,7 +164,7 @@ def _stream_examples_from_bucket(bucket) -> None:
     ds = ExampleShards(url, batch_size=8, seed=1, streams=2, vocab_sha256=vocab.vocab_sha256)
     local = list(ds)
     assert len(local) == len(ds) > 0
-    assert len(local) * 8 == ds.num_examples - ds.dropped_examples
+    assert len(local) * 8 == ds.world_size * ds.streams * ds.stream_rows
     for batch in local:
         assert batch["input_ids"].shape[1] <= 64
         assert int(batch["input_ids"].max()) < vocab.vocab_size

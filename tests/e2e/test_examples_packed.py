@@ -61,16 +61,16 @@ def test_packed_shards_hold_every_token_once_per_pass(packed_output, corpus_outp
 
 
 def test_pretrain_refuses_nsp_on_packed_shards_and_trains_without_it(packed_output, tmp_path):
-    from pretrain.config import TrainConfig
-    from pretrain.startup import TrainingError
+    from pretrain.config import PretrainConfig
     from pretrain.train import train
+    from schemas.commands import InputError
 
     settings = dict(shards=str(packed_output), config="1/64/2", global_batch_size=8, max_steps=6,
                     warmup_steps=1, save_steps=6, precision="fp32", num_workers=0, log_steps=3)  # fmt: skip
-    with pytest.raises(TrainingError, match=r"packed shards \(--format packed\) .* add --no-nsp"):
-        train(TrainConfig(output=str(tmp_path / "nsp"), **settings))
+    with pytest.raises(InputError, match=r"packed shards \(--format packed\) .* add --no-nsp"):
+        train(PretrainConfig(output=str(tmp_path / "nsp"), **settings))
     assert not (tmp_path / "nsp" / "checkpoints").exists()
-    train(TrainConfig(output=str(tmp_path / "mlm"), nsp=False, **settings))
+    train(PretrainConfig(output=str(tmp_path / "mlm"), nsp=False, **settings))
     records = [json.loads(line) for line in (tmp_path / "mlm" / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["split"] == "train"]
     assert train_records and all(r["nsp_loss"] == 0.0 for r in train_records)

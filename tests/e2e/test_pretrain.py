@@ -18,9 +18,10 @@ import torch
 from safetensors.torch import load_file
 
 from pretrain import checkpoint as ckpt
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.model import BertConfig, BertForPreTraining
-from pretrain.train import TrainingError, train
+from pretrain.train import train
+from schemas.commands import InputError, OutputError, UsageError
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def _records(run: Path, split: str = "train") -> list[dict]:
 
 def test_tiny_bert_learns_and_writes_its_run(shards, validation_shards, tmp_path):
     run = tmp_path / "run"
-    cfg = TrainConfig(
+    cfg = PretrainConfig(
         shards=str(shards), output=str(run), validation_shards=str(validation_shards), max_steps=60,
         lr=2e-3, warmup_steps=6, save_steps=30, eval_batches=4, eval_steps=30, **TINY,
     )  # fmt: skip
@@ -85,14 +86,16 @@ def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
 
 
 def test_two_ddp_processes_share_weights_and_split_the_data(shards, tmp_path):
+    """Observed from outside the trainer (tests/e2e/ddp_ranks.py): each rank's weights and examples."""
     run, report = tmp_path / "run", tmp_path / "report"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    args = _args(shards, run, "--rank-report", str(report))
+    args = _args(shards, run)
     args[args.index("--max-steps") + 1] = "6"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [*torchrun, "-m", "pretrain", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+        [*torchrun, str(ROOT / "tests/e2e/ddp_ranks.py"), str(report), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     ranks = [json.loads((report / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
@@ -104,7 +107,7 @@ def test_two_ddp_processes_share_weights_and_split_the_data(shards, tmp_path):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_on_cpu(shards, tmp_path, precision):
-    cfg = TrainConfig(shards=str(shards), output=str(tmp_path / precision), max_steps=4, save_steps=4,
+    cfg = PretrainConfig(shards=str(shards), output=str(tmp_path / precision), max_steps=4, save_steps=4,
                       **{**TINY, "precision": precision, "global_batch_size": 8, "log_steps": 2})  # fmt: skip
     record = train(cfg)
     assert record["step"] == 4 and torch.isfinite(torch.tensor(record["loss"]))
@@ -121,7 +124,7 @@ def test_export_loads_in_transformers_and_seeds_a_new_run(shards, tmp_path):
     from pretrain.cli import main
 
     run = tmp_path / "run"
-    train(TrainConfig(shards=str(shards), output=str(run), max_steps=5, save_steps=5, **TINY))
+    train(PretrainConfig(shards=str(shards), output=str(run), max_steps=5, save_steps=5, **TINY))
     result = CliRunner().invoke(
         main, ["export", "--checkpoint", str(run), "--format", "hf", "--output", str(tmp_path / "hf")]
     )
@@ -138,17 +141,17 @@ def test_export_loads_in_transformers_and_seeds_a_new_run(shards, tmp_path):
     assert torch.allclose(a.prediction_logits[0, :7], b.prediction_logits[0, :7], atol=1e-5)
     assert torch.allclose(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5)
     # an exported folder is a starting point for a new run
-    record = train(TrainConfig(shards=str(shards), output=str(tmp_path / "again"), init_from=str(tmp_path / "hf"),
+    record = train(PretrainConfig(shards=str(shards), output=str(tmp_path / "again"), init_from=str(tmp_path / "hf"),
                                max_steps=5, save_steps=5, **{**TINY, "config": None}))  # fmt: skip
     assert record["step"] == 5
 
 
 def test_bad_inputs_fail_before_the_first_step(shards, tmp_path):
     def fails(match: str, **overrides):
-        cfg = TrainConfig(
+        cfg = PretrainConfig(
             **{"shards": str(shards), "output": str(tmp_path / "out"), "max_steps": 2, **TINY, **overrides}
         )
-        with pytest.raises((TrainingError, ValueError), match=match):
+        with pytest.raises((InputError, OutputError, UsageError, ValueError), match=match):
             train(cfg)
         assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
@@ -175,7 +178,7 @@ def test_bad_inputs_fail_before_the_first_step(shards, tmp_path):
     short.save_pretrained(str(tmp_path / "short"))
     fails("32 positions", init_from=str(tmp_path / "short"), config=None)
     # a checkpoint of another size
-    train(TrainConfig(shards=str(shards), output=str(tmp_path / "run"), max_steps=2, save_steps=2, **TINY))
+    train(PretrainConfig(shards=str(shards), output=str(tmp_path / "run"), max_steps=2, save_steps=2, **TINY))
     fails("not --config mini", resume=str(tmp_path / "run"), output=None, config="mini", max_steps=4)
     fails("already at step 2", resume=str(tmp_path / "run"), output=None, config=None, max_steps=2)
 
@@ -188,7 +191,7 @@ def test_train_from_and_checkpoint_to_a_bucket(gcs_emulator, shards, tmp_path):
     fs.put(str(shards), "bert-bucket/shards/seq64", recursive=True)  # with the vocab.txt they carry
     common = {**TINY, "save_steps": 3, "log_steps": 3}
     train(
-        TrainConfig(
+        PretrainConfig(
             shards="gs://bert-bucket/shards/seq64", output="gs://bert-bucket/runs/t", max_steps=3, **common
         )
     )
@@ -200,7 +203,7 @@ def test_train_from_and_checkpoint_to_a_bucket(gcs_emulator, shards, tmp_path):
         "bert-bucket/runs/t/plots/curves.png",
     } <= names
     assert any("/tensorboard/events.out.tfevents" in n for n in names)
-    record = train(TrainConfig(shards="gs://bert-bucket/shards/seq64", resume="gs://bert-bucket/runs/t",
+    record = train(PretrainConfig(shards="gs://bert-bucket/shards/seq64", resume="gs://bert-bucket/runs/t",
                                output=None, max_steps=6, **common))  # fmt: skip
     assert record["step"] == 6
     lines = fs.cat_file("bert-bucket/runs/t/metrics.jsonl").decode().splitlines()
@@ -231,8 +234,8 @@ def test_gradient_accumulation_matches_one_big_batch(shards, tmp_path):
         "streams": 1,
         "adam_eps": 1e-3,
     }
-    train(TrainConfig(shards=str(shards), output=str(tmp_path / "big"), **common))
-    train(TrainConfig(shards=str(shards), output=str(tmp_path / "acc"), micro_batch_size=4, **common))
+    train(PretrainConfig(shards=str(shards), output=str(tmp_path / "big"), **common))
+    train(PretrainConfig(shards=str(shards), output=str(tmp_path / "acc"), micro_batch_size=4, **common))
     big, acc = _weights(tmp_path / "big", 3), _weights(tmp_path / "acc", 3)
     assert max(float((big[k] - acc[k]).abs().max()) for k in big) < 1e-6
     fresh = BertForPreTraining(BertConfig.preset("tiny", 30522), seed=12345).state_dict()
@@ -241,8 +244,8 @@ def test_gradient_accumulation_matches_one_big_batch(shards, tmp_path):
 
 def test_phase_two_continues_the_model_on_other_shards(shards, validation_shards, tmp_path):
     run = tmp_path / "run"
-    train(TrainConfig(shards=str(shards), output=str(run), max_steps=4, save_steps=4, **TINY))
-    record = train(TrainConfig(shards=str(validation_shards), resume=str(run), output=None, max_steps=8,
+    train(PretrainConfig(shards=str(shards), output=str(run), max_steps=4, save_steps=4, **TINY))
+    record = train(PretrainConfig(shards=str(validation_shards), resume=str(run), output=None, max_steps=8,
                                save_steps=4, warmup_steps=0, **{**TINY, "config": None}))  # fmt: skip
     assert record["step"] == 8
     state = ckpt.load_state(str(run / "checkpoints" / "step-00000008" / "trainer"))
@@ -254,12 +257,12 @@ def test_phase_two_continues_the_model_on_other_shards(shards, validation_shards
 def test_dynamic_masking_takes_the_shards_settings_and_flags_override_them(shards, tmp_path):
     run = tmp_path / "dyn"
     base = {**TINY, "log_steps": 1}
-    train(TrainConfig(shards=str(shards), output=str(run), max_steps=2, dynamic_masking=True, **base))
+    train(PretrainConfig(shards=str(shards), output=str(run), max_steps=2, dynamic_masking=True, **base))
     share = [r["masked_tokens"] / r["tokens"] for r in _records(run)]
     assert all(0.1 < s < 0.22 for s in share)  # the shards' 0.15
     run2 = tmp_path / "dyn2"
     train(
-        TrainConfig(
+        PretrainConfig(
             shards=str(shards), output=str(run2), max_steps=2, dynamic_masking=True, masked_lm_prob=0.4,
             max_predictions_per_seq=40, **base,
         )

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pretrain.config import TrainConfig
-from pretrain.train import TrainingError, train
+from pretrain.config import PretrainConfig
+from pretrain.train import train
+from schemas.commands import UsageError
 from tests.e2e.conftest import FAST_RUNNER, run_cli
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,7 @@ def test_packed_batches_train_the_model_the_padded_ones_do(shards, validation_sh
     common = {**TINY, "dropout": 0.0, "max_steps": 3, "save_steps": 3, "lr": 1e-3, "adam_eps": 1e-3}
     common |= {"validation_shards": str(validation_shards), "eval_batches": 2}
     for mode in ("padded", "packed", "bucketed"):
-        train(TrainConfig(shards=str(shards), output=str(tmp_path / mode), batching=mode, **common))
+        train(PretrainConfig(shards=str(shards), output=str(tmp_path / mode), batching=mode, **common))
     padded, packed = _weights(tmp_path / "padded", 3), _weights(tmp_path / "packed", 3)
     assert max(float((padded[k] - packed[k]).abs().max()) for k in padded) < 1e-5
     train_p, train_k = _records(tmp_path / "padded", "train"), _records(tmp_path / "packed", "train")
@@ -50,9 +51,11 @@ def test_packed_batches_train_the_model_the_padded_ones_do(shards, validation_sh
 
 def test_bucketed_run_resumed_mid_window_equals_an_uninterrupted_one(shards, tmp_path):
     common = {**TINY, "batching": "bucketed", "bucket_window": 4, "save_steps": 3}
-    train(TrainConfig(shards=str(shards), output=str(tmp_path / "whole"), max_steps=6, **common))
-    train(TrainConfig(shards=str(shards), output=str(tmp_path / "cut"), max_steps=3, **common))
-    train(TrainConfig(shards=str(shards), output=None, resume=str(tmp_path / "cut"), max_steps=6, **common))
+    train(PretrainConfig(shards=str(shards), output=str(tmp_path / "whole"), max_steps=6, **common))
+    train(PretrainConfig(shards=str(shards), output=str(tmp_path / "cut"), max_steps=3, **common))
+    train(
+        PretrainConfig(shards=str(shards), output=None, resume=str(tmp_path / "cut"), max_steps=6, **common)
+    )
     whole, cut = _weights(tmp_path / "whole", 6), _weights(tmp_path / "cut", 6)
     assert all(torch.equal(whole[k], cut[k]) for k in whole)
     tokens = [r["tokens"] for r in _records(tmp_path / "whole", "train")]
@@ -60,10 +63,10 @@ def test_bucketed_run_resumed_mid_window_equals_an_uninterrupted_one(shards, tmp
 
 
 def test_packed_batching_refuses_the_causal_objective(shards, tmp_path):
-    cfg = TrainConfig(
+    cfg = PretrainConfig(
         shards=str(shards), output=str(tmp_path / "r"), batching="packed", objective="ltr", **TINY
     )
-    with pytest.raises(TrainingError, match="--objective ltr needs padded or bucketed"):
+    with pytest.raises(UsageError, match="--objective ltr needs padded or bucketed"):
         train(cfg)
 
 
@@ -77,7 +80,7 @@ def test_unmasked_validation_shards_are_masked_the_same_in_every_run(corpus_outp
     common = {**TINY, "max_steps": 1, "save_steps": 1, "validation_shards": str(unmasked), "eval_batches": 3}
     for name, batch in (("a", 8), ("b", 4)):  # other batch boundaries, other number of batches
         cfg = {**common, "global_batch_size": batch, "eval_batches": 24 // batch}
-        train(TrainConfig(shards=str(shards), output=str(tmp_path / name), dropout=0.0, lr=1e-9, **cfg))
+        train(PretrainConfig(shards=str(shards), output=str(tmp_path / name), dropout=0.0, lr=1e-9, **cfg))
     a, b = (_records(tmp_path / n, "validation")[-1] for n in "ab")
     assert a["examples"] == b["examples"] == 24
     assert a["mlm_perplexity"] > 100  # predictions were made (0 of them would read 1.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.model import BertForPreTraining
 from pretrain.train import train
 
@@ -19,7 +19,7 @@ TINY = {"config": "2/64/2", "global_batch_size": 8, "precision": "fp32", "num_wo
 
 
 def _train(shards: Path, run: Path, **overrides) -> list[dict]:
-    cfg = TrainConfig(shards=str(shards), output=str(run), max_steps=20, lr=3e-3, warmup_steps=2,
+    cfg = PretrainConfig(shards=str(shards), output=str(run), max_steps=20, lr=3e-3, warmup_steps=2,
                       save_steps=20, **TINY, **overrides)  # fmt: skip
     train(cfg)
     lines = (run / "metrics.jsonl").read_text().splitlines()

@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from pretrain import optim
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.feed import DeviceFeed
 from pretrain.startup import Processes
 from pretrain.train import Trainer
@@ -133,7 +133,7 @@ class _Functions(TorchFunctionMode):
 
 def _trainer(shards: Path, tmp_path: Path, procs: Processes, **settings) -> Trainer:
     settings = {"precision": "fp32", **settings}
-    cfg = TrainConfig(
+    cfg = PretrainConfig(
         shards=str(shards), output=str(tmp_path / "run"), config="tiny", global_batch_size=8, micro_batch_size=4,
         num_workers=0, max_steps=10, **settings,
     )  # fmt: skip

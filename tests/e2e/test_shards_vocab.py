@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from pretrain import checkpoint as ckpt
 from pretrain.cli import main as pretrain_main
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.train import train
 from schemas import completed_marker, verify_completed
 from wordpiece.tokenizer import read_vocab_file, vocab_sha256
@@ -64,7 +64,7 @@ def _pretrain(*args: str, expect: int) -> str:
 
 def _error_line(output: str) -> str:
     lines = [line for line in output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), output
+    assert len(lines) == 1 and lines[0].startswith("error: "), output
     return lines[0]
 
 
@@ -77,7 +77,7 @@ def test_moved_shards_train_without_vocab(moved, vocab, tmp_path):
 
     run = tmp_path / "run"
     record = train(
-        TrainConfig(shards=str(moved), output=str(run), config="tiny", global_batch_size=8, max_steps=2,
+        PretrainConfig(shards=str(moved), output=str(run), config="tiny", global_batch_size=8, max_steps=2,
                     save_steps=2, log_steps=1, precision="fp32", num_workers=0)
     )  # fmt: skip
     assert record["step"] == 2
@@ -131,8 +131,8 @@ def test_an_output_without_a_copy_reads_with_vocab(moved, vocab, tmp_path):
     common = ["--shards", str(old), *TINY, "--max-steps", "1", "--save-steps", "1"]
     line = _error_line(_pretrain(*common, "--output", str(tmp_path / "a"), expect=1))
     assert line == (
-        f"Error: {old} carries no copy of its vocabulary (written before shards did): pass --vocab with "
-        f"the vocabulary they were made with (params.vocab records {vocab!r})"
+        f"error: {old} carries no copy of its vocabulary: pass --vocab with the one they were made with "
+        f"(params.vocab records {vocab!r})"
     )
 
     released = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"

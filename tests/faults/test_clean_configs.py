@@ -113,9 +113,9 @@ def test_pretrain_resume_and_init_from_check_the_config_first(shards, vocab, tmp
     assert line.endswith(
         "it says num_hidden_layers 100,000 where the weights hold 2: give the config.json saved with these weights"
     )
-    assert line.startswith(f"Error: --resume {run}: {url}/config.json does not fit")
+    assert line.startswith(f"error: --resume {run}: {url}/config.json does not fit")
     line = _one_error(pretrain, ["--shards", shards, "--init-from", folder, "--output", tmp_path / "o"])
-    assert line.startswith(f"Error: --init-from {folder}: {folder}/config.json does not fit")
+    assert line.startswith(f"error: --init-from {folder}: {folder}/config.json does not fit")
     assert "it says num_hidden_layers 1 where the weights hold 2" in line
 
 
@@ -218,7 +218,7 @@ def test_a_new_model_larger_than_the_machine_is_one_line_before_it_is_allocated(
     line = _one_error(
         pretrain, ["--shards", shards, "--output", out, "--config", "1000/8192/64", "--max-steps", "1"]
     )
-    assert line.startswith("Error: --config 1000/8192/64: 805,")
+    assert line.startswith("error: --config 1000/8192/64: 805,")
     assert "M parameters, whose weights, gradients and AdamW state alone take" in line
     assert line.endswith("GiB of this CPU's memory; choose a smaller --config")
     assert not (out / "COMPLETED").exists()
@@ -226,13 +226,14 @@ def test_a_new_model_larger_than_the_machine_is_one_line_before_it_is_allocated(
 
 def test_the_memory_check_counts_16_bytes_a_parameter_over_the_padded_vocabulary():
     from pretrain.model import parameter_counts, training_state_bytes
-    from pretrain.startup import TrainingError, check_fits
+    from pretrain.startup import check_fits
+    from schemas.commands import InputError
 
     config = BertConfig.preset("base", 30522)
     padded = BertConfig.preset("base", 30528)  # 30522 rounded up to a multiple of 64
     assert training_state_bytes(config) == 16 * parameter_counts(padded)["total"]
     check_fits(config, "base", torch.device("cpu"), memory=training_state_bytes(config))  # fits exactly
     with pytest.raises(
-        TrainingError, match=r"^--config base: 110M parameters, .* take 1\.6 GiB, more than all 1\.0 GiB"
+        InputError, match=r"^--config base: 110M parameters, .* take 1\.6 GiB, more than all 1\.0 GiB"
     ):
         check_fits(config, "base", torch.device("cpu"), memory=2**30)

@@ -4,6 +4,10 @@ before anything is read or written; never a traceback (``pretrain --seed -5`` wa
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -41,6 +45,21 @@ REFUSED = {
     "pipelines show --samples -1": ("pipelines", ["show", "{missing}", "--samples", "-1"], "Invalid value for '--samples'"),
     "wordpiece encode --batch-size 2**70": ("wordpiece", ["encode", "--vocab", "{missing}", "--batch-size", HUGE], "Invalid value for '--batch-size'"),
 }  # fmt: skip
+DYNAMIC = [*PRETRAIN, "--dynamic-masking"]
+REFUSED |= {  # settings outside any sane range: refused before anything is read
+    "pretrain --lr 1e30": ("pretrain", [*PRETRAIN, "--lr", "1e30"], "--lr must be in (0, 1], got 1e+30"),
+    "pretrain --lr 0": ("pretrain", [*PRETRAIN, "--lr", "0"], "--lr must be in (0, 1], got 0.0"),
+    "pretrain --lr nan": ("pretrain", [*PRETRAIN, "--lr", "nan"], "--lr must be in (0, 1], got nan"),
+    "pretrain --warmup-steps -1": ("pretrain", [*PRETRAIN, "--warmup-steps", "-1"], "--warmup-steps must be at least 0"),
+    "pretrain --weight-decay 2": ("pretrain", [*PRETRAIN, "--weight-decay", "2"], "--weight-decay must be between 0 and 1"),
+    "pretrain --decay-power 50": ("pretrain", [*PRETRAIN, "--decay-power", "50"], "--decay-power must be between 0 and 10"),
+    "pretrain --max-grad-norm inf": ("pretrain", [*PRETRAIN, "--max-grad-norm", "inf"], "--max-grad-norm must be at least 0, got inf"),
+    "pretrain --dropout 1": ("pretrain", [*PRETRAIN, "--dropout", "1"], "--dropout must be in [0, 1), got 1.0"),
+    "pretrain --num-workers 1000": ("pretrain", [*PRETRAIN, "--num-workers", "1000"], "--num-workers must be between 0 and 64"),
+    "pretrain --mask-share 2.7": ("pretrain", [*DYNAMIC, "--mask-share", "2.7"], "--mask-share must be between 0 and 1, got 2.7"),
+    "pretrain --masked-lm-prob 1": ("pretrain", [*DYNAMIC, "--masked-lm-prob", "1"], "--masked-lm-prob must be in (0, 1)"),
+    "pretrain shares over 1": ("pretrain", [*DYNAMIC, "--mask-share", "0.8", "--keep-share", "0.3"], "must sum to 1, got [0.8, 0.3]"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
@@ -53,3 +72,37 @@ def test_a_refused_number_is_exit_2_with_one_line_before_anything_is_read(case, 
     errors = [line for line in result.output.splitlines() if line.lower().startswith("error")]
     assert len(errors) == 1, result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_pretrain_shares_that_do_not_sum_to_1_with_the_shards_are_exit_2(shards, tmp_path):
+    """A share given alone is checked against the shards' other two (0.1 and 0.1) once they are read."""
+    args = [
+        "--shards",
+        str(shards),
+        "--output",
+        str(tmp_path / "out"),
+        "--config",
+        "tiny",
+        "--dynamic-masking",
+    ]
+    result = CliRunner().invoke(CLIS["pretrain"], [*args, "--mask-share", "0.5", "--precision", "fp32"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "must sum to 1, got 0.5 + 0.1 + 0.1 = 0.7" in result.output
+
+
+def test_pretrain_in_a_current_folder_that_was_deleted_is_one_line(tmp_path):
+    """The shell's folder removed under it: one line, not an abort inside torch's libraries."""
+    script = Path(sys.executable).with_name("pretrain")
+    if not script.exists():
+        pytest.skip("the pretrain console script is not installed beside this Python")
+    gone = tmp_path / "gone"
+    for args in ("--shards x --output y", "export --checkpoint x --output y"):
+        gone.mkdir()
+        command = f'cd "{gone}" && rmdir "{gone}" && exec "{script}" {args}'
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and done.stdout == "", done.stderr
+        assert (
+            done.stderr
+            == "error: the current folder no longer exists: cd to a folder that does, and run again\n"
+        )

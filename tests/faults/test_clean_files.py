@@ -85,6 +85,6 @@ def test_the_beam_side_writes_whole_files_and_names_the_file_on_a_full_disk(tmp_
     io.write_bytes(str(tmp_path / "ok" / "part-0.arrow"), [b"ab", b"cd"])
     assert (tmp_path / "ok" / "part-0.arrow").read_bytes() == b"abcd"
     fill_disk_after(monkeypatch, "part-1.arrow", limit_bytes=1)
-    with pytest.raises(io.OutputError, match=r"ok/part-1.arrow: cannot write it \(No space left on device\)"):
+    with pytest.raises(WriteError, match=r"ok/part-1.arrow: cannot write it \(No space left on device\)"):
         io.write_bytes(str(tmp_path / "ok" / "part-1.arrow"), b"abcd")
     assert _files(tmp_path) == ["ok/part-0.arrow"]

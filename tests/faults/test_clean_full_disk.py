@@ -121,7 +121,7 @@ def test_pretrain_checkpoint_on_a_full_disk_is_one_line_and_never_done(shards, t
     model = run / "checkpoints" / "step-00000002" / "model.safetensors"
     line = _one_error_line(result.output)
     assert (
-        line.startswith("Error: writing the checkpoint of step 2")
+        line.startswith("error: writing the checkpoint of step 2")
         and f"{model}: cannot write it ({FULL})" in line
     )
     assert "done," not in result.output  # the progress line of a finished run

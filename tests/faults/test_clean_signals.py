@@ -28,7 +28,7 @@ from tests.faults.stop_hook import signal_self
 from tests.unit.test_finetune_common import WORDS, hf_folder
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 FAST = ["--runner", "FnApiRunner"]
 SENTENCES = [
     f"the {a} was {b} and the {c} was not {b}." for a in WORDS[2:6] for b in WORDS[6:10] for c in WORDS[:4]
@@ -255,24 +255,22 @@ def test_beams_worker_processes_stop_with_the_command(corpus_output, vocab, tmp_
     assert not _leftovers(out)
 
 
-def test_pretrain_saves_a_checkpoint_then_exits_143(shards, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_pretrain_saves_a_checkpoint_then_exits_128_plus_the_signal(shards, tmp_path, signum):
+    """SIGHUP (the terminal closed) is a stop like SIGTERM: the step ends, its checkpoint is saved,
+    exit 129."""
     run = tmp_path / "run"
-    process, go = _held(
-        "pretrain.train:Trainer.step",
-        "",
-        2,
-        tmp_path,
-        "pretrain",
-        *_pretrain_args(shards, run, steps=50),
-        go=True,
-    )
-    process.send_signal(signal.SIGTERM)
+    args = _pretrain_args(shards, run, steps=50)
+    process, go = _held("pretrain.train:Trainer.step", "", 2, tmp_path, "pretrain", *args, go=True)
+    process.send_signal(signum)
     go.write_text("")
     output = process.communicate(timeout=240)[0]
-    line = _check_stopped(process.returncode, output, signal.SIGTERM)
+    line = _check_stopped(process.returncode, output, signum)
+    name = signal.Signals(signum).name
     assert (
         line
-        == f"error: interrupted by SIGTERM; stopped at step 2, its checkpoint saved: continue with --resume {run}"
+        == f"error: interrupted by {name}; stopped at step 2, its checkpoint saved: continue with --resume {run}"
     )
     assert (run / "checkpoints" / "step-00000002" / "COMMITTED").exists()
 

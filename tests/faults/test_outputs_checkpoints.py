@@ -16,8 +16,9 @@ from click.testing import CliRunner
 
 from finetune.common import load_encoder
 from pretrain import checkpoint as ckpt
+from pretrain import hf
 from pretrain.cli import main as pretrain
-from schemas.commands import CommandError
+from schemas.commands import CommandError, InputError
 from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, tiny_model
 
@@ -27,7 +28,7 @@ def _checkpoint(run: Path, run_id: str, step: int = 2, stamped: bool = True) -> 
     url = ckpt.step_url(str(run), step)
     stamp = ckpt.Stamp(run_id, step) if stamped else None
     if stamped:
-        ckpt.save_model(tiny_model(), url, stamp)
+        hf.save_hf(tiny_model(), url, metadata=stamp.metadata())
     else:
         tiny_model().save_pretrained(url)
     Path(url, "vocab.txt").write_text("\n".join(VOCAB) + "\n")
@@ -47,7 +48,7 @@ def _record(run: Path, run_id: str) -> None:
 
 def _refusals(run: Path, tmp_path: Path) -> list[str]:
     """What resume (the checkpoint ``resolve``), export and fine-tuning say about ``run``."""
-    with pytest.raises(ckpt.CheckpointError) as resolved:
+    with pytest.raises(InputError) as resolved:
         ckpt.resolve(str(run))
     with pytest.raises(CommandError) as loaded:
         load_encoder(str(run))
@@ -56,7 +57,7 @@ def _refusals(run: Path, tmp_path: Path) -> list[str]:
     )
     assert exported.exit_code == 1 and not (tmp_path / "hf").exists(), exported.output
     lines = exported.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0] == f"Error: {resolved.value}"
+    assert len(lines) == 1 and lines[0] == f"error: {resolved.value}"
     assert str(loaded.value) == str(resolved.value)
     return [str(resolved.value)]
 
@@ -67,7 +68,10 @@ def test_stamped_checkpoints_resolve_and_record_one_run_everywhere(tmp_path: Pat
     _record(run, "aaaaaaaaaaaaaaaa")
     assert ckpt.resolve(str(run)).url == str(folder) and ckpt.run_id_of(str(run)) == "aaaaaaaaaaaaaaaa"
     for name in ("model.safetensors", "trainer.safetensors", "rng-rank00000.safetensors"):
-        assert ckpt._header_stamp(ckpt.LocalFileSystem(), str(folder / name), name) == ("aaaaaaaaaaaaaaaa", 2)
+        assert ckpt._stamp_of(ckpt.LocalFileSystem(), str(folder), str(folder), name) == (
+            "aaaaaaaaaaaaaaaa",
+            2,
+        )
     assert ckpt.load_state(f"{folder}/{ckpt.TRAINER_STATE}")["step"] == 2  # the stamp is not state
     old = _checkpoint(tmp_path / "old", "", stamped=False)  # an older release's: no run id anywhere
     assert ckpt.resolve(str(tmp_path / "old")).url == str(old) and load_encoder(str(old)).source == str(old)
@@ -108,7 +112,7 @@ def test_a_renamed_checkpoint_folder_is_refused(tmp_path: Path):
     )
     args = ["--shards", str(tmp_path / "shards"), "--resume", str(run), "--max-steps", "9"]
     resumed = CliRunner().invoke(pretrain, args)  # refused before any shard is read
-    assert resumed.exit_code == 1 and resumed.output.strip() == f"Error: {line}", resumed.output
+    assert resumed.exit_code == 1 and resumed.output.strip() == f"error: {line}", resumed.output
 
 
 def test_a_link_to_another_step_or_run_is_refused(tmp_path: Path):

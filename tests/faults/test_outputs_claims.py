@@ -291,7 +291,7 @@ def test_two_pretrain_processes_never_write_one_run(shards, tmp_path: Path, capl
         done = _command("pretrain", *args)
         assert done.returncode == 1, done.stderr
         lines = _error_lines(done)
-        assert len(lines) == 1 and lines[0].startswith(_busy_line(out, holder, "pretrain", "Error")), (
+        assert len(lines) == 1 and lines[0].startswith(_busy_line(out, holder, "pretrain", "error")), (
             done.stderr
         )
         assert lines[0].endswith("; wait for it to end, or choose another folder")

@@ -244,7 +244,7 @@ def test_wordpiece_and_pretrain_never_write_over_their_input(tmp_path: Path):
     run = _data(tmp_path / "run", "metrics.jsonl")
     tiny = ("--config", "tiny", "--max-steps", "1")
     line = _refused("pretrain", "--shards", shards, "--output", shards / "run", *tiny)
-    assert line.startswith(f"Error: --output {shards / 'run'} lies inside --shards {shards}")
+    assert line.startswith(f"error: --output {shards / 'run'} lies inside --shards {shards}")
     assert "is the same place as --init-from" in _refused(
         "pretrain", "--shards", shards, "--init-from", run, "--output", run
     )

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune
-from pretrain.metrics import MetricsLog, tensorboard_available
+from pretrain.metrics import MetricsLog
 from schemas import files
 from schemas.commands import OutputError
 from schemas.files import temporary_name, write_file
@@ -170,7 +170,6 @@ def test_a_record_without_a_file_list_claims_no_file(tmp_path: Path):
     assert (out / "checkpoints" / "x").read_text() == "whose?"
 
 
-@pytest.mark.skipif(not tensorboard_available(), reason="tensorboard is not installed")
 def test_tensorboard_event_files_are_published_whole_never_appended_in_place(tmp_path: Path):
     out = tmp_path / "run"
     with OutputFolder.open(str(out), "pretrain") as folder:

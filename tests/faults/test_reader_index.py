@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.data import ExampleShards, ShardError
+from pretrain.data import ExampleShards
 from schemas.commands import InputError
 from tests.faults.reader_folders import copy_output, load, pretrain, rewrite
 
@@ -48,7 +48,7 @@ def test_a_huge_row_count_fails_at_the_first_record_batch_in_little_memory(shard
     try:
         reader = ExampleShards(str(folder), batch_size=8)
         assert reader.num_examples == 8_000_000 and len(reader) == 1_000_000
-        with pytest.raises(ShardError) as caught:
+        with pytest.raises(InputError) as caught:
             next(iter(reader))
         peak_bytes = tracemalloc.get_traced_memory()[1]
     finally:
@@ -62,7 +62,7 @@ def test_a_huge_row_count_fails_at_the_first_record_batch_in_little_memory(shard
     code, line = pretrain(folder, tmp_path / "run")
     assert (
         code == 1
-        and line.startswith(f"Error: {folder}/examples/part-0000")
+        and line.startswith(f"error: {folder}/examples/part-0000")
         and "index.json says 1000000" in line
     )
 
@@ -117,7 +117,7 @@ def test_a_hostile_index_stops_pretrain_with_one_line(shards, tmp_path):
     folder = copy_output(shards, tmp_path / "out")
     rewrite(folder, index=lambda d: _batches(d)["length"].__setitem__(0, 1 << 40))
     code, line = pretrain(folder, tmp_path / "run")
-    assert code == 1 and line.startswith(f"Error: --shards {folder}: {folder}/index.json: malformed index"), (
+    assert code == 1 and line.startswith(f"error: --shards {folder}: {folder}/index.json: malformed index"), (
         line
     )
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").rglob("COMPLETED"))

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from pretrain.data import ExampleShards, ShardError
+from pretrain.data import ExampleShards
+from schemas.commands import InputError
 from schemas.index import shard_index_entry
 from tests.faults.reader_folders import copy_output, load, pretrain, rewrite, rewrite_rows
 
@@ -93,7 +94,7 @@ def test_a_bad_value_is_one_line_naming_shard_batch_and_row(shards, tmp_path, na
     edit, text = CASES[name]
     rewrite_rows(folder, edit)
     reader = ExampleShards(str(folder), batch_size=8, vocab_size=VOCAB_SIZE)
-    with pytest.raises(ShardError) as caught:
+    with pytest.raises(InputError) as caught:
         next(iter(reader))
     message = str(caught.value)
     pattern = (
@@ -113,7 +114,7 @@ def test_pretrain_stops_at_a_bad_value_with_one_line(shards, tmp_path, name):
     edit, text = CASES[name]
     rewrite_rows(folder, edit)
     code, line = pretrain(folder, tmp_path / "run")
-    assert code == 1 and line.startswith(f"Error: {folder}/examples/part-0000"), line
+    assert code == 1 and line.startswith(f"error: {folder}/examples/part-0000"), line
     assert _expected(folder, text, line) in line and "stopped at step 0" in line, line
     assert not list((tmp_path / "run").glob("checkpoints/*/COMMITTED"))
 
@@ -150,11 +151,11 @@ def test_malformed_arrow_offsets_are_one_line(shards, tmp_path):
         indexed.update(num_bytes=len(blob), sha256=entry.sha256)
         indexed["batches"] = {key: [getattr(b, key) for b in entry.batches] for key in indexed["batches"]}
     rewrite(folder, index=lambda data: data.update(index), manifest=lambda data: data.update(manifest))
-    with pytest.raises(ShardError, match=r"record batch 0: malformed Arrow data \(.*non-monotonic offset"):
+    with pytest.raises(InputError, match=r"record batch 0: malformed Arrow data \(.*non-monotonic offset"):
         next(iter(ExampleShards(str(folder), batch_size=8, vocab_size=VOCAB_SIZE, shuffle=False)))
 
 
 def test_the_checks_pass_every_real_record_batch(shards):
     """Every record batch `pipelines examples` wrote passes (and the check costs little)."""
     reader = ExampleShards(str(shards), batch_size=64, vocab_size=VOCAB_SIZE)
-    assert sum(len(b["input_ids"]) for b in reader) == reader.num_examples - reader.dropped_examples
+    assert sum(len(b["input_ids"]) for b in reader) == reader.world_size * reader.streams * reader.stream_rows

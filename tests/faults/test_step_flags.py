@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from pretrain import metrics
 from pretrain.cli import main
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 
 
 def _invoke(tmp_path: Path, *flags: str):
@@ -27,9 +27,9 @@ def test_compile_flags_are_checked_before_anything_is_read(tmp_path: Path):
     result = _invoke(tmp_path, "--compile-mode", "fast")
     assert result.exit_code == 2 and "--compile-mode" in result.output
     # by default the machine decides (on for CUDA); a mode alone is fine, and so is --compile with one
-    assert TrainConfig(shards="s", output="o").compile is None
-    assert TrainConfig(shards="s", output="o", compile_mode="reduce-overhead").problems() == []
-    assert TrainConfig(shards="s", output="o", compile=True, compile_mode="max-autotune").problems() == []
+    assert PretrainConfig(shards="s", output="o").compile is None
+    assert PretrainConfig(shards="s", output="o", compile_mode="reduce-overhead").problems() == []
+    assert PretrainConfig(shards="s", output="o", compile=True, compile_mode="max-autotune").problems() == []
 
 
 def test_without_matplotlib_a_run_warns_and_writes_no_plots(tmp_path: Path, monkeypatch, caplog):

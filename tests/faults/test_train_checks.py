@@ -13,7 +13,7 @@ import pytest
 
 from finetune.common import Encoder, FitConfig, check_casing, load_encoder
 from pretrain import metrics
-from pretrain.config import TrainConfig as PretrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.outputs import run_scratch
 from schemas.commands import CommandError, OutputError
 from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord

@@ -203,16 +203,16 @@ def _temporary(folder: Path) -> list[str]:
 def test_a_run_leaves_no_temporary_files_on_success_or_failure(shards, tmp_path, monkeypatch):
     """A tiny run into a bucket (its TensorBoard mirror is local) that succeeds, and one that fails
     at its second metrics record: the temporary folder holds no more entries than before."""
-    from pretrain.config import TrainConfig
+    from pretrain.config import PretrainConfig
     from pretrain.metrics import MetricsLog
     from pretrain.train import train
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    tiny = dict(config="tiny", global_batch_size=8, max_steps=2, save_steps=2, log_steps=1, warmup_steps=1,
-                precision="fp32", num_workers=0)  # fmt: skip
-    record = train(TrainConfig(shards=str(shards), output="memory://sweep-temp/ok", **tiny))
+    tiny = {"config": "tiny", "global_batch_size": 8, "max_steps": 2, "save_steps": 2, "log_steps": 1}
+    tiny |= {"warmup_steps": 1, "precision": "fp32", "num_workers": 0}
+    record = train(PretrainConfig(shards=str(shards), output="memory://sweep-temp/ok", **tiny))
     assert record["step"] == 2 and fsspec.filesystem("memory").exists("/sweep-temp/ok/tensorboard")
     assert _temporary(scratch) == []
     # The uploaded events hold the last step: the writer is closed before the mirror is uploaded.
@@ -235,7 +235,7 @@ def test_a_run_leaves_no_temporary_files_on_success_or_failure(shards, tmp_path,
 
     monkeypatch.setattr(MetricsLog, "log", failing)
     with pytest.raises(OSError, match="went away"):
-        train(TrainConfig(shards=str(shards), output="memory://sweep-temp/failed", **tiny))
+        train(PretrainConfig(shards=str(shards), output="memory://sweep-temp/failed", **tiny))
     assert _temporary(scratch) == []
 
 
@@ -258,23 +258,24 @@ def test_a_shard_lost_mid_run_is_one_line_naming_the_step_and_the_resume(shards,
     """A shard that becomes unreadable at the second batch: one line with the shard's error, the
     step the run stopped at and the ``--resume`` to continue with; no COMPLETED marker."""
     from pretrain import data
-    from pretrain.config import TrainConfig
-    from pretrain.train import TrainingError, train
+    from pretrain.config import PretrainConfig
+    from pretrain.train import train
+    from schemas.commands import InputError
 
     original, calls = data.collate, []
 
     def failing(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:
-            raise data.ShardError("part-00000-of-00001.arrow: unreadable after 3 attempts")
+            raise data.InputError("part-00000-of-00001.arrow: unreadable after 3 attempts")
         return original(*args, **kwargs)
 
     monkeypatch.setattr(data, "collate", failing)
     output = tmp_path / "run"
-    tiny = dict(config="tiny", global_batch_size=8, max_steps=3, log_steps=1, warmup_steps=1,
-                precision="fp32", num_workers=0)  # fmt: skip
-    with pytest.raises(TrainingError) as caught:
-        train(TrainConfig(shards=str(shards), output=str(output), **tiny))
+    tiny = {"config": "tiny", "global_batch_size": 8, "max_steps": 3, "log_steps": 1, "warmup_steps": 1}
+    tiny |= {"precision": "fp32", "num_workers": 0}
+    with pytest.raises(InputError) as caught:
+        train(PretrainConfig(shards=str(shards), output=str(output), **tiny))
     message = str(caught.value)
     assert "\n" not in message, message
     assert message.startswith("part-00000-of-00001.arrow: unreadable after 3 attempts; stopped at step 1; ")

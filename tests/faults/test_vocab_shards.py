@@ -88,13 +88,13 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 def _refused(args: list[str], root: Path) -> str:
-    """Run ``pretrain ARGS``: exit 1, one ``Error:`` line and no traceback, nothing under ``root`` changed."""
+    """Run ``pretrain ARGS``: exit 1, one ``error:`` line and no traceback, nothing under ``root`` changed."""
     before = _snapshot(root)
     result = CliRunner().invoke(CLIS["pretrain"], args)
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in result.output, (
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, (
         result.output
     )
     assert _snapshot(root) == before

@@ -80,27 +80,11 @@ def flash_backward(
     return tuple(g.to(t.dtype) for g, t in zip(grads, (query, key, value), strict=True))
 
 
-def attends_across_segments(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, *args, **kwargs):
-    """A wrong forward: the whole batch as one segment (cu_seqlens passed where they are ignored)."""
-    whole = torch.tensor([0, query.size(0)], dtype=torch.int32)
-    return flash_forward(query, key, value, whole, whole, query.size(0), query.size(0), *args, **kwargs)
-
-
-def ignores_dropout(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, *args, **kwargs):
-    """A wrong forward: dropout_p not applied."""
-    return flash_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, 0.0, *args, **kwargs)
-
-
 def redraws_dropout(grad_out, query, key, value, out, logsumexp, *args, **kwargs):
     """A wrong backward: a new dropout mask instead of the forward's (rng_state ignored)."""
     args = list(args)
     args[6] = torch.tensor([int(args[6][0]) + 1, 0], dtype=torch.uint64)  # rng_state
     return flash_backward(grad_out, query, key, value, out, logsumexp, *args, **kwargs)
-
-
-def raises(*args, **kwargs):
-    """A kernel that does not run on this device."""
-    raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
 
 
 @contextlib.contextmanager
@@ -119,8 +103,8 @@ def cpu_flash_kernels(
 
 @contextlib.contextmanager
 def flash_on_cpu(forward: Callable = flash_forward, backward: Callable = flash_backward) -> Iterator[None]:
-    """Packed attention on the CPU takes the flash path (after its self-check), with ``forward``
-    and ``backward`` as the kernels; kernel choices start afresh and are restored afterwards."""
+    """Packed attention on the CPU takes the flash path (the rule widened to the CPU), with
+    ``forward`` and ``backward`` as the kernels; kernel choices start afresh and are restored."""
     saved = attention.FLASH_DEVICE_TYPES, dict(attention.kernel_choices)
     attention.FLASH_DEVICE_TYPES = frozenset({"cuda", "cpu"})
     attention.kernel_choices.clear()

@@ -44,11 +44,11 @@ def test_a_failed_run_exits_1_with_one_line(tmp_path):
 
 
 def test_every_pretrain_setting_but_the_adam_constants_has_its_flag():
-    from pretrain.config import TrainConfig
+    from pretrain.config import PretrainConfig
 
     flags = {param.name for param in CLIS["pretrain"].params} | {"compile"}
-    fields = set(TrainConfig.__dataclass_fields__) - {"adam_beta1", "adam_beta2", "adam_eps"}
-    assert fields <= flags, f"TrainConfig fields without a pretrain flag: {sorted(fields - flags)}"
+    fields = set(PretrainConfig.__dataclass_fields__) - {"adam_beta1", "adam_beta2", "adam_eps"}
+    assert fields <= flags, f"PretrainConfig fields without a pretrain flag: {sorted(fields - flags)}"
 
 
 def test_schedule_steps_reaches_the_config_and_is_checked_there(tmp_path):
@@ -152,3 +152,11 @@ def test_every_package_runs_as_python_m(name):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"python -m {name} {importlib.metadata.version('bert-pretraining')}"
+
+
+@pytest.mark.parametrize("args", [[], ["export"], ["params"]], ids=["pretrain", "export", "params"])
+def test_pretrain_help_fits_a_screen_and_points_to_its_doc(args):
+    result = CliRunner().invoke(CLIS["pretrain"], [*args, "--help"], prog_name="pretrain", terminal_width=80)
+    lines = result.output.rstrip().splitlines()
+    assert result.exit_code == 0 and len(lines) <= 40, result.output
+    assert lines[-1].strip().endswith("docs/pretrain.md")

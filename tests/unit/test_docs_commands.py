@@ -3,6 +3,8 @@
 The command blocks are parsed (continuation lines joined, comments and pipes cut) and each call of
 ``pipelines``, ``wordpiece``, ``pretrain``, ``finetune`` or ``chain`` is checked against
 click's command objects directly: a renamed or removed flag fails here, not in a newcomer's shell.
+Every Dataflow command shown is run up to its bucket probe: its Beam values parse and its own
+checks (settings, worker paths on buckets, project, region, temp_location) pass.
 """
 
 from __future__ import annotations
@@ -115,3 +117,36 @@ def test_an_unknown_flag_is_caught():
     assert problems("pipelines", ["corpus", "--runner", "DataflowRunner", "--no_such_beam_flag"]) == [
         "pipelines corpus: no flag --no_such_beam_flag"
     ]
+
+
+class Probed(Exception):
+    """Raised where a command would probe its buckets: every check before it has passed."""
+
+
+def dataflow_calls() -> list[tuple[str, str, list[str]]]:
+    return [call for call in all_calls() if "DataflowRunner" in call[2]]
+
+
+def test_the_docs_show_a_dataflow_command_for_every_beam_stage():
+    shown = {(tool, args[0]) for _, tool, args in dataflow_calls()}
+    stages = ("wikipedia", "books", "corpus", "examples")
+    assert shown >= {("wordpiece", "train"), *(("pipelines", stage) for stage in stages)}
+
+
+@pytest.mark.parametrize("call", dataflow_calls(), ids=lambda c: f"{c[0]}:{c[1]} {c[2][0]}")
+def test_every_dataflow_command_in_the_docs_passes_the_checks_before_submission(call, monkeypatch):
+    """Each option's value parses as Beam reads it, and the command's own checks (settings, every
+    worker path a bucket, Dataflow's project, region and temp_location) pass up to the bucket probe."""
+    from click.testing import CliRunner
+
+    from schemas import buckets
+
+    _, tool, args = call
+    PipelineOptions(args).get_all_options()  # a bad choice or type is SystemExit here
+
+    def probed(**paths):
+        raise Probed(paths)
+
+    monkeypatch.setattr(buckets, "probe", probed)
+    result = CliRunner().invoke(CLIS[tool], args)
+    assert isinstance(result.exception, Probed), result.output

@@ -9,7 +9,6 @@ import pytest
 
 from pipelines.examples.batches import RequestDrawer, plan_batch
 from pipelines.examples.spill import (
-    SpillError,
     documents_from_bytes,
     documents_to_bytes,
     read_spilled,
@@ -18,6 +17,7 @@ from pipelines.examples.spill import (
     requests_to_bytes,
     spill,
 )
+from schemas.commands import InputError
 from tests.unit.test_examples_batches import CONFIG, VOCAB, _documents
 
 
@@ -38,7 +38,7 @@ def test_a_truncated_spill_file_is_an_error_naming_it(tmp_path):
     (_, ref), *_ = spill(str(tmp_path), [(0, b"x" * 100)])
     with open(ref.path, "r+b") as f:
         f.truncate(40)
-    with pytest.raises(SpillError, match=r"\.spill: temporary file ends at 40 bytes, a piece needs 100"):
+    with pytest.raises(InputError, match=r"\.spill: temporary file ends at 40 bytes, a piece needs 100"):
         list(read_spilled([ref]))
 
 

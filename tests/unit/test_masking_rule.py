@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pretrain.collate import DynamicMasking, collate, masking_from_params
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from schemas.examples import examples_format
 from wordpiece.masking import NEVER_MASKED, MaskingConfig, MaskingVocab, mask_batch
 
@@ -143,12 +143,11 @@ def test_dynamic_masking_at_512_takes_the_shards_settings():
     assert (
         masking_from_params(params, max_predictions_per_seq=20, mask_share=None).max_predictions_per_seq == 20
     )
-    # Older manifests kept the settings under "masking"; the defaults apply when none are recorded.
-    assert masking_from_params({"masking": {"masked_lm_prob": 0.2}}).masked_lm_prob == 0.2
+    # Without recorded settings the defaults apply.
     assert masking_from_params({}) == MaskingConfig()
 
 
 def test_masking_flags_need_dynamic_masking():
-    cfg = TrainConfig(shards="x", output="y", mask_share=1.0)
+    cfg = PretrainConfig(shards="x", output="y", mask_share=1.0)
     assert any("--mask-share applies to --dynamic-masking only" in p for p in cfg.problems())
-    assert not TrainConfig(shards="x", output="y", mask_share=1.0, dynamic_masking=True).problems()
+    assert not PretrainConfig(shards="x", output="y", mask_share=1.0, dynamic_masking=True).problems()

@@ -1,17 +1,14 @@
 """Packed attention (``pretrain/attention.py``): the flash varlen path run on the CPU through a
-reference kernel registered for the aten ops, its self-check against wrong kernels, and its trace
-under ``torch.compile`` (with the whole model: tests/unit/test_pretrain_batching.py); the padded
-fallback that the CPU (and a failed check) uses."""
+reference kernel registered for the aten ops (its trace under ``torch.compile``, with the whole
+model: tests/unit/test_pretrain_batching.py), the padded kernel, and the rule between them."""
 
 from __future__ import annotations
-
-import logging
 
 import pytest
 import torch
 
 from pretrain import attention
-from pretrain.attention import Packed, choose_kernel, flash_varlen_attention, packed_attention, self_check
+from pretrain.attention import Packed, choose_kernel, flash_varlen_attention
 from tests.unit import flash_reference as ref
 
 CPU = torch.device("cpu")
@@ -61,42 +58,25 @@ def test_flash_dropout_is_replayed_by_the_backward():
     assert (out - no_dropout).abs().mean() > 0.1 * no_dropout.abs().mean()
 
 
-def test_cpu_uses_the_padded_kernel_without_a_check(monkeypatch):
+def test_the_cpu_takes_the_padded_kernel(monkeypatch):
     monkeypatch.setattr(attention, "kernel_choices", {})
-    monkeypatch.setattr(attention, "self_check", lambda *a: pytest.fail("no self-check on the CPU"))
     assert choose_kernel(CPU, torch.float32, 2, 8) == "padded"
-
-
-def test_self_check_passes_the_reference_kernel_and_leaves_the_rng_alone(caplog):
-    before = torch.get_rng_state()
-    with ref.flash_on_cpu(), caplog.at_level(logging.WARNING, "pretrain.attention"):
-        assert self_check(CPU, torch.float32, 4, 16) is None
-        assert choose_kernel(CPU, torch.float32, 2, 8) == "flash"
-        assert attention.kernel_choices == {("cpu", torch.float32, 2, 8): "flash"}
-    assert torch.equal(torch.get_rng_state(), before) and not caplog.records
+    assert attention.kernel_choices == {"cpu": "padded"}
 
 
 @pytest.mark.parametrize(
-    ("forward", "backward", "says"),
+    ("dtype", "head_dim", "capability", "kernel"),
     [
-        (ref.attends_across_segments, ref.flash_backward, "differs from padded attention in the output"),
-        (ref.ignores_dropout, ref.flash_backward, "dropped 0.00 of the attention weights"),
-        (ref.flash_forward, ref.redraws_dropout, "with dropout"),
-        (ref.raises, ref.raises, "raised RuntimeError: CUDA error: no kernel image"),
+        (torch.bfloat16, 64, (9, 0), "flash"),
+        (torch.float16, 128, (8, 0), "flash"),
+        (torch.float32, 64, (9, 0), "padded"),  # the kernel takes half precision only
+        (torch.bfloat16, 12, (9, 0), "padded"),  # head sizes: multiples of 8 up to 256
+        (torch.bfloat16, 512, (9, 0), "padded"),
+        (torch.float16, 64, (7, 5), "padded"),  # before Ampere
     ],
 )
-def test_a_wrong_kernel_falls_back_to_padded_attention_with_one_warning(forward, backward, says, caplog):
-    qkv, layout = packed_inputs([5, 1, 7, 3])
-    with ref.flash_on_cpu(forward, backward), caplog.at_level(logging.WARNING, "pretrain.attention"):
-        out = packed_attention(*qkv.unbind(1), layout)
-        assert choose_kernel(CPU, torch.float32, 2, 8) == "padded"  # decided once
-    assert len(caplog.records) == 1
-    message = caplog.records[0].getMessage()
-    assert "\n" not in message and says in message and "using padded SDPA per layer" in message
-    torch.testing.assert_close(out, attention.padded_attention(*qkv.unbind(1), layout))
-
-
-def test_limits_of_the_flash_kernel_are_named_without_running_it():
-    cuda = torch.device("cuda", 0)
-    assert self_check(cuda, torch.float32, 12, 64) == "takes bfloat16 or float16, not float32"
-    assert "not 12" in self_check(cuda, torch.bfloat16, 4, 12)
+def test_the_rule_on_cuda_devices(monkeypatch, dtype, head_dim, capability, kernel):
+    monkeypatch.setattr(attention, "kernel_choices", {})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert choose_kernel(torch.device("cuda", 0), dtype, 4, head_dim) == kernel
+    assert attention.kernel_choices == {"cuda:0": kernel}

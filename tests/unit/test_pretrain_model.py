@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from pretrain import hf
+from pretrain.config import PRESETS
 from pretrain.model import (
-    PRESETS,
     BertConfig,
     BertForPreTraining,
     compile_model,
@@ -19,6 +19,7 @@ from pretrain.model import (
     pretraining_loss,
     training_flops_per_token,
 )
+from schemas.commands import InputError
 
 VOCAB = 100  # padded to 128 inside the model
 
@@ -318,6 +319,6 @@ def test_from_pretrained_resolves_a_run_folder_to_its_newest_complete_checkpoint
     newest = BertForPreTraining(tiny_config(), seed=2).state_dict()
     loaded = BertForPreTraining.from_pretrained(run).state_dict()
     assert all(torch.equal(loaded[k], newest[k]) for k in newest)
-    with pytest.raises(ckpt.CheckpointError, match="no complete checkpoint"):
+    with pytest.raises(InputError, match="no complete checkpoint"):
         (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
         BertForPreTraining.from_pretrained(str(tmp_path / "empty"))

@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 
 from pretrain.cli import main as pretrain_cli
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.model import (
     BertConfig,
     BertForPreTraining,
@@ -96,7 +96,7 @@ def test_model_sizes(size, shape):
 def test_bad_sizes_are_refused_by_the_config(bad):
     with pytest.raises(ValueError):
         parse_model_size(bad)
-    assert any("--config" in p for p in TrainConfig(shards="s", output="o", config=bad).problems())
+    assert any("--config" in p for p in PretrainConfig(shards="s", output="o", config=bad).problems())
 
 
 @pytest.mark.parametrize(

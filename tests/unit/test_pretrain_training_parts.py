@@ -8,11 +8,18 @@ import pytest
 import torch
 
 from pretrain import checkpoint as ckpt
-from pretrain.config import TrainConfig
+from pretrain.config import PretrainConfig
 from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import BertConfig, BertForPreTraining
-from pretrain.optim import Lamb, build_optimizer, build_scheduler, parameter_groups, warmup_decay
-from pretrain.train import apply_gradients
+from pretrain.optim import (
+    Lamb,
+    apply_gradients,
+    build_optimizer,
+    build_scheduler,
+    parameter_groups,
+    warmup_decay,
+)
+from schemas.commands import InputError, UsageError
 
 
 def test_warmup_then_linear_decay():
@@ -109,7 +116,7 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
             ckpt.commit(url, step)
     assert ckpt.latest(run).step == 4  # 6 has no COMMITTED: a crash while writing it
     assert ckpt.resolve(run).url.endswith("step-00000004")
-    with pytest.raises(ckpt.CheckpointError, match="not a complete checkpoint"):
+    with pytest.raises(InputError, match="not a complete checkpoint"):
         ckpt.resolve(ckpt.step_url(run, 6))
     # a file that shrank after the commit makes the checkpoint incomplete
     (tmp_path / "run/checkpoints/step-00000004/trainer.json").write_bytes(b"x")
@@ -119,7 +126,7 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
     removed = ckpt.prune(run, keep=2)
     assert [r.rsplit("/", 1)[-1] for r in removed] == ["step-00000002"]
     assert ckpt.load_state(f"{ckpt.step_url(run, 6)}/{ckpt.TRAINER_STATE}") == {"step": 6}
-    with pytest.raises(ckpt.CheckpointError, match="no complete checkpoint"):
+    with pytest.raises(InputError, match="no complete checkpoint"):
         ckpt.resolve(str(tmp_path / "elsewhere"))
 
 
@@ -145,15 +152,17 @@ def test_metrics_on_resume_drop_records_after_the_checkpoint(tmp_path):
 
 
 def test_settings_are_checked_all_at_once():
-    cfg = TrainConfig(shards="s", output="o", precision="fp8", global_batch_size=0, resume="r", init_from="i")
+    cfg = PretrainConfig(
+        shards="s", output="o", precision="fp8", global_batch_size=0, resume="r", init_from="i"
+    )
     problems = cfg.problems()
     assert len(problems) == 3 and any("fp8" in p for p in problems) and any("--resume" in p for p in problems)
-    assert TrainConfig(shards="s", output="o", global_batch_size=256).accumulation(4) == (64, 1)
-    assert TrainConfig(shards="s", output="o", global_batch_size=256, micro_batch_size=16).accumulation(
+    assert PretrainConfig(shards="s", output="o", global_batch_size=256).accumulation(4) == (64, 1)
+    assert PretrainConfig(shards="s", output="o", global_batch_size=256, micro_batch_size=16).accumulation(
         4
     ) == (16, 4)
-    with pytest.raises(ValueError, match="not divisible by the 3 ranks"):
-        TrainConfig(shards="s", output="o", global_batch_size=256).accumulation(3)
+    with pytest.raises(UsageError, match="not divisible by the 3 ranks"):
+        PretrainConfig(shards="s", output="o", global_batch_size=256).accumulation(3)
 
 
 def test_peak_flops_of_known_gpus():

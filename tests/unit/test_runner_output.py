@@ -1,0 +1,33 @@
+"""What a job left is read back before a stage is called done: a job that the runner calls DONE but
+that left no ``stats.json`` (its workers wrote elsewhere), or a ``COMPLETED`` that its manifest does
+not match, is ``PipelineFailed`` (exit 1), never success."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.runner import PipelineFailed, finished_output
+
+
+def test_a_done_job_that_left_nothing_at_the_output_is_a_failure(tmp_path):
+    with pytest.raises(PipelineFailed) as caught:
+        finished_output(str(tmp_path), "documents")
+    assert str(caught.value) == (
+        f"--output {tmp_path}: the runner says the job is done, but it left no stats.json there; "
+        "its workers wrote elsewhere or failed: see the runner's logs"
+    )
+    assert caught.value.exit_code == 1
+
+
+def test_a_completed_marker_its_manifest_does_not_match_is_a_failure(tmp_path):
+    (tmp_path / "stats.json").write_text("{}")
+    (tmp_path / "manifest.json").write_text('{"format": "documents"}')
+    (tmp_path / "COMPLETED").write_text("0" * 64 + "\n")
+    with pytest.raises(PipelineFailed, match=r"the job's output does not verify"):
+        finished_output(str(tmp_path), "documents")
+
+
+def test_an_output_not_marked_completed_is_said(tmp_path):
+    (tmp_path / "stats.json").write_text('{"documents_out": 0}')
+    stats, line = finished_output(str(tmp_path), "documents")
+    assert stats == {"documents_out": 0} and line == f"output: {tmp_path} (not marked COMPLETED)"
