@@ -11,6 +11,7 @@ from chain.ablate_report import build_report
 from chain.plan import ChainConfig, plan
 from chain.report import build
 from chain.run import check_apart, claim, run_chain, shown
+from schemas.buckets import probe
 from schemas.commands import InputError, OneLineGroup, UsageError, config_default, config_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -57,9 +58,9 @@ def main(ctx: click.Context, **opts) -> None:
     cfg = ChainConfig(**{**opts, "workdir": opts["workdir"].rstrip("/"), "runner": tuple(opts["runner"])})
     _refuse(cfg.problems(), UsageError)
     todo = plan(cfg)
-    check_apart(
-        cfg.workdir, todo, {"--wiki-dump": cfg.wiki_dump, "--books": cfg.books, "--glue-dir": cfg.glue_dir}
-    )
+    inputs = {"--wiki-dump": cfg.wiki_dump, "--books": cfg.books, "--glue-dir": cfg.glue_dir}
+    check_apart(cfg.workdir, todo, inputs)
+    probe(reads=inputs, writes={"--workdir": cfg.workdir})
     _refuse(cfg.input_problems(), InputError)
     if not cfg.books:
         click.echo(
@@ -111,7 +112,9 @@ def ablate(preset: str, reference: str | None, no_reference: bool, dry_run: bool
     g = grid(cfg)
     todo = stages(cfg, g)
     names = ("wiki_dump", "books", "corpus", "glue_dir", "ner_dir", "reference")
-    check_apart(cfg.workdir, todo, {f"--{k.replace('_', '-')}": getattr(cfg, k) for k in names})
+    inputs = {f"--{k.replace('_', '-')}": getattr(cfg, k) for k in names}
+    check_apart(cfg.workdir, todo, inputs)
+    probe(reads=inputs, writes={"--workdir": cfg.workdir})
     _refuse(cfg.input_problems(), InputError)
     if dry_run:
         return print_plan(cfg, g, todo)
