@@ -59,7 +59,7 @@ $(WIKI_EXCERPT): | $(STAMP)
 	$(PY) -c "import glob, sys, zipfile; w = sorted(glob.glob('$(CACHE_DIR)/wheel/gensim-4.4.0-*.whl'))[0]; open('$@', 'wb').write(zipfile.ZipFile(w).read('$(GENSIM_WHEEL_MEMBER)'))"
 
 demo: $(STAMP) $(WIKI_DUMP)
-	$(PY) -m chain --workdir $(DEMO_DIR) --wiki-dump $(WIKI_DUMP) $(if $(BOOKS),--books $(BOOKS)) \
+	$(VENV)/bin/chain --workdir $(DEMO_DIR) --wiki-dump $(WIKI_DUMP) $(if $(BOOKS),--books $(BOOKS)) \
 	  $(if $(GLUE_DIR),--glue-dir $(GLUE_DIR) --glue-task $(GLUE_TASK)) \
 	  --pretrain-steps $(PRETRAIN_STEPS) --precision $(PRECISION)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chain.ablate_cli import main as chain_ablate
 from schemas.files import is_temporary_name
 from tests.clis import CLIS
 from tests.faults.stop_hook import signal_self
@@ -145,7 +144,7 @@ COMMANDS = {
     "finetune evaluate squad": ("finetune.squad:evaluate_file", "", ["finetune", "evaluate", "squad", "--version", "1.1", "--data-file", "{squad}", "--predictions", "{squad}"]),
     "finetune report": ("finetune.report:write_report", "", ["finetune", "report", "{out}", "--output", "{out}-report"]),
     "chain": ("chain.cli:run_chain", "", ["chain", "--workdir", "{out}", "--wiki-dump", "{dump}"]),
-    "chain ablate": ("chain.ablate_cli:run_chain", "", ["chain ablate", "--workdir", "{out}", "--wiki-dump", "{dump}", "--preset", "smoke"]),
+    "chain ablate": ("chain.cli:run_chain", "", ["chain", "ablate", "--workdir", "{out}", "--wiki-dump", "{dump}", "--preset", "smoke"]),
 }  # fmt: skip
 
 
@@ -155,7 +154,7 @@ DETAIL = {  # what the line says after "interrupted by SIG...": what is left
          "wordpiece train"], "; {out} is not marked COMPLETED"),
     "pretrain": "; stopped at step 1, its checkpoint saved: continue with --resume {out}",
 }  # fmt: skip
-TOOLS = {**CLIS, "chain ablate": chain_ablate}
+TOOLS = CLIS
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
