@@ -19,7 +19,7 @@ GLUE_TASK ?= mrpc
 # bf16 autocast is slower than fp32 on most CPUs; use it (or fp16) on a GPU.
 PRECISION ?= $(shell $(PY) -c "import torch; print('bf16' if torch.cuda.is_available() else 'fp32')" 2>/dev/null || echo fp32)
 
-.PHONY: setup test test-all demo lint bench gpu-data constraints clean dataflow-rehearsal
+.PHONY: setup test test-all demo ablate lint bench gpu-data constraints clean dataflow-rehearsal
 
 setup: $(STAMP)
 
@@ -58,8 +58,16 @@ $(WIKI_EXCERPT): | $(STAMP)
 	$(PY) -m pip download --quiet --no-deps gensim==4.4.0 --only-binary=:all: --python-version 3.11 -d $(CACHE_DIR)/wheel
 	$(PY) -c "import glob, sys, zipfile; w = sorted(glob.glob('$(CACHE_DIR)/wheel/gensim-4.4.0-*.whl'))[0]; open('$@', 'wb').write(zipfile.ZipFile(w).read('$(GENSIM_WHEEL_MEMBER)'))"
 
+# The paper's ablations (docs/ablations.md): PRESET=quick on a CPU, gpu on one GPU.
+ABLATE_DIR ?= out/ablate
+PRESET ?= quick
+NER_DIR ?= $(wildcard ../shared/data/ner/conll2003)
+ablate: $(STAMP) $(WIKI_DUMP)
+	$(VENV)/bin/chain ablate --workdir $(ABLATE_DIR) --preset $(PRESET) --wiki-dump $(WIKI_DUMP) \
+	  $(if $(BOOKS),--books $(BOOKS)) $(if $(NER_DIR),--ner-dir $(NER_DIR))
+
 demo: $(STAMP) $(WIKI_DUMP)
-	$(PY) -m chain --workdir $(DEMO_DIR) --wiki-dump $(WIKI_DUMP) $(if $(BOOKS),--books $(BOOKS)) \
+	$(VENV)/bin/chain --workdir $(DEMO_DIR) --wiki-dump $(WIKI_DUMP) $(if $(BOOKS),--books $(BOOKS)) \
 	  $(if $(GLUE_DIR),--glue-dir $(GLUE_DIR) --glue-task $(GLUE_TASK)) \
 	  --pretrain-steps $(PRETRAIN_STEPS) --precision $(PRECISION)
 

@@ -31,6 +31,8 @@ setup(
         "tqdm>=4.66",
         # The PNG of the examples length histogram (Agg backend, no display).
         "matplotlib>=3.8",
+        # The chain's HTML reports from their Markdown.
+        "markdown>=3.5",
     ],
     extras_require={
         # torch is only for pretrain/ and finetune/: Dataflow workers, which install this package
@@ -47,6 +49,7 @@ setup(
             "wordpiece=wordpiece.cli:main",
             "pretrain=pretrain.cli:main",
             "finetune=finetune.cli:main",
+            "chain=chain.cli:main",
         ]
     },
 )

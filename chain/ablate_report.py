@@ -1,241 +1,157 @@
-"""The study's report: ``W/ablations/report.md``, ``report.html``, ``results.json`` and Figure 5
-(``figure5.png`` + ``figure5.json`` + ``figure5.csv``).
-
-Every number is read from a run's own records (fine-tuning ``metrics.json``, pre-training
-``metrics.jsonl``); a cell whose runs have not finished says so. The paper's numbers (Devlin et
-al., 2018, Tables 5-8, dev sets) stand beside ours for reference; at the quick preset's sizes
-they are not comparable, only the direction of each difference is.
-"""
+"""The study's report in ``WORKDIR/ablations``: report.md and .html, results.json (every cell's values,
+seeds and runs) and Figure 5 (figure5.png, .json, .csv). Each cell is the mean ± sample standard
+deviation over its seeds, read from the runs' own records; a row that differs from its table's first
+row by less than the two rows' spreads added is marked "within noise". The paper's numbers (Devlin
+et al., 2018, dev sets) stand beside ours for reference."""
 
 from __future__ import annotations
 
-import base64
 import json
-import shlex
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 
-from chain import checks
-from chain.ablate import AblationConfig, Grid
-from chain.report import _cat, _markdown_to_html, _png, _table
-from chain.run import Stage, read_json
-from schemas.files import write_file, write_json
-from schemas.outputs import OutputFolder
+from chain.ablate import AblationConfig, Grid, chain_config, installed_reference
+from chain.report import get, png, read_json, table, write
+from chain.run import Stage, shown
 
-PAPER_TABLE5 = {  # MNLI-m, QNLI, MRPC, SST-2 (accuracy), SQuAD v1.1 (F1)
-    "BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5),
-    "No NSP": (83.9, 84.9, 86.5, 92.6, 87.9),
-    "LTR & No NSP": (82.1, 84.3, 77.5, 92.1, 77.8),
-    "+ BiLSTM": (82.1, 84.1, 75.7, 91.6, 84.9),
+PAPER = {  # per table and row: the paper's columns (None: not in the paper)
+    "5": {  # MNLI-m, QNLI, MRPC, SST-2 (accuracy), SQuAD v1.1 (F1)
+        "BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5),
+        "No NSP": (83.9, 84.9, 86.5, 92.6, 87.9),
+        "LTR & No NSP": (82.1, 84.3, 77.5, 92.1, 77.8),
+        "+ BiLSTM": (82.1, 84.1, 75.7, 91.6, 84.9),
+    },
+    "6": {  # L/H/A: LM perplexity (dev), MNLI-m, MRPC, SST-2
+        "3/768/12": (5.84, 77.9, 79.8, 88.4),
+        "6/768/3": (5.24, 80.6, 82.2, 90.7),
+        "6/768/12": (4.68, 81.9, 84.8, 91.3),
+        "12/768/12": (3.99, 84.4, 86.7, 92.9),
+        "12/1024/16": (3.54, 85.7, 86.9, 93.3),
+        "24/1024/16": (3.23, 86.6, 87.8, 93.7),
+    },
+    "7": {  # CoNLL-2003 dev F1, test F1
+        "Fine-tuning: BERT_LARGE": (96.6, 92.8),
+        "Fine-tuning: BERT_BASE": (96.4, 92.4),
+        "Feature-based: embeddings": (91.0, None),
+        "Feature-based: second-to-last": (95.6, None),
+        "Feature-based: last": (94.9, None),
+        "Feature-based: sum-last-4": (95.9, None),
+        "Feature-based: concat-last-4": (96.1, None),
+        "Feature-based: sum-all": (95.5, None),
+    },
+    "8": {  # MNLI fine-tune, NER fine-tune, NER feature-based (dev)
+        "80% / 10% / 10%": (84.2, 95.4, 94.9),
+        "100% / 0% / 0%": (84.3, 94.9, 94.0),
+        "80% / 0% / 20%": (84.1, 95.2, 94.6),
+        "80% / 20% / 0%": (84.4, 95.2, 94.7),
+        "0% / 20% / 80%": (83.7, 94.8, 94.6),
+        "0% / 0% / 100%": (83.6, 94.9, 94.6),
+    },
 }
-PAPER_TABLE6 = {  # L/H/A: LM perplexity (dev), MNLI-m, MRPC, SST-2
-    "3/768/12": (5.84, 77.9, 79.8, 88.4),
-    "6/768/3": (5.24, 80.6, 82.2, 90.7),
-    "6/768/12": (4.68, 81.9, 84.8, 91.3),
-    "12/768/12": (3.99, 84.4, 86.7, 92.9),
-    "12/1024/16": (3.54, 85.7, 86.9, 93.3),
-    "24/1024/16": (3.23, 86.6, 87.8, 93.7),
+PAPER_COLUMNS = {
+    "5": ["paper MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD F1"],
+    "6": ["paper LM ppl", "MNLI-m", "MRPC", "SST-2"],
+    "7": ["paper dev F1", "test F1"],
+    "8": ["paper MNLI", "NER fine-tune", "NER features"],
 }
-PAPER_TABLE7 = {  # CoNLL-2003 dev F1, test F1
-    "Fine-tuning: BERT_LARGE": (96.6, 92.8),
-    "Fine-tuning: BERT_BASE": (96.4, 92.4),
-    "Feature-based: embeddings": (91.0, None),
-    "Feature-based: second-to-last": (95.6, None),
-    "Feature-based: last": (94.9, None),
-    "Feature-based: sum-last-4": (95.9, None),
-    "Feature-based: concat-last-4": (96.1, None),
-    "Feature-based: sum-all": (95.5, None),
-}
-PAPER_TABLE8 = {  # MNLI fine-tune, NER fine-tune, NER feature-based (dev)
-    "80% / 10% / 10%": (84.2, 95.4, 94.9),
-    "100% / 0% / 0%": (84.3, 94.9, 94.0),
-    "80% / 0% / 20%": (84.1, 95.2, 94.6),
-    "80% / 20% / 0%": (84.4, 95.2, 94.7),
-    "0% / 20% / 80%": (83.7, 94.8, 94.6),
-    "0% / 0% / 100%": (83.6, 94.9, 94.6),
-}
+NOTES = (
+    "† every run of the cell scores exactly the majority-class baseline (it predicts one class for every dev "
+    "example). Δ: the difference from the table's first row; *within noise* where it is smaller than the two "
+    "rows' seed spreads (sample standard deviations) added; *no spread* where a row has one seed."
+)
 
 
-def finetune_value(cfg: AblationConfig, name: str, task: str) -> float | None:
-    """A fine-tuning run's dev metric in percent: accuracy (GLUE layout) or entity F1 (NER)."""
-    metrics = read_json(cfg.url("ablations", "finetune", name, "metrics.json"))
-    if not metrics:
-        return None
-    dev = metrics.get("dev", {})
-    value = dev.get("f1") if task == "ner" else dev.get("accuracy", dev.get("matthews_corrcoef"))
-    return None if value is None else 100 * float(value)
-
-
-def majority_baseline(cfg: AblationConfig, name: str) -> float | None:
-    """The dev accuracy (percent) of always predicting the training set's majority class, as the
-    GLUE-layout fine-tune's ``metrics.json`` records it."""
-    metrics = read_json(cfg.url("ablations", "finetune", name, "metrics.json")) or {}
-    value = (metrics.get("majority_baseline") or {}).get("dev", {}).get("accuracy")
-    return None if value is None else 100 * float(value)
+def finetune_value(cfg: AblationConfig, name: str, task: str) -> tuple[float | None, float | None]:
+    """A fine-tune's dev metric in percent (accuracy, or entity F1 for NER) and its majority-class
+    baseline's accuracy (GLUE layout), from its ``metrics.json``."""
+    url = cfg.url("finetune", name, "metrics.json")
+    metrics = read_json(url)
+    keys = ["f1"] if task == "ner" else ["accuracy", "matthews_corrcoef"]
+    value = next((v for k in keys if (v := get(metrics, url, "dev", k)) is not None), None)
+    baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
+    return tuple(None if v is None else 100 * v for v in (value, baseline))
 
 
 def validation_perplexity(cfg: AblationConfig, run: str) -> float | None:
     """The run's last held-out MLM perplexity (``metrics.jsonl``)."""
-    text = _cat(cfg.url("ablations", "runs", run, "metrics.jsonl"))
-    if not text:
-        return None
-    records = [json.loads(line) for line in text.decode().splitlines() if line.strip()]
-    valid = [r for r in records if r.get("split") == "validation" and r.get("mlm_perplexity") is not None]
-    return float(valid[-1]["mlm_perplexity"]) if valid else None
+    url = cfg.url("runs", run, "metrics.jsonl")
+    values = [
+        get(r, url, "mlm_perplexity") for r in read_json(url, lines=True) if r.get("split") == "validation"
+    ]
+    return next((v for v in reversed(values) if v is not None), None)
 
 
 def summarise(values: list[float | None]) -> dict:
-    """Mean ± sample standard deviation of the finished runs' values, and how many ran."""
+    """Mean and sample standard deviation of the finished runs' values, and how many ran of how many."""
     done = [v for v in values if v is not None]
-    if not done:
-        return {"mean": None, "std": None, "n": 0, "of": len(values)}
-    mean = sum(done) / len(done)
+    mean = sum(done) / len(done) if done else None
     std = (sum((v - mean) ** 2 for v in done) / (len(done) - 1)) ** 0.5 if len(done) > 1 else None
     return {"mean": mean, "std": std, "n": len(done), "of": len(values)}
 
 
-def format_cell(summary: dict, digits: int = 1) -> str:
-    """``71.3 ± 1.2 (n=3)``, ``71.3``, or ``not run`` for a cell without finished runs."""
-    if summary is None or summary["n"] == 0:
-        return "not run"
-    text = f"{summary['mean']:.{digits}f}"
-    if summary["std"] is not None:
-        text += f" ± {summary['std']:.{digits}f}"
-    if summary["n"] > 1 or summary["of"] > 1:
-        text += (
-            f" (n={summary['n']}" + (f" of {summary['of']}" if summary["n"] != summary["of"] else "") + ")"
-        )
-    if summary.get("at_baseline"):
-        text += " †"
+def format_cell(s: dict | None, first: dict | None = None, digits: int = 1) -> str:
+    """``71.3 ± 1.2 (n=3)`` (``not run`` without finished runs), then its Δ from ``first``."""
+    if s is None or not s["n"]:
+        return "not run" if s else "not in preset"
+    text = f"{s['mean']:.{digits}f}" + ("" if s["std"] is None else f" ± {s['std']:.{digits}f}")
+    text += (f" (n={s['n']})" if s["n"] == s["of"] else f" (n={s['n']} of {s['of']})") if s["of"] > 1 else ""
+    text += " †" if s.get("at_baseline") else ""
+    if first and first is not s and first["n"]:
+        delta = s["mean"] - first["mean"]
+        noise = None if s["std"] is None or first["std"] is None else s["std"] + first["std"]
+        verdict = "no spread" if noise is None else "within noise" if abs(delta) < noise else ""
+        text += f"; Δ {delta:+.{digits}f}" + (f" *{verdict}*" if verdict else "")
     return text
 
 
-BASELINE_NOTE = (
-    "† every run of the cell scores exactly the majority-class baseline (it predicts one class for every "
-    "dev example): the fine-tuned model learned nothing the baseline does not know."
-)
-
-
 def collect(cfg: AblationConfig, g: Grid) -> list[dict]:
-    """Every cell with its values, summary and the runs (and seeds) behind it."""
+    """Every cell with its values, seeds, runs and summary."""
     results = []
     for cell in g.cells:
         if "runs" in cell:
-            values = [validation_perplexity(cfg, r) for r in cell["runs"]]
-            seeds = [g.runs[r].seed for r in cell["runs"]]
-            names = list(cell["runs"])
+            names, seeds = cell["runs"], [g.runs[r].seed for r in cell["runs"]]
+            values, baselines = [validation_perplexity(cfg, r) for r in names], []
         else:
-            task = "glue" if cell["column"] not in ("ner", "ner-features") else "ner"
-            values = [finetune_value(cfg, f, task) for f in cell["finetunes"]]
-            seeds = [g.finetunes[f].seed for f in cell["finetunes"]]
-            names = list(cell["finetunes"])
+            names, seeds = cell["finetunes"], [g.finetunes[f].seed for f in cell["finetunes"]]
+            pairs = [finetune_value(cfg, f, g.finetunes[f].task) for f in names]
+            values, baselines = [v for v, _ in pairs], [b for v, b in pairs if v is not None]
         summary = summarise(values)
-        if "finetunes" in cell and task == "glue" and summary["n"]:
-            pairs = [
-                (v, majority_baseline(cfg, f)) for f, v in zip(names, values, strict=True) if v is not None
-            ]
-            summary["at_baseline"] = all(b is not None and abs(v - b) < 1e-6 for v, b in pairs)
+        done = [v for v in values if v is not None]
+        summary["at_baseline"] = (
+            bool(done)
+            and len(baselines) == len(done)
+            and all(b is not None and abs(v - b) < 1e-6 for v, b in zip(done, baselines, strict=True))
+        )
         results.append({**cell, "values": values, "seeds": seeds, "names": names, "summary": summary})
     return results
 
 
-def _get(results: list[dict], table: str, row: str, column: str) -> dict | None:
-    return next((r for r in results if (r["table"], r["row"], r["column"]) == (table, row, column)), None)
+def _table(results: list[dict], number: str, columns: dict, first: list[str], digits: dict) -> tuple:
+    """Table ``number``'s header and rows: per row our ``columns`` (cell column: header), each with its
+    Δ from the first row, then the paper's."""
+    cells = {(r["row"], r["column"]): r["summary"] for r in results if r["table"] == number}
+    rows = list(dict.fromkeys(row for row, _ in cells))
+    body = []
+    for row in rows:
+        ours = [
+            format_cell(cells.get((row, c)), cells.get((rows[0], c)), (digits or {}).get(c, 1))
+            for c in columns
+        ]
+        paper = PAPER[number].get(row, (None,) * len(PAPER_COLUMNS[number]))
+        body.append([*(row.split("/") if number == "6" else [row]), *ours, *paper])
+    return [*first, *columns.values(), *PAPER_COLUMNS[number]], body
 
 
-def _fmt(cell: dict | None, digits: int = 1) -> str:
-    return format_cell(cell["summary"], digits) if cell else "not in preset"
-
-
-def _paper(value: float | None) -> str:
-    return "—" if value is None else f"{value:g}"
-
-
-def _runs(cell: dict | None) -> str:
-    return ", ".join(f"`{n}`" for n in cell["names"]) if cell else "—"
-
-
-def _rows_of(results: list[dict], table: str) -> list[str]:
-    seen: list[str] = []
-    for r in results:
-        if r["table"] == table and r["row"] not in seen:
-            seen.append(r["row"])
-    return seen
-
-
-def table5(results: list[dict], task_label: str) -> str:
-    """Table 5: the effect of the pre-training tasks."""
-    rows = []
-    for row in _rows_of(results, "5"):
-        cell = _get(results, "5", row, "task")
-        paper = PAPER_TABLE5.get(row, (None,) * 5)
-        rows.append([row, _fmt(cell), *(_paper(v) for v in paper), _runs(cell)])
-    return _table(
-        ["pre-training", f"ours: {task_label} dev acc", "paper MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD F1",
-         "runs (name-…-sSEED)"], rows,
-    )  # fmt: skip
-
-
-def table6(results: list[dict], task_label: str) -> str:
-    """Table 6: model size; ours, then the paper's grid."""
-    rows = []
-    for row in _rows_of(results, "6"):
-        layers, hidden, heads = row.split("/")
-        ppl, task = _get(results, "6", row, "ppl"), _get(results, "6", row, "task")
-        paper = PAPER_TABLE6.get(row, (None,) * 4)
-        rows.append(
-            [layers, hidden, heads, _fmt(ppl, 2), _fmt(task), *(_paper(v) for v in paper), _runs(task)]
-        )
-    ours = _table(
-        ["#L", "#H", "#A", "ours: MLM ppl (held-out)", f"ours: {task_label} dev acc", "paper LM ppl",
-         "paper MNLI-m", "MRPC", "SST-2", "runs"], rows,
-    )  # fmt: skip
-    paper = _table(
-        ["#L", "#H", "#A", "LM ppl", "MNLI-m", "MRPC", "SST-2"],
-        [[*size.split("/"), *(_paper(v) for v in values)] for size, values in PAPER_TABLE6.items()],
-    )
-    return ours + "\n\nThe paper's grid (BERT sizes, 1M steps):\n\n" + paper
-
-
-def table7(results: list[dict]) -> str:
-    """Table 7: CoNLL-2003 NER, fine-tuned and feature-based."""
-    rows = []
-    for row in _rows_of(results, "7"):
-        cell = _get(results, "7", row, "ner")
-        dev, test = PAPER_TABLE7.get(row, (None, None))
-        rows.append([row, _fmt(cell), _paper(dev), _paper(test), _runs(cell)])
-    return _table(["system", "ours: dev F1 (valid.txt)", "paper dev F1", "paper test F1", "runs"], rows)
-
-
-def table8(results: list[dict], task_label: str) -> str:
-    """Table 8: masking mixes."""
-    rows = []
-    for row in _rows_of(results, "8"):
-        cells = [_get(results, "8", row, c) for c in ("task", "ner", "ner-features")]
-        paper = PAPER_TABLE8.get(row, (None,) * 3)
-        rows.append([row, *(_fmt(c) for c in cells), *(_paper(v) for v in paper), _runs(cells[0])])
-    return _table(
-        ["MASK / SAME / RND", f"ours: {task_label} dev acc", "ours: NER F1 fine-tune", "ours: NER F1 features",
-         "paper MNLI", "paper NER fine-tune", "paper NER features", "runs"], rows,
-    )  # fmt: skip
-
-
-def figure5_points(results: list[dict]) -> list[dict]:
-    """Figure 5's points: dev accuracy (mean over fine-tuning seeds) per run and pre-training step."""
-    points = []
-    for r in results:
-        if r["table"] == "fig5":
-            s = r["summary"]
-            points.append(
-                {"run": r["row"], "step": int(r["column"]), "mean": s["mean"], "std": s["std"], "n": s["n"]}
-            )
-    return sorted(points, key=lambda p: (p["run"], p["step"]))
-
-
-def figure5_png(points: list[dict], task_label: str) -> bytes | None:
-    """Dev accuracy against pre-training steps, one line per run (the paper's Figure 5)."""
+def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
+    """Figure 5's points (dev accuracy per run and pre-training step) and its picture."""
+    points = [
+        {"run": r["row"], "step": int(r["column"]), **{k: r["summary"][k] for k in ("mean", "std", "n")}}
+        for r in results
+        if r["table"] == "fig5"
+    ]
+    points.sort(key=lambda p: (p["run"], p["step"]))
     done = [p for p in points if p["mean"] is not None]
     if not done:
-        return None
+        return points, None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -244,104 +160,69 @@ def figure5_png(points: list[dict], task_label: str) -> bytes | None:
     figure, axis = plt.subplots(figsize=(6, 3.8))
     for run in sorted({p["run"] for p in done}):
         line = [p for p in done if p["run"] == run]
-        axis.errorbar([p["step"] for p in line], [p["mean"] for p in line],
-                      yerr=[p["std"] or 0 for p in line], marker="o", capsize=3, label=run)  # fmt: skip
-    axis.set_xlabel("pre-training steps")
-    axis.set_ylabel(f"{task_label} dev accuracy (%)")
-    axis.set_title("Fine-tuning from checkpoints of one run (Figure 5)")
+        x, y, err = ([p[k] or 0 for p in line] for k in ("step", "mean", "std"))
+        axis.errorbar(x, y, yerr=err, marker="o", capsize=3, label=run)
+    axis.set(xlabel="pre-training steps", ylabel=f"{label} dev accuracy (%)", title="Figure 5")
     axis.legend()
-    return _png(figure)
+    return points, png(figure)
 
 
-def _commands(stages: list[Stage], state: dict) -> str:
-    rows = []
-    for stage in stages:
-        if not stage.name.startswith("ablate/") or not stage.command:
-            continue
-        record = state.get(stage.name, {})
-        seed = stage.command[stage.command.index("--seed") + 1] if "--seed" in stage.command else "—"
-        argv = [Path(stage.command[0]).name, *stage.command[1:]]
-        rows.append([stage.name.removeprefix("ablate/"), seed, record.get("seconds", "not run"),
-                     f"`{shlex.join(argv)}`"])  # fmt: skip
-    return _table(["run", "seed", "seconds", "command"], rows)
-
-
-def build_report(
-    cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict, task_label: str | None = None
-) -> dict[str, str]:
-    """Write the study's report under ``W/ablations``; return the paths written."""
-    task_label = task_label or (
-        (cfg.glue_task or checks.DERIVED_TASK).upper() if cfg.glue_dir else "next-sentence task"
+def _times(state: dict) -> str:
+    """The stages' time in all, and the wall time from the first stage's start to now."""
+    done = [(datetime.fromisoformat(s["finished"]), s["seconds"]) for s in state.values() if "finished" in s]
+    if not done:
+        return "No stage has run yet.\n"
+    wall = (datetime.now(UTC) - min(end - timedelta(seconds=s) for end, s in done)).total_seconds() / 60
+    return (
+        f"Time: {sum(s for _, s in done) / 60:.1f} min in the stages, {wall:.1f} min since the first began.\n"
     )
-    results = collect(cfg, g)
-    points = figure5_points(results)
-    p = cfg.preset
-    sections = [
-        f"# BERT ablations: preset `{p.name}`\n\n{p.note}. Base model {p.model} (L/H/A), {p.steps:,} steps "
-        f"of {p.batch_size} x {p.max_seq_length} tokens, lr {p.lr:g}; fine-tuning seeds per cell: "
-        f"{p.finetune_seeds}, pre-training seeds: {p.pretrain_seeds}. Ours: dev metrics in percent, mean ± "
-        f"sample std over the seeds; the fine-tuning task is the {task_label} "
-        f"({'GLUE folder' if cfg.glue_dir else 'derived from held-out documents, MRPC layout'}). "
-        "The paper's numbers are BERT at full size: for reference, not comparison.\n",
+
+
+def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict) -> dict[str, str]:
+    """Write the study's report; return the paths of report.md and report.html."""
+    label = chain_config(cfg).task.upper() if cfg.glue_dir else "next-sentence task"
+    results, p = collect(cfg, g), cfg.preset
+    points, picture = figure5(results, label)
+    reference = "all-MiniLM-L6-v2" if cfg.reference == installed_reference() else cfg.reference
+    intro = (
+        f"{p.note}. Base model {p.model} (L/H/A), {p.steps:,} steps of {p.batch_size} x {p.max_seq_length} tokens, "
+        f"lr {p.lr:g}; seeds per cell: {p.pretrain_seeds} pre-training, {p.finetune_seeds} fine-tuning, {p.ner_seeds} "
+        f"NER. Ours: dev metrics in percent on the {label}"
+        f" ({'GLUE folder' if cfg.glue_dir else 'derived from held-out documents, MRPC layout'}) and CoNLL-2003's "
+        f"valid.txt. Table 7's reference column: the same rows from {reference or 'no reference checkpoint'}, a "
+        "model pre-trained at full scale, which shows what the method gives when the encoder is good. "
+        "The paper's numbers are BERT at full size: for reference, not comparison.\n\n" + NOTES
+    )
+    sections = [(intro + "\n\n" + _times(state), "md")]
+
+    def add(title: str, header: list[str], rows: list[list], after: str = "") -> None:
+        sections.append((f"## {title}\n\n{table(header, rows)}\n{after}", "md"))
+
+    acc, f1 = f"ours: {label} dev acc", {"ner": "ours: dev F1", "reference": f"{reference}: dev F1"}
+    ner = {"ner": "ours: NER fine-tune", "ner-features": "ours: NER features"}
+    tables = {
+        "5": ("pre-training tasks", {"task": acc}, ["pre-training"]),
+        "6": ("model size", {"ppl": "ours: MLM ppl (held-out)", "task": acc}, ["#L", "#H", "#A"]),
+        "7": ("CoNLL-2003 NER", f1, ["system"]),
+        "8": ("masking mixes", {"task": acc, **ner}, ["MASK / SAME / RND"]),
+    }
+    for number, (title, columns, first) in tables.items():
+        missing = "".join(f"\nNot run: {m}.\n" for m in g.missing.get(number, []))
+        add(f"Table {number}: {title}", *_table(results, number, columns, first, {"ppl": 2}), missing)
+    rows = [
+        [q["run"], q["step"], "not run" if q["mean"] is None else round(q["mean"], 1), q["n"]] for q in points
     ]
-    for number, title, body in (
-        ("5", "Table 5: pre-training tasks", table5(results, task_label)),
-        ("6", "Table 6: model size", table6(results, task_label)),
-        ("7", "Table 7: CoNLL-2003 NER, fine-tuned and feature-based", table7(results)),
-        ("8", "Table 8: masking mixes during pre-training", table8(results, task_label)),
-    ):
-        text = f"## {title}\n\n{body}\n"
-        if "†" in body:
-            text += f"\n{BASELINE_NOTE}\n"
-        for missing in g.missing.get(number, []):
-            text += f"\nNot run: {missing}.\n"
-        sections.append(text)
-    sections.append(
-        "## Figure 5: training length\n\n"
-        + _table(
-            ["run", "pre-training step", "dev acc", "n"],
-            [
-                [q["run"], q["step"], "not run" if q["mean"] is None else f"{q['mean']:.1f}", q["n"]]
-                for q in points
-            ],
-        )  # fmt: skip
-        + "\n\nPoints also in figure5.json and figure5.csv.\n"
+    add("Figure 5: training length", ["run", "step", "dev acc", "n"], rows)
+    sections += [("Figure 5: dev accuracy against pre-training steps", "figure5.png")] if picture else []
+    ours = [s for s in stages if s.name.startswith("ablate/")]
+    rows = [
+        [s.name[7:], state.get(s.name, {}).get("seconds", "not run"), f"`{shown(s.command)}`"] for s in ours
+    ]
+    add("Runs and their commands", ["run", "seconds", "command"], rows)
+    csv = "".join(",".join(map(str, q.values())).replace("None", "") + "\n" for q in points)
+    extra = {"figure5.json": json.dumps(points), "figure5.csv": "run,step,mean,std,n\n" + csv}
+    extra["results.json"] = json.dumps(results, indent=1)
+    images = {"figure5.png": picture} if picture else {}
+    return write(
+        cfg.url(), "chain ablate report", f"BERT ablations: preset `{p.name}`", sections, images, extra
     )
-    sections.append("## Runs and their commands\n\n" + _commands(stages, state) + "\n")
-    return _write(cfg, sections, points, results, figure5_png(points, task_label))
-
-
-def _write(cfg: AblationConfig, sections: list[str], points, results, png: bytes | None) -> dict[str, str]:
-    """The report's files into ``WORKDIR/ablations`` (beside the runs' folders), claimed and journaled."""
-    with OutputFolder.open(cfg.url("ablations"), "chain ablate", continuing=True, option="") as folder:
-        folder.begin()
-        return _write_files(cfg, folder.fs, folder.root, sections, points, results, png)
-
-
-def _write_files(
-    cfg: AblationConfig, fs, root: str, sections: list[str], points, results, png
-) -> dict[str, str]:
-    markdown = "\n".join(sections)
-    figure = ""
-    if png:
-        write_file(f"{root}/figure5.png", png, fs)
-        markdown += "\n![Figure 5: dev accuracy against pre-training steps](figure5.png)\n"
-        figure = f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="Figure 5"></figure>'
-    csv = "run,step,mean,std,n\n" + "".join(
-        f"{q['run']},{q['step']},{'' if q['mean'] is None else q['mean']},{'' if q['std'] is None else q['std']},{q['n']}\n"
-        for q in points
-    )
-    write_json(f"{root}/figure5.json", points, fs, indent=1)
-    write_file(f"{root}/figure5.csv", csv, fs)
-    write_json(f"{root}/results.json", results, fs, indent=1)
-    write_file(f"{root}/report.md", markdown, fs)
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>BERT ablations</title><style>"
-        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
-        "th{background:#f3f3f3}img{max-width:100%}</style></head><body>"
-        + "".join(_markdown_to_html(s) for s in sections) + figure + "</body></html>"
-    )  # fmt: skip
-    write_file(f"{root}/report.html", page, fs)
-    base = cfg.url("ablations")
-    return {"markdown": f"{base}/report.md", "html": f"{base}/report.html", "figure5": f"{base}/figure5.png"}

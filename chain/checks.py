@@ -1,76 +1,51 @@
-"""What ``python -m chain`` and ``python -m chain ablate`` check before their first stage.
-
-Two kinds, in this order, as every tool of the project does: the command line first (a value or
-a combination of values the settings refuse; exit 2, no path looked at yet), then the inputs (a
-path that is not there, a folder without the files a stage will read, a corpus that is not
-``COMPLETED``; exit 1). Each kind is reported whole, one ``error:`` line per problem, so that
-one fix-and-rerun clears them all, and a study of hours never fails at its fifth stage over a
-task name or a folder its first stage could have been refused for.
-
-The checks use the stages' own rules where there are some (``pretrain``'s model sizes and
-precisions, ``finetune glue``'s task table, the corpus manifest's ``COMPLETED`` marker), so the
-chain refuses exactly what its stages would.
-"""
+"""What ``chain`` and ``chain ablate`` check before their first stage, with the stages' own rules:
+the command line first (each function returns its problems; the CLIs raise them together as one
+UsageError, exit 2, no path looked at yet), then the inputs (together as one InputError, exit 1)."""
 
 from __future__ import annotations
 
-import math
+import subprocess
 import sys
 from collections.abc import Sequence
 
-import click
+import fsspec
 
-from chain.run import filesystem
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, verify_completed
-from schemas.commands import CommandError, InputError
+from schemas.commands import CommandError
 
-SEED_MAX = 2**31 - 1
-"""The largest ``--seed``: every stage seeds ``seed + k`` (k < a few) into generators that take
-32-bit or 64-bit seeds."""
-DERIVED_TASK = "mrpc"
-"""The layout of the task the chain derives from the corpus when no ``--glue-dir`` is given."""
-NER_FILES = ("train.txt", "valid.txt")
-"""What ``finetune ner --data-dir`` reads (``test.txt`` is optional)."""
-
-
-class SettingsError(ValueError):
-    """The command line is wrong: ``problems`` lists every refused value or combination."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = list(problems)
-
-
-def refuse(problems: Sequence[str], code: int) -> None:
-    """Print each problem as one ``error:`` line on standard error and exit with ``code``
-    (2: the command line, 1: an input); return when there are none."""
-    if not problems:
-        return
-    for problem in problems:
-        click.echo(f"error: {problem}", err=True)
-    sys.exit(code)
-
-
-# --- the command line ------------------------------------------------------------------------------
+SEED_MAX = 2**31 - 1  # the stages seed 32-bit generators with seed + k
+DERIVED_TASK = "mrpc"  # the layout of the task the chain derives from the corpus
+BEAM_CHECK = """import sys
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import create_runner
+options = PipelineOptions(sys.argv[1:])
+options.get_all_options(retain_unknown_options=True)
+create_runner(options.view_as(StandardOptions).runner or "DirectRunner")
+"""  # run in its own process: the chain never imports Beam
 
 
 def seed_problems(seed: int, count: int = 1) -> list[str]:
-    """``--seed`` out of range (the stages seed ``seed`` .. ``seed + count - 1``)."""
     top = SEED_MAX - (count - 1)
     return [] if 0 <= seed <= top else [f"--seed must be between 0 and {top:,}, got {seed}"]
 
 
 def beam_problems(options: Sequence[str]) -> list[str]:
-    """Each ``--beam-option`` must be one Beam flag (``--name`` or ``--name=value``)."""
-    return [
+    """Each ``--beam-option`` one Beam flag, and Beam's parser and runner taking them all."""
+    found = [
         f"--beam-option {option!r} is not a Beam flag: give it as --beam-option=--name=value"
         for option in options
         if not option.startswith("--") or len(option) < 3
     ]
+    if options and not found:
+        done = subprocess.run([sys.executable, "-c", BEAM_CHECK, *options], capture_output=True, text=True)
+        if done.returncode:
+            reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            found.append(f"--beam-option {' '.join(options)}: Beam refuses it ({reason})")
+    return found
 
 
 def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
-    """``--glue-task`` must name a GLUE task, and only with the ``--glue-dir`` it describes."""
+    """``--glue-task`` a GLUE task, and only with the ``--glue-dir`` it describes."""
     if glue_task is None:
         return []
     if not glue_dir:
@@ -87,114 +62,76 @@ def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
     return []
 
 
-def model_problems(model: str, precision: str) -> list[str]:
-    """``--model`` must be a ``pretrain --config`` size and ``--precision`` one of pretrain's."""
+def model_problems(flag: str, model: str, precision: str) -> list[str]:
+    """``model`` a ``pretrain --config`` size and ``precision`` one of pretrain's."""
     from pretrain.model import parse_model_size
     from pretrain.runtime import PRECISIONS
 
-    found = []
+    found = (
+        []
+        if precision in PRECISIONS
+        else [f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"]
+    )
     try:
         parse_model_size(model)
     except ValueError as err:
-        found.append(f"--model: {err}")
-    if precision not in PRECISIONS:
-        found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        found.insert(0, f"{flag}: {err}")
     return found
 
 
-def at_least(flag: str, value: float, minimum: float) -> list[str]:
-    """``flag`` below ``minimum`` (or not a finite number)."""
-    if math.isfinite(value) and value >= minimum:
-        return []
-    return [f"{flag} must be at least {minimum:,}, got {value}"]
-
-
-def positive(flag: str, value: float) -> list[str]:
-    """``flag`` not a positive finite number."""
-    return [] if math.isfinite(value) and value > 0 else [f"{flag} must be positive, got {value}"]
-
-
-# --- the inputs ------------------------------------------------------------------------------------
-
-
-def _is_file(url: str) -> bool:
-    fs, path = filesystem(url)
-    return fs.isfile(path)
-
-
-def _is_dir(url: str) -> bool:
-    fs, path = filesystem(url)
-    return fs.isdir(path)
+def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path.rstrip("/")
 
 
 def files_problems(flag: str, pattern: str) -> list[str]:
-    """``pattern`` (a file, or a glob as the pipelines take it) must name at least one file."""
-    fs, path = filesystem(pattern)
+    """``pattern`` (a file, or a glob as the pipelines take it) names at least one file."""
+    fs, path = _fs(pattern)
     if any(c in path for c in "*?["):
-        if not [p for p in fs.glob(path) if fs.isfile(p)]:
-            return [f"{flag} {pattern}: no file matches it"]
-        return []
+        return [] if any(fs.isfile(p) for p in fs.glob(path)) else [f"{flag} {pattern}: no file matches it"]
     if fs.isdir(path):
         return [f"{flag} {pattern}: a folder; give the dump file (.xml.bz2)"]
     return [] if fs.isfile(path) else [f"{flag} {pattern}: no such file"]
 
 
-def books_problems(folder: str) -> list[str]:
-    """``--books`` must be a folder holding ``*.txt`` books (what the books stage reads)."""
-    if not _is_dir(folder):
-        return [f"--books {folder}: no such folder"]
-    fs, path = filesystem(folder)
-    if not fs.glob(f"{path}/*.txt"):
-        return [f"--books {folder}: no *.txt files in it (the books stage reads {folder.rstrip('/')}/*.txt)"]
-    return []
+def folder_problems(flag: str, folder: str, names: Sequence[str], layout: str) -> list[str]:
+    """``folder`` exists and holds each of ``names`` (a glob among them: at least one match)."""
+    fs, root = _fs(folder)
+    if not fs.isdir(root):
+        return [f"{flag} {folder}: no such folder"]
+    missing = [n for n in names if not (fs.glob(f"{root}/{n}") if "*" in n else fs.isfile(f"{root}/{n}"))]
+    return [f"{flag} {folder}: no {' or '.join(missing)} ({layout})"] if missing else []
 
 
 def glue_dir_problems(glue_dir: str, glue_task: str | None) -> list[str]:
-    """``--glue-dir`` must hold the task's ``train.tsv`` and dev files (``finetune glue`` reads them)."""
     from finetune.glue import get_task
 
     task = get_task(glue_task or DERIVED_TASK)
-    if not _is_dir(glue_dir):
-        return [f"--glue-dir {glue_dir}: no such folder"]
-    root = glue_dir.rstrip("/")
-    missing = [f"{stem}.tsv" for stem in ("train", *task.dev) if not _is_file(f"{root}/{stem}.tsv")]
-    if missing:
-        return [
-            f"--glue-dir {glue_dir}: no {' or '.join(missing)} ({task.name}'s layout of the GLUE download)"
-        ]
-    return []
-
-
-def ner_dir_problems(ner_dir: str) -> list[str]:
-    """``--ner-dir`` must hold CoNLL-2003's ``train.txt`` and ``valid.txt``."""
-    if not _is_dir(ner_dir):
-        return [f"--ner-dir {ner_dir}: no such folder"]
-    root = ner_dir.rstrip("/")
-    missing = [name for name in NER_FILES if not _is_file(f"{root}/{name}")]
-    if missing:
-        return [f"--ner-dir {ner_dir}: no {' or '.join(missing)} (the CoNLL-2003 layout)"]
-    return []
+    names = [f"{stem}.tsv" for stem in ("train", *task.dev)]
+    return folder_problems("--glue-dir", glue_dir, names, f"{task.name}'s layout of the GLUE download")
 
 
 def corpus_problems(corpus: str, splits: Sequence[str]) -> list[str]:
-    """``--corpus`` must be a ``COMPLETED`` ``pipelines corpus`` output (its marker matching its
-    manifest) with documents in each of ``splits``."""
-    fs, root = filesystem(corpus)
-    marker_path, manifest_path = f"{root}/{COMPLETED_FILE}", f"{root}/{MANIFEST_FILE}"
+    """``--corpus`` a ``COMPLETED`` ``pipelines corpus`` output with documents in each of ``splits``."""
+    fs, root = _fs(corpus)
     try:
-        marker = fs.cat_file(marker_path).decode("utf-8") if fs.exists(marker_path) else None
+        marker = (
+            fs.cat_file(f"{root}/{COMPLETED_FILE}").decode()
+            if fs.exists(f"{root}/{COMPLETED_FILE}")
+            else None
+        )
         if marker is None and not fs.isdir(root):
             return [f"--corpus {corpus}: no such folder"]
-        text = fs.cat_file(manifest_path).decode("utf-8") if marker is not None else ""
+        text = fs.cat_file(f"{root}/{MANIFEST_FILE}").decode() if marker is not None else ""
         manifest = verify_completed(text, marker, corpus, DOCUMENTS.name)
-    except InputError as err:
+    except CommandError as err:
         return [f"--corpus {err}"]
     except (OSError, UnicodeDecodeError) as err:
         return [f"--corpus {corpus}: cannot read its manifest ({type(err).__name__}: {err})"]
     empty = [split for split in splits if manifest.num_rows(split) == 0]
     if empty:
         return [
-            f"--corpus {corpus}: no documents in its {' and '.join(empty)} split(s), which the study "
-            "reads; rebuild it with `pipelines corpus --validation-fraction 0.05 --test-fraction 0.05`"
+            f"--corpus {corpus}: no documents in its {' and '.join(empty)} split(s), which the study reads; "
+            "rebuild it with `pipelines corpus --validation-fraction 0.05 --test-fraction 0.05`"
         ]
     return []

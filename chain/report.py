@@ -1,37 +1,58 @@
-"""The chain's report: ``report/report.md`` and a self-contained ``report/report.html`` with pictures.
-
-Everything comes from the stages' own records (``stats.json``, ``metrics.jsonl``,
-``metrics.json``, ``chain.json``); nothing is recomputed from the data.
-"""
+"""The chain's report, ``WORKDIR/report/report.md`` and a self-contained ``report.html``: every
+figure read from the stages' own records (``stats.json``, ``metrics.jsonl``, ``metrics.json``,
+``chain.json``), each checked as it is read (a damaged one is one line naming it)."""
 
 from __future__ import annotations
 
 import base64
 import html
 import io
-import json
+from typing import Any
 
 import fsspec
+import markdown
 
-from chain.run import read_json
+from schemas import inputs
+from schemas.commands import InputError
 from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
+MAX_RECORD_BYTES = 256 << 20
+Sections = list[tuple[str, str]]  # in order: (markdown, "md") or (caption, image file name)
 
-def _cat(url: str) -> bytes | None:
+
+def read_bytes(url: str) -> bytes | None:
+    """A file a stage wrote, whole (None when it is not there)."""
     fs, path = fsspec.core.url_to_fs(url)
     try:
-        return fs.cat_file(path)
-    except FileNotFoundError:
+        with fs.open(path, "rb") as f:
+            return inputs.read_bytes(f, url, MAX_RECORD_BYTES)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
 
 
-def _metrics(run: str) -> list[dict]:
-    text = _cat(f"{run}/metrics.jsonl")
-    return [json.loads(line) for line in text.decode().splitlines() if line.strip()] if text else []
+def read_json(url: str, lines: bool = False) -> Any:
+    """A JSON object a stage wrote (with ``lines``: a JSON-lines file's objects); None (or []) when
+    absent. Damage is an InputError naming the file."""
+    data = read_bytes(url) or b""
+    try:
+        docs = [inputs.loads(line, url) for line in data.splitlines() if line.strip()] if lines else []
+        docs = docs if lines or not data else [inputs.loads(data, url)]
+        if bad := next((d for d in docs if not isinstance(d, dict)), None):
+            raise InputError(f"{url}: a JSON {type(bad).__name__} where an object is expected")
+    except InputError as err:
+        raise InputError(f"{err}; delete that stage's output and run the chain again to redo it") from None
+    return docs if lines else (docs or [None])[0]
 
 
-def _png(figure) -> bytes:
+def get(record: Any, url: str, *keys: str, kinds: tuple = (int, float)) -> Any:
+    """``record[k1][k2]...`` of ``kinds`` (None where a key is missing); a wrong type names ``url``."""
+    for key in keys[:-1]:
+        record = inputs.field(record, key, dict, url, None) if record is not None else None
+    return None if record is None else inputs.field(record, keys[-1], kinds, url, None)
+
+
+def png(figure) -> bytes:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
@@ -41,7 +62,7 @@ def _png(figure) -> bytes:
     return buffer.getvalue()
 
 
-def _bars(title: str, labels: list[str], values: list[float], xlabel: str) -> bytes:
+def bars(title: str, labels: list[str], values: list[float], xlabel: str) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,238 +72,149 @@ def _bars(title: str, labels: list[str], values: list[float], xlabel: str) -> by
     axis.barh(labels[::-1], values[::-1], color="#4c72b0")
     for y, v in enumerate(values[::-1]):
         axis.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
-    axis.set_title(title)
-    axis.set_xlabel(xlabel)
-    return _png(figure)
+    axis.set(title=title, xlabel=xlabel)
+    return png(figure)
 
 
-def _table(header: list[str], rows: list[list]) -> str:
+def table(header: list[str], rows: list[list]) -> str:
     def cell(v) -> str:
-        if isinstance(v, bool):
-            return "yes" if v else "no"
+        if isinstance(v, bool) or v is None:
+            return {True: "yes", False: "no", None: "—"}[v]
         if isinstance(v, float):
             return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-        if isinstance(v, int):
-            return f"{v:,}"
-        return str(v)
+        return f"{v:,}" if isinstance(v, int) else str(v)
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows])
 
 
-Sections = list[tuple[str, str]]
-"""The report's parts in order: (markdown, "md") or (caption, image file name)."""
+STATISTICS = {  # section: the stage and the figures of its stats.json
+    "Vocabulary": (
+        "vocab",
+        "vocab_size num_pieces_learned cased distinct_words pieces_per_word unk_word_rate",
+    ),
+    "Pre-training examples": (
+        "shards",
+        "examples tokens random_next_rate mask_rate truncation_rate unk_rate",
+    ),
+}
 
 
 def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
-    """Write the report; return the paths of report.md and report.html."""
+    """Write the demo's report; return the paths of report.md and report.html."""
     sections: Sections = []
     images: dict[str, bytes] = {}
-    for add in (_data_card, _vocabulary, _examples, _pretraining, _finetuning):
-        add(outputs, sections, images)
-    _stage_times(state, sections, images)
-    return _write(workdir, sections, images)
+    _data_card(outputs, sections, images)
+    for title, (key, names) in STATISTICS.items():
+        url = f"{outputs[key]}/stats.json"
+        stats = read_json(url) or {}
+        rows = [[k, get(stats, url, k, kinds=(int, float, str, bool))] for k in names.split() if k in stats]
+        sections.append((f"## {title}\n\n{table(['statistic', 'value'], rows)}\n", "md"))
+    _picture(f"{outputs['shards']}/length_histogram.png", "Example lengths (tokens)", sections, images)
+    _pretraining(outputs["run"], sections, images)
+    url = f"{outputs['finetune']}/metrics.json"
+    metrics = read_json(url) or {}
+    rows = [[k, get(metrics, url, "dev", k)] for k in get(metrics, url, "dev", kinds=(dict,)) or {}]
+    baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
+    text = table(["dev metric", "value"], rows) + f"\n\nMajority-class baseline: {baseline}\n"
+    sections.append(("## Fine-tuning\n\n" + text, "md"))
+    timed = [[name, s["seconds"], s.get("peak_rss_mb")] for name, s in state.items() if "seconds" in s]
+    text = table(["stage", "seconds", "peak memory (MB)"], timed)
+    sections.append(
+        (f"## Time and peak memory per stage\n\n{text}\n\nTotal: {sum(t[1] for t in timed):,.0f} s.\n", "md")
+    )
+    title = "BERT pre-training: the whole chain on real text"
+    intro = f"Work folder: `{workdir}`; every figure is read from the stages' own outputs.\n"
+    return write(f"{workdir.rstrip('/')}/report", "chain report", title, [(intro, "md"), *sections], images)
+
+
+def _picture(url: str, caption: str, sections: Sections, images: dict[str, bytes]) -> None:
+    if data := read_bytes(url):
+        images[url.rsplit("/", 1)[-1]] = data
+        sections.append((caption, url.rsplit("/", 1)[-1]))
 
 
 def _data_card(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
-    """The documents in, out and dropped per corpus stage, sentence lengths and the split."""
-    card_rows, card_labels, card_values = [], [], []
+    """Documents in, out and dropped per corpus stage, sentence lengths and the split."""
+    rows = []
     for name in ("wiki", "books", "corpus"):
-        stats = read_json(f"{outputs[name]}/stats.json") if outputs.get(name) else None
-        if not stats:
-            continue
-        drops = {
-            **stats.get("dropped", {}),
-            **{f"rejected: {k}": v for k, v in stats.get("rejected", {}).items()},
-        }
-        card_rows.append([
-            name, stats["records_in"], stats["documents_out"],
-            ", ".join(f"{k} {v:,}" for k, v in sorted(drops.items())) or "—",
-            stats.get("sentences", 0), stats.get("words", 0), "yes" if stats.get("reconciles") else "NO",
-        ])  # fmt: skip
-        card_labels += [f"{name}: in", f"{name}: out"] + [f"{name}: {k}" for k in sorted(drops)]
-        card_values += [stats["records_in"], stats["documents_out"]] + [drops[k] for k in sorted(drops)]
-    sections.append(("## Data card\n\n" + _table(
-        ["stage", "records in", "documents out", "dropped / rejected by reason", "sentences", "words", "reconciles"],
-        card_rows) + "\n", "md"))  # fmt: skip
-    if card_values:
-        images["data_card.png"] = _bars(
-            "Documents in, out and dropped per stage", card_labels, card_values, "records"
-        )
-        sections.append(("Documents in, out and dropped per stage", "data_card.png"))
-    corpus = read_json(f"{outputs['corpus']}/stats.json") or {}
-    histogram = corpus.get("histograms", {}).get("sentence_words", {})
-    if histogram:
-        images["sentence_lengths.png"] = _bars(
-            "Sentence lengths in the corpus (words)", list(histogram), list(histogram.values()), "sentences"
+        url = f"{outputs[name]}/stats.json"
+        if outputs[name] and (stats := read_json(url)):
+            drops = {
+                **(get(stats, url, "dropped", kinds=(dict,)) or {}),
+                **(get(stats, url, "rejected", kinds=(dict,)) or {}),
+            }
+            counts = [get(stats, url, k) for k in ("records_in", "documents_out", "sentences", "words")]
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(drops.items())) or "—"
+            rows.append(
+                [name, *counts[:2], reasons, *counts[2:], get(stats, url, "reconciles", kinds=(bool,))]
+            )
+    header = "stage|records in|documents out|dropped / rejected by reason|sentences|words|reconciles".split(
+        "|"
+    )
+    url = f"{outputs['corpus']}/stats.json"
+    corpus = read_json(url) or {}
+    split = ", ".join(
+        f"{k} {v}" for k, v in sorted((get(corpus, url, "splits", kinds=(dict,)) or {}).items())
+    )
+    sections.append((f"## Data card\n\n{table(header, rows)}\n\nCorpus split (documents): {split}\n", "md"))
+    histogram = get(corpus, url, "histograms", "sentence_words", kinds=(dict,)) or {}
+    if histogram and all(isinstance(v, int) for v in histogram.values()):
+        labels, values = list(histogram), list(histogram.values())
+        images["sentence_lengths.png"] = bars(
+            "Sentence lengths in the corpus (words)", labels, values, "sentences"
         )
         sections.append(("Sentence lengths (words per sentence)", "sentence_lengths.png"))
-    if corpus.get("splits"):
-        sections.append(
-            (
-                "Corpus split (documents): "
-                + ", ".join(f"{k} {v:,}" for k, v in sorted(corpus["splits"].items()))
-                + "\n",
-                "md",
-            )
-        )
 
 
-def _vocabulary(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
-    """The vocabulary's statistics."""
-    vocab = read_json(f"{outputs['vocab']}/stats.json")
-    if vocab:
-        keys = ["vocab_size", "num_pieces_learned", "cased", "distinct_words", "measured_on", "pieces_per_word",
-                "unk_word_rate", "learn_s", "peak_rss_mb"]  # fmt: skip
-        sections.append(
-            (
-                "## Vocabulary\n\n"
-                + _table(["statistic", "value"], [[k, vocab[k]] for k in keys if k in vocab])
-                + "\n",
-                "md",
-            )
-        )
-
-
-def _examples(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
-    """The example shards' statistics and length histogram."""
-    examples = read_json(f"{outputs['shards']}/stats.json")
-    if examples:
-        keys = ["examples", "documents_used", "tokens", "random_next_rate", "mask_rate", "masked_share_mask",
-                "masked_share_random", "masked_share_unchanged", "truncation_rate", "unk_rate"]  # fmt: skip
-        sections.append(
-            (
-                "## Pre-training examples\n\n"
-                + _table(["statistic", "value"], [[k, examples[k]] for k in keys if k in examples])
-                + "\n",
-                "md",
-            )
-        )
-        png = _cat(f"{outputs['shards']}/length_histogram.png")
-        if png:
-            images["example_lengths.png"] = png
-            sections.append(("Example lengths (tokens)", "example_lengths.png"))
-
-
-def _pretraining(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
+def _pretraining(run: str, sections: Sections, images: dict[str, bytes]) -> None:
     """First and last training metrics, held-out evaluations and the curves."""
-    records = _metrics(outputs["run"])
+    records = read_json(f"{run}/metrics.jsonl", lines=True)
     train = [r for r in records if r.get("split") == "train"]
-    valid = [r for r in records if r.get("split") == "validation"]
-    if train:
-        first, last = train[0], train[-1]
-        rows = [
-            [k, first.get(k), last.get(k)]
-            for k in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "tokens_per_s")
-        ]
-        text = f"## Pre-training\n\nSteps {first['step']} → {last['step']}, {last.get('tokens_seen', 0):,} tokens seen.\n\n"
-        text += _table(["metric", f"step {first['step']}", f"step {last['step']}"], rows) + "\n"
-        if valid:
-            text += (
-                "\nEvaluation on the held-out shards:\n\n"
-                + _table(
-                    ["step", "MLM accuracy", "MLM perplexity", "NSP accuracy"],
-                    [[r["step"], r["mlm_accuracy"], r["mlm_perplexity"], r["nsp_accuracy"]] for r in valid],
-                )
-                + "\n"
-            )
-        sections.append((text, "md"))
-        png = _cat(f"{outputs['run']}/plots/curves.png")
-        if png:
-            images["pretraining_curves.png"] = png
-            sections.append(("Pre-training curves", "pretraining_curves.png"))
-
-
-def _finetuning(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
-    """The fine-tuned task's dev metrics and majority-class baseline."""
-    finetune = read_json(f"{outputs['finetune']}/metrics.json")
-    if finetune:
-        dev = finetune.get("dev", {})
-        rows = [[k, v] for k, v in dev.items() if isinstance(v, (int, float))]
-        text = (
-            f"## Fine-tuning: {finetune.get('task', '?')}\n\n" + _table(["dev metric", "value"], rows) + "\n"
-        )
-        baseline = finetune.get("majority_baseline") or finetune.get("baseline")
-        if baseline:
-            text += f"\nMajority-class baseline: {json.dumps(baseline)}\n"
-        sections.append((text, "md"))
-
-
-def _stage_times(state: dict, sections: Sections, images: dict[str, bytes]) -> None:
-    """Wall time and peak memory per stage, from the chain's state."""
-    timed = [(name, s) for name, s in state.items() if isinstance(s, dict) and "seconds" in s]
-    if timed:
-        sections.append(("## Time and peak memory per stage\n\n" + _table(
-            ["stage", "seconds", "peak memory (MB)"],
-            [[name, s["seconds"], s.get("peak_rss_mb") or "—"] for name, s in timed],
-        ) + f"\n\nTotal: {sum(s['seconds'] for _, s in timed):,.0f} s.\n", "md"))  # fmt: skip
-        images["stage_times.png"] = _bars(
-            "Wall time per stage", [n for n, _ in timed], [s["seconds"] for _, s in timed], "seconds"
-        )
-        sections.append(("Wall time per stage", "stage_times.png"))
-
-
-def _write(workdir: str, sections: Sections, images: dict[str, bytes]) -> dict[str, str]:
-    """Write report.md, the self-contained report.html and the images under ``workdir/report``."""
-    title = "# BERT pre-training: the whole chain on real text\n\n"
-    title += f"Work folder: `{workdir}`. Every figure below is read from the stages' own outputs.\n"
-    markdown = title + "\n" + "\n".join(
-        text if kind == "md" else f"![{text}]({kind})\n" for text, kind in sections
-    )  # fmt: skip
-    body = []
-    for text, kind in sections:
-        if kind == "md":
-            body.append(_markdown_to_html(text))
-        else:
-            data = base64.b64encode(images[kind]).decode()
-            body.append(
-                f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(text)}"><figcaption>{html.escape(text)}</figcaption></figure>'
-            )
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>BERT pre-training report</title><style>"
-        "body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
-        "th{background:#f3f3f3}img{max-width:100%}figure{margin:1em 0}figcaption{color:#666;font-size:90%}"
-        "</style></head><body>" + _markdown_to_html(title) + "".join(body) + "</body></html>"
+    if not train:
+        return
+    first, last = train[0], train[-1]
+    keys = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "tokens_per_s")
+    steps = [get(r, run, "step") for r in (first, last)]
+    text = (
+        f"## Pre-training\n\nSteps {steps[0]} → {steps[1]}, {get(last, run, 'tokens_seen')} tokens seen.\n\n"
     )
-    base = f"{workdir.rstrip('/')}/report"
-    with OutputFolder.open(base, "chain report", overwrite=True, option="") as folder:
-        folder.begin()  # an earlier report's own files go; anything else there refuses the report
-        fs, root = folder.fs, folder.root
-        for name, data in images.items():
-            write_file(f"{root}/{name}", data, fs)
-        write_file(f"{root}/report.md", markdown, fs)
-        write_file(f"{root}/report.html", page, fs)
-    return {"markdown": f"{base}/report.md", "html": f"{base}/report.html"}
+    text += table(
+        ["metric", *(f"step {s}" for s in steps)], [[k, get(first, run, k), get(last, run, k)] for k in keys]
+    )
+    keys = ["step", "mlm_accuracy", "mlm_perplexity", "nsp_accuracy"]
+    valid = [[get(r, run, k) for k in keys] for r in records if r.get("split") == "validation"]
+    text += f"\n\nEvaluation on the held-out shards:\n\n{table(keys, valid)}" if valid else ""
+    sections.append((text + "\n", "md"))
+    _picture(f"{run}/plots/curves.png", "Pre-training curves", sections, images)
 
 
-def _markdown_to_html(text: str) -> str:
-    """The small subset of Markdown the report uses: headings, tables, paragraphs, `code`."""
-    out, table = [], []
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}img{max-width:100%}"
+    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}"
+)
 
-    def inline(s: str) -> str:
-        parts = html.escape(s).split("`")
-        return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
-    def flush_table() -> None:
-        if table:
-            rows = [r for r in table if not set(r.replace("|", "").strip()) <= {"-"}]
-            cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
-            head = "".join(f"<th>{inline(c)}</th>" for c in cells[0])
-            rest = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in cells[1:])
-            out.append(f"<table><tr>{head}</tr>{rest}</table>")
-            table.clear()
+def write(
+    url: str, command: str, title: str, sections: Sections, images: dict, extra: dict | None = None
+) -> dict:
+    """report.md, the self-contained report.html, the images and ``extra`` files (name: text) into
+    the folder ``url``, claimed for ``command``; the two reports' paths."""
+    markdown = f"# {title}\n\n" + "\n".join(
+        text if kind == "md" else f"![{text}]({kind})\n" for text, kind in sections
+    )
+    body = [f"<!doctype html><html><head><meta charset='utf-8'><style>{STYLE}</style></head><body>"]
+    for text, kind in [(f"# {title}", "md"), *sections]:
+        data, caption = kind != "md" and base64.b64encode(images[kind]).decode(), html.escape(text)
+        figure = f'<figure><img src="data:image/png;base64,{data}" alt="{caption}"><figcaption>{caption}</figcaption></figure>'
+        body.append(markdown_to_html(text) if kind == "md" else figure)
+    with OutputFolder.open(url, command, continuing=True, option="") as folder:
+        folder.begin()
+        for name, data in {**images, **(extra or {}), "report.md": markdown}.items():
+            write_file(f"{folder.root}/{name}", data, folder.fs)
+        write_file(f"{folder.root}/report.html", "".join(body) + "</body></html>", folder.fs)
+    return {"markdown": f"{url}/report.md", "html": f"{url}/report.html"}
 
-    for line in text.splitlines():
-        if line.startswith("|"):
-            table.append(line)
-            continue
-        flush_table()
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{inline(line[level:].strip())}</h{level}>")
-        elif line.strip():
-            out.append(f"<p>{inline(line)}</p>")
-    flush_table()
-    return "\n".join(out)
+
+def markdown_to_html(text: str) -> str:
+    return markdown.markdown(text, extensions=["tables"])

@@ -1,26 +1,10 @@
-"""The whole job, stage by stage, resumable: raw text → corpus → vocabulary → shards → pre-training →
-evaluation → export → fine-tuning → report.
-
-Each stage is its own process (the real ``pipelines``, ``wordpiece``, ``pretrain`` and ``finetune``
-commands), so Beam and torch never share one and every stage can be rerun by hand with the command
-the chain prints. A stage's *key* is a hash of its command line and of the keys and finishing times
-of the stages it reads; ``WORKDIR/chain.json`` records, per stage, the key it ran with, its wall
-time and its peak memory (``ru_maxrss`` of the process and the children it waited for, from
-``os.wait4``). On a rerun a stage is skipped when its recorded key matches and its output is
-complete (``COMPLETED``, the final checkpoint, ``metrics.json``); one whose key changed is redone,
-and so is everything downstream of it. An interrupted pre-training run is resumed from its newest
-checkpoint rather than restarted.
-
-SIGINT and SIGTERM stop the chain cleanly: each stage's process runs in its own process group,
-and a signal to the chain is forwarded to that whole group (the stage's workers included); the
-chain waits for it to stop (``pretrain`` saves a checkpoint first), sends SIGKILL to the group
-after ``grace_s`` or at a second signal, records the stage as interrupted (never as finished,
-whatever the process's exit code) and raises :class:`ChainInterrupted`; the CLIs exit with
-128 + the signal's number. A rerun continues from there.
-"""
+"""Running a chain: its stages in order, each the real command in its own process; reruns skip
+what is done (a stage's key: its command and its upstream stages' keys), an interrupted pre-training
+run continues, and a stop signal reaches the running stage's process group. docs/chain.md"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,7 +12,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,9 +20,22 @@ from pathlib import Path
 
 import fsspec
 
-from schemas import files
+from schemas import files, inputs
+from schemas.commands import STOP_SIGNALS, CommandError, InputError, Stopped, UsageError
+from schemas.outputs import OutputFolder
 
 STATE_FILE = "chain.json"
+MAX_STATE_BYTES = 64 << 20
+GRACE_S = 60.0  # how long a stopped stage may take to finish (pretrain saves a checkpoint)
+RECORD_FIELDS = (("seconds", (int, float)), ("finished", str), ("peak_rss_mb", (int, float, type(None))))
+
+
+class StageFailed(CommandError):
+    """A stage's command failed; the chain exits with the stage's exit status."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass
@@ -47,257 +43,174 @@ class Stage:
     name: str
     title: str
     output: str
-    command: list[str] | None = None
-    """A command to run (its first element a console script next to this Python), or None when
-    ``action`` does the work in-process."""
+    command: list[str] | None = None  # None: ``action`` does the work in this process
+    marker: str = ""  # a file that exists once the stage's output is complete
+    upstream: tuple[str, ...] = ()  # the stages whose outputs it reads
+    resume: list[str] | None = None  # continues the run when OUTPUT/checkpoints exists
     action: Callable[[], dict] | None = None
-    done: Callable[[], bool] = lambda: False
-    upstream: tuple[str, ...] = ()
-    resume: Callable[[], list[str] | None] | None = None
-    """For an incomplete output: the command that continues it, or None to start afresh."""
-    info: dict = field(default_factory=dict)
-
-
-def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem of ``url`` and its path there, without a trailing slash."""
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path.rstrip("/")
+    info: dict = field(default_factory=dict)  # an action's settings, part of its key
 
 
 def exists(url: str) -> bool:
-    fs, path = filesystem(url)
+    fs, path = fsspec.core.url_to_fs(url)
     return fs.exists(path)
 
 
-def read_json(url: str) -> dict | None:
-    fs, path = filesystem(url)
+def flags(**values: object) -> list[str]:
+    """``--name value`` per keyword (``_`` as ``-``; True: the flag alone; None or False: left out)."""
+    out = []
+    for key, value in values.items():
+        if value is not None and value is not False:
+            out += [f"--{key.replace('_', '-')}", *([] if value is True else [str(value)])]
+    return out
+
+
+def tool(line: str, *args: object, **values: object) -> list[str]:
+    """The command ``line`` (a console script of this installation and fixed flags, split at
+    spaces), then ``args`` and :func:`flags` of ``values``."""
+    name, *fixed = line.split()
+    return [str(Path(sys.executable).parent / name), *fixed, *map(str, args), *flags(**values)]
+
+
+def shown(argv: list[str]) -> str:
+    """A command as a user would type it (the console script by name)."""
+    return shlex.join([Path(argv[0]).name, *argv[1:]])
+
+
+def read_state(url: str) -> dict:
+    """``chain.json`` (empty when there is none), every record checked; damage is one line."""
+    fs, path = fsspec.core.url_to_fs(url)
+    if not fs.exists(path):
+        return {}
     try:
-        return json.loads(fs.cat_file(path))
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def write_json(url: str, data: dict) -> None:
-    fs, path = filesystem(url)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    files.write_json(path, data, fs, indent=1, sort_keys=True)
-
-
-def script(name: str) -> str:
-    """A console script of this installation (``pipelines``, ``pretrain``, …)."""
-    return str(Path(sys.executable).parent / name)
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-GRACE_S = 60.0
-"""How long an interrupted stage may take to stop (``pretrain`` saves a checkpoint) before SIGKILL."""
-
-
-class ChainError(RuntimeError):
-    """A stage failed; the message names it and the command to rerun it by hand."""
-
-
-class ChainInterrupted(ChainError):
-    """SIGINT or SIGTERM stopped the chain; ``signum`` is the signal's number."""
-
-    def __init__(self, message: str, signum: int) -> None:
-        super().__init__(message)
-        self.signum = signum
-
-
-def exit_code(err: ChainError) -> int:
-    """The chain's exit status for ``err``: 128 + the signal's number when interrupted (the shell's
-    convention: 130 for SIGINT, 143 for SIGTERM), else 1."""
-    return 128 + err.signum if isinstance(err, ChainInterrupted) else 1
-
-
-class _Interrupts:
-    """While installed: SIGINT/SIGTERM are forwarded to the running stage's process group (SIGKILL
-    after ``grace_s``, or at once on a second signal); with no stage process running they raise
-    :class:`ChainInterrupted` where the chain is."""
-
-    def __init__(self, grace_s: float) -> None:
-        self.grace_s = grace_s
-        self.signum: int | None = None
-        self.group: int | None = None
-        self.starting = False
-        self._forwarded = False
-        self._timer: threading.Timer | None = None
-        self._previous: dict = {}
-
-    def __enter__(self) -> _Interrupts:
-        self._previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._cancel_timer()
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.signum = self.signum or signum
-        if self.starting:
-            return  # forwarded once the process exists (``started``)
-        if self.group is None:
-            raise ChainInterrupted(f"interrupted by {signal.Signals(signum).name}", signum)
-        self._forward()
-
-    def _forward(self) -> None:
-        """The first signal goes to the group as it came (SIGKILL after ``grace_s``); later ones
-        become SIGKILL at once."""
-        if self._forwarded:
-            self._send(signal.SIGKILL)
-            return
-        assert self.signum is not None
-        self._forwarded = True
-        self._send(self.signum)
-        self._timer = threading.Timer(self.grace_s, self._send, (signal.SIGKILL,))
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _send(self, signum: int) -> None:
-        if self.group is not None:
-            try:
-                os.killpg(self.group, signum)
-            except (ProcessLookupError, PermissionError):
-                pass  # the group has already gone
-
-    def started(self, pid: int) -> None:
-        """The stage's process (leader of its own group) exists; forward a signal that came first."""
-        self.group, self.starting = pid, False
-        if self.signum is not None and not self._forwarded:
-            self._forward()
-
-    def finished(self) -> None:
-        """The stage's process has exited: stop forwarding, and kill what is left of its group."""
-        self._cancel_timer()
-        if self.signum is not None:
-            self._send(signal.SIGKILL)
-        self.group = None
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-
-def run_process(argv: list[str], interrupts: _Interrupts | None = None) -> tuple[int, float, float]:
-    """Run ``argv`` in its own process group; return (exit code, wall seconds, peak RSS in MB of it
-    and its waited children). With ``interrupts``, a stop signal is forwarded to that group."""
-    start = time.perf_counter()
-    if interrupts is not None:
-        interrupts.starting = True  # a signal now waits for ``started``, which forwards it
-    try:
-        process = subprocess.Popen(argv, start_new_session=True)  # its own process group (3.10 too)
-    except BaseException:
-        if interrupts is not None:
-            interrupts.starting = False
-        raise
-    try:
-        if interrupts is not None:
-            interrupts.started(process.pid)
-        _, status, usage = os.wait4(process.pid, 0)
-    finally:
-        if interrupts is not None:
-            interrupts.finished()
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, time.perf_counter() - start, usage.ru_maxrss / 1024
-
-
-def _key(stage: Stage, state: dict) -> str:
-    upstream = {
-        name: [state.get(name, {}).get("key"), state.get(name, {}).get("finished")] for name in stage.upstream
-    }
-    command = stage.command or [stage.name, json.dumps(stage.info, sort_keys=True)]
-    text = json.dumps({"command": command[1:], "upstream": upstream}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def run_chain(stages: list[Stage], workdir: str, log=print, *, grace_s: float = GRACE_S) -> dict:
-    """Run (or skip) every stage in order; return the state written to ``WORKDIR/chain.json``.
-    SIGINT/SIGTERM stop the running stage's process group and raise :class:`ChainInterrupted`
-    (the stage recorded as ``interrupted``, not finished; ``grace_s``: see :data:`GRACE_S`)."""
-    state_url = f"{workdir.rstrip('/')}/{STATE_FILE}"
-    state: dict = read_json(state_url) or {}
-    with _Interrupts(grace_s) as interrupts:
-        for number, stage in enumerate(stages, 1):
-            _run_stage(stage, f"== {number}/{len(stages)} {stage.title}", state, state_url, interrupts, log)
+        inputs.check_file(path, fs)
+        with fs.open(path, "rb") as f:
+            state = inputs.loads(inputs.read_bytes(f, url, MAX_STATE_BYTES), url)
+        if not isinstance(state, dict):
+            raise InputError(f"{url}: a JSON {type(state).__name__}, not the record of the chain's stages")
+        for name, record in state.items():
+            inputs.field(record, "key", str, f"{url}: stage {name}")
+            for key, kind in RECORD_FIELDS:
+                inputs.field(record, key, kind, f"{url}: stage {name}", None)
+    except InputError as err:
+        raise InputError(f"{err}; delete it to run every stage again, or choose another --workdir") from None
     return state
 
 
-def _run_stage(stage: Stage, header: str, state: dict, state_url: str, interrupts: _Interrupts, log) -> None:
-    """Run (or skip) one stage and record it in ``state`` (and ``state_url``)."""
-    key = _key(stage, state)
-    recorded = state.get(stage.name, {})
-    if recorded.get("key") == key and stage.done():
-        log(
-            f"{header}: complete, skipped (ran {recorded.get('seconds', 0):.0f} s on {recorded.get('finished', '?')})"
+def _key(stage: Stage, state: dict) -> str:
+    upstream = {name: [state.get(name, {}).get(k) for k in ("key", "finished")] for name in stage.upstream}
+    command = stage.command[1:] if stage.command else [stage.name, stage.info]
+    text = json.dumps({"command": command, "upstream": upstream}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_process(argv: list[str], grace_s: float = GRACE_S) -> tuple[int, float, float, int | None]:
+    """Run ``argv`` in its own process group, a stop signal forwarded to the group (SIGKILL after
+    ``grace_s`` or at a second signal); return (exit status, seconds, peak RSS in MB of it and its
+    waited children, the stop signal or None)."""
+    received: list[tuple[int, float]] = []  # (signal, when)
+    group: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        received.append((signum, time.monotonic()))
+        _kill(group, signum if len(received) == 1 else signal.SIGKILL)
+
+    start = time.perf_counter()
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
+    try:
+        group.append(subprocess.Popen(argv, start_new_session=True).pid)
+        if received:  # it came while the process started
+            _kill(group, received[0][0])
+        while not (done := os.wait4(group[0], os.WNOHANG))[0]:
+            if received and time.monotonic() > received[0][1] + grace_s:
+                _kill(group, signal.SIGKILL)
+            time.sleep(0.1)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        _kill(group, signal.SIGKILL)  # what is left of the group
+    code = os.waitstatus_to_exitcode(done[1])
+    return code, time.perf_counter() - start, done[2].ru_maxrss / 1024, received[0][0] if received else None
+
+
+def _kill(group: list[int], signum: int) -> None:
+    with contextlib.suppress(IndexError, ProcessLookupError, PermissionError):  # none yet, or gone
+        os.killpg(group[0], signum)
+
+
+def claim(workdir: str, command: str) -> OutputFolder:
+    """``workdir`` claimed for ``command`` (a second chain there is refused, naming the first)."""
+    folder = OutputFolder.open(workdir, command, continuing=True, option="--workdir")
+    folder.begin()
+    return folder
+
+
+def run_chain(stages: list[Stage], workdir: str, log=print, *, grace_s: float = GRACE_S) -> dict:
+    """Run or skip every stage in order; return the state written to ``WORKDIR/chain.json``."""
+    url = f"{workdir.rstrip('/')}/{STATE_FILE}"
+    state = read_state(url)
+    for number, stage in enumerate(stages, 1):
+        _run_stage(stage, f"== {number}/{len(stages)} {stage.title}", state, url, log, grace_s)
+    return state
+
+
+def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: float) -> None:
+    key, recorded = _key(stage, state), state.get(stage.name, {})
+    if recorded.get("key") == key and stage.marker and exists(stage.marker):
+        return log(
+            f"{header}: complete, skipped (ran {recorded.get('seconds', 0):.0f} s, {recorded.get('finished')})"
         )
-        return
     log(header)
-    command = stage.command
-    if recorded.get("key") == key and stage.resume is not None:
-        command = stage.resume() or command
-        if command is not stage.command:
-            log("   (continuing the interrupted run)")
-    started = time.perf_counter()
-    extra: dict = {}
-    try:
-        if command is not None:
-            log("   " + " ".join(shlex.quote(Path(a).name if i == 0 else a) for i, a in enumerate(command)))
-            code, seconds, peak_mb = run_process(command, interrupts)
-        else:
-            extra = _act(stage)
-            code, seconds, peak_mb = 0, time.perf_counter() - started, None
-    except ChainInterrupted as err:
-        _record_interrupt(stage, key, err.signum, state, state_url)
-    if interrupts.signum is not None:  # the stage's process stopped because of a signal
-        _record_interrupt(stage, key, interrupts.signum, state, state_url)
+    argv = stage.command
+    if recorded.get("key") == key and stage.resume and exists(f"{stage.output}/checkpoints"):
+        log("   (continuing the interrupted run)")
+        argv = stage.resume
+    started, extra, peak_mb, signum = time.perf_counter(), {}, None, None
+    if argv is not None:
+        log(f"   {shown(argv)}")
+        code, seconds, peak_mb, signum = run_process(argv, grace_s)
+    else:
+        try:
+            extra, code = stage.action() or {}, 0
+        except Stopped as stop:
+            signum = stop.signum
+        except (ValueError, OSError, CommandError) as err:
+            raise StageFailed(f"stage {stage.name} failed: {err}") from None
+        seconds = time.perf_counter() - started
+    if signum is not None:
+        state[stage.name] = {"key": key, "interrupted": signal.Signals(signum).name}
+    elif code != 0:
+        state[stage.name] = {"key": key, "failed": code}
+    else:
+        finished = datetime.now(UTC).isoformat(timespec="seconds")
+        peak = None if peak_mb is None else round(peak_mb, 1)
+        state[stage.name] = {
+            "key": key,
+            "seconds": round(seconds, 1),
+            "peak_rss_mb": peak,
+            "finished": finished,
+        }
+        state[stage.name].update(output=stage.output, **extra)
+    files.write_json(url, state, indent=1, sort_keys=True)
+    if signum is not None:
+        raise Stopped(signum, f"stage {stage.name} recorded as interrupted; rerun to continue")
     if code != 0:
-        state[stage.name] = {"key": key, "failed": True}
-        write_json(state_url, state)
-        raise ChainError(f"stage {stage.name} failed (exit {code}): {shlex.join(command or [])}")
-    state[stage.name] = {
-        "key": key,
-        "seconds": round(seconds, 1),
-        "peak_rss_mb": round(peak_mb, 1) if peak_mb is not None else None,
-        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "output": stage.output,
-        **extra,
-    }
-    write_json(state_url, state)
+        status = 128 - code if code < 0 else code
+        raise StageFailed(f"stage {stage.name} failed (exit {code}): {shown(argv or [])}", status)
 
 
-def _act(stage: Stage) -> dict:
-    """Run an in-process stage; its error (an input too small, an output in the way) is one line."""
-    try:
-        return stage.action() or {}
-    except (ValueError, OSError) as err:
-        raise ChainError(f"stage {stage.name} failed: {err}") from None
-
-
-def check_apart(workdir: str, stages: list[Stage], inputs: dict[str, str | None]) -> None:
-    """Refuse (:class:`schemas.commands.UsageError`, exit 2 in the CLIs) a ``--workdir`` that is or
-    lies inside one of the chain's ``inputs`` (``{flag: path}``: the dump, books, GLUE, NER and
-    corpus folders), and a stage whose output is, holds or lies inside one, before any stage runs
-    (also for ``--dry-run``): no stage ever writes over what the chain reads."""
-    from schemas.commands import UsageError
+def check_apart(workdir: str, stages: list[Stage], given: dict[str, str | None]) -> None:
+    """:class:`UsageError` for a ``--workdir`` at or inside one of the chain's inputs (``{flag:
+    path}``), or a stage output over one, before anything runs."""
     from schemas.paths import INSIDE, SAME, location, relation
     from schemas.paths import check_apart as check_stage
 
-    for flag, path in inputs.items():
-        if path and relation(location(workdir), location(path)) in (SAME, INSIDE):
+    for flag, path in given.items():
+        if path and (where := relation(location(workdir), location(path))) in (SAME, INSIDE):
             raise UsageError(
-                f"--workdir {workdir} {relation(location(workdir), location(path))} {flag} {path}: the chain's "
-                "outputs are never written over an input; choose another --workdir"
+                f"--workdir {workdir} {where} {flag} {path}: the chain's outputs are never written over an "
+                "input; choose another --workdir"
             )
     for stage in stages:
-        check_stage({f"stage {stage.name} output": stage.output}, inputs, remedy="choose another --workdir")
-
-
-def _record_interrupt(stage: Stage, key: str, signum: int, state: dict, state_url: str) -> None:
-    """Record ``stage`` as interrupted (its key kept, so a rerun continues it) and raise."""
-    name = signal.Signals(signum).name
-    state[stage.name] = {"key": key, "interrupted": name}
-    write_json(state_url, state)
-    raise ChainInterrupted(f"interrupted by {name} during stage {stage.name}; rerun to continue", signum)
+        check_stage({f"stage {stage.name} output": stage.output}, given, remedy="choose another --workdir")

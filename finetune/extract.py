@@ -1,28 +1,16 @@
-"""``finetune features``: per-token hidden states of a pre-trained encoder, written as Arrow.
-
-The equivalent of google-research/bert's ``extract_features.py``: each line of a text file is
-tokenised (``[CLS] pieces [SEP]``), run through the encoder, and the hidden states of the layers
-asked for (``--layers -1,-2,-3,-4``: negative from the end, ``0`` the embeddings) are written, one
-row per (line, token, layer), in the ``features`` format (:mod:`schemas.features`), with
-``manifest.json``, ``stats.json`` and, last, ``COMPLETED``.
-
-Long lines are not truncated (extract_features.py truncates them silently): a line with more
-pieces than fit in ``max_seq_length - 2`` is split into windows that start ``stride`` pieces apart
-(default: half a window), and each piece takes its vector from the window where it has the most
-context on both sides (the rule of the reference ``run_squad.py``; :func:`finetune.common.max_context_windows`).
-``[CLS]`` comes from the first window and ``[SEP]`` from the last. ``stats.json`` counts the lines
-that were split. A line is one text (extract_features.py's ``A ||| B`` pairs are not parsed).
-
-``word_index`` maps each piece to the whitespace-separated word of the line it came from (by
-character offsets), so the vectors can be pooled back to the caller's own words.
+"""``finetune features``: per-token hidden states of a pre-trained encoder, written as Arrow (the
+equivalent of google-research/bert's ``extract_features.py``). Each line of a text file is tokenised
+(``[CLS] pieces [SEP]``) and the states of the layers asked for (``--layers -1,-2``: negative from the
+end, 0 the embeddings) are written one row per (line, token, layer) in the ``features`` format, with
+manifest.json, stats.json and, last, COMPLETED. A line too long for one window is read in windows
+``stride`` pieces apart, each piece from the window where it has the most context; ``word_index``
+maps each piece to its whitespace-separated word. docs/finetune.md
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import hashlib
-import json
 import logging
 import re
 import time
@@ -42,7 +30,7 @@ from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker, inputs
 from schemas.commands import InputError, UsageError
 from schemas.features import FEATURES_NAME, features_format
-from schemas.files import write_file
+from schemas.files import write_file, write_json
 from schemas.formats import RecordFormat
 from schemas.manifest import bytes_match, verify_completed
 from schemas.outputs import OutputFolder
@@ -85,13 +73,11 @@ class ExtractSettings:
             raise UsageError("; ".join(problems))
 
     @property
-    def window(self) -> int:
-        """Pieces per window (``max_seq_length`` less ``[CLS]`` and ``[SEP]``)."""
+    def window(self) -> int:  # pieces per window: max_seq_length less [CLS] and [SEP]
         return self.max_seq_length - 2
 
     @property
-    def step(self) -> int:
-        """Pieces between the starts of two windows of one long line."""
+    def step(self) -> int:  # pieces between the starts of two windows of one long line
         return self.stride or max(self.window // 2, 1)
 
 
@@ -211,17 +197,6 @@ def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
             yield first, chunk
 
 
-# --- the output folder -----------------------------------------------------------------------------
-
-
-def open_output(output: str, overwrite: bool) -> OutputFolder:
-    """Before anything is read: claim ``output`` (one writer), refusing one that already has
-    files unless ``overwrite`` and they are an earlier ``finetune features`` run's, and one that
-    cannot be written (:class:`schemas.outputs.OutputFolder`). Nothing on disk changes but the
-    claim."""
-    return OutputFolder.open(output, "finetune features", overwrite=overwrite)
-
-
 class _ShardWriter:
     """Accumulates tables and writes a shard once ``max_bytes`` of rows are buffered."""
 
@@ -236,13 +211,6 @@ class _ShardWriter:
         if sum(t.nbytes for t in self.pending) >= self.max_bytes:
             self.flush()
 
-    def discard(self) -> None:
-        """Remove the shards written so far (a failed run's are of no use without a manifest)."""
-        for entry in self.entries:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm(f"{self.root}/{entry.path}")
-        self.entries, self.pending = [], []
-
     def flush(self) -> None:
         if not self.pending:
             return
@@ -255,80 +223,54 @@ class _ShardWriter:
         self.pending = []
 
 
-def _write_json(fs, path: str, obj: Any) -> str:
-    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
-    write_file(path, text, fs)
-    return text
-
-
-# --- the command -----------------------------------------------------------------------------------
-
-
 def extract_features(
-    checkpoint: str,
-    input_file: str,
-    output: str,
-    settings: ExtractSettings,
-    *,
-    cased: bool | None = None,
-    overwrite: bool = False,
+    checkpoint: str, input_file: str, output: str, settings: ExtractSettings, *, cased=None, overwrite=False
 ) -> dict[str, Any]:
-    """Write the hidden states of ``settings.layers`` for every token of every line of
-    ``input_file`` into ``output`` (``features-NNNNN.arrow``, ``manifest.json``, ``stats.json``,
-    then ``COMPLETED``); returns the stats. ``checkpoint`` is any ``--checkpoint`` of
-    :func:`finetune.common.load_encoder`. Refuses a non-empty ``output`` unless ``overwrite``, and
-    bad ``--layers`` / ``--max-seq-length`` before an earlier output is touched."""
-    with open_output(output, overwrite) as folder:
-        return _extract_into(folder, checkpoint, input_file, settings, cased)
-
-
-def _extract_into(
-    folder: OutputFolder, checkpoint: str, input_file: str, settings: ExtractSettings, cased: bool | None
-) -> dict[str, Any]:
-    """:func:`extract_features` once ``folder`` is claimed."""
-    output = folder.url
-    if not runtime.exists(input_file):
-        raise InputError(f"--input {input_file} not found")
-    encoder = load_encoder(checkpoint, cased=cased)
-    config = encoder.model.config
-    if settings.max_seq_length > encoder.max_positions:
-        raise InputError(
-            f"--max-seq-length {settings.max_seq_length} exceeds the model's max_position_embeddings "
-            f"({encoder.max_positions})"
-        )
-    try:
-        layers = parse_layers(settings.layers, config.num_hidden_layers)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-    folder.begin()
-    fmt = features_format(config.hidden_size)
-    writer = _ShardWriter(output, fmt, settings.max_shard_bytes)
-    digest = hashlib.sha256()
-    try:
-        stats = _extract(encoder, input_file, layers, settings, writer, digest)
-    except BaseException:
-        writer.discard()  # the claim's folder goes too, when nothing else is in it
-        raise
-    given = [int(part) for part in settings.layers.split(",") if part.strip()]
-    params = {
-        "checkpoint": encoder.source,
-        "input": input_file,
-        "input_sha256": digest.hexdigest(),
-        "layers": given,
-        "layers_absolute": list(layers),
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_hidden_layers,
-        "cased": encoder.cased,
-        "vocab_sha256": encoder.tokenizer.vocab_sha256,
-        **{k: v for k, v in asdict(settings).items() if k not in ("layers", "device")},
-        "stride": settings.step,
-    }
-    manifest = Manifest(FEATURES_NAME, fmt.version, PRODUCER, params, tuple(writer.entries))
-    fs, root = fsspec.core.url_to_fs(output)
-    _write_json(fs, f"{root}/{STATS_FILE}", stats)
-    manifest_json = manifest.to_json()
-    write_file(f"{root}/{MANIFEST_FILE}", manifest_json, fs)
-    write_file(f"{root}/{COMPLETED_FILE}", completed_marker(manifest_json), fs)
+    """Write the hidden states of ``settings.layers`` for every token of every line of ``input_file``
+    into ``output`` (claimed first: refused when it holds files, unless an earlier run's and
+    ``overwrite``); return the stats. ``checkpoint``: any of :func:`finetune.common.load_encoder`'s."""
+    with OutputFolder.open(output, PRODUCER, overwrite=overwrite) as folder:
+        if not runtime.exists(input_file):
+            raise InputError(f"--input {input_file} not found")
+        encoder = load_encoder(checkpoint, cased=cased)
+        config = encoder.model.config
+        if settings.max_seq_length > encoder.max_positions:
+            raise InputError(
+                f"--max-seq-length {settings.max_seq_length} exceeds the model's max_position_embeddings "
+                f"({encoder.max_positions})"
+            )
+        try:
+            layers = parse_layers(settings.layers, config.num_hidden_layers)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        folder.begin()
+        writer = _ShardWriter(output, features_format(config.hidden_size), settings.max_shard_bytes)
+        digest = hashlib.sha256()
+        try:
+            stats = _extract(encoder, input_file, layers, settings, writer, digest)
+        except BaseException:  # the shards written so far are of no use without a manifest
+            for entry in writer.entries:
+                writer.fs.rm(f"{writer.root}/{entry.path}")
+            raise
+        params = {
+            "checkpoint": encoder.source,
+            "input": input_file,
+            "input_sha256": digest.hexdigest(),
+            "layers": [int(part) for part in settings.layers.split(",") if part.strip()],
+            "layers_absolute": list(layers),
+            "hidden_size": config.hidden_size,
+            "num_hidden_layers": config.num_hidden_layers,
+            "cased": encoder.cased,
+            "vocab_sha256": encoder.tokenizer.vocab_sha256,
+            **{k: v for k, v in asdict(settings).items() if k not in ("layers", "device")},
+            "stride": settings.step,
+        }
+        manifest = Manifest(
+            FEATURES_NAME, writer.fmt.version, PRODUCER, params, tuple(writer.entries)
+        ).to_json()
+        write_json(f"{folder.root}/{STATS_FILE}", stats, folder.fs, indent=2, sort_keys=True)
+        write_file(f"{folder.root}/{MANIFEST_FILE}", manifest, folder.fs)
+        write_file(f"{folder.root}/{COMPLETED_FILE}", completed_marker(manifest), folder.fs)
     return stats
 
 
@@ -344,15 +286,8 @@ def _extract(
     device = resolve_device(settings.device)
     encoder.model.to(device).eval()
     given = [int(part) for part in settings.layers.split(",") if part.strip()]
-    keys = (
-        "num_lines",
-        "num_empty_lines",
-        "num_pieces",
-        "num_windows",
-        "num_split_lines",
-        "max_pieces_in_a_line",
-    )
-    stats: dict[str, Any] = dict.fromkeys(keys, 0)
+    keys = "num_lines num_empty_lines num_pieces num_windows num_split_lines max_pieces_in_a_line"
+    stats: dict[str, Any] = dict.fromkeys(keys.split(), 0)
     start = time.perf_counter()
     for first, lines in _read_lines(input_file, digest):
         plans = plan_lines(encoder, lines, first, settings)
@@ -372,26 +307,22 @@ def _extract(
     stats["extract_s"] = round(time.perf_counter() - start, 3)
     stats["pieces_per_s"] = round(stats["num_pieces"] / max(stats["extract_s"], 1e-9), 1)
     stats["num_rows"] = sum(e.num_rows for e in writer.entries)
-    logger.info("features: %d lines, %d pieces, %d rows in %.1f s", stats["num_lines"], stats["num_pieces"],
-                stats["num_rows"], stats["extract_s"])  # fmt: skip
+    counts = [stats[k] for k in ("num_lines", "num_pieces", "num_rows", "extract_s")]
+    logger.info("features: %d lines, %d pieces, %d rows in %.1f s", *counts)
     return stats
 
 
 def read_manifest(output: str) -> Manifest:
     """The manifest of a completed ``finetune features`` output (``COMPLETED`` checked against it)."""
     fs, root = fsspec.core.url_to_fs(output)
-
-    def text(name: str) -> str | None:
-        try:
-            with fs.open(f"{root}/{name}", "r") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-
-    manifest_text = text(MANIFEST_FILE)
-    if manifest_text is None:
+    text = {
+        name: fs.cat_file(f"{root}/{name}").decode()
+        for name in (MANIFEST_FILE, COMPLETED_FILE)
+        if fs.exists(f"{root}/{name}")
+    }
+    if MANIFEST_FILE not in text:
         raise InputError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
-    return verify_completed(manifest_text, text(COMPLETED_FILE), output, FEATURES_NAME)
+    return verify_completed(text[MANIFEST_FILE], text.get(COMPLETED_FILE), output, FEATURES_NAME)
 
 
 def iter_features(output: str) -> Iterator[pa.Table]:

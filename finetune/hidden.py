@@ -1,15 +1,6 @@
-"""Hidden states out of a frozen encoder, and the layer choices of the paper's Table 7.
-
-:func:`hidden_states` returns what transformers calls ``output_hidden_states``: the embedding
-layer's output then every encoder layer's output, ``num_hidden_layers + 1`` tensors
-``[batch, length, hidden]``. It records them with forward hooks on
-:class:`pretrain.model.BertModel`'s own modules, so the attention mask (padding, causal models)
-is whatever the model itself applies; nothing of the forward pass is re-implemented here.
-
-:data:`FEATURE_CHOICES` are ``finetune ner --features``' names for Table 7's rows; for each,
-:func:`feature_layers` gives the indices into :func:`hidden_states`' list and :data:`COMBINE`
-how they are joined (one layer, a learned weighted sum, or a concatenation).
-"""
+"""Hidden states out of a frozen encoder (:func:`hidden_states`: the embeddings' output then each
+layer's, as transformers' ``output_hidden_states``, recorded by forward hooks on
+:class:`pretrain.model.BertModel`'s own modules) and the layer choices of the paper's Table 7."""
 
 from __future__ import annotations
 
@@ -20,21 +11,13 @@ import torch
 from pretrain.model import BertModel
 
 FEATURE_CHOICES = ("embeddings", "second-to-last", "last", "sum-last-4", "concat-last-4", "sum-all")
-COMBINE = {
-    "embeddings": "single",
-    "second-to-last": "single",
-    "last": "single",
-    "sum-last-4": "sum",
-    "concat-last-4": "concat",
-    "sum-all": "sum",
-}
+COMBINE = dict(zip(FEATURE_CHOICES, ["single"] * 3 + ["sum", "concat", "sum"], strict=True))
 
 
 def feature_layers(choice: str, num_layers: int) -> tuple[int, ...]:
-    """The indices into :func:`hidden_states` (0 = embeddings, ``num_layers`` = last layer) that
-    feed Table 7's row ``choice``. ``sum-all`` is every encoder layer, 1..L (the paper's "all 12
-    layers" of BERT-BASE; the embeddings are not one of them). Raises ``ValueError`` for an
-    unknown choice, or for a ``*-last-4`` choice on an encoder with fewer than four layers."""
+    """The indices into :func:`hidden_states` (0: the embeddings) that feed Table 7's row ``choice``
+    (``sum-all``: layers 1..L, the paper's "all 12 layers"); ``ValueError`` for an unknown choice or
+    an encoder too shallow for it."""
     if choice not in FEATURE_CHOICES:
         raise ValueError(f"--features must be one of {', '.join(FEATURE_CHOICES)}, got {choice!r}")
     if choice.endswith("last-4") and num_layers < 4:
@@ -54,9 +37,8 @@ def feature_layers(choice: str, num_layers: int) -> tuple[int, ...]:
 
 
 def parse_layers(text: str, num_layers: int) -> tuple[int, ...]:
-    """``--layers`` as given to ``finetune features``: comma-separated indices into
-    :func:`hidden_states`, negative from the end as in extract_features.py (``-1`` is the last
-    layer, ``0`` the embeddings), returned as absolute indices in the order given. Raises
+    """``finetune features --layers`` (comma-separated indices into :func:`hidden_states`, negative
+    from the end: -1 the last layer, 0 the embeddings) as absolute indices in the order given;
     ``ValueError`` naming the flag for an index out of range, a repeat, or text that is not ints."""
     try:
         given = [int(part) for part in text.split(",") if part.strip()]
@@ -85,9 +67,8 @@ def hidden_states(
     token_type_ids: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
-    """The embeddings' output and each encoder layer's output for one batch, as transformers'
-    ``output_hidden_states``: ``num_hidden_layers + 1`` tensors ``[batch, length, hidden]``.
-    Runs ``model`` as it is (train or eval mode, with or without grad: the caller decides)."""
+    """The embeddings' output and each layer's for one batch, ``num_hidden_layers + 1`` tensors
+    ``[batch, length, hidden]``; ``model`` runs as it is (mode and grad: the caller's)."""
     captured: list[torch.Tensor] = []
 
     def keep(_module: torch.nn.Module, _inputs: object, output: torch.Tensor) -> None:
@@ -100,8 +81,7 @@ def hidden_states(
     finally:
         for hook in hooks:
             hook.remove()
-    expected = model.config.num_hidden_layers + 1
-    assert len(captured) == expected, f"captured {len(captured)} hidden states, expected {expected}"
+    assert len(captured) == model.config.num_hidden_layers + 1
     return captured
 
 

@@ -1,21 +1,9 @@
-"""Feature-based NER (the paper's Table 7): training and tagging with a frozen encoder, and the
-folder of cached activations that ``finetune ner --feature-cache DIR`` shares between runs.
-
-The encoder reads each sentence in its window of document context; the head
-(:class:`finetune.heads.FeatureTagger`) runs over the sentence's own sub-tokens only (the span of
-``sentence_features(..., spans=True)``; in each window of a sentence longer than one), which is
-all that is scored. With ``--cache-features``
-the frozen encoder runs once over the training set instead of once per epoch. With
-``--feature-cache DIR`` the activations of *every* layer of every split (train, valid, test) are
-also written to ``DIR`` (safetensors, one file per split) and read back by any later run over the
-same encoder inputs, whatever its ``--features`` choice: the six rows of Table 7 then cost one
-encoder pass over the data, not six.
-
-A cache file is named by the SHA-256 of what determines its contents: the encoder's weights
-(every tensor's name, dtype, shape and bytes), the precision the encoder runs in, and every
-feature's ``input_ids``, ``token_type_ids`` and sentence span (so the data, vocabulary, casing,
-``--max-seq-length`` and ``--max-*-examples`` are all in it). A file is written under a temporary
-name and renamed when complete, so a file with the final name is whole.
+"""Feature-based NER (the paper's Table 7): a head (:class:`finetune.heads.FeatureTagger`) trained
+on a frozen encoder's layers over each sentence's own sub-tokens, read in its window of document
+context. ``--cache-features`` runs the encoder once over the training set; ``--feature-cache DIR``
+keeps every layer of every split in DIR (safetensors, one file per split) for later runs whatever
+their ``--features``, so Table 7's rows cost one encoder pass. A file is named by the SHA-256 of what
+determines it: the encoder's weights, its precision, and each feature's ids, types and span.
 """
 
 from __future__ import annotations
@@ -40,15 +28,13 @@ logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = "ner-feature-cache"
 CACHE_VERSION = "1"
-SPAN_INPUTS = (*MODEL_INPUTS, "sentence_start", "sentence_end", "layers")
-"""What the feature tagger takes at prediction: the window, or its sentence's cached layers."""
+SPAN_INPUTS = (*MODEL_INPUTS, "sentence_start", "sentence_end", "layers")  # the window, or its cached layers
 
 
 def feature_tagger(
     encoder: Encoder, labels: Sequence[str], features: str, config: FitConfig
 ) -> FeatureTagger:
-    """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder; a checkpoint too shallow
-    for ``features`` is one :class:`InputError`."""
+    """A :class:`~finetune.heads.FeatureTagger` on the frozen encoder (InputError: too shallow)."""
     try:
         return FeatureTagger(encoder.model, len(labels), features, seed=config.seed)
     except ValueError as err:
@@ -88,9 +74,8 @@ def _cache_path(folder: str, digest: str) -> str:
 def load_cached(
     folder: str, digest: str, lengths: Sequence[int], num_states: int, hidden: int
 ) -> torch.Tensor | None:
-    """The cached activations ``[sum(lengths), num_states, hidden]`` of the split named ``digest``,
-    or None when ``folder`` has none. A file that does not hold what its name promises is a
-    :class:`InputError` naming it."""
+    """The cached activations ``[sum(lengths), num_states, hidden]`` named ``digest`` (None: not
+    there); an InputError for a file that does not hold what its name promises."""
     path = _cache_path(folder, digest)
     fs, local = fsspec.core.url_to_fs(path)
     if not fs.exists(local):
@@ -105,8 +90,7 @@ def load_cached(
     if (
         layers is None
         or stored is None
-        or tuple(layers.shape) != expected
-        or stored.tolist() != list(lengths)
+        or (tuple(layers.shape), stored.tolist()) != (expected, list(lengths))
     ):
         raise InputError(f"{path}: does not match this run's inputs (expected layers {expected}); delete it")
     return layers
@@ -136,10 +120,9 @@ def with_layers(
     split: str = "train",
     source: str = "",
 ) -> tuple[list[dict[str, Any]], str]:
-    """``features`` (with sentence spans) cut to their sentences, each with the model's chosen
-    layers under ``layers``. Without ``folder`` the encoder computes just those layers. With it,
-    every layer is read from ``folder`` when there, else computed and written there for later
-    runs. Returns the features and what happened: ``computed``, ``read`` or ``written``."""
+    """``features`` cut to their sentences, each with the model's chosen ``layers``: computed, or
+    with ``folder`` every layer read from it (else computed and written there); and which of
+    ``computed``, ``read``, ``written`` happened."""
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     compute = dict(
@@ -187,10 +170,6 @@ def fit_feature_tagger(
     how the training activations were obtained (``live``, ``computed``, ``read``, ``written``)."""
     outcome = "live"
     if cache or folder is not None:
-        size = (
-            sum(f["sentence_end"] - f["sentence_start"] for f in inputs) * model.bert.config.hidden_size * 4
-        )
-        logger.info("ner: %d training sentences' activations, %.0f MiB per layer", len(inputs), size / 2**20)
         inputs, outcome = with_layers(model, inputs, config, folder=folder, split="train", source=source)
     return fit(model, inputs, config, collate_fn=collate_with_layers(collate_tokens)), outcome
 
@@ -205,10 +184,8 @@ def tag_feature_based(
     split: str,
     source: str,
 ) -> tuple[list[list[str]], str]:
-    """Predicted IOB2 tags for every word of every sentence of ``windows`` (features with sentence
-    spans; a long sentence's words each read from the window where they have the most context),
-    the activations live or, with ``folder``, shared through it. Returns the tags and how the
-    activations were obtained."""
+    """IOB2 tags for every word of ``windows``' sentences (each from the window where it has the most
+    context), the activations live or shared through ``folder``; and how they were obtained."""
     inputs = windows.features
     starts = [f["sentence_start"] for f in inputs]
     outcome = "live"

@@ -60,9 +60,13 @@ def save_tiny_bert(folder: Path, *, layers: int = 1, **overrides) -> Path:
 
     vocab = require(SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt").read_text().splitlines()
     config = BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
-        intermediate_size=64, **overrides,
-    )  # fmt: skip
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+        **overrides,
+    )
     BertForPreTraining(config, seed=0).save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))

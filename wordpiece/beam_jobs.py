@@ -168,8 +168,10 @@ def _workers_stop_with_us() -> Iterator[None]:
         yield
         return
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    stopping: list[int] = []  # set before a worker dies, so no runner thread reports its death
 
     def stop(signum: int, frame: Any) -> None:
+        stopping.append(signum)
         for pid in _descendants(os.getpid()):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
@@ -179,7 +181,7 @@ def _workers_stop_with_us() -> Iterator[None]:
     hook = threading.excepthook
 
     def quiet_when_stopped(args: threading.ExceptHookArgs) -> None:
-        if stop_received() is None:
+        if not stopping and stop_received() is None:
             hook(args)
 
     threading.excepthook = quiet_when_stopped
@@ -190,7 +192,8 @@ def _workers_stop_with_us() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        threading.excepthook = hook
+        if not stopping:  # after a stop the runner's threads may still report while we exit
+            threading.excepthook = hook
 
 
 def _descendants(pid: int) -> list[int]:

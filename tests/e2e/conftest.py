@@ -179,10 +179,25 @@ def s3_server(monkeypatch):
 
 def _examples(corpus: Path, vocab: str, out: Path, split: str) -> Path:
     run_cli(
-        "examples", "--corpus", str(corpus), "--vocab", vocab, "--output", str(out), "--split", split,
-        "--max-seq-length", "64", "--dupe-factor", "1", "--num-shards", "2", "--num-buckets", "4",
+        "examples",
+        "--corpus",
+        str(corpus),
+        "--vocab",
+        vocab,
+        "--output",
+        str(out),
+        "--split",
+        split,
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "2",
+        "--num-buckets",
+        "4",
         *FAST_RUNNER,
-    )  # fmt: skip
+    )
     return out
 
 

@@ -19,10 +19,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _chain(workdir: str) -> subprocess.CompletedProcess:
     command = [
-        sys.executable, "-m", "chain", "--workdir", workdir, "--wiki-dump", str(require(ENWIKI_EXCERPT)),
-        "--vocab-size", "3000", "--pretrain-steps", "6", "--finetune-epochs", "1",
-        "--beam-option=--runner=FnApiRunner",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "chain",
+        "--workdir",
+        workdir,
+        "--wiki-dump",
+        str(require(ENWIKI_EXCERPT)),
+    ]
+    command += (
+        "--vocab-size 3000 --pretrain-steps 6 --finetune-epochs 1 --beam-option=--runner=FnApiRunner".split()
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
@@ -35,13 +42,17 @@ def test_the_whole_chain_on_a_bucket_and_its_resume(gcs_emulator):
     fs = fsspec.filesystem("gs")
     fs.invalidate_cache()
     names = set(fs.find("bert-bucket/demo"))
-    for expected in (
-        "corpus/all/COMPLETED", "vocab/vocab.txt", "shards/seq128/COMPLETED", "shards/seq128-validation/COMPLETED",
-        "runs/tiny/checkpoints/step-00000006/COMMITTED", "hf/tiny/model.safetensors", "tasks/next-sentence/dev.tsv",
-        "finetune/next-sentence/metrics.json", "report/report.md", "report/report.html", "report/data_card.png",
-        "report/pretraining_curves.png", "chain.json",
-    ):  # fmt: skip
-        assert f"bert-bucket/demo/{expected}" in names, expected
+    expected = (
+        "corpus/all/COMPLETED vocab/vocab.txt shards/seq128/COMPLETED shards/seq128-validation/COMPLETED"
+    )
+    expected += (
+        " runs/tiny/checkpoints/step-00000006/COMMITTED hf/tiny/model.safetensors tasks/next-sentence/dev.tsv"
+    )
+    expected += (
+        " finetune/next-sentence/metrics.json report/report.md report/report.html report/sentence_lengths.png"
+    )
+    for name in f"{expected} report/curves.png report/length_histogram.png chain.json".split():
+        assert f"bert-bucket/demo/{name}" in names, name
     report = fs.cat_file("bert-bucket/demo/report/report.md").decode()
     for heading in (
         "## Data card",

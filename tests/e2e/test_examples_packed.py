@@ -20,10 +20,25 @@ CLS, SEP = 101, 102
 def packed_output(corpus_output, released_vocab, tmp_path_factory):
     out = tmp_path_factory.mktemp("packed") / "seq64"
     run_cli(
-        "examples", "--corpus", str(corpus_output), "--vocab", released_vocab, "--output", str(out),
-        "--format", "packed", "--max-seq-length", "64", "--dupe-factor", "2", "--num-shards", "2",
-        "--num-buckets", "4", *FAST_RUNNER,
-    )  # fmt: skip
+        "examples",
+        "--corpus",
+        str(corpus_output),
+        "--vocab",
+        released_vocab,
+        "--output",
+        str(out),
+        "--format",
+        "packed",
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "2",
+        "--num-shards",
+        "2",
+        "--num-buckets",
+        "4",
+        *FAST_RUNNER,
+    )
     return out
 
 
@@ -65,8 +80,17 @@ def test_pretrain_refuses_nsp_on_packed_shards_and_trains_without_it(packed_outp
     from pretrain.train import train
     from schemas.commands import InputError
 
-    settings = dict(shards=str(packed_output), config="1/64/2", global_batch_size=8, max_steps=6,
-                    warmup_steps=1, save_steps=6, precision="fp32", num_workers=0, log_steps=3)  # fmt: skip
+    settings = dict(
+        shards=str(packed_output),
+        config="1/64/2",
+        global_batch_size=8,
+        max_steps=6,
+        warmup_steps=1,
+        save_steps=6,
+        precision="fp32",
+        num_workers=0,
+        log_steps=3,
+    )
     with pytest.raises(InputError, match=r"packed shards \(--format packed\) .* add --no-nsp"):
         train(PretrainConfig(output=str(tmp_path / "nsp"), **settings))
     assert not (tmp_path / "nsp" / "checkpoints").exists()

@@ -68,8 +68,20 @@ def test_glue_on_a_bucket(bucket):
     cola = require(SHARED_DATA / "glue" / "CoLA")
     for name in ("train.tsv", "dev.tsv", "test.tsv"):
         _put_lines(f"{bucket}/glue/CoLA/{name}", cola / name, 25)
-    _finetune("glue", "--task", "cola", "--data-dir", f"{bucket}/glue/CoLA", "--checkpoint", f"{bucket}/bert",
-              "--output", f"{bucket}/ft/cola", "--max-seq-length", "32", *QUICK)  # fmt: skip
+    _finetune(
+        "glue",
+        "--task",
+        "cola",
+        "--data-dir",
+        f"{bucket}/glue/CoLA",
+        "--checkpoint",
+        f"{bucket}/bert",
+        "--output",
+        f"{bucket}/ft/cola",
+        "--max-seq-length",
+        "32",
+        *QUICK,
+    )
     outputs = _outputs(f"{bucket}/ft/cola")
     metrics = json.loads(outputs["metrics.json"])
     assert metrics["num_examples"] == {"train": 25, "dev": 25}
@@ -83,16 +95,47 @@ def test_squad_on_a_bucket(bucket):
     data = f"{bucket}/squad/dev-v1.1.json"
     _put_lines(data, squad)
     window = ["--max-seq-length", "96", "--doc-stride", "48", "--max-query-length", "24"]
-    _finetune("squad", "--version", "1.1", "--train-file", data, "--predict-file", data,
-              "--checkpoint", f"{bucket}/bert", "--output", f"{bucket}/ft/squad", *window, *QUICK)  # fmt: skip
+    _finetune(
+        "squad",
+        "--version",
+        "1.1",
+        "--train-file",
+        data,
+        "--predict-file",
+        data,
+        "--checkpoint",
+        f"{bucket}/bert",
+        "--output",
+        f"{bucket}/ft/squad",
+        *window,
+        *QUICK,
+    )
     outputs = _outputs(f"{bucket}/ft/squad")
-    assert {"metrics.json", "predictions.json", "nbest_predictions.json", "model/model.safetensors",
-            "model/config.json", "model/vocab.txt", "model/tokenizer_config.json"} <= set(outputs)  # fmt: skip
+    assert {
+        "metrics.json",
+        "predictions.json",
+        "nbest_predictions.json",
+        "model/model.safetensors",
+        "model/config.json",
+        "model/vocab.txt",
+        "model/tokenizer_config.json",
+    } <= set(outputs)
     metrics = json.loads(outputs["metrics.json"])
     assert metrics["span_head"] == "fresh" and metrics["train"]["steps"] >= 1
     # The model saved on the bucket restores the span head: predicting from it repeats the answers.
-    _finetune("squad", "--version", "1.1", "--predict-file", data, "--checkpoint", f"{bucket}/ft/squad/model",
-              "--output", f"{bucket}/ft/again", *window, *QUICK)  # fmt: skip
+    _finetune(
+        "squad",
+        "--version",
+        "1.1",
+        "--predict-file",
+        data,
+        "--checkpoint",
+        f"{bucket}/ft/squad/model",
+        "--output",
+        f"{bucket}/ft/again",
+        *window,
+        *QUICK,
+    )
     again = _outputs(f"{bucket}/ft/again")
     assert json.loads(again["metrics.json"])["span_head"] == "from the checkpoint"
     assert json.loads(again["predictions.json"]) == json.loads(outputs["predictions.json"])
@@ -102,8 +145,18 @@ def test_swag_on_a_bucket(bucket):
     regular = require(SHARED_DATA / "swag" / "hf_dummy" / "regular")
     for name in ("train.csv", "val.csv", "test.csv"):
         _put_lines(f"{bucket}/swag/{name}", regular / name)
-    _finetune("swag", "--data-dir", f"{bucket}/swag", "--checkpoint", f"{bucket}/bert",
-              "--output", f"{bucket}/ft/swag", "--max-seq-length", "48", *QUICK)  # fmt: skip
+    _finetune(
+        "swag",
+        "--data-dir",
+        f"{bucket}/swag",
+        "--checkpoint",
+        f"{bucket}/bert",
+        "--output",
+        f"{bucket}/ft/swag",
+        "--max-seq-length",
+        "48",
+        *QUICK,
+    )
     outputs = _outputs(f"{bucket}/ft/swag")
     metrics = json.loads(outputs["metrics.json"])
     assert metrics["files"] == ["dev_predictions.csv", "test_predictions.csv"]
@@ -115,8 +168,18 @@ def test_ner_on_a_bucket(bucket):
     conll = require(SHARED_DATA / "ner" / "conll2003")
     for name in ("train.txt", "valid.txt"):
         _put_lines(f"{bucket}/conll/{name}", conll / name, 200)
-    _finetune("ner", "--data-dir", f"{bucket}/conll", "--checkpoint", f"{bucket}/bert",
-              "--output", f"{bucket}/ft/ner", "--max-seq-length", "48", *QUICK)  # fmt: skip
+    _finetune(
+        "ner",
+        "--data-dir",
+        f"{bucket}/conll",
+        "--checkpoint",
+        f"{bucket}/bert",
+        "--output",
+        f"{bucket}/ft/ner",
+        "--max-seq-length",
+        "48",
+        *QUICK,
+    )
     outputs = _outputs(f"{bucket}/ft/ner")
     metrics = json.loads(outputs["metrics.json"])
     assert 0.0 <= metrics["valid"]["f1"] <= 1.0

@@ -43,11 +43,31 @@ def test_minilm_beats_the_majority_baseline(minilm_folder: Path, tmp_path: Path,
     data = require(SHARED_DATA / "glue" / FOLDER)
     out = tmp_path / TASK
     args = [
-        "glue", "--task", TASK, "--data-dir", str(data), "--checkpoint", str(minilm_folder),
-        "--output", str(out), "--max-train-examples", str(NUM_TRAIN), "--max-eval-examples", str(NUM_DEV),
-        "--max-seq-length", "48", "--batch-size", "16", "--epochs", "3", "--lr", "1e-4", "--seed", "0",
+        "glue",
+        "--task",
+        TASK,
+        "--data-dir",
+        str(data),
+        "--checkpoint",
+        str(minilm_folder),
+        "--output",
+        str(out),
+        "--max-train-examples",
+        str(NUM_TRAIN),
+        "--max-eval-examples",
+        str(NUM_DEV),
+        "--max-seq-length",
+        "48",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "3",
+        "--lr",
+        "1e-4",
+        "--seed",
+        "0",
         "--no-test-predictions",
-    ]  # fmt: skip
+    ]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())

@@ -49,7 +49,7 @@ def test_swag_end_to_end(minilm_folder: Path, tmp_path: Path):
                 "5e-5",
                 "--max-seq-length",
                 "64",
-            ],  # fmt: skip
+            ],
             catch_exceptions=False,
         )
     finally:

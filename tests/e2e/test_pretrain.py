@@ -38,9 +38,17 @@ def _records(run: Path, split: str = "train") -> list[dict]:
 def test_tiny_bert_learns_and_writes_its_run(shards, validation_shards, tmp_path):
     run = tmp_path / "run"
     cfg = PretrainConfig(
-        shards=str(shards), output=str(run), validation_shards=str(validation_shards), max_steps=60,
-        lr=2e-3, warmup_steps=6, save_steps=30, eval_batches=4, eval_steps=30, **TINY,
-    )  # fmt: skip
+        shards=str(shards),
+        output=str(run),
+        validation_shards=str(validation_shards),
+        max_steps=60,
+        lr=2e-3,
+        warmup_steps=6,
+        save_steps=30,
+        eval_batches=4,
+        eval_steps=30,
+        **TINY,
+    )
     train(cfg)
     records = _records(run)
     assert [r["step"] for r in records] == list(range(5, 61, 5))
@@ -68,17 +76,45 @@ def test_tiny_bert_learns_and_writes_its_run(shards, validation_shards, tmp_path
 def _cli(*args: str, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "pretrain", *args], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs,
-    )  # fmt: skip
+        [sys.executable, "-m", "pretrain", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
 
 
 def _args(shards: Path, run: Path, *extra: str) -> list[str]:
     return [
-        "--shards", str(shards), "--output", str(run), "--config", "tiny", "--global-batch-size", "8",
-        "--max-steps", "40", "--save-steps", "4", "--keep-checkpoints", "20", "--log-steps", "4",
-        "--precision", "fp32", "--num-workers", "1", "--lr", "1e-3", "--warmup-steps", "4", "--quiet", *extra,
-    ]  # fmt: skip
+        "--shards",
+        str(shards),
+        "--output",
+        str(run),
+        "--config",
+        "tiny",
+        "--global-batch-size",
+        "8",
+        "--max-steps",
+        "40",
+        "--save-steps",
+        "4",
+        "--keep-checkpoints",
+        "20",
+        "--log-steps",
+        "4",
+        "--precision",
+        "fp32",
+        "--num-workers",
+        "1",
+        "--lr",
+        "1e-3",
+        "--warmup-steps",
+        "4",
+        "--quiet",
+        *extra,
+    ]
 
 
 def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
@@ -94,8 +130,12 @@ def test_two_ddp_processes_share_weights_and_split_the_data(shards, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [*torchrun, str(ROOT / "tests/e2e/ddp_ranks.py"), str(report), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     ranks = [json.loads((report / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
@@ -107,8 +147,13 @@ def test_two_ddp_processes_share_weights_and_split_the_data(shards, tmp_path):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_on_cpu(shards, tmp_path, precision):
-    cfg = PretrainConfig(shards=str(shards), output=str(tmp_path / precision), max_steps=4, save_steps=4,
-                      **{**TINY, "precision": precision, "global_batch_size": 8, "log_steps": 2})  # fmt: skip
+    cfg = PretrainConfig(
+        shards=str(shards),
+        output=str(tmp_path / precision),
+        max_steps=4,
+        save_steps=4,
+        **{**TINY, "precision": precision, "global_batch_size": 8, "log_steps": 2},
+    )
     record = train(cfg)
     assert record["step"] == 4 and torch.isfinite(torch.tensor(record["loss"]))
     if precision == "bf16":
@@ -141,8 +186,16 @@ def test_export_loads_in_transformers_and_seeds_a_new_run(shards, tmp_path):
     assert torch.allclose(a.prediction_logits[0, :7], b.prediction_logits[0, :7], atol=1e-5)
     assert torch.allclose(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5)
     # an exported folder is a starting point for a new run
-    record = train(PretrainConfig(shards=str(shards), output=str(tmp_path / "again"), init_from=str(tmp_path / "hf"),
-                               max_steps=5, save_steps=5, **{**TINY, "config": None}))  # fmt: skip
+    record = train(
+        PretrainConfig(
+            shards=str(shards),
+            output=str(tmp_path / "again"),
+            init_from=str(tmp_path / "hf"),
+            max_steps=5,
+            save_steps=5,
+            **{**TINY, "config": None},
+        )
+    )
     assert record["step"] == 5
 
 
@@ -203,8 +256,15 @@ def test_train_from_and_checkpoint_to_a_bucket(gcs_emulator, shards, tmp_path):
         "bert-bucket/runs/t/plots/curves.png",
     } <= names
     assert any("/tensorboard/events.out.tfevents" in n for n in names)
-    record = train(PretrainConfig(shards="gs://bert-bucket/shards/seq64", resume="gs://bert-bucket/runs/t",
-                               output=None, max_steps=6, **common))  # fmt: skip
+    record = train(
+        PretrainConfig(
+            shards="gs://bert-bucket/shards/seq64",
+            resume="gs://bert-bucket/runs/t",
+            output=None,
+            max_steps=6,
+            **common,
+        )
+    )
     assert record["step"] == 6
     lines = fs.cat_file("bert-bucket/runs/t/metrics.jsonl").decode().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [3, 6]
@@ -245,8 +305,17 @@ def test_gradient_accumulation_matches_one_big_batch(shards, tmp_path):
 def test_phase_two_continues_the_model_on_other_shards(shards, validation_shards, tmp_path):
     run = tmp_path / "run"
     train(PretrainConfig(shards=str(shards), output=str(run), max_steps=4, save_steps=4, **TINY))
-    record = train(PretrainConfig(shards=str(validation_shards), resume=str(run), output=None, max_steps=8,
-                               save_steps=4, warmup_steps=0, **{**TINY, "config": None}))  # fmt: skip
+    record = train(
+        PretrainConfig(
+            shards=str(validation_shards),
+            resume=str(run),
+            output=None,
+            max_steps=8,
+            save_steps=4,
+            warmup_steps=0,
+            **{**TINY, "config": None},
+        )
+    )
     assert record["step"] == 8
     state = ckpt.load_state(str(run / "checkpoints" / "step-00000008" / "trainer"))
     assert state["data"]["shards"] == str(validation_shards)
@@ -263,8 +332,13 @@ def test_dynamic_masking_takes_the_shards_settings_and_flags_override_them(shard
     run2 = tmp_path / "dyn2"
     train(
         PretrainConfig(
-            shards=str(shards), output=str(run2), max_steps=2, dynamic_masking=True, masked_lm_prob=0.4,
-            max_predictions_per_seq=40, **base,
+            shards=str(shards),
+            output=str(run2),
+            max_steps=2,
+            dynamic_masking=True,
+            masked_lm_prob=0.4,
+            max_predictions_per_seq=40,
+            **base,
         )
-    )  # fmt: skip
+    )
     assert all(r["masked_tokens"] / r["tokens"] > 0.3 for r in _records(run2))

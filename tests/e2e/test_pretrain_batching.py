@@ -73,10 +73,26 @@ def test_packed_batching_refuses_the_causal_objective(shards, tmp_path):
 def test_unmasked_validation_shards_are_masked_the_same_in_every_run(corpus_output, vocab, shards, tmp_path):
     unmasked = tmp_path / "val-unmasked"
     run_cli(
-        "examples", "--corpus", str(corpus_output), "--vocab", vocab, "--output", str(unmasked),
-        "--split", "validation", "--max-seq-length", "64", "--dupe-factor", "1", "--num-shards", "1",
-        "--num-buckets", "2", "--no-masking", *FAST_RUNNER,
-    )  # fmt: skip
+        "examples",
+        "--corpus",
+        str(corpus_output),
+        "--vocab",
+        vocab,
+        "--output",
+        str(unmasked),
+        "--split",
+        "validation",
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "1",
+        "--num-buckets",
+        "2",
+        "--no-masking",
+        *FAST_RUNNER,
+    )
     common = {**TINY, "max_steps": 1, "save_steps": 1, "validation_shards": str(unmasked), "eval_batches": 3}
     for name, batch in (("a", 8), ("b", 4)):  # other batch boundaries, other number of batches
         cfg = {**common, "global_batch_size": batch, "eval_batches": 24 // batch}

@@ -60,9 +60,18 @@ def _start_emulator(port: int, folder: Path) -> subprocess.Popen:
     import socket
 
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "gcp-storage-emulator"),
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -19,8 +19,16 @@ TINY = {"config": "2/64/2", "global_batch_size": 8, "precision": "fp32", "num_wo
 
 
 def _train(shards: Path, run: Path, **overrides) -> list[dict]:
-    cfg = PretrainConfig(shards=str(shards), output=str(run), max_steps=20, lr=3e-3, warmup_steps=2,
-                      save_steps=20, **TINY, **overrides)  # fmt: skip
+    cfg = PretrainConfig(
+        shards=str(shards),
+        output=str(run),
+        max_steps=20,
+        lr=3e-3,
+        warmup_steps=2,
+        save_steps=20,
+        **TINY,
+        **overrides,
+    )
     train(cfg)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["split"] == "train"]

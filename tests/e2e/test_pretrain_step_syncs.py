@@ -134,9 +134,15 @@ class _Functions(TorchFunctionMode):
 def _trainer(shards: Path, tmp_path: Path, procs: Processes, **settings) -> Trainer:
     settings = {"precision": "fp32", **settings}
     cfg = PretrainConfig(
-        shards=str(shards), output=str(tmp_path / "run"), config="tiny", global_batch_size=8, micro_batch_size=4,
-        num_workers=0, max_steps=10, **settings,
-    )  # fmt: skip
+        shards=str(shards),
+        output=str(tmp_path / "run"),
+        config="tiny",
+        global_batch_size=8,
+        micro_batch_size=4,
+        num_workers=0,
+        max_steps=10,
+        **settings,
+    )
     return Trainer(cfg, procs)
 
 

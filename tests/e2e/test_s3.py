@@ -36,28 +36,74 @@ def test_every_stage_on_s3(s3_server, tmp_path, monkeypatch):
     run_cli("text", "--input", str(text), "--output", CORPUS, "--num-shards", "1", *FAST_RUNNER)
     assert "pipelines text" in run_cli("show", CORPUS).output
     run_wordpiece(
-        "train", "--corpus", CORPUS, "--output", VOCAB, "--vocab-size", "400", "--num-unused", "0",
-        "--num-count-shards", "1", *FAST_RUNNER,
-    )  # fmt: skip
+        "train",
+        "--corpus",
+        CORPUS,
+        "--output",
+        VOCAB,
+        "--vocab-size",
+        "400",
+        "--num-unused",
+        "0",
+        "--num-count-shards",
+        "1",
+        *FAST_RUNNER,
+    )
     vocab = f"{VOCAB}/vocab.txt"
     run_cli(
-        "examples", "--corpus", CORPUS, "--vocab", vocab, "--output", SHARDS, "--max-seq-length", "64",
-        "--dupe-factor", "5", "--num-shards", "2", "--num-buckets", "2", *FAST_RUNNER,
-    )  # fmt: skip
+        "examples",
+        "--corpus",
+        CORPUS,
+        "--vocab",
+        vocab,
+        "--output",
+        SHARDS,
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "5",
+        "--num-shards",
+        "2",
+        "--num-buckets",
+        "2",
+        *FAST_RUNNER,
+    )
     fs = fsspec.filesystem("s3")
     names = set(fs.find("bert-bucket"))
-    assert {"bert-bucket/corpus/COMPLETED", "bert-bucket/vocab/COMPLETED", "bert-bucket/vocab/vocab.txt",
-            "bert-bucket/shards/seq64/COMPLETED", "bert-bucket/shards/seq64/examples/part-00001-of-00002.arrow",
-            } <= names  # fmt: skip
+    assert {
+        "bert-bucket/corpus/COMPLETED",
+        "bert-bucket/vocab/COMPLETED",
+        "bert-bucket/vocab/vocab.txt",
+        "bert-bucket/shards/seq64/COMPLETED",
+        "bert-bucket/shards/seq64/examples/part-00001-of-00002.arrow",
+    } <= names
     assert not any(".write-probe-" in name for name in names)
 
-    common = ["--shards", SHARDS, "--vocab", vocab, "--global-batch-size", "8", "--precision", "fp32",
-              "--num-workers", "0", "--save-steps", "3", "--log-steps", "3", "--quiet"]  # fmt: skip
+    common = [
+        "--shards",
+        SHARDS,
+        "--vocab",
+        vocab,
+        "--global-batch-size",
+        "8",
+        "--precision",
+        "fp32",
+        "--num-workers",
+        "0",
+        "--save-steps",
+        "3",
+        "--log-steps",
+        "3",
+        "--quiet",
+    ]
     _pretrain(*common, "--config", "tiny", "--output", RUN, "--max-steps", "3")
     names = set(fs.find(RUN))
     run = RUN[5:]
-    assert {f"{run}/checkpoints/step-00000003/COMMITTED", f"{run}/checkpoints/step-00000003/model.safetensors",
-            f"{run}/metrics.jsonl"} <= names  # fmt: skip
+    assert {
+        f"{run}/checkpoints/step-00000003/COMMITTED",
+        f"{run}/checkpoints/step-00000003/model.safetensors",
+        f"{run}/metrics.jsonl",
+    } <= names
     assert any("/tensorboard/events.out.tfevents" in name for name in names)
     _pretrain(*common, "--resume", RUN, "--max-steps", "6")
     steps = [json.loads(line)["step"] for line in fs.cat_file(f"{run}/metrics.jsonl").decode().splitlines()]

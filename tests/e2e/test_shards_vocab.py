@@ -77,9 +77,18 @@ def test_moved_shards_train_without_vocab(moved, vocab, tmp_path):
 
     run = tmp_path / "run"
     record = train(
-        PretrainConfig(shards=str(moved), output=str(run), config="tiny", global_batch_size=8, max_steps=2,
-                    save_steps=2, log_steps=1, precision="fp32", num_workers=0)
-    )  # fmt: skip
+        PretrainConfig(
+            shards=str(moved),
+            output=str(run),
+            config="tiny",
+            global_batch_size=8,
+            max_steps=2,
+            save_steps=2,
+            log_steps=1,
+            precision="fp32",
+            num_workers=0,
+        )
+    )
     assert record["step"] == 2
     step = run / "checkpoints" / "step-00000002"
     assert (step / "vocab.txt").read_bytes() == copy  # the checkpoint carries the same vocabulary on

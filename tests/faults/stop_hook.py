@@ -27,7 +27,6 @@ TOOLS = {
     "pretrain": "pretrain.cli",
     "finetune": "finetune.cli",
     "chain": "chain.cli",
-    "chain ablate": "chain.ablate_cli",
 }
 
 

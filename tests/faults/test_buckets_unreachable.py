@@ -155,6 +155,8 @@ COMMANDS = {
     "finetune report": ("finetune", "report {url}/run --output {url}/report"),
     "pretrain": ("pretrain", "--shards {url}/shards --output {url}/run --config tiny"),
     "pretrain export": ("pretrain", "export --checkpoint {url}/run --output {url}/hf"),
+    "chain": ("chain", "--wiki-dump {url}/dump.xml.bz2 --workdir {url}/work"),
+    "chain ablate": ("chain", "ablate --wiki-dump {url}/dump.xml.bz2 --workdir {url}/work --dry-run"),
 }
 BUCKET_FAULTS = ("gs without credentials", "s3 without credentials", "gs unreachable", "s3 unreachable")
 

@@ -103,8 +103,13 @@ def test_pretrain_resume_and_init_from_check_the_config_first(shards, vocab, tmp
     _edit_config(url, num_hidden_layers=100_000)
     ckpt.commit(str(url), 3)
     folder = tmp_path / "hf"  # over the shards' vocabulary, so that only the config is wrong
-    config = BertConfig(len(Path(vocab).read_text().splitlines()), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    config = BertConfig(
+        len(Path(vocab).read_text().splitlines()),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
     BertForPreTraining(config).save_pretrained(folder)
     (folder / "vocab.txt").write_text(Path(vocab).read_text())
     _edit_config(folder, num_hidden_layers=1)  # fewer layers than stored: the extra ones are refused too
@@ -141,11 +146,20 @@ def test_a_fine_tuned_model_folder_is_checked_the_same_way(tmp_path, monkeypatch
     [
         ("[1, 2]", "config.json: holds a JSON list, not an object"),
         ("{not json", "config.json: not valid JSON"),
-        ('{"vocab_size": 22}', "config.json: cannot load this BERT config: missing hidden_size, num_attention_heads, num_hidden_layers"),
-        ('{"vocab_size": 22, "hidden_size": null, "num_hidden_layers": 2, "num_attention_heads": 2}', "hidden_size must be a positive integer, got None"),
-        ('{"vocab_size": "22", "hidden_size": 32, "num_hidden_layers": "2", "num_attention_heads": 2}', "vocab_size must be a positive integer, got '22'"),
+        (
+            '{"vocab_size": 22}',
+            "config.json: cannot load this BERT config: missing hidden_size, num_attention_heads, num_hidden_layers",
+        ),
+        (
+            '{"vocab_size": 22, "hidden_size": null, "num_hidden_layers": 2, "num_attention_heads": 2}',
+            "hidden_size must be a positive integer, got None",
+        ),
+        (
+            '{"vocab_size": "22", "hidden_size": 32, "num_hidden_layers": "2", "num_attention_heads": 2}',
+            "vocab_size must be a positive integer, got '22'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_config_of_the_wrong_shape_is_one_line_naming_it(tmp_path, monkeypatch, content, said):
     folder = hf_folder(tmp_path / "hf")
     (folder / "config.json").write_text(content)
@@ -171,13 +185,29 @@ def _header(entries: dict, data: bytes = b"") -> bytes:
 @pytest.mark.parametrize(
     ("entries", "data", "said"),
     [
-        ({"a": {"dtype": "F32", "shape": [10**9, 10**9], "data_offsets": [0, 8]}}, b"\0" * 8, "a of shape [1000000000, 1000000000] does not fit bytes 0-8 of 8"),
-        ({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8, "a of shape [4] does not fit bytes 0-16 of 8"),
-        ({"a": {"dtype": "F99", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8, "the entry of a is not a dtype, shape and data_offsets"),
-        ({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, b"\0" * 8, "the entry of a is not a dtype"),
+        (
+            {"a": {"dtype": "F32", "shape": [10**9, 10**9], "data_offsets": [0, 8]}},
+            b"\0" * 8,
+            "a of shape [1000000000, 1000000000] does not fit bytes 0-8 of 8",
+        ),
+        (
+            {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
+            b"\0" * 8,
+            "a of shape [4] does not fit bytes 0-16 of 8",
+        ),
+        (
+            {"a": {"dtype": "F99", "shape": [2], "data_offsets": [0, 8]}},
+            b"\0" * 8,
+            "the entry of a is not a dtype, shape and data_offsets",
+        ),
+        (
+            {"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}},
+            b"\0" * 8,
+            "the entry of a is not a dtype",
+        ),
         ([1], b"", "its header is not a JSON object"),
     ],
-)  # fmt: skip
+)
 def test_a_safetensors_header_that_promises_more_than_its_file_is_refused(tmp_path, entries, data, said):
     folder = hf_folder(tmp_path / "hf")
     (folder / "model.safetensors").write_bytes(_header(entries, data))

@@ -55,9 +55,23 @@ def test_finetune_glue_leaves_no_truncated_model(bert_folder: Path, tmp_path: Pa
     out = tmp_path / "rte"
     failed = fill_disk_after(monkeypatch, "model.safetensors")
     result = _invoke(
-        finetune, "glue", "--task", "rte", "--data-dir", data, "--checkpoint", bert_folder, "--output", out,
-        "--epochs", "1", "--batch-size", "2", "--max-seq-length", "32",
-    )  # fmt: skip
+        finetune,
+        "glue",
+        "--task",
+        "rte",
+        "--data-dir",
+        data,
+        "--checkpoint",
+        bert_folder,
+        "--output",
+        out,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-seq-length",
+        "32",
+    )
     assert result.exit_code == 1, result.output
     model = out / "model" / "model.safetensors"
     assert failed == [str(model)]
@@ -71,9 +85,19 @@ def test_finetune_features_leaves_no_truncated_shard_and_no_completed(tmp_path: 
     out = tmp_path / "feats"
     fill_disk_after(monkeypatch, "features-*.arrow")
     result = _invoke(
-        finetune, "features", "--checkpoint", hf_folder(tmp_path / "hf"), "--input", text, "--output", out,
-        "--max-seq-length", "16", "--layers", "-1",
-    )  # fmt: skip
+        finetune,
+        "features",
+        "--checkpoint",
+        hf_folder(tmp_path / "hf"),
+        "--input",
+        text,
+        "--output",
+        out,
+        "--max-seq-length",
+        "16",
+        "--layers",
+        "-1",
+    )
     assert result.exit_code == 1, result.output
     line = _one_error_line(result.output)
     assert line.lower().startswith(f"error: {out}/features-") and line.endswith(
@@ -86,10 +110,25 @@ def test_pipelines_examples_names_the_shard_and_is_not_completed(corpus_output, 
     out = tmp_path / "shards"
     fill_disk_after(monkeypatch, "part-00001-of-00002.arrow")
     result = _invoke(
-        pipelines, "examples", "--corpus", corpus_output, "--vocab", vocab, "--output", out,
-        "--max-seq-length", "64", "--dupe-factor", "1", "--num-shards", "2", "--num-buckets", "4",
-        "--runner", "FnApiRunner",
-    )  # fmt: skip
+        pipelines,
+        "examples",
+        "--corpus",
+        corpus_output,
+        "--vocab",
+        vocab,
+        "--output",
+        out,
+        "--max-seq-length",
+        "64",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "2",
+        "--num-buckets",
+        "4",
+        "--runner",
+        "FnApiRunner",
+    )
     assert result.exit_code == 1, result.output
     shard = out / "examples" / "part-00001-of-00002.arrow"
     assert _one_error_line(result.output) == f"error: {shard}: cannot write it ({FULL})"
@@ -101,9 +140,19 @@ def test_wordpiece_train_names_the_file_and_is_not_completed(name, corpus_output
     out = tmp_path / "vocab"
     fill_disk_after(monkeypatch, name)
     result = _invoke(
-        wordpiece, "train", "--corpus", corpus_output, "--output", out, "--vocab-size", "2000",
-        "--num-count-shards", "1", "--runner", "FnApiRunner",
-    )  # fmt: skip
+        wordpiece,
+        "train",
+        "--corpus",
+        corpus_output,
+        "--output",
+        out,
+        "--vocab-size",
+        "2000",
+        "--num-count-shards",
+        "1",
+        "--runner",
+        "FnApiRunner",
+    )
     assert result.exit_code == 1, result.output
     target = out / "word_counts" / name if name.endswith(".arrow") else out / name
     assert _one_error_line(result.output) == f"error: {target}: cannot write it ({FULL})"
@@ -114,9 +163,24 @@ def test_pretrain_checkpoint_on_a_full_disk_is_one_line_and_never_done(shards, t
     run = tmp_path / "run"
     fill_disk_after(monkeypatch, "model.safetensors", limit_bytes=1000)
     result = _invoke(
-        pretrain, "--shards", shards, "--output", run, "--config", "tiny", "--max-steps", "2",
-        "--global-batch-size", "4", "--num-workers", "0", "--precision", "fp32", "--log-steps", "1",
-    )  # fmt: skip
+        pretrain,
+        "--shards",
+        shards,
+        "--output",
+        run,
+        "--config",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--global-batch-size",
+        "4",
+        "--num-workers",
+        "0",
+        "--precision",
+        "fp32",
+        "--log-steps",
+        "1",
+    )
     assert result.exit_code == 1, result.output
     model = run / "checkpoints" / "step-00000002" / "model.safetensors"
     line = _one_error_line(result.output)
@@ -135,7 +199,11 @@ def test_a_full_standard_output_is_one_line(tmp_path: Path):
     with open("/dev/full", "w") as full:
         done = subprocess.run(
             [sys.executable, "-m", "wordpiece", "encode", "--vocab", str(vocab), "--uncased"],
-            input="hello world\n" * 10_000, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
-        )  # fmt: skip
+            input="hello world\n" * 10_000,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 1, done.stderr
     assert _one_error_line(done.stderr) == "error: OSError: [Errno 28] No space left on device"

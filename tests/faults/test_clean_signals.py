@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chain.ablate_cli import main as chain_ablate
 from schemas.files import is_temporary_name
 from tests.clis import CLIS
 from tests.faults.stop_hook import signal_self
@@ -89,12 +88,27 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     for name in ("train.txt", "valid.txt"):
         (ner / name).write_text("-DOCSTART- -X- O O\n\n" + (sentence + "\n") * 4)
     context = " ".join(SENTENCES[:3])
-    qas = [{"id": f"q{i}", "question": "what was good?", "answers": [{"text": "movie", "answer_start": context.index("movie")}]} for i in range(2)]  # fmt: skip
+    qas = [
+        {
+            "id": f"q{i}",
+            "question": "what was good?",
+            "answers": [{"text": "movie", "answer_start": context.index("movie")}],
+        }
+        for i in range(2)
+    ]
     (root / "squad.json").write_text(
         json.dumps({"data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]})
     )
-    return {"root": root, "text": text, "dump": root / "dump.xml", "glue": glue, "swag": root / "swag.csv",
-            "ner": ner, "squad": root / "squad.json", "bert": hf_folder(root / "bert")}  # fmt: skip
+    return {
+        "root": root,
+        "text": text,
+        "dump": root / "dump.xml",
+        "glue": glue,
+        "swag": root / "swag.csv",
+        "ner": ner,
+        "squad": root / "squad.json",
+        "bert": hf_folder(root / "bert"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +127,24 @@ def checkpoint_run(tmp_path_factory) -> Path:
 
 
 def _pretrain_args(shards: Path, run: Path, steps: int) -> list[str]:
-    return ["--shards", str(shards), "--output", str(run), "--config", "tiny", "--max-steps", str(steps),
-            "--global-batch-size", "4", "--num-workers", "0", "--precision", "fp32", "--save-steps", "100"]  # fmt: skip
+    return [
+        "--shards",
+        str(shards),
+        "--output",
+        str(run),
+        "--config",
+        "tiny",
+        "--max-steps",
+        str(steps),
+        "--global-batch-size",
+        "4",
+        "--num-workers",
+        "0",
+        "--precision",
+        "fp32",
+        "--save-steps",
+        "100",
+    ]
 
 
 # -- every command, in-process ----------------------------------------------------------------------
@@ -126,36 +156,214 @@ TRAINING = "finetune.common:_Update.__call__"
 RUN = "apache_beam.pipeline:Pipeline.run"  # the pipeline is built; the runner has not started yet
 # command -> (the function held and the text its arguments mention, the command line, the output)
 COMMANDS = {
-    "pipelines wikipedia": (RUN, "", ["pipelines", "wikipedia", "--input", "{dump}", "--output", "{out}", "--min-document-words", "1", *FAST]),
+    "pipelines wikipedia": (
+        RUN,
+        "",
+        [
+            "pipelines",
+            "wikipedia",
+            "--input",
+            "{dump}",
+            "--output",
+            "{out}",
+            "--min-document-words",
+            "1",
+            *FAST,
+        ],
+    ),
     "pipelines books": (RUN, "", ["pipelines", "books", "--input", "{text}", "--output", "{out}", *FAST]),
-    "pipelines text": ("pipelines.io:write_bytes", ".arrow", ["pipelines", "text", "--input", "{text}", "--output", "{out}", *FAST]),
+    "pipelines text": (
+        "pipelines.io:write_bytes",
+        ".arrow",
+        ["pipelines", "text", "--input", "{text}", "--output", "{out}", *FAST],
+    ),
     "pipelines corpus": (RUN, "", ["pipelines", "corpus", "--input", "{corpus}", "--output", "{out}", *FAST]),
-    "pipelines examples": ("pipelines.io:write_bytes", ".arrow", ["pipelines", "examples", "--corpus", "{corpus}", "--vocab", "{vocab}", "--output", "{out}", "--num-shards", "1", "--num-buckets", "2", "--max-seq-length", "32", *FAST]),
+    "pipelines examples": (
+        "pipelines.io:write_bytes",
+        ".arrow",
+        [
+            "pipelines",
+            "examples",
+            "--corpus",
+            "{corpus}",
+            "--vocab",
+            "{vocab}",
+            "--output",
+            "{out}",
+            "--num-shards",
+            "1",
+            "--num-buckets",
+            "2",
+            "--max-seq-length",
+            "32",
+            *FAST,
+        ],
+    ),
     "pipelines show": ("pipelines.show:describe", "", ["pipelines", "show", "{corpus}"]),
-    "wordpiece train": ("wordpiece.count:write_bytes", "word_counts", ["wordpiece", "train", "--corpus", "{corpus}", "--output", "{out}", "--vocab-size", "300", "--num-unused", "0", "--measure-split", "train", *FAST]),
-    "wordpiece encode": ("wordpiece.tokenizer:WordPieceTokenizer.encode_batch", "", ["wordpiece", "encode", "--vocab", "{bert}/vocab.txt", "--uncased"]),
-    "pretrain": ("pretrain.train:Trainer.step", "", ["pretrain", *_pretrain_args(Path("{shards}"), Path("{out}"), steps=3)]),
-    "pretrain export": ("pretrain.hf:save_hf", "", ["pretrain", "export", "--checkpoint", "{run}", "--output", "{out}"]),
+    "wordpiece train": (
+        "wordpiece.count:write_bytes",
+        "word_counts",
+        [
+            "wordpiece",
+            "train",
+            "--corpus",
+            "{corpus}",
+            "--output",
+            "{out}",
+            "--vocab-size",
+            "300",
+            "--num-unused",
+            "0",
+            "--measure-split",
+            "train",
+            *FAST,
+        ],
+    ),
+    "wordpiece encode": (
+        "wordpiece.tokenizer:WordPieceTokenizer.encode_batch",
+        "",
+        ["wordpiece", "encode", "--vocab", "{bert}/vocab.txt", "--uncased"],
+    ),
+    "pretrain": (
+        "pretrain.train:Trainer.step",
+        "",
+        ["pretrain", *_pretrain_args(Path("{shards}"), Path("{out}"), steps=3)],
+    ),
+    "pretrain export": (
+        "pretrain.hf:save_hf",
+        "",
+        ["pretrain", "export", "--checkpoint", "{run}", "--output", "{out}"],
+    ),
     "pretrain params": ("pretrain.model:parameter_counts", "", ["pretrain", "params", "--config", "tiny"]),
-    "finetune glue": (TRAINING, "", ["finetune", "glue", "--task", "rte", "--data-dir", "{glue}", "--checkpoint", "{bert}", "--output", "{out}", *QUICK_FT]),
-    "finetune swag": (TRAINING, "", ["finetune", "swag", "--train-file", "{swag}", "--dev-file", "{swag}", "--checkpoint", "{bert}", "--output", "{out}", *QUICK_FT]),
-    "finetune ner": (TRAINING, "", ["finetune", "ner", "--data-dir", "{ner}", "--checkpoint", "{bert}", "--output", "{out}", *QUICK_FT]),
-    "finetune squad": (TRAINING, "", ["finetune", "squad", "--version", "1.1", "--train-file", "{squad}", "--predict-file", "{squad}", "--checkpoint", "{bert}", "--output", "{out}", "--epochs", "1", "--batch-size", "2", "--max-seq-length", "64", "--doc-stride", "32", "--max-query-length", "16"]),
-    "finetune features": ("finetune.extract:_ShardWriter.flush", "", ["finetune", "features", "--checkpoint", "{bert}", "--input", "{text}", "--output", "{out}", "--max-seq-length", "16", "--layers", "-1"]),
-    "finetune evaluate squad": ("finetune.squad:evaluate_file", "", ["finetune", "evaluate", "squad", "--version", "1.1", "--data-file", "{squad}", "--predictions", "{squad}"]),
-    "finetune report": ("finetune.report:write_report", "", ["finetune", "report", "{out}", "--output", "{out}-report"]),
+    "finetune glue": (
+        TRAINING,
+        "",
+        [
+            "finetune",
+            "glue",
+            "--task",
+            "rte",
+            "--data-dir",
+            "{glue}",
+            "--checkpoint",
+            "{bert}",
+            "--output",
+            "{out}",
+            *QUICK_FT,
+        ],
+    ),
+    "finetune swag": (
+        TRAINING,
+        "",
+        [
+            "finetune",
+            "swag",
+            "--train-file",
+            "{swag}",
+            "--dev-file",
+            "{swag}",
+            "--checkpoint",
+            "{bert}",
+            "--output",
+            "{out}",
+            *QUICK_FT,
+        ],
+    ),
+    "finetune ner": (
+        TRAINING,
+        "",
+        ["finetune", "ner", "--data-dir", "{ner}", "--checkpoint", "{bert}", "--output", "{out}", *QUICK_FT],
+    ),
+    "finetune squad": (
+        TRAINING,
+        "",
+        [
+            "finetune",
+            "squad",
+            "--version",
+            "1.1",
+            "--train-file",
+            "{squad}",
+            "--predict-file",
+            "{squad}",
+            "--checkpoint",
+            "{bert}",
+            "--output",
+            "{out}",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "2",
+            "--max-seq-length",
+            "64",
+            "--doc-stride",
+            "32",
+            "--max-query-length",
+            "16",
+        ],
+    ),
+    "finetune features": (
+        "finetune.extract:_ShardWriter.flush",
+        "",
+        [
+            "finetune",
+            "features",
+            "--checkpoint",
+            "{bert}",
+            "--input",
+            "{text}",
+            "--output",
+            "{out}",
+            "--max-seq-length",
+            "16",
+            "--layers",
+            "-1",
+        ],
+    ),
+    "finetune evaluate squad": (
+        "finetune.squad:evaluate_file",
+        "",
+        [
+            "finetune",
+            "evaluate",
+            "squad",
+            "--version",
+            "1.1",
+            "--data-file",
+            "{squad}",
+            "--predictions",
+            "{squad}",
+        ],
+    ),
+    "finetune report": (
+        "finetune.report:write_report",
+        "",
+        ["finetune", "report", "{out}", "--output", "{out}-report"],
+    ),
     "chain": ("chain.cli:run_chain", "", ["chain", "--workdir", "{out}", "--wiki-dump", "{dump}"]),
-    "chain ablate": ("chain.ablate_cli:run_chain", "", ["chain ablate", "--workdir", "{out}", "--wiki-dump", "{dump}", "--preset", "smoke"]),
-}  # fmt: skip
+    "chain ablate": (
+        "chain.cli:run_chain",
+        "",
+        ["chain", "ablate", "--workdir", "{out}", "--wiki-dump", "{dump}", "--preset", "smoke"],
+    ),
+}
 
 
 DETAIL = {  # what the line says after "interrupted by SIG...": what is left
     **dict.fromkeys(
-        ["pipelines wikipedia", "pipelines books", "pipelines text", "pipelines corpus", "pipelines examples",
-         "wordpiece train"], "; {out} is not marked COMPLETED"),
+        [
+            "pipelines wikipedia",
+            "pipelines books",
+            "pipelines text",
+            "pipelines corpus",
+            "pipelines examples",
+            "wordpiece train",
+        ],
+        "; {out} is not marked COMPLETED",
+    ),
     "pretrain": "; stopped at step 1, its checkpoint saved: continue with --resume {out}",
-}  # fmt: skip
-TOOLS = {**CLIS, "chain ablate": chain_ablate}
+}
+TOOLS = CLIS
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -222,10 +430,27 @@ def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_pa
     signum = signal.SIGINT
     out = tmp_path / "shards"
     process, _ = _held(
-        "pipelines.io:write_bytes", ".arrow", 1, tmp_path, "pipelines", "examples", "--corpus", corpus_output,
-        "--vocab", vocab, "--output", out, "--max-seq-length", "32", "--dupe-factor", "1", "--num-shards", "1",
-        "--num-buckets", "2",
-    )  # fmt: skip
+        "pipelines.io:write_bytes",
+        ".arrow",
+        1,
+        tmp_path,
+        "pipelines",
+        "examples",
+        "--corpus",
+        corpus_output,
+        "--vocab",
+        vocab,
+        "--output",
+        out,
+        "--max-seq-length",
+        "32",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "1",
+        "--num-buckets",
+        "2",
+    )
     process.send_signal(signum)
     output = process.communicate(timeout=120)[0]
     line = _check_stopped(process.returncode, output, signum)
@@ -239,11 +464,31 @@ def test_beams_worker_processes_stop_with_the_command(corpus_output, vocab, tmp_
     the command does not reach, and Beam's runner waited for them forever."""
     out = tmp_path / "shards"
     process, _ = _held(
-        "apache_beam.runners.portability.fn_api_runner.fn_runner:FnApiRunner._execute_bundle", "", 2, tmp_path,
-        "pipelines", "examples", "--corpus", corpus_output, "--vocab", vocab, "--output", out,
-        "--max-seq-length", "32", "--dupe-factor", "1", "--num-shards", "1", "--num-buckets", "2",
-        "--direct_num_workers", "2", "--direct_running_mode", "multi_processing",
-    )  # fmt: skip
+        "apache_beam.runners.portability.fn_api_runner.fn_runner:FnApiRunner._execute_bundle",
+        "",
+        2,
+        tmp_path,
+        "pipelines",
+        "examples",
+        "--corpus",
+        corpus_output,
+        "--vocab",
+        vocab,
+        "--output",
+        out,
+        "--max-seq-length",
+        "32",
+        "--dupe-factor",
+        "1",
+        "--num-shards",
+        "1",
+        "--num-buckets",
+        "2",
+        "--direct_num_workers",
+        "2",
+        "--direct_running_mode",
+        "multi_processing",
+    )
     workers = _children(process.pid)
     assert workers  # started for the first bundle
     process.send_signal(signal.SIGTERM)

@@ -18,9 +18,21 @@ __all__ = ["corpus"]  # the fixture, shared
 
 def _examples(corpus: Path, vocab: Path, output: Path, *extra: str, expect: int = 0):
     return run_cli(
-        "examples", "--corpus", str(corpus), "--vocab", str(vocab), "--output", str(output),
-        "--num-shards", "2", "--num-buckets", "4", *extra, *FAST_RUNNER, expect=expect,
-    )  # fmt: skip
+        "examples",
+        "--corpus",
+        str(corpus),
+        "--vocab",
+        str(vocab),
+        "--output",
+        str(output),
+        "--num-shards",
+        "2",
+        "--num-buckets",
+        "4",
+        *extra,
+        *FAST_RUNNER,
+        expect=expect,
+    )
 
 
 def _files(folder: Path) -> list[Path]:

@@ -131,10 +131,26 @@ def test_the_feature_based_tagger_reads_every_word_too(context_free, sentences, 
 def test_the_command_tags_every_word_and_counts_the_long_sentences(context_free, tmp_path, caplog):
     out = tmp_path / "ner"
     args = [
-        "ner", "--data-dir", str(require(CONLL)), "--checkpoint", str(context_free), "--output", str(out),
-        "--max-seq-length", str(SHORT), "--max-train-examples", "32", "--max-eval-examples", "200",
-        "--epochs", "1", "--batch-size", "16", "--device", "cpu",
-    ]  # fmt: skip
+        "ner",
+        "--data-dir",
+        str(require(CONLL)),
+        "--checkpoint",
+        str(context_free),
+        "--output",
+        str(out),
+        "--max-seq-length",
+        str(SHORT),
+        "--max-train-examples",
+        "32",
+        "--max-eval-examples",
+        "200",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--device",
+        "cpu",
+    ]
     with caplog.at_level(logging.INFO, logger="finetune.ner"):
         result = CliRunner().invoke(finetune_main, args)
     assert result.exit_code == 0, result.output

@@ -271,10 +271,11 @@ def test_the_chain_never_writes_a_stage_over_an_input(tmp_path: Path):
     books = _data(tmp_path / "books", "a.txt")
     line = _refused("chain", "--workdir", books / "w", "--wiki-dump", dump, "--books", books)
     assert line.startswith(f"error: --workdir {books / 'w'} lies inside --books {books}")
-    from chain.ablate_cli import main as ablate
+    from chain.cli import main as chain
 
     result = CliRunner().invoke(
-        ablate, ["--workdir", str(books), "--wiki-dump", str(dump), "--books", str(books), "--dry-run"]
+        chain,
+        ["ablate", "--workdir", str(books), "--wiki-dump", str(dump), "--books", str(books), "--dry-run"],
     )
     assert (
         result.exit_code == 2 and f"--workdir {books} is the same place as --books {books}" in result.output

@@ -59,17 +59,41 @@ def corpus(tmp_path_factory) -> Path:
     )
     out = root / "corpus"
     run_cli(
-        "corpus", "--input", str(root / "docs"), "--output", str(out), "--test-fraction", "0",
-        "--validation-fraction", "0", "--num-shards", "1", *FAST_RUNNER,
-    )  # fmt: skip
+        "corpus",
+        "--input",
+        str(root / "docs"),
+        "--output",
+        str(out),
+        "--test-fraction",
+        "0",
+        "--validation-fraction",
+        "0",
+        "--num-shards",
+        "1",
+        *FAST_RUNNER,
+    )
     return out
 
 
 def _examples(corpus: Path, vocab: Path, output: Path, split: str, expect: int, *extra: str):
     return run_cli(
-        "examples", "--corpus", str(corpus), "--vocab", str(vocab), "--output", str(output), "--split", split,
-        "--num-shards", "1", "--num-buckets", "4", *extra, *FAST_RUNNER, expect=expect,
-    )  # fmt: skip
+        "examples",
+        "--corpus",
+        str(corpus),
+        "--vocab",
+        str(vocab),
+        "--output",
+        str(output),
+        "--split",
+        split,
+        "--num-shards",
+        "1",
+        "--num-buckets",
+        "4",
+        *extra,
+        *FAST_RUNNER,
+        expect=expect,
+    )
 
 
 def test_an_empty_split_is_one_line_and_no_completed(corpus, tmp_path, monkeypatch):

@@ -29,33 +29,105 @@ def _prepare(root: Path) -> None:
 
 # (name, command line with {root} for the case's folder, text the one line must contain)
 CASES = [
-    ("wikipedia: glob matches nothing", "pipelines wikipedia --input {root}/none-*.bz2 --output {root}/o", "none-*"),
-    ("wikipedia: --num-shards 0", "pipelines wikipedia --input {root}/vocab.txt --output {root}/o --num-shards 0", "--num-shards"),
+    (
+        "wikipedia: glob matches nothing",
+        "pipelines wikipedia --input {root}/none-*.bz2 --output {root}/o",
+        "none-*",
+    ),
+    (
+        "wikipedia: --num-shards 0",
+        "pipelines wikipedia --input {root}/vocab.txt --output {root}/o --num-shards 0",
+        "--num-shards",
+    ),
     ("books: missing file", "pipelines books --input {root}/missing.txt --output {root}/o", "missing.txt"),
-    ("books: --min-document-words -1", "pipelines books --input {root}/vocab.txt --output {root}/o --min-document-words -1", "--min-document-words"),
-    ("corpus: input without COMPLETED", "pipelines corpus --input {root}/incomplete --output {root}/o", "COMPLETED"),
-    ("corpus: --test-fraction 2", "pipelines corpus --input {root}/incomplete --output {root}/o --test-fraction 2", "--test-fraction"),
-    ("examples: corpus without COMPLETED", "pipelines examples --corpus {root}/incomplete --vocab {root}/vocab.txt --output {root}/o", "COMPLETED"),
-    ("examples: missing vocabulary", "pipelines examples --corpus {root}/incomplete --vocab {root}/nope.txt --output {root}/o", "nope.txt"),
-    ("examples: --dupe-factor 0", "pipelines examples --corpus {root}/incomplete --vocab {root}/vocab.txt --output {root}/o --dupe-factor 0", "--dupe-factor"),
+    (
+        "books: --min-document-words -1",
+        "pipelines books --input {root}/vocab.txt --output {root}/o --min-document-words -1",
+        "--min-document-words",
+    ),
+    (
+        "corpus: input without COMPLETED",
+        "pipelines corpus --input {root}/incomplete --output {root}/o",
+        "COMPLETED",
+    ),
+    (
+        "corpus: --test-fraction 2",
+        "pipelines corpus --input {root}/incomplete --output {root}/o --test-fraction 2",
+        "--test-fraction",
+    ),
+    (
+        "examples: corpus without COMPLETED",
+        "pipelines examples --corpus {root}/incomplete --vocab {root}/vocab.txt --output {root}/o",
+        "COMPLETED",
+    ),
+    (
+        "examples: missing vocabulary",
+        "pipelines examples --corpus {root}/incomplete --vocab {root}/nope.txt --output {root}/o",
+        "nope.txt",
+    ),
+    (
+        "examples: --dupe-factor 0",
+        "pipelines examples --corpus {root}/incomplete --vocab {root}/vocab.txt --output {root}/o --dupe-factor 0",
+        "--dupe-factor",
+    ),
     ("show: folder without COMPLETED", "pipelines show {root}/incomplete", "COMPLETED"),
     ("show: missing folder", "pipelines show {root}/nowhere", "nowhere"),
-    ("wordpiece train: corpus without COMPLETED", "wordpiece train --corpus {root}/incomplete --output {root}/o", "COMPLETED"),
-    ("wordpiece train: --vocab-size 0", "wordpiece train --corpus {root}/incomplete --output {root}/o --vocab-size 0", "--vocab-size"),
+    (
+        "wordpiece train: corpus without COMPLETED",
+        "wordpiece train --corpus {root}/incomplete --output {root}/o",
+        "COMPLETED",
+    ),
+    (
+        "wordpiece train: --vocab-size 0",
+        "wordpiece train --corpus {root}/incomplete --output {root}/o --vocab-size 0",
+        "--vocab-size",
+    ),
     ("wordpiece encode: missing vocabulary", "wordpiece encode --vocab {root}/nope.txt", "nope.txt"),
-    ("evaluate squad: missing data file", "finetune evaluate squad --version 1.1 --data-file {root}/nope.json --predictions {root}/preds.json", "nope.json"),
-    ("evaluate squad: predictions not JSON", "finetune evaluate squad --version 1.1 --data-file {root}/dev.json --predictions {root}/not-json.json", "not-json.json"),
-    ("evaluate squad: no questions", "finetune evaluate squad --version 2.0 --data-file {root}/dev.json --predictions {root}/preds.json", "dev.json"),
+    (
+        "evaluate squad: missing data file",
+        "finetune evaluate squad --version 1.1 --data-file {root}/nope.json --predictions {root}/preds.json",
+        "nope.json",
+    ),
+    (
+        "evaluate squad: predictions not JSON",
+        "finetune evaluate squad --version 1.1 --data-file {root}/dev.json --predictions {root}/not-json.json",
+        "not-json.json",
+    ),
+    (
+        "evaluate squad: no questions",
+        "finetune evaluate squad --version 2.0 --data-file {root}/dev.json --predictions {root}/preds.json",
+        "dev.json",
+    ),
     ("text: glob matches nothing", "pipelines text --input {root}/none-*.txt --output {root}/o", "none-*"),
-    ("features: missing checkpoint", "finetune features --checkpoint {root}/nowhere --input {root}/vocab.txt --output {root}/f", "nowhere"),
-    ("features: missing input", "finetune features --checkpoint {root}/nowhere --input {root}/missing.txt --output {root}/f", "missing.txt"),
-    ("report: run folder without metrics.json", "finetune report {root}/nowhere --output {root}/r", "nowhere"),
+    (
+        "features: missing checkpoint",
+        "finetune features --checkpoint {root}/nowhere --input {root}/vocab.txt --output {root}/f",
+        "nowhere",
+    ),
+    (
+        "features: missing input",
+        "finetune features --checkpoint {root}/nowhere --input {root}/missing.txt --output {root}/f",
+        "missing.txt",
+    ),
+    (
+        "report: run folder without metrics.json",
+        "finetune report {root}/nowhere --output {root}/r",
+        "nowhere",
+    ),
     ("report: metrics.json not JSON", "finetune report {root}/run --output {root}/r", "metrics.json"),
-    ("report: an earlier report at --output", "finetune report {root}/run --output {root}/report", "--overwrite"),
+    (
+        "report: an earlier report at --output",
+        "finetune report {root}/run --output {root}/report",
+        "--overwrite",
+    ),
     ("pretrain params: heads do not divide hidden", "pretrain params --config 3/100/7", "3/100/7"),
     ("pretrain params: unknown size", "pretrain params --config huge", "huge"),
-    ("evaluate squad: null odds with v1.1", "finetune evaluate squad --version 1.1 --data-file {root}/dev.json --predictions {root}/preds.json --null-odds {root}/preds.json", "null odds"),
-]  # fmt: skip
+    (
+        "evaluate squad: null odds with v1.1",
+        "finetune evaluate squad --version 1.1 --data-file {root}/dev.json --predictions {root}/preds.json --null-odds {root}/preds.json",
+        "null odds",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "command", "names"), CASES, ids=[c[0] for c in CASES])

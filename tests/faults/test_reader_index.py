@@ -71,34 +71,93 @@ def _index_case(name: str):
     """(edit of the index JSON, text the one line must hold) for each hostile index."""
     big = 1 << 40
     cases = {
-        "rows above the limit": (lambda d: _batches(d)["num_rows"].__setitem__(0, big), "num_rows 1099511627776 is not an integer from 0 to 1,048,576"),
-        "negative row count": (lambda d: _batches(d)["num_rows"].__setitem__(0, -1), "num_rows -1 is not an integer"),
-        "huge length": (lambda d: _batches(d)["length"].__setitem__(0, big), "offset 792 and length 1099511627776 are not integers with 0 <= offset and 0 < length <= 268,435,456"),
-        "negative offset": (lambda d: _batches(d)["offset"].__setitem__(1, -5), "record batch 1: offset -5 and length"),
-        "range beyond the shard": (lambda d: _batches(d)["offset"].__setitem__(3, 500_000), "record batch 3: bytes 500000-592816 lie beyond the shard's 500,490 bytes"),
-        "string for a number": (lambda d: _batches(d)["offset"].__setitem__(0, "792"), "offset '792' and length"),
-        "bool for a number": (lambda d: _batches(d)["num_rows"].__setitem__(0, True), "num_rows True is not an integer"),
-        "list where an object belongs": (lambda d: d["shards"][0].__setitem__("batches", []), "batches is not an object"),
+        "rows above the limit": (
+            lambda d: _batches(d)["num_rows"].__setitem__(0, big),
+            "num_rows 1099511627776 is not an integer from 0 to 1,048,576",
+        ),
+        "negative row count": (
+            lambda d: _batches(d)["num_rows"].__setitem__(0, -1),
+            "num_rows -1 is not an integer",
+        ),
+        "huge length": (
+            lambda d: _batches(d)["length"].__setitem__(0, big),
+            "offset 792 and length 1099511627776 are not integers with 0 <= offset and 0 < length <= 268,435,456",
+        ),
+        "negative offset": (
+            lambda d: _batches(d)["offset"].__setitem__(1, -5),
+            "record batch 1: offset -5 and length",
+        ),
+        "range beyond the shard": (
+            lambda d: _batches(d)["offset"].__setitem__(3, 500_000),
+            "record batch 3: bytes 500000-592816 lie beyond the shard's 500,490 bytes",
+        ),
+        "string for a number": (
+            lambda d: _batches(d)["offset"].__setitem__(0, "792"),
+            "offset '792' and length",
+        ),
+        "bool for a number": (
+            lambda d: _batches(d)["num_rows"].__setitem__(0, True),
+            "num_rows True is not an integer",
+        ),
+        "list where an object belongs": (
+            lambda d: d["shards"][0].__setitem__("batches", []),
+            "batches is not an object",
+        ),
         "object where a list belongs": (lambda d: d.__setitem__("shards", {}), "shards is not a list"),
-        "missing key": (lambda d: d["shards"][0].pop("num_bytes"), "a shard is not an object with exactly the keys"),
+        "missing key": (
+            lambda d: d["shards"][0].pop("num_bytes"),
+            "a shard is not an object with exactly the keys",
+        ),
         "columns of other lengths": (lambda d: _batches(d)["sha256"].pop(), "are not lists of one length"),
-        "not a hash": (lambda d: _batches(d)["sha256"].__setitem__(0, "x" * 64), "record batch 0: sha256 is not a hex SHA-256"),
-        "bool for the version": (lambda d: d.__setitem__("index_version", True), "index version True is not supported"),
+        "not a hash": (
+            lambda d: _batches(d)["sha256"].__setitem__(0, "x" * 64),
+            "record batch 0: sha256 is not a hex SHA-256",
+        ),
+        "bool for the version": (
+            lambda d: d.__setitem__("index_version", True),
+            "index version True is not supported",
+        ),
         "a shard listed twice": (lambda d: d["shards"].append(d["shards"][0]), f"{SHARD} is listed twice"),
-        "a shard the manifest lacks": (lambda d: d["shards"].append({**d["shards"][0], "path": "examples/extra.arrow"}), "examples/extra.arrow is not in the manifest"),
-        "rows that disagree with the manifest": (lambda d: _batches(d)["num_rows"].__setitem__(0, 1000), f"{SHARD} differs from the manifest's entry"),
-        "another format": (lambda d: d.__setitem__("format", "documents"), "it indexes 'documents' version 1, the manifest holds 'examples' version 1"),
-        "a path out of the folder": (lambda d: d["shards"][0].__setitem__("path", "../part.arrow"), "shard '../part.arrow': the path '../part.arrow' is not a relative path"),
-    }  # fmt: skip
+        "a shard the manifest lacks": (
+            lambda d: d["shards"].append({**d["shards"][0], "path": "examples/extra.arrow"}),
+            "examples/extra.arrow is not in the manifest",
+        ),
+        "rows that disagree with the manifest": (
+            lambda d: _batches(d)["num_rows"].__setitem__(0, 1000),
+            f"{SHARD} differs from the manifest's entry",
+        ),
+        "another format": (
+            lambda d: d.__setitem__("format", "documents"),
+            "it indexes 'documents' version 1, the manifest holds 'examples' version 1",
+        ),
+        "a path out of the folder": (
+            lambda d: d["shards"][0].__setitem__("path", "../part.arrow"),
+            "shard '../part.arrow': the path '../part.arrow' is not a relative path",
+        ),
+    }
     return cases[name]
 
 
 INDEX_CASES = [
-    "rows above the limit", "negative row count", "huge length", "negative offset", "range beyond the shard",
-    "string for a number", "bool for a number", "list where an object belongs", "object where a list belongs",
-    "missing key", "columns of other lengths", "not a hash", "bool for the version", "a shard listed twice",
-    "a shard the manifest lacks", "rows that disagree with the manifest", "another format", "a path out of the folder",
-]  # fmt: skip
+    "rows above the limit",
+    "negative row count",
+    "huge length",
+    "negative offset",
+    "range beyond the shard",
+    "string for a number",
+    "bool for a number",
+    "list where an object belongs",
+    "object where a list belongs",
+    "missing key",
+    "columns of other lengths",
+    "not a hash",
+    "bool for the version",
+    "a shard listed twice",
+    "a shard the manifest lacks",
+    "rows that disagree with the manifest",
+    "another format",
+    "a path out of the folder",
+]
 
 
 @pytest.mark.parametrize("name", INDEX_CASES)

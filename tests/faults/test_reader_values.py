@@ -65,18 +65,22 @@ CASES = {
         "input_ids holds {k} tokens, num_tokens says otherwise",
     ),
     "sequence longer than the shards'": (
-        lambda rows: rows[ROW].update(input_ids=rows[ROW]["input_ids"] * 2, num_tokens=2 * rows[ROW]["num_tokens"]),
+        lambda rows: rows[ROW].update(
+            input_ids=rows[ROW]["input_ids"] * 2, num_tokens=2 * rows[ROW]["num_tokens"]
+        ),
         "num_tokens {n} exceeds the shards' max_seq_length 64",
     ),
     "empty sequence": (
-        lambda rows: rows[ROW].update(input_ids=[], num_tokens=0, num_tokens_a=0, masked_lm_positions=[], masked_lm_ids=[]),
+        lambda rows: rows[ROW].update(
+            input_ids=[], num_tokens=0, num_tokens_a=0, masked_lm_positions=[], masked_lm_ids=[]
+        ),
         "num_tokens 0 is below 1",
     ),
     "null token": (
         _edit("input_ids", lambda r: [r["input_ids"][0], None, *r["input_ids"][2:]]),
         "input_ids holds a null",
     ),
-}  # fmt: skip
+}
 
 
 def _expected(folder, text: str, message: str) -> str:

@@ -58,8 +58,14 @@ def test_an_earlier_run_is_refused_then_replaced_with_overwrite_markers_first(tm
     for name in ("COMMITTED", "model.safetensors"):
         (run / "checkpoints" / "step-00000002" / name).write_text(name)
     (run / "metrics.jsonl").write_text("{}\n")
-    _record(run, ["checkpoints/step-00000002/COMMITTED", "checkpoints/step-00000002/model.safetensors",
-                  "metrics.jsonl"])  # fmt: skip
+    _record(
+        run,
+        [
+            "checkpoints/step-00000002/COMMITTED",
+            "checkpoints/step-00000002/model.safetensors",
+            "metrics.jsonl",
+        ],
+    )
     before = _tree(tmp_path)
     with pytest.raises(
         OutputError, match=r"holds the 3 file\(s\) of an earlier `pretrain` run.*continue it with --resume R"
@@ -108,8 +114,17 @@ def test_bucket_outputs_are_checked_the_same_way():
 
 
 def test_flag_ranges_are_all_listed_at_once():
-    cfg = PretrainConfig(shards="s", output="o", lr=float("nan"), weight_decay=-1.0, max_grad_norm=float("inf"),
-                         dynamic_masking=True, masked_lm_prob=1.5, mask_share=2.0, streams=0)  # fmt: skip
+    cfg = PretrainConfig(
+        shards="s",
+        output="o",
+        lr=float("nan"),
+        weight_decay=-1.0,
+        max_grad_norm=float("inf"),
+        dynamic_masking=True,
+        masked_lm_prob=1.5,
+        mask_share=2.0,
+        streams=0,
+    )
     problems = cfg.problems()
     for flag in (
         "--lr",

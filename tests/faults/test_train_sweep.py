@@ -74,8 +74,14 @@ def _swapped_vocab_folder(folder: Path, shards: Path) -> None:
     manifest = json.loads((shards / "manifest.json").read_text())
     tokens = Path(manifest["params"]["vocab"]).read_text(encoding="utf-8").splitlines()
     tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
-    config = BertConfig(vocab_size=len(tokens), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+    config = BertConfig(
+        vocab_size=len(tokens),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     BertForPreTraining(config, seed=0).save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
 
@@ -95,47 +101,187 @@ def _cases(shards: Path) -> list[tuple[str, str, str]]:
     ner = f"finetune ner --data-dir {{root}}/conll {QUICK}"
     return [
         ("pretrain: existing run folder", f"{pre} --output {{root}}/run", "--resume {root}/run"),
-        ("pretrain: --overwrite beside files no run wrote", f"{pre} --output {{root}}/run-foreign --overwrite", "NOTES.md"),
-        ("pretrain: --overwrite, then a missing vocabulary", f"{pre} --output {{root}}/run --overwrite --vocab {{root}}/nope.txt", "nope.txt"),
+        (
+            "pretrain: --overwrite beside files no run wrote",
+            f"{pre} --output {{root}}/run-foreign --overwrite",
+            "NOTES.md",
+        ),
+        (
+            "pretrain: --overwrite, then a missing vocabulary",
+            f"{pre} --output {{root}}/run --overwrite --vocab {{root}}/nope.txt",
+            "nope.txt",
+        ),
         ("pretrain: --overwrite with --resume", f"{pre} --resume {{root}}/run --overwrite", "--overwrite"),
         ("pretrain: --lr nan", f"{pre} --output {{root}}/new --lr nan", "--lr"),
         ("pretrain: --weight-decay -1", f"{pre} --output {{root}}/new --weight-decay -1", "--weight-decay"),
-        ("pretrain: --masked-lm-prob 2", f"{pre} --output {{root}}/new --dynamic-masking --masked-lm-prob 2", "--masked-lm-prob"),
-        ("pretrain: shards without COMPLETED", f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/fresh", "COMPLETED"),
-        ("pretrain: shards without COMPLETED, a new output", f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/new", "COMPLETED"),
-        ("pretrain: missing vocabulary", f"{pre} --output {{root}}/fresh --vocab {{root}}/nope.txt", "nope.txt"),
+        (
+            "pretrain: --masked-lm-prob 2",
+            f"{pre} --output {{root}}/new --dynamic-masking --masked-lm-prob 2",
+            "--masked-lm-prob",
+        ),
+        (
+            "pretrain: shards without COMPLETED",
+            f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/fresh",
+            "COMPLETED",
+        ),
+        (
+            "pretrain: shards without COMPLETED, a new output",
+            f"pretrain --shards {{root}}/incomplete {TINY} --output {{root}}/new",
+            "COMPLETED",
+        ),
+        (
+            "pretrain: missing vocabulary",
+            f"{pre} --output {{root}}/fresh --vocab {{root}}/nope.txt",
+            "nope.txt",
+        ),
         ("pretrain: unwritable output", f"{pre} --output {{root}}/blocker/run", "cannot write"),
-        ("pretrain: --init-from vocab.txt against the embeddings", f"{init} {{root}}/bad-vocab", "21 tokens but the word embeddings"),
-        ("pretrain: --init-from vocab.txt against the shards'", f"{init} {{root}}/hf", "has 20 tokens but the shards' vocabulary"),
-        ("pretrain: --init-from vocab.txt, same size, other ids", f"{init} {{root}}/swapped-vocab", "both have 30522 tokens but differ from id 1000"),
-        ("export: existing output", "pretrain export --checkpoint {root}/run --output {root}/hf", "of an earlier `pretrain export` run"),
-        ("export: run folder without a checkpoint", "pretrain export --checkpoint {root}/empty-run --output {root}/new", "no complete checkpoint"),
-        ("export: unwritable output", "pretrain export --checkpoint {root}/run --output {root}/blocker/hf", "cannot write"),
-        ("glue: existing output", f"{glue} --checkpoint {{root}}/hf --output {{root}}/glue-done", "of an earlier `finetune glue` run"),
-        ("glue: missing data dir", "finetune glue --task rte --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
-        ("glue: vocab.txt against the embeddings", f"{glue} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
-        ("glue: missing checkpoint", f"{glue} --checkpoint {{root}}/no-model --output {{root}}/new", "no-model"),
+        (
+            "pretrain: --init-from vocab.txt against the embeddings",
+            f"{init} {{root}}/bad-vocab",
+            "21 tokens but the word embeddings",
+        ),
+        (
+            "pretrain: --init-from vocab.txt against the shards'",
+            f"{init} {{root}}/hf",
+            "has 20 tokens but the shards' vocabulary",
+        ),
+        (
+            "pretrain: --init-from vocab.txt, same size, other ids",
+            f"{init} {{root}}/swapped-vocab",
+            "both have 30522 tokens but differ from id 1000",
+        ),
+        (
+            "export: existing output",
+            "pretrain export --checkpoint {root}/run --output {root}/hf",
+            "of an earlier `pretrain export` run",
+        ),
+        (
+            "export: run folder without a checkpoint",
+            "pretrain export --checkpoint {root}/empty-run --output {root}/new",
+            "no complete checkpoint",
+        ),
+        (
+            "export: unwritable output",
+            "pretrain export --checkpoint {root}/run --output {root}/blocker/hf",
+            "cannot write",
+        ),
+        (
+            "glue: existing output",
+            f"{glue} --checkpoint {{root}}/hf --output {{root}}/glue-done",
+            "of an earlier `finetune glue` run",
+        ),
+        (
+            "glue: missing data dir",
+            "finetune glue --task rte --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new",
+            "nowhere",
+        ),
+        (
+            "glue: vocab.txt against the embeddings",
+            f"{glue} --checkpoint {{root}}/bad-vocab --output {{root}}/new",
+            "21 tokens",
+        ),
+        (
+            "glue: missing checkpoint",
+            f"{glue} --checkpoint {{root}}/no-model --output {{root}}/new",
+            "no-model",
+        ),
         ("glue: --lr inf", f"{glue} --checkpoint {{root}}/hf --output {{root}}/new --lr inf", "--lr"),
-        ("glue: unwritable output", f"{glue} --checkpoint {{root}}/hf --output {{root}}/blocker/ft", "cannot write"),
-        ("glue: --overwrite, then a missing data dir", "finetune glue --task rte --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/glue-done --overwrite", "nowhere"),
-        ("glue: --overwrite, then a missing checkpoint", f"{glue} --checkpoint {{root}}/no-model --output {{root}}/glue-done --overwrite", "no-model"),
-        ("squad: existing output", f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done", "of an earlier `finetune squad` run"),
-        ("squad: missing predict file", "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/new", "nope.json"),
-        ("squad: vocab.txt against the embeddings", f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
-        ("squad: --overwrite, then a missing predict file", "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/squad-done --overwrite", "nope.json"),
-        ("squad: --overwrite, then vocab.txt against the embeddings", f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/squad-done --overwrite", "21 tokens"),
-        ("squad: --overwrite, then --lr inf", f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done --overwrite --lr inf", "--lr"),
-        ("swag: existing output", f"{sw} --checkpoint {{root}}/hf --output {{root}}/swag-done", "of an earlier `finetune swag` run"),
-        ("swag: missing data dir", "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
-        ("swag: vocab.txt against the embeddings", f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/new", "21 tokens"),
-        ("swag: --overwrite, then a missing data dir", "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/swag-done --overwrite", "nowhere"),
-        ("swag: --overwrite, then vocab.txt against the embeddings", f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/swag-done --overwrite", "21 tokens"),
-        ("ner: existing output", f"{ner} --checkpoint {{root}}/hf --output {{root}}/ner-done", "of an earlier `finetune ner` run"),
-        ("ner: missing data dir", "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new", "nowhere"),
-        ("ner: run folder without a checkpoint", f"{ner} --checkpoint {{root}}/empty-run --output {{root}}/new", "no complete checkpoint"),
-        ("ner: --overwrite, then a missing data dir", "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/ner-done --overwrite", "nowhere"),
-        ("ner: --overwrite, then a run folder without a checkpoint", f"{ner} --checkpoint {{root}}/empty-run --output {{root}}/ner-done --overwrite", "no complete checkpoint"),
-    ]  # fmt: skip
+        (
+            "glue: unwritable output",
+            f"{glue} --checkpoint {{root}}/hf --output {{root}}/blocker/ft",
+            "cannot write",
+        ),
+        (
+            "glue: --overwrite, then a missing data dir",
+            "finetune glue --task rte --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/glue-done --overwrite",
+            "nowhere",
+        ),
+        (
+            "glue: --overwrite, then a missing checkpoint",
+            f"{glue} --checkpoint {{root}}/no-model --output {{root}}/glue-done --overwrite",
+            "no-model",
+        ),
+        (
+            "squad: existing output",
+            f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done",
+            "of an earlier `finetune squad` run",
+        ),
+        (
+            "squad: missing predict file",
+            "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/new",
+            "nope.json",
+        ),
+        (
+            "squad: vocab.txt against the embeddings",
+            f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/new",
+            "21 tokens",
+        ),
+        (
+            "squad: --overwrite, then a missing predict file",
+            "finetune squad --version 1.1 --predict-file {root}/nope.json --checkpoint {root}/hf --output {root}/squad-done --overwrite",
+            "nope.json",
+        ),
+        (
+            "squad: --overwrite, then vocab.txt against the embeddings",
+            f"{sq} --checkpoint {{root}}/bad-vocab --output {{root}}/squad-done --overwrite",
+            "21 tokens",
+        ),
+        (
+            "squad: --overwrite, then --lr inf",
+            f"{sq} --checkpoint {{root}}/hf --output {{root}}/squad-done --overwrite --lr inf",
+            "--lr",
+        ),
+        (
+            "swag: existing output",
+            f"{sw} --checkpoint {{root}}/hf --output {{root}}/swag-done",
+            "of an earlier `finetune swag` run",
+        ),
+        (
+            "swag: missing data dir",
+            "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new",
+            "nowhere",
+        ),
+        (
+            "swag: vocab.txt against the embeddings",
+            f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/new",
+            "21 tokens",
+        ),
+        (
+            "swag: --overwrite, then a missing data dir",
+            "finetune swag --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/swag-done --overwrite",
+            "nowhere",
+        ),
+        (
+            "swag: --overwrite, then vocab.txt against the embeddings",
+            f"{sw} --checkpoint {{root}}/bad-vocab --output {{root}}/swag-done --overwrite",
+            "21 tokens",
+        ),
+        (
+            "ner: existing output",
+            f"{ner} --checkpoint {{root}}/hf --output {{root}}/ner-done",
+            "of an earlier `finetune ner` run",
+        ),
+        (
+            "ner: missing data dir",
+            "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/new",
+            "nowhere",
+        ),
+        (
+            "ner: run folder without a checkpoint",
+            f"{ner} --checkpoint {{root}}/empty-run --output {{root}}/new",
+            "no complete checkpoint",
+        ),
+        (
+            "ner: --overwrite, then a missing data dir",
+            "finetune ner --data-dir {root}/nowhere --checkpoint {root}/hf --output {root}/ner-done --overwrite",
+            "nowhere",
+        ),
+        (
+            "ner: --overwrite, then a run folder without a checkpoint",
+            f"{ner} --checkpoint {{root}}/empty-run --output {{root}}/ner-done --overwrite",
+            "no complete checkpoint",
+        ),
+    ]
 
 
 CASE_NAMES = [name for name, _, _ in _cases(Path("shards"))]
@@ -180,9 +326,16 @@ def test_a_bad_input_is_one_line_and_changes_nothing(index, world, shards):
 def test_a_refused_output_is_one_line_on_stderr_of_a_real_process(program, world, shards):
     args = {
         "pretrain": ["--shards", str(shards), *TINY.split(), "--output", str(world / "run")],
-        "finetune": ["ner", "--data-dir", str(world / "conll"), "--checkpoint", str(world / "hf"),
-                     "--output", str(world / "ner-done")],
-    }[program]  # fmt: skip
+        "finetune": [
+            "ner",
+            "--data-dir",
+            str(world / "conll"),
+            "--checkpoint",
+            str(world / "hf"),
+            "--output",
+            str(world / "ner-done"),
+        ],
+    }[program]
     before = _snapshot(world)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(

@@ -19,8 +19,21 @@ from click.testing import CliRunner
 from schemas import completed_marker
 from tests.clis import CLIS
 
-TINY = ["--config", "tiny", "--global-batch-size", "8", "--max-steps", "1", "--save-steps", "1",
-        "--precision", "fp32", "--num-workers", "0", "--quiet"]  # fmt: skip
+TINY = [
+    "--config",
+    "tiny",
+    "--global-batch-size",
+    "8",
+    "--max-steps",
+    "1",
+    "--save-steps",
+    "1",
+    "--precision",
+    "fp32",
+    "--num-workers",
+    "0",
+    "--quiet",
+]
 
 
 def _damaged(shards: Path, folder: Path, edit: Callable[[dict, Path], None]) -> Path:
@@ -65,9 +78,18 @@ CASES = {
         "not a SHA-256 (64 hex digits)",
     ),
     "cased removed": (lambda d, f: d["params"].pop("cased"), "{shards}/manifest.json: no params.cased"),
-    "cased a string": (lambda d, f: d["params"].update(cased="false"), 'params.cased is "false", not true or false'),
-    "the copy modified": (_swap_two_tokens, "{shards}/vocab.txt: differs from the size and SHA-256 the manifest records"),
-    "the copy missing": (lambda d, f: (f / "vocab.txt").unlink(), "{shards}/vocab.txt: missing, but the manifest names it"),
+    "cased a string": (
+        lambda d, f: d["params"].update(cased="false"),
+        'params.cased is "false", not true or false',
+    ),
+    "the copy modified": (
+        _swap_two_tokens,
+        "{shards}/vocab.txt: differs from the size and SHA-256 the manifest records",
+    ),
+    "the copy missing": (
+        lambda d, f: (f / "vocab.txt").unlink(),
+        "{shards}/vocab.txt: missing, but the manifest names it",
+    ),
     "the copy named outside the folder": (
         lambda d, f: d["vocab_file"].update(path="../vocab.txt"),
         "{shards}/manifest.json: vocab_file: the path '../vocab.txt' is not a relative path inside the folder",
@@ -76,7 +98,7 @@ CASES = {
         lambda d, f: d["vocab_file"].update(num_bytes=d["vocab_file"]["num_bytes"] - 1),
         "{shards}/vocab.txt: differs from the size and SHA-256",
     ),
-}  # fmt: skip
+}
 
 
 def _snapshot(root: Path) -> dict[str, str]:

@@ -32,9 +32,20 @@ def _keep(seed: int, segment: int, heads: int, length: int, dropout_p: float) ->
 
 
 def flash_forward(
-    query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, return_debug_mask,
-    *, scale=None, **unused_options,
-):  # fmt: skip
+    query,
+    key,
+    value,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    return_debug_mask,
+    *,
+    scale=None,
+    **unused_options,
+):
     """``aten::_flash_attention_forward`` for varlen inputs ``[total, heads, dim]``."""
     assert torch.equal(cum_seq_q, cum_seq_k) and cum_seq_q.dtype == torch.int32 and not is_causal
     scale = query.size(-1) ** -0.5 if scale is None else scale
@@ -57,9 +68,24 @@ def flash_forward(
 
 
 def flash_backward(
-    grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
-    is_causal, rng_state, unused, *, scale=None, **unused_options,
-):  # fmt: skip
+    grad_out,
+    query,
+    key,
+    value,
+    out,
+    logsumexp,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    rng_state,
+    unused,
+    *,
+    scale=None,
+    **unused_options,
+):
     """``aten::_flash_attention_backward`` for varlen inputs: (dq, dk, dv)."""
     scale = query.size(-1) ** -0.5 if scale is None else scale
     seed, heads = int(rng_state[0]), query.size(1)

@@ -1,4 +1,4 @@
-"""The chain's resume rules, the derived task and the report's HTML, on stand-in stages."""
+"""The chain's resume rules and the derived task, on stand-in stages."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from chain.report import _markdown_to_html
-from chain.run import ChainError, Stage, run_chain
+from chain.run import Stage, StageFailed, run_chain
 from chain.task import pairs
 
 
@@ -16,9 +15,8 @@ def _stage(name: str, folder, text: str, upstream: tuple[str, ...] = ()) -> Stag
     out = folder / name
     code = f"import pathlib; p = pathlib.Path({str(out)!r}); p.mkdir(exist_ok=True); (p / 'COMPLETED').write_text({text!r})"
     return Stage(
-        name, f"stage {name}", str(out), [sys.executable, "-c", code],
-        done=lambda: (out / "COMPLETED").exists(), upstream=upstream,
-    )  # fmt: skip
+        name, f"stage {name}", str(out), [sys.executable, "-c", code], str(out / "COMPLETED"), upstream
+    )
 
 
 def _plan(folder, b_text: str = "b") -> list[Stage]:
@@ -52,13 +50,14 @@ def test_a_rerun_skips_complete_stages_and_redoes_changed_ones(tmp_path):
     assert [line.split()[3].rstrip(":") for line in lines if "skipped" in line] == ["a", "b"]
 
 
-def test_a_failing_stage_names_its_command(tmp_path):
+def test_a_failing_stage_names_its_command_and_passes_on_its_exit_status(tmp_path):
     bad = Stage(
         "bad", "a failing stage", str(tmp_path / "bad"), [sys.executable, "-c", "raise SystemExit(3)"]
     )
-    with pytest.raises(ChainError, match=r"stage bad failed \(exit 3\): .*SystemExit\(3\)"):
+    with pytest.raises(StageFailed, match=r"stage bad failed \(exit 3\): .*SystemExit\(3\)") as failed:
         run_chain([bad], str(tmp_path), log=lambda line: None)
-    assert json.loads((tmp_path / "chain.json").read_text())["bad"]["failed"] is True
+    assert failed.value.exit_code == 3
+    assert json.loads((tmp_path / "chain.json").read_text())["bad"]["failed"] == 3
 
 
 def test_derived_pairs_are_balanced_and_negatives_cross_documents():
@@ -77,12 +76,3 @@ def test_derived_pairs_are_balanced_and_negatives_cross_documents():
             assert doc1 != doc2
     assert len(pairs(documents, limit=10, seed=7)) == 10
     assert pairs(documents[:1], limit=10, seed=7) == []
-
-
-def test_report_markdown_subset_to_html():
-    page = _markdown_to_html("## Data card\n\n| a | `b` |\n|---|---|\n| 1 | x<y |\n\ntext `code`")
-    assert "<h2>Data card</h2>" in page
-    assert (
-        "<table><tr><th>a</th><th><code>b</code></th></tr><tr><td>1</td><td>x&lt;y</td></tr></table>" in page
-    )
-    assert "<p>text <code>code</code></p>" in page

@@ -10,12 +10,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from chain.run import _Interrupts
+from chain.run import run_process
 
 # A stage: starts a grandchild (a sleeping Python), writes both pids, then waits. ``MODE`` says what
 # it does on a stop signal: "default" (dies), "graceful" (writes stopped.txt and exits 0, as
@@ -46,21 +47,18 @@ time.sleep(600)
 (out / "COMPLETED").write_text("")
 """
 
-# The chain: two stages, the CLIs' exit status (chain.run.exit_code) on an error.
+# The chain: two stages, run by a command that keeps the project's exit rule (schemas.commands).
 DRIVER = """
-import sys
-from chain.run import ChainError, Stage, exit_code, run_chain
+import sys, click
+from chain.run import Stage, run_chain
+from schemas.commands import OneLineCommand
 work, mode, stage_script = sys.argv[1], sys.argv[2], sys.argv[3]
 stages = [
     Stage("slow", "a slow stage", f"{work}/slow", [sys.executable, stage_script, f"{work}/slow", mode]),
     Stage("next", "the next stage", f"{work}/next",
           [sys.executable, "-c", f"import pathlib; pathlib.Path({work!r}, 'next-ran').write_text('')"]),
 ]
-try:
-    run_chain(stages, work, log=print, grace_s=1.0)
-except ChainError as err:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(exit_code(err))
+click.command(cls=OneLineCommand)(lambda: run_chain(stages, work, log=print, grace_s=1.0))([])
 """
 
 
@@ -88,10 +86,8 @@ def test_a_stop_signal_ends_the_stage_group_and_the_chain_without_finishing_the_
     (tmp_path / "stage.py").write_text(STAGE)
     work = tmp_path / "work"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    chain = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(work), mode, str(tmp_path / "stage.py")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    command = [sys.executable, "-c", DRIVER, str(work), mode, str(tmp_path / "stage.py")]
+    chain = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(work / "slow" / "pids.txt")
         stage_pid, grandchild_pid = map(int, (work / "slow" / "pids.txt").read_text().split())
@@ -103,7 +99,7 @@ def test_a_stop_signal_ends_the_stage_group_and_the_chain_without_finishing_the_
             chain.kill()
     assert chain.returncode == 128 + signum, stderr
     name = signal.Signals(signum).name
-    assert f"interrupted by {name} during stage slow; rerun to continue" in stderr
+    assert f"error: interrupted by {name}; stage slow recorded as interrupted; rerun to continue" in stderr
     assert "Traceback" not in stderr
     deadline = time.monotonic() + 10
     while (_alive(stage_pid) or _alive(grandchild_pid)) and time.monotonic() < deadline:
@@ -117,37 +113,43 @@ def test_a_stop_signal_ends_the_stage_group_and_the_chain_without_finishing_the_
         assert (work / "slow" / "stopped.txt").read_text() == name
 
 
-def _sleeper(ignore_term: bool = False) -> subprocess.Popen:
-    code = "import signal, sys, time; "
-    if ignore_term:
-        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-    code += "print('ready', flush=True); time.sleep(600)"
-    process = subprocess.Popen(
-        [sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True
-    )
-    assert process.stdout.readline().strip() == "ready"
-    return process
+def _stage(tmp_path: Path, ignore_term: bool = False) -> list[str]:
+    """A stage that writes ``ready`` once it runs, then sleeps (ignoring SIGTERM when asked)."""
+    code = "import pathlib, signal, sys, time; "
+    code += "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_term else ""
+    code += f"pathlib.Path({str(tmp_path / 'ready')!r}).write_text(''); time.sleep(600)"
+    return [sys.executable, "-c", code]
 
 
-def test_a_signal_while_the_stage_starts_is_forwarded_once_it_exists():
-    interrupts = _Interrupts(grace_s=60)
-    interrupts.starting = True
-    interrupts._handle(signal.SIGTERM, None)  # no process yet: kept, not raised
-    process = _sleeper()
-    interrupts.started(process.pid)
-    assert process.wait(timeout=30) == -signal.SIGTERM  # as it came, not SIGKILL
-    interrupts.finished()
+def _signal_self_when_ready(tmp_path: Path, count: int) -> threading.Thread:
+    def send() -> None:
+        _wait_for(tmp_path / "ready")
+        for _ in range(count):
+            os.kill(os.getpid(), signal.SIGTERM)  # run_process's handler forwards it to the stage
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
 
 
-def test_a_second_signal_or_the_grace_period_ends_a_stage_that_ignores_the_first():
-    for second_signal in (True, False):
-        interrupts = _Interrupts(grace_s=60 if second_signal else 0.5)  # only the cause under test kills
-        process = _sleeper(ignore_term=True)
-        interrupts.started(process.pid)
-        interrupts._handle(signal.SIGTERM, None)
-        time.sleep(0.2)
-        assert process.poll() is None  # SIGTERM ignored
-        if second_signal:
-            interrupts._handle(signal.SIGTERM, None)
-        assert process.wait(timeout=30) == -signal.SIGKILL
-        interrupts.finished()
+def test_a_signal_while_the_stage_starts_is_forwarded_once_it_exists(tmp_path, monkeypatch):
+    started = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # before the process exists: kept, then forwarded
+        return started(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    code, _, _, signum = run_process([sys.executable, "-c", "import time; time.sleep(600)"], grace_s=60)
+    assert (code, signum) == (-signal.SIGTERM, signal.SIGTERM)  # as it came, not SIGKILL
+
+
+@pytest.mark.parametrize("second_signal", [True, False])
+def test_a_second_signal_or_the_grace_period_ends_a_stage_that_ignores_the_first(tmp_path, second_signal):
+    sender = _signal_self_when_ready(tmp_path, 2 if second_signal else 1)
+    started = time.monotonic()
+    code, _, _, signum = run_process(_stage(tmp_path, ignore_term=True), grace_s=60 if second_signal else 1)
+    sender.join()
+    assert (code, signum) == (-signal.SIGKILL, signal.SIGTERM)
+    assert time.monotonic() - started < 30

@@ -1,7 +1,7 @@
 """Every command line in README.md and docs/*.md names commands, subcommands and flags that exist.
 
 The command blocks are parsed (continuation lines joined, comments and pipes cut) and each call of
-``pipelines``, ``wordpiece``, ``pretrain``, ``finetune`` or ``python -m chain`` is checked against
+``pipelines``, ``wordpiece``, ``pretrain``, ``finetune`` or ``chain`` is checked against
 click's command objects directly: a renamed or removed flag fails here, not in a newcomer's shell.
 Every Dataflow command shown is run up to its bucket probe: its Beam values parse and its own
 checks (settings, worker paths on buckets, project, region, temp_location) pass.
@@ -19,7 +19,6 @@ import click
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from chain.ablate_cli import main as chain_ablate
 from tests.clis import CLIS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +44,7 @@ def calls(line: str) -> list[tuple[str, list[str]]]:
     found = []
     for i, token in enumerate(tokens):
         name = token.rsplit("/", 1)[-1]
-        if tokens[i - 1 : i] == ["-m"] and name in CLIS or name in CLIS and name != "chain" and i == 0:
+        if tokens[i - 1 : i] == ["-m"] and name in CLIS or name in CLIS and i == 0:
             rest = []
             for arg in tokens[i + 1 :]:
                 if arg in STOP:
@@ -77,8 +76,6 @@ def problems(tool: str, args: list[str]) -> list[str]:
     """What in ``tool args`` click does not know: an unknown subcommand or flag."""
     command: click.Command = CLIS[tool]
     path = [tool]
-    if tool == "chain" and args[:1] == ["ablate"]:  # `python -m chain ablate`: its own command
-        command, path, args = chain_ablate, ["chain", "ablate"], args[1:]
     found = []
     for arg in args:
         if isinstance(command, click.Group) and arg in command.commands:
@@ -105,8 +102,7 @@ def all_calls() -> list[tuple[str, str, list[str]]]:
 
 
 def test_the_docs_call_every_tool():
-    # ``python -m chain`` is shown inline (``make demo`` runs it); the four tools in command blocks
-    assert {tool for _, tool, _ in all_calls()} >= set(CLIS) - {"chain"}
+    assert {tool for _, tool, _ in all_calls()} >= set(CLIS)
 
 
 @pytest.mark.parametrize("doc", [doc.relative_to(ROOT).as_posix() for doc in DOCS])

@@ -73,9 +73,21 @@ def test_glue_mnli_seeds_matched_mismatched_and_diagnostic(bert_uncased_folder, 
     ax = require(SAMPLES / "ax" / "dummy_data" / "ax.tsv")
     out = tmp_path / "mnli"
     run(
-        "glue", "--task", "mnli", "--data-dir", str(data), "--checkpoint", bert_uncased_folder,
-        "--output", str(out), "--diagnostic", str(ax), "--seeds", "2", *QUICK,
-    )  # fmt: skip
+        "glue",
+        "--task",
+        "mnli",
+        "--data-dir",
+        str(data),
+        "--checkpoint",
+        bert_uncased_folder,
+        "--output",
+        str(out),
+        "--diagnostic",
+        str(ax),
+        "--seeds",
+        "2",
+        *QUICK,
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["dev"]) == {"matched_accuracy", "mismatched_accuracy"}
     assert [r["config"]["seed"] for r in metrics["runs"]] == [42, 43]
@@ -91,9 +103,22 @@ def test_glue_stsb_submission_is_scores(bert_uncased_folder, tmp_path: Path):
     data = require(SHARED_DATA / "glue" / "STS-B")
     out = tmp_path / "stsb"
     run(
-        "glue", "--task", "stsb", "--data-dir", str(data), "--checkpoint", bert_uncased_folder, "--output", str(out),
-        "--max-train-examples", "8", "--max-eval-examples", "8", "--no-test-predictions", *QUICK,
-    )  # fmt: skip
+        "glue",
+        "--task",
+        "stsb",
+        "--data-dir",
+        str(data),
+        "--checkpoint",
+        bert_uncased_folder,
+        "--output",
+        str(out),
+        "--max-train-examples",
+        "8",
+        "--max-eval-examples",
+        "8",
+        "--no-test-predictions",
+        *QUICK,
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["dev"]) == {"pearson", "spearman"} and metrics["main_metric"] == "spearman"
     assert not (out / "STS-B.tsv").exists()
@@ -251,10 +276,26 @@ def test_squad_command_is_wired_to_run_squad(bert_uncased_folder, tmp_path: Path
     data_file = require(SHARED_DATA / "squad" / "allennlp-models_test_fixtures_squad.json")
     out = tmp_path / "squad"
     result = run(
-        "squad", "--version", "1.1", "--train-file", str(data_file), "--predict-file", str(data_file),
-        "--checkpoint", bert_uncased_folder, "--output", str(out), "--epochs", "1", "--batch-size", "4",
-        "--max-seq-length", "128", "--doc-stride", "64",
-    )  # fmt: skip
+        "squad",
+        "--version",
+        "1.1",
+        "--train-file",
+        str(data_file),
+        "--predict-file",
+        str(data_file),
+        "--checkpoint",
+        bert_uncased_folder,
+        "--output",
+        str(out),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--max-seq-length",
+        "128",
+        "--doc-stride",
+        "64",
+    )
     shown = json.loads(result.stdout)
     assert shown["task"] == "squad" and 0.0 <= shown["f1"] <= 100.0
     assert (out / "predictions.json").exists() and (out / "metrics.json").exists()

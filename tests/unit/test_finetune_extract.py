@@ -35,9 +35,13 @@ TEXT = [
 def run_folder(root: Path) -> Path:
     """A pretrain run with one complete checkpoint: what --checkpoint RUN resolves."""
     config = BertConfig(
-        vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=LAYERS, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=128,
-    )  # fmt: skip
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=128,
+    )
     url = ckpt.step_url(str(root), 5)
     BertForPreTraining(config, seed=3).save_pretrained(Path(url))
     (Path(url) / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
@@ -105,9 +109,16 @@ def test_tokens_map_to_their_words(run, text, tmp_path):
     _, table = read_features(str(tmp_path / "out"))
     line2 = [r for r in table.to_pylist() if r["line"] == 2]
     assert [(r["token"], r["word_index"]) for r in line2] == [
-        ("[CLS]", -1), ("dog", 0), ("##s", 0), ("play", 1), ("##ing", 1), (",", 1), ("walk", 2),
-        ("##s", 2), ("[SEP]", -1),
-    ]  # fmt: skip
+        ("[CLS]", -1),
+        ("dog", 0),
+        ("##s", 0),
+        ("play", 1),
+        ("##ing", 1),
+        (",", 1),
+        ("walk", 2),
+        ("##s", 2),
+        ("[SEP]", -1),
+    ]
     assert [r["token_index"] for r in line2] == list(range(9))
     line3 = [r["token"] for r in table.to_pylist() if r["line"] == 3]
     assert line3 == ["[CLS]", "[UNK]", "the", "cat", "[SEP]"]

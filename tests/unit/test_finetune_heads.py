@@ -17,9 +17,13 @@ LAYERS = 5
 
 def tiny_encoder(seed: int = 0, layers: int = LAYERS) -> BertForPreTraining:
     config = BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64,
-    )  # fmt: skip
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return BertForPreTraining(config, seed=seed).eval()
 
 
@@ -47,8 +51,13 @@ def test_feature_layers_are_table_7s_rows():
 def test_parse_layers_counts_from_the_end_like_extract_features():
     assert parse_layers("-1,-2,-3,-4", 12) == (12, 11, 10, 9)
     assert parse_layers("0, 12", 12) == (0, 12) and parse_layers("-13", 12) == (0,)
-    for bad, message in (("-14", "out of range"), ("13", "out of range"), ("1,x", "integers"),
-                         ("-1,12", "named twice"), ("", "at least one")):  # fmt: skip
+    for bad, message in (
+        ("-14", "out of range"),
+        ("13", "out of range"),
+        ("1,x", "integers"),
+        ("-1,12", "named twice"),
+        ("", "at least one"),
+    ):
         with pytest.raises(ValueError, match=message):
             parse_layers(bad, 12)
 

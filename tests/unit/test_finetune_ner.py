@@ -21,9 +21,11 @@ def test_iob1_and_iob2_give_the_same_entities():
     iob1 = ["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG", "I-MISC"]
     iob2 = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "B-ORG", "B-MISC"]
     assert to_iob2(iob1) == iob2 and to_iob2(iob2) == iob2
-    assert entities(iob1) == entities(iob2) == {
-        ("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4), ("ORG", 5, 5), ("MISC", 6, 6)
-    }  # fmt: skip
+    assert (
+        entities(iob1)
+        == entities(iob2)
+        == {("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4), ("ORG", 5, 5), ("MISC", 6, 6)}
+    )
 
 
 def _perturb(tags: list[str], rng: random.Random, kinds: list[str]) -> list[str]:

@@ -37,10 +37,15 @@ def one_thread():
 
 def tiny_config(vocab_size: int = 64) -> BertConfig:
     return BertConfig(
-        vocab_size=vocab_size, hidden_size=H, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+        vocab_size=vocab_size,
+        hidden_size=H,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+    )
 
 
 def count(model: torch.nn.Module) -> int:
@@ -88,8 +93,10 @@ def test_one_step_changes_the_bilstm_and_the_encoder():
     after = model.state_dict()
     for name in ("bilstm.lstm.weight_ih_l0", "bilstm.lstm.weight_hh_l0_reverse", "classifier.weight"):
         assert not torch.equal(before[name], after[name]), name
-    assert not torch.equal(before["bert.encoder.layer.0.attention.self.query.weight"],
-                           after["bert.encoder.layer.0.attention.self.query.weight"])  # fmt: skip
+    assert not torch.equal(
+        before["bert.encoder.layer.0.attention.self.query.weight"],
+        after["bert.encoder.layer.0.attention.self.query.weight"],
+    )
 
 
 def test_a_tiny_run_on_real_mrpc_learns_saves_and_restores_with_the_flag_only(tiny_hf_folder, tmp_path):
@@ -112,9 +119,26 @@ def test_a_tiny_run_on_real_mrpc_learns_saves_and_restores_with_the_flag_only(ti
     # The saved model predicts the dev rows exactly as the run did, with --bilstm; without, refused.
     again = tmp_path / "again"
     runner = CliRunner()
-    args = ["glue", "--task", "mrpc", "--data-dir", data, "--checkpoint", str(out / "model"),
-            "--output", str(again), "--predict-only", "--max-eval-examples", "16", "--max-seq-length", "64",
-            "--no-test-predictions", "--device", "cpu", "--no-save-model"]  # fmt: skip
+    args = [
+        "glue",
+        "--task",
+        "mrpc",
+        "--data-dir",
+        data,
+        "--checkpoint",
+        str(out / "model"),
+        "--output",
+        str(again),
+        "--predict-only",
+        "--max-eval-examples",
+        "16",
+        "--max-seq-length",
+        "64",
+        "--no-test-predictions",
+        "--device",
+        "cpu",
+        "--no-save-model",
+    ]
     result = runner.invoke(main, [*args, "--bilstm"])
     assert result.exit_code == 0, result.output
     restored = json.loads((again / "metrics.json").read_text())

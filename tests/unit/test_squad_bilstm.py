@@ -21,10 +21,15 @@ VOCAB = SHARED_DATA / "vocab" / "bert-base-uncased_vocab.txt"
 
 def tiny_config(vocab_size: int = 64) -> BertConfig:
     return BertConfig(
-        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+    )
 
 
 def count(model: torch.nn.Module) -> int:

@@ -24,8 +24,10 @@ from schemas.commands import CommandError
 
 def squad_data(*questions: tuple[str, list[str]]) -> list[dict]:
     """A ``data`` list with one paragraph holding ``(id, gold texts)`` questions."""
-    qas = [{"id": qid, "question": "?", "answers": [{"text": t, "answer_start": 0} for t in golds]}
-           for qid, golds in questions]  # fmt: skip
+    qas = [
+        {"id": qid, "question": "?", "answers": [{"text": t, "answer_start": 0} for t in golds]}
+        for qid, golds in questions
+    ]
     return [{"title": "t", "paragraphs": [{"context": "c", "qas": qas}]}]
 
 

@@ -88,3 +88,81 @@ def test_the_trainer_and_fine_tuning_import_no_beam():
         "sys.exit('apache_beam' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# The weight of the house (issue 33): product code is every .py file of the six packages.
+MAX_PRODUCT_LINES = 19_000
+MAX_EXCEPTION_CLASSES = 10
+_EXCEPTION_BASES = {
+    "Exception",
+    "BaseException",
+    "ValueError",
+    "RuntimeError",
+    "OSError",
+    "KeyboardInterrupt",
+}
+
+
+def _classes() -> list[tuple[str, str, list[str]]]:
+    """``(module, class name, base names)`` of every class in the product code."""
+    import ast
+
+    from benchmarks.function_lengths import project_files
+
+    found = []
+    for module, path in project_files().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+                found.append((module, node.name, bases))
+    return found
+
+
+def test_product_code_fits_its_line_budget():
+    from benchmarks.function_lengths import project_files
+
+    per_package: dict[str, int] = {}
+    for module, path in project_files().items():
+        package = module.split(".")[0]
+        per_package[package] = per_package.get(package, 0) + len(
+            path.read_text(encoding="utf-8").splitlines()
+        )
+    total = sum(per_package.values())
+    print(
+        f"product code: {total:,} lines ({', '.join(f'{k} {v:,}' for k, v in sorted(per_package.items()))})"
+    )
+    assert total <= MAX_PRODUCT_LINES, (
+        f"product code is {total:,} lines, over the {MAX_PRODUCT_LINES:,} budget"
+    )
+
+
+def test_few_exception_classes_and_no_class_name_twice():
+    classes = _classes()
+    exceptions = {name for _, name, _ in classes}
+    errors: set[str] = set()
+    while True:  # a class is an exception when a base is one
+        grown = {n for _, n, bases in classes if any(b in _EXCEPTION_BASES or b in errors for b in bases)}
+        if grown <= errors:
+            break
+        errors |= grown
+    assert len(errors) <= MAX_EXCEPTION_CLASSES, f"{len(errors)} exception classes: {sorted(errors)}"
+    seen: dict[str, str] = {}
+    twice = []
+    for module, name, _ in classes:
+        if name in seen and seen[name] != module:
+            twice.append(f"{name} ({seen[name]}, {module})")
+        seen.setdefault(name, module)
+    assert not twice, f"class names used twice: {twice}"
+    assert exceptions
+
+
+def test_the_formatter_owns_the_layout():
+    import subprocess
+
+    found = subprocess.run(
+        ["git", "grep", "-n", "-E", "fmt: (skip|off)", "--", "*.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    assert not found, f"the formatter's layout is overridden:\n{found}"

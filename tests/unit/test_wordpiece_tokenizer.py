@@ -241,8 +241,21 @@ def test_invalid_json(tmp_path):
 def test_tiny_vocab_encode_and_specials():
     tokenizer = WordPieceTokenizer(TINY, cased=False)
     assert tokenizer.tokens("Hello worlds, ab bcc ddd zzz.") == [
-        "hello", "world", "##s", ",", "a", "##b", "b", "##c", "##c", "d", "##d", "##d", "[UNK]", ".",
-    ]  # fmt: skip
+        "hello",
+        "world",
+        "##s",
+        ",",
+        "a",
+        "##b",
+        "b",
+        "##c",
+        "##c",
+        "d",
+        "##d",
+        "##d",
+        "[UNK]",
+        ".",
+    ]
     assert tokenizer.special_ids() == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
     assert tokenizer.vocab_size == len(TINY)
     assert tokenizer.token_to_id("world") == 6 and tokenizer.token_to_id("nope") is None
