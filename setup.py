@@ -13,7 +13,9 @@ setup(
     description="Pre-train BERT-style encoders: Beam corpus pipelines, WordPiece, sharded examples, "
     "a streaming PyTorch trainer and fine-tuning.",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipelines*", "wordpiece*", "pretrain*", "finetune*", "schemas*", "chain*"]),
+    packages=find_packages(
+        include=["pipelines*", "wordpiece*", "pretrain*", "finetune*", "schemas*", "chain*"]
+    ),
     install_requires=[
         "apache-beam>=2.77,<3",
         "pyarrow>=15",
@@ -41,7 +43,16 @@ setup(
         "gcp": ["apache-beam[gcp]>=2.77,<3", "build>=1"],
         # s3:// paths: s3fs for fsspec (pretrain, finetune, manifests), Beam's S3 filesystem for pipelines.
         "aws": ["s3fs>=2024.1", "apache-beam[aws]>=2.77,<3"],
-        "dev": ["pytest>=8", "pytest-xdist>=3", "ruff>=0.6", "gcp-storage-emulator>=2024.1", "transformers>=5", "datasets>=3", "seqeval>=1.2", "moto[server]>=5"],
+        "dev": [
+            "pytest>=8",
+            "pytest-xdist>=3",
+            "ruff>=0.6",
+            "gcp-storage-emulator>=2024.1",
+            "transformers>=5",
+            "datasets>=3",
+            "seqeval>=1.2",
+            "moto[server]>=5",
+        ],
     },
     entry_points={
         "console_scripts": [
