@@ -1,1 +1,1 @@
-"""WordPiece vocabulary training and BERT-exact tokenisation (issue: WordPiece)."""
+"""WordPiece vocabulary training and BERT-exact tokenisation."""
