@@ -155,7 +155,10 @@ class ExampleShards(torch.utils.data.IterableDataset):
         data = self._read_small(reference.path)
         if data is None or not bytes_match(data, reference):
             what = "missing" if data is None else "differs from the SHA-256 in the manifest"
-            raise InputError(f"{source}: {what}; rebuild it with `pipelines index {self.url} --overwrite`")
+            raise InputError(
+                f"{source}: {what}; rebuild the shards with `pipelines examples ... --output {self.url} "
+                f"--overwrite` (the params of {MANIFEST_FILE} record the settings they were made with)"
+            )
         index = ShardIndex.from_json(data, source)
         index.check_against(self.manifest, source)
         if "input_ids" not in index.schema.names:

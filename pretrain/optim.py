@@ -71,7 +71,7 @@ class Lamb(torch.optim.Optimizer):
         elif group["step"].device != device:  # loaded from a checkpoint, on the host
             group["step"] = group["step"].to(device, torch.float64)
         step = group["step"]
-        # the bias corrections of the count this update is made at (float64, as Python's ** was)
+        # the bias corrections of the count this update is made at (float64: a Python float's precision)
         count = step + 1
         correction1, correction2 = (1 - beta1**count).float(), (1 - beta2**count).float()
         step.add_(1 if keep is None else keep.double())

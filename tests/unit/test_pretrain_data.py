@@ -67,8 +67,8 @@ def _write_folder(
     shard_rows: tuple[int, ...] = SHARD_ROWS,
     batch_rows: int = 7,
 ) -> str:
-    """An examples output as ``pipelines examples`` writes it (``with_index=False``: as it wrote
-    it before the record-batch index existed)."""
+    """An examples output as ``pipelines examples`` writes it (``with_index=False``: a manifest that
+    names no record-batch index)."""
     fs, root = fsspec.core.url_to_fs(url)
     fs.makedirs(f"{root}/examples", exist_ok=True)
     entries, indexed, uid = [], [], 0
@@ -326,11 +326,18 @@ def test_shards_without_an_index_are_refused_saying_to_rebuild_them(tmp_path):
     assert "\n" not in message and message.endswith("rebuild the shards with `pipelines examples`")
 
 
-def test_modified_index_is_refused(tmp_path):
+def test_a_modified_or_missing_index_is_refused_saying_how_to_rebuild(tmp_path):
     url = _write_folder(str(tmp_path / "ex"))
     index = tmp_path / "ex/index.json"
     index.write_text(index.read_text().replace('"num_rows":[7,', '"num_rows":[6,', 1))
-    with pytest.raises(InputError, match=r"index\.json: differs from the SHA-256 in the manifest; rebuild"):
+    with pytest.raises(InputError) as caught:
+        ExampleShards(url, batch_size=4)
+    assert str(caught.value) == (
+        f"{index}: differs from the SHA-256 in the manifest; rebuild the shards with `pipelines examples ... "
+        f"--output {url} --overwrite` (the params of manifest.json record the settings they were made with)"
+    )
+    index.unlink()
+    with pytest.raises(InputError, match=r"index\.json: missing; rebuild the shards with"):
         ExampleShards(url, batch_size=4)
 
 
