@@ -162,7 +162,7 @@ def rows(r: dict) -> list[Row]:
         ratio = x(r["speed_ratio_vs_wikiextractor"])
     found = [
         (
-            f"wikipedia: decompress, parse, clean, split sentences; enwiki excerpt ({wiki['pages']} pages, "
+            f"wikipedia: decompress, parse, clean, split sentences; enwiki excerpt ({wiki['pages']} pages with redirects, "
             f"{n(wiki['wikitext_mb'])} MB of wikitext), 1 core",
             f"{n(wiki['wikitext_mb_per_s_per_core'])} MB/s, {n(wiki['pages_per_s_per_core'])} pages/s, "
             f"{wiki['leak_per_1000_lines']:.2f} markup leaks per 1,000 sentences",

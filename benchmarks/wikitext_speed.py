@@ -51,7 +51,7 @@ def main() -> None:
 def rows(r: dict) -> list[Row]:
     return [
         (
-            f"`clean_wikitext` alone; {r['pages']} pages, {n(r['wikitext_mb'])} MB of wikitext, 1 core",
+            f"`clean_wikitext` alone; {r['pages']} pages without redirects, {n(r['wikitext_mb'])} MB of wikitext, 1 core",
             f"{n(r['mb_per_s'])} MB/s, {n(r['pages_per_s'])} pages/s",
             "—",
             "—",

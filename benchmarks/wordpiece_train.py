@@ -106,7 +106,7 @@ def rows(r: dict) -> list[Row]:
         ),
         (
             f"vocabulary learning, the learning phase only (counting excluded: not what a user runs); {where}",
-            f"{real['learn_from_counts_s']:.2f} s from counts (+ {real['count_s']:.1f} s counting, Beam)",
+            f"{real['learn_from_counts_s']:.2f} s from counts (+ {real['count_s']:.1f} s counting in this process)",
             peer,
             x(real["learn_vs_peer_ratio"]),
         ),
