@@ -143,7 +143,7 @@ def _damage(kind: str, page: RawPage, rng: random.Random) -> tuple[str | None, i
             0,
             None,
         )
-    if kind == "apostrophe_run":  # vandalism: took minutes per page before the fix in wikitext.py
+    if kind == "apostrophe_run":  # vandalism: must stay linear in wikitext.py
         at = text.index("\n\n", len(text) // 2)
         return text[:at] + "\n\n" + "'''" * 3000 + "x\n" + text[at:], 0, None
     if kind == "binary_text":  # a binary blob read as Latin-1, as far as XML allows it

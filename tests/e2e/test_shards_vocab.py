@@ -120,8 +120,8 @@ def test_vocab_overrides_the_copy_only_with_the_same_vocabulary(moved, tmp_path)
 
 
 def _old_layout(shards: Path, folder: Path) -> Path:
-    """``shards`` as ``pipelines examples`` wrote them before they carried their vocabulary: no
-    vocab.txt, no ``vocab_file`` in the manifest (COMPLETED made for that manifest)."""
+    """``shards`` without a copy of their vocabulary: no vocab.txt, no ``vocab_file`` in the
+    manifest (COMPLETED made for that manifest)."""
     shutil.copytree(shards, folder)
     (folder / "vocab.txt").unlink()
     data = json.loads((folder / "manifest.json").read_text())

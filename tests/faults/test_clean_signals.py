@@ -5,8 +5,8 @@ Every command runs in-process (the real CLI) and is held at a point of its own r
 the signal to itself (``tests/faults/stop_hook.py``): inside a Beam DoFn for the pipelines (the
 runner rewraps the interrupt as its own error), mid-training for ``pretrain`` and the fine-tuning
 commands. A few run as real subprocesses, signalled from outside once they have written a file
-that says they are at the held point: ``pipelines examples`` on Beam's default runner (the
-issue's case), ``pretrain`` (which stops after saving a checkpoint), ``finetune glue`` and the chain.
+that says they are at the held point: ``pipelines examples`` on Beam's default runner,
+``pretrain`` (which stops after saving a checkpoint), ``finetune glue`` and the chain.
 """
 
 from __future__ import annotations
@@ -426,7 +426,8 @@ def _children(pid: int) -> list[int]:
 
 
 def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_path):
-    """The issue's case: Ctrl-C while a DoFn runs gave Beam's traceback and exit 1."""
+    """Ctrl-C while a DoFn runs on Beam's default runner, which rewraps the interrupt as its own
+    error: still exit 130 and one line."""
     signum = signal.SIGINT
     out = tmp_path / "shards"
     process, _ = _held(
@@ -461,7 +462,7 @@ def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_pa
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="the worker processes are found through /proc")
 def test_beams_worker_processes_stop_with_the_command(corpus_output, vocab, tmp_path):
     """With --direct_running_mode multi_processing the DoFns run in worker processes that a signal to
-    the command does not reach, and Beam's runner waited for them forever."""
+    the command does not reach; they stop with it, and Beam's runner does not wait for them."""
     out = tmp_path / "shards"
     process, _ = _held(
         "apache_beam.runners.portability.fn_api_runner.fn_runner:FnApiRunner._execute_bundle",

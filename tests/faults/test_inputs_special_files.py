@@ -1,7 +1,7 @@
-"""Special files as inputs of every ``finetune`` command: a FIFO used to hang ``finetune glue``,
-``/dev/zero`` ended in a MemoryError, a line of hundreds of megabytes was read whole. Each is now
-one ``error:`` line naming the file (and, for a long line, its number and the limit, never its
-text), exit 1, within seconds, before any training."""
+"""Special files as inputs of every ``finetune`` command: a FIFO (which would block a reader),
+``/dev/zero`` (endless), a line of hundreds of megabytes. Each is one ``error:`` line naming the
+file (and, for a long line, its number and the limit, never its text), exit 1, within seconds,
+before any training."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Every JSON field ``finetune`` reads is typed. A SQuAD v2 ``"is_impossible": "false"`` (a
-string, as some converters write it) was taken as true, turning an answerable question into an
-unanswerable one; a lone surrogate was a traceback; a tampered ``metrics.json`` crashed ``finetune
-report`` (AttributeError, TypeError, RecursionError). Booleans are booleans or the documented
-strings; any other type is one line naming the file, the record and the field."""
+string, as some converters write it) must not turn an answerable question into an unanswerable
+one; a lone surrogate and a tampered ``metrics.json`` read by ``finetune report`` are inputs too.
+Booleans are booleans or the documented strings; any other type is one line naming the file, the
+record and the field."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`finetune ner` on sentences longer than --max-seq-length, on real CoNLL-2003 sentences: every
-word used to be tagged `O` past the first window, silently. Now every word of a long sentence is
+"""`finetune ner` on sentences longer than --max-seq-length, on real CoNLL-2003 sentences: no
+word past the first window is left tagged `O` unread. Every word of a long sentence is
 read in overlapping windows and tagged from the window where it has the most context, and the
 run says how many sentences needed more than one window.
 

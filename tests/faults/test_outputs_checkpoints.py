@@ -1,8 +1,7 @@
 """Checkpoints record their run id and step in every file (COMMITTED, the trainer state and each
 rank's RNG state: JSON and safetensors metadata; ``model.safetensors``' metadata), and resume,
 export and fine-tuning refuse, in one line naming the file, a checkpoint whose files name different
-runs (two writers mixed under a valid COMMITTED: the sweep's case, which ``pretrain export``
-accepted), whose folder name is not the step it records (renamed, or linked to another step),
+runs (two writers mixed under a valid COMMITTED), whose folder name is not the step it records (renamed, or linked to another step),
 that links out of its run's checkpoints folder, or that was copied in from another run. A tiny
 model written with the checkpoint functions the trainer uses; no training."""
 

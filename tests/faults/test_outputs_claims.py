@@ -2,8 +2,8 @@
 locally, a conditional create on buckets) before it writes anything; a second writer stops with
 one line naming the first; a stale claim (its process gone) is taken over with a warning; a claim
 that cannot be checked from this host says how to remove it; the claim goes when the command
-ends. The sweep's cases: two ``pretrain`` processes into one new ``--output`` both exited 0 with a
-checkpoint mixing the two runs; two ``pipelines examples`` into one output ended ``COMPLETED`` over
+ends. Without it two ``pretrain`` processes into one new ``--output`` would both finish with a
+checkpoint mixing the two runs, and one of two ``pipelines examples`` would mark ``COMPLETED`` over
 a shard the other wrote. Here the first writer is a real process holding the claim (made
 deterministic: it claims, says so, and waits), the second the real command in its own process."""
 
@@ -177,8 +177,8 @@ def test_release_never_removes_another_writers_claim(tmp_path: Path):
 
 
 def test_one_chain_per_workdir_and_the_second_is_told_of_the_first(tmp_path: Path):
-    """The sweep's case: two `chain` runs in one --workdir mixed (one died telling the user to
-    --resume a run with no checkpoint). The chain claims its workdir as a folder it adds to."""
+    """Two `chain` runs in one --workdir would mix their stages; the chain claims its workdir as a
+    folder it adds to, and the second is told of the first."""
     work = str(tmp_path / "work")
     with _open(work, "chain", continuing=True, option="--workdir") as first:
         first.begin()
