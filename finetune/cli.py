@@ -64,6 +64,7 @@ def _into_output(
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
         )
+        logging.getLogger("gcsfs").setLevel(logging.WARNING)  # its import says at INFO which filesystem it is
         return function(*args, before_training=lambda: [f.begin() for f in folders], **kwargs)
 
 

@@ -108,6 +108,7 @@ def main(ctx, quiet, overwrite, **options) -> None:
         format="%(asctime)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("gcsfs").setLevel(logging.WARNING)  # its import says at INFO which filesystem it is
     cfg = PretrainConfig(**options)
     cfg.accumulation(int(os.environ.get("WORLD_SIZE", "1")))  # settings refused: exit 2, nothing read
     from pretrain.train import inherit_settings, train

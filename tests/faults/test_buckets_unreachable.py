@@ -190,3 +190,32 @@ def test_every_command_gives_one_line_for_a_bucket_it_cannot_use(bucket_fault, c
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert lines[0].startswith("error: ") and f" {url}/" in lines[0] and expected in lines[0]
     assert seconds < buckets.LIMIT_S
+
+
+@pytest.mark.parametrize("tool", ["pretrain", "finetune"])
+def test_a_fresh_process_says_one_line_too(no_cloud_credentials, tool):
+    """A new process imports the bucket libraries after its logging is set up, so nothing they
+    announce on import reaches the user (the in-process cases above import them earlier; gcsfs's
+    default filesystem, which the tests' conftest switches off, announces itself at INFO)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    args = {
+        "pretrain": ["--shards", "gs://b/shards", "--output", "gs://b/run", "--config", "tiny"],
+        "finetune": ["glue", "--task", "rte", "--data-dir", "gs://b/rte", "--checkpoint", "gs://b/run"]
+        + ["--output", "gs://b/o"],
+    }[tool]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", tool, *args],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root), "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "true"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stdout + done.stderr
+    assert lines[0].startswith("error: ") and "no Google Cloud credentials" in lines[0]
