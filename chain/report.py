@@ -176,9 +176,8 @@ def _pretraining(run: str, sections: Sections, images: dict[str, bytes]) -> None
     first, last = train[0], train[-1]
     keys = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "tokens_per_s")
     steps = [get(r, run, "step") for r in (first, last)]
-    text = (
-        f"## Pre-training\n\nSteps {steps[0]} → {steps[1]}, {get(last, run, 'tokens_seen')} tokens seen.\n\n"
-    )
+    seen = get(last, run, "tokens_seen", kinds=(int,))
+    text = f"## Pre-training\n\nSteps {steps[0]} → {steps[1]}, {'—' if seen is None else f'{seen:,}'} tokens seen.\n\n"
     text += table(
         ["metric", *(f"step {s}" for s in steps)], [[k, get(first, run, k), get(last, run, k)] for k in keys]
     )

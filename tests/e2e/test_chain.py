@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,7 @@ def test_the_whole_chain_on_a_bucket_and_its_resume(gcs_emulator):
     ):
         assert heading in report
     assert "Time and peak memory per stage" in report
+    assert re.search(r"Steps \d+ → 6, \d{1,3}(,\d{3})* tokens seen\.", report), report
     state = json.loads(fs.cat_file("bert-bucket/demo/chain.json"))
     assert all(
         state[name]["seconds"] > 0 for name in ("wikipedia", "corpus", "vocab", "pretrain", "finetune")
