@@ -425,6 +425,12 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _small_examples(corpus: str, vocab: str, out: Path) -> list:
+    """``pipelines examples`` on the corpus fixture at its smallest: one shard, two buckets."""
+    small = "--max-seq-length 32 --dupe-factor 1 --num-shards 1 --num-buckets 2".split()
+    return ["pipelines", "examples", "--corpus", corpus, "--vocab", vocab, "--output", out, *small]
+
+
 def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_path):
     """Ctrl-C while a DoFn runs on Beam's default runner, which rewraps the interrupt as its own
     error: still exit 130 and one line."""
@@ -435,22 +441,7 @@ def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_pa
         ".arrow",
         1,
         tmp_path,
-        "pipelines",
-        "examples",
-        "--corpus",
-        corpus_output,
-        "--vocab",
-        vocab,
-        "--output",
-        out,
-        "--max-seq-length",
-        "32",
-        "--dupe-factor",
-        "1",
-        "--num-shards",
-        "1",
-        "--num-buckets",
-        "2",
+        *_small_examples(corpus_output, vocab, out),
     )
     process.send_signal(signum)
     output = process.communicate(timeout=120)[0]
@@ -469,22 +460,7 @@ def test_beams_worker_processes_stop_with_the_command(corpus_output, vocab, tmp_
         "",
         2,
         tmp_path,
-        "pipelines",
-        "examples",
-        "--corpus",
-        corpus_output,
-        "--vocab",
-        vocab,
-        "--output",
-        out,
-        "--max-seq-length",
-        "32",
-        "--dupe-factor",
-        "1",
-        "--num-shards",
-        "1",
-        "--num-buckets",
-        "2",
+        *_small_examples(corpus_output, vocab, out),
         "--direct_num_workers",
         "2",
         "--direct_running_mode",
