@@ -13,34 +13,24 @@ import fsspec
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, verify_completed
 from schemas.commands import CommandError
 
-SEED_MAX = 2**31 - 1  # the stages seed 32-bit generators with seed + k
 DERIVED_TASK = "mrpc"  # the layout of the task the chain derives from the corpus
-BEAM_CHECK = """import sys
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.runners.runner import create_runner
-options = PipelineOptions(sys.argv[1:])
-options.get_all_options(retain_unknown_options=True)
-create_runner(options.view_as(StandardOptions).runner or "DirectRunner")
-"""  # run in its own process: the chain never imports Beam
-
-
-def seed_problems(seed: int, count: int = 1) -> list[str]:
-    top = SEED_MAX - (count - 1)
-    return [] if 0 <= seed <= top else [f"--seed must be between 0 and {top:,}, got {seed}"]
 
 
 def beam_problems(options: Sequence[str]) -> list[str]:
-    """Each ``--beam-option`` one Beam flag, and Beam's parser and runner taking them all."""
+    """Each ``--beam-option`` one Beam flag that Beam's own parser takes with its value, checked the
+    way every `pipelines` command checks what it hands on to Beam: by ``wordpiece.beam_options``,
+    run as a program because the chain never imports Beam."""
     found = [
         f"--beam-option {option!r} is not a Beam flag: give it as --beam-option=--name=value"
         for option in options
         if not option.startswith("--") or len(option) < 3
     ]
     if options and not found:
-        done = subprocess.run([sys.executable, "-c", BEAM_CHECK, *options], capture_output=True, text=True)
+        command = [sys.executable, "-m", "wordpiece.beam_options", *options]
+        done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
-            reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            found.append(f"--beam-option {' '.join(options)}: Beam refuses it ({reason})")
+            lines = done.stdout.splitlines() or (done.stderr.strip().splitlines() or ["no message"])[-1:]
+            found += [f"--beam-option {line}" for line in lines]
     return found
 
 
@@ -104,11 +94,17 @@ def folder_problems(flag: str, folder: str, names: Sequence[str], layout: str) -
 
 
 def glue_dir_problems(glue_dir: str, glue_task: str | None) -> list[str]:
-    from finetune.glue import get_task
+    """``--glue-dir`` holds the task's files, which the fine-tuning stage's own reader takes."""
+    from finetune.glue import get_task, read_task
 
     task = get_task(glue_task or DERIVED_TASK)
     names = [f"{stem}.tsv" for stem in ("train", *task.dev)]
-    return folder_problems("--glue-dir", glue_dir, names, f"{task.name}'s layout of the GLUE download")
+    found = folder_problems("--glue-dir", glue_dir, names, f"{task.name}'s layout of the GLUE download")
+    try:
+        found or read_task(task, glue_dir, with_test=False)
+    except CommandError as err:
+        found.append(f"--glue-dir {glue_dir} (--glue-task {task.name}): {err}")
+    return found
 
 
 def corpus_problems(corpus: str, splits: Sequence[str]) -> list[str]:

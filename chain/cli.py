@@ -4,6 +4,8 @@ raised (:mod:`schemas.commands` prints them)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from chain.ablate import PRESETS, AblationConfig, Grid, expected_seconds, grid, installed_reference, stages
@@ -60,13 +62,14 @@ def main(ctx: click.Context, **opts) -> None:
     todo = plan(cfg)
     inputs = {"--wiki-dump": cfg.wiki_dump, "--books": cfg.books, "--glue-dir": cfg.glue_dir}
     check_apart(cfg.workdir, todo, inputs)
-    probe(reads=inputs, writes={"--workdir": cfg.workdir})
-    _refuse(cfg.input_problems(), InputError)
-    if not cfg.books:
-        click.echo(
-            "(no --books: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
-        )
-    with claim(cfg.workdir, "chain"):
+    probe(writes={"--workdir": cfg.workdir})
+    with claim(cfg.workdir, "chain"):  # before the slower checks: a second chain is told at once
+        probe(reads=inputs)
+        _refuse(cfg.input_problems(), InputError)
+        if not cfg.books:
+            click.echo(
+                "(no --books: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
+            )
         state = run_chain(todo, cfg.workdir, log=click.echo)
         report = build(cfg.outputs(), state, cfg.workdir)
     click.echo(f"\n== done in {sum(s.get('seconds', 0) for s in state.values()):,.0f} s of stage time:")
@@ -114,13 +117,15 @@ def ablate(preset: str, reference: str | None, no_reference: bool, dry_run: bool
     names = ("wiki_dump", "books", "corpus", "glue_dir", "ner_dir", "reference")
     inputs = {f"--{k.replace('_', '-')}": getattr(cfg, k) for k in names}
     check_apart(cfg.workdir, todo, inputs)
-    probe(reads=inputs, writes={"--workdir": cfg.workdir})
-    _refuse(cfg.input_problems(), InputError)
-    if dry_run:
-        return print_plan(cfg, g, todo)
-    if cfg.wiki_dump and not cfg.books:
-        click.echo("(no --books: the corpus is the dump's alone, smaller than make demo's)", err=True)
-    report = run_study(cfg, g, todo, log=click.echo)
+    probe(writes={"--workdir": cfg.workdir})
+    with contextlib.nullcontext() if dry_run else claim(cfg.workdir, "chain ablate"):  # as chain's
+        probe(reads=inputs)
+        _refuse(cfg.input_problems(), InputError)
+        if dry_run:
+            return print_plan(cfg, g, todo)
+        if cfg.wiki_dump and not cfg.books:
+            click.echo("(no --books: the corpus is the dump's alone, smaller than make demo's)", err=True)
+        report = run_study(cfg, g, todo, log=click.echo, claimed=True)
     click.echo(f"report: {report['html']}  (and report.md, figure5.png, results.json)")
 
 
@@ -137,9 +142,9 @@ def gpu_problems(cfg: AblationConfig) -> list[str]:
     )
 
 
-def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print) -> dict[str, str]:
-    """Every stage of the study with its workdir claimed, then the report; the report's paths."""
-    with claim(cfg.workdir, "chain ablate"):
+def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print, claimed: bool = False) -> dict[str, str]:
+    """Every stage of the study with its workdir claimed (here unless ``claimed``), then the report."""
+    with contextlib.nullcontext() if claimed else claim(cfg.workdir, "chain ablate"):
         state = run_chain(todo, cfg.workdir, log=log)
         return build_report(cfg, g, todo, state)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from chain import checks
 from chain.run import Stage, tool
 from chain.task import write_task
+from schemas.commands import seed_problems
 
 NUM_UNUSED = 100  # [unused] slots the vocabulary stage reserves
 
@@ -57,7 +58,7 @@ class ChainConfig:
             found.append(f"--pretrain-steps must be at least 1, got {self.pretrain_steps}")
         if not 0 < self.finetune_epochs < float("inf"):
             found.append(f"--finetune-epochs must be positive, got {self.finetune_epochs}")
-        found += checks.seed_problems(self.seed) + checks.glue_problems(self.glue_dir, self.glue_task)
+        found += seed_problems(self.seed) + checks.glue_problems(self.glue_dir, self.glue_task)
         return found + checks.beam_problems(self.runner)
 
     def input_problems(self) -> list[str]:

@@ -203,9 +203,10 @@ def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: f
 def check_apart(workdir: str, stages: list[Stage], given: dict[str, str | None]) -> None:
     """:class:`UsageError` for a ``--workdir`` at or inside one of the chain's inputs (``{flag:
     path}``), or a stage output over one, before anything runs."""
-    from schemas.paths import INSIDE, SAME, location, relation
+    from schemas.paths import INSIDE, SAME, check_output, location, relation
     from schemas.paths import check_apart as check_stage
 
+    check_output("--workdir", workdir)
     for flag, path in given.items():
         if path and (where := relation(location(workdir), location(path))) in (SAME, INSIDE):
             raise UsageError(

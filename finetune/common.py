@@ -23,12 +23,12 @@ from torch import nn
 
 from pretrain import checkpoint as ckpt
 from pretrain import hf, runtime
-from pretrain.config import non_negative_finite, positive_finite, seed_in_range
+from pretrain.config import non_negative_finite, positive_finite
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import Diverged, build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
-from schemas.commands import InputError, UsageError
+from schemas.commands import InputError, UsageError, seed_problems
 from schemas.files import write_file, write_json
 from schemas.inputs import MAX_JSON_BYTES, boolean, check_file, lines, loads, read_bytes
 from wordpiece.tokenizer import WordPieceTokenizer
@@ -390,7 +390,7 @@ class FitConfig:
         ):
             if value is not None and not low <= value <= MAX_COUNT:
                 found.append(f"{flag} must be between {low} and {MAX_COUNT:,}, got {value}")
-        seed_in_range("--seed", self.seed, found)
+        found += seed_problems(self.seed)
         if not 0 <= self.warmup_proportion < 1:
             found.append(f"--warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
         if not 0 <= self.weight_decay <= 1:

@@ -34,10 +34,9 @@ from finetune.common import (
 )
 from finetune.heads import BiLSTM
 from pretrain import hf
-from pretrain.config import MAX_SEED
 from pretrain.model import BertModel
 from pretrain.runtime import exists, output_folder
-from schemas.commands import InputError, UsageError
+from schemas.commands import InputError, UsageError, seed_problems
 from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
@@ -125,10 +124,8 @@ class GlueConfig(FitConfig):
         found = super().problems()
         if not 1 <= self.num_seeds <= MAX_SEEDS:
             found.append(f"--seeds must be between 1 and {MAX_SEEDS}, got {self.num_seeds}")
-        elif self.seed + self.num_seeds - 1 > MAX_SEED:
-            found.append(
-                f"--seed {self.seed} with --seeds {self.num_seeds} goes past the largest seed, {MAX_SEED}"
-            )
+        elif not seed_problems(self.seed):
+            found += seed_problems(self.seed, self.num_seeds, f"--seed (with --seeds {self.num_seeds})")
         if self.predict_only and (self.grid or self.num_seeds > 1):
             found.append("--predict-only trains nothing: leave out --grid and --seeds")
         return found

@@ -1,8 +1,9 @@
 """``pipelines``: the corpus and example pipelines (Apache Beam).
 
 Each command parses its flags into a typed config (defaults declared there) and calls one stage
-(:func:`pipelines.runner.run_stage`). Any option the command does not know is handed to Beam
-unchanged (``--runner``, ``--project``, ``--region``, ``--temp_location``, ``--setup_file``, ...).
+(:func:`pipelines.runner.run_stage`). An option the command does not know is handed to Beam
+(``--runner``, ``--project``, ``--region``, ``--temp_location``, ``--setup_file``, ...) once
+:class:`wordpiece.beam_options.BeamCommand` has found it among Beam's own.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ from schemas import DOCUMENTS
 from schemas.commands import InputError, OneLineGroup, UsageError
 from schemas.commands import config_option as option
 from schemas.paths import check_apart
+from wordpiece.beam_options import BeamCommand
 
 _HELP = {"help_option_names": ["-h", "--help"], "terminal_width": 100, "max_content_width": 100}
-_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}
 DRY_RUN = "dry run: the job was built and not submitted; nothing was written"
 
 
 def _command(doc: str):
-    """A stage's subcommand: unknown options go to Beam; ``--help`` ends with its doc page."""
-    return main.command(context_settings=_PASS_THROUGH, epilog=f"Docs: docs/{doc}.md")
+    """A stage's subcommand: other options go to Beam; ``--help`` ends with its doc page."""
+    return main.command(cls=BeamCommand, context_settings=_HELP, epilog=f"Docs: docs/{doc}.md")
 
 
 def _config(make, *args, **kwargs):
@@ -92,7 +93,7 @@ def main(verbose: bool) -> None:
     pipelines books --input 'books/*.txt' --output out/corpus/books
     pipelines corpus --input out/corpus/wiki --input out/corpus/books --output out/corpus/all
 
-    Paths may be local or bucket URLs (gs://, s3:// with the aws extra). Unknown options go to
+    Paths may be local or bucket URLs (gs://, s3:// with the aws extra). Beam's own options go to
     Beam: the same command runs on Dataflow with --runner DataflowRunner --project P --region R
     --temp_location gs://b/tmp --setup_file ./setup.py (docs/scale.md); --dry_run checks it.
     """
@@ -305,9 +306,27 @@ def _examples_config(flags: dict) -> ExamplesConfig:
         + ("mask_share", "keep_share", "random_share")
     }
     apply_masking = not flags.pop("no_masking")
-    return ExamplesConfig(
-        **flags, pairs=PairConfig(**pairs), masking=MaskingConfig(**masking), apply_masking=apply_masking
+    found: list[str] = []
+
+    def made(make, *args, **settings):  # the defaults where the settings are refused, to find the rest
+        try:
+            return make(*args, **settings)
+        except ValueError as err:
+            found.append(str(err).removeprefix("invalid settings: "))
+            return make() if not args else None
+
+    parts = made(PairConfig, **pairs), made(MaskingConfig, **masking)
+    config = made(
+        ExamplesConfig,
+        flags.pop("corpus"),
+        **flags,
+        pairs=parts[0],
+        masking=parts[1],
+        apply_masking=apply_masking,
     )
+    if found:
+        raise ValueError("invalid settings: " + "; ".join(found))
+    return config
 
 
 @main.command(epilog="Docs: docs/corpus.md")

@@ -45,7 +45,7 @@ class _Stage:
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """The parameters recorded in the manifest (inputs as absolute paths or URLs)."""

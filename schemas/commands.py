@@ -9,11 +9,12 @@ Commands raise, never print and exit. Flag defaults come from the configs (:func
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import errno
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
@@ -21,6 +22,8 @@ import click
 from schemas.files import WriteError
 
 EXIT_FAILED = 1
+MAX_SEED = 2**32 - 1
+"""The largest seed of every command: each generator a seed reaches (torch, NumPy, Python) takes it."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed (129)
 
 _received: list[int] = []  # the stop signals this process received while a command ran
@@ -90,6 +93,18 @@ def os_error_line(err: OSError) -> str:
     return f"{type(err).__name__}: {text[0] if text else 'no message'}"
 
 
+def seed_problems(seed: int, count: int = 1, flag: str = "--seed") -> list[str]:
+    """The problem with ``seed`` unless it and the ``count - 1`` seeds after it lie in 0..MAX_SEED."""
+    top = MAX_SEED - (count - 1)
+    return [] if 0 <= seed <= top else [f"{flag} must be between 0 and {top:,}, got {seed:,}"]
+
+
+def closest(name: str, known: Iterable[str]) -> str:
+    """``; did you mean X?`` for the one of ``known`` closest to ``name``, or "" when none is close."""
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
 def one_line(text: str) -> str:
     """``text`` on one line: a newline or carriage return inside it is shown escaped."""
     return text.strip().replace("\r", "\\r").replace("\n", "\\n")
@@ -112,6 +127,11 @@ def _invoke(invoke, ctx: click.Context):
     except CommandError as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
         ctx.exit(err.exit_code)
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as err:  # a subcommand's command line
+        click.echo(f"error: {usage_line(err)}", err=True)
+        ctx.exit(err.exit_code)
     except OSError as err:
         if err.errno == errno.EPIPE:  # click ends a broken pipe quietly itself
             raise
@@ -122,8 +142,31 @@ def _invoke(invoke, ctx: click.Context):
             signal.signal(signum, handler)
 
 
+def usage_line(err: click.UsageError) -> str:
+    """A wrong command line as one line; an unknown option named with the closest known one."""
+    if not isinstance(err, click.NoSuchOption):
+        return one_line(err.format_message())
+    where = f"`{err.ctx.command_path}`" if err.ctx else "the command"
+    hint = f"; did you mean {err.possibilities[0]}?" if err.possibilities else ""
+    return f"{err.option_name}: not an option of {where}{hint}"
+
+
+def _parse(make_context, *args, **kwargs) -> click.Context:
+    """``make_context``, a click usage error (not ``--help``) ending as one ``error:`` line, exit 2."""
+    try:
+        return make_context(*args, **kwargs)
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as err:
+        click.echo(f"error: {usage_line(err)}", err=True)
+        raise click.exceptions.Exit(err.exit_code) from None
+
+
 class OneLineGroup(click.Group):
     """A click group that keeps the exit rule for its subcommands (see the module's docstring)."""
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        return _parse(super().make_context, *args, **kwargs)
 
     def invoke(self, ctx: click.Context):
         return _invoke(super().invoke, ctx)
@@ -131,6 +174,9 @@ class OneLineGroup(click.Group):
 
 class OneLineCommand(click.Command):
     """A click command that keeps the exit rule (see the module's docstring)."""
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        return _parse(super().make_context, *args, **kwargs)
 
     def invoke(self, ctx: click.Context):
         return _invoke(super().invoke, ctx)

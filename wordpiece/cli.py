@@ -16,6 +16,7 @@ from schemas.buckets import probe
 from schemas.commands import CommandError, OneLineGroup, UsageError
 from schemas.commands import config_option as option
 from schemas.inputs import MAX_LINE_BYTES, check_file, lines
+from wordpiece.beam_options import BeamCommand
 from wordpiece.tokenizer import WordPieceTokenizer
 from wordpiece.train import VocabConfig
 
@@ -125,10 +126,7 @@ def encode(vocab_path: str, cased: bool | None, as_tokens: bool, batch_size: int
         sys.exit(1)
 
 
-_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}
-
-
-@main.command("train", context_settings=_PASS_THROUGH, epilog="Docs: docs/wordpiece.md")
+@main.command("train", cls=BeamCommand, context_settings=_HELP, epilog="Docs: docs/wordpiece.md")
 @click.option("--corpus", required=True, help="A completed `pipelines corpus` output (local or bucket URL).")
 @click.option(
     "--output", required=True, help="Folder for vocab.txt, tokenizer.json, stats.json, word_counts/."

@@ -104,7 +104,7 @@ class VocabConfig:
 
     def __post_init__(self) -> None:
         if problems := self.problems():
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """Parameters recorded in the manifest."""

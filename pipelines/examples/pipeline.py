@@ -23,6 +23,7 @@ from pipelines.examples.write import WriteExampleShards
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
 from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
+from schemas.commands import seed_problems
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
 from schemas.manifest import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE
@@ -81,13 +82,14 @@ class ExamplesConfig:
         check_count("--dupe-factor", self.dupe_factor, problems, most=MAX_DUPE_FACTOR)
         check_count("--num-shards", self.num_shards, problems)
         check_count("--num-buckets", self.num_buckets, problems)
+        problems += seed_problems(self.seed)
         if self.masking.max_predictions_per_seq > self.pairs.max_seq_length:
             problems.append(
                 f"--max-predictions-per-seq {self.masking.max_predictions_per_seq} is more than the "
                 f"--max-seq-length {self.pairs.max_seq_length} positions there are"
             )
         if problems:
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """Generation parameters for the manifest."""

@@ -147,7 +147,7 @@ def test_every_flag_problem_at_once_then_every_input(tmp_path):
             "--precision must be one of fp32, bf16, fp16, got 'fp8'",
             "--pretrain-steps must be at least 1, got 0",
             "--finetune-epochs must be positive, got 0.0",
-            "--seed must be between 0 and 2,147,483,647, got -5",
+            "--seed must be between 0 and 4,294,967,295, got -5",
             "--beam-option 'runner=FnApiRunner' is not a Beam flag: give it as --beam-option=--name=value",
         ]
     )
