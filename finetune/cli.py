@@ -244,9 +244,12 @@ def evaluate() -> None:
 @click.option("--null-odds", help="v2.0: JSON question id -> null odds; adds the best-threshold metrics.")
 def evaluate_squad(version: str, data_file: str, predictions: str, null_odds: str | None) -> None:
     """Print EM and F1 (v2.0: with the HasAns/NoAns breakdown) as JSON."""
-    from finetune.squad import evaluate_file
+    from finetune.squad import evaluate_file, repeated_ids_line
 
     result = evaluate_file(version, data_file, predictions, null_odds)
+    if result.get("num_duplicate_ids"):
+        line = repeated_ids_line(data_file, result["num_duplicate_ids"], result["duplicate_ids"])
+        click.echo(f"warning: {line}", err=True)
     if result["unanswered"]:
         click.echo(
             f"warning: {result['unanswered']:,} of {result['total']:,} questions in {data_file} have no "

@@ -27,7 +27,7 @@ from pretrain.config import non_negative_finite, positive_finite
 from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import Diverged, build_scheduler, parameter_groups
 from pretrain.progress import Progress
-from pretrain.runtime import autocast, resolve_device, resolve_precision
+from pretrain.runtime import autocast, device_problems, resolve_device, resolve_precision
 from schemas.commands import InputError, UsageError, seed_problems
 from schemas.files import write_file, write_json
 from schemas.inputs import MAX_JSON_BYTES, boolean, check_file, lines, loads, read_bytes
@@ -398,12 +398,7 @@ class FitConfig:
         non_negative_finite("max_grad_norm", self.max_grad_norm, found)
         if self.precision not in PRECISIONS:
             found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.device != "auto":
-            try:
-                torch.device(self.device)
-            except RuntimeError:
-                found.append(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        return found
+        return found + device_problems(self.device)
 
     def checked(self) -> FitConfig:
         """The config itself, or :class:`UsageError` listing its :meth:`problems` (exit 2)."""

@@ -26,7 +26,7 @@ import torch
 from finetune.common import PRECISIONS, Encoder, doc_windows, load_encoder, max_context_windows, open_input
 from finetune.hidden import hidden_states, parse_layers, stack_layers
 from pretrain import runtime
-from pretrain.runtime import autocast, resolve_device, resolve_precision
+from pretrain.runtime import autocast, device_problems, resolve_device, resolve_precision
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker, inputs
 from schemas.commands import InputError, UsageError
 from schemas.features import FEATURES_NAME, features_format
@@ -67,6 +67,7 @@ class ExtractSettings:
             problems.append(f"--stride must be between 1 and --max-seq-length - 2, got {self.stride}")
         if self.precision not in PRECISIONS:
             problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        problems += device_problems(self.device)
         if self.max_shard_bytes < 1:
             problems.append(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if problems:

@@ -57,8 +57,9 @@ PAPER_SQUAD = {
 
 
 def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the tables read."""
-    found = []
+    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the tables read;
+    two runs of one GLUE task (one cell in the table) refused, naming both."""
+    found, glue = [], {}
     for path in paths:
         url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
         if not exists(url):
@@ -69,6 +70,12 @@ def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
             raise InputError(
                 f"{err}; not a metrics.json of `finetune`: rerun that fine-tuning or leave it out"
             ) from None
+        if (task := found[-1]["task"]) in glue:
+            raise InputError(
+                f"{glue[task]} and {path} are both {task} runs, and the table has one {task} cell: give one "
+                "of them (a run with --seeds N reports their mean and spread)"
+            )
+        glue.update({task: path} if task in GLUE else {})
     return found
 
 

@@ -96,6 +96,8 @@ class SquadStats:
     num_examples_bad_offset: int = 0
     num_duplicate_ids: int = 0
     bad_offset_ids: list[str] = dataclasses.field(default_factory=list)
+    duplicate_ids: list[str] = dataclasses.field(default_factory=list)
+    """The first repeated ids: predictions are keyed by id, so the questions sharing one share it."""
 
 
 def read_squad(path: str, version: str) -> tuple[list[SquadExample], SquadStats]:
@@ -112,11 +114,22 @@ def read_squad(path: str, version: str) -> tuple[list[SquadExample], SquadStats]
             for q, qa in enumerate(items(paragraph, "qas", where)):
                 qid = field(qa, "id", str, f"{where}.qas[{q}]")
                 examples.append(_question(qa, context, version, f"{path}: question {qid!r}", stats))
+                if qid in seen and len(stats.duplicate_ids) < MAX_BAD_IDS_REPORTED:
+                    stats.duplicate_ids.append(qid)
                 stats.num_duplicate_ids += qid in seen
                 seen.add(qid)
     stats.num_examples = len(examples)
     stats.num_impossible = sum(e.is_impossible for e in examples)
     return examples, stats
+
+
+def repeated_ids_line(path: str, num_repeated: int, ids: Sequence[str]) -> str:
+    """The warning for questions of ``path`` that repeat an earlier question's id."""
+    shown = ", ".join(repr(i) for i in ids[:3]) + (", ..." if num_repeated > 3 else "")
+    return (
+        f"{num_repeated:,} question(s) in {path} repeat an earlier question's id ({shown}); predictions are "
+        "keyed by id, so the questions sharing one are answered and scored by one prediction"
+    )
 
 
 def _question(qa: Any, context: str, version: str, where: str, stats: SquadStats) -> SquadExample:
@@ -433,6 +446,10 @@ def run_squad(
     train, train_stats = read_squad(train_file, version) if train_file else ([], None)
     train = train[: config.max_train_examples]
     questions, predict_stats = read_squad(predict_file, version)
+    if predict_stats.num_duplicate_ids:
+        logger.warning(
+            repeated_ids_line(predict_file, predict_stats.num_duplicate_ids, predict_stats.duplicate_ids)
+        )
     questions = questions[: config.max_eval_examples]
     check_examples(questions, predict_file)
     if train_file:
@@ -440,6 +457,11 @@ def run_squad(
     encoder = prepare_encoder(checkpoint, config, [e.context for e in train or questions])
     model = SpanQuestionAnswering(encoder.model, seed=config.seed, bilstm=config.bilstm)
     head_loaded = load_span_head(model, encoder.source)
+    if not (train_file or head_loaded):
+        raise InputError(
+            f"without --train-file the span head is scored as it is, and {encoder.source} has none (it would be "
+            "random): give --train-file, or the model/ folder of an earlier `finetune squad` run"
+        )
     if before_training is not None:
         before_training()
     metrics: dict[str, Any] = {
@@ -501,12 +523,15 @@ def evaluate_file(
     thresholds. Both also give ``total`` and ``unanswered`` (questions without a prediction)."""
     if version == "1.1" and null_odds_file is not None:
         raise UsageError("null odds are a SQuAD v2.0 notion: leave --null-odds out for --version 1.1")
-    data = _as_data(read_squad(data_file, version)[0])
+    questions, stats = read_squad(data_file, version)
+    data = _as_data(questions)
     predictions = _mapping(predictions_file, (str,), "an answer string")
+    repeated = {"num_duplicate_ids": stats.num_duplicate_ids, "duplicate_ids": stats.duplicate_ids}
+    repeated = repeated if stats.num_duplicate_ids else {}
     try:
         if version == "1.1":
-            return evaluate_v1(data, predictions)
+            return {**evaluate_v1(data, predictions), **repeated}
         null_odds = None if null_odds_file is None else _mapping(null_odds_file, (int, float), "a number")
-        return evaluate_v2(data, predictions, null_odds)
+        return {**evaluate_v2(data, predictions, null_odds), **repeated}
     except ValueError as err:
         raise InputError(f"{predictions_file} against {data_file}: {err}") from None

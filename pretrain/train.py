@@ -218,6 +218,16 @@ class Trainer:
                 "vocab_sha256": vocab.vocab_sha256,
             }
             self.validation = self._open_shards("--validation-shards", cfg.validation_shards, **fixed)
+            made_from = [
+                (r.params.get("corpus_manifest_sha256"), r.params.get("split"))
+                for r in (self.reader, self.validation)
+            ]
+            if made_from[0] == made_from[1]:
+                raise InputError(
+                    f"--validation-shards {cfg.validation_shards}: made from the same corpus split ({made_from[0][1]} of "
+                    f"{self.reader.params.get('corpus')}) as --shards {cfg.shards}: its figures would be training "
+                    "figures; make held-out shards with `pipelines examples --split validation`"
+                )
             self.validation.masking = validation_masking(self.validation.params, vocab.vocab)
 
     def _build_optimization(self) -> None:

@@ -79,7 +79,7 @@ def loads(data: bytes | str, where: str) -> Any:
         except UnicodeDecodeError as err:
             raise InputError(f"{where}: not UTF-8 at byte {err.start:,}") from None
     try:
-        value = json.loads(data)
+        value = json.loads(data, object_pairs_hook=_unique_keys)
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except json.JSONDecodeError as err:
         raise InputError(
@@ -89,7 +89,20 @@ def loads(data: bytes | str, where: str) -> Any:
         raise InputError(f"{where}: holds a lone UTF-16 surrogate (\\ud800-\\udfff), not text") from None
     except RecursionError:
         raise InputError(f"{where}: JSON nested too deeply") from None
+    except KeyError as err:
+        raise InputError(
+            f"{where}: the key {err.args[0]!r} appears twice in one object; which is meant?"
+        ) from None
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (``json`` would keep the last without a word)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        raise KeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
 
 
 def field(record: Any, key: str, kinds: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
