@@ -9,6 +9,7 @@ Each command parses its flags into a typed config (defaults declared there) and 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import click
@@ -22,6 +23,7 @@ from pipelines.stage import incomplete_reason
 from schemas import DOCUMENTS
 from schemas.commands import InputError, OneLineGroup, UsageError
 from schemas.commands import config_option as option
+from schemas.outputs import CLAIM_FILE, RECORD_FILE
 from schemas.paths import check_apart
 from wordpiece.beam_options import BeamCommand
 
@@ -77,9 +79,28 @@ def _files(config: SourceConfig):
     def load() -> list[str]:
         files = io.expand_inputs(config.inputs)
         check_apart({"--output": config.output}, {"--input": files})
+        _refuse_outputs_files(config.inputs, files)
         return files
 
     return load
+
+
+def _refuse_outputs_files(patterns: tuple[str, ...], files: list[str]) -> None:
+    """InputError when a pattern matched a file of an output (a folder, at or below the pattern's
+    fixed part, that holds an output record or claim): never an output's manifest taken as a book."""
+    outputs: dict[str, bool] = {}
+    for pattern in (p for p in patterns if any(c in p for c in "*?[")):
+        base = re.split(r"[*?[]", pattern, maxsplit=1)[0].rsplit("/", 1)[0]
+        for path in (f for f in files if f.startswith(base + "/")):
+            folder = path
+            while "/" in folder and len(folder := folder.rsplit("/", 1)[0]) >= len(base):
+                if folder not in outputs:
+                    outputs[folder] = any(io.exists(io.join(folder, n)) for n in (RECORD_FILE, CLAIM_FILE))
+                if outputs[folder]:
+                    raise InputError(
+                        f"--input {pattern}: matches {path}, a file of the output at {folder}; an input never "
+                        "takes an output's own files: give a pattern that matches only the input files"
+                    )
 
 
 @click.group(cls=OneLineGroup, context_settings=_HELP, epilog="Docs: docs/corpus.md")

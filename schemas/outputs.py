@@ -173,6 +173,8 @@ def journal(*urls: str) -> None:
             path = url.rstrip("/")  # its folder resolved, not its own name: a link there is replaced
             here = posixpath.join(location(posixpath.dirname(path)), posixpath.basename(path))
             folder = next((f for f in _held if here.startswith(f.where + "/")), None)  # the innermost
+            if folder is not None and folder.begun:
+                folder.check_in_place()
             relative = here[len(folder.where) + 1 :] + ("/" if url.endswith("/") else "") if folder else ""
             if folder and not relative.startswith(_MACHINERY) and not folder.record.owns(relative):
                 folder.record.files[relative] = None
@@ -273,10 +275,20 @@ class OutputFolder(contextlib.AbstractContextManager):
             files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
         return len(paths)
 
+    def check_in_place(self) -> None:
+        """:class:`OutputError` once the folder no longer holds this command's claim (moved or deleted
+        under it): a write never makes it again where it was."""
+        if _cat(self.fs, f"{self.root}/{CLAIM_FILE}") != self.claim:
+            raise OutputError(
+                f"{self.shown}: moved or deleted while this command wrote into it ({CLAIM_FILE} is gone); "
+                "stopped rather than make it again there"
+            )
+
     def close(self) -> None:
         """Cut the journal to the files left, release the claim; errors are logged, never raised."""
+        mine = self.claim is not None and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim
         try:
-            if self.begun:
+            if self.begun and mine:  # else it was moved or deleted: nothing of ours to record there
                 present = set(self._files())
                 present |= {p.rsplit("/", i)[0] + "/" for p in present for i in range(1, p.count("/") + 1)}
                 self.record.files = {f: None for f in self.record.files if f in present}
@@ -290,7 +302,7 @@ class OutputFolder(contextlib.AbstractContextManager):
         with contextlib.suppress(ValueError):  # after the record: journal() never gives it to an outer output
             _held.remove(self)
         try:
-            if self.claim and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # not another's
+            if mine:  # not another's
                 self.fs.rm(f"{self.root}/{CLAIM_FILE}")
             _remove_empty(self.fs, self.made)  # only those left empty
         except OSError as err:

@@ -12,8 +12,12 @@ wordpiece.beam_options ARGS`` prints each problem and exits 2 when there is one.
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 
 import click
@@ -74,7 +78,24 @@ class BeamCommand(click.Command):
     """A click command that hands the options it does not know on to Beam (``ctx.args``), each
     checked by :func:`problems` as the command line is parsed, before anything runs; a
     ``file://`` URL among its own options' values is the local path it names (Beam's filesystems
-    take none)."""
+    take none). While it runs, the temporary folder of the process and of the runner's workers is
+    one of its own, removed when the process ends, after Beam's own exit handlers: Beam's local
+    runners leave folders there (``beam-temp*`` of a job server that could not start)."""
+
+    def invoke(self, ctx: click.Context):
+        saved = tempfile.tempdir, os.environ.get("TMPDIR")
+        tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(
+            prefix=f"{ctx.command_path.replace(' ', '-')}-"
+        )
+        atexit.register(shutil.rmtree, tempfile.tempdir, True)
+        try:
+            return super().invoke(ctx)
+        finally:
+            tempfile.tempdir = saved[0]
+            if saved[1] is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = saved[1]
 
     def __init__(self, *args, **kwargs) -> None:
         settings = {"ignore_unknown_options": True, "allow_extra_args": True}
