@@ -21,7 +21,7 @@ from pathlib import Path
 import fsspec
 
 from schemas import files, inputs
-from schemas.commands import STOP_SIGNALS, CommandError, InputError, Stopped, UsageError
+from schemas.commands import CHAIN_STAGE, STOP_SIGNALS, CommandError, InputError, Stopped, UsageError
 from schemas.outputs import OutputFolder
 
 STATE_FILE = "chain.json"
@@ -118,7 +118,8 @@ def run_process(argv: list[str], grace_s: float = GRACE_S) -> tuple[int, float, 
     start = time.perf_counter()
     previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     try:
-        group.append(subprocess.Popen(argv, start_new_session=True).pid)
+        env = {**os.environ, CHAIN_STAGE: "1"}  # the stage's stop line is the chain's to say
+        group.append(subprocess.Popen(argv, start_new_session=True, env=env).pid)
         if received:  # it came while the process started
             _kill(group, received[0][0])
         while not (done := os.wait4(group[0], os.WNOHANG))[0]:

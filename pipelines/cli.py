@@ -21,11 +21,12 @@ from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.runner import run_stage, summary_lines
 from pipelines.stage import incomplete_reason
 from schemas import DOCUMENTS
-from schemas.commands import InputError, OneLineGroup, UsageError
+from schemas.commands import InputError, OneLineGroup, UsageError, warnings_as_lines
 from schemas.commands import config_option as option
 from schemas.outputs import CLAIM_FILE, RECORD_FILE
 from schemas.paths import check_apart
 from wordpiece.beam_options import BeamCommand
+from wordpiece.tokenizer import unknown_share_warning
 
 _HELP = {"help_option_names": ["-h", "--help"], "terminal_width": 100, "max_content_width": 100}
 DRY_RUN = "dry run: the job was built and not submitted; nothing was written"
@@ -50,7 +51,11 @@ def _stage(build, config, load_inputs, reads: dict, **kwargs) -> tuple[dict, str
     result = run_stage(build, config, load_inputs, ctx.args, f"pipelines {ctx.info_name}", reads, **kwargs)
     if result is None:
         click.echo(DRY_RUN)
-    return result
+        return None
+    stats, holds, warning = result
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    return stats, holds
 
 
 def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, record_name: str) -> None:
@@ -283,7 +288,8 @@ def examples(**flags):
     def load() -> tuple[Any, list[str]]:
         if "://" not in config.vocab:
             check_file(config.vocab)
-        vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
+        with warnings_as_lines():
+            vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
         return io.load_manifest(config.corpus, DOCUMENTS.name), vocab
 
     result = _stage(
@@ -310,8 +316,9 @@ def examples(**flags):
     else:
         pairing = f"random next {stats['random_next_rate']:.3f}"
     click.echo(f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); {pairing}, {masked}")
-    if warning := random_next_warning(stats):
-        click.echo(f"warning: {warning}", err=True)
+    for warning in (random_next_warning(stats), unknown_share_warning(stats["unk_rate"], config.cased)):
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
     click.echo(holds)
 
 

@@ -39,10 +39,10 @@ def run_stage(
     submitter_reads: Mapping[str, str | Iterable[str]] | None = None,
     cleanup: Callable[[], Any] | None = None,
     fmt: str = DOCUMENTS.name,
-) -> tuple[dict[str, Any], str] | None:
+) -> tuple[dict[str, Any], str, str | None] | None:
     """Check the paths and buckets (:func:`wordpiece.beam_jobs.check_job`), claim the output for
     ``command``, ``build`` the stage from ``load_inputs()`` and run it; a finished job's output is
-    verified. Returns its ``stats.json`` and what the output holds (None for a dry run)."""
+    verified. Returns :func:`finished_output`'s (None for a dry run)."""
     options = job_options(beam_args)
     io.use_beam_options(beam_args)
     check_job(options, reads, {"--output": config.output, **(writes or {})}, submitter_reads)
@@ -81,8 +81,9 @@ def _run(build, config, inputs, options, cleanup) -> Any:
                 )
 
 
-def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
-    """What a finished job left at ``output``: its ``stats.json`` and what its verified manifest holds."""
+def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str, str | None]:
+    """What a finished job left at ``output``: its ``stats.json``, what its verified manifest holds,
+    and a warning when most of its shards are empty (``--num-shards`` far above the rows)."""
     stats_path = io.join(output, STATS_FILE)
     if not io.exists(stats_path):
         raise PipelineFailed(
@@ -91,7 +92,7 @@ def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
         )
     stats = json.loads(io.read_bytes(stats_path))
     if not io.exists(io.join(output, COMPLETED_FILE)):
-        return stats, f"output: {output} (not marked COMPLETED)"
+        return stats, f"output: {output} (not marked COMPLETED)", None
     try:
         manifest = io.load_manifest(output, fmt)
     except InputError as err:
@@ -100,7 +101,14 @@ def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
     holds = (
         f"{len(manifest.shards):,} {manifest.format} shards, {manifest.num_rows():,} rows, {size_mb:,.1f} MB"
     )
-    return stats, f"output: {output} (COMPLETED: {holds})"
+    empty = sum(not s.num_rows for s in manifest.shards)
+    warning = None
+    if empty > len(manifest.shards) / 2:
+        warning = (
+            f"{empty:,} of the {len(manifest.shards):,} shards are empty, for {manifest.num_rows():,} rows in all: "
+            "lower --num-shards (each shard of 100-500 MB at scale)"
+        )
+    return stats, f"output: {output} (COMPLETED: {holds})", warning
 
 
 def summary_lines(stats: dict[str, Any], record_name: str) -> list[str]:

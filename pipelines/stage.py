@@ -213,10 +213,8 @@ def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) ->
     if stats["file_errors"] and not allow_file_errors:
         files = stats["files_with_errors"]
         more = f" (and {len(files) - 1:,} more file(s): see stats.json)" if len(files) > 1 else ""
-        return (
-            f"{files[0]['file']}: {files[0]['detail']}{more}; --allow-file-errors keeps what was read before "
-            "each error"
-        )
+        keep = "; --allow-file-errors keeps what was read before each error"
+        return f"{files[0]['file']}: {files[0]['detail']}{more}{keep if stats['records_in'] else ''}"
     if not stats["documents_out"]:
         return f"no documents written ({stats['records_in']:,} records read; see stats.json)"
     return None

@@ -14,12 +14,14 @@ record-batch index alone; each unit is one ranged read, checked against its SHA-
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
 import logging
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Iterator
 from concurrent import futures
@@ -104,6 +106,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
                     f"reads version {EXAMPLES_VERSION}: {_REBUILD}"
                 )
             self.params: dict = dict(self.manifest.params)
+            self.manifest_sha256 = hashlib.sha256(manifest).hexdigest()  # which shards a resume reads on
             recorded = self.params.get("vocab_sha256")
             if vocab_sha256 is not None and recorded != vocab_sha256:
                 raise InputError(
@@ -195,12 +198,17 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
     def state_at(self, batches_done: int, epoch: int | None = None) -> dict[str, int]:
         """The resume state after this rank consumed ``batches_done`` batches of ``epoch``."""
-        state = {key: getattr(self, key) for key in _STATE_KEYS}
+        state = {key: getattr(self, key) for key in (*_STATE_KEYS, "manifest_sha256")}
         return state | {"epoch": self.epoch if epoch is None else epoch, "batches_done": batches_done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume: the next iterator skips this rank's first ``batches_done`` batches of ``epoch``.
         A state saved under another batch size, world size, streams, data or seed is refused."""
+        if state.get("manifest_sha256", self.manifest_sha256) != self.manifest_sha256:
+            raise ValueError(
+                f"the shards at {self.url} were rewritten since it read them ({MANIFEST_FILE}'s SHA-256 "
+                f"{str(state['manifest_sha256'])[:12]}… then, {self.manifest_sha256[:12]}… now): give the shards it read"
+            )
         for key in _STATE_KEYS:
             if state.get(key) != getattr(self, key):
                 raise ValueError(
@@ -326,6 +334,15 @@ class ExampleShards(torch.utils.data.IterableDataset):
             pool.shutdown(wait=not hung, cancel_futures=True)
 
 
+@contextlib.contextmanager
+def _no_worker_count_warning() -> Iterator[None]:
+    """Without torch's warning of more DataLoader workers than CPUs (at every epoch, with source
+    lines): the trainer says it once, in its log."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "This DataLoader will create")
+        yield
+
+
 class ShardLoader:
     """The DataLoader of a run over an :class:`ExampleShards` (``num_workers`` must divide its
     streams); :meth:`epoch` starts the workers for one epoch from a resume point. A worker that dies
@@ -336,19 +353,21 @@ class ShardLoader:
     ) -> None:
         self.reader, self.num_workers, self.timeout_s = reader, num_workers, timeout_s
         reader.timeout_s = timeout_s
-        self.loader = torch.utils.data.DataLoader(
-            reader,
-            batch_size=None,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            timeout=timeout_s if num_workers else 0,
-            generator=torch.Generator(),  # the workers' seeds: never drawn from the global RNG
-        )
+        with _no_worker_count_warning():
+            self.loader = torch.utils.data.DataLoader(
+                reader,
+                batch_size=None,
+                num_workers=num_workers,
+                pin_memory=pin_memory,
+                timeout=timeout_s if num_workers else 0,
+                generator=torch.Generator(),  # the workers' seeds: never drawn from the global RNG
+            )
 
     def epoch(self, epoch: int, batches_done: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` after the first ``batches_done``, in order."""
         self.reader.load_state_dict(self.reader.state_at(batches_done, epoch))
-        batches = iter(self.loader)  # its workers shut down when it is released
+        with _no_worker_count_warning():
+            batches = iter(self.loader)  # its workers shut down when it is released
         try:
             for batch in batches:
                 if isinstance(batch, InputError):

@@ -310,6 +310,11 @@ def check_weights_fit(config: Any, path: str | os.PathLike, config_source: str) 
         problems.append(f"{_DECODER_WEIGHT} has shape {tuple(decoder)}, not the word embeddings'")
     if problems:
         shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+        if not wrong and all(p.startswith(("missing tensor", "unexpected tensor")) for p in problems):
+            raise ValueError(  # the sizes agree: the file lacks a tensor, or holds one no BERT has
+                f"{source}: {shown}, though its sizes are those of {config_source}: the weights file is damaged "
+                "or was edited; save or export the model again"
+            )
         raise ValueError(
             f"{config_source} does not fit {source}: {shown}: give the config.json saved with these weights"
         )

@@ -27,7 +27,7 @@ from schemas.commands import InputError, OutputError
 from schemas.files import write_file
 from schemas.inputs import loads, read_bytes
 from schemas.manifest import bytes_match, path_leaves_folder
-from wordpiece.tokenizer import WordPieceTokenizer, parse_vocab_txt, read_vocab_file
+from wordpiece.tokenizer import WordPieceTokenizer, parse_vocab_txt, read_vocab_file, unknown_share_warning
 
 log = logging.getLogger("pretrain")
 
@@ -246,11 +246,8 @@ def _carried_vocab(url: str, copy, cased: bool) -> WordPieceTokenizer:
         return WordPieceTokenizer(parse_vocab_txt(data, url), cased, source=url)
 
 
-UNK_WARN_SHARE = 0.01  # more [UNK] in the shards (stats.json unk_rate): casing and vocabulary differ
-
-
 def warn_unknown_share(shards: str, cased: bool) -> float | None:
-    """Warn when the shards' ``stats.json`` records over :data:`UNK_WARN_SHARE` ``[UNK]``; the share."""
+    """Warn when the shards' ``stats.json`` records over ``UNK_WARN_SHARE`` ``[UNK]``; the share."""
     where = f"{shards.rstrip('/')}/stats.json"
     try:
         with fsspec.open(where, "rb") as f:
@@ -259,14 +256,8 @@ def warn_unknown_share(shards: str, cased: bool) -> float | None:
         return None
     if type(share) not in (int, float):
         return None
-    if share > UNK_WARN_SHARE:
-        log.warning(
-            "%s: %.1f%% of the tokens are [UNK] (stats.json unk_rate) in these %s shards: the casing "
-            "does not fit the vocabulary? (pipelines examples --cased/--uncased)",
-            shards,
-            100 * share,
-            "cased" if cased else "uncased",
-        )
+    if warning := unknown_share_warning(share, cased):
+        log.warning("%s: %s", shards, warning)
     return float(share)
 
 

@@ -23,6 +23,7 @@ import functools
 import itertools
 import logging
 import math
+import os
 import random
 import signal
 import time
@@ -143,6 +144,20 @@ class _Window:
         self.pending_tokens += batch.num_tokens
 
 
+def worker_count(num_workers: int, streams: int) -> int:
+    """The DataLoader workers of a rank: the most (up to ``--num-workers``) that divide the reader's
+    ``streams`` evenly; more than the CPUs this process may use is warned of, once."""
+    workers = max(w for w in range(1, max(1, num_workers) + 1) if streams % w == 0) if num_workers else 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers > cpus:
+        log.warning(
+            "--num-workers %d: %d DataLoader workers (a divisor of the shards' %d streams) on %d CPU(s); more "
+            "workers than CPUs slow the run down: give --num-workers %d or fewer",
+            *(num_workers, workers, streams, cpus, cpus),
+        )
+    return workers
+
+
 class Trainer:
     """One process's pre-training: :meth:`fit` runs :meth:`step` to ``--max-steps``, logging, evaluating
     and checkpointing between."""
@@ -206,9 +221,7 @@ class Trainer:
                 raise UsageError(f"--dynamic-masking with the settings of {cfg.shards}: {err}") from None
             self.reader.masking = DynamicMasking.from_vocab(vocab.vocab, settings)
             log.info("dynamic masking: %s", settings)
-        # the most workers (up to --num-workers) that divide the reader's streams evenly
-        workers = max(w for w in range(1, max(1, cfg.num_workers) + 1) if self.reader.streams % w == 0)
-        self.workers = workers if cfg.num_workers else 0
+        self.workers = worker_count(cfg.num_workers, self.reader.streams)
         self.validation = None
         if cfg.validation_shards:
             fixed = {

@@ -8,13 +8,15 @@ Commands raise, never print and exit. Flag defaults come from the configs (:func
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import errno
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import click
@@ -25,6 +27,8 @@ EXIT_FAILED = 1
 MAX_SEED = 2**32 - 1
 """The largest seed of every command: each generator a seed reaches (torch, NumPy, Python) takes it."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed (129)
+CHAIN_STAGE = "BERT_CHAIN_STAGE"
+"""Set in the environment of a command that ``chain`` runs as a stage: its stop line is the chain's to say."""
 
 _received: list[int] = []  # the stop signals this process received while a command ran
 
@@ -121,7 +125,7 @@ def _invoke(invoke, ctx: click.Context):
         return invoke(ctx)
     except KeyboardInterrupt as err:  # ours, or one a library raised again in its place
         stop = err if isinstance(err, Stopped) else Stopped(stop_received() or signal.SIGINT)
-        if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node under torchrun
+        if os.environ.get("LOCAL_RANK", "0") == "0" and CHAIN_STAGE not in os.environ:  # one line a node
             click.echo(f"error: {stop.line()}", err=True)
         ctx.exit(stop.exit_code)
     except CommandError as err:
@@ -180,6 +184,17 @@ class OneLineCommand(click.Command):
 
     def invoke(self, ctx: click.Context):
         return _invoke(super().invoke, ctx)
+
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Python warnings raised in the block, each text once as one ``warning:`` line on standard
+    error (never a source line), when the block ends."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for text in dict.fromkeys(one_line(str(w.message)) for w in caught):
+        click.echo(f"warning: {text}", err=True)
 
 
 def config_default(config: type, name: str) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from collections.abc import Iterator
 from itertools import islice
 from typing import BinaryIO
@@ -13,7 +12,7 @@ from typing import BinaryIO
 import click
 
 from schemas.buckets import probe
-from schemas.commands import CommandError, OneLineGroup, UsageError
+from schemas.commands import CommandError, OneLineGroup, UsageError, warnings_as_lines
 from schemas.commands import config_option as option
 from schemas.inputs import MAX_LINE_BYTES, check_file, lines
 from wordpiece.beam_options import BeamCommand
@@ -28,12 +27,8 @@ def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
     if "://" not in path:
         check_file(path)
     probe(reads={"--vocab": path})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        tokenizer = WordPieceTokenizer.load(path, cased=cased)
-    for warning in caught:
-        click.echo(f"warning: {warning.message}", err=True)
-    return tokenizer
+    with warnings_as_lines():
+        return WordPieceTokenizer.load(path, cased=cased)
 
 
 def _batches(stream: BinaryIO, size: int) -> Iterator[list[str]]:
@@ -192,6 +187,13 @@ def train(ctx, **flags) -> None:
         )
     out = config.output
     click.echo(f"output: {out}/vocab.txt, {out}/tokenizer.json, {out}/stats.json")
+    if stats["vocab_size"] < config.vocab_size:
+        click.echo(
+            f"warning: {stats['vocab_size']:,} tokens, not the --vocab-size {config.vocab_size:,} asked: the corpus "
+            f"has no more pieces seen --min-frequency {config.min_frequency} times; give a larger corpus or a "
+            "smaller --vocab-size",
+            err=True,
+        )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,20 @@ SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 MAX_INPUT_CHARS_PER_WORD = 100
 """Longer words become one ``[UNK]``, as in ``tokenizers`` and transformers (google-research/bert: 200)."""
+UNK_WARN_SHARE = 0.01
+"""Shards with more ``[UNK]`` tokens than this (``stats.json`` ``unk_rate``) are warned of: the casing
+or the vocabulary does not fit the text."""
+
+
+def unknown_share_warning(share: float | None, cased: bool) -> str | None:
+    """The warning for shards whose tokens are over :data:`UNK_WARN_SHARE` ``[UNK]``; None if not."""
+    if share is None or share <= UNK_WARN_SHARE:
+        return None
+    return (
+        f"{100 * share:.1f}% of the tokens are [UNK] (stats.json unk_rate) in these {'cased' if cased else 'uncased'} "
+        "shards: the casing does not fit the vocabulary? (pipelines examples --cased/--uncased)"
+    )
+
 
 MAX_TEXT_CHARS = 1_000_000
 """The longest text one tokenizer call takes (the Rust library aborts when an allocation fails)."""

@@ -53,10 +53,11 @@ class _Chunks:
         self._fileobj, self._prefix, self._left = fileobj, head, None if limit is None else limit - len(head)
         self.not_bz2 = bz2_only and not head.startswith(b"BZh")
         self._reader: Any = self
+        self.kind = "uncompressed"  # what its first bytes say it is
         if head.startswith(b"BZh"):
-            self._reader = bz2.BZ2File(self)
+            self._reader, self.kind = bz2.BZ2File(self), "bz2"
         elif head.startswith(b"\x1f\x8b"):
-            self._reader = gzip.GzipFile(fileobj=self, mode="rb")
+            self._reader, self.kind = gzip.GzipFile(fileobj=self, mode="rb"), "gzip"
         self.error: OSError | None = None
         self.damage: tuple[bool, bool, BaseException] | None = None
 
@@ -212,9 +213,14 @@ def _parse(chunks: _Chunks, fragment: bool) -> Iterator[RawPage | Defect]:
     pages = _PageParser(fragment)
     for data in chunks:
         for item in pages.feed(data):
-            yield item
             if isinstance(item, Defect):
+                yield (
+                    Defect(item.reason, f"{item.detail}; the file holds {chunks.kind} data")
+                    if (item.reason == "not_a_dump")
+                    else item
+                )
                 return
+            yield item
     if chunks.damage is not None:
         yield chunks.defect(pages.count, "pages")
         return

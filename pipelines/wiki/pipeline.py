@@ -88,9 +88,11 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     if defect is not None:
         where = "" if task.start is None else f" (bytes {task.start}-{task.end})"
         kept = (
-            f"the {num_pages} pages before it were kept" if task.defect is None else "the dump is read whole"
+            f"; the {num_pages} pages before it were kept"
+            if task.defect is None
+            else "; the dump is read whole"
         )
-        detail = f"{defect.detail}{where}; {kept}"
+        detail = f"{defect.detail}{where}{kept if num_pages or task.defect else ''}"
         yield reject_outcome(SOURCE, task.path, "file", defect.reason, detail, kind=FILE_ERROR)
 
 
@@ -146,7 +148,7 @@ class _ReadPages(beam.DoFn):
     def process(self, task: ReadTask):
         for item in read_task(task):
             if isinstance(item, Outcome):
-                _LOG.error("%s: %s", task.path, item.row["detail"])
+                _LOG.warning("%s: %s", task.path, item.row["detail"])  # the command's error says it too
                 yield beam.pvalue.TaggedOutput(self.FILE_ERRORS, item)
             else:
                 yield task.path, item
