@@ -105,7 +105,7 @@ def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str, str | N
     warning = None
     if empty > len(manifest.shards) / 2:
         warning = (
-            f"{empty:,} of the {len(manifest.shards):,} shards are empty, for {manifest.num_rows():,} rows in all: "
+            f"{empty:,} of the {len(manifest.shards):,} shards are empty, for {manifest.num_rows():,} row(s) in all: "
             "lower --num-shards (each shard of 100-500 MB at scale)"
         )
     return stats, f"output: {output} (COMPLETED: {holds})", warning
