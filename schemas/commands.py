@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import errno
 import os
 import signal
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -103,12 +102,6 @@ def seed_problems(seed: int, count: int = 1, flag: str = "--seed") -> list[str]:
     return [] if 0 <= seed <= top else [f"{flag} must be between 0 and {top:,}, got {seed:,}"]
 
 
-def closest(name: str, known: Iterable[str]) -> str:
-    """``; did you mean X?`` for the one of ``known`` closest to ``name``, or "" when none is close."""
-    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f"; did you mean {match[0]}?" if match else ""
-
-
 def one_line(text: str) -> str:
     """``text`` on one line: a newline or carriage return inside it is shown escaped."""
     return text.strip().replace("\r", "\\r").replace("\n", "\\n")
@@ -166,24 +159,20 @@ def _parse(make_context, *args, **kwargs) -> click.Context:
         raise click.exceptions.Exit(err.exit_code) from None
 
 
-class OneLineGroup(click.Group):
+class _OneLine:
+    def make_context(self, *args, **kwargs) -> click.Context:
+        return _parse(super().make_context, *args, **kwargs)
+
+    def invoke(self, ctx: click.Context):
+        return _invoke(super().invoke, ctx)
+
+
+class OneLineGroup(_OneLine, click.Group):
     """A click group that keeps the exit rule for its subcommands (see the module's docstring)."""
 
-    def make_context(self, *args, **kwargs) -> click.Context:
-        return _parse(super().make_context, *args, **kwargs)
 
-    def invoke(self, ctx: click.Context):
-        return _invoke(super().invoke, ctx)
-
-
-class OneLineCommand(click.Command):
+class OneLineCommand(_OneLine, click.Command):
     """A click command that keeps the exit rule (see the module's docstring)."""
-
-    def make_context(self, *args, **kwargs) -> click.Context:
-        return _parse(super().make_context, *args, **kwargs)
-
-    def invoke(self, ctx: click.Context):
-        return _invoke(super().invoke, ctx)
 
 
 @contextlib.contextmanager

@@ -98,10 +98,8 @@ def loads(data: bytes | str, where: str) -> Any:
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object, refusing a key given twice (``json`` would keep the last without a word)."""
-    obj = dict(pairs)
-    if len(obj) < len(pairs):
-        seen: set[str] = set()
-        raise KeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    if len(obj := dict(pairs)) < len(pairs):
+        raise KeyError(next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i])))
     return obj
 
 

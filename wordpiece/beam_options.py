@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 import click
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, _BeamArgumentParser
 
-from schemas.commands import UsageError, closest
+from schemas.commands import UsageError
 
 
 class _Parser(_BeamArgumentParser):
@@ -51,9 +51,9 @@ def problems(args: Sequence[str], own: Iterable[str] = (), command: str = "") ->
     names = [*own, *(s for a in parser._actions for s in a.option_strings)]
     where = f"`{command}` or of Beam" if command else "Beam"
     found = [
-        f"{arg}: not an option of {where}{closest(arg.split('=', 1)[0], names)}"
+        f"{arg}: not an option of {where}{_closest(arg.split('=', 1)[0], names)}"
         for arg in unknown
-        if arg.startswith("-")
+        if arg[0] == "-"
     ]
     if not found and unknown:
         found.append(f"{unknown[0]}: not an argument of {where}")
@@ -67,35 +67,33 @@ def problems(args: Sequence[str], own: Iterable[str] = (), command: str = "") ->
 
         create_runner(runner)
     except (ValueError, ImportError, AttributeError) as err:
-        names = {n.lower().removesuffix("runner"): n for n in StandardOptions.KNOWN_RUNNER_NAMES}
-        near = difflib.get_close_matches(runner.lower().removesuffix("runner"), names, n=1)
-        hint = f"did you mean {names[near[0]]}?" if near else f"{type(err).__name__}: {err}"
-        found.append(f"--runner {runner}: not a runner Beam has; {hint}")
+        stems = {n.lower().removesuffix("runner"): n for n in StandardOptions.KNOWN_RUNNER_NAMES}
+        hint = _closest(runner.lower().removesuffix("runner"), stems) or f"; {type(err).__name__}: {err}"
+        found.append(f"--runner {runner}: not a runner Beam has{hint}")
     return found
+
+
+def _closest(name: str, known: Iterable[str] | dict[str, str]) -> str:
+    """``; did you mean X?`` for the one of ``known`` (a dict: its value) closest to ``name``, or ""."""
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {known[match[0]] if isinstance(known, dict) else match[0]}?" if match else ""
 
 
 class BeamCommand(click.Command):
     """A click command that hands the options it does not know on to Beam (``ctx.args``), each
     checked by :func:`problems` as the command line is parsed, before anything runs; a
     ``file://`` URL among its own options' values is the local path it names (Beam's filesystems
-    take none). While it runs, the temporary folder of the process and of the runner's workers is
-    one of its own, removed when the process ends, after Beam's own exit handlers: Beam's local
-    runners leave folders there (``beam-temp*`` of a job server that could not start)."""
+    take none). From its start, the temporary folder of the process and of the runner's workers is
+    one of its own, removed when the process ends, after Beam's own exit handlers (registered
+    later, run first): Beam's local runners leave folders there (``beam-temp*`` of a job server
+    that could not start)."""
 
     def invoke(self, ctx: click.Context):
-        saved = tempfile.tempdir, os.environ.get("TMPDIR")
         tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(
             prefix=f"{ctx.command_path.replace(' ', '-')}-"
         )
         atexit.register(shutil.rmtree, tempfile.tempdir, True)
-        try:
-            return super().invoke(ctx)
-        finally:
-            tempfile.tempdir = saved[0]
-            if saved[1] is None:
-                del os.environ["TMPDIR"]
-            else:
-                os.environ["TMPDIR"] = saved[1]
+        return super().invoke(ctx)
 
     def __init__(self, *args, **kwargs) -> None:
         settings = {"ignore_unknown_options": True, "allow_extra_args": True}
