@@ -446,10 +446,6 @@ def run_squad(
     train, train_stats = read_squad(train_file, version) if train_file else ([], None)
     train = train[: config.max_train_examples]
     questions, predict_stats = read_squad(predict_file, version)
-    if predict_stats.num_duplicate_ids:
-        logger.warning(
-            repeated_ids_line(predict_file, predict_stats.num_duplicate_ids, predict_stats.duplicate_ids)
-        )
     questions = questions[: config.max_eval_examples]
     check_examples(questions, predict_file)
     if train_file:
@@ -461,6 +457,10 @@ def run_squad(
         raise InputError(
             f"without --train-file the span head is scored as it is, and {encoder.source} has none (it would be "
             "random): give --train-file, or the model/ folder of an earlier `finetune squad` run"
+        )
+    if predict_stats.num_duplicate_ids:  # once every check has passed
+        logger.warning(
+            repeated_ids_line(predict_file, predict_stats.num_duplicate_ids, predict_stats.duplicate_ids)
         )
     if before_training is not None:
         before_training()

@@ -587,11 +587,11 @@ class Trainer:
         procs = self.procs
         url = ckpt.step_url(self.output, step)
         fs, root = fsspec.core.url_to_fs(url)
-        fs.makedirs(root, exist_ok=True)
         if procs.is_main:  # rank 0 holds the run folder: it journals every rank's files first
             ranks = (f"{url}/{ckpt.rng_file(r)}" for r in range(procs.world_size))
             journal(*(f"{name}.{suffix}" for name in ranks for suffix in ("safetensors", "json")))
         barrier(procs)
+        fs.makedirs(root, exist_ok=True)  # after the journal: a run folder moved away is not made again
         stamp = ckpt.Stamp(self.run_id, step)
         ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)
         if procs.is_main:

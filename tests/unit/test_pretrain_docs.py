@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pretrain import config, optim, startup
+from pretrain import config, optim
 from pretrain.data import ShardLoader
 from schemas.commands import MAX_SEED
 from wordpiece.tokenizer import UNK_WARN_SHARE
