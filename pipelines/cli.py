@@ -95,10 +95,10 @@ def _refuse_outputs_files(patterns: tuple[str, ...], files: list[str]) -> None:
     fixed part, that holds an output record or claim): never an output's manifest taken as a book."""
     outputs: dict[str, bool] = {}
     for pattern in (p for p in patterns if any(c in p for c in "*?[")):
-        base = re.split(r"[*?[]", pattern, maxsplit=1)[0].rsplit("/", 1)[0]
-        for path in (f for f in files if f.startswith(base + "/")):
+        base = re.split(r"[*?[]", pattern, maxsplit=1)[0].rpartition("/")[0]
+        for path in (f for f in files if f.startswith(base)):
             folder = path
-            while "/" in folder and len(folder := folder.rsplit("/", 1)[0]) >= len(base):
+            while (folder := folder.rpartition("/")[0]) and len(folder) >= len(base):
                 if folder not in outputs:
                     outputs[folder] = any(io.exists(io.join(folder, n)) for n in (RECORD_FILE, CLAIM_FILE))
                 if outputs[folder]:

@@ -83,17 +83,24 @@ class BeamCommand(click.Command):
     """A click command that hands the options it does not know on to Beam (``ctx.args``), each
     checked by :func:`problems` as the command line is parsed, before anything runs; a
     ``file://`` URL among its own options' values is the local path it names (Beam's filesystems
-    take none). From its start, the temporary folder of the process and of the runner's workers is
+    take none). While it runs, the temporary folder of the process and of the runner's workers is
     one of its own, removed when the process ends, after Beam's own exit handlers (registered
     later, run first): Beam's local runners leave folders there (``beam-temp*`` of a job server
     that could not start)."""
 
     def invoke(self, ctx: click.Context):
-        tempfile.tempdir = os.environ["TMPDIR"] = tempfile.mkdtemp(
-            prefix=f"{ctx.command_path.replace(' ', '-')}-"
-        )
-        atexit.register(shutil.rmtree, tempfile.tempdir, True)
-        return super().invoke(ctx)
+        folder = tempfile.mkdtemp(prefix=f"{ctx.command_path.replace(' ', '-')}-")
+        atexit.register(shutil.rmtree, folder, True)
+        saved = tempfile.tempdir, os.environ.get("TMPDIR")
+        tempfile.tempdir = os.environ["TMPDIR"] = folder
+        try:
+            return super().invoke(ctx)
+        finally:  # as it was, for what the process does next (a test runs many commands)
+            tempfile.tempdir = saved[0]
+            if saved[1] is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = saved[1]
 
     def __init__(self, *args, **kwargs) -> None:
         settings = {"ignore_unknown_options": True, "allow_extra_args": True}

@@ -49,7 +49,9 @@ def test_every_command_takes_one_seed_range_with_one_message(seed, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("kind", "data"), [("uncompressed", b"plain text\n"), ("gzip", gzip.compress(b"plain text\n"))]
+    ("kind", "data"),
+    [("uncompressed", b"plain text\n"), ("gzip", gzip.compress(b"plain text\n", mtime=0))],
+    ids=["uncompressed", "gzip"],
 )
 def test_a_file_named_as_a_dump_that_is_not_one_says_what_it_holds_once(kind, data, tmp_path):
     (tmp_path / "dump.xml.bz2").write_bytes(data)
