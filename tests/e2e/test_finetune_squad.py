@@ -83,12 +83,13 @@ def test_run_squad_writes_what_the_official_evaluation_reproduces(
     for qid, text in predictions.items():
         assert text == ("" if null_odds[qid] > 0 else nbest[qid][0]["text"] or nbest[qid][1]["text"])
     official = evaluate_file(version, data, str(out / "predictions.json"), str(out / "null_odds.json"))
-    assert official == metrics["threshold_0"]
-    # The fixture repeats one id (its unanswerable question, then an answerable one): scored once.
+    # The fixture repeats one id (its unanswerable question, then an answerable one): scored once, and said.
+    repeated = {"num_duplicate_ids": 1, "duplicate_ids": predict["duplicate_ids"]}
+    assert official == metrics["threshold_0"] | repeated and predict["num_duplicate_ids"] == 1
     assert official["total"] == len(ids) == len(questions) - 1
     tuned = metrics["tuned_threshold"]
     threshold = tuned.pop("null_score_diff_threshold")
-    assert evaluate_file(version, data, str(out / "predictions_tuned_threshold.json")) == tuned
+    assert evaluate_file(version, data, str(out / "predictions_tuned_threshold.json")) == tuned | repeated
     # Tuned for F1 on this very file: never below threshold 0's F1.
     assert tuned["f1"] >= evaluate_file(version, data, str(out / "predictions.json"))["f1"]
     assert isinstance(threshold, float)
