@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from finetune.common import PRECISIONS, FitConfig
+from finetune.config import PRECISIONS, FitConfig
 from finetune.extract import ExtractSettings, extract_features
 from finetune.glue import TASKS, GlueConfig, run_glue
 from finetune.hidden import FEATURE_CHOICES

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from finetune.common import input_lines
+from finetune.inputs import input_lines
 from pretrain.runtime import exists
 from schemas.commands import InputError
 

@@ -23,8 +23,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from finetune.common import PRECISIONS, Encoder, doc_windows, load_encoder, max_context_windows, open_input
+from finetune.config import PRECISIONS
+from finetune.encoder import Encoder, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
+from finetune.inputs import open_input
+from finetune.sequences import doc_windows, max_context_windows
 from pretrain import runtime
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker, inputs
@@ -228,7 +231,7 @@ def extract_features(
 ) -> dict[str, Any]:
     """Write the hidden states of ``settings.layers`` for every token of every line of ``input_file``
     into ``output`` (claimed first: refused when it holds files, unless an earlier run's and
-    ``overwrite``); return the stats. ``checkpoint``: any of :func:`finetune.common.load_encoder`'s."""
+    ``overwrite``); return the stats. ``checkpoint``: any of :func:`finetune.encoder.load_encoder`'s."""
     with OutputFolder.open(output, PRODUCER, overwrite=overwrite) as folder:
         if not runtime.exists(input_file):
             raise InputError(f"--input {input_file} not found")

@@ -19,20 +19,12 @@ from typing import Any
 import torch
 
 from finetune import metrics as M
-from finetune.common import (
-    Classifier,
-    Encoder,
-    FitConfig,
-    check_examples,
-    encode_pair,
-    fit,
-    input_lines,
-    predict_classes,
-    prepare_encoder,
-    read_head,
-    save_model,
-)
-from finetune.heads import BiLSTM
+from finetune.config import FitConfig
+from finetune.encoder import Encoder, prepare_encoder, read_head, save_model
+from finetune.heads import BiLSTM, Classifier
+from finetune.inputs import check_examples, input_lines
+from finetune.loop import fit, predict_classes
+from finetune.sequences import encode_pair
 from pretrain import hf
 from pretrain.config import MAX_SEED
 from pretrain.model import BertModel

@@ -13,19 +13,13 @@ from typing import Any
 from torch import nn
 
 from finetune import ner_features
-from finetune.common import (
-    Classifier,
-    Encoder,
-    FitConfig,
-    TrainResult,
-    check_examples,
-    fit,
-    predict,
-    prepare_encoder,
-)
+from finetune.config import FitConfig
 from finetune.conll import SPLIT_FILES, Sentence, read_conll, score
-from finetune.heads import collate_tokens
+from finetune.encoder import Encoder, prepare_encoder
+from finetune.heads import Classifier, collate_tokens
 from finetune.hidden import FEATURE_CHOICES
+from finetune.inputs import check_examples
+from finetune.loop import TrainResult, fit, predict
 from finetune.ner_windows import Windows, default_doc_stride, sentence_features
 from pretrain.runtime import exists, output_folder
 from schemas.files import write_file, write_json

@@ -17,8 +17,10 @@ import fsspec
 import safetensors.torch
 import torch
 
-from finetune.common import MODEL_INPUTS, Encoder, FitConfig, TrainResult, fit, predict
+from finetune.config import FitConfig
+from finetune.encoder import Encoder
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens, collate_with_layers, sentence_only
+from finetune.loop import MODEL_INPUTS, TrainResult, fit, predict
 from finetune.ner_windows import Windows
 from pretrain.runtime import resolve_device, resolve_precision
 from schemas.commands import InputError

@@ -10,7 +10,7 @@ from typing import Any
 
 import fsspec
 
-from finetune.common import input_json
+from finetune.inputs import input_json
 from pretrain.runtime import exists
 from schemas.commands import InputError
 from schemas.files import write_file, write_json

@@ -13,21 +13,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from finetune.common import (
-    FitConfig,
-    TaskOutput,
-    check_examples,
-    doc_windows,
-    fit,
-    input_json,
-    max_context_windows,
-    predict,
-    prepare_encoder,
-    read_head,
-    save_model,
-    seeded_linear,
-)
-from finetune.heads import BiLSTM
+from finetune.config import FitConfig
+from finetune.encoder import prepare_encoder, read_head, save_model
+from finetune.heads import BiLSTM, TaskOutput, seeded_linear
+from finetune.inputs import check_examples, input_json
+from finetune.loop import fit, predict
+from finetune.sequences import doc_windows, max_context_windows
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
 from pretrain.model import BertModel
 from pretrain.runtime import output_folder

@@ -14,17 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from finetune import metrics as M
-from finetune.common import (
-    Classifier,
-    Encoder,
-    FitConfig,
-    check_examples,
-    encode_pair,
-    fit,
-    input_lines,
-    predict_classes,
-    prepare_encoder,
-)
+from finetune.config import FitConfig
+from finetune.encoder import Encoder, prepare_encoder
+from finetune.heads import Classifier
+from finetune.inputs import check_examples, input_lines
+from finetune.loop import fit, predict_classes
+from finetune.sequences import encode_pair
 from pretrain.runtime import exists, output_folder
 from schemas.commands import InputError, UsageError
 from schemas.files import write_file, write_json

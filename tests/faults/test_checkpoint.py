@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain.cli import main as pretrain
 from pretrain.model import BertConfig, BertForPreTraining

@@ -16,7 +16,7 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.cli import main as pretrain

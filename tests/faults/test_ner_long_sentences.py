@@ -20,9 +20,10 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune_main
-from finetune.common import Classifier, FitConfig, load_encoder
+from finetune.config import FitConfig
 from finetune.conll import read_conll
-from finetune.heads import FeatureTagger
+from finetune.encoder import load_encoder
+from finetune.heads import Classifier, FeatureTagger
 from finetune.ner import label_set, tag_windows
 from finetune.ner_features import tag_feature_based
 from finetune.ner_windows import sentence_features

@@ -11,7 +11,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from finetune.common import Encoder, FitConfig, check_casing, load_encoder
+from finetune.config import FitConfig
+from finetune.encoder import Encoder, check_casing, load_encoder
 from pretrain import metrics
 from pretrain.config import PretrainConfig
 from schemas.commands import CommandError, OutputError
@@ -153,7 +154,7 @@ def test_without_tensorboard_a_run_warns_once_and_keeps_its_metrics(tmp_path: Pa
 def test_casing_that_does_not_fit_the_vocabulary_is_warned_with_the_figures(caplog):
     texts = ["The Movie was Great", "A Film is Bad"] * 3
     uncased_vocab = WordPieceTokenizer(VOCAB, cased=False)
-    with caplog.at_level(logging.WARNING, logger="finetune.common"):
+    with caplog.at_level(logging.WARNING, logger="finetune.encoder"):
         assert check_casing(Encoder(None, uncased_vocab, False, "hf"), texts) == 0.0
         assert not caplog.records
         cased = WordPieceTokenizer(VOCAB, cased=True)

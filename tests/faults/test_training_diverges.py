@@ -10,7 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from finetune.common import Classifier, FitConfig, TaskOutput, encode_pair, fit, load_encoder
+from finetune.config import FitConfig
+from finetune.encoder import load_encoder
+from finetune.heads import Classifier, TaskOutput
+from finetune.loop import fit
+from finetune.sequences import encode_pair
 from schemas.commands import CommandError
 from tests.faults.finetune_inputs import inputs, invoke
 from tests.unit.test_finetune_common import hf_folder
@@ -49,7 +53,7 @@ def test_infinite_gradients_stop_the_run_outside_fp16():
 
 
 def test_a_diverging_command_writes_no_model_and_no_metrics(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr("finetune.common.MAX_LR", 1e31)  # let --lr 1e30 through the range check
+    monkeypatch.setattr("finetune.config.MAX_LR", 1e31)  # let --lr 1e30 through the range check
     args, _ = inputs(tmp_path, str(hf_folder(tmp_path / "hf")))["glue train.tsv"]
     code, errors, _ = invoke([*args, "--lr", "1e30", "--warmup-proportion", "0", "--epochs", "3"])
     assert code == 1 and len(errors) == 1, errors

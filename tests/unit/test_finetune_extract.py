@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from finetune.extract import ExtractSettings, extract_features, read_features, vectors, word_indices
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from finetune.common import FitConfig
+from finetune.config import FitConfig
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens
 from finetune.ner_features import inputs_digest, weights_digest, with_layers
 from schemas.commands import CommandError

@@ -14,8 +14,9 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main
-from finetune.common import FitConfig, fit
+from finetune.config import FitConfig
 from finetune.glue import GlueConfig, build_classifier, run_glue
+from finetune.loop import fit
 from pretrain.model import BertConfig, BertModel
 from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
