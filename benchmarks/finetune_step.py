@@ -72,7 +72,8 @@ def main() -> None:
     import transformers
 
     from finetune.encoder import load_encoder
-    from finetune.glue import features, get_task, read_split
+    from finetune.glue import features, read_split
+    from finetune.glue_tasks import get_task
     from finetune.heads import Classifier
     from finetune.loop import epoch_order
     from finetune.sequences import pad_batch

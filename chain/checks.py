@@ -1,6 +1,7 @@
 """What ``chain`` and ``chain ablate`` check before their first stage, with the stages' own rules:
 the command line first (each function returns its problems; the CLIs raise them together as one
-UsageError, exit 2, no path looked at yet), then the inputs (together as one InputError, exit 1)."""
+UsageError, exit 2, no path looked at yet), then the inputs (together as one InputError, exit 1).
+Imports no torch: the rules come from the stages' torch-free tables and configs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Sequence
 
 import fsspec
 
+from finetune.glue_tasks import get_task
+from pretrain.config import PRECISIONS, parse_model_size
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, verify_completed
 from schemas.commands import CommandError
 
@@ -53,8 +56,6 @@ def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
             f"--glue-task {glue_task} needs --glue-dir (its folder); without --glue-dir the chain "
             f"fine-tunes on the task it derives from the corpus ({DERIVED_TASK.upper()} layout)"
         ]
-    from finetune.glue import get_task
-
     try:
         get_task(glue_task)
     except CommandError as err:
@@ -64,9 +65,6 @@ def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
 
 def model_problems(flag: str, model: str, precision: str) -> list[str]:
     """``model`` a ``pretrain --config`` size and ``precision`` one of pretrain's."""
-    from pretrain.model import parse_model_size
-    from pretrain.runtime import PRECISIONS
-
     found = (
         []
         if precision in PRECISIONS
@@ -104,8 +102,6 @@ def folder_problems(flag: str, folder: str, names: Sequence[str], layout: str) -
 
 
 def glue_dir_problems(glue_dir: str, glue_task: str | None) -> list[str]:
-    from finetune.glue import get_task
-
     task = get_task(glue_task or DERIVED_TASK)
     names = [f"{stem}.tsv" for stem in ("train", *task.dev)]
     return folder_problems("--glue-dir", glue_dir, names, f"{task.name}'s layout of the GLUE download")

@@ -16,7 +16,8 @@ import click
 
 from finetune.config import PRECISIONS, FitConfig
 from finetune.extract import ExtractSettings, extract_features
-from finetune.glue import TASKS, GlueConfig, run_glue
+from finetune.glue import GlueConfig, run_glue
+from finetune.glue_tasks import TASKS
 from finetune.hidden import FEATURE_CHOICES
 from finetune.ner import FEATURE_LR, NerConfig, run_ner
 from finetune.squad import SquadConfig, run_squad

@@ -8,11 +8,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from pretrain import runtime
+from pretrain.config import PRECISIONS as PRETRAIN_PRECISIONS
 from pretrain.config import non_negative_finite, positive_finite, seed_in_range
 from schemas.commands import UsageError
 
-PRECISIONS = ("auto", *runtime.PRECISIONS)
+PRECISIONS = ("auto", *PRETRAIN_PRECISIONS)
 MIN_SEQ_LENGTH = 8
 MAX_LR = 1.0  # fine-tuning uses 1e-5 .. 1e-3; AdamW diverges long before 1
 MAX_EPOCHS = 1000

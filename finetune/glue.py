@@ -1,5 +1,5 @@
-"""GLUE: the official task folders and metrics, the GLUE server's submission files, and the
-fine-tuned classifier saved as a model.
+"""GLUE: a task's official folder read (its row of :mod:`finetune.glue_tasks`), its runs trained and
+scored, the GLUE server's submission files, and the fine-tuned classifier saved as a model.
 
 Files are UTF-8 (a leading BOM dropped), rows split on ``\n`` only (a form feed or Unicode line
 separator in a sentence is text), fields on tabs with no CSV quoting; columns are found by header
@@ -21,6 +21,7 @@ import torch
 from finetune import metrics as M
 from finetune.config import FitConfig
 from finetune.encoder import Encoder, prepare_encoder, read_head, save_model
+from finetune.glue_tasks import GlueTask, get_task, score
 from finetune.heads import BiLSTM, Classifier
 from finetune.inputs import check_examples, input_lines
 from finetune.loop import fit, predict_classes
@@ -35,64 +36,6 @@ from schemas.files import write_file, write_json
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class GlueTask:
-    """The layout, labels and metric of one GLUE task. ``text_a``, ``text_b`` (or None) and
-    ``label`` are header names; ``positional`` names the columns of train/dev files without a
-    header (CoLA). ``dev`` maps each dev file's stem to its metrics' prefix, ``test`` each test
-    file's stem to its submission file (default ``test`` -> ``<folder>.tsv``)."""
-
-    name: str
-    folder: str
-    labels: tuple[str, ...] | None  # None: regression (STS-B)
-    text_a: str
-    text_b: str | None
-    label: str
-    main_metric: str
-    dev: dict[str, str] = dataclasses.field(default_factory=lambda: {"dev": ""})
-    test: dict[str, str] = dataclasses.field(default_factory=dict)
-    test_index: str = "index"
-    positional: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.test:  # the GLUE server's name for the test file's predictions
-            object.__setattr__(self, "test", {"test": f"{self.folder}.tsv"})
-
-    @property
-    def num_labels(self) -> int:
-        """Outputs of the head: the number of classes, or 1 for regression."""
-        return 1 if self.labels is None else len(self.labels)
-
-
-BINARY = ("0", "1")
-ENTAILMENT = ("entailment", "not_entailment")
-NLI = ("sentence1", "sentence2", "label", "accuracy")
-MNLI_DEV = {"dev_matched": "matched_", "dev_mismatched": "mismatched_"}
-MNLI_TEST = {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}
-COLA_COLUMNS = ("source", "label", "original_label", "sentence")
-TASKS: dict[str, GlueTask] = {
-    t.name: t
-    for t in (
-        GlueTask("cola", "CoLA", BINARY, "sentence", None, "label", "mcc", positional=COLA_COLUMNS),
-        GlueTask("sst2", "SST-2", BINARY, "sentence", None, "label", "accuracy"),
-        GlueTask("mrpc", "MRPC", BINARY, "#1 String", "#2 String", "Quality", "f1"),
-        GlueTask("qqp", "QQP", BINARY, "question1", "question2", "is_duplicate", "f1", test_index="id"),
-        GlueTask("stsb", "STS-B", None, "sentence1", "sentence2", "score", "spearman"),
-        GlueTask(
-            "mnli",
-            "MNLI",
-            ("contradiction", "entailment", "neutral"),
-            *NLI[:2],
-            "gold_label",
-            "matched_accuracy",
-            dev=MNLI_DEV,
-            test=MNLI_TEST,
-        ),
-        GlueTask("qnli", "QNLI", ENTAILMENT, "question", "sentence", "label", "accuracy"),
-        GlueTask("rte", "RTE", ENTAILMENT, *NLI),
-        GlueTask("wnli", "WNLI", BINARY, *NLI),
-    )
-}
 DIAGNOSTIC_SUBMISSION = "AX.tsv"  # the diagnostic set, predicted by the MNLI model
 GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}  # paper, Appendix A.3
 MAX_SEEDS = 100
@@ -124,14 +67,6 @@ class GlueConfig(FitConfig):
         if self.predict_only and (self.grid or self.num_seeds > 1):
             found.append("--predict-only trains nothing: leave out --grid and --seeds")
         return found
-
-
-def get_task(name: str) -> GlueTask:
-    """The task called ``name`` (case and ``-`` ignored)."""
-    key = name.lower().replace("-", "")
-    if key not in TASKS:
-        raise UsageError(f"unknown GLUE task {name!r}: choose one of {', '.join(TASKS)}")
-    return TASKS[key]
 
 
 @dataclass(frozen=True)
@@ -261,22 +196,6 @@ def _label_values(task: GlueTask, examples: Sequence[GlueExample]) -> list:
     if task.labels is None:
         return [float(e.label) for e in examples]
     return [task.labels.index(str(e.label)) for e in examples]
-
-
-def score(
-    task: GlueTask, predictions: Sequence[float], labels: Sequence[float], prefix: str = ""
-) -> dict[str, float]:
-    """The official metrics of ``task``: CoLA Matthews correlation (and accuracy); STS-B Pearson and
-    Spearman; MRPC and QQP F1 and accuracy; the others accuracy. ``prefix`` names MNLI's split."""
-    if task.labels is None:
-        values = {"pearson": M.pearson(predictions, labels), "spearman": M.spearman(predictions, labels)}
-    else:
-        values = {"accuracy": M.accuracy(predictions, labels)}
-        if task.name == "cola":
-            values["mcc"] = M.matthews_corrcoef(predictions, labels)
-        if task.name in ("mrpc", "qqp"):
-            values["f1"] = M.f1(predictions, labels, positive=task.labels.index("1"))
-    return {prefix + k: v for k, v in values.items()}
 
 
 def to_predictions(task: GlueTask, logits: torch.Tensor) -> list:

@@ -10,50 +10,17 @@ from typing import Any
 
 import fsspec
 
+from finetune.glue_tasks import TASKS
 from finetune.inputs import input_json
+from finetune.paper import GLUE_DEV, SQUAD, SWAG, TABLE_1, TABLE_1_COLUMNS
 from pretrain.runtime import exists
 from schemas.commands import InputError
 from schemas.files import write_file, write_json
 from schemas.inputs import field
 from schemas.outputs import OutputFolder
 
-GLUE = {
-    "mnli": ("MNLI-(m/mm)", ("matched_accuracy", "mismatched_accuracy")),
-    "qqp": ("QQP", ("f1",)),
-    "qnli": ("QNLI", ("accuracy",)),
-    "sst2": ("SST-2", ("accuracy",)),
-    "cola": ("CoLA", ("mcc",)),
-    "stsb": ("STS-B", ("spearman",)),
-    "mrpc": ("MRPC", ("f1",)),
-    "rte": ("RTE", ("accuracy",)),
-}
-"""Table 1's columns in order: the header and the metric(s), as keys of our metrics.json's ``dev``."""
-GLUE_METRIC = {task: metrics for task, (_, metrics) in GLUE.items()}
-TABLE_1 = (*GLUE, "average")
-# Devlin et al. (2019), Table 1: GLUE *test* set, scored by the GLUE evaluation server, in the
-# columns above; "average" is the paper's Average column (it leaves out WNLI).
-PAPER_GLUE_TEST: dict[str, dict[str, Any]] = {
-    "BERT-BASE": dict(
-        zip(TABLE_1, ((84.6, 83.4), 71.2, 90.5, 93.5, 52.1, 85.8, 88.9, 66.4, 79.6), strict=True)
-    ),
-    "BERT-LARGE": dict(
-        zip(TABLE_1, ((86.7, 85.9), 72.1, 92.7, 94.9, 60.5, 86.5, 89.3, 70.1, 82.1), strict=True)
-    ),
-}
-# The same paper's *dev* numbers for BERT-BASE: Table 5 (ablation, "BERT_BASE" row; MNLI-m, QNLI,
-# MRPC and SST-2 accuracy: note MRPC is accuracy there, not F1) and BERT-LARGE from Table 6
-# (model size, L=24 H=1024 A=16: MNLI-m, MRPC, SST-2 accuracy). Columns not reported are absent.
-PAPER_GLUE_DEV: dict[str, dict[str, Any]] = {
-    "BERT-BASE": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7},
-    "BERT-LARGE": {"mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
-}
-# Table 4 (SWAG accuracy): BERT-BASE dev 81.6; BERT-LARGE dev 86.6, test 86.3.
-PAPER_SWAG = {"BERT-BASE": {"dev": 81.6}, "BERT-LARGE": {"dev": 86.6, "test": 86.3}}
-# Table 2 (SQuAD v1.1, single model, dev EM/F1) and Table 3 (SQuAD v2.0, single model, dev EM/F1).
-PAPER_SQUAD = {
-    "1.1": {"BERT-BASE": {"exact_match": 80.8, "f1": 88.5}, "BERT-LARGE": {"exact_match": 84.1, "f1": 90.9}},
-    "2.0": {"BERT-LARGE": {"exact_match": 78.7, "f1": 81.9}},
-}
+GLUE = [task for task in TABLE_1_COLUMNS if task != "average"]
+"""Table 1's GLUE columns in order; each task's metrics (its row of the task table) are keys of our ``dev``."""
 
 
 def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -76,7 +43,7 @@ def _checked(run: Any, url: str) -> dict[str, Any]:
     """``run`` with the fields the tables read typed (numbers are numbers, not strings)."""
     task = field(run, "task", str, url)
     dev = field(run, "dev", dict, url, default={})
-    keys = {"swag": ("accuracy",), **GLUE_METRIC}.get(task, ())
+    keys = TASKS[task].paper_metrics if task in GLUE else ("accuracy",) if task == "swag" else ()
     for key in keys:
         field(dev, key, (int, float), f"{url}: dev")
         field(field(run, "dev_sd", dict, url, default={}), key, (int, float), f"{url}: dev_sd", default=0)
@@ -116,24 +83,24 @@ def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[st
     """The tables as a JSON-ready dict of ``glue``, ``swag`` and ``squad`` rows (percentages)."""
     glue_rows: list[dict[str, Any]] = [
         {"system": name, "split": "test (paper, Table 1)", "values": dict(values)}
-        for name, values in PAPER_GLUE_TEST.items()
+        for name, values in TABLE_1.items()
     ]
     glue_rows += [
         {"system": name, "split": "dev (paper, Tables 5-6; MRPC accuracy)", "values": dict(values)}
-        for name, values in PAPER_GLUE_DEV.items()
+        for name, values in GLUE_DEV.items()
     ]
     ours: dict[str, Any] = {}
     sds: dict[str, Any] = {}
-    swag_rows = [{"system": n, "split": "paper, Table 4", "values": v} for n, v in PAPER_SWAG.items()]
+    swag_rows = [{"system": n, "split": "paper, Table 4", "values": v} for n, v in SWAG.items()]
     squad_rows = [
         {"system": n, "version": version, "split": "dev (paper)", "values": v}
-        for version, systems in PAPER_SQUAD.items()
+        for version, systems in SQUAD.items()
         for n, v in systems.items()
     ]
     for run in runs:
         task = run["task"]
         if task in GLUE:
-            values, deviations = _ours(run, GLUE_METRIC[task])
+            values, deviations = _ours(run, TASKS[task].paper_metrics)
             ours[task] = values if len(values) > 1 else values[0]
             sds[task] = deviations if len(deviations) > 1 else deviations[0]
         elif task == "swag":
@@ -158,7 +125,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         "## GLUE (layout of BERT Table 1)",
         "",
-        "| System | Split | " + " | ".join(header for header, _ in GLUE.values()) + " | Average |",
+        "| System | Split | " + " | ".join(TABLE_1_COLUMNS.values()) + " |",
         "|---|---|" + "---|" * (len(GLUE) + 1),
     ]
     for row in report["glue"]:

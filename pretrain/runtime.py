@@ -8,8 +8,6 @@ import contextlib
 import fsspec
 import torch
 
-from pretrain.config import PRECISIONS as PRECISIONS  # chain reads it here
-
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> ``cuda`` when available, else ``cpu``; any other name as given."""

@@ -90,6 +90,19 @@ def test_the_trainer_and_fine_tuning_import_no_beam():
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+def test_chain_checks_its_command_line_without_torch():
+    """chain's checks read the stages' rules from torch-free modules: the task table, the presets
+    and precisions, the paper's numbers; torch loads only in the stages' own processes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, chain.cli, chain.checks, chain.plan, chain.ablate, chain.ablate_report, "
+        "finetune.glue_tasks, finetune.paper, pretrain.config; sys.exit('torch' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
 # The weight of the house (issue 33): product code is every .py file of the six packages.
 MAX_PRODUCT_LINES = 19_000
 MAX_EXCEPTION_CLASSES = 10
