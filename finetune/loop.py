@@ -17,7 +17,7 @@ from torch import nn
 from finetune.config import FitConfig
 from finetune.inputs import check_examples
 from finetune.sequences import pad_batch
-from pretrain.optim import Diverged, build_scheduler, parameter_groups
+from pretrain.optim import Health, build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
 
@@ -52,59 +52,6 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def diverged(step: int, what: str, config: FitConfig, precision: str) -> Diverged:
-    """The error that stops a run whose loss or gradients stopped being finite (exit 1)."""
-    advice = f"lower --lr (it is {config.lr:g})"
-    if precision == "fp16":
-        advice += " or use --precision bf16 or fp32"
-    return Diverged(f"fine-tuning diverged at step {step + 1}: {what}; {advice}; no model was saved")
-
-
-@dataclass
-class _Update:
-    """One optimizer update from a loss: backward, clipping at ``max_grad_norm`` (0: none), the step
-    and the schedule. A loss or (outside fp16, whose scaler skips overflows) a gradient norm that
-    is not finite stops the run (:func:`diverged`), as does an fp16 scale driven below 1."""
-
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    scaler: torch.amp.GradScaler
-    config: FitConfig
-    precision: str
-
-    @classmethod
-    def for_run(
-        cls, model: nn.Module, config: FitConfig, max_steps: int, device: torch.device, precision: str
-    ) -> _Update:
-        """AdamW without decay on biases and LayerNorm, linear warm-up then decay to zero."""
-        optimizer = torch.optim.AdamW(
-            parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.999), eps=1e-6
-        )
-        warmup_steps = int(max_steps * config.warmup_proportion)
-        return cls(
-            optimizer,
-            build_scheduler(optimizer, config.lr, warmup_steps, max_steps),
-            torch.amp.GradScaler(device.type, enabled=precision == "fp16"),
-            config,
-            precision,
-        )
-
-    def __call__(self, model: nn.Module, loss: torch.Tensor, step: int) -> None:
-        if not torch.isfinite(loss):
-            raise diverged(step, f"the training loss is {float(loss.detach())}", self.config, self.precision)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
-        self.scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.max_grad_norm or math.inf)
-        if not self.scaler.is_enabled() and not torch.isfinite(norm):
-            raise diverged(step, f"the gradient norm is {float(norm)}", self.config, self.precision)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        if self.scaler.is_enabled() and self.scaler.get_scale() < 1:
-            raise diverged(step, "the fp16 gradients overflow at every step", self.config, self.precision)
-        self.scheduler.step()
-
-
 def fit(
     model: nn.Module,
     features: Sequence[dict[str, Any]],
@@ -113,14 +60,20 @@ def fit(
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = pad_batch,
 ) -> TrainResult:
     """Fine-tune all of ``model`` on ``features`` for ``config.epochs`` epochs, AMP on GPU, the order from
-    :func:`epoch_order` and dropout from ``config.seed`` (the caller's global RNG is left alone)."""
+    :func:`epoch_order` and dropout from ``config.seed`` (the caller's global RNG is left alone). Each
+    step: forward, loss, backward, unscale, clip at ``max_grad_norm`` (0: none), the AdamW update, the
+    divergence rule (:class:`~pretrain.optim.Health`, read at once), the schedule (linear warm-up,
+    then decay to zero)."""
     check_examples(features, "the training data")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     model.to(device)
-    steps_per_epoch = math.ceil(len(features) / config.batch_size)
-    max_steps = max(1, math.ceil(steps_per_epoch * config.epochs))
-    update = _Update.for_run(model, config, max_steps, device, precision)
+    max_steps = max(1, math.ceil(math.ceil(len(features) / config.batch_size) * config.epochs))
+    groups = parameter_groups(model, config.weight_decay)  # no decay on biases and LayerNorm
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-6)
+    scheduler = build_scheduler(optimizer, config.lr, int(max_steps * config.warmup_proportion), max_steps)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    health = Health(device, precision)
     devices = [device.index or 0] if device.type == "cuda" else []
     result = TrainResult(0, [], 0.0, 0.0, precision, str(device))
     start, seen = time.perf_counter(), 0
@@ -137,8 +90,16 @@ def fit(
                 batch = _to_device(batch, device)
                 with autocast(device, precision):
                     loss = model(**batch).loss
-                update(model, loss, result.steps)
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm or math.inf)
+                scaler.step(optimizer)  # skipped when the fp16 gradients overflow
+                scaler.update()
                 result.steps += 1
+                health.update(result.steps, loss.detach(), (~torch.isfinite(norm)).float())
+                health.check(config.lr, "no model was saved")
+                scheduler.step()
                 seen += len(batch["input_ids"])
                 total, count = total + float(loss.detach()), count + 1
                 bar.update(1)

@@ -152,7 +152,7 @@ def _pretrain_args(shards: Path, run: Path, steps: int) -> list[str]:
 # pipelines: the stop takes the same path), mid-training for pretrain and the fine-tuning commands.
 
 QUICK_FT = ["--epochs", "1", "--batch-size", "2", "--max-seq-length", "32"]
-TRAINING = "finetune.loop:_Update.__call__"
+TRAINING = "pretrain.optim:Health.update"  # after each fine-tuning step
 RUN = "apache_beam.pipeline:Pipeline.run"  # the pipeline is built; the runner has not started yet
 # command -> (the function held and the text its arguments mention, the command line, the output)
 COMMANDS = {
