@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -659,7 +660,17 @@ def training_flops_per_token(
     return 6 * matmul_params + 12 * n_layers * h * seq_length + head
 
 
-def compile_model(model: nn.Module, *, mode: str | None = None, backend: str = "inductor") -> nn.Module:
-    """``torch.compile`` the model for training (dynamic sequence lengths); returns the compiled
-    wrapper, which shares parameters with ``model`` (save and load through ``model``)."""
-    return torch.compile(model, mode=mode, backend=backend, dynamic=None)
+def compile_for_training(
+    model: BertForPreTraining,
+    *,
+    mode: str | None = None,
+    dynamic: bool | None = None,
+    backend: str = "inductor",
+) -> Callable[..., PretrainingLoss]:
+    """``torch.compile`` ``model`` region by region, in place (each encoder layer and the embeddings;
+    the heads run eagerly), so DDP and the checkpoints see the same module; returns
+    :func:`pretraining_loss` compiled alike. ``dynamic``: None guesses from the shapes seen, True for
+    shapes that vary by design."""
+    for region in (*model.bert.encoder.layer, model.bert.embeddings):
+        region.compile(mode=mode, dynamic=dynamic, backend=backend)
+    return torch.compile(pretraining_loss, mode=mode, dynamic=dynamic, backend=backend)

@@ -135,17 +135,6 @@ def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> No
         optimizer.step()
 
 
-def apply_gradients(params: list, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> tuple:
-    """Unscale, clip and apply the gradients unless their norm is not finite. Returns the norm and a 0-d
-    float tensor, 1 when the update was skipped, both on the device, unread."""
-    scaler.unscale_(optimizer)
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm or float("inf"), foreach=True)
-    skipped = (~torch.isfinite(grad_norm)).float()
-    step_unless(optimizer, skipped)
-    scaler.update()
-    return grad_norm, skipped
-
-
 MAX_FP16_SKIPS = 16
 """Consecutive fp16 steps with overflowing gradients that mean divergence (the scale fell 65,536-fold)."""
 

@@ -14,7 +14,7 @@ from pretrain.config import PRESETS
 from pretrain.model import (
     BertConfig,
     BertForPreTraining,
-    compile_model,
+    compile_for_training,
     pretraining_loss,
     training_flops_per_token,
 )
@@ -203,12 +203,16 @@ def test_flops_per_token_formula():
     assert training_flops_per_token(config, 128) < training_flops_per_token(config, 128, 1.0)
 
 
-def test_compile_smoke(model):
+def test_compiling_for_training_works_in_place_and_keeps_names_and_outputs(model):
     b = random_batch()
-    compiled = compile_model(model, backend="eager")
-    out = compiled(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
-    expected = model(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
+    inputs = (b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
+    targets = (b["masked_lm_ids"], b["masked_lm_weights"], b["next_sentence_labels"])
+    names, expected = list(model.state_dict()), model(*inputs)
+    compiled_loss = compile_for_training(model, backend="eager")
+    out = model(*inputs)  # the same module: DDP and the checkpoints see its parameter names
+    assert list(model.state_dict()) == names
     torch.testing.assert_close(out.prediction_logits, expected.prediction_logits)
+    torch.testing.assert_close(compiled_loss(out, *targets).total, pretraining_loss(expected, *targets).total)
 
 
 # --- save / load / HF interop ---------------------------------------------------------------------

@@ -13,10 +13,10 @@ from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import BertConfig, BertForPreTraining
 from pretrain.optim import (
     Lamb,
-    apply_gradients,
     build_optimizer,
     build_scheduler,
     parameter_groups,
+    step_unless,
     warmup_decay,
 )
 from schemas.commands import InputError, UsageError
@@ -74,6 +74,16 @@ OPTIMIZERS = {
 }
 
 
+def apply_gradients(params, optimizer, scaler) -> tuple[torch.Tensor, torch.Tensor]:
+    """The update half of ``Trainer.step``: unscale, clip, the update unless not finite, the scaler."""
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+    skipped = (~torch.isfinite(norm)).float()
+    step_unless(optimizer, skipped)
+    scaler.update()
+    return norm, skipped
+
+
 @pytest.mark.parametrize("kind", OPTIMIZERS)
 @pytest.mark.parametrize("fp16", [False, True])
 def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
@@ -83,7 +93,7 @@ def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
     scaler = torch.amp.GradScaler("cpu", enabled=fp16)
     for _ in range(2):  # moments to keep
         scaler.scale(model(torch.ones(2, 3)).sum()).backward()
-        apply_gradients(params, optimizer, scaler, 1.0)
+        apply_gradients(params, optimizer, scaler)
         optimizer.zero_grad()
     before = [p.detach().clone() for p in params]
     state = [{k: v.clone() for k, v in optimizer.state[p].items()} for p in params]
@@ -91,7 +101,7 @@ def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
     scale = scaler.get_scale()
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
     model.weight.grad[0, 1] = float("nan")
-    norm, skipped = apply_gradients(params, optimizer, scaler, 1.0)
+    norm, skipped = apply_gradients(params, optimizer, scaler)
     assert skipped.item() == 1.0 and not torch.isfinite(norm)
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
     for saved, param in zip(state, params, strict=True):  # moments and step counts too
@@ -101,7 +111,7 @@ def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
         assert scaler.get_scale() == scale / 2  # the scale backs off after an overflow
     optimizer.zero_grad()
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
-    norm, skipped = apply_gradients(params, optimizer, scaler, 1.0)
+    norm, skipped = apply_gradients(params, optimizer, scaler)
     assert skipped.item() == 0.0 and not torch.equal(before[0], model.weight)
 
 
