@@ -1,4 +1,4 @@
-"""Optimisers (AdamW, fused on CUDA; LAMB), learning-rate schedules and the divergence rule."""
+"""Optimisers (AdamW, fused on CUDA; LAMB), the learning-rate scheduler and the divergence rule."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 
+from pretrain.schedules import SCHEDULES
 from schemas.commands import CommandError
 
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias", "layer_norm", "norm.weight", "norm.bias")
@@ -196,27 +197,6 @@ def build_optimizer(
     device = next(model.parameters()).device.type
     fused = {"fused": True} if device in FUSED_DEVICES else {"foreach": True}
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
-
-
-def warmup_decay(step: int, warmup_steps: int, max_steps: int, power: float = 1.0) -> float:
-    """The learning-rate multiplier at ``step``: linear warm-up, then ``(1 - progress) ** power``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    remaining = max_steps - step
-    span = max(1, max_steps - warmup_steps)
-    return max(0.0, remaining / span) ** power if remaining > 0 else 0.0
-
-
-def reference_decay(step: int, warmup_steps: int, max_steps: int, power: float = 1.0) -> float:
-    """The multiplier of google-research/bert ``optimization.create_optimizer``: polynomial decay
-    to 0 at ``max_steps`` counted from step 0, and ``step / warmup`` while ``step < warmup``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return step / warmup_steps
-    done = min(step, max_steps) / max(1, max_steps)
-    return (1.0 - done) ** power
-
-
-SCHEDULES = {"transformers": warmup_decay, "reference": reference_decay}
 
 
 def build_scheduler(

@@ -17,8 +17,8 @@ from pretrain.optim import (
     build_scheduler,
     parameter_groups,
     step_unless,
-    warmup_decay,
 )
+from pretrain.schedules import warmup_decay
 from schemas.commands import InputError, UsageError
 
 
