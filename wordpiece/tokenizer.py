@@ -22,6 +22,23 @@ from schemas.inputs import check_file, field, loads, read_bytes
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """Tokens every vocabulary must contain (each exactly once)."""
 
+
+def num_reserved(num_unused: int) -> int:
+    """The ids a vocabulary holds before its word pieces: :data:`SPECIAL_TOKENS` and ``num_unused`` ``[unusedN]``."""
+    return len(SPECIAL_TOKENS) + num_unused
+
+
+def reserve_problem(vocab_size: int, num_unused: int) -> str | None:
+    """Why ``vocab_size`` leaves no room for word pieces after the :func:`num_reserved` ids, or None."""
+    reserved = num_reserved(num_unused)
+    if vocab_size > reserved:
+        return None
+    return (
+        f"--vocab-size {vocab_size} leaves no room for word pieces after {len(SPECIAL_TOKENS)} special "
+        f"tokens and {num_unused} [unused] slots: give at least {reserved + 1}"
+    )
+
+
 MAX_INPUT_CHARS_PER_WORD = 100
 """Longer words become one ``[UNK]``, as in ``tokenizers`` and transformers (google-research/bert: 200)."""
 

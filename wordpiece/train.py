@@ -37,7 +37,7 @@ from schemas.outputs import OutputFolder
 from wordpiece import count as counting
 from wordpiece.beam_jobs import run_pipeline
 from wordpiece.count import COUNTS_FOLDER, read_bytes, s3_storage_options, write_bytes
-from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer, vocab_txt_bytes
+from wordpiece.tokenizer import WordPieceTokenizer, num_reserved, reserve_problem, vocab_txt_bytes
 
 FEED_REPEATS = 4_096
 RELEASED_NUM_UNUSED = 994
@@ -77,12 +77,8 @@ class VocabConfig:
             problems.append("--corpus is required (a completed `pipelines corpus` output)")
         if not self.output:
             problems.append("--output is required")
-        reserved = len(SPECIAL_TOKENS) + self.num_unused
-        if self.vocab_size <= reserved:
-            problems.append(
-                f"--vocab-size {self.vocab_size} leaves no room for pieces after {len(SPECIAL_TOKENS)} special "
-                f"tokens and --num-unused {self.num_unused}"
-            )
+        if problem := reserve_problem(self.vocab_size, self.num_unused):
+            problems.append(problem)
         if self.vocab_size > MAX_VOCAB_SIZE:
             problems.append(
                 f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (ids are uint32), got {self.vocab_size}"
@@ -228,14 +224,13 @@ def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[s
     alphabet = alphabet_of(read_counts(config.output, LEARN), config.limit_alphabet)
     if not alphabet.kept:
         raise InputError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
-    num_pieces = config.vocab_size - len(SPECIAL_TOKENS) - config.num_unused
-    kept_alphabet = len(alphabet.kept) + len(alphabet.continuing)
+    reserved = num_reserved(config.num_unused)
+    num_pieces, kept_alphabet = config.vocab_size - reserved, len(alphabet.kept) + len(alphabet.continuing)
     if num_pieces < kept_alphabet:
         raise InputError(
             f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and ## forms plus "
-            f"{len(SPECIAL_TOKENS) + config.num_unused} special and unused tokens need at least "
-            f"{kept_alphabet + len(SPECIAL_TOKENS) + config.num_unused}; raise --vocab-size or lower "
-            "--limit-alphabet/--num-unused"
+            f"{reserved} special and unused tokens need at least {kept_alphabet + reserved}; raise --vocab-size "
+            "or lower --limit-alphabet/--num-unused"
         )
     pieces = learn_pieces(read_counts(config.output, LEARN), alphabet, config, num_pieces)
     vocab = vocab_layout(pieces, config.num_unused)
