@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from chain.ablate import AblationConfig, Grid, chain_config, installed_reference
 from chain.report import get, png, read_json, table, write
 from chain.run import Stage, shown
-from finetune.paper import ABLATIONS
+from finetune.paper import ABLATION_COLUMNS, ABLATIONS
 
 NOTES = (
     "† every run of the cell scores exactly the majority-class baseline (it predicts one class for every dev "
@@ -89,7 +89,7 @@ def _table(results: list[dict], number: str, columns: dict, first: list[str], di
     """Table ``number``'s header and rows: per row our ``columns`` (cell column: header), each with its
     Δ from the first row, then the paper's."""
     cells = {(r["row"], r["column"]): r["summary"] for r in results if r["table"] == number}
-    paper_columns = ABLATIONS[number][0]
+    paper_columns = ABLATION_COLUMNS[number]
     rows = list(dict.fromkeys(row for row, _ in cells))
     body = []
     for row in rows:
@@ -97,7 +97,7 @@ def _table(results: list[dict], number: str, columns: dict, first: list[str], di
             format_cell(cells.get((row, c)), cells.get((rows[0], c)), (digits or {}).get(c, 1))
             for c in columns
         ]
-        paper = ABLATIONS[number][1].get(row, (None,) * len(paper_columns))
+        paper = ABLATIONS[number].get(row, (None,) * len(paper_columns))
         body.append([*(row.split("/") if number == "6" else [row]), *ours, *paper])
     return [*first, *columns.values(), f"paper {paper_columns[0]}", *paper_columns[1:]], body
 

@@ -65,18 +65,13 @@ def _ours(run: dict[str, Any], keys: Sequence[str]) -> tuple[list[float], list[f
     return [100 * dev[k] for k in keys], [100 * sd.get(k, 0.0) for k in keys]
 
 
-def _cell(values: Any, sds: Sequence[float] | None = None) -> str:
+def _cell(values: Any, sds: Any = None) -> str:
+    """``values`` (one, or several joined by ``/``) at one decimal, each ± its sd where above 0."""
     if values is None:
         return "–"
-    if not isinstance(values, (list, tuple)):
-        values = [values]
-    parts = []
-    for i, value in enumerate(values):
-        text = f"{value:.1f}"
-        if sds and sds[i] > 0:
-            text += f" ± {sds[i]:.1f}"
-        parts.append(text)
-    return "/".join(parts)
+    values = values if isinstance(values, (list, tuple)) else [values]
+    sds = sds if isinstance(sds, (list, tuple)) else [sds or 0.0] * len(values)
+    return "/".join(f"{v:.1f}" + (f" ± {s:.1f}" if s > 0 else "") for v, s in zip(values, sds, strict=True))
 
 
 def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[str, Any]:
@@ -122,52 +117,29 @@ def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[st
 
 def to_markdown(report: dict[str, Any]) -> str:
     """The report's tables in markdown, GLUE in Table 1's column order."""
+    glue = [[row["system"], row["split"], *_cells(row, TABLE_1_COLUMNS)] for row in report["glue"]]
+    swag = [[row["system"], *_cells(row, ("dev", "test"))] for row in report["swag"]]
+    squad = [[row["system"], row["version"], *_cells(row, ("exact_match", "f1"))] for row in report["squad"]]
     lines = [
-        "## GLUE (layout of BERT Table 1)",
-        "",
-        "| System | Split | " + " | ".join(TABLE_1_COLUMNS.values()) + " |",
-        "|---|---|" + "---|" * (len(GLUE) + 1),
-    ]
-    for row in report["glue"]:
-        sd = row.get("sd", {})
-        cells = [_cell(row["values"].get(t), _as_list(sd.get(t))) for t in GLUE]
-        cells.append(_cell(row["values"].get("average")))
-        lines.append(f"| {row['system']} | {row['split']} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## SWAG (layout of BERT Table 4, accuracy)",
-        "",
-        "| System | Dev | Test |",
-        "|---|---|---|",
-    ]
-    for row in report["swag"]:
-        lines.append(
-            f"| {row['system']} | {_cell(row['values'].get('dev'))} | {_cell(row['values'].get('test'))} |"
-        )
-    lines += [
-        "",
-        "## SQuAD (layout of BERT Tables 2-3, dev)",
-        "",
-        "| System | Version | EM | F1 |",
-        "|---|---|---|---|",
-    ]
-    for row in report["squad"]:
-        values = row["values"]
-        lines.append(
-            f"| {row['system']} | {row['version']} | {_cell(values.get('exact_match'))} | {_cell(values.get('f1'))} |"
-        )
-    lines += [
+        *_table("GLUE (layout of BERT Table 1)", ["System", "Split", *TABLE_1_COLUMNS.values()], glue),
+        *_table("SWAG (layout of BERT Table 4, accuracy)", ["System", "Dev", "Test"], swag),
+        *_table("SQuAD (layout of BERT Tables 2-3, dev)", ["System", "Version", "EM", "F1"], squad),
         "",
         "Paper rows: Devlin et al. (2019). GLUE Table 1 numbers are from the GLUE test server; ours are "
         "dev-set numbers (mean ± sd over seeds), so the rows are not the same measurement.",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines[1:]) + "\n"
 
 
-def _as_list(value: Any) -> list[float] | None:
-    if value is None:
-        return None
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table under its heading, after a blank line."""
+    body = ["| " + " | ".join(row) + " |" for row in [header, *rows]]
+    return ["", f"## {title}", "", body[0], "|" + "---|" * len(header), *body[1:]]
+
+
+def _cells(row: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    """A row's cells under ``keys``."""
+    return [_cell(row["values"].get(k), row.get("sd", {}).get(k)) for k in keys]
 
 
 def write_report(
