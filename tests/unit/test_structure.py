@@ -103,6 +103,30 @@ def test_chain_checks_its_command_line_without_torch():
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+# Each rule in one place (issue 39): what writes it, and the one module allowed to.
+RULES = {
+    "the learning-rate schedules": (r"\bdef \w+_decay\(", "pretrain/schedules.py"),
+    "the vocabulary's reserve": (r"len\(SPECIAL_TOKENS\)\s*\+", "wordpiece/tokenizer.py"),
+    "the divergence rule": (r"diverged at step|get_scale\(\)\s*<", "pretrain/optim.py"),
+    "the GLUE metrics": (r'"(mcc|spearman|pearson)"|== "cola"', "finetune/glue_tasks.py"),
+    "the paper's numbers": (r"\b(84\.4|88\.5|92\.7|81\.6)\b", "finetune/paper.py"),
+    "compiling the model": (r"torch\.compile\(|\.compile\(mode=", "pretrain/model.py"),
+}
+
+
+def test_each_rule_is_written_in_one_module():
+    import re
+
+    from benchmarks.function_lengths import ROOT, project_files
+
+    texts = {
+        str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in project_files().values()
+    }
+    for rule, (pattern, home) in RULES.items():
+        found = sorted(name for name, text in texts.items() if re.search(pattern, text))
+        assert found == [home], f"{rule}: written in {found}, not only in {home}"
+
+
 # The weight of the house (issue 33): product code is every .py file of the six packages.
 MAX_PRODUCT_LINES = 19_000
 MAX_EXCEPTION_CLASSES = 10
