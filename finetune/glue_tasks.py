@@ -53,7 +53,7 @@ class GlueTask:
         return self.paper_metrics[0]
 
 
-ACCURACY, F1 = ("accuracy",), ("f1", "accuracy")
+ACCURACY, F1, MCC = ("accuracy",), ("f1", "accuracy"), ("mcc", "accuracy")
 BINARY = ("0", "1")
 ENTAILMENT = ("entailment", "not_entailment")
 NLI = ("sentence1", "sentence2", "label", ACCURACY)
@@ -63,9 +63,7 @@ COLA_COLUMNS = ("source", "label", "original_label", "sentence")
 TASKS: dict[str, GlueTask] = {
     t.name: t
     for t in (
-        GlueTask(
-            "cola", "CoLA", BINARY, "sentence", None, "label", ("mcc", "accuracy"), positional=COLA_COLUMNS
-        ),
+        GlueTask("cola", "CoLA", BINARY, "sentence", None, "label", MCC, positional=COLA_COLUMNS),
         GlueTask("sst2", "SST-2", BINARY, "sentence", None, "label", ACCURACY),
         GlueTask("mrpc", "MRPC", BINARY, "#1 String", "#2 String", "Quality", F1),
         GlueTask("qqp", "QQP", BINARY, "question1", "question2", "is_duplicate", F1, test_index="id"),
@@ -85,14 +83,13 @@ TASKS: dict[str, GlueTask] = {
         GlueTask("wnli", "WNLI", BINARY, *NLI),
     )
 }
-METRICS: dict[str, Callable[[GlueTask, Sequence[float], Sequence[float]], float]] = {
+METRICS: dict[str, Callable[[GlueTask, Sequence[float], Sequence[float]], float]] = {  # as GLUE computes them
     "accuracy": lambda task, predictions, labels: M.accuracy(predictions, labels),
     "mcc": lambda task, predictions, labels: M.matthews_corrcoef(predictions, labels),
     "f1": lambda task, predictions, labels: M.f1(predictions, labels, positive=task.labels.index("1")),
     "pearson": lambda task, predictions, labels: M.pearson(predictions, labels),
     "spearman": lambda task, predictions, labels: M.spearman(predictions, labels),
 }
-"""How each metric of the table is computed, as GLUE's leaderboard does (:mod:`finetune.metrics`)."""
 
 
 def get_task(name: str) -> GlueTask:

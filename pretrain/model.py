@@ -660,17 +660,10 @@ def training_flops_per_token(
     return 6 * matmul_params + 12 * n_layers * h * seq_length + head
 
 
-def compile_for_training(
-    model: BertForPreTraining,
-    *,
-    mode: str | None = None,
-    dynamic: bool | None = None,
-    backend: str = "inductor",
-) -> Callable[..., PretrainingLoss]:
+def compile_for_training(model: BertForPreTraining, **options: Any) -> Callable[..., PretrainingLoss]:
     """``torch.compile`` ``model`` region by region, in place (each encoder layer and the embeddings;
     the heads run eagerly), so DDP and the checkpoints see the same module; returns
-    :func:`pretraining_loss` compiled alike. ``dynamic``: None guesses from the shapes seen, True for
-    shapes that vary by design."""
+    :func:`pretraining_loss` compiled alike. ``options``: ``torch.compile``'s (mode, dynamic, backend)."""
     for region in (*model.bert.encoder.layer, model.bert.embeddings):
-        region.compile(mode=mode, dynamic=dynamic, backend=backend)
-    return torch.compile(pretraining_loss, mode=mode, dynamic=dynamic, backend=backend)
+        region.compile(**options)
+    return torch.compile(pretraining_loss, **options)
