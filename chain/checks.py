@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import fsspec
 
 from finetune.glue_tasks import get_task
-from pretrain.config import PRECISIONS, parse_model_size
+from pretrain.config import PretrainConfig
 from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, verify_completed
 from schemas.commands import CommandError
 
@@ -64,17 +64,9 @@ def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
 
 
 def model_problems(flag: str, model: str, precision: str) -> list[str]:
-    """``model`` a ``pretrain --config`` size and ``precision`` one of pretrain's."""
-    found = (
-        []
-        if precision in PRECISIONS
-        else [f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"]
-    )
-    try:
-        parse_model_size(model)
-    except ValueError as err:
-        found.insert(0, f"{flag}: {err}")
-    return found
+    """``model`` a ``pretrain --config`` size and ``precision`` one of pretrain's, by pretrain's own check."""
+    found = PretrainConfig(shards="", config=model, precision=precision).problems()
+    return [problem.replace("--config:", f"{flag}:", 1) for problem in found]
 
 
 def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:

@@ -36,7 +36,6 @@ from schemas.files import write_file, write_json
 logger = logging.getLogger(__name__)
 
 
-DIAGNOSTIC_SUBMISSION = "AX.tsv"  # the diagnostic set, predicted by the MNLI model
 GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}  # paper, Appendix A.3
 MAX_SEEDS = 100
 MODEL_FOLDER = "model"
@@ -165,7 +164,7 @@ def read_task(
                 f"{file(stem)} not found: --data-dir must be the {task.folder} folder of the "
                 "GLUE download (train.tsv, dev.tsv, test.tsv)"
             )
-    if diagnostic_file and task.name != "mnli":
+    if diagnostic_file and task.diagnostic is None:
         raise UsageError("--diagnostic is predicted by the MNLI model: use it with --task mnli")
     train = read_split(task, file("train"), labelled=True)
     dev = {stem: read_split(task, file(stem), labelled=True) for stem in task.dev}
@@ -459,7 +458,7 @@ def _write_predictions(
         write_file(f"{root}/{stem}_predictions.tsv", "index\tprediction\tlabel\n" + "".join(rows), fs)
         written.append(f"{stem}_predictions.tsv")
     for stem, examples in test.items():
-        name = DIAGNOSTIC_SUBMISSION if stem == "diagnostic" else task.test[stem]
+        name = task.diagnostic if stem == "diagnostic" else task.test[stem]
         logits = predict_classes(model, features(task, examples, encoder, config.max_seq_length), config)
         strings = prediction_strings(task, to_predictions(task, logits))
         rows = [f"{e.index}\t{p}\n" for e, p in zip(examples, strings, strict=True)]

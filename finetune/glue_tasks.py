@@ -32,6 +32,7 @@ class GlueTask:
     test: dict[str, str] = dataclasses.field(default_factory=dict)
     test_index: str = "index"
     positional: tuple[str, ...] | None = None
+    diagnostic: str | None = None  # the submission file of the diagnostic set (AX) this task's model predicts
 
     def __post_init__(self) -> None:
         if not self.test:  # the GLUE server's name for the test file's predictions
@@ -77,6 +78,7 @@ TASKS: dict[str, GlueTask] = {
             ACCURACY,
             dev=MNLI_DEV,
             test=MNLI_TEST,
+            diagnostic="AX.tsv",
         ),
         GlueTask("qnli", "QNLI", ENTAILMENT, "question", "sentence", "label", ACCURACY),
         GlueTask("rte", "RTE", ENTAILMENT, *NLI),

@@ -11,7 +11,7 @@ TABLE_1_COLUMNS = {
     **{"mnli": "MNLI-(m/mm)", "qqp": "QQP", "qnli": "QNLI", "sst2": "SST-2", "cola": "CoLA"},
     **{"stsb": "STS-B", "mrpc": "MRPC", "rte": "RTE", "average": "Average"},
 }
-"""Table 1's columns in order (GLUE tasks by name), each in the task's paper metric; Average leaves out WNLI."""
+"""Table 1's columns in order, by GLUE task (each in its paper metric); Average leaves out WNLI."""
 TABLE_1: dict[str, dict[str, Any]] = {  # GLUE *test* sets, scored by the GLUE evaluation server
     "BERT-BASE": dict(
         zip(TABLE_1_COLUMNS, ((84.6, 83.4), 71.2, 90.5, 93.5, 52.1, 85.8, 88.9, 66.4, 79.6), strict=True)

@@ -20,7 +20,7 @@ from schemas.inputs import field
 from schemas.outputs import OutputFolder
 
 GLUE = [task for task in TABLE_1_COLUMNS if task != "average"]
-"""Table 1's GLUE columns in order; each task's metrics (its row of the task table) are keys of our ``dev``."""
+"""Table 1's GLUE columns in order; each task's paper metrics (its row of the task table) key our ``dev``."""
 
 
 def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:

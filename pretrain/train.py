@@ -381,10 +381,9 @@ class Trainer:
         micro = [next(data) for _ in range(self.accumulation)]
         self.window.wait_s += time.perf_counter() - waited
         position.epoch, position.batches_done = micro[-1].position
-        for index, (batch, (mlm_weight, nsp_weight)) in enumerate(
-            zip(micro, self._loss_weights(micro), strict=True)
-        ):
-            sync = index == len(micro) - 1 or procs.world_size == 1
+        weights = self._loss_weights(micro)  # each micro batch's share of the global batch's loss
+        for index, (batch, (mlm_weight, nsp_weight)) in enumerate(zip(micro, weights, strict=True)):
+            sync = index == len(micro) - 1 or procs.world_size == 1  # DDP all-reduces with the last only
             with (
                 contextlib.nullcontext() if sync else self.ddp_model.no_sync(),
                 autocast(procs.device, cfg.precision),

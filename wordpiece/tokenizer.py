@@ -24,7 +24,7 @@ SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def num_reserved(num_unused: int) -> int:
-    """The ids a vocabulary holds before its word pieces: :data:`SPECIAL_TOKENS` and ``num_unused`` ``[unusedN]``."""
+    """Ids a vocabulary holds besides its word pieces: :data:`SPECIAL_TOKENS` and ``num_unused`` [unusedN]."""
     return len(SPECIAL_TOKENS) + num_unused
 
 

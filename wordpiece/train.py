@@ -228,9 +228,9 @@ def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[s
     num_pieces, kept_alphabet = config.vocab_size - reserved, len(alphabet.kept) + len(alphabet.continuing)
     if num_pieces < kept_alphabet:
         raise InputError(
-            f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and ## forms plus "
-            f"{reserved} special and unused tokens need at least {kept_alphabet + reserved}; raise --vocab-size "
-            "or lower --limit-alphabet/--num-unused"
+            f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and "
+            f"## forms plus {reserved} special and unused tokens need at least {kept_alphabet + reserved}; "
+            "raise --vocab-size or lower --limit-alphabet/--num-unused"
         )
     pieces = learn_pieces(read_counts(config.output, LEARN), alphabet, config, num_pieces)
     vocab = vocab_layout(pieces, config.num_unused)
