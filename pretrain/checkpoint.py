@@ -22,7 +22,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from pretrain.hf import non_finite, read_header
 from schemas.commands import InputError
-from schemas.files import is_temporary_name, write_file
+from schemas.files import write_file
+from schemas.storage import is_temporary_name
 from schemas.inputs import field, loads, read_bytes
 from schemas.outputs import new_run_id, read_record
 

@@ -15,10 +15,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
-from schemas import files
+from schemas import files, storage
 from schemas.commands import OutputError
 from schemas.manifest import COMPLETED_FILE
 from schemas.paths import location
@@ -57,15 +54,13 @@ def remove_hint(url: str) -> str:
     return f"aws s3 rm {url}" if url.startswith("s3://") else f"rm {url}"
 
 
-def _cat(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+def _cat(fs: storage.FileSystem, path: str) -> bytes | None:
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         return fs.cat_file(path)
     return None
 
 
-def _claim(
-    fs: fsspec.AbstractFileSystem, root: str, url: str, command: str, run_id: str, where: str
-) -> bytes:
+def _claim(fs: storage.FileSystem, root: str, url: str, command: str, run_id: str, where: str) -> bytes:
     """Create the claim file of ``root`` (made if needed); its exact bytes."""
     path, claim_url = f"{root}/{CLAIM_FILE}", f"{url.rstrip('/')}/{CLAIM_FILE}"
     me = {"command": command, "run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -75,7 +70,7 @@ def _claim(
     for _ in range(3):
         if (existing := _cat(fs, path)) is None:
             with contextlib.suppress(FileExistsError):  # another writer was first: named on the next pass
-                if isinstance(fs, LocalFileSystem):
+                if isinstance(fs, storage.LocalFileSystem):
                     with open(path, "xb") as f:
                         f.write(content)
                 else:
@@ -129,12 +124,12 @@ class OutputRecord:
     def owns(self, relative: str) -> bool:
         """Whether the file ``relative`` (or the one its temporary name stands for) is journaled."""
         folder, _, name = relative.rpartition("/")
-        relative = posixpath.join(folder, files.final_name(name))
+        relative = posixpath.join(folder, storage.final_name(name))
         folders = (relative[: i + 1] for i, c in enumerate(relative) if c == "/")
         return relative in self.files or any(f in self.files for f in folders)
 
 
-def read_record(fs: fsspec.AbstractFileSystem, root: str, url: str) -> OutputRecord | None:
+def read_record(fs: storage.FileSystem, root: str, url: str) -> OutputRecord | None:
     """The record in the folder ``root`` (``url`` in messages), or None; an OutputError if damaged."""
     if (data := _cat(fs, f"{root.rstrip('/')}/{RECORD_FILE}")) is None:
         return None
@@ -157,7 +152,7 @@ def _names(paths: list[str]) -> str:
     return ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
 
 
-def _remove_empty(fs: fsspec.AbstractFileSystem, folders: list[str]) -> None:
+def _remove_empty(fs: storage.FileSystem, folders: list[str]) -> None:
     for folder in folders:  # deepest first
         with contextlib.suppress(OSError):
             if fs.isdir(folder) and not fs.ls(folder):
@@ -188,7 +183,7 @@ files.BEFORE_WRITE.append(journal)
 class OutputFolder(contextlib.AbstractContextManager):
     """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``."""
 
-    def __init__(self, url: str, fs: fsspec.AbstractFileSystem, root: str, shown: str) -> None:
+    def __init__(self, url: str, fs: storage.FileSystem, root: str, shown: str) -> None:
         self.url, self.fs, self.root, self.shown = url, fs, root, shown
         self.where, self.made = location(fs.unstrip_protocol(root)), []
         while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
@@ -202,7 +197,6 @@ class OutputFolder(contextlib.AbstractContextManager):
         url: str,
         command: str,
         *,
-        fs: fsspec.AbstractFileSystem | None = None,
         overwrite: bool = False,
         continuing: bool = False,
         continue_hint: str | None = None,
@@ -212,9 +206,9 @@ class OutputFolder(contextlib.AbstractContextManager):
         """Claim ``url`` for ``command``; refuse (nothing changed) a folder holding files unless all are
         an earlier run's of ``command`` and ``overwrite``, or ``continuing`` (``--resume``, a cache):
         adding to the folder, keeping its record's run id (else ``run_id``) and journal."""
-        fs, root = fsspec.core.url_to_fs(url) if fs is None else (fs, fs._strip_protocol(url))
+        fs, root = storage.filesystem(url)
         shown = f"{option} {url}" if option else url
-        folder = cls(url, fs, root.rstrip("/") or "/", shown)
+        folder = cls(url, fs, root, shown)
         try:
             if fs.isfile(folder.root):
                 raise OutputError(f"{shown}: is a file, not a folder; choose a folder")

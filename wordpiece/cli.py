@@ -162,9 +162,9 @@ def train(ctx, **flags) -> None:
     vocab.txt, tokenizer.json and stats.json ([UNK] rate and pieces per word on --measure-split).
     The same corpus and options give a byte-identical vocab.txt on any runner and workers.
     """
+    from pipelines.jobs import check_job, explain_failure, job_options  # the one reach into pipelines
+    from pipelines.wordcount import train_vocabulary
     from schemas.paths import check_apart
-    from wordpiece.beam_jobs import check_job, explain_failure, job_options
-    from wordpiece.train import train_vocabulary
 
     try:
         config = VocabConfig(**{**flags, "splits": tuple(flags["splits"])})

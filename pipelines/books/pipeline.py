@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.books.clean import Rejection, clean_book
 from pipelines.config import BooksConfig
 from pipelines.progress import ShowProgress
@@ -48,7 +48,7 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
 def _read_book(path: str) -> bytes | tuple[str, str]:
     """A book's bytes, or ``(reason, detail)`` when it holds too long a line or is too large."""
     parts, size = [], 0
-    with io.open_binary(path) as f:
+    with files.open_binary(path) as f:
         try:
             for line in lines(f, path, MAX_LINE_BYTES):
                 size += len(line)
@@ -71,11 +71,11 @@ def read_book_outcome(path: str, min_document_words: int) -> Outcome:
     return book_outcome(path, data, min_document_words)
 
 
-def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> None:
-    """Add the books stage to ``pipeline`` for already-expanded input ``files``."""
+def build(pipeline: beam.Pipeline, config: BooksConfig, inputs: list[str]) -> None:
+    """Add the books stage to ``pipeline`` for already-expanded ``inputs``."""
     paths = (
         pipeline
-        | "Book files" >> beam.Create(files)
+        | "Book files" >> beam.Create(inputs)
         | "Spread books" >> beam.Reshuffle()
         | "Progress" >> beam.ParDo(ShowProgress("pipelines books: cleaning", "books"))
     )
@@ -91,5 +91,5 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         params=config.params(),
         num_shards=config.num_shards,
         extra_tallies=[books_read],
-        input_files=files,
+        input_files=inputs,
     )

@@ -12,7 +12,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines import io
+from pipelines import files
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
 from pipelines.examples.spill import SpillRef, read_spilled
 from pipelines.stage import GroupByShard, shard_name
@@ -84,11 +84,11 @@ def _write_shard(
 ) -> dict:
     index, refs = element
     relative = shard_name(split, index, num_shards)
-    path = io.join(output, relative)
+    path = files.join(output, relative)
     table = shard_table(read_spilled(r for r in refs if r is not None), fmt)
     data = fmt.to_ipc_bytes(table, source=path)
-    io.write_bytes(path, data)
-    sha256 = io.sha256_hex(data)
+    files.write_bytes(path, data)
+    sha256 = files.sha256_hex(data)
     entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), sha256))
     # The record batches' byte ranges and hashes for index.json, from the bytes just written
     # (the table is one chunk: its batches' row counts are known without decoding them).
@@ -106,7 +106,9 @@ class WriteExampleShards(beam.PTransform):
 
     def expand(self, pieces):
         n = self._num_shards
-        journal(*(io.join(self._output, shard_name(self._split, i, n)) for i in range(n)))  # before workers
+        journal(
+            *(files.join(self._output, shard_name(self._split, i, n)) for i in range(n))
+        )  # before workers
         return (
             pieces
             | GroupByShard(n)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import WikipediaConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
@@ -61,15 +61,15 @@ def is_index_file(path: str) -> bool:
 def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
     """A multistream dump with an index as stream ranges; any other file whole."""
     index_path = index_path_for(path)
-    if index_path is None or not io.exists(index_path):
+    if index_path is None or not files.exists(index_path):
         return [ReadTask(path)]
-    with io.open_binary(index_path) as index:
+    with files.open_binary(index_path) as index:
         offsets = read_stream_offsets(index)
     if isinstance(offsets, Defect):
         return [ReadTask(path), ReadTask(index_path, defect=offsets)]
     if not offsets:
         return [ReadTask(path)]
-    ranges = plan_stream_ranges(offsets, io.file_size(path), streams_per_range)
+    ranges = plan_stream_ranges(offsets, files.file_size(path), streams_per_range)
     return [ReadTask(path, start, end) for start, end in ranges]
 
 
@@ -77,7 +77,7 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     """Yield the pages of one read task; a corrupt file ends in one file-error outcome."""
     num_pages, defect = 0, task.defect
     if defect is None:
-        with io.open_binary(task.path) as f:
+        with files.open_binary(task.path) as f:
             pages = iter_pages(f) if task.start is None else iter_range_pages(f, task.start, task.end)
             for page in pages:
                 if isinstance(page, Defect):
@@ -152,9 +152,9 @@ class _ReadPages(beam.DoFn):
                 yield task.path, item
 
 
-def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) -> None:
-    """Add the Wikipedia stage to ``pipeline`` for already-expanded input ``files``."""
-    dumps = [f for f in files if not is_index_file(f)]
+def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str]) -> None:
+    """Add the Wikipedia stage to ``pipeline`` for already-expanded ``inputs``."""
+    dumps = [f for f in inputs if not is_index_file(f)]
     read = (
         pipeline
         | "Dump files" >> beam.Create(dumps)
@@ -181,6 +181,6 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
             params=config.params(),
             num_shards=config.num_shards,
             extra_tallies=[pages_read],
-            input_files=files,
+            input_files=inputs,
         )
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from schemas.files import is_temporary_name
+from schemas.storage import is_temporary_name
 from tests.clis import CLIS
 from tests.faults.stop_hook import signal_self
 from tests.unit.test_finetune_common import WORDS, hf_folder
@@ -173,13 +173,13 @@ COMMANDS = {
     ),
     "pipelines books": (RUN, "", ["pipelines", "books", "--input", "{text}", "--output", "{out}", *FAST]),
     "pipelines text": (
-        "pipelines.io:write_bytes",
+        "pipelines.files:write_bytes",
         ".arrow",
         ["pipelines", "text", "--input", "{text}", "--output", "{out}", *FAST],
     ),
     "pipelines corpus": (RUN, "", ["pipelines", "corpus", "--input", "{corpus}", "--output", "{out}", *FAST]),
     "pipelines examples": (
-        "pipelines.io:write_bytes",
+        "pipelines.files:write_bytes",
         ".arrow",
         [
             "pipelines",
@@ -201,7 +201,7 @@ COMMANDS = {
     ),
     "pipelines show": ("pipelines.show:describe", "", ["pipelines", "show", "{corpus}"]),
     "wordpiece train": (
-        "wordpiece.count:write_bytes",
+        "pipelines.files:write_bytes",
         "word_counts",
         [
             "wordpiece",
@@ -437,7 +437,7 @@ def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_pa
     signum = signal.SIGINT
     out = tmp_path / "shards"
     process, _ = _held(
-        "pipelines.io:write_bytes",
+        "pipelines.files:write_bytes",
         ".arrow",
         1,
         tmp_path,

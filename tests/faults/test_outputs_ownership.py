@@ -23,8 +23,9 @@ from finetune.cli import main as finetune
 from pretrain.metrics import MetricsLog
 from schemas import files
 from schemas.commands import OutputError
-from schemas.files import temporary_name, write_file
+from schemas.files import write_file
 from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord
+from schemas.storage import temporary_name
 from tests.faults.test_clean_signals import _held, inputs  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -329,9 +330,9 @@ def _finetune_glue(inputs, out: Path) -> list[str]:  # noqa: F811 (the fixture's
 @pytest.mark.parametrize(
     ("command", "held", "mine"),
     [
-        ("finetune glue", ("schemas.files:write_local_file", "metrics.json", 1), "notes.tsv"),
+        ("finetune glue", ("schemas.storage:write_bytes", "metrics.json", 1), "notes.tsv"),
         ("pretrain", ("pretrain.checkpoint:commit", "", 1), "checkpoints/notes.txt"),
-        ("pipelines examples", ("pipelines.io:write_bytes", ".arrow", 1), "examples/notes.arrow"),
+        ("pipelines examples", ("pipelines.files:write_bytes", ".arrow", 1), "examples/notes.arrow"),
     ],
 )
 def test_a_killed_commands_overwrite_keeps_the_users_file(
