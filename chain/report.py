@@ -9,10 +9,9 @@ import html
 import io
 from typing import Any
 
-import fsspec
 import markdown
 
-from schemas import inputs
+from schemas import inputs, storage
 from schemas.commands import InputError
 from schemas.files import write_file
 from schemas.outputs import OutputFolder
@@ -23,10 +22,8 @@ Sections = list[tuple[str, str]]  # in order: (markdown, "md") or (caption, imag
 
 def read_bytes(url: str) -> bytes | None:
     """A file a stage wrote, whole (None when it is not there)."""
-    fs, path = fsspec.core.url_to_fs(url)
     try:
-        with fs.open(path, "rb") as f:
-            return inputs.read_bytes(f, url, MAX_RECORD_BYTES)
+        return storage.read_bytes(url, MAX_RECORD_BYTES)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import random
 
-import fsspec
 import pyarrow.dataset as ds
 
-from schemas import Manifest
+from schemas import Manifest, storage
 from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
@@ -24,8 +23,7 @@ HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
 
 
 def _documents(corpus: str, split: str) -> list[tuple[str, list[str]]]:
-    fs, root = fsspec.core.url_to_fs(corpus)
-    root = root.rstrip("/")
+    fs, root = storage.filesystem(corpus)
     manifest = Manifest.from_json(fs.cat_file(f"{root}/manifest.json").decode(), f"{corpus}/manifest.json")
     paths = [f"{root}/{s.path}" for s in manifest.shards_for(split)]
     if not paths:

@@ -269,7 +269,7 @@ def examples(**flags):
         return files.load_manifest(config.corpus, DOCUMENTS.name), vocab
 
     result = _stage(
-        lambda pipeline, c, inputs: build(pipeline, c, *inputs, folder),
+        lambda pipeline, c, inputs, out: build(pipeline, c, *inputs, folder, out),
         config,
         load,
         {"--corpus": config.corpus},

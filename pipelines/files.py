@@ -13,9 +13,10 @@ from typing import IO, Any
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, Manifest, storage, verify_completed
+from schemas import COMPLETED_FILE, DOCUMENTS, Manifest, storage
 from schemas.commands import InputError
 from schemas.inputs import check_file
+from schemas.manifest import load_completed
 
 SPLITS = ("train", "validation", "test")
 """Split folder names of a corpus output."""
@@ -132,14 +133,8 @@ def manifest_sha256(folder: str) -> str:
 
 def load_manifest(folder: str, expected_format: str) -> Manifest:
     """Read a completed stage output's manifest, refusing an incomplete or foreign one."""
-    marker_path = join(folder, COMPLETED_FILE)
-    manifest_path = join(folder, MANIFEST_FILE)
-    marker = read_bytes(marker_path).decode("utf-8") if exists(marker_path) else None
-    try:
-        text = read_bytes(manifest_path).decode("utf-8") if marker is not None else ""
-        return verify_completed(text, marker, folder, expected_format)
-    except OSError as err:
-        raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
+    _job_settings()
+    return load_completed(folder, expected_format)
 
 
 def read_document_table(shard: tuple[str, str], columns: list[str] | None = None):

@@ -18,7 +18,7 @@ from pipelines.jobs import (
     job_options,
     run_pipeline,
 )
-from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE
+from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE, storage
 from schemas.commands import CommandError, InputError
 from schemas.outputs import OutputFolder
 
@@ -30,7 +30,7 @@ class PipelineFailed(CommandError):
 
 
 def run_stage(
-    build: Callable[[beam.Pipeline, Any, Any], None],
+    build: Callable[[beam.Pipeline, Any, Any, storage.Folder], None],
     config: Any,
     load_inputs: Callable[[], Any],
     beam_args: list[str],
@@ -48,20 +48,20 @@ def run_stage(
     check_job(options, reads, {"--output": config.output, **(writes or {})}, submitter_reads)
     inputs = load_inputs()
     if dry_run(options):
-        build(pipeline := beam.Pipeline(options=options), config, inputs)
+        build(pipeline := beam.Pipeline(options=options), config, inputs, storage.Folder(config.output))
         run_pipeline(pipeline, config.output)
         return None
     with OutputFolder.open(config.output, command, overwrite=config.overwrite) as folder:
         folder.begin()
-        state = _run(build, config, inputs, options, cleanup)
+        state = _run(build, config, inputs, options, cleanup, folder)
     if state not in (beam.runners.runner.PipelineState.DONE, None):
         raise PipelineFailed(f"the pipeline ended in state {state}; see the runner's logs")
     return finished_output(config.output, fmt)
 
 
-def _run(build, config, inputs, options, cleanup) -> Any:
+def _run(build, config, inputs, options, cleanup, folder: OutputFolder) -> Any:
     pipeline = beam.Pipeline(options=options)
-    build(pipeline, config, inputs)
+    build(pipeline, config, inputs, folder)  # its transforms journal what the workers will write
     try:
         return run_pipeline(pipeline, config.output)
     except CommandError as err:  # ours, raised again by an in-process runner with the step named

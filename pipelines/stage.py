@@ -27,8 +27,8 @@ from schemas import (
     ShardEntry,
     absolute_reference,
     completed_marker,
+    storage,
 )
-from schemas.outputs import journal
 from schemas.rejects import EXCERPT_CHARS
 
 DOCUMENT = "document"
@@ -172,7 +172,7 @@ class WriteShards(beam.PTransform):
 
     def __init__(
         self,
-        output: str,
+        out: storage.Folder,
         split: str,
         num_shards: int,
         fmt: RecordFormat,
@@ -180,14 +180,12 @@ class WriteShards(beam.PTransform):
         sort_key: Callable[[dict], tuple],
     ):
         super().__init__()
-        self._output, self._split, self._num_shards = output, split, num_shards
+        out.journal(*(shard_name(split, i, num_shards) for i in range(num_shards)))  # before the workers
+        self._output, self._split, self._num_shards = out.url, split, num_shards
         self._fmt, self._shard_key, self._sort_key = fmt, shard_key, sort_key
 
     def expand(self, rows):
         n, key = self._num_shards, self._shard_key
-        journal(
-            *(files.join(self._output, shard_name(self._split, i, n)) for i in range(n))
-        )  # before workers
         return (
             rows
             | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
@@ -269,7 +267,7 @@ class WriteStageOutput(beam.PTransform):
     def __init__(
         self,
         *,
-        output: str,
+        out: storage.Folder,
         producer: str,
         params: dict[str, Any],
         num_shards: int,
@@ -278,7 +276,8 @@ class WriteStageOutput(beam.PTransform):
         input_files: list[str] = (),
     ):
         super().__init__()
-        self._output, self._producer, self._params, self._num_shards = output, producer, params, num_shards
+        out.journal(STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)  # before the workers
+        self._out, self._producer, self._params, self._num_shards = out, producer, params, num_shards
         self._extra_tallies, self._split_of, self._input_files = (
             tuple(extra_tallies),
             split_of,
@@ -286,21 +285,18 @@ class WriteStageOutput(beam.PTransform):
         )
 
     def expand(self, outcomes):
-        journal(*(files.join(self._output, name) for name in (STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)))
-        split_of, output, num_shards = self._split_of, self._output, self._num_shards
+        split_of, out, num_shards = self._split_of, self._out, self._num_shards
         documents = outcomes | "Documents" >> beam.Filter(lambda o: o.kind == DOCUMENT)
         entries = []
         for split in files.SPLITS if split_of else ("all",):
             rows = documents | f"Rows {split}" >> beam.Map(lambda o: o.row)
             if split_of:
                 rows = rows | f"Only {split}" >> beam.Filter(lambda r, s=split: split_of(r) == s)
-            write = WriteShards(
-                output, split, num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
-            )
+            write = WriteShards(out, split, num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
             entries.append(rows | f"Write {split}" >> write)
         rejects = outcomes | "Rejects" >> beam.Filter(lambda o: o.kind in (REJECTED, FILE_ERROR))
         write = WriteShards(
-            output,
+            out,
             "rejects",
             max(1, num_shards // 16),
             REJECTS,
@@ -334,7 +330,7 @@ class WriteStageOutput(beam.PTransform):
             | "Write manifest"
             >> beam.Map(
                 _finish,
-                output,
+                out.url,
                 self._producer,
                 self._params,
                 beam.pvalue.AsList(entries | "All shards" >> beam.Flatten()),

@@ -18,9 +18,9 @@ from apache_beam.options.pipeline_options import TestOptions
 
 from pipelines import files
 from pipelines.jobs import job_options, run_pipeline
-from schemas import DOCUMENTS, WORD_COUNTS, Manifest
+from schemas import DOCUMENTS, WORD_COUNTS, Manifest, storage
 from schemas.commands import InputError
-from schemas.outputs import OutputFolder, journal
+from schemas.outputs import OutputFolder
 from wordpiece.tokenizer import pre_tokenize
 from wordpiece.train import COUNTS_FOLDER, LEARN, MEASURE, VocabConfig, learn_vocabulary
 
@@ -78,13 +78,15 @@ class CountWords(beam.PTransform):
 class WriteCounts(beam.PTransform):
     """Write ``(word, count)`` pairs into exactly ``num_shards`` sorted files; emit their paths."""
 
-    def __init__(self, output: str, group: str, num_shards: int):
+    def __init__(self, out: storage.Folder, group: str, num_shards: int):
         super().__init__()
-        self._output, self._group, self._num_shards = output, group, num_shards
+        out.journal(
+            *(counts_shard_name(group, i, num_shards) for i in range(num_shards))
+        )  # before the workers
+        self._output, self._group, self._num_shards = out.url, group, num_shards
 
     def expand(self, counts):
         n = self._num_shards
-        journal(*(files.join(self._output, counts_shard_name(self._group, i, n)) for i in range(n)))
         keyed = counts | "Key by shard" >> beam.Map(lambda wc: (_shard_of(wc[0], n), wc))
         placeholders = counts.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(n)])
         return (
@@ -109,16 +111,16 @@ def build(
     manifest: Manifest,
     groups: dict[str, tuple[str, ...]],
     cased: bool,
-    output: str,
+    out: storage.Folder,
     num_shards: int,
 ) -> None:
-    """Count words for each group of splits (for example ``learn`` and ``measure``)."""
+    """Count words for each group of splits (for example ``learn`` and ``measure``) into ``out``."""
     for group, splits in groups.items():
         _ = (
             pipeline
             | f"{group}: shards" >> beam.Create(corpus_shards(corpus, manifest, splits))
             | f"{group}: count" >> CountWords(cased)
-            | f"{group}: write" >> WriteCounts(output, group, num_shards)
+            | f"{group}: write" >> WriteCounts(out, group, num_shards)
         )
 
 
@@ -131,27 +133,21 @@ def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any
     except (InputError, OSError) as err:
         raise InputError(f"--corpus {err}") from None
     if options.view_as(TestOptions).dry_run:
-        _count(config, manifest, options)
+        _count(config, manifest, options, storage.Folder(config.output))
         return None
-    with OutputFolder.open(
-        config.output.rstrip("/"), "wordpiece train", overwrite=config.overwrite
-    ) as folder:
-        folder.begin()
-        _count(config, manifest, options)
+    with OutputFolder.open(config.output, "wordpiece train", overwrite=config.overwrite) as out:
+        out.begin()
+        _count(config, manifest, options, out)
         try:
-            return learn_vocabulary(config, manifest_sha256)
+            return learn_vocabulary(config, manifest_sha256, out)
         except InputError:  # no partial output is left
             n = config.num_count_shards
-            files.remove(
-                files.join(config.output, counts_shard_name(g, i, n))
-                for g in (LEARN, MEASURE)
-                for i in range(n)
-            )
+            files.remove(out.path(counts_shard_name(g, i, n)) for g in (LEARN, MEASURE) for i in range(n))
             raise
 
 
-def _count(config: VocabConfig, manifest: Manifest, options) -> None:
-    """The Beam job that writes the word counts (``word_counts/``)."""
+def _count(config: VocabConfig, manifest: Manifest, options, out: storage.Folder) -> None:
+    """The Beam job that writes the word counts (``word_counts/``) into ``out``."""
     pipeline = beam.Pipeline(options=options)
     build(
         pipeline,
@@ -159,7 +155,7 @@ def _count(config: VocabConfig, manifest: Manifest, options) -> None:
         manifest=manifest,
         groups={LEARN: config.splits, MEASURE: (config.measure_split,)},
         cased=config.cased,
-        output=config.output,
+        out=out,
         num_shards=config.num_count_shards,
     )
     run_pipeline(pipeline, config.output)

@@ -180,11 +180,13 @@ def journal(*urls: str) -> None:
 files.BEFORE_WRITE.append(journal)
 
 
-class OutputFolder(contextlib.AbstractContextManager):
-    """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``."""
+class OutputFolder(storage.Folder, contextlib.AbstractContextManager):
+    """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``.
+    Its writer journals each file (:meth:`journal`, :meth:`write`) before it is created."""
 
     def __init__(self, url: str, fs: storage.FileSystem, root: str, shown: str) -> None:
-        self.url, self.fs, self.root, self.shown = url, fs, root, shown
+        super().__init__(url)
+        self.fs, self.root, self.shown, self._lock = fs, root, shown, threading.RLock()
         self.where, self.made = location(fs.unstrip_protocol(root)), []
         while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
             self.made.append(root)
@@ -249,6 +251,26 @@ class OutputFolder(contextlib.AbstractContextManager):
         _held[:] = sorted([*_held, folder], key=lambda f: -len(f.where))  # the innermost first, in one step
         return folder
 
+    def sub(self, relative: str) -> storage.Folder:
+        """The folder ``relative`` inside this output; its files are journaled here."""
+        return _Within(self, relative)
+
+    def journal(self, *relatives: str) -> None:
+        """Record the files ``relatives`` (a trailing ``/``: a folder of temporary files) before they are
+        written, here or by workers (a WriteError: none may be written)."""
+        with self._lock:
+            new = [r for r in relatives if not r.startswith(_MACHINERY) and not self.record.owns(r)]
+            for relative in new:
+                assert posixpath.normpath(relative) == relative.rstrip("/") and not relative.startswith(
+                    ("/", "..")
+                ), relative
+                self.record.files[relative] = None
+            if new and self.begun:  # until then the earlier run's record stays
+                self._write_record()
+
+    def _write_record(self) -> None:
+        storage.write_bytes(self.path(RECORD_FILE), self.record.to_json())
+
     def _files(self) -> list[str]:
         """The files in the folder (not the claim or the record), relative to it, sorted."""
         relative = (f[len(self.root) :].lstrip("/") for f in self.fs.find(self.root))
@@ -262,9 +284,9 @@ class OutputFolder(contextlib.AbstractContextManager):
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(f"{self.root}/{path}")
         _remove_empty(self.fs, [f"{self.root}/{f}" for f in sorted(folders, key=len, reverse=True)])
-        with _lock:
+        with self._lock:
             self.begun = True
-            files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
+            self._write_record()
         return len(paths)
 
     def close(self) -> None:
@@ -276,7 +298,7 @@ class OutputFolder(contextlib.AbstractContextManager):
                 self.record.files = {f: None for f in self.record.files if f in present}
                 self.record.ended = _now()
                 if self.record.files:
-                    files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
+                    self._write_record()
                 else:
                     self.fs.rm(f"{self.root}/{RECORD_FILE}")
         except OSError as err:
@@ -292,3 +314,17 @@ class OutputFolder(contextlib.AbstractContextManager):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Within(storage.Folder):
+    """A folder inside a claimed output, whose files are journaled in the output's record."""
+
+    def __init__(self, output: OutputFolder, prefix: str) -> None:
+        super().__init__(output.path(prefix))
+        self.output, self.prefix = output, prefix.strip("/")
+
+    def sub(self, relative: str) -> storage.Folder:
+        return _Within(self.output, f"{self.prefix}/{relative}")
+
+    def journal(self, *relatives: str) -> None:
+        self.output.journal(*(f"{self.prefix}/{r}" for r in relatives))

@@ -17,6 +17,7 @@ options of each cloud defined here once.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import uuid
@@ -90,6 +91,13 @@ def open_binary(url: str | os.PathLike) -> IO[bytes]:
     """A file opened for reading bytes (seekable; no transparent decompression)."""
     fs, path = filesystem(url)
     return fs.open(path, "rb")
+
+
+def check_file(url: str | os.PathLike) -> None:
+    """Refuse ``url`` (an InputError) unless it is a regular file or an object in a bucket: a FIFO
+    would block a read, a device never end it."""
+    fs, path = filesystem(url)
+    inputs.check_file(path if isinstance(fs, LocalFileSystem) else url, fs)
 
 
 def read_bytes(url: str | os.PathLike, limit: int | None = None) -> bytes:
@@ -186,6 +194,36 @@ def _write_local(path: str, chunks: Iterable[bytes]) -> None:
         if isinstance(err, OSError) and not isinstance(err, WriteError):
             raise write_error(err, path) from None
         raise
+
+
+class Folder:
+    """A folder (a path or URL) that files are written into whole (:func:`write_bytes`), each named
+    relative to it. This one keeps no journal: what Beam's workers and a run's other ranks write once
+    the process holding the output (``schemas.outputs.OutputFolder``) journaled it, and what a
+    library call writes into a folder of its caller's choosing."""
+
+    def __init__(self, url: str | os.PathLike) -> None:
+        self.url = os.fspath(url).rstrip("/") or "/"
+
+    def path(self, relative: str) -> str:
+        """The path or URL of the file ``relative``."""
+        return join(self.url, relative)
+
+    def sub(self, relative: str) -> Folder:
+        """The folder ``relative`` inside this one, written into the same way."""
+        return Folder(self.path(relative))
+
+    def journal(self, *relatives: str) -> None:
+        """Record files before they are written: a folder nobody claimed keeps no record."""
+
+    def write(self, relative: str, data: bytes | str | Iterable[bytes]) -> None:
+        """:meth:`journal` the file, then write it whole or not at all."""
+        self.journal(relative)
+        write_bytes(self.path(relative), data)
+
+    def write_json(self, relative: str, obj: Any, *, indent: int | None = 2, **options: Any) -> None:
+        """:meth:`write` ``obj`` as JSON (``options`` for ``json.dumps``) and a final newline."""
+        self.write(relative, json.dumps(obj, indent=indent, **options) + "\n")
 
 
 def endpoint(cloud: str) -> str:

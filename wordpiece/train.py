@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import json
 import resource
 import time
 from collections.abc import Iterable, Iterator
@@ -28,7 +27,6 @@ from schemas import (
     storage,
 )
 from schemas.commands import InputError
-from schemas.files import write_file
 from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer, vocab_txt_bytes
 
 FEED_REPEATS = 4_096
@@ -215,8 +213,9 @@ def measure(tokenizer: Tokenizer, counts: Iterable[tuple[str, int]]) -> dict[str
     }
 
 
-def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[str, Any]:
-    """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats, manifest."""
+def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str, out: storage.Folder) -> dict[str, Any]:
+    """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats and
+    manifest into ``out``."""
     start = time.perf_counter()
     alphabet = alphabet_of(read_counts(config.output, LEARN), config.limit_alphabet)
     if not alphabet.kept:
@@ -256,12 +255,12 @@ def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[s
     }
     entries = []
     for name, (data, fmt, rows) in files.items():
-        write_file(storage.join(config.output, name), data)
+        out.write(name, data)
         entries.append(ShardEntry(name, fmt, "", rows, len(data), hashlib.sha256(data).hexdigest()))
     params = {**config.params(), "corpus_manifest_sha256": corpus_manifest_sha256}
     manifest = Manifest("wordpiece", 1, "wordpiece train", params, tuple(entries))
     manifest_json = manifest.to_json()
-    write_file(storage.join(config.output, STATS_FILE), json.dumps(stats, indent=2) + "\n")
-    write_file(storage.join(config.output, MANIFEST_FILE), manifest_json)
-    write_file(storage.join(config.output, COMPLETED_FILE), completed_marker(manifest_json))
+    out.write_json(STATS_FILE, stats)
+    out.write(MANIFEST_FILE, manifest_json)
+    out.write(COMPLETED_FILE, completed_marker(manifest_json))
     return stats

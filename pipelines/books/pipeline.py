@@ -18,6 +18,7 @@ from pipelines.stage import (
     sentences_outcome,
 )
 from pipelines.text import paragraphs_to_sentences
+from schemas import storage
 from schemas.commands import InputError
 from schemas.inputs import MAX_LINE_BYTES, lines
 
@@ -71,7 +72,7 @@ def read_book_outcome(path: str, min_document_words: int) -> Outcome:
     return book_outcome(path, data, min_document_words)
 
 
-def build(pipeline: beam.Pipeline, config: BooksConfig, inputs: list[str]) -> None:
+def build(pipeline: beam.Pipeline, config: BooksConfig, inputs: list[str], out: storage.Folder) -> None:
     """Add the books stage to ``pipeline`` for already-expanded ``inputs``."""
     paths = (
         pipeline
@@ -86,7 +87,7 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, inputs: list[str]) -> No
         | "Count books" >> CountRecords()
     )
     _ = outcomes | "Write" >> WriteStageOutput(
-        output=config.output,
+        out=out,
         producer="pipelines books",
         params=config.params(),
         num_shards=config.num_shards,

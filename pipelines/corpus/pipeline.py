@@ -17,7 +17,7 @@ from pipelines.stage import (
     WriteStageOutput,
     document_sort_key,
 )
-from schemas import Manifest, absolute_reference
+from schemas import Manifest, absolute_reference, storage
 
 
 def keep_one_of_each(element: tuple[str, list[dict]]) -> list[Outcome]:
@@ -60,7 +60,9 @@ def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam
     )
 
 
-def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
+def build(
+    pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]], out: storage.Folder
+) -> None:
     """Add the corpus stage to ``pipeline`` over completed document outputs (each shard's SHA-256 checked)."""
     shards = sorted((files.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
     inputs = [
@@ -103,7 +105,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         | "All outcomes" >> beam.Flatten()
         | "Write"
         >> WriteStageOutput(
-            output=config.output,
+            out=out,
             producer="pipelines corpus",
             params={**config.params(), "input_manifests": inputs},
             num_shards=config.num_shards,

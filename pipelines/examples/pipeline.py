@@ -23,12 +23,11 @@ from pipelines.examples.write import WriteExampleShards
 from pipelines.jobs import LOCAL_RUNNERS
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
-from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
+from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference, storage
 from schemas.commands import OutputError
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
 from schemas.manifest import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE
-from schemas.outputs import journal
 from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
 
@@ -276,13 +275,16 @@ def build(
     manifest: Manifest,
     vocab: Sequence[str],
     folder: str | None,
+    out: storage.Folder,
 ):
-    """Add the examples stage to ``pipeline``; temporary files go under ``folder`` (None: no spilling)."""
+    """Add the examples stage to ``pipeline``, written into ``out``; temporary files go under ``folder``
+    (None: no spilling)."""
     shards = sorted((files.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     carried = CarriedVocabulary.of(vocab)
     # recorded in the output's journal before workers write them
     names = [LENGTH_HISTOGRAM_FILE, INDEX_FILE, carried.file.path, STATS_FILE, MANIFEST_FILE, COMPLETED_FILE]
-    journal(*(files.join(config.output, n) for n in names), *([f"{folder}/"] if folder else []))
+    inside = folder is not None and folder.startswith(f"{out.url}/")
+    out.journal(*names, *([f"{folder[len(out.url) + 1 :]}/"] if inside else []))
     fmt = examples_format(carried.size)
     tokens = tuple(vocab)  # travels inside the DoFns: no worker opens the vocabulary file
     tokenize = TokenizeShard(tokens, config.cased, config.num_buckets, folder)
@@ -296,7 +298,7 @@ def build(
         pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder, tokens)
     else:
         pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder, tokens)
-    entries = pieces | "Write" >> WriteExampleShards(config.output, "examples", config.num_shards, fmt)
+    entries = pieces | "Write" >> WriteExampleShards(out, "examples", config.num_shards, fmt)
     tally = (
         (documents.tallies, *tallies)
         | "All tallies" >> beam.Flatten()

@@ -15,6 +15,7 @@ from pipelines.config import TextConfig
 from pipelines.corpus.split import assign_split
 from pipelines.progress import ShowProgress
 from pipelines.stage import FILE_ERROR, REJECTED, Outcome, WriteStageOutput, reject_outcome, sentences_outcome
+from schemas import storage
 from schemas.inputs import MAX_LINE_BYTES
 
 SOURCE = "text"
@@ -127,7 +128,7 @@ def read_text_file(path: str, min_document_words: int) -> Iterator[Outcome]:
         yield dataclasses.replace(error, counts={"records_in": 0, "text_files": int(first)})
 
 
-def build(pipeline: beam.Pipeline, config: TextConfig, inputs: list[str]) -> None:
+def build(pipeline: beam.Pipeline, config: TextConfig, inputs: list[str], out: storage.Folder) -> None:
     """Add the text stage to ``pipeline`` for already-expanded ``inputs``."""
 
     def split_of(row: dict) -> str:
@@ -143,7 +144,7 @@ def build(pipeline: beam.Pipeline, config: TextConfig, inputs: list[str]) -> Non
     )
     outcomes = paths | "Parse files" >> beam.FlatMap(read_text_file, config.min_document_words)
     _ = outcomes | "Write" >> WriteStageOutput(
-        output=config.output,
+        out=out,
         producer="pipelines text",
         params=config.params(),
         num_shards=config.num_shards,

@@ -32,6 +32,7 @@ from pipelines.wiki.dump import (
     read_stream_offsets,
 )
 from pipelines.wiki.wikitext import clean_wikitext
+from schemas import storage
 
 SOURCE = "wikipedia"
 ARTICLE_NAMESPACE = 0
@@ -152,7 +153,7 @@ class _ReadPages(beam.DoFn):
                 yield task.path, item
 
 
-def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str]) -> None:
+def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str], out: storage.Folder) -> None:
     """Add the Wikipedia stage to ``pipeline`` for already-expanded ``inputs``."""
     dumps = [f for f in inputs if not is_index_file(f)]
     read = (
@@ -176,7 +177,7 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str]) -
         | "All outcomes" >> beam.Flatten()
         | "Write"
         >> WriteStageOutput(
-            output=config.output,
+            out=out,
             producer="pipelines wikipedia",
             params=config.params(),
             num_shards=config.num_shards,
