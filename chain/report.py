@@ -13,7 +13,6 @@ import markdown
 
 from schemas import inputs, storage
 from schemas.commands import InputError
-from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
 MAX_RECORD_BYTES = 256 << 20
@@ -207,8 +206,8 @@ def write(
     with OutputFolder.open(url, command, continuing=True, option="") as folder:
         folder.begin()
         for name, data in {**images, **(extra or {}), "report.md": markdown}.items():
-            write_file(f"{folder.root}/{name}", data, folder.fs)
-        write_file(f"{folder.root}/report.html", "".join(body) + "</body></html>", folder.fs)
+            folder.write(name, data)
+        folder.write("report.html", "".join(body) + "</body></html>")
     return {"markdown": f"{url}/report.md", "html": f"{url}/report.html"}
 
 

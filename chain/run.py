@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from schemas import files, inputs, storage
+from schemas import inputs, storage
 from schemas.commands import STOP_SIGNALS, CommandError, InputError, Stopped, UsageError
 from schemas.outputs import OutputFolder
 
@@ -137,16 +137,15 @@ def claim(workdir: str, command: str) -> OutputFolder:
     return folder
 
 
-def run_chain(stages: list[Stage], workdir: str, log=print, *, grace_s: float = GRACE_S) -> dict:
+def run_chain(stages: list[Stage], workdir: storage.Folder, log=print, *, grace_s: float = GRACE_S) -> dict:
     """Run or skip every stage in order; return the state written to ``WORKDIR/chain.json``."""
-    url = f"{workdir.rstrip('/')}/{STATE_FILE}"
-    state = read_state(url)
+    state = read_state(workdir.path(STATE_FILE))
     for number, stage in enumerate(stages, 1):
-        _run_stage(stage, f"== {number}/{len(stages)} {stage.title}", state, url, log, grace_s)
+        _run_stage(stage, f"== {number}/{len(stages)} {stage.title}", state, workdir, log, grace_s)
     return state
 
 
-def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: float) -> None:
+def _run_stage(stage: Stage, header: str, state: dict, workdir: storage.Folder, log, grace_s: float) -> None:
     key, recorded = _key(stage, state), state.get(stage.name, {})
     if recorded.get("key") == key and stage.marker and storage.exists(stage.marker):
         return log(
@@ -183,7 +182,7 @@ def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: f
             "finished": finished,
         }
         state[stage.name].update(output=stage.output, **extra)
-    files.write_json(url, state, indent=1, sort_keys=True)
+    workdir.write_json(STATE_FILE, state, indent=1, sort_keys=True)
     if signum is not None:
         raise Stopped(signum, f"stage {stage.name} recorded as interrupted; rerun to continue")
     if code != 0:

@@ -16,7 +16,6 @@ import random
 import pyarrow.dataset as ds
 
 from schemas import Manifest, storage
-from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
@@ -79,5 +78,5 @@ def write_task(
         folder.begin()
         for name, rows in tables.items():
             text = HEADER + "".join(f"{label}\t{a}\t{b}\t{s1}\t{s2}\n" for label, a, b, s1, s2 in rows)
-            write_file(f"{folder.root}/{name}.tsv", text, folder.fs)
+            folder.write(f"{name}.tsv", text)
     return {name: {"pairs": len(rows), "positive": sum(r[0] for r in rows)} for name, rows in tables.items()}
