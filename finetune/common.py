@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, NamedTuple
 
-import fsspec
 import safetensors.torch
 import torch
 import torch.nn.functional as F
@@ -28,9 +27,9 @@ from pretrain.model import BertForPreTraining, BertModel
 from pretrain.optim import Diverged, build_scheduler, parameter_groups
 from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
+from schemas import storage
 from schemas.commands import InputError, UsageError
-from schemas.files import write_file, write_json
-from schemas.inputs import MAX_JSON_BYTES, boolean, check_file, lines, loads, read_bytes
+from schemas.inputs import MAX_JSON_BYTES, boolean, lines, loads, read_bytes
 from wordpiece.tokenizer import WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
@@ -43,11 +42,10 @@ _STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pr
 
 @contextlib.contextmanager
 def open_input(url: str) -> Iterator[Any]:
-    """``url`` (a path or fsspec URL) opened in binary once it is known to be a file or bucket object."""
-    fs, path = fsspec.core.url_to_fs(url)
-    check_file(path, fs)
+    """``url`` (a path or bucket URL) opened in binary once it is known to be a file or bucket object."""
+    storage.check_file(url)
     try:
-        f = fs.open(path, "rb")
+        f = storage.open_binary(url)
     except FileNotFoundError:
         raise InputError(f"{url}: no such file") from None
     with f:
@@ -95,7 +93,7 @@ def _recorded_casing(folder: str) -> bool | None:
     """The casing ``trainer.json`` (ours) or ``tokenizer_config.json`` (HF) records, else None."""
     for name, key in ((f"{ckpt.TRAINER_STATE}.json", "cased"), (hf.TOKENIZER_CONFIG_FILE, "do_lower_case")):
         where = f"{folder}/{name}"
-        value = boolean(input_json(where), key, where, default=None) if runtime.exists(where) else None
+        value = boolean(input_json(where), key, where, default=None) if storage.exists(where) else None
         if value is not None:
             return value if key == "cased" else not value
     return None
@@ -104,11 +102,10 @@ def _recorded_casing(folder: str) -> bool | None:
 def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -> Encoder:
     """Load ``--checkpoint``: a ``pretrain`` run folder (newest complete checkpoint), a checkpoint
     folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder (``config.json``, weights,
-    ``vocab.txt``); local or an fsspec URL. ``cased=None`` takes the casing the checkpoint records,
+    ``vocab.txt``); local or a bucket URL. ``cased=None`` takes the casing the checkpoint records,
     else infers it from the vocabulary. A missing pooler is initialised from ``seed``."""
     url = checkpoint.rstrip("/")
-    fs, path = fsspec.core.url_to_fs(url)
-    if _STEP_DIR.search(path) is not None or fs.exists(f"{path}/checkpoints"):
+    if _STEP_DIR.search(url) is not None or storage.exists(f"{url}/checkpoints"):
         url = ckpt.resolve(url).url
     try:
         hf.check_vocab_rows(url)
@@ -116,7 +113,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
     except ValueError as err:
         raise InputError(f"--checkpoint {checkpoint}: {err}") from None
     vocab_url = f"{url}/{hf.VOCAB_FILE}"
-    if not runtime.exists(vocab_url):
+    if not storage.exists(vocab_url):
         raise InputError(
             f"{vocab_url} not found: --checkpoint needs the vocabulary the model was trained with "
             "(a pretrain checkpoint or an HF BERT folder with vocab.txt)"
@@ -323,7 +320,7 @@ class Classifier(nn.Module):
         return TaskOutput(logits, loss)
 
 
-def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates: Any) -> None:
+def save_model(model: nn.Module, encoder: Encoder, folder: storage.Folder, **config_updates: Any) -> None:
     """Write a fine-tuned ``model`` into ``folder`` as a BERT folder, its config with ``config_updates``."""
     config, _ = hf.read_config(encoder.source)
     vocab_size = model.bert.config.vocab_size
@@ -332,13 +329,10 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
         if name == "bert.embeddings.word_embeddings.weight":
             tensor = tensor[:vocab_size]
         state[name] = tensor.detach().to("cpu", copy=True).contiguous()
-    folder = folder.rstrip("/")
-    fs, root = runtime.output_folder(folder)
-    with fsspec.open(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
-        write_file(f"{root}/{hf.VOCAB_FILE}", f.read(), fs)
-    write_file(f"{root}/{hf.SAFETENSORS_FILE}", safetensors.torch.save(state, metadata={"format": "pt"}), fs)
-    write_json(f"{root}/{hf.CONFIG_FILE}", {**config, **config_updates}, fs, sort_keys=True)
-    write_json(f"{root}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased}, fs, sort_keys=True)
+    folder.write(hf.VOCAB_FILE, storage.read_bytes(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}"))
+    folder.write(hf.SAFETENSORS_FILE, safetensors.torch.save(state, metadata={"format": "pt"}))
+    folder.write_json(hf.CONFIG_FILE, {**config, **config_updates}, sort_keys=True)
+    folder.write_json(hf.TOKENIZER_CONFIG_FILE, {"do_lower_case": not encoder.cased}, sort_keys=True)
 
 
 MIN_SEQ_LENGTH = 8

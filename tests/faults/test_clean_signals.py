@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from schemas import storage
 from schemas.storage import is_temporary_name
 from tests.clis import CLIS
 from tests.faults.stop_hook import signal_self
@@ -121,8 +122,8 @@ def checkpoint_run(tmp_path_factory) -> Path:
     url = ckpt.step_url(str(run), 1)
     tiny_model().save_pretrained(url)
     (Path(url) / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_state({"step": 1, "tokens_seen": 0, "cased": False}, f"{url}/{ckpt.TRAINER_STATE}")
-    ckpt.commit(url, 1)
+    ckpt.save_state({"step": 1, "tokens_seen": 0, "cased": False}, storage.Folder(url), ckpt.TRAINER_STATE)
+    ckpt.commit(storage.Folder(url), 1)
     return run
 
 

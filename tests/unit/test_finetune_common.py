@@ -22,6 +22,7 @@ from finetune.common import (
 )
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas import storage
 from schemas.commands import CommandError, UsageError
 
 WORDS = "the a movie film was is good bad great awful plot acting very not".split()
@@ -81,9 +82,9 @@ def _pretrain_checkpoint(run: Path, step: int, cased: bool, commit: bool = True)
     folder = Path(url)
     tiny_model().save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_state({"step": step, "cased": cased}, f"{url}/{ckpt.TRAINER_STATE}")
+    ckpt.save_state({"step": step, "cased": cased}, storage.Folder(url), ckpt.TRAINER_STATE)
     if commit:
-        ckpt.commit(url, step)
+        ckpt.commit(storage.Folder(url), step)
     return url
 
 
