@@ -1,6 +1,7 @@
 """One command's output folder: one writer (``.claim``, created exclusively; a stale one taken over),
-a journal (``.output.json`` lists each file before ``schemas.files`` writes it, even if killed), and
-``--overwrite`` deleting exactly the journaled files (and their temporary files), never another."""
+a journal (``.output.json`` lists each file before it is written, even if killed: the writer is given
+the :class:`OutputFolder` and writes through it), and ``--overwrite`` deleting exactly the journaled
+files (and their temporary files), never another."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-from schemas import files, storage
+from schemas import storage
 from schemas.commands import OutputError
 from schemas.manifest import COMPLETED_FILE
-from schemas.paths import location
 
 CLAIM_FILE, RECORD_FILE = ".claim", ".output.json"
 RECORD_FORMAT, RECORD_VERSION = "output-record", 1
@@ -26,8 +26,6 @@ MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")  # say an output is comp
 _MACHINERY = (CLAIM_FILE, RECORD_FILE, f".{RECORD_FILE}.")  # the claim, the record and its temporary file
 
 log = logging.getLogger(__name__)
-_lock = threading.RLock()
-_held: list[OutputFolder] = []  # the outputs this process holds, the innermost first: journal() uses them
 
 
 def new_run_id() -> str:
@@ -159,27 +157,6 @@ def _remove_empty(fs: storage.FileSystem, folders: list[str]) -> None:
                 fs.rmdir(folder)
 
 
-def journal(*urls: str) -> None:
-    """Record the files ``urls`` (a trailing ``/``: a folder of temporary files) before they are written
-    in the innermost output this process holds each in (a WriteError: neither may be written)."""
-    with _lock:
-        changed = {}
-        for url in urls:
-            path = url.rstrip("/")  # its folder resolved, not its own name: a link there is replaced
-            here = posixpath.join(location(posixpath.dirname(path)), posixpath.basename(path))
-            folder = next((f for f in _held if here.startswith(f.where + "/")), None)  # the innermost
-            relative = here[len(folder.where) + 1 :] + ("/" if url.endswith("/") else "") if folder else ""
-            if folder and not relative.startswith(_MACHINERY) and not folder.record.owns(relative):
-                folder.record.files[relative] = None
-                changed[folder] = None
-        for folder in changed:
-            if folder.begun:  # until then the earlier run's record stays
-                files.write_file(f"{folder.root}/{RECORD_FILE}", folder.record.to_json(), folder.fs)
-
-
-files.BEFORE_WRITE.append(journal)
-
-
 class OutputFolder(storage.Folder, contextlib.AbstractContextManager):
     """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``.
     Its writer journals each file (:meth:`journal`, :meth:`write`) before it is created."""
@@ -187,7 +164,7 @@ class OutputFolder(storage.Folder, contextlib.AbstractContextManager):
     def __init__(self, url: str, fs: storage.FileSystem, root: str, shown: str) -> None:
         super().__init__(url)
         self.fs, self.root, self.shown, self._lock = fs, root, shown, threading.RLock()
-        self.where, self.made = location(fs.unstrip_protocol(root)), []
+        self.made = []
         while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
             self.made.append(root)
             root = root.rsplit("/", 1)[0]
@@ -248,8 +225,12 @@ class OutputFolder(storage.Folder, contextlib.AbstractContextManager):
             if isinstance(err, OSError):
                 raise OutputError(f"{shown}: cannot write there ({type(err).__name__}: {err})") from None
             raise
-        _held[:] = sorted([*_held, folder], key=lambda f: -len(f.where))  # the innermost first, in one step
         return folder
+
+    def path(self, relative: str) -> str:
+        """The path or URL of the file ``relative``, as this output's filesystem names it."""
+        path = f"{self.root.rstrip('/')}/{relative}"
+        return path if isinstance(self.fs, storage.LocalFileSystem) else self.fs.unstrip_protocol(path)
 
     def sub(self, relative: str) -> storage.Folder:
         """The folder ``relative`` inside this output; its files are journaled here."""
@@ -303,8 +284,6 @@ class OutputFolder(storage.Folder, contextlib.AbstractContextManager):
                     self.fs.rm(f"{self.root}/{RECORD_FILE}")
         except OSError as err:
             log.warning("%s: could not record the files this run left (%s)", self.url, err)
-        with contextlib.suppress(ValueError):  # after the record: journal() never gives it to an outer output
-            _held.remove(self)
         try:
             if self.claim and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # not another's
                 self.fs.rm(f"{self.root}/{CLAIM_FILE}")

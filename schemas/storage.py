@@ -70,9 +70,9 @@ def is_local(url: str | os.PathLike) -> bool:
     return isinstance(filesystem(url)[0], LocalFileSystem)
 
 
-def join(base: str, *parts: str) -> str:
+def join(base: str | os.PathLike, *parts: str) -> str:
     """``base`` and ``parts`` joined with ``/`` (local paths and URLs alike)."""
-    return "/".join([base.rstrip("/"), *parts])
+    return "/".join([os.fspath(base).rstrip("/"), *parts])
 
 
 def exists(url: str | os.PathLike) -> bool:
