@@ -5,7 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipelines import files
-from pipelines.books.clean import Rejection, clean_book
+from pipelines.books.clean import clean_book
 from pipelines.config import BooksConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
@@ -21,6 +21,7 @@ from pipelines.text import paragraphs_to_sentences
 from schemas import storage
 from schemas.commands import InputError
 from schemas.inputs import MAX_LINE_BYTES, lines
+from schemas.rejects import Rejection
 
 SOURCE = "books"
 MAX_BOOK_BYTES = 128 << 20

@@ -23,7 +23,6 @@ from pipelines.stage import (
 )
 from pipelines.text import paragraphs_to_sentences
 from pipelines.wiki.dump import (
-    Defect,
     RawPage,
     index_path_for,
     iter_pages,
@@ -33,6 +32,7 @@ from pipelines.wiki.dump import (
 )
 from pipelines.wiki.wikitext import clean_wikitext
 from schemas import storage
+from schemas.rejects import Rejection
 
 SOURCE = "wikipedia"
 ARTICLE_NAMESPACE = 0
@@ -50,7 +50,7 @@ class ReadTask:
     path: str
     start: int | None = None
     end: int | None = None
-    defect: Defect | None = None
+    defect: Rejection | None = None
 
 
 def is_index_file(path: str) -> bool:
@@ -66,7 +66,7 @@ def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
         return [ReadTask(path)]
     with files.open_binary(index_path) as index:
         offsets = read_stream_offsets(index)
-    if isinstance(offsets, Defect):
+    if isinstance(offsets, Rejection):
         return [ReadTask(path), ReadTask(index_path, defect=offsets)]
     if not offsets:
         return [ReadTask(path)]
@@ -81,7 +81,7 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
         with files.open_binary(task.path) as f:
             pages = iter_pages(f) if task.start is None else iter_range_pages(f, task.start, task.end)
             for page in pages:
-                if isinstance(page, Defect):
+                if isinstance(page, Rejection):
                     defect = page
                     break
                 num_pages += 1
