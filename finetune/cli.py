@@ -10,6 +10,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
@@ -123,13 +124,8 @@ def glue(
     """Fine-tune on one GLUE task: metrics.json, dev predictions, the GLUE server's files, the model."""
     config = checked_config(GlueConfig, opts)
     inputs = {"--data-dir": data_dir, "--checkpoint": checkpoint, "--diagnostic": diagnostic}
-    result = _into_output(
-        "glue",
-        output,
-        overwrite,
-        inputs,
-        lambda out, **kw: run_glue(task, data_dir, checkpoint, out, config, diagnostic_file=diagnostic, **kw),
-    )
+    run = partial(run_glue, task, data_dir, checkpoint, config=config, diagnostic_file=diagnostic)
+    result = _into_output("glue", output, overwrite, inputs, run)
     click.echo(json.dumps({k: result[k] for k in ("task", "dev", "dev_sd")}, indent=2))
 
 
@@ -147,13 +143,8 @@ def swag(
     inputs = {"--data-dir": data_dir, "--train-file": train_file, "--dev-file": dev_file}
     inputs |= {"--test-file": test_file, "--checkpoint": checkpoint}
     files = {"train_file": train_file, "dev_file": dev_file, "test_file": test_file}
-    result = _into_output(
-        "swag",
-        output,
-        overwrite,
-        inputs,
-        lambda out, **kw: run_swag(data_dir, checkpoint, out, config, **files, **kw),
-    )
+    run = partial(run_swag, data_dir, checkpoint, config=config, **files)
+    result = _into_output("swag", output, overwrite, inputs, run)
     click.echo(json.dumps({"task": "swag", "dev": result["dev"]}, indent=2))
 
 
@@ -181,14 +172,8 @@ def ner(data_dir: str, checkpoint: str, output: str, overwrite: bool, **opts: An
         opts["lr"] = FEATURE_LR
     config = checked_config(NerConfig, opts)
     inputs = {"--data-dir": data_dir, "--checkpoint": checkpoint, "--feature-cache": config.feature_cache}
-    result = _into_output(
-        "ner",
-        output,
-        overwrite,
-        inputs,
-        lambda out, **kw: run_ner(data_dir, checkpoint, out, config, **kw),
-        cache=config.feature_cache,
-    )
+    run = partial(run_ner, data_dir, checkpoint, config=config)
+    result = _into_output("ner", output, overwrite, inputs, run, cache=config.feature_cache)
     longer = {split: counts["longer_than_one_window"] for split, counts in result["windows"].items()}
     shown = {"task": "ner", "mode": result["mode"], "dev": result["dev"], "longer_than_one_window": longer}
     click.echo(json.dumps(shown, indent=2))
@@ -211,13 +196,8 @@ def squad(
     at null threshold 0 and at the threshold tuned on the predict file)."""
     config = checked_config(SquadConfig, opts)
     inputs = {"--train-file": train_file, "--predict-file": predict_file, "--checkpoint": checkpoint}
-    result = _into_output(
-        "squad",
-        output,
-        overwrite,
-        inputs,
-        lambda out, **kw: run_squad(version, train_file, predict_file, checkpoint, out, config, **kw),
-    )
+    run = partial(run_squad, version, train_file, predict_file, checkpoint, config=config)
+    result = _into_output("squad", output, overwrite, inputs, run)
     click.echo(
         json.dumps({k: v for k, v in result.items() if k not in ("train", "predict", "config")}, indent=2)
     )

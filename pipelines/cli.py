@@ -252,7 +252,6 @@ def examples(**flags):
     """
     from pipelines.examples.pipeline import build, spill_folder
     from pipelines.jobs import job_options, runner_name
-    from schemas.inputs import check_file
     from wordpiece.tokenizer import WordPieceTokenizer
 
     config = _config(_examples_config, flags)
@@ -263,8 +262,6 @@ def examples(**flags):
     folder = spill_folder(config, runner_name(job_options(click.get_current_context().args)))
 
     def load() -> tuple[Any, list[str]]:
-        if "://" not in config.vocab:
-            check_file(config.vocab)
         vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
         return files.load_manifest(config.corpus, DOCUMENTS.name), vocab
 

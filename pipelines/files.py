@@ -15,7 +15,6 @@ from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
 from schemas import COMPLETED_FILE, DOCUMENTS, Manifest, storage
 from schemas.commands import InputError
-from schemas.inputs import check_file
 from schemas.manifest import load_completed
 
 SPLITS = ("train", "validation", "test")
@@ -120,8 +119,8 @@ def expand_inputs(patterns: Iterable[str]) -> list[str]:
             raise InputError(f"--input {pattern}: cannot list files ({err})") from None
         if not matched:
             raise InputError(f"--input {pattern}: no file matches this path or pattern")
-        for path in matched if "://" not in pattern else ():
-            check_file(path)  # a FIFO or a device would block or never end
+        for path in matched:
+            storage.check_file(path)  # a FIFO or a device would block or never end
         files.update(matched)
     return sorted(files)
 

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
@@ -30,7 +31,7 @@ from fsspec import AbstractFileSystem as FileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from schemas import inputs
-from schemas.commands import WriteError
+from schemas.commands import InputError, WriteError
 
 __all__ = ["FileSystem", "LocalFileSystem", "WriteError"]
 
@@ -39,6 +40,13 @@ CONNECT_S = 5.0
 CLOUDS = {"gs": "gs", "gcs": "gs", "s3": "s3", "s3a": "s3"}
 _GLOB = re.compile(r"[*?\[]")
 _TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
+_SPECIAL = {
+    stat.S_ISFIFO: "a FIFO (named pipe)",
+    stat.S_ISCHR: "a character device",
+    stat.S_ISBLK: "a block device",
+    stat.S_ISSOCK: "a socket",
+    stat.S_ISDIR: "a folder",
+}
 _CONFIGURED: dict[str, dict[str, Any]] = {}  # cloud -> fsspec options, from configure()
 
 
@@ -94,10 +102,20 @@ def open_binary(url: str | os.PathLike) -> IO[bytes]:
 
 
 def check_file(url: str | os.PathLike) -> None:
-    """Refuse ``url`` (an InputError) unless it is a regular file or an object in a bucket: a FIFO
-    would block a read, a device never end it."""
+    """Refuse ``url`` (an InputError) unless it is a regular file (links followed) or an object in a
+    bucket: a FIFO would block a read, a device never end it."""
     fs, path = filesystem(url)
-    inputs.check_file(path if isinstance(fs, LocalFileSystem) else url, fs)
+    if not isinstance(fs, LocalFileSystem):
+        return  # an object store holds objects only
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{url}: no such file") from None
+    except OSError as err:
+        raise InputError(f"{url}: cannot read it ({err.strerror or err})") from None
+    for test, kind in _SPECIAL.items():
+        if test(mode):
+            raise InputError(f"{url}: is {kind}, not a regular file; give a file")
 
 
 def read_bytes(url: str | os.PathLike, limit: int | None = None) -> bytes:
@@ -226,18 +244,14 @@ class Folder:
         self.write(relative, json.dumps(obj, indent=indent, **options) + "\n")
 
 
-def endpoint(cloud: str) -> str:
-    """The URL of the cloud's storage service this process talks to."""
-    if cloud == "gs":
-        return os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
-    names = (os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
-    configured = options("s3").get("client_kwargs", {}).get("endpoint_url")
-    return configured or next(filter(None, names), "s3.amazonaws.com")
-
-
 def endpoint_address(cloud: str) -> tuple[str, int]:
-    """``(host, port)`` of :func:`endpoint`."""
-    url = endpoint(cloud)
+    """``(host, port)`` of the cloud's storage service this process talks to."""
+    if cloud == "gs":
+        url = os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
+    else:
+        names = (os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
+        configured = options("s3").get("client_kwargs", {}).get("endpoint_url")
+        url = configured or next(filter(None, names), "s3.amazonaws.com")
     parts = urlsplit(url if "://" in url else f"https://{url}")
     return parts.hostname or "", parts.port or (80 if parts.scheme == "http" else 443)
 

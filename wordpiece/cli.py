@@ -15,7 +15,7 @@ import click
 from schemas.buckets import probe
 from schemas.commands import CommandError, OneLineGroup, UsageError
 from schemas.commands import config_option as option
-from schemas.inputs import MAX_LINE_BYTES, check_file, lines
+from schemas.inputs import MAX_LINE_BYTES, lines
 from wordpiece.tokenizer import WordPieceTokenizer
 from wordpiece.train import VocabConfig
 
@@ -24,8 +24,6 @@ _HELP = {"help_option_names": ["-h", "--help"]}
 
 def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
     """Load a vocabulary (a file or a bucket object); an inferred casing is a one-line ``warning:``."""
-    if "://" not in path:
-        check_file(path)
     probe(reads={"--vocab": path})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
