@@ -10,7 +10,9 @@ options of each cloud defined here once.
   on any failure, so only SIGKILL or a power cut leaves one; in a bucket one upload, which shows an
   object only once it is complete (``fs.open(path, "wb")`` would commit a failing block's part).
   A failure is a :class:`WriteError` naming the file.
-- Probes (:func:`bounded_filesystem`): credentials checked first, a timeout on every request and no
+- Timeouts and retries: every access but a probe takes the clients' own (gcsfs and s3fs retry a
+  transient error with back-off; ``pretrain.data`` adds its own per record batch). Probes
+  (:func:`bounded_filesystem`): credentials checked first, a timeout on every request and no
   retries, so ``schemas.buckets`` can say in one line what is wrong within its deadline.
 """
 
