@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import safetensors.torch
 import torch
 from torch import nn
@@ -18,10 +17,10 @@ from torch import nn
 from finetune.config import FitConfig
 from finetune.inputs import input_json
 from pretrain import checkpoint as ckpt
-from pretrain import hf, runtime
+from pretrain import hf
 from pretrain.model import BertForPreTraining, BertModel
+from schemas import storage
 from schemas.commands import InputError
-from schemas.files import write_file, write_json
 from schemas.inputs import boolean
 from wordpiece.tokenizer import WordPieceTokenizer
 
@@ -49,7 +48,7 @@ def _recorded_casing(folder: str) -> bool | None:
     """The casing ``trainer.json`` (ours) or ``tokenizer_config.json`` (HF) records, else None."""
     for name, key in ((f"{ckpt.TRAINER_STATE}.json", "cased"), (hf.TOKENIZER_CONFIG_FILE, "do_lower_case")):
         where = f"{folder}/{name}"
-        value = boolean(input_json(where), key, where, default=None) if runtime.exists(where) else None
+        value = boolean(input_json(where), key, where, default=None) if storage.exists(where) else None
         if value is not None:
             return value if key == "cased" else not value
     return None
@@ -58,11 +57,10 @@ def _recorded_casing(folder: str) -> bool | None:
 def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -> Encoder:
     """Load ``--checkpoint``: a ``pretrain`` run folder (newest complete checkpoint), a checkpoint
     folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder (``config.json``, weights,
-    ``vocab.txt``); local or an fsspec URL. ``cased=None`` takes the casing the checkpoint records,
+    ``vocab.txt``); local or a bucket URL. ``cased=None`` takes the casing the checkpoint records,
     else infers it from the vocabulary. A missing pooler is initialised from ``seed``."""
     url = checkpoint.rstrip("/")
-    fs, path = fsspec.core.url_to_fs(url)
-    if _STEP_DIR.search(path) is not None or fs.exists(f"{path}/checkpoints"):
+    if _STEP_DIR.search(url) is not None or storage.exists(f"{url}/checkpoints"):
         url = ckpt.resolve(url).url
     try:
         hf.check_vocab_rows(url)
@@ -70,7 +68,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
     except ValueError as err:
         raise InputError(f"--checkpoint {checkpoint}: {err}") from None
     vocab_url = f"{url}/{hf.VOCAB_FILE}"
-    if not runtime.exists(vocab_url):
+    if not storage.exists(vocab_url):
         raise InputError(
             f"{vocab_url} not found: --checkpoint needs the vocabulary the model was trained with "
             "(a pretrain checkpoint or an HF BERT folder with vocab.txt)"
@@ -136,7 +134,7 @@ def prepare_encoder(checkpoint: str, config: FitConfig, texts: Sequence[str]) ->
     return encoder
 
 
-def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates: Any) -> None:
+def save_model(model: nn.Module, encoder: Encoder, folder: storage.Folder, **config_updates: Any) -> None:
     """Write a fine-tuned ``model`` into ``folder`` as a BERT folder, its config with ``config_updates``."""
     config, _ = hf.read_config(encoder.source)
     vocab_size = model.bert.config.vocab_size
@@ -145,10 +143,7 @@ def save_model(model: nn.Module, encoder: Encoder, folder: str, **config_updates
         if name == "bert.embeddings.word_embeddings.weight":
             tensor = tensor[:vocab_size]
         state[name] = tensor.detach().to("cpu", copy=True).contiguous()
-    folder = folder.rstrip("/")
-    fs, root = runtime.output_folder(folder)
-    with fsspec.open(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}", "rb") as f:
-        write_file(f"{root}/{hf.VOCAB_FILE}", f.read(), fs)
-    write_file(f"{root}/{hf.SAFETENSORS_FILE}", safetensors.torch.save(state, metadata={"format": "pt"}), fs)
-    write_json(f"{root}/{hf.CONFIG_FILE}", {**config, **config_updates}, fs, sort_keys=True)
-    write_json(f"{root}/{hf.TOKENIZER_CONFIG_FILE}", {"do_lower_case": not encoder.cased}, fs, sort_keys=True)
+    folder.write(hf.VOCAB_FILE, storage.read_bytes(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}"))
+    folder.write(hf.SAFETENSORS_FILE, safetensors.torch.save(state, metadata={"format": "pt"}))
+    folder.write_json(hf.CONFIG_FILE, {**config, **config_updates}, sort_keys=True)
+    folder.write_json(hf.TOKENIZER_CONFIG_FILE, {"do_lower_case": not encoder.cased}, sort_keys=True)

@@ -29,9 +29,8 @@ from finetune.sequences import encode_pair
 from pretrain import hf
 from pretrain.config import MAX_SEED
 from pretrain.model import BertModel
-from pretrain.runtime import exists, output_folder
+from schemas import storage
 from schemas.commands import InputError, UsageError
-from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +158,7 @@ def read_task(
         return f"{data_dir.rstrip('/')}/{stem}.tsv"
 
     for stem in ["train", *task.dev]:
-        if not exists(file(stem)):
+        if not storage.exists(file(stem)):
             raise InputError(
                 f"{file(stem)} not found: --data-dir must be the {task.folder} folder of the "
                 "GLUE download (train.tsv, dev.tsv, test.tsv)"
@@ -170,7 +169,7 @@ def read_task(
     dev = {stem: read_split(task, file(stem), labelled=True) for stem in task.dev}
     test = {}
     if with_test:
-        test = {s: read_split(task, file(s), labelled=False) for s in task.test if exists(file(s))}
+        test = {s: read_split(task, file(s), labelled=False) for s in task.test if storage.exists(file(s))}
     if diagnostic_file:
         test["diagnostic"] = read_split(task, diagnostic_file, labelled=False)
     return GlueData(train, dev, test)
@@ -267,7 +266,7 @@ def load_head(model: Classifier, head: dict, source: str) -> None:
         raise InputError(f"{source}: its classifier does not fit this model: {err}") from None
 
 
-def save_classifier(model: Classifier, encoder: Encoder, folder: str, task: GlueTask) -> None:
+def save_classifier(model: Classifier, encoder: Encoder, folder: storage.Folder, task: GlueTask) -> None:
     """Write ``model`` into ``folder`` as transformers' ``BertForSequenceClassification``."""
     names = list(task.labels) if task.labels is not None else ["score"]
     save_model(
@@ -309,7 +308,7 @@ def run_glue(
     task_name: str,
     data_dir: str,
     checkpoint: str,
-    output: str,
+    out: storage.Folder,
     config: GlueConfig,
     *,
     diagnostic_file: str | None = None,
@@ -317,7 +316,7 @@ def run_glue(
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on one GLUE task: one run, several seeds (mean ± sd) or the paper's
     grid (Appendix A.3), selected on dev. The selected setting's best seed predicts dev and test
-    (the GLUE server's files) and is saved in ``output/model/`` (``BertForSequenceClassification``'s
+    (the GLUE server's files) and is saved in ``out``'s ``model/`` (``BertForSequenceClassification``'s
     layout); returns ``metrics.json``. ``predict_only``: the classifier in ``checkpoint`` instead.
     ``before_training`` (``--overwrite``'s clean-up) runs once every check has passed."""
     task = get_task(task_name)
@@ -353,10 +352,10 @@ def run_glue(
         kept = evaluate(model, config)
         chosen = {"dev": kept.record["dev"], "dev_sd": dict.fromkeys(kept.record["dev"], 0.0), "runs": []}
     else:
-        model, kept, chosen = _train(task, encoder, train_features, evaluate, head, config, output)
-    files = _write_predictions(task, output, model, config, encoder, dev, kept.predictions, data.test)
+        model, kept, chosen = _train(task, encoder, train_features, evaluate, head, config, out)
+    files = _write_predictions(task, out, model, config, encoder, dev, kept.predictions, data.test)
     if config.save_model:
-        save_classifier(model, encoder, f"{output.rstrip('/')}/{MODEL_FOLDER}", task)
+        save_classifier(model, encoder, out.sub(MODEL_FOLDER), task)
         files.append(f"{MODEL_FOLDER}/")
     result = {
         "task": task.name,
@@ -373,7 +372,7 @@ def run_glue(
         "max_seq_length": config.max_seq_length,
         "files": files,
     }
-    write_json(f"{output}/metrics.json", result, sort_keys=True)
+    out.write_json("metrics.json", result, sort_keys=True)
     return result
 
 
@@ -384,7 +383,7 @@ def _train(
     evaluate: Callable[[torch.nn.Module, GlueConfig], _Run],
     head: dict | None,
     config: GlueConfig,
-    output: str,
+    out: storage.Folder,
 ) -> tuple[Classifier, _Run, dict[str, Any]]:
     """Train every run of every setting from the same weights; return the best seed of the best setting
     (by its mean), its run, and the metrics.json entries."""
@@ -404,9 +403,7 @@ def _train(
             result = evaluate(model, run)
             result.record["train"] = trained.to_dict()
             if len(groups) * len(group) > 1:
-                write_json(
-                    f"{output}/runs/{result.record['name']}/metrics.json", result.record, sort_keys=True
-                )
+                out.write_json(f"runs/{result.record['name']}/metrics.json", result.record, sort_keys=True)
             runs.append(result.record)
             logger.info("%s: %s dev %s", task.name, result.record["name"], result.record["dev"])
             if group_best is None or result.record["dev"][main] > group_best.record["dev"][main]:
@@ -441,7 +438,7 @@ def _summarise(group_runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _write_predictions(
     task: GlueTask,
-    output: str,
+    out: storage.Folder,
     model: torch.nn.Module,
     config: GlueConfig,
     encoder: Encoder,
@@ -450,18 +447,17 @@ def _write_predictions(
     test: dict[str, list[GlueExample]],
 ) -> list[str]:
     """The dev splits' ``<stem>_predictions.tsv`` and the GLUE server's test files; returns their names."""
-    fs, root = output_folder(output)
     written = []
     for stem, examples in dev.items():
         strings = prediction_strings(task, dev_predictions[stem])
         rows = [f"{e.index}\t{p}\t{e.label}\n" for e, p in zip(examples, strings, strict=True)]
-        write_file(f"{root}/{stem}_predictions.tsv", "index\tprediction\tlabel\n" + "".join(rows), fs)
+        out.write(f"{stem}_predictions.tsv", "index\tprediction\tlabel\n" + "".join(rows))
         written.append(f"{stem}_predictions.tsv")
     for stem, examples in test.items():
         name = task.diagnostic if stem == "diagnostic" else task.test[stem]
         logits = predict_classes(model, features(task, examples, encoder, config.max_seq_length), config)
         strings = prediction_strings(task, to_predictions(task, logits))
         rows = [f"{e.index}\t{p}\n" for e, p in zip(examples, strings, strict=True)]
-        write_file(f"{root}/{name}", "index\tprediction\n" + "".join(rows), fs)
+        out.write(name, "index\tprediction\n" + "".join(rows))
         written.append(name)
     return written

@@ -1,4 +1,4 @@
-"""A task's input files, local or fsspec URLs: opened once known to be a file, read as bounded
+"""A task's input files, local or bucket URLs: opened once known to be a file, read as bounded
 UTF-8 lines or one strict JSON document; an empty split refused."""
 
 from __future__ import annotations
@@ -8,19 +8,17 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import fsspec
-
+from schemas import storage
 from schemas.commands import InputError
-from schemas.inputs import MAX_JSON_BYTES, check_file, lines, loads, read_bytes
+from schemas.inputs import MAX_JSON_BYTES, lines, loads, read_bytes
 
 
 @contextlib.contextmanager
 def open_input(url: str) -> Iterator[Any]:
-    """``url`` (a path or fsspec URL) opened in binary once it is known to be a file or bucket object."""
-    fs, path = fsspec.core.url_to_fs(url)
-    check_file(path, fs)
+    """``url`` (a path or bucket URL) opened in binary once it is known to be a file or bucket object."""
+    storage.check_file(url)
     try:
-        f = fs.open(path, "rb")
+        f = storage.open_binary(url)
     except FileNotFoundError:
         raise InputError(f"{url}: no such file") from None
     with f:

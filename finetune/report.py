@@ -8,14 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import fsspec
-
 from finetune.glue_tasks import TASKS
 from finetune.inputs import input_json
 from finetune.paper import GLUE_DEV, SQUAD, SWAG, TABLE_1, TABLE_1_COLUMNS
-from pretrain.runtime import exists
+from schemas import storage
 from schemas.commands import InputError
-from schemas.files import write_file, write_json
 from schemas.inputs import field
 from schemas.outputs import OutputFolder
 
@@ -28,7 +25,7 @@ def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
     found = []
     for path in paths:
         url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
-        if not exists(url):
+        if not storage.exists(url):
             raise InputError(f"{path}: no metrics.json; give finished `finetune` run folders")
         try:
             found.append(_checked(input_json(url), url))
@@ -149,7 +146,6 @@ def write_report(
     with OutputFolder.open(output, "finetune report", overwrite=overwrite) as folder:
         report = build_report(read_metrics(run_folders), label)
         folder.begin()
-        fs, root = fsspec.core.url_to_fs(output)
-        write_json(f"{root}/results.json", report, fs)
-        write_file(f"{root}/results.md", to_markdown(report), fs)
+        folder.write_json("results.json", report)
+        folder.write("results.md", to_markdown(report))
     return report

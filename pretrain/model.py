@@ -32,6 +32,7 @@ from torch import nn
 from pretrain import hf
 from pretrain.attention import Packed, packed_attention
 from pretrain.config import parse_model_size
+from schemas import storage
 
 
 @dataclass(frozen=True)
@@ -512,20 +513,17 @@ class BertForPreTraining(nn.Module):
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write ``config.json`` and ``model.safetensors`` in transformers' layout (trimmed vocab,
-        tied decoder weight left out) to a local folder or fsspec URL."""
-        hf.save_hf(self, path)
+        tied decoder weight left out) to a local folder or bucket URL."""
+        hf.save_hf(self, storage.Folder(path))
 
 
 def _resolve_run_folder(path: str | os.PathLike) -> str | os.PathLike:
     """``path``, or the newest complete checkpoint when ``path`` is a run folder without a
     ``config.json`` of its own (InputError when none is complete)."""
-    import fsspec
-
     from pretrain import checkpoint as ckpt
 
-    fs, root = fsspec.core.url_to_fs(str(path))
-    root = root.rstrip("/")
-    if fs.exists(f"{root}/config.json") or not fs.exists(f"{root}/checkpoints"):
+    url = str(path).rstrip("/")
+    if storage.exists(f"{url}/config.json") or not storage.exists(f"{url}/checkpoints"):
         return path
     return ckpt.resolve(str(path)).url
 

@@ -54,9 +54,8 @@ from pretrain.optim import Diverged, Health, build_optimizer, build_scheduler, s
 from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, all_sum, barrier, check_output, init_processes, prepare
+from schemas import storage
 from schemas.commands import STOP_SIGNALS, InputError, OutputError, Stopped, UsageError
-from schemas.files import write_file
-from schemas.outputs import journal
 
 log = logging.getLogger("pretrain")
 
@@ -67,11 +66,13 @@ def train(
     *,
     before_fit: Callable[[], None] | None = None,
     run_id: str | None = None,
+    out: storage.Folder | None = None,
 ) -> dict:
-    """Run (or continue) pre-training; return the last training metrics record."""
+    """Run (or continue) pre-training; return the last training metrics record. ``out``: the run
+    folder rank 0 claimed (else the unclaimed ``--output``)."""
     if cfg.resume and not cfg.output:
         cfg = replace(cfg, output=cfg.resume)
-    trainer = Trainer(cfg, procs or init_processes(), run_id=run_id)
+    trainer = Trainer(cfg, procs or init_processes(), run_id=run_id, out=out)
     if before_fit is not None and trainer.procs.is_main:
         before_fit()
     return trainer.fit()
@@ -152,13 +153,22 @@ class Trainer:
     """One process's pre-training: :meth:`fit` runs :meth:`step` to ``--max-steps``, logging, evaluating
     and checkpointing between."""
 
-    def __init__(self, cfg: PretrainConfig, procs: Processes, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: PretrainConfig,
+        procs: Processes,
+        run_id: str | None = None,
+        out: storage.Folder | None = None,
+    ) -> None:
         self.cfg, self.procs = cfg, procs
         self.run_id = ckpt.shared_run_id(procs.world_size, run_id)  # rank 0's, on every rank
         self.micro, self.accumulation = cfg.accumulation(procs.world_size)
         self.output = (cfg.output or cfg.resume).rstrip("/")
+        self.out = (
+            out if out is not None and procs.is_main else storage.Folder(self.output)
+        )  # rank 0's journals
         if procs.is_main:
-            check_output(self.output)
+            check_output(self.out)
         seed = cfg.seed + procs.rank  # the global RNGs dropout and the rest draw from, per rank
         torch.manual_seed(seed)
         np.random.seed(seed % 2**32)
@@ -171,7 +181,7 @@ class Trainer:
         self._restore_position()
         self._build_forward()
         resumed = self.position.step if self.setup.trainer_state is not None else None
-        self.metrics = MetricsLog(self.output, resumed) if procs.is_main else None
+        self.metrics = MetricsLog(self.out, resumed) if procs.is_main else None
         self.last_saved = resumed
         if procs.is_main:
             self._log_start()
@@ -567,28 +577,24 @@ class Trainer:
         self.last_saved = step
 
     def _save(self, step: int, state: dict) -> None:
-        import fsspec
-
         procs = self.procs
-        url = ckpt.step_url(self.output, step)
-        fs, root = fsspec.core.url_to_fs(url)
-        fs.makedirs(root, exist_ok=True)
+        folder = self.out.sub(ckpt.step_name(step))
         if procs.is_main:  # rank 0 holds the run folder: it journals every rank's files first
-            ranks = (f"{url}/{ckpt.rng_file(r)}" for r in range(procs.world_size))
-            journal(*(f"{name}.{suffix}" for name in ranks for suffix in ("safetensors", "json")))
+            ranks = (ckpt.rng_file(r) for r in range(procs.world_size))
+            folder.journal(*(f"{name}.{suffix}" for name in ranks for suffix in ("safetensors", "json")))
         barrier(procs)
         stamp = ckpt.Stamp(self.run_id, step)
-        ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)
+        ckpt.save_state(ckpt.rng_state(), folder, ckpt.rng_file(procs.rank), stamp)
         if procs.is_main:
-            save_hf(self.model, url, metadata=stamp.metadata())
-            write_file(f"{root}/vocab.txt", "\n".join(self.setup.vocab.vocab) + "\n", fs)
-            ckpt.save_state(state, f"{url}/{ckpt.TRAINER_STATE}", stamp)
+            save_hf(self.model, folder, metadata=stamp.metadata())
+            folder.write("vocab.txt", "\n".join(self.setup.vocab.vocab) + "\n")
+            ckpt.save_state(state, folder, ckpt.TRAINER_STATE, stamp)
         barrier(procs)
         if procs.is_main:
-            ckpt.commit(url, step, self.run_id)
+            ckpt.commit(folder, step, self.run_id)
             ckpt.prune(self.output, self.cfg.keep_checkpoints)
             self.metrics.flush()
-            log.info("checkpoint %s", url)
+            log.info("checkpoint %s", folder.url)
 
     def state_dict(self) -> dict:
         """The trainer state of a checkpoint (the pending counts are counted first)."""

@@ -15,6 +15,7 @@ from finetune.config import FitConfig
 from finetune.encoder import Encoder, check_casing, load_encoder
 from pretrain import metrics
 from pretrain.config import PretrainConfig
+from schemas import storage
 from schemas.commands import CommandError, OutputError
 from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, hf_folder
@@ -143,7 +144,7 @@ def test_flag_ranges_are_all_listed_at_once():
 def test_without_tensorboard_a_run_warns_once_and_keeps_its_metrics(tmp_path: Path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard` raises ImportError
     with caplog.at_level(logging.WARNING, logger="pretrain"):
-        log = metrics.MetricsLog(str(tmp_path), None)
+        log = metrics.MetricsLog(storage.Folder(tmp_path), None)
     assert [r.message for r in caplog.records] == [metrics.TENSORBOARD_MISSING]
     log.log({"step": 1, "split": "train", "loss": 2.0})
     log.close()

@@ -16,6 +16,7 @@ from finetune.loop import epoch_order, fit, predict_classes
 from finetune.sequences import encode_pair, pad_batch, truncate_pair
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas import storage
 from schemas.commands import CommandError, UsageError
 
 WORDS = "the a movie film was is good bad great awful plot acting very not".split()
@@ -75,9 +76,9 @@ def _pretrain_checkpoint(run: Path, step: int, cased: bool, commit: bool = True)
     folder = Path(url)
     tiny_model().save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_state({"step": step, "cased": cased}, f"{url}/{ckpt.TRAINER_STATE}")
+    ckpt.save_state({"step": step, "cased": cased}, storage.Folder(url), ckpt.TRAINER_STATE)
     if commit:
-        ckpt.commit(url, step)
+        ckpt.commit(storage.Folder(url), step)
     return url
 
 

@@ -18,6 +18,7 @@ from pretrain.model import (
     pretraining_loss,
     training_flops_per_token,
 )
+from schemas import storage
 from schemas.commands import InputError
 
 VOCAB = 100  # padded to 128 inside the model
@@ -237,7 +238,7 @@ def test_save_works_on_fsspec_urls(model):
 def test_export_trims_vocab_and_drops_tied_decoder(model, tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(f"tok{i}\n" for i in range(VOCAB)))
-    hf.export_hf(model, tmp_path / "hf", vocab)
+    hf.export_hf(model, storage.Folder(tmp_path / "hf"), vocab)
     tensors = safetensors.torch.load_file(tmp_path / "hf" / "model.safetensors")
     assert tensors["bert.embeddings.word_embeddings.weight"].shape == (VOCAB, 32)
     assert tensors["cls.predictions.bias"].shape == (VOCAB,)
@@ -247,7 +248,7 @@ def test_export_trims_vocab_and_drops_tied_decoder(model, tmp_path):
     assert (tmp_path / "hf" / "vocab.txt").read_text() == vocab.read_text()
     vocab.write_text("a\nb\n")
     with pytest.raises(ValueError, match="has 2 tokens"):
-        hf.export_hf(model, tmp_path / "bad", vocab)
+        hf.export_hf(model, storage.Folder(tmp_path / "bad"), vocab)
 
 
 def test_hf_round_trip(model, tmp_path):
@@ -314,7 +315,7 @@ def test_from_pretrained_resolves_a_run_folder_to_its_newest_complete_checkpoint
     run = str(tmp_path / "run")
     for step, seed in ((10, 1), (20, 2)):
         BertForPreTraining(tiny_config(), seed=seed).save_pretrained(ckpt.step_url(run, step))
-        ckpt.commit(ckpt.step_url(run, step), step)
+        ckpt.commit(storage.Folder(ckpt.step_url(run, step)), step)
     BertForPreTraining(tiny_config(), seed=3).save_pretrained(ckpt.step_url(run, 30))  # not committed
     newest = BertForPreTraining(tiny_config(), seed=2).state_dict()
     loaded = BertForPreTraining.from_pretrained(run).state_dict()

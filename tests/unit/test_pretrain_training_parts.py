@@ -19,6 +19,7 @@ from pretrain.optim import (
     step_unless,
 )
 from pretrain.schedules import warmup_decay
+from schemas import storage
 from schemas.commands import InputError, UsageError
 
 
@@ -119,9 +120,9 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
     run = str(tmp_path / "run")
     for step in (2, 4, 6):
         url = ckpt.step_url(run, step)
-        ckpt.save_state({"step": step}, f"{url}/{ckpt.TRAINER_STATE}")
+        ckpt.save_state({"step": step}, storage.Folder(url), ckpt.TRAINER_STATE)
         if step != 6:
-            ckpt.commit(url, step)
+            ckpt.commit(storage.Folder(url), step)
     assert ckpt.latest(run).step == 4  # 6 has no COMMITTED: a crash while writing it
     assert ckpt.resolve(run).url.endswith("step-00000004")
     with pytest.raises(InputError, match="not a complete checkpoint"):
@@ -129,8 +130,8 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
     # a file that shrank after the commit makes the checkpoint incomplete
     (tmp_path / "run/checkpoints/step-00000004/trainer.json").write_bytes(b"x")
     assert ckpt.latest(run).step == 2
-    ckpt.commit(ckpt.step_url(run, 4), 4)
-    ckpt.commit(ckpt.step_url(run, 6), 6)
+    ckpt.commit(storage.Folder(ckpt.step_url(run, 4)), 4)
+    ckpt.commit(storage.Folder(ckpt.step_url(run, 6)), 6)
     removed = ckpt.prune(run, keep=2)
     assert [r.rsplit("/", 1)[-1] for r in removed] == ["step-00000002"]
     assert ckpt.load_state(f"{ckpt.step_url(run, 6)}/{ckpt.TRAINER_STATE}") == {"step": 6}
@@ -147,11 +148,11 @@ def test_rng_state_round_trip():
 
 
 def test_metrics_on_resume_drop_records_after_the_checkpoint(tmp_path):
-    log = MetricsLog(str(tmp_path), None)
+    log = MetricsLog(storage.Folder(tmp_path), None)
     for step in (5, 10, 15):
         log.log({"step": step, "split": "train", "loss": 1.0 / step})
     log.close()
-    resumed = MetricsLog(str(tmp_path), resume_step=10)
+    resumed = MetricsLog(storage.Folder(tmp_path), resume_step=10)
     resumed.log({"step": 15, "split": "train", "loss": 0.5})
     resumed.close()
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
