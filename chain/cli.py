@@ -63,14 +63,14 @@ def main(ctx: click.Context, **opts) -> None:
     inputs = {"--wiki-dump": cfg.wiki_dump, "--books": cfg.books, "--glue-dir": cfg.glue_dir}
     check_apart(cfg.workdir, todo, inputs)
     probe(writes={"--workdir": cfg.workdir})
-    with claim(cfg.workdir, "chain"):  # before the slower checks: a second chain is told at once
+    with claim(cfg.workdir, "chain") as workdir:  # before the slower checks: a second chain is told at once
         probe(reads=inputs)
         _refuse(cfg.input_problems(), InputError)
         if not cfg.books:
             click.echo(
                 "(no --books: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
             )
-        state = run_chain(todo, cfg.workdir, log=click.echo)
+        state = run_chain(todo, workdir, log=click.echo)
         report = build(cfg.outputs(), state, cfg.workdir)
     click.echo(f"\n== done in {sum(s.get('seconds', 0) for s in state.values()):,.0f} s of stage time:")
     for label, key in zip(
@@ -118,14 +118,14 @@ def ablate(preset: str, reference: str | None, no_reference: bool, dry_run: bool
     inputs = {f"--{k.replace('_', '-')}": getattr(cfg, k) for k in names}
     check_apart(cfg.workdir, todo, inputs)
     probe(writes={"--workdir": cfg.workdir})
-    with contextlib.nullcontext() if dry_run else claim(cfg.workdir, "chain ablate"):  # as chain's
+    with contextlib.nullcontext() if dry_run else claim(cfg.workdir, "chain ablate") as workdir:  # as chain's
         probe(reads=inputs)
         _refuse(cfg.input_problems(), InputError)
         if dry_run:
             return print_plan(cfg, g, todo)
         if cfg.wiki_dump and not cfg.books:
             click.echo("(no --books: the corpus is the dump's alone, smaller than make demo's)", err=True)
-        report = run_study(cfg, g, todo, log=click.echo, claimed=True)
+        report = run_study(cfg, g, todo, log=click.echo, workdir=workdir)
     click.echo(f"report: {report['html']}  (and report.md, figure5.png, results.json)")
 
 
@@ -142,10 +142,10 @@ def gpu_problems(cfg: AblationConfig) -> list[str]:
     )
 
 
-def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print, claimed: bool = False) -> dict[str, str]:
-    """Every stage of the study with its workdir claimed (here unless ``claimed``), then the report."""
-    with contextlib.nullcontext() if claimed else claim(cfg.workdir, "chain ablate"):
-        state = run_chain(todo, cfg.workdir, log=log)
+def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print, workdir=None) -> dict[str, str]:
+    """Every stage of the study in ``workdir``, else in its workdir claimed here, then the report."""
+    with contextlib.nullcontext(workdir) if workdir else claim(cfg.workdir, "chain ablate") as folder:
+        state = run_chain(todo, folder, log=log)
         return build_report(cfg, g, todo, state)
 
 

@@ -3,7 +3,7 @@
 Each command parses its flags into a typed config (defaults declared there) and calls one stage
 (:func:`pipelines.runner.run_stage`). An option the command does not know is handed to Beam
 (``--runner``, ``--project``, ``--region``, ``--temp_location``, ``--setup_file``, ...) once
-:class:`wordpiece.beam_options.BeamCommand` has found it among Beam's own.
+:class:`pipelines.beam_options.BeamCommand` has found it among Beam's own.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import re
 from typing import Any
 
 import click
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import io
+from pipelines import files
+from pipelines.beam_options import BeamCommand
 from pipelines.config import BooksConfig, CorpusConfig, SourceConfig, TextConfig, WikipediaConfig
 from pipelines.examples.batches import random_next_warning
 from pipelines.examples.pipeline import ExamplesConfig
@@ -25,7 +27,6 @@ from schemas.commands import InputError, OneLineGroup, UsageError, warnings_as_l
 from schemas.commands import config_option as option
 from schemas.outputs import CLAIM_FILE, RECORD_FILE
 from schemas.paths import check_apart
-from wordpiece.beam_options import BeamCommand
 from wordpiece.tokenizer import unknown_share_warning
 
 _HELP = {"help_option_names": ["-h", "--help"], "terminal_width": 100, "max_content_width": 100}
@@ -47,7 +48,6 @@ def _config(make, *args, **kwargs):
 def _stage(build, config, load_inputs, reads: dict, **kwargs) -> tuple[dict, str] | None:
     """Run the current subcommand's stage (``pipelines <name>``); None for a dry run."""
     ctx = click.get_current_context()
-    io.use_beam_options(ctx.args)  # before any input or output is looked at
     result = run_stage(build, config, load_inputs, ctx.args, f"pipelines {ctx.info_name}", reads, **kwargs)
     if result is None:
         click.echo(DRY_RUN)
@@ -82,25 +82,25 @@ def _files(config: SourceConfig):
     check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:
-        files = io.expand_inputs(config.inputs)
-        check_apart({"--output": config.output}, {"--input": files})
-        _refuse_outputs_files(config.inputs, files)
-        return files
+        paths = files.expand_inputs(config.inputs)
+        check_apart({"--output": config.output}, {"--input": paths})
+        _refuse_outputs_files(config.inputs, paths)
+        return paths
 
     return load
 
 
-def _refuse_outputs_files(patterns: tuple[str, ...], files: list[str]) -> None:
+def _refuse_outputs_files(patterns: tuple[str, ...], paths: list[str]) -> None:
     """InputError when a pattern matched a file of an output (a folder, at or below the pattern's
     fixed part, that holds an output record or claim): never an output's manifest taken as a book."""
     outputs: dict[str, bool] = {}
     for pattern in (p for p in patterns if any(c in p for c in "*?[")):
         base = re.split(r"[*?[]", pattern, maxsplit=1)[0].rpartition("/")[0]
-        for path in (f for f in files if f.startswith(base)):
+        for path in (p for p in paths if p.startswith(base)):
             folder = path
             while (folder := folder.rpartition("/")[0]) and len(folder) >= len(base):
                 if folder not in outputs:
-                    outputs[folder] = any(io.exists(io.join(folder, n)) for n in (RECORD_FILE, CLAIM_FILE))
+                    outputs[folder] = any(files.exists(f"{folder}/{n}") for n in (RECORD_FILE, CLAIM_FILE))
                 if outputs[folder]:
                     raise InputError(
                         f"--input {pattern}: matches {path}, a file of the output at {folder}; an input never "
@@ -129,7 +129,9 @@ def main(verbose: bool) -> None:
     logging.getLogger("schemas").setLevel(logging.WARNING)  # a stale claim taken over is said
     # Beam logs a failed step's traceback at ERROR; our one `error:` line carries its message.
     logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
-    io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
+    files.use_beam_options(
+        PipelineOptions([])
+    )  # `show`: s3:// from the AWS_* environment; a stage adds its flags
 
 
 def _source_options(config: type):
@@ -223,7 +225,10 @@ def corpus(**flags):
     config = _config(CorpusConfig, **flags)
     check_apart({"--output": config.output}, {"--input": config.inputs})
     _run_documents(
-        build, config, lambda: [(f, io.load_manifest(f, DOCUMENTS.name)) for f in config.inputs], "documents"
+        build,
+        config,
+        lambda: [(f, files.load_manifest(f, DOCUMENTS.name)) for f in config.inputs],
+        "documents",
     )
 
 
@@ -231,7 +236,7 @@ def corpus(**flags):
 @click.option("--corpus", required=True, help="A completed `pipelines corpus` output.")
 @click.option("--vocab", required=True, help="vocab.txt or tokenizer.json (local or bucket URL).")
 @click.option("--output", required=True, help="Folder or bucket URL for the example shards.")
-@option(ExamplesConfig, "split", type=click.Choice(io.SPLITS))
+@option(ExamplesConfig, "split", type=click.Choice(files.SPLITS))
 @option(ExamplesConfig, "cased", "--cased/--uncased")
 @option(ExamplesConfig, "pairs.max_seq_length")
 @option(ExamplesConfig, "masking.max_predictions_per_seq")
@@ -273,9 +278,7 @@ def examples(**flags):
     pair): the shards do not depend on the runner. The vocabulary travels inside the job.
     """
     from pipelines.examples.pipeline import build, spill_folder
-    from pipelines.examples.spill import remove_folder
-    from schemas.inputs import check_file
-    from wordpiece.beam_jobs import job_options, runner_name
+    from pipelines.jobs import job_options, runner_name
     from wordpiece.tokenizer import WordPieceTokenizer
 
     config = _config(_examples_config, flags)
@@ -286,20 +289,18 @@ def examples(**flags):
     folder = spill_folder(config, runner_name(job_options(click.get_current_context().args)))
 
     def load() -> tuple[Any, list[str]]:
-        if "://" not in config.vocab:
-            check_file(config.vocab)
         with warnings_as_lines():
             vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
-        return io.load_manifest(config.corpus, DOCUMENTS.name), vocab
+        return files.load_manifest(config.corpus, DOCUMENTS.name), vocab
 
     result = _stage(
-        lambda pipeline, c, inputs: build(pipeline, c, *inputs, folder),
+        lambda pipeline, c, inputs, out: build(pipeline, c, *inputs, folder, out),
         config,
         load,
         {"--corpus": config.corpus},
         writes={"--temp-location": config.temp_location if folder else ()},  # else OUTPUT/.temp
         submitter_reads={"--vocab": config.vocab},
-        cleanup=None if folder is None else lambda: remove_folder(folder),
+        cleanup=None if folder is None else lambda: files.remove_tree(folder),
         fmt="examples",
     )
     if result is None:

@@ -20,8 +20,6 @@ from typing import Any
 
 import click
 
-from schemas.files import WriteError
-
 EXIT_FAILED = 1
 MAX_SEED = 2**32 - 1
 """The largest seed of every command: each generator a seed reaches (torch, NumPy, Python) takes it."""
@@ -50,6 +48,13 @@ class InputError(CommandError):
 
 class OutputError(CommandError):
     """The output is another writer's, holds files not this command's, or cannot be written."""
+
+
+class WriteError(OSError):
+    """A file could not be written (a full disk, no permission, a lost connection); nothing is left."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot write it ({self.strerror})"
 
 
 class Stopped(KeyboardInterrupt):

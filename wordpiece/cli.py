@@ -14,18 +14,16 @@ import click
 from schemas.buckets import probe
 from schemas.commands import CommandError, OneLineGroup, UsageError, warnings_as_lines
 from schemas.commands import config_option as option
-from schemas.inputs import MAX_LINE_BYTES, check_file, lines
-from wordpiece.beam_options import BeamCommand
+from schemas.inputs import MAX_LINE_BYTES, lines
 from wordpiece.tokenizer import WordPieceTokenizer
 from wordpiece.train import VocabConfig
 
 _HELP = {"help_option_names": ["-h", "--help"]}
+_PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}  # Beam's options
 
 
 def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
     """Load a vocabulary (a file or a bucket object); an inferred casing is a one-line ``warning:``."""
-    if "://" not in path:
-        check_file(path)
     probe(reads={"--vocab": path})
     with warnings_as_lines():
         return WordPieceTokenizer.load(path, cased=cased)
@@ -121,7 +119,7 @@ def encode(vocab_path: str, cased: bool | None, as_tokens: bool, batch_size: int
         sys.exit(1)
 
 
-@main.command("train", cls=BeamCommand, context_settings=_HELP, epilog="Docs: docs/wordpiece.md")
+@main.command("train", context_settings=_PASS_ON, epilog="Docs: docs/wordpiece.md")
 @click.option("--corpus", required=True, help="A completed `pipelines corpus` output (local or bucket URL).")
 @click.option(
     "--output", required=True, help="Folder for vocab.txt, tokenizer.json, stats.json, word_counts/."
@@ -155,10 +153,13 @@ def train(ctx, **flags) -> None:
     vocab.txt, tokenizer.json and stats.json ([UNK] rate and pieces per word on --measure-split).
     The same corpus and options give a byte-identical vocab.txt on any runner and workers.
     """
+    from pipelines.beam_options import refuse_unknown  # the one reach into pipelines
+    from pipelines.jobs import check_job, explain_failure, job_options
+    from pipelines.wordcount import train_vocabulary
     from schemas.paths import check_apart
-    from wordpiece.beam_jobs import check_job, explain_failure, job_options
-    from wordpiece.train import train_vocabulary
 
+    refuse_unknown(ctx)  # what goes to Beam: Beam's own options, before anything is read
+    flags = ctx.params  # file:// values as local paths
     try:
         config = VocabConfig(**{**flags, "splits": tuple(flags["splits"])})
     except ValueError as err:  # the settings

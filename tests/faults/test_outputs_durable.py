@@ -14,7 +14,6 @@ import pytest
 from click.testing import CliRunner
 
 from schemas.commands import OutputError
-from schemas.files import write_file
 from schemas.outputs import OutputFolder
 from tests.clis import CLIS
 
@@ -54,10 +53,10 @@ def test_an_output_no_one_could_find_afterwards_is_refused(line, out, tmp_path, 
 def test_a_folder_moved_while_written_is_never_made_again(tmp_path):
     with OutputFolder.open(str(tmp_path / "run"), "pretrain") as folder:
         folder.begin()
-        write_file(str(tmp_path / "run" / "a.txt"), "first")
+        folder.write("a.txt", "first")
         (tmp_path / "run").rename(tmp_path / "moved")
         with pytest.raises(OutputError) as caught:
-            write_file(str(tmp_path / "run" / "checkpoints" / "b.txt"), "second")
+            folder.sub("checkpoints").write("b.txt", "second")
     assert str(caught.value) == (
         f"--output {tmp_path / 'run'}: moved or deleted while this command wrote into it (.claim is gone); "
         "stopped rather than make it again there"

@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from finetune.common import FitConfig
+from finetune.config import FitConfig
 from pretrain.runtime import resolve_precision
 from tests.clis import CLIS
 from tests.conftest import require

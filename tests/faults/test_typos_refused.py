@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pipelines.beam_options import beam_parser, problems
 from tests.clis import CLIS
-from wordpiece.beam_options import beam_parser, problems
 
 CASES = [
     (

@@ -7,17 +7,13 @@ The parser is Beam's: every ``PipelineOptions`` subclass's ``_add_argparse_args`
 ``PipelineOptions.get_all_options`` builds it. Beam's ``PipelineOptionsValidator`` is not run:
 for Dataflow it reaches the network (it may create a staging bucket); ``check_job`` states what a
 remote runner needs. ``chain`` (no Beam) runs this module as a program: ``python -m
-wordpiece.beam_options ARGS`` prints each problem and exits 2 when there is one."""
+pipelines.beam_options ARGS`` prints each problem and exits 2 when there is one."""
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import difflib
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 
 import click
@@ -79,28 +75,19 @@ def _closest(name: str, known: Iterable[str] | dict[str, str]) -> str:
     return f"; did you mean {known[match[0]] if isinstance(known, dict) else match[0]}?" if match else ""
 
 
-class BeamCommand(click.Command):
-    """A click command that hands the options it does not know on to Beam (``ctx.args``), each
-    checked by :func:`problems` as the command line is parsed, before anything runs; a
-    ``file://`` URL among its own options' values is the local path it names (Beam's filesystems
-    take none). While it runs, the temporary folder of the process and of the runner's workers is
-    one of its own, removed when the process ends, after Beam's own exit handlers (registered
-    later, run first): Beam's local runners leave folders there (``beam-temp*`` of a job server
-    that could not start)."""
+def refuse_unknown(ctx: click.Context) -> None:
+    """:class:`UsageError` (exit 2) naming each of the options ``ctx``'s command hands on to Beam
+    (``ctx.args``) that :func:`problems` finds wrong; a ``file://`` URL among the command's own
+    option values becomes the local path it names (Beam's filesystems take none)."""
+    own = [name for p in ctx.command.params for name in (*p.opts, *p.secondary_opts)]
+    if found := problems(ctx.args, own, ctx.command_path):
+        raise UsageError("; ".join(found))
+    ctx.params.update((name, _local(value)) for name, value in ctx.params.items())
 
-    def invoke(self, ctx: click.Context):
-        folder = tempfile.mkdtemp(prefix=f"{ctx.command_path.replace(' ', '-')}-")
-        atexit.register(shutil.rmtree, folder, True)
-        saved = tempfile.tempdir, os.environ.get("TMPDIR")
-        tempfile.tempdir = os.environ["TMPDIR"] = folder
-        try:
-            return super().invoke(ctx)
-        finally:  # as it was, for what the process does next (a test runs many commands)
-            tempfile.tempdir = saved[0]
-            if saved[1] is None:
-                del os.environ["TMPDIR"]
-            else:
-                os.environ["TMPDIR"] = saved[1]
+
+class BeamCommand(click.Command):
+    """A click command that hands the options it does not know on to Beam, each checked by
+    :func:`refuse_unknown` as the command line is parsed, before anything runs."""
 
     def __init__(self, *args, **kwargs) -> None:
         settings = {"ignore_unknown_options": True, "allow_extra_args": True}
@@ -109,13 +96,7 @@ class BeamCommand(click.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)
-        own = [name for p in self.params for name in (*p.opts, *p.secondary_opts)]
-        found = problems(ctx.args, own, ctx.command_path)
-        if found:
-            raise UsageError("; ".join(found))
-        for name, value in ctx.params.items():
-            if isinstance(value, (str, tuple)):
-                ctx.params[name] = _local(value)
+        refuse_unknown(ctx)
         return rest
 
 
