@@ -13,7 +13,14 @@ from typing import Any
 import click
 
 from pipelines import io
-from pipelines.config import BooksConfig, CorpusConfig, SourceConfig, TextConfig, WikipediaConfig
+from pipelines.config import (
+    BooksConfig,
+    CorpusConfig,
+    DocumentsConfig,
+    SourceConfig,
+    TextConfig,
+    WikipediaConfig,
+)
 from pipelines.examples.batches import random_next_warning
 from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.runner import run_stage, summary_lines
@@ -160,6 +167,28 @@ def books(**flags):
 
     config = _config(BooksConfig, **flags)
     _run_documents(build, config, _files(config), "books")
+
+
+@_command("corpus")
+@_source_options(DocumentsConfig)
+@option(DocumentsConfig, "text_field", help="The field (column) holding each record's text.")
+@option(DocumentsConfig, "id_field", help="A field naming each record (an integer one is kept as page_id).")
+@option(DocumentsConfig, "title_field", help="A field holding each record's title.")
+@option(DocumentsConfig, "group_field", help="Rows are sentences: the field naming each one's document.")
+@option(DocumentsConfig, "group_rows", type=click.IntRange(min=1), help="Rows are sentences: N a document.")
+@option(DocumentsConfig, "bytes_per_read", help="Plain JSON Lines: bytes per read task.")
+def documents(**flags):
+    """Read JSON Lines (.jsonl, .json; plain, .gz, .zst, .bz2), Parquet and datasets' save_to_disk
+    folders into documents, one a row, cleaned as books are.
+
+    For wikimedia/wikipedia, bookcorpusopen, Dolma-style JSON Lines and the like. Rows that are
+    sentences (bookcorpus) need --group-field or --group-rows: next-sentence prediction needs
+    document boundaries.
+    """
+    from pipelines.documents.pipeline import build, load_files
+
+    config = _config(DocumentsConfig, **flags)
+    _run_documents(build, config, load_files(config), "records")
 
 
 @_command("corpus")

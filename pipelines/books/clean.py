@@ -323,7 +323,15 @@ def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
     decoded = decode_book(data, name)
     if isinstance(decoded, Rejection):
         return decoded
-    text, encoding, replaced = decoded
+    book = clean_text(decoded.text, name)
+    if isinstance(book, Rejection):
+        return book
+    return book._replace(encoding=decoded.encoding, replaced_characters=decoded.replaced)
+
+
+def clean_text(text: str, name: str) -> CleanBook | Rejection:
+    """Decoded text cleaned into prose paragraphs by the rules for books (Gutenberg header and footer,
+    contents lists, headings and boilerplate dropped, lines unwrapped); ``empty`` when none is left."""
     body, title = strip_gutenberg(normalize_newlines(text))
     blocks = drop_table_of_contents(split_blocks(body))
     paragraphs: list[str] = []
@@ -336,4 +344,4 @@ def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
             paragraphs.append(paragraph)
     if not paragraphs:
         return Rejection("empty", f"{name}: no prose paragraphs left after cleaning")
-    return CleanBook(title, paragraphs, encoding, replaced)
+    return CleanBook(title, paragraphs, "utf-8")
