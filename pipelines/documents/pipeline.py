@@ -14,7 +14,7 @@ import apache_beam as beam
 from pipelines import io
 from pipelines.books.clean import Rejection, clean_text
 from pipelines.config import DocumentsConfig
-from pipelines.documents.read import SOURCE, FilePart, Record, file_kind, plan_reads, read_task
+from pipelines.documents.read import SOURCE, Record, file_kind, plan_reads, read_task
 from pipelines.progress import ShowProgress
 from pipelines.stage import DROPPED, FILE_ERROR, Outcome, WriteStageOutput, reject_outcome, sentences_outcome
 from pipelines.text import garbled_text, normalize_text, paragraphs_to_sentences, split_sentences
@@ -23,7 +23,8 @@ from schemas.inputs import items, loads, read_bytes
 from schemas.paths import check_apart
 
 SAMPLE_RECORDS = 1000
-"""Records of the first input read before the job is built, to check its fields and layout."""
+SAMPLE_CHARS = 8 << 20
+"""Records (and characters) of the first input read before the job is built, to check its fields and layout."""
 SENTENCE_ROWS_SHARE = 0.9
 """At least this share of sampled rows of one sentence each (of 20 or more) is a sentence-per-row layout."""
 MAX_TITLE_CHARS = 1000
@@ -99,31 +100,31 @@ def counted(outcome: Outcome) -> Outcome:
 def build(pipeline: beam.Pipeline, config: DocumentsConfig, files: list[str]) -> None:
     """Add the documents stage to ``pipeline`` for already-expanded input ``files``."""
     fields, whole = config.fields(), config.group_rows is not None
-    items_read = (
+    read = (
         pipeline
         | "Input files" >> beam.Create(files)
         | "Plan reads" >> beam.FlatMap(plan_reads, fields, config.bytes_per_read, whole)
         | "Spread reads" >> beam.Reshuffle()
         | "Read records" >> beam.FlatMap(read_task, fields)
-        | "Spread records" >> beam.Reshuffle()
-        | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
     )
     if config.group_field or config.group_rows:
-        members = items_read | "Key rows" >> beam.Map(
+        keyed = read | "Key rows" >> beam.Map(
             lambda r: r if isinstance(r, Outcome) else group_member(r, config)
         )
-        rejects, keyed = members | "Rows kept" >> beam.Partition(
-            lambda m, _: int(not isinstance(m, Outcome)), 2
-        )
-        groups = (
-            keyed
+        rejects, rows = keyed | "Rows kept" >> beam.Partition(lambda m, _: int(not isinstance(m, Outcome)), 2)
+        documents = (
+            rows
             | "Group rows" >> beam.GroupByKey()
-            | "Documents" >> beam.MapTuple(lambda key, rows: group_outcome(key, rows, config))
+            | "Documents" >> beam.MapTuple(lambda key, members: group_outcome(key, members, config))
         )
-        outcomes = (rejects, groups) | "All outcomes" >> beam.Flatten()
+        outcomes = (rejects, documents) | "All outcomes" >> beam.Flatten()
     else:
-        outcomes = items_read | "Clean records" >> beam.Map(
-            lambda r: r if isinstance(r, Outcome) else record_outcome(r, config)
+        outcomes = (
+            read
+            | "Spread records" >> beam.Reshuffle()
+            | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
+            | "Clean records"
+            >> beam.Map(lambda r: r if isinstance(r, Outcome) else record_outcome(r, config))
         )
     _ = (
         outcomes
@@ -190,8 +191,13 @@ def check_sample(files: list[str], config: DocumentsConfig) -> None:
     """Read the first records of the first file before the job is built: a missing field or column
     is one line naming the file, what it has and the closest name; rows of one sentence each need
     ``--group-field`` or ``--group-rows`` (next-sentence prediction needs document boundaries)."""
-    task: FilePart = plan_reads(files[0], config.fields(), config.bytes_per_read, whole=True)[0]
-    sample = list(itertools.islice(read_task(task, config.fields()), SAMPLE_RECORDS))
+    task = plan_reads(files[0], config.fields(), config.bytes_per_read, whole=True)[0]
+    sample, num_chars = [], 0
+    for item in itertools.islice(read_task(task, config.fields()), SAMPLE_RECORDS):
+        sample.append(item)
+        num_chars += len(item.values[config.text_field]) if isinstance(item, Record) else 0
+        if num_chars > SAMPLE_CHARS:
+            break
     records = [r for r in sample if isinstance(r, Record)]
     schema = [o for o in sample if isinstance(o, Outcome) and o.reason in ("missing_column", "json_array")]
     missing = [o for o in sample if isinstance(o, Outcome) and o.reason == "missing_field"]
@@ -199,7 +205,7 @@ def check_sample(files: list[str], config: DocumentsConfig) -> None:
         raise InputError(f"{files[0]}: {(schema or missing)[0].row['detail']}")
     if config.group_field or config.group_rows:
         return
-    texts = [r.values[config.text_field] for r in records]
+    texts = [r.values[config.text_field][:1000] for r in records]
     single = sum(len(split_sentences(normalize_text(t))) <= 1 for t in texts)
     if len(texts) >= 20 and single >= SENTENCE_ROWS_SHARE * len(texts):
         raise UsageError(
