@@ -117,7 +117,7 @@ class DocumentsConfig(SourceConfig):
             problems.append(
                 "--text-field, --id-field, --title-field and --group-field must name different fields"
             )
-        if self.group_field and self.group_rows:
+        if self.group_field and self.group_rows is not None:
             problems.append("give --group-field or --group-rows, not both")
         if self.group_rows is not None:
             check_count("--group-rows", self.group_rows, problems)

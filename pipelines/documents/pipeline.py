@@ -97,38 +97,52 @@ def counted(outcome: Outcome) -> Outcome:
     return dataclasses.replace(outcome, counts={**(outcome.counts or {}), "records_in": 1})
 
 
+class ReadDocuments(beam.PTransform):
+    """Input files into one outcome per record (a row, or a group of rows) and file errors."""
+
+    def __init__(self, config: DocumentsConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, files):
+        config = self._config
+        read = (
+            files
+            | "Plan reads"
+            >> beam.FlatMap(plan_reads, config.fields(), config.bytes_per_read, config.group_rows is not None)
+            | "Spread reads" >> beam.Reshuffle()
+            | "Read records" >> beam.FlatMap(read_task, config.fields())
+        )
+        if config.group_field or config.group_rows:
+            keyed = read | "Key rows" >> beam.Map(
+                lambda r: r if isinstance(r, Outcome) else group_member(r, config)
+            )
+            rejects, rows = keyed | "Rows kept" >> beam.Partition(
+                lambda m, _: int(not isinstance(m, Outcome)), 2
+            )
+            documents = (
+                rows
+                | "Group rows" >> beam.GroupByKey()
+                | "Documents" >> beam.MapTuple(lambda key, members: group_outcome(key, members, config))
+            )
+            outcomes = (rejects, documents) | "All outcomes" >> beam.Flatten()
+        else:
+            outcomes = (
+                read
+                | "Spread records" >> beam.Reshuffle()
+                | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
+                | "Clean records"
+                >> beam.Map(lambda r: r if isinstance(r, Outcome) else record_outcome(r, config))
+            )
+        return outcomes | "Count records" >> beam.Map(counted)
+
+
 def build(pipeline: beam.Pipeline, config: DocumentsConfig, files: list[str]) -> None:
     """Add the documents stage to ``pipeline`` for already-expanded input ``files``."""
-    fields, whole = config.fields(), config.group_rows is not None
-    read = (
+    _ = (
         pipeline
         | "Input files" >> beam.Create(files)
-        | "Plan reads" >> beam.FlatMap(plan_reads, fields, config.bytes_per_read, whole)
-        | "Spread reads" >> beam.Reshuffle()
-        | "Read records" >> beam.FlatMap(read_task, fields)
-    )
-    if config.group_field or config.group_rows:
-        keyed = read | "Key rows" >> beam.Map(
-            lambda r: r if isinstance(r, Outcome) else group_member(r, config)
-        )
-        rejects, rows = keyed | "Rows kept" >> beam.Partition(lambda m, _: int(not isinstance(m, Outcome)), 2)
-        documents = (
-            rows
-            | "Group rows" >> beam.GroupByKey()
-            | "Documents" >> beam.MapTuple(lambda key, members: group_outcome(key, members, config))
-        )
-        outcomes = (rejects, documents) | "All outcomes" >> beam.Flatten()
-    else:
-        outcomes = (
-            read
-            | "Spread records" >> beam.Reshuffle()
-            | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
-            | "Clean records"
-            >> beam.Map(lambda r: r if isinstance(r, Outcome) else record_outcome(r, config))
-        )
-    _ = (
-        outcomes
-        | "Count records" >> beam.Map(counted)
+        | "Read documents" >> ReadDocuments(config)
         | "Write"
         >> WriteStageOutput(
             output=config.output,

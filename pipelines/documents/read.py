@@ -118,7 +118,7 @@ def iter_lines(f, offset: int, end: float, limit: int = MAX_LINE_BYTES) -> Itera
 
 def _closest(name: str, names: list[str]) -> str:
     """``"; the closest is 'x'"`` when one of ``names`` is close to ``name``."""
-    found = difflib.get_close_matches(name, names, 1)
+    found = difflib.get_close_matches(name, names, 1, cutoff=0.4)
     return f"; the closest is {found[0]!r}" if found else ""
 
 
