@@ -210,14 +210,18 @@ def _jsonl(f, task: FilePart, fields: dict[str, str]) -> Iterator[Record | Outco
 def _record(
     path: str, position: int, name: str, values: dict | tuple, fields: dict[str, str], line: bytes = b""
 ) -> Record | Outcome:
-    """A row's record, named by its id where it has one, or its reject (``values``: the reason)."""
+    """A row's record, or its reject (``values``: the reason), named by its id where it has one."""
+    ids = (
+        [values[n] for n, flag in fields.items() if flag == "--id-field"] if isinstance(values, dict) else []
+    )
+    if ids and (type(ids[0]) is int or (isinstance(ids[0], str) and _is_utf8(ids[0]))):
+        name = str(ids[0])[:200]
     problem = values if isinstance(values, tuple) else value_problem(values, fields)
-    if problem is not None:
-        text = values.get(next(iter(fields))) if isinstance(values, dict) else None
-        excerpt = text.encode() if isinstance(text, str) and _is_utf8(text) else line
-        return _reject(path, name, *problem, data=excerpt)
-    ids = [values[n] for n, flag in fields.items() if flag == "--id-field" and values[n] is not None]
-    return Record(path, position, str(ids[0])[:200] if ids else name, values)
+    if problem is None:
+        return Record(path, position, name, values)
+    text = values.get(next(iter(fields))) if isinstance(values, dict) else None
+    excerpt = text.encode() if isinstance(text, str) and _is_utf8(text) else line
+    return _reject(path, name, *problem, data=excerpt)
 
 
 def _column_problem(schema: pa.Schema, fields: dict[str, str], path: str) -> Outcome | None:
