@@ -111,9 +111,7 @@ class DocumentsConfig(SourceConfig):
     def problems(self) -> list[str]:
         problems = super().problems()
         named = [self.text_field, self.id_field, self.title_field, self.group_field]
-        if "" in named:
-            problems.append("--text-field, --id-field, --title-field and --group-field must not be empty")
-        if len(self.fields()) < sum(name is not None for name in named):
+        if "" in named or len(self.fields()) < sum(name is not None for name in named):
             problems.append(
                 "--text-field, --id-field, --title-field and --group-field must name different fields"
             )

@@ -14,87 +14,64 @@ import apache_beam as beam
 from pipelines import io
 from pipelines.books.clean import Rejection, clean_text
 from pipelines.config import DocumentsConfig
-from pipelines.documents.read import SOURCE, Record, file_kind, plan_reads, read_task
+from pipelines.documents.read import SOURCE, Record, file_kind, plan_reads, read_part
 from pipelines.progress import ShowProgress
-from pipelines.stage import DROPPED, FILE_ERROR, Outcome, WriteStageOutput, reject_outcome, sentences_outcome
-from pipelines.text import garbled_text, normalize_text, paragraphs_to_sentences, split_sentences
+from pipelines.stage import DROPPED, FILE_ERROR, Outcome, WriteStageOutput, sentences_outcome
+from pipelines.text import normalize_text, paragraphs_to_sentences, split_sentences
 from schemas.commands import InputError, UsageError
 from schemas.inputs import items, loads, read_bytes
 from schemas.paths import check_apart
 
-SAMPLE_RECORDS = 1000
-SAMPLE_CHARS = 8 << 20
-"""Records (and characters) of the first input read before the job is built, to check its fields and layout."""
+SAMPLE_RECORDS, SAMPLE_CHARS = 1000, 8 << 20
+"""Records (and characters) of the first file read before the job is built, to check it."""
 SENTENCE_ROWS_SHARE = 0.9
-"""At least this share of sampled rows of one sentence each (of 20 or more) is a sentence-per-row layout."""
-MAX_TITLE_CHARS = 1000
-_INT64_DIGITS = 18
-
-
-def _reject(record: Record, reason: str, detail: str, excerpt: str) -> Outcome:
-    return reject_outcome(SOURCE, record.path, record.name, reason, detail, excerpt=excerpt)
-
-
-def _page_id(value: Any) -> int | None:
-    """An id that is an integer (``12``, ``"12"``), kept as the document's ``page_id``."""
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= _INT64_DIGITS:
-        return int(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
+"""At least this share of sampled rows (of 20 or more) of one sentence each: a sentence-per-row layout."""
 
 
 def _title(value: Any) -> str | None:
-    return normalize_text(value)[:MAX_TITLE_CHARS] or None if isinstance(value, str) else None
+    return (normalize_text(value)[:1000] or None) if isinstance(value, str) else None
 
 
 def record_outcome(record: Record, config: DocumentsConfig) -> Outcome:
-    """One row as a document cleaned by the books' rules, or why it was dropped or rejected."""
-    text = record.values[config.text_field]
-    if (problem := garbled_text(text)) is not None:
-        return _reject(record, *problem, excerpt=text)
-    book = clean_text(text, record.name)
+    """One row as a document cleaned by the books' rules (an integer id kept as ``page_id``), or
+    why it was dropped."""
+    book = clean_text(record.values[config.text_field], record.name)
     if isinstance(book, Rejection):
         return Outcome(DROPPED, "empty_after_cleaning")
+    page_id = str(record.values.get(config.id_field))
+    page_id = int(page_id) if page_id.isascii() and page_id.isdigit() and len(page_id) <= 18 else None
     title = _title(record.values.get(config.title_field)) or book.title
-    page_id = _page_id(record.values.get(config.id_field))
-    return sentences_outcome(
-        paragraphs_to_sentences(book.paragraphs),
-        config.min_document_words,
-        source=SOURCE,
-        origin=record.path,
-        title=title,
-        page_id=page_id,
-    )
+    sentences = paragraphs_to_sentences(book.paragraphs)
+    fields = dict(source=SOURCE, origin=record.path, title=title, page_id=page_id)
+    return sentences_outcome(sentences, config.min_document_words, **fields)
 
 
-def group_member(record: Record, config: DocumentsConfig) -> Outcome | tuple[str, tuple]:
-    """A row of a grouped layout keyed by its document (``--group-field`` or ``--group-rows``), or its reject."""
-    text = record.values[config.text_field]
-    if (problem := garbled_text(text)) is not None:
-        return _reject(record, *problem, excerpt=text)
+def group_member(record: Record, config: DocumentsConfig) -> tuple[str, tuple]:
+    """A row of a grouped layout keyed by its document: its ``--group-field`` value, or its file
+    and ``--group-rows`` block."""
     if config.group_field:
         key = json.dumps(record.values[config.group_field])
     else:
         key = f"{record.path}\t{record.position // config.group_rows}"
-    title = _title(record.values.get(config.title_field))
-    return key, (record.path, record.position, text, title)
+    text = record.values[config.text_field]
+    return key, (record.path, record.position, text, _title(record.values.get(config.title_field)))
 
 
 def group_outcome(key: str, members, config: DocumentsConfig) -> Outcome:
-    """A group's rows in file order, each a paragraph, as one document."""
+    """A group's rows in file order, each a paragraph, as one document (titled by its first row's
+    title, else by its group field's value)."""
     members = sorted(members)
-    sentences = paragraphs_to_sentences(text for _, _, text, _ in members)
     title = members[0][3] or (_title(str(json.loads(key))) if config.group_field else None)
-    outcome = sentences_outcome(
-        sentences, config.min_document_words, source=SOURCE, origin=members[0][0], title=title
-    )
+    sentences = paragraphs_to_sentences(text for _, _, text, _ in members)
+    fields = dict(source=SOURCE, origin=members[0][0], title=title)
+    outcome = sentences_outcome(sentences, config.min_document_words, **fields)
     return dataclasses.replace(outcome, counts={**(outcome.counts or {}), "grouped_rows": len(members)})
 
 
 def counted(outcome: Outcome) -> Outcome:
     """An outcome counted as one record read (``records_in``), unless it is a file error."""
-    if outcome.kind == FILE_ERROR:
-        return outcome
-    return dataclasses.replace(outcome, counts={**(outcome.counts or {}), "records_in": 1})
+    counts = {**(outcome.counts or {}), "records_in": 1}
+    return outcome if outcome.kind == FILE_ERROR else dataclasses.replace(outcome, counts=counts)
 
 
 class ReadDocuments(beam.PTransform):
@@ -105,87 +82,72 @@ class ReadDocuments(beam.PTransform):
         self._config = config
 
     def expand(self, files):
-        config = self._config
+        config, whole = self._config, self._config.group_rows is not None
         read = (
             files
-            | "Plan reads"
-            >> beam.FlatMap(plan_reads, config.fields(), config.bytes_per_read, config.group_rows is not None)
+            | "Plan reads" >> beam.FlatMap(plan_reads, config.fields(), config.bytes_per_read, whole)
             | "Spread reads" >> beam.Reshuffle()
-            | "Read records" >> beam.FlatMap(read_task, config.fields())
+            | "Read records" >> beam.FlatMap(read_part, config.fields())
         )
         if config.group_field or config.group_rows:
-            keyed = read | "Key rows" >> beam.Map(
-                lambda r: r if isinstance(r, Outcome) else group_member(r, config)
-            )
-            rejects, rows = keyed | "Rows kept" >> beam.Partition(
-                lambda m, _: int(not isinstance(m, Outcome)), 2
-            )
-            documents = (
+            rejects, rows = read | "Rows kept" >> beam.Partition(lambda r, _: int(isinstance(r, Record)), 2)
+            outcomes = (
                 rows
+                | "Key rows" >> beam.Map(group_member, config)
                 | "Group rows" >> beam.GroupByKey()
                 | "Documents" >> beam.MapTuple(lambda key, members: group_outcome(key, members, config))
             )
-            outcomes = (rejects, documents) | "All outcomes" >> beam.Flatten()
+            outcomes = (rejects, outcomes) | "All outcomes" >> beam.Flatten()
         else:
             outcomes = (
                 read
                 | "Spread records" >> beam.Reshuffle()
                 | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
-                | "Clean records"
-                >> beam.Map(lambda r: r if isinstance(r, Outcome) else record_outcome(r, config))
+                | "Clean" >> beam.Map(lambda r: record_outcome(r, config) if isinstance(r, Record) else r)
             )
         return outcomes | "Count records" >> beam.Map(counted)
 
 
 def build(pipeline: beam.Pipeline, config: DocumentsConfig, files: list[str]) -> None:
     """Add the documents stage to ``pipeline`` for already-expanded input ``files``."""
-    _ = (
-        pipeline
-        | "Input files" >> beam.Create(files)
-        | "Read documents" >> ReadDocuments(config)
-        | "Write"
-        >> WriteStageOutput(
-            output=config.output,
-            producer="pipelines documents",
-            params=config.params(),
-            num_shards=config.num_shards,
-            input_files=files,
-        )
+    write = WriteStageOutput(
+        output=config.output,
+        producer="pipelines documents",
+        params=config.params(),
+        num_shards=config.num_shards,
+        input_files=files,
     )
+    _ = pipeline | "Input files" >> beam.Create(files) | ReadDocuments(config) | "Write" >> write
 
 
 def _dataset_files(folder: str) -> list[str]:
-    """The Arrow files of a ``datasets.save_to_disk`` folder (from its ``state.json``); none when
-    ``folder`` is no such folder. A ``DatasetDict``'s folder is refused, naming its splits."""
-    state, splits = io.join(folder, "state.json"), io.join(folder, "dataset_dict.json")
-    if io.exists(splits):
-        with io.open_binary(splits) as f:
-            names = items(loads(read_bytes(f, splits, 1 << 20), splits), "splits", splits)
+    """The Arrow files a ``datasets.save_to_disk`` folder's ``state.json`` lists; none for another
+    folder. A ``DatasetDict``'s folder is refused: its splits are folders of their own."""
+    state = io.join(folder, "state.json")
+    if io.exists(io.join(folder, "dataset_dict.json")):
         raise UsageError(
-            f"--input {folder}: a DatasetDict saved by datasets, with the splits {', '.join(map(str, names))}; "
-            f"give one as --input {folder.rstrip('/')}/SPLIT (repeat --input for more)"
+            f"--input {folder}: a DatasetDict saved by datasets; give one of its splits' folders"
         )
     if not io.exists(state):
         return []
     with io.open_binary(state) as f:
-        data_files = items(loads(read_bytes(f, state, 1 << 20), state), "_data_files", state)
-    names = [entry.get("filename") if isinstance(entry, dict) else None for entry in data_files]
+        entries = items(loads(read_bytes(f, state, 1 << 20), state), "_data_files", state)
+    names = [entry.get("filename") if isinstance(entry, dict) else None for entry in entries]
     if not names or not all(isinstance(n, str) and n.endswith(".arrow") and "/" not in n for n in names):
         raise InputError(f"{state}: _data_files must list the folder's .arrow files by name")
     return [io.join(folder, name) for name in names]
 
 
 def _folder_files(folder: str) -> list[str]:
-    """A folder's files of a format read here (not those of its subfolders); none when it is no folder."""
     try:
         return [f for f in io.expand_inputs([io.join(folder, "*")]) if file_kind(f)]
-    except InputError:
+    except InputError:  # no such folder: the path is taken as a file
         return []
 
 
 def expand_documents(inputs: tuple[str, ...]) -> list[str]:
-    """The files ``--input`` names: files, globs, folders (their files of a format read here) and
-    ``datasets.save_to_disk`` folders; a file of another format is refused."""
+    """The files ``--input`` names: files, globs, folders (their files of a format read here, not
+    their subfolders') and ``datasets.save_to_disk`` folders; a file of another format is refused."""
     files: set[str] = set()
     for given in inputs:
         found = []
@@ -205,23 +167,20 @@ def check_sample(files: list[str], config: DocumentsConfig) -> None:
     """Read the first records of the first file before the job is built: a missing field or column
     is one line naming the file, what it has and the closest name; rows of one sentence each need
     ``--group-field`` or ``--group-rows`` (next-sentence prediction needs document boundaries)."""
-    task = plan_reads(files[0], config.fields(), config.bytes_per_read, whole=True)[0]
+    part = plan_reads(files[0], config.fields(), config.bytes_per_read, whole=True)[0]
     sample, num_chars = [], 0
-    for item in itertools.islice(read_task(task, config.fields()), SAMPLE_RECORDS):
+    for item in itertools.islice(read_part(part, config.fields()), SAMPLE_RECORDS):
         sample.append(item)
         num_chars += len(item.values[config.text_field]) if isinstance(item, Record) else 0
         if num_chars > SAMPLE_CHARS:
             break
-    records = [r for r in sample if isinstance(r, Record)]
-    schema = [o for o in sample if isinstance(o, Outcome) and o.reason in ("missing_column", "json_array")]
-    missing = [o for o in sample if isinstance(o, Outcome) and o.reason == "missing_field"]
-    if schema or (missing and not records):
-        raise InputError(f"{files[0]}: {(schema or missing)[0].row['detail']}")
-    if config.group_field or config.group_rows:
-        return
-    texts = [r.values[config.text_field][:1000] for r in records]
+    texts = [r.values[config.text_field][:1000] for r in sample if isinstance(r, Record)]
+    refused = [o for o in sample if isinstance(o, Outcome) and o.reason in ("missing_column", "json_array")]
+    refused += [] if texts else [o for o in sample if isinstance(o, Outcome) and o.reason == "missing_field"]
+    if refused:
+        raise InputError(f"{files[0]}: {refused[0].row['detail']}")
     single = sum(len(split_sentences(normalize_text(t))) <= 1 for t in texts)
-    if len(texts) >= 20 and single >= SENTENCE_ROWS_SHARE * len(texts):
+    if not (config.group_field or config.group_rows) and single >= max(20, SENTENCE_ROWS_SHARE * len(texts)):
         raise UsageError(
             f"--input {files[0]}: {single:,} of its first {len(texts):,} records hold one sentence each: "
             "next-sentence prediction needs document boundaries; give --group-field FIELD (the field naming "

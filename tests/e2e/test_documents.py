@@ -108,7 +108,8 @@ def test_a_book_a_row_gives_the_documents_pipelines_books_gives(layouts, outputs
     _, _, ours = read_output(outputs / "bookcorpusopen")
     _, _, theirs = read_output(tmp_path / "books")
     documents = [
-        sorted(zip(t["all"]["doc_id"].to_pylist(), t["all"]["sentences"].to_pylist())) for t in (ours, theirs)
+        sorted(zip(t["all"]["doc_id"].to_pylist(), t["all"]["sentences"].to_pylist(), strict=True))
+        for t in (ours, theirs)
     ]
     assert documents[0] == documents[1] and len(documents[0]) == 4
 

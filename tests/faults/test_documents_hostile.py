@@ -139,13 +139,16 @@ def test_layouts_that_cannot_be_read_as_asked_are_one_line(tmp_path, paragraphs)
     assert error.endswith("give --group-field or --group-rows, not both")
 
 
-def test_a_dataset_dict_folder_names_its_splits(tmp_path, paragraphs):
+def test_a_dataset_dict_folder_is_refused_and_its_split_read(tmp_path, paragraphs):
     import datasets
 
     datasets.disable_progress_bars()
     dataset = datasets.Dataset.from_dict({"text": paragraphs})
     datasets.DatasetDict({"train": dataset, "validation": dataset}).save_to_disk(str(tmp_path / "dd"))
     _, _, (error,) = _run(tmp_path, str(tmp_path / "dd"), expect=2)
-    assert error.endswith(f"give one as --input {tmp_path / 'dd'}/SPLIT (repeat --input for more)")
+    assert (
+        error
+        == f"error: --input {tmp_path / 'dd'}: a DatasetDict saved by datasets; give one of its splits' folders"
+    )
     out, _, _ = _run(tmp_path, str(tmp_path / "dd" / "train"), expect=0)
     assert read_output(out)[1]["documents_out"] == len(paragraphs)
