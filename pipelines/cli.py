@@ -97,6 +97,7 @@ def main(verbose: bool) -> None:
     \b
     pipelines wikipedia --input 'dumps/enwiki-*-pages-articles-multistream*.xml.bz2' --output out/corpus/wiki
     pipelines books --input 'books/*.txt' --output out/corpus/books
+    pipelines documents --input 'hub/wikipedia/*.parquet' --output out/corpus/hub --title-field title
     pipelines corpus --input out/corpus/wiki --input out/corpus/books --output out/corpus/all
 
     Paths may be local or bucket URLs (gs://, s3:// with the aws extra). Unknown options go to
