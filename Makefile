@@ -51,7 +51,7 @@ test-all: $(STAMP)
 # worker pool (root: a mount namespace) and a GCS emulator; STAGE runs with the stages before it.
 STAGE ?= all
 dataflow-rehearsal: $(STAMP)
-	$(PY) -m tests.rehearsal.rehearse --stage $(STAGE) --compare
+	$(PY) -m benchmarks.rehearsal.rehearse --stage $(STAGE) --compare
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)

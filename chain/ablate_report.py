@@ -1,8 +1,8 @@
 """The study's report in ``WORKDIR/ablations``: report.md and .html, results.json (every cell's values,
 seeds and runs) and Figure 5 (figure5.png, .json, .csv). Each cell is the mean ± sample standard
 deviation over its seeds, read from the runs' own records; a row that differs from its table's first
-row by less than the two rows' spreads added is marked "within noise". The paper's numbers (Devlin
-et al., 2018, dev sets) stand beside ours for reference."""
+row by less than the two rows' spreads added is marked "within noise". The paper's numbers
+(:mod:`finetune.paper`, dev sets) stand beside ours for reference."""
 
 from __future__ import annotations
 
@@ -12,47 +12,8 @@ from datetime import UTC, datetime, timedelta
 from chain.ablate import AblationConfig, Grid, chain_config, installed_reference
 from chain.report import get, png, read_json, table, write
 from chain.run import Stage, shown
+from finetune.paper import ABLATION_COLUMNS, ABLATIONS
 
-PAPER = {  # per table and row: the paper's columns (None: not in the paper)
-    "5": {  # MNLI-m, QNLI, MRPC, SST-2 (accuracy), SQuAD v1.1 (F1)
-        "BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5),
-        "No NSP": (83.9, 84.9, 86.5, 92.6, 87.9),
-        "LTR & No NSP": (82.1, 84.3, 77.5, 92.1, 77.8),
-        "+ BiLSTM": (82.1, 84.1, 75.7, 91.6, 84.9),
-    },
-    "6": {  # L/H/A: LM perplexity (dev), MNLI-m, MRPC, SST-2
-        "3/768/12": (5.84, 77.9, 79.8, 88.4),
-        "6/768/3": (5.24, 80.6, 82.2, 90.7),
-        "6/768/12": (4.68, 81.9, 84.8, 91.3),
-        "12/768/12": (3.99, 84.4, 86.7, 92.9),
-        "12/1024/16": (3.54, 85.7, 86.9, 93.3),
-        "24/1024/16": (3.23, 86.6, 87.8, 93.7),
-    },
-    "7": {  # CoNLL-2003 dev F1, test F1
-        "Fine-tuning: BERT_LARGE": (96.6, 92.8),
-        "Fine-tuning: BERT_BASE": (96.4, 92.4),
-        "Feature-based: embeddings": (91.0, None),
-        "Feature-based: second-to-last": (95.6, None),
-        "Feature-based: last": (94.9, None),
-        "Feature-based: sum-last-4": (95.9, None),
-        "Feature-based: concat-last-4": (96.1, None),
-        "Feature-based: sum-all": (95.5, None),
-    },
-    "8": {  # MNLI fine-tune, NER fine-tune, NER feature-based (dev)
-        "80% / 10% / 10%": (84.2, 95.4, 94.9),
-        "100% / 0% / 0%": (84.3, 94.9, 94.0),
-        "80% / 0% / 20%": (84.1, 95.2, 94.6),
-        "80% / 20% / 0%": (84.4, 95.2, 94.7),
-        "0% / 20% / 80%": (83.7, 94.8, 94.6),
-        "0% / 0% / 100%": (83.6, 94.9, 94.6),
-    },
-}
-PAPER_COLUMNS = {
-    "5": ["paper MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD F1"],
-    "6": ["paper LM ppl", "MNLI-m", "MRPC", "SST-2"],
-    "7": ["paper dev F1", "test F1"],
-    "8": ["paper MNLI", "NER fine-tune", "NER features"],
-}
 NOTES = (
     "† every run of the cell scores exactly the majority-class baseline (it predicts one class for every dev "
     "example). Δ: the difference from the table's first row; *within noise* where it is smaller than the two "
@@ -65,8 +26,7 @@ def finetune_value(cfg: AblationConfig, name: str, task: str) -> tuple[float | N
     baseline's accuracy (GLUE layout), from its ``metrics.json``."""
     url = cfg.url("finetune", name, "metrics.json")
     metrics = read_json(url)
-    keys = ["f1"] if task == "ner" else ["accuracy", "matthews_corrcoef"]
-    value = next((v for k in keys if (v := get(metrics, url, "dev", k)) is not None), None)
+    value = get(metrics, url, "dev", "f1" if task == "ner" else "accuracy")
     baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
     return tuple(None if v is None else 100 * v for v in (value, baseline))
 
@@ -129,6 +89,7 @@ def _table(results: list[dict], number: str, columns: dict, first: list[str], di
     """Table ``number``'s header and rows: per row our ``columns`` (cell column: header), each with its
     Δ from the first row, then the paper's."""
     cells = {(r["row"], r["column"]): r["summary"] for r in results if r["table"] == number}
+    paper_columns = ABLATION_COLUMNS[number]
     rows = list(dict.fromkeys(row for row, _ in cells))
     body = []
     for row in rows:
@@ -136,9 +97,9 @@ def _table(results: list[dict], number: str, columns: dict, first: list[str], di
             format_cell(cells.get((row, c)), cells.get((rows[0], c)), (digits or {}).get(c, 1))
             for c in columns
         ]
-        paper = PAPER[number].get(row, (None,) * len(PAPER_COLUMNS[number]))
+        paper = ABLATIONS[number].get(row, (None,) * len(paper_columns))
         body.append([*(row.split("/") if number == "6" else [row]), *ours, *paper])
-    return [*first, *columns.values(), *PAPER_COLUMNS[number]], body
+    return [*first, *columns.values(), f"paper {paper_columns[0]}", *paper_columns[1:]], body
 
 
 def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:

@@ -1,6 +1,7 @@
 """What ``chain`` and ``chain ablate`` check before their first stage, with the stages' own rules:
 the command line first (each function returns its problems; the CLIs raise them together as one
-UsageError, exit 2, no path looked at yet), then the inputs (together as one InputError, exit 1)."""
+UsageError, exit 2, no path looked at yet), then the inputs (together as one InputError, exit 1).
+Imports no torch: the rules come from the stages' torch-free tables and configs."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-import fsspec
-
-from schemas import COMPLETED_FILE, DOCUMENTS, MANIFEST_FILE, verify_completed
+from finetune.glue_tasks import get_task
+from pretrain.config import PretrainConfig
+from schemas import DOCUMENTS, storage
 from schemas.commands import CommandError
+from schemas.manifest import load_completed
 
 SEED_MAX = 2**31 - 1  # the stages seed 32-bit generators with seed + k
 DERIVED_TASK = "mrpc"  # the layout of the task the chain derives from the corpus
@@ -53,8 +55,6 @@ def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
             f"--glue-task {glue_task} needs --glue-dir (its folder); without --glue-dir the chain "
             f"fine-tunes on the task it derives from the corpus ({DERIVED_TASK.upper()} layout)"
         ]
-    from finetune.glue import get_task
-
     try:
         get_task(glue_task)
     except CommandError as err:
@@ -63,30 +63,14 @@ def glue_problems(glue_dir: str | None, glue_task: str | None) -> list[str]:
 
 
 def model_problems(flag: str, model: str, precision: str) -> list[str]:
-    """``model`` a ``pretrain --config`` size and ``precision`` one of pretrain's."""
-    from pretrain.model import parse_model_size
-    from pretrain.runtime import PRECISIONS
-
-    found = (
-        []
-        if precision in PRECISIONS
-        else [f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"]
-    )
-    try:
-        parse_model_size(model)
-    except ValueError as err:
-        found.insert(0, f"{flag}: {err}")
-    return found
-
-
-def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path.rstrip("/")
+    """``model`` a ``pretrain --config`` size and ``precision`` one of pretrain's, by pretrain's own check."""
+    found = PretrainConfig(shards="", config=model, precision=precision).problems()
+    return [problem.replace("--config:", f"{flag}:", 1) for problem in found]
 
 
 def files_problems(flag: str, pattern: str) -> list[str]:
     """``pattern`` (a file, or a glob as the pipelines take it) names at least one file."""
-    fs, path = _fs(pattern)
+    fs, path = storage.filesystem(pattern)
     if any(c in path for c in "*?["):
         return [] if any(fs.isfile(p) for p in fs.glob(path)) else [f"{flag} {pattern}: no file matches it"]
     if fs.isdir(path):
@@ -96,7 +80,7 @@ def files_problems(flag: str, pattern: str) -> list[str]:
 
 def folder_problems(flag: str, folder: str, names: Sequence[str], layout: str) -> list[str]:
     """``folder`` exists and holds each of ``names`` (a glob among them: at least one match)."""
-    fs, root = _fs(folder)
+    fs, root = storage.filesystem(folder)
     if not fs.isdir(root):
         return [f"{flag} {folder}: no such folder"]
     missing = [n for n in names if not (fs.glob(f"{root}/{n}") if "*" in n else fs.isfile(f"{root}/{n}"))]
@@ -119,8 +103,6 @@ def documents_problems(
 
 
 def glue_dir_problems(glue_dir: str, glue_task: str | None) -> list[str]:
-    from finetune.glue import get_task
-
     task = get_task(glue_task or DERIVED_TASK)
     names = [f"{stem}.tsv" for stem in ("train", *task.dev)]
     return folder_problems("--glue-dir", glue_dir, names, f"{task.name}'s layout of the GLUE download")
@@ -128,21 +110,12 @@ def glue_dir_problems(glue_dir: str, glue_task: str | None) -> list[str]:
 
 def corpus_problems(corpus: str, splits: Sequence[str]) -> list[str]:
     """``--corpus`` a ``COMPLETED`` ``pipelines corpus`` output with documents in each of ``splits``."""
-    fs, root = _fs(corpus)
+    if not storage.exists(corpus):
+        return [f"--corpus {corpus}: no such folder"]
     try:
-        marker = (
-            fs.cat_file(f"{root}/{COMPLETED_FILE}").decode()
-            if fs.exists(f"{root}/{COMPLETED_FILE}")
-            else None
-        )
-        if marker is None and not fs.isdir(root):
-            return [f"--corpus {corpus}: no such folder"]
-        text = fs.cat_file(f"{root}/{MANIFEST_FILE}").decode() if marker is not None else ""
-        manifest = verify_completed(text, marker, corpus, DOCUMENTS.name)
+        manifest = load_completed(corpus, DOCUMENTS.name)
     except CommandError as err:
         return [f"--corpus {err}"]
-    except (OSError, UnicodeDecodeError) as err:
-        return [f"--corpus {corpus}: cannot read its manifest ({type(err).__name__}: {err})"]
     empty = [split for split in splits if manifest.num_rows(split) == 0]
     if empty:
         return [

@@ -87,8 +87,8 @@ def main(ctx: click.Context, **opts) -> None:
         click.echo(
             "(no --books: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
         )
-    with claim(cfg.workdir, "chain"):
-        state = run_chain(todo, cfg.workdir, log=click.echo)
+    with claim(cfg.workdir, "chain") as workdir:
+        state = run_chain(todo, workdir, log=click.echo)
         report = build(cfg.outputs(), state, cfg.workdir)
     click.echo(f"\n== done in {sum(s.get('seconds', 0) for s in state.values()):,.0f} s of stage time:")
     for label, key in zip(
@@ -160,8 +160,8 @@ def gpu_problems(cfg: AblationConfig) -> list[str]:
 
 def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print) -> dict[str, str]:
     """Every stage of the study with its workdir claimed, then the report; the report's paths."""
-    with claim(cfg.workdir, "chain ablate"):
-        state = run_chain(todo, cfg.workdir, log=log)
+    with claim(cfg.workdir, "chain ablate") as workdir:
+        state = run_chain(todo, workdir, log=log)
         return build_report(cfg, g, todo, state)
 
 

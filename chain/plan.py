@@ -44,18 +44,13 @@ class ChainConfig:
 
     def problems(self) -> list[str]:
         """Every value the stages would refuse (exit 2)."""
-        from wordpiece.tokenizer import SPECIAL_TOKENS
+        from wordpiece.tokenizer import reserve_problem
 
-        reserved = len(SPECIAL_TOKENS) + NUM_UNUSED
         found = [] if self.wiki_dump or self.documents or self.corpus else ["give --wiki-dump or --documents"]
         if self.documents_options and not self.documents:
             found.append("--documents-option is for the documents stage: give --documents too")
         found += [] if self.workdir else ["--workdir must not be empty"]
-        if self.vocab_size <= reserved:
-            found.append(
-                f"--vocab-size {self.vocab_size} leaves no room for word pieces after {len(SPECIAL_TOKENS)} "
-                f"special tokens and {NUM_UNUSED} [unused] slots: give at least {reserved + 1}"
-            )
+        found += filter(None, [reserve_problem(self.vocab_size, NUM_UNUSED)])
         found += checks.model_problems("--model", self.model, self.precision)
         if self.pretrain_steps < 1:
             found.append(f"--pretrain-steps must be at least 1, got {self.pretrain_steps}")

@@ -9,12 +9,10 @@ import html
 import io
 from typing import Any
 
-import fsspec
 import markdown
 
-from schemas import inputs
+from schemas import inputs, storage
 from schemas.commands import InputError
-from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
 MAX_RECORD_BYTES = 256 << 20
@@ -23,10 +21,8 @@ Sections = list[tuple[str, str]]  # in order: (markdown, "md") or (caption, imag
 
 def read_bytes(url: str) -> bytes | None:
     """A file a stage wrote, whole (None when it is not there)."""
-    fs, path = fsspec.core.url_to_fs(url)
     try:
-        with fs.open(path, "rb") as f:
-            return inputs.read_bytes(f, url, MAX_RECORD_BYTES)
+        return storage.read_bytes(url, MAX_RECORD_BYTES)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
 
@@ -210,8 +206,8 @@ def write(
     with OutputFolder.open(url, command, continuing=True, option="") as folder:
         folder.begin()
         for name, data in {**images, **(extra or {}), "report.md": markdown}.items():
-            write_file(f"{folder.root}/{name}", data, folder.fs)
-        write_file(f"{folder.root}/report.html", "".join(body) + "</body></html>", folder.fs)
+            folder.write(name, data)
+        folder.write("report.html", "".join(body) + "</body></html>")
     return {"markdown": f"{url}/report.md", "html": f"{url}/report.html"}
 
 

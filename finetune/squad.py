@@ -13,26 +13,16 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from finetune.common import (
-    FitConfig,
-    TaskOutput,
-    check_examples,
-    doc_windows,
-    fit,
-    input_json,
-    max_context_windows,
-    predict,
-    prepare_encoder,
-    read_head,
-    save_model,
-    seeded_linear,
-)
-from finetune.heads import BiLSTM
+from finetune.config import FitConfig
+from finetune.encoder import prepare_encoder, read_head, save_model
+from finetune.heads import BiLSTM, TaskOutput, seeded_linear
+from finetune.inputs import check_examples, input_json
+from finetune.loop import fit, predict
+from finetune.sequences import doc_windows, max_context_windows
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
 from pretrain.model import BertModel
-from pretrain.runtime import output_folder
+from schemas import storage
 from schemas.commands import InputError, UsageError
-from schemas.files import write_json
 from schemas.inputs import boolean, field, items
 
 logger = logging.getLogger(__name__)
@@ -394,9 +384,12 @@ def _as_data(examples: Sequence[SquadExample]) -> list[dict]:
 
 
 def _score(
-    output: str, examples: Sequence[SquadExample], answers: dict[str, ExamplePrediction], with_null: bool
+    out: storage.Folder,
+    examples: Sequence[SquadExample],
+    answers: dict[str, ExamplePrediction],
+    with_null: bool,
 ) -> dict[str, Any]:
-    """Write the prediction files into ``output``; the official metrics (v2.0 also at a tuned threshold)."""
+    """Write the prediction files into ``out``; the official metrics (v2.0 also at a tuned threshold)."""
     data = _as_data(examples)
     files: dict[str, Any] = {"nbest_predictions.json": {qid: p.nbest for qid, p in answers.items()}}
     if with_null:
@@ -412,9 +405,8 @@ def _score(
     else:
         files["predictions.json"] = {qid: p.nbest[0]["text"] for qid, p in answers.items()}
         metrics = evaluate_v1(data, files["predictions.json"])
-    fs, root = output_folder(output)
     for name, value in files.items():
-        write_json(f"{root}/{name}", value, fs, ensure_ascii=False)
+        out.write_json(name, value, ensure_ascii=False)
     return metrics
 
 
@@ -423,7 +415,7 @@ def run_squad(
     train_file: str | None,
     predict_file: str,
     checkpoint: str,
-    output: str,
+    out: storage.Folder,
     config: SquadConfig,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
@@ -453,9 +445,7 @@ def run_squad(
         features = build_features(train, tokenizer, config, training=True)
         used = len({f.example_index for f in features})
         trained = fit(model, [f.inputs(True) for f in features], config)
-        save_model(
-            model, encoder, f"{output.rstrip('/')}/{MODEL_FOLDER}", architectures=["BertForQuestionAnswering"]
-        )
+        save_model(model, encoder, out.sub(MODEL_FOLDER), architectures=["BertForQuestionAnswering"])
         metrics["train"] = {
             "file": train_file,
             **dataclasses.asdict(train_stats),
@@ -468,7 +458,7 @@ def run_squad(
     features = build_features(questions, tokenizer, config)
     logits = predict(model, [f.inputs(False) for f in features], config)
     answers = predict_answers(questions, features, logits, config, with_null=version == "2.0")
-    metrics.update(_score(output, questions, answers, with_null=version == "2.0"))
+    metrics.update(_score(out, questions, answers, with_null=version == "2.0"))
     metrics["predict"] = {
         "file": predict_file,
         **dataclasses.asdict(predict_stats),
@@ -476,7 +466,7 @@ def run_squad(
         "num_features": len(features),
     }
     metrics["config"] = config.to_dict()
-    write_json(f"{output.rstrip('/')}/metrics.json", metrics, ensure_ascii=False)
+    out.write_json("metrics.json", metrics, ensure_ascii=False)
     return metrics
 
 

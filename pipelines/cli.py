@@ -11,8 +11,9 @@ import logging
 from typing import Any
 
 import click
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import (
     BooksConfig,
     CorpusConfig,
@@ -50,7 +51,6 @@ def _config(make, *args, **kwargs):
 def _stage(build, config, load_inputs, reads: dict, **kwargs) -> tuple[dict, str] | None:
     """Run the current subcommand's stage (``pipelines <name>``); None for a dry run."""
     ctx = click.get_current_context()
-    io.use_beam_options(ctx.args)  # before any input or output is looked at
     result = run_stage(build, config, load_inputs, ctx.args, f"pipelines {ctx.info_name}", reads, **kwargs)
     if result is None:
         click.echo(DRY_RUN)
@@ -81,9 +81,9 @@ def _files(config: SourceConfig):
     check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:
-        files = io.expand_inputs(config.inputs)
-        check_apart({"--output": config.output}, {"--input": files})
-        return files
+        paths = files.expand_inputs(config.inputs)
+        check_apart({"--output": config.output}, {"--input": paths})
+        return paths
 
     return load
 
@@ -110,7 +110,9 @@ def main(verbose: bool) -> None:
     logging.getLogger("schemas").setLevel(logging.WARNING)  # a stale claim taken over is said
     # Beam logs a failed step's traceback at ERROR; our one `error:` line carries its message.
     logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
-    io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
+    files.use_beam_options(
+        PipelineOptions([])
+    )  # `show`: s3:// from the AWS_* environment; a stage adds its flags
 
 
 def _source_options(config: type):
@@ -226,7 +228,10 @@ def corpus(**flags):
     config = _config(CorpusConfig, **flags)
     check_apart({"--output": config.output}, {"--input": config.inputs})
     _run_documents(
-        build, config, lambda: [(f, io.load_manifest(f, DOCUMENTS.name)) for f in config.inputs], "documents"
+        build,
+        config,
+        lambda: [(f, files.load_manifest(f, DOCUMENTS.name)) for f in config.inputs],
+        "documents",
     )
 
 
@@ -234,7 +239,7 @@ def corpus(**flags):
 @click.option("--corpus", required=True, help="A completed `pipelines corpus` output.")
 @click.option("--vocab", required=True, help="vocab.txt or tokenizer.json (local or bucket URL).")
 @click.option("--output", required=True, help="Folder or bucket URL for the example shards.")
-@option(ExamplesConfig, "split", type=click.Choice(io.SPLITS))
+@option(ExamplesConfig, "split", type=click.Choice(files.SPLITS))
 @option(ExamplesConfig, "cased", "--cased/--uncased")
 @option(ExamplesConfig, "pairs.max_seq_length")
 @option(ExamplesConfig, "masking.max_predictions_per_seq")
@@ -276,9 +281,7 @@ def examples(**flags):
     pair): the shards do not depend on the runner. The vocabulary travels inside the job.
     """
     from pipelines.examples.pipeline import build, spill_folder
-    from pipelines.examples.spill import remove_folder
-    from schemas.inputs import check_file
-    from wordpiece.beam_jobs import job_options, runner_name
+    from pipelines.jobs import job_options, runner_name
     from wordpiece.tokenizer import WordPieceTokenizer
 
     config = _config(_examples_config, flags)
@@ -289,19 +292,17 @@ def examples(**flags):
     folder = spill_folder(config, runner_name(job_options(click.get_current_context().args)))
 
     def load() -> tuple[Any, list[str]]:
-        if "://" not in config.vocab:
-            check_file(config.vocab)
         vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
-        return io.load_manifest(config.corpus, DOCUMENTS.name), vocab
+        return files.load_manifest(config.corpus, DOCUMENTS.name), vocab
 
     result = _stage(
-        lambda pipeline, c, inputs: build(pipeline, c, *inputs, folder),
+        lambda pipeline, c, inputs, out: build(pipeline, c, *inputs, folder, out),
         config,
         load,
         {"--corpus": config.corpus},
         writes={"--temp-location": config.temp_location if folder else ()},  # else OUTPUT/.temp
         submitter_reads={"--vocab": config.vocab},
-        cleanup=None if folder is None else lambda: remove_folder(folder),
+        cleanup=None if folder is None else lambda: files.remove_tree(folder),
         fmt="examples",
     )
     if result is None:

@@ -9,10 +9,8 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines import io
-from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE
-from schemas.commands import CommandError, InputError
-from wordpiece.beam_jobs import (
+from pipelines import files
+from pipelines.jobs import (
     STEP_ANNOTATION,
     check_job,
     dry_run,
@@ -20,6 +18,9 @@ from wordpiece.beam_jobs import (
     job_options,
     run_pipeline,
 )
+from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE, storage
+from schemas.commands import CommandError, InputError
+from schemas.outputs import OutputFolder
 
 _LOG = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class PipelineFailed(CommandError):
 
 
 def run_stage(
-    build: Callable[[beam.Pipeline, Any, Any], None],
+    build: Callable[[beam.Pipeline, Any, Any, storage.Folder], None],
     config: Any,
     load_inputs: Callable[[], Any],
     beam_args: list[str],
@@ -40,28 +41,27 @@ def run_stage(
     cleanup: Callable[[], Any] | None = None,
     fmt: str = DOCUMENTS.name,
 ) -> tuple[dict[str, Any], str] | None:
-    """Check the paths and buckets (:func:`wordpiece.beam_jobs.check_job`), claim the output for
+    """Check the paths and buckets (:func:`pipelines.jobs.check_job`), claim the output for
     ``command``, ``build`` the stage from ``load_inputs()`` and run it; a finished job's output is
     verified. Returns its ``stats.json`` and what the output holds (None for a dry run)."""
     options = job_options(beam_args)
-    io.use_beam_options(beam_args)
     check_job(options, reads, {"--output": config.output, **(writes or {})}, submitter_reads)
     inputs = load_inputs()
     if dry_run(options):
-        build(pipeline := beam.Pipeline(options=options), config, inputs)
+        build(pipeline := beam.Pipeline(options=options), config, inputs, storage.Folder(config.output))
         run_pipeline(pipeline, config.output)
         return None
-    with io.open_output(config.output, command, config.overwrite) as folder:
+    with OutputFolder.open(config.output, command, overwrite=config.overwrite) as folder:
         folder.begin()
-        state = _run(build, config, inputs, options, cleanup)
+        state = _run(build, config, inputs, options, cleanup, folder)
     if state not in (beam.runners.runner.PipelineState.DONE, None):
         raise PipelineFailed(f"the pipeline ended in state {state}; see the runner's logs")
     return finished_output(config.output, fmt)
 
 
-def _run(build, config, inputs, options, cleanup) -> Any:
+def _run(build, config, inputs, options, cleanup, folder: OutputFolder) -> Any:
     pipeline = beam.Pipeline(options=options)
-    build(pipeline, config, inputs)
+    build(pipeline, config, inputs, folder)  # its transforms journal what the workers will write
     try:
         return run_pipeline(pipeline, config.output)
     except CommandError as err:  # ours, raised again by an in-process runner with the step named
@@ -83,17 +83,17 @@ def _run(build, config, inputs, options, cleanup) -> Any:
 
 def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
     """What a finished job left at ``output``: its ``stats.json`` and what its verified manifest holds."""
-    stats_path = io.join(output, STATS_FILE)
-    if not io.exists(stats_path):
+    stats_path = files.join(output, STATS_FILE)
+    if not files.exists(stats_path):
         raise PipelineFailed(
             f"--output {output}: the runner says the job is done, but it left no {STATS_FILE} there; "
             "its workers wrote elsewhere or failed: see the runner's logs"
         )
-    stats = json.loads(io.read_bytes(stats_path))
-    if not io.exists(io.join(output, COMPLETED_FILE)):
+    stats = json.loads(files.read_bytes(stats_path))
+    if not files.exists(files.join(output, COMPLETED_FILE)):
         return stats, f"output: {output} (not marked COMPLETED)"
     try:
-        manifest = io.load_manifest(output, fmt)
+        manifest = files.load_manifest(output, fmt)
     except InputError as err:
         raise PipelineFailed(f"--output {output}: the job's output does not verify: {err}") from None
     size_mb = sum(s.num_bytes for s in manifest.shards) / 1e6

@@ -13,7 +13,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.stats import build_stats, document_tally, sum_tallies
 from pipelines.text import content_hash
 from schemas import (
@@ -27,8 +27,8 @@ from schemas import (
     ShardEntry,
     absolute_reference,
     completed_marker,
+    storage,
 )
-from schemas.outputs import journal
 from schemas.rejects import EXCERPT_CHARS
 
 DOCUMENT = "document"
@@ -149,10 +149,10 @@ def _write_shard(
     index, rows = element
     rows = sorted((r for r in rows if r is not None), key=sort_key)
     relative = shard_name(split, index, num_shards)
-    path = io.join(output, relative)
+    path = files.join(output, relative)
     data = fmt.to_ipc_bytes(fmt.to_table(rows, source=path), source=path)
-    io.write_bytes(path, data)
-    return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), io.sha256_hex(data)))
+    files.write_bytes(path, data)
+    return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), files.sha256_hex(data)))
 
 
 class GroupByShard(beam.PTransform):
@@ -172,7 +172,7 @@ class WriteShards(beam.PTransform):
 
     def __init__(
         self,
-        output: str,
+        out: storage.Folder,
         split: str,
         num_shards: int,
         fmt: RecordFormat,
@@ -180,12 +180,12 @@ class WriteShards(beam.PTransform):
         sort_key: Callable[[dict], tuple],
     ):
         super().__init__()
-        self._output, self._split, self._num_shards = output, split, num_shards
+        out.journal(*(shard_name(split, i, num_shards) for i in range(num_shards)))  # before the workers
+        self._output, self._split, self._num_shards = out.url, split, num_shards
         self._fmt, self._shard_key, self._sort_key = fmt, shard_key, sort_key
 
     def expand(self, rows):
         n, key = self._num_shards, self._shard_key
-        journal(*(io.join(self._output, shard_name(self._split, i, n)) for i in range(n)))  # before workers
         return (
             rows
             | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
@@ -198,7 +198,7 @@ def hash_input(path: str) -> dict[str, Any]:
     """A raw input file's absolute path, size and SHA-256 for the manifest (or the error reading it)."""
     digest, size = hashlib.sha256(), 0
     try:
-        with io.open_binary(path) as f:
+        with files.open_binary(path) as f:
             while chunk := f.read(8 << 20):
                 digest.update(chunk)
                 size += len(chunk)
@@ -211,10 +211,10 @@ def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) ->
     """Why a corpus stage's output must not be marked ``COMPLETED`` (a file ended early, unless allowed;
     no documents), or None; it then gets ``stats.json`` alone and the command exits 1."""
     if stats["file_errors"] and not allow_file_errors:
-        files = stats["files_with_errors"]
-        more = f" (and {len(files) - 1:,} more file(s): see stats.json)" if len(files) > 1 else ""
+        failed = stats["files_with_errors"]
+        more = f" (and {len(failed) - 1:,} more file(s): see stats.json)" if len(failed) > 1 else ""
         return (
-            f"{files[0]['file']}: {files[0]['detail']}{more}; --allow-file-errors keeps what was read before "
+            f"{failed[0]['file']}: {failed[0]['detail']}{more}; --allow-file-errors keeps what was read before "
             "each error"
         )
     if not stats["documents_out"]:
@@ -224,15 +224,15 @@ def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) ->
 
 def write_stats(output: str, stats: dict[str, Any]) -> None:
     """Write ``stats.json`` alone: what a run that may not be marked ``COMPLETED`` leaves."""
-    io.write_bytes(io.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
+    files.write_bytes(files.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
 
 
 def write_completion(output: str, stats: dict[str, Any], manifest: Manifest) -> None:
     """Write ``stats.json``, ``manifest.json`` and, last, the ``COMPLETED`` marker of an output."""
     manifest_json = manifest.to_json()
     write_stats(output, stats)
-    io.write_bytes(io.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
-    io.write_bytes(io.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
+    files.write_bytes(files.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
+    files.write_bytes(files.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
 
 
 def _finish(
@@ -267,7 +267,7 @@ class WriteStageOutput(beam.PTransform):
     def __init__(
         self,
         *,
-        output: str,
+        out: storage.Folder,
         producer: str,
         params: dict[str, Any],
         num_shards: int,
@@ -276,7 +276,8 @@ class WriteStageOutput(beam.PTransform):
         input_files: list[str] = (),
     ):
         super().__init__()
-        self._output, self._producer, self._params, self._num_shards = output, producer, params, num_shards
+        out.journal(STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)  # before the workers
+        self._out, self._producer, self._params, self._num_shards = out, producer, params, num_shards
         self._extra_tallies, self._split_of, self._input_files = (
             tuple(extra_tallies),
             split_of,
@@ -284,21 +285,18 @@ class WriteStageOutput(beam.PTransform):
         )
 
     def expand(self, outcomes):
-        journal(*(io.join(self._output, name) for name in (STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)))
-        split_of, output, num_shards = self._split_of, self._output, self._num_shards
+        split_of, out, num_shards = self._split_of, self._out, self._num_shards
         documents = outcomes | "Documents" >> beam.Filter(lambda o: o.kind == DOCUMENT)
         entries = []
-        for split in io.SPLITS if split_of else ("all",):
+        for split in files.SPLITS if split_of else ("all",):
             rows = documents | f"Rows {split}" >> beam.Map(lambda o: o.row)
             if split_of:
                 rows = rows | f"Only {split}" >> beam.Filter(lambda r, s=split: split_of(r) == s)
-            write = WriteShards(
-                output, split, num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
-            )
+            write = WriteShards(out, split, num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
             entries.append(rows | f"Write {split}" >> write)
         rejects = outcomes | "Rejects" >> beam.Filter(lambda o: o.kind in (REJECTED, FILE_ERROR))
         write = WriteShards(
-            output,
+            out,
             "rejects",
             max(1, num_shards // 16),
             REJECTS,
@@ -332,7 +330,7 @@ class WriteStageOutput(beam.PTransform):
             | "Write manifest"
             >> beam.Map(
                 _finish,
-                output,
+                out.url,
                 self._producer,
                 self._params,
                 beam.pvalue.AsList(entries | "All shards" >> beam.Flatten()),

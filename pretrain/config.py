@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pretrain.schedules import SCHEDULES
 from schemas.commands import UsageError
 
 PRESETS: dict[str, tuple[int, int]] = {
@@ -21,7 +22,7 @@ PRESETS: dict[str, tuple[int, int]] = {
 }
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
-LR_SCHEDULES = ("transformers", "reference")
+LR_SCHEDULES = tuple(SCHEDULES)
 OBJECTIVES = ("mlm", "ltr")
 BATCHING_MODES = ("padded", "bucketed", "packed")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

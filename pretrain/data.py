@@ -1,4 +1,4 @@
-"""Stream pre-training batches from an ``examples`` output folder (local path or fsspec URL).
+"""Stream pre-training batches from an ``examples`` output folder (local path or bucket URL).
 
 :class:`ExampleShards` (an ``IterableDataset``) yields one rank's padded batches; :class:`ShardLoader`
 runs it in DataLoader workers. A *unit* is one record batch of one shard. Epoch ``e`` permutes the
@@ -26,7 +26,6 @@ from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -34,7 +33,7 @@ import torch
 
 from pretrain.collate import Batch, DynamicMasking, collate
 from pretrain.streams import EpochPlan
-from schemas import COMPLETED_FILE, MANIFEST_FILE, verify_completed
+from schemas import COMPLETED_FILE, MANIFEST_FILE, storage, verify_completed
 from schemas.commands import InputError
 from schemas.examples import EXAMPLES_VERSION, ExampleLimits, example_batch_problem, examples_format
 from schemas.index import INDEX_FILE, MAX_INDEX_BYTES, ShardIndex
@@ -133,8 +132,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
     def _open_filesystem(self) -> None:
         """(Re)connect: a DataLoader worker opens its own (gcsfs cannot be used across a fork)."""
-        self.fs, root = fsspec.core.url_to_fs(self.url)
-        self._root, self._pid = root.rstrip("/"), os.getpid()
+        self.fs, self._root = storage.filesystem(self.url)
+        self._pid = os.getpid()
 
     def _read_small(self, name: str) -> bytes | None:
         """A small file of the output folder in one request, or None when it does not exist."""

@@ -1,14 +1,11 @@
-"""What ``pretrain/`` and ``finetune/`` share at run time: the device and precision a run uses,
-autocast, and existence checks and output folders on local paths or fsspec URLs."""
+"""What ``pretrain/`` and ``finetune/`` share at run time: the device and precision a run uses, and
+autocast."""
 
 from __future__ import annotations
 
 import contextlib
 
-import fsspec
 import torch
-
-from pretrain.config import PRECISIONS as PRECISIONS  # chain reads it here
 
 
 def resolve_device(name: str) -> torch.device:
@@ -33,16 +30,3 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def exists(url: str) -> bool:
-    """Whether a local path or fsspec URL exists."""
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.exists(path)
-
-
-def output_folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and path of an output folder (a path or URL), made when missing."""
-    fs, root = fsspec.core.url_to_fs(url)
-    fs.makedirs(root, exist_ok=True)
-    return fs, root

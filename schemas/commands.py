@@ -18,8 +18,6 @@ from typing import Any
 
 import click
 
-from schemas.files import WriteError
-
 EXIT_FAILED = 1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed (129)
 
@@ -44,6 +42,13 @@ class InputError(CommandError):
 
 class OutputError(CommandError):
     """The output is another writer's, holds files not this command's, or cannot be written."""
+
+
+class WriteError(OSError):
+    """A file could not be written (a full disk, no permission, a lost connection); nothing is left."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot write it ({self.strerror})"
 
 
 class Stopped(KeyboardInterrupt):

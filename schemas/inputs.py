@@ -7,8 +7,6 @@ with its type checked. Every problem is one InputError naming the file (and the 
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -17,29 +15,6 @@ from schemas.commands import InputError
 MiB = 1 << 20
 MAX_JSON_BYTES = 512 * MiB  # the largest JSON document read whole (SQuAD's train set is 40 MB)
 MAX_LINE_BYTES = 16 * MiB  # the longest line of a text input (a TSV row, a sentence file's line)
-
-_KINDS = {
-    stat.S_ISFIFO: "a FIFO (named pipe)",
-    stat.S_ISCHR: "a character device",
-    stat.S_ISBLK: "a block device",
-    stat.S_ISSOCK: "a socket",
-    stat.S_ISDIR: "a folder",
-}
-
-
-def check_file(path: str | os.PathLike, fs: Any = None) -> None:
-    """Refuse ``path`` unless it is a regular file (symlinks followed) or an object in a bucket."""
-    if fs is not None and "file" not in fs.protocol and "local" not in fs.protocol:
-        return  # an object store holds objects only
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read it ({err.strerror or err})") from None
-    for test, kind in _KINDS.items():
-        if test(mode):
-            raise InputError(f"{path}: is {kind}, not a regular file; give a file")
 
 
 def read_bytes(f, where: str, limit: int) -> bytes:

@@ -15,7 +15,7 @@ import click
 from schemas.buckets import probe
 from schemas.commands import CommandError, OneLineGroup, UsageError
 from schemas.commands import config_option as option
-from schemas.inputs import MAX_LINE_BYTES, check_file, lines
+from schemas.inputs import MAX_LINE_BYTES, lines
 from wordpiece.tokenizer import WordPieceTokenizer
 from wordpiece.train import VocabConfig
 
@@ -24,8 +24,6 @@ _HELP = {"help_option_names": ["-h", "--help"]}
 
 def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
     """Load a vocabulary (a file or a bucket object); an inferred casing is a one-line ``warning:``."""
-    if "://" not in path:
-        check_file(path)
     probe(reads={"--vocab": path})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -162,9 +160,9 @@ def train(ctx, **flags) -> None:
     vocab.txt, tokenizer.json and stats.json ([UNK] rate and pieces per word on --measure-split).
     The same corpus and options give a byte-identical vocab.txt on any runner and workers.
     """
+    from pipelines.jobs import check_job, explain_failure, job_options  # the one reach into pipelines
+    from pipelines.wordcount import train_vocabulary
     from schemas.paths import check_apart
-    from wordpiece.beam_jobs import check_job, explain_failure, job_options
-    from wordpiece.train import train_vocabulary
 
     try:
         config = VocabConfig(**{**flags, "splits": tuple(flags["splits"])})

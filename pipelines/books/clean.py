@@ -11,12 +11,7 @@ from typing import NamedTuple
 
 import charset_normalizer
 
-
-class Rejection(NamedTuple):
-    """Why a book cannot be used: a snake_case ``reason`` and a ``detail`` sentence naming the book."""
-
-    reason: str
-    detail: str
+from schemas.rejects import Rejection
 
 
 class CleanBook(NamedTuple):

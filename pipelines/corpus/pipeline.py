@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import CorpusConfig
 from pipelines.corpus.dedup import band_keys, minhash_signature, near_duplicates_in_bucket
 from pipelines.corpus.split import assign_split
@@ -17,7 +17,7 @@ from pipelines.stage import (
     WriteStageOutput,
     document_sort_key,
 )
-from schemas import Manifest, absolute_reference
+from schemas import Manifest, absolute_reference, storage
 
 
 def keep_one_of_each(element: tuple[str, list[dict]]) -> list[Outcome]:
@@ -60,15 +60,19 @@ def near_duplicate_marks(unique: beam.PCollection, config: CorpusConfig) -> beam
     )
 
 
-def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
+def build(
+    pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]], out: storage.Folder
+) -> None:
     """Add the corpus stage to ``pipeline`` over completed document outputs (each shard's SHA-256 checked)."""
-    shards = sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
-    inputs = [{"path": absolute_reference(f), "manifest_sha256": io.manifest_sha256(f)} for f, _ in manifests]
+    shards = sorted((files.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
+    inputs = [
+        {"path": absolute_reference(f), "manifest_sha256": files.manifest_sha256(f)} for f, _ in manifests
+    ]
     rows = (
         pipeline
         | "Input shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
-        | "Read shards" >> beam.FlatMap(io.read_document_shard)
+        | "Read shards" >> beam.FlatMap(files.read_document_shard)
         | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
     )
     documents_read = rows | "Count documents" >> CountRecords()
@@ -101,7 +105,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         | "All outcomes" >> beam.Flatten()
         | "Write"
         >> WriteStageOutput(
-            output=config.output,
+            out=out,
             producer="pipelines corpus",
             params={**config.params(), "input_manifests": inputs},
             num_shards=config.num_shards,

@@ -11,16 +11,18 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines import io
-from pipelines.books.clean import Rejection, clean_text
+from pipelines import files
+from pipelines.books.clean import clean_text
 from pipelines.config import DocumentsConfig
 from pipelines.documents.read import SOURCE, Record, file_kind, plan_reads, read_part
 from pipelines.progress import ShowProgress
 from pipelines.stage import DROPPED, FILE_ERROR, Outcome, WriteStageOutput, sentences_outcome
 from pipelines.text import normalize_text, paragraphs_to_sentences, split_sentences
+from schemas import storage
 from schemas.commands import InputError, UsageError
 from schemas.inputs import items, loads, read_bytes
 from schemas.paths import check_apart
+from schemas.rejects import Rejection
 
 SAMPLE_RECORDS, SAMPLE_CHARS = 1000, 8 << 20
 """Records (and characters) of the first file read before the job is built, to check it."""
@@ -81,10 +83,10 @@ class ReadDocuments(beam.PTransform):
         super().__init__()
         self._config = config
 
-    def expand(self, files):
+    def expand(self, paths):
         config, whole = self._config, self._config.group_rows is not None
         read = (
-            files
+            paths
             | "Plan reads" >> beam.FlatMap(plan_reads, config.fields(), config.bytes_per_read, whole)
             | "Spread reads" >> beam.Reshuffle()
             | "Read records" >> beam.FlatMap(read_part, config.fields())
@@ -108,39 +110,39 @@ class ReadDocuments(beam.PTransform):
         return outcomes | "Count records" >> beam.Map(counted)
 
 
-def build(pipeline: beam.Pipeline, config: DocumentsConfig, files: list[str]) -> None:
-    """Add the documents stage to ``pipeline`` for already-expanded input ``files``."""
+def build(pipeline: beam.Pipeline, config: DocumentsConfig, inputs: list[str], out: storage.Folder) -> None:
+    """Add the documents stage to ``pipeline`` for already-expanded ``inputs``."""
     write = WriteStageOutput(
-        output=config.output,
+        out=out,
         producer="pipelines documents",
         params=config.params(),
         num_shards=config.num_shards,
-        input_files=files,
+        input_files=inputs,
     )
-    _ = pipeline | "Input files" >> beam.Create(files) | ReadDocuments(config) | "Write" >> write
+    _ = pipeline | "Input files" >> beam.Create(inputs) | ReadDocuments(config) | "Write" >> write
 
 
 def _dataset_files(folder: str) -> list[str]:
     """The Arrow files a ``datasets.save_to_disk`` folder's ``state.json`` lists; none for another
     folder. A ``DatasetDict``'s folder is refused: its splits are folders of their own."""
-    state = io.join(folder, "state.json")
-    if io.exists(io.join(folder, "dataset_dict.json")):
+    state = files.join(folder, "state.json")
+    if files.exists(files.join(folder, "dataset_dict.json")):
         raise UsageError(
             f"--input {folder}: a DatasetDict saved by datasets; give one of its splits' folders"
         )
-    if not io.exists(state):
+    if not files.exists(state):
         return []
-    with io.open_binary(state) as f:
+    with files.open_binary(state) as f:
         entries = items(loads(read_bytes(f, state, 1 << 20), state), "_data_files", state)
     names = [entry.get("filename") if isinstance(entry, dict) else None for entry in entries]
     if not names or not all(isinstance(n, str) and n.endswith(".arrow") and "/" not in n for n in names):
         raise InputError(f"{state}: _data_files must list the folder's .arrow files by name")
-    return [io.join(folder, name) for name in names]
+    return [files.join(folder, name) for name in names]
 
 
 def _folder_files(folder: str) -> list[str]:
     try:
-        return [f for f in io.expand_inputs([io.join(folder, "*")]) if file_kind(f)]
+        return [f for f in files.expand_inputs([files.join(folder, "*")]) if file_kind(f)]
     except InputError:  # no such folder: the path is taken as a file
         return []
 
@@ -148,26 +150,26 @@ def _folder_files(folder: str) -> list[str]:
 def expand_documents(inputs: tuple[str, ...]) -> list[str]:
     """The files ``--input`` names: files, globs, folders (their files of a format read here, not
     their subfolders') and ``datasets.save_to_disk`` folders; a file of another format is refused."""
-    files: set[str] = set()
+    found_files: set[str] = set()
     for given in inputs:
         found = []
         if file_kind(given) is None and not any(c in given for c in "*?["):
             found = _dataset_files(given) or _folder_files(given)
-        for path in io.expand_inputs(found or [given]):
+        for path in files.expand_inputs(found or [given]):
             if file_kind(path) is None:
                 raise UsageError(
                     f"--input {given}: {path} is not JSON Lines (.jsonl, .json, .ndjson; plain, .gz, .zst "
                     "or .bz2), Parquet (.parquet) or Arrow (.arrow)"
                 )
-            files.add(path)
-    return sorted(files)
+            found_files.add(path)
+    return sorted(found_files)
 
 
-def check_sample(files: list[str], config: DocumentsConfig) -> None:
+def check_sample(paths: list[str], config: DocumentsConfig) -> None:
     """Read the first records of the first file before the job is built: a missing field or column
     is one line naming the file, what it has and the closest name; rows of one sentence each need
     ``--group-field`` or ``--group-rows`` (next-sentence prediction needs document boundaries)."""
-    part = plan_reads(files[0], config.fields(), config.bytes_per_read, whole=True)[0]
+    part = plan_reads(paths[0], config.fields(), config.bytes_per_read, whole=True)[0]
     sample, num_chars = [], 0
     for item in itertools.islice(read_part(part, config.fields()), SAMPLE_RECORDS):
         sample.append(item)
@@ -178,11 +180,11 @@ def check_sample(files: list[str], config: DocumentsConfig) -> None:
     refused = [o for o in sample if isinstance(o, Outcome) and o.reason in ("missing_column", "json_array")]
     refused += [] if texts else [o for o in sample if isinstance(o, Outcome) and o.reason == "missing_field"]
     if refused:
-        raise InputError(f"{files[0]}: {refused[0].row['detail']}")
+        raise InputError(f"{paths[0]}: {refused[0].row['detail']}")
     single = sum(len(split_sentences(normalize_text(t))) <= 1 for t in texts)
     if not (config.group_field or config.group_rows) and single >= max(20, SENTENCE_ROWS_SHARE * len(texts)):
         raise UsageError(
-            f"--input {files[0]}: {single:,} of its first {len(texts):,} records hold one sentence each: "
+            f"--input {paths[0]}: {single:,} of its first {len(texts):,} records hold one sentence each: "
             "next-sentence prediction needs document boundaries; give --group-field FIELD (the field naming "
             "each record's document) or --group-rows N (documents of N consecutive records, recorded in the "
             "manifest; --group-rows 1 keeps each record a document)"
@@ -194,9 +196,9 @@ def load_files(config: DocumentsConfig):
     check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:
-        files = expand_documents(config.inputs)
-        check_apart({"--output": config.output}, {"--input": files})
-        check_sample(files, config)
-        return files
+        paths = expand_documents(config.inputs)
+        check_apart({"--output": config.output}, {"--input": paths})
+        check_sample(paths, config)
+        return paths
 
     return load

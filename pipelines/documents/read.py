@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import io
+from pipelines import files
 from pipelines.stage import FILE_ERROR, REJECTED, Outcome, reject_outcome
 from pipelines.text import garbled_text
 from schemas.inputs import MAX_LINE_BYTES
@@ -71,7 +71,7 @@ def plan_reads(path: str, fields: dict[str, str], bytes_per_read: int, whole: bo
     kind, compression = file_kind(path)
     if kind == "parquet":
         try:
-            with io.open_binary(path) as f:
+            with files.open_binary(path) as f:
                 table = pq.ParquetFile(f)
             groups = [table.metadata.row_group(g).num_rows for g in range(table.num_row_groups)]
             groups = groups if set(fields) <= set(table.schema_arrow.names) else []
@@ -79,7 +79,7 @@ def plan_reads(path: str, fields: dict[str, str], bytes_per_read: int, whole: bo
             groups = []
         starts = list(itertools.accumulate(groups, initial=0))[: len(groups)]
         return [FilePart(path, g, g + 1, first) for g, first in enumerate(starts)] or [FilePart(path)]
-    size = io.file_size(path) if kind == "jsonl" and not compression and not whole else 0
+    size = files.file_size(path) if kind == "jsonl" and not compression and not whole else 0
     parts = [FilePart(path, s, min(s + bytes_per_read, size)) for s in range(0, size, bytes_per_read)]
     return parts or [FilePart(path)]
 
@@ -230,7 +230,7 @@ def read_part(part: FilePart, fields: dict[str, str]) -> Iterator[Record | Outco
     on ends the part with one file error naming the records kept before it."""
     num_records, (kind, compression) = 0, file_kind(part.path)
     try:
-        with io.open_binary(part.path) as f:
+        with files.open_binary(part.path) as f:
             read = _jsonl(f, part, fields, compression) if kind == "jsonl" else _tables(f, part, fields, kind)
             for item in read:
                 num_records += isinstance(item, Record)

@@ -5,15 +5,14 @@ memory. Documents and requests are ``.npz`` archives, read with ``allow_pickle=F
 
 from __future__ import annotations
 
-import io as bytes_io
+import io
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 
-from pipelines import io
+from pipelines import files
 from pipelines.examples.batches import Requests
 from pipelines.examples.pairs import TokenizedDocument
 from schemas.commands import InputError
@@ -31,7 +30,7 @@ class SpillRef(NamedTuple):
 
 def run_folder(base: str) -> str:
     """A new folder for one run's temporary files under ``base`` (nothing is created yet)."""
-    return io.join(base, f"examples-{uuid.uuid4().hex}")
+    return files.join(base, f"examples-{uuid.uuid4().hex}")
 
 
 def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple[Any, SpillRef | bytes]]:
@@ -39,12 +38,12 @@ def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple
     the pieces go through the shuffle); the key and the reference of each, in order."""
     if folder is None or not pieces:
         return list(pieces)
-    path = io.join(folder, f"{uuid.uuid4().hex}{SPILL_SUFFIX}")
+    path = files.join(folder, f"{uuid.uuid4().hex}{SPILL_SUFFIX}")
     refs, offset = [], 0
     for key, data in pieces:
         refs.append((key, SpillRef(path, offset, len(data))))
         offset += len(data)
-    io.write_bytes(path, [data for _, data in pieces])
+    files.write_bytes(path, [data for _, data in pieces])
     return refs
 
 
@@ -57,7 +56,7 @@ def read_spilled(pieces: Iterable[SpillRef | bytes]) -> Iterator[bytes]:
         else:
             yield piece
     for path in sorted(by_path):
-        with io.open_binary(path) as f:
+        with files.open_binary(path) as f:
             for ref in sorted(by_path[path], key=lambda r: r.offset):
                 f.seek(ref.offset)
                 data = f.read(ref.length)
@@ -69,24 +68,14 @@ def read_spilled(pieces: Iterable[SpillRef | bytes]) -> Iterator[bytes]:
                 yield data
 
 
-def remove_folder(folder: str) -> int:
-    """Delete ``folder`` and every file under it (local or bucket); how many files were deleted."""
-    files = [m.path for m in FileSystems.match([io.join(folder, "**")])[0].metadata_list]
-    if files:
-        FileSystems.delete(files)
-    if FileSystems.exists(folder):  # a local directory (buckets have no empty folders)
-        FileSystems.delete([folder])
-    return len(files)
-
-
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:
-    buffer = bytes_io.BytesIO()
+    buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
 
 
 def _load_npz(data: bytes) -> dict[str, np.ndarray]:
-    with np.load(bytes_io.BytesIO(data), allow_pickle=False) as archive:
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         return {name: archive[name] for name in archive.files}
 
 

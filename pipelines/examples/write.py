@@ -12,14 +12,13 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines import io
+from pipelines import files
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
 from pipelines.examples.spill import SpillRef, read_spilled
 from pipelines.stage import GroupByShard, shard_name
-from schemas import RecordFormat, ShardEntry
+from schemas import RecordFormat, ShardEntry, storage
 from schemas.formats import batch_row_counts
 from schemas.index import shard_index_entry
-from schemas.outputs import journal
 from wordpiece.masking import hashed_bits
 
 STREAM_SHARD = 21
@@ -84,11 +83,11 @@ def _write_shard(
 ) -> dict:
     index, refs = element
     relative = shard_name(split, index, num_shards)
-    path = io.join(output, relative)
+    path = files.join(output, relative)
     table = shard_table(read_spilled(r for r in refs if r is not None), fmt)
     data = fmt.to_ipc_bytes(table, source=path)
-    io.write_bytes(path, data)
-    sha256 = io.sha256_hex(data)
+    files.write_bytes(path, data)
+    sha256 = files.sha256_hex(data)
     entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), sha256))
     # The record batches' byte ranges and hashes for index.json, from the bytes just written
     # (the table is one chunk: its batches' row counts are known without decoding them).
@@ -100,13 +99,13 @@ class WriteExampleShards(beam.PTransform):
     """``(shard, SpillRef)`` elements into exactly ``num_shards`` sorted Arrow files; one ``ShardEntry``
     dict each, with its ``ShardIndexEntry`` under ``"index"``."""
 
-    def __init__(self, output: str, split: str, num_shards: int, fmt: RecordFormat):
+    def __init__(self, out: storage.Folder, split: str, num_shards: int, fmt: RecordFormat):
         super().__init__()
-        self._output, self._split, self._num_shards, self._fmt = output, split, num_shards, fmt
+        out.journal(*(shard_name(split, i, num_shards) for i in range(num_shards)))  # before the workers
+        self._output, self._split, self._num_shards, self._fmt = out.url, split, num_shards, fmt
 
     def expand(self, pieces):
         n = self._num_shards
-        journal(*(io.join(self._output, shard_name(self._split, i, n)) for i in range(n)))  # before workers
         return (
             pieces
             | GroupByShard(n)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import WikipediaConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
@@ -22,7 +22,6 @@ from pipelines.stage import (
 )
 from pipelines.text import garbled_text, paragraphs_to_sentences
 from pipelines.wiki.dump import (
-    Defect,
     RawPage,
     index_path_for,
     iter_pages,
@@ -31,6 +30,8 @@ from pipelines.wiki.dump import (
     read_stream_offsets,
 )
 from pipelines.wiki.wikitext import clean_wikitext
+from schemas import storage
+from schemas.rejects import Rejection
 
 SOURCE = "wikipedia"
 ARTICLE_NAMESPACE = 0
@@ -44,7 +45,7 @@ class ReadTask:
     path: str
     start: int | None = None
     end: int | None = None
-    defect: Defect | None = None
+    defect: Rejection | None = None
 
 
 def is_index_file(path: str) -> bool:
@@ -56,15 +57,15 @@ def is_index_file(path: str) -> bool:
 def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
     """A multistream dump with an index as stream ranges; any other file whole."""
     index_path = index_path_for(path)
-    if index_path is None or not io.exists(index_path):
+    if index_path is None or not files.exists(index_path):
         return [ReadTask(path)]
-    with io.open_binary(index_path) as index:
+    with files.open_binary(index_path) as index:
         offsets = read_stream_offsets(index)
-    if isinstance(offsets, Defect):
+    if isinstance(offsets, Rejection):
         return [ReadTask(path), ReadTask(index_path, defect=offsets)]
     if not offsets:
         return [ReadTask(path)]
-    ranges = plan_stream_ranges(offsets, io.file_size(path), streams_per_range)
+    ranges = plan_stream_ranges(offsets, files.file_size(path), streams_per_range)
     return [ReadTask(path, start, end) for start, end in ranges]
 
 
@@ -72,10 +73,10 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     """Yield the pages of one read task; a corrupt file ends in one file-error outcome."""
     num_pages, defect = 0, task.defect
     if defect is None:
-        with io.open_binary(task.path) as f:
+        with files.open_binary(task.path) as f:
             pages = iter_pages(f) if task.start is None else iter_range_pages(f, task.start, task.end)
             for page in pages:
-                if isinstance(page, Defect):
+                if isinstance(page, Rejection):
                     defect = page
                     break
                 num_pages += 1
@@ -137,9 +138,9 @@ class _ReadPages(beam.DoFn):
                 yield task.path, item
 
 
-def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) -> None:
-    """Add the Wikipedia stage to ``pipeline`` for already-expanded input ``files``."""
-    dumps = [f for f in files if not is_index_file(f)]
+def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str], out: storage.Folder) -> None:
+    """Add the Wikipedia stage to ``pipeline`` for already-expanded ``inputs``."""
+    dumps = [f for f in inputs if not is_index_file(f)]
     read = (
         pipeline
         | "Dump files" >> beam.Create(dumps)
@@ -161,11 +162,11 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
         | "All outcomes" >> beam.Flatten()
         | "Write"
         >> WriteStageOutput(
-            output=config.output,
+            out=out,
             producer="pipelines wikipedia",
             params=config.params(),
             num_shards=config.num_shards,
             extra_tallies=[pages_read],
-            input_files=files,
+            input_files=inputs,
         )
     )

@@ -11,7 +11,7 @@ from pipelines.corpus.pipeline import keep_one_of_each, mark_or_keep
 from pipelines.stage import DOCUMENT, WriteShards, document_sort_key
 from pipelines.text import content_hash
 from pipelines.wiki.pipeline import ReadTask, _ReadPages, page_outcome
-from schemas import DOCUMENTS
+from schemas import DOCUMENTS, storage
 
 
 def _kinds(outcomes):
@@ -146,7 +146,7 @@ def test_write_shards_writes_every_shard_sorted(pipeline, tmp_path):
     entries = (
         pipeline
         | beam.Create(rows)
-        | WriteShards(str(tmp_path), "all", 3, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
+        | WriteShards(storage.Folder(tmp_path), "all", 3, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
     )
     assert_that(
         entries | beam.Map(lambda e: e["path"]),

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from finetune.squad import SquadConfig, evaluate_file, run_squad
+from schemas import storage
 from tests.conftest import SHARED_DATA, require
 
 pytestmark = pytest.mark.slow
@@ -38,7 +39,7 @@ def test_run_squad_writes_what_the_official_evaluation_reproduces(
     data = str(require(FIXTURES[version]))
     out = tmp_path / "out"
     config = SquadConfig(epochs=1, batch_size=16, **WINDOWS)
-    metrics = run_squad(version, data, data, str(minilm_folder), str(out), config)
+    metrics = run_squad(version, data, data, str(minilm_folder), storage.Folder(out), config)
     assert read(out / "metrics.json") == json.loads(json.dumps(metrics))
     predictions = read(out / "predictions.json")
     nbest = read(out / "nbest_predictions.json")
@@ -65,7 +66,12 @@ def test_run_squad_writes_what_the_official_evaluation_reproduces(
     if version == "1.1":
         # The saved model restores encoder and span head: predicting from it gives the same answers.
         again = run_squad(
-            version, None, data, str(out / "model"), str(tmp_path / "again"), SquadConfig(**WINDOWS)
+            version,
+            None,
+            data,
+            str(out / "model"),
+            storage.Folder(tmp_path / "again"),
+            SquadConfig(**WINDOWS),
         )
         assert again["span_head"] == "from the checkpoint"
         assert read(tmp_path / "again" / "predictions.json") == predictions
@@ -101,7 +107,9 @@ def test_bad_offsets_are_reported_and_subsets_scored(minilm_folder, tmp_path, tw
     train.write_text(json.dumps(real), encoding="utf-8")
     out = tmp_path / "out"
     config = SquadConfig(epochs=1, max_train_examples=2, max_eval_examples=2, **WINDOWS)
-    metrics = run_squad("1.1", str(train), str(FIXTURES["1.1"]), str(minilm_folder), str(out), config)
+    metrics = run_squad(
+        "1.1", str(train), str(FIXTURES["1.1"]), str(minilm_folder), storage.Folder(out), config
+    )
     assert metrics["train"]["num_examples_bad_offset"] == 1
     assert metrics["train"]["bad_offset_ids"] == ["5733be284776f41900661182"]
     assert metrics["train"]["num_examples_used"] == 1 and metrics["train"]["num_examples_skipped"] == 1

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from chain.cli import main as chain_main
 from chain.run import Stage, StageFailed, run_chain
-from schemas import Manifest, completed_marker
+from schemas import Manifest, completed_marker, storage
 from schemas.outputs import OutputFolder
 from tests.conftest import SHARED_DATA, require
 
@@ -190,7 +190,7 @@ def test_a_failing_in_process_stage_is_one_line_not_a_traceback(tmp_path):
 
     stages = [Stage("task", "a derived task", str(tmp_path / "task"), action=refuse)]
     with pytest.raises(StageFailed, match=r"^stage task failed: corpus: only 3 sentence pairs"):
-        run_chain(stages, str(tmp_path), log=lambda line: None)
+        run_chain(stages, storage.Folder(tmp_path), log=lambda line: None)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import pytest
 
 from chain.run import Stage, StageFailed, run_chain
 from chain.task import pairs
+from schemas import storage
 
 
 def _stage(name: str, folder, text: str, upstream: tuple[str, ...] = ()) -> Stage:
@@ -25,19 +26,19 @@ def _plan(folder, b_text: str = "b") -> list[Stage]:
 
 def test_a_rerun_skips_complete_stages_and_redoes_changed_ones(tmp_path):
     lines: list[str] = []
-    state = run_chain(_plan(tmp_path), str(tmp_path), log=lines.append)
+    state = run_chain(_plan(tmp_path), storage.Folder(tmp_path), log=lines.append)
     assert [n for n in state] == ["a", "b", "c"]
     assert all(state[n]["seconds"] >= 0 and state[n]["peak_rss_mb"] > 1 for n in state)
     assert json.loads((tmp_path / "chain.json").read_text()) == state
 
     lines.clear()
-    again = run_chain(_plan(tmp_path), str(tmp_path), log=lines.append)
+    again = run_chain(_plan(tmp_path), storage.Folder(tmp_path), log=lines.append)
     assert all("complete, skipped" in line for line in lines if line.startswith("=="))
     assert again == state
 
     # a stage whose settings changed is redone, and so is everything after it
     lines.clear()
-    changed = run_chain(_plan(tmp_path, b_text="b2"), str(tmp_path), log=lines.append)
+    changed = run_chain(_plan(tmp_path, b_text="b2"), storage.Folder(tmp_path), log=lines.append)
     skipped = [line.split()[3].rstrip(":") for line in lines if "skipped" in line]
     assert skipped == ["a"] and changed["c"]["finished"] >= state["c"]["finished"]
     assert (tmp_path / "b" / "COMPLETED").read_text() == "b2" and changed["b"]["key"] != state["b"]["key"]
@@ -46,7 +47,7 @@ def test_a_rerun_skips_complete_stages_and_redoes_changed_ones(tmp_path):
     # an output that went missing is redone even with the same settings
     (tmp_path / "c" / "COMPLETED").unlink()
     lines.clear()
-    run_chain(_plan(tmp_path, b_text="b2"), str(tmp_path), log=lines.append)
+    run_chain(_plan(tmp_path, b_text="b2"), storage.Folder(tmp_path), log=lines.append)
     assert [line.split()[3].rstrip(":") for line in lines if "skipped" in line] == ["a", "b"]
 
 
@@ -55,7 +56,7 @@ def test_a_failing_stage_names_its_command_and_passes_on_its_exit_status(tmp_pat
         "bad", "a failing stage", str(tmp_path / "bad"), [sys.executable, "-c", "raise SystemExit(3)"]
     )
     with pytest.raises(StageFailed, match=r"stage bad failed \(exit 3\): .*SystemExit\(3\)") as failed:
-        run_chain([bad], str(tmp_path), log=lambda line: None)
+        run_chain([bad], storage.Folder(tmp_path), log=lambda line: None)
     assert failed.value.exit_code == 3
     assert json.loads((tmp_path / "chain.json").read_text())["bad"]["failed"] == 3
 

@@ -57,6 +57,10 @@ def test_config_lists_every_problem():
         VocabConfig(corpus="", output="", vocab_size=100, num_unused=200, min_frequency=0, splits=("dev",))
     for flag in ("--corpus", "--output", "--vocab-size 100", "--min-frequency", "--split"):
         assert flag in str(err.value)
+    assert (
+        "--vocab-size 100 leaves no room for word pieces after 5 special tokens and 200 [unused] slots: "
+        in (str(err.value))
+    )  # the reserve rule chain checks with too (wordpiece.tokenizer.reserve_problem)
 
 
 def _book_counts() -> list[tuple[str, int]]:

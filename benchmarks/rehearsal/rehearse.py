@@ -1,6 +1,6 @@
 """A Dataflow rehearsal: the Beam stages run the way Dataflow runs them, before anyone pays.
 
-    python -m tests.rehearsal.rehearse [--stage all|books|wikipedia|documents|corpus|wordpiece|examples] [--compare]
+    python -m benchmarks.rehearsal.rehearse [--stage all|books|wikipedia|documents|corpus|wordpiece|examples] [--compare]
 
 (``make dataflow-rehearsal STAGE=...``.) It starts, on this machine:
 
@@ -112,7 +112,7 @@ mount --bind '{site}' {home}/site
 mount -o remount,bind,ro {home}/site
 '{python}' -m venv --without-pip {home}/venv
 echo {home}/site > "$(ls -d {home}/venv/lib/python3.*/site-packages)/rehearsal-deps.pth"
-{{ echo '#!{home}/venv/bin/python'; cat '{ROOT}/tests/rehearsal/boot.py'; }} > {home}/boot.py
+{{ echo '#!{home}/venv/bin/python'; cat '{ROOT}/benchmarks/rehearsal/boot.py'; }} > {home}/boot.py
 chmod +x {home}/boot.py
 for d in {hidden} /var/tmp; do mount -t tmpfs -o ro tmpfs "$d"; done
 test ! -e '{ROOT}/setup.py'

@@ -1,7 +1,7 @@
 """Submitting and running a Beam job the way a command should, for the corpus stages and
-``wordpiece train``'s counting job (here, so that ``wordpiece`` never imports ``pipelines``): paths
-and buckets checked before anything is built, a dry run, a stop signal that stops the local
-workers too, and a failure, however the runner wrapped it, as one line a user can act on."""
+``wordpiece train``'s counting job: paths and buckets checked before anything is built, a dry run,
+a stop signal that stops the local workers too, and a failure, however the runner wrapped it, as
+one line a user can act on."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
+from pipelines import files
 from schemas import buckets
 from schemas.commands import STOP_SIGNALS, UsageError, raise_if_stopped, raise_stopped, stop_received
-from wordpiece.count import s3_storage_options
 
 DEFAULT_RUNNER = "DirectRunner"
 LOCAL_RUNNERS = StandardOptions.LOCAL_RUNNERS
@@ -48,10 +48,12 @@ def explain_failure(err: BaseException) -> str:
 
 
 def job_options(beam_args: Iterable[str]) -> PipelineOptions:
-    """Beam's options from the pass-through arguments, DirectRunner unless ``--runner`` says."""
+    """Beam's options from the pass-through arguments, DirectRunner unless ``--runner`` says; this
+    process's file access takes them from now on (``files.use_beam_options``)."""
     options = PipelineOptions(list(beam_args))
     standard = options.view_as(StandardOptions)
     standard.runner = standard.runner or DEFAULT_RUNNER
+    files.use_beam_options(options)
     return options
 
 
@@ -101,11 +103,7 @@ def check_job(
         "--temp_location": google.temp_location or (),
         "--staging_location": google.staging_location or (),
     }
-    buckets.probe(
-        reads={**reads, **(submitter_reads or {})},
-        writes={**writes, **beam_writes},
-        storage_options={"s3": s3_storage_options(options)},
-    )
+    buckets.probe(reads={**reads, **(submitter_reads or {})}, writes={**writes, **beam_writes})
 
 
 def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
