@@ -33,16 +33,9 @@ def _refuse(problems: list[str], error: type[Exception]) -> None:
 )
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @config_option(ChainConfig, "workdir", **WORKDIR)
-@config_option(
-    ChainConfig,
-    "wiki_dump",
-    show_default=False,
-    help="A pages-articles dump (.xml.bz2) [required without --documents].",
-)
+@config_option(ChainConfig, "wiki_dump", show_default=False, help="A pages-articles dump (.xml.bz2).")
 @config_option(ChainConfig, "books", help="A folder of plain-text books (*.txt); none: no books stage.")
-@config_option(
-    ChainConfig, "documents", help="JSON Lines, Parquet or a datasets folder: `pipelines documents`."
-)
+@config_option(ChainConfig, "documents", help="JSON Lines, Parquet or a datasets folder to read.")
 @config_option(
     ChainConfig,
     "documents_options",
@@ -70,7 +63,6 @@ def main(ctx: click.Context, **opts) -> None:
         given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name).name != "DEFAULT"]
         _refuse([f"{flag} is chain's, not chain {ctx.invoked_subcommand}'s" for flag in given], UsageError)
         return
-    opts["documents_options"] = tuple(opts["documents_options"])
     cfg = ChainConfig(**{**opts, "workdir": opts["workdir"].rstrip("/"), "runner": tuple(opts["runner"])})
     _refuse(cfg.problems(), UsageError)
     todo = plan(cfg)

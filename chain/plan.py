@@ -93,10 +93,7 @@ class ChainConfig:
 def plan(cfg: ChainConfig) -> list[Stage]:
     """Every stage of the demo, in order (with ``corpus`` given, none that builds one)."""
     out, beam, seq = cfg.outputs(), cfg.runner, cfg.max_seq_length
-    done = {
-        k: f"{out[k]}/COMPLETED"
-        for k in ("wiki", "books", "documents", "corpus", "vocab", "shards", "validation")
-    }
+    done = {key: f"{folder}/COMPLETED" for key, folder in out.items()}
     stages = [] if cfg.corpus else _corpus_stages(cfg, out, done)
     line = f"wordpiece train --vocab-size {cfg.vocab_size} --num-unused {NUM_UNUSED} --overwrite"
     command = tool(line, *beam, corpus=out["corpus"], output=out["vocab"])
@@ -123,26 +120,17 @@ def plan(cfg: ChainConfig) -> list[Stage]:
 
 def _corpus_stages(cfg: ChainConfig, out: dict[str, str], done: dict[str, str]) -> list[Stage]:
     """Wikipedia, books and a corpus the user has (each when given) into one deduplicated, split corpus."""
+    sources = (
+        ("wikipedia", "wiki", cfg.wiki_dump, cfg.wiki_dump, 4, ()),
+        ("books", "books", cfg.books, f"{(cfg.books or '').rstrip('/')}/*.txt", 2, ()),
+        ("documents", "documents", cfg.documents, cfg.documents, 4, cfg.documents_options),
+    )
     stages = []
-    if cfg.wiki_dump:
-        line = "pipelines wikipedia --num-shards 4 --overwrite"
-        command = tool(line, *cfg.runner, input=cfg.wiki_dump, output=out["wiki"])
-        stages.append(
-            Stage("wikipedia", f"pipelines wikipedia: {cfg.wiki_dump}", out["wiki"], command, done["wiki"])
-        )
-    if cfg.books:
-        books = f"{cfg.books.rstrip('/')}/*.txt"
-        command = tool(
-            "pipelines books --num-shards 2 --overwrite", *cfg.runner, input=books, output=out["books"]
-        )
-        stages.append(Stage("books", f"pipelines books: {cfg.books}", out["books"], command, done["books"]))
-    if cfg.documents:
-        line = "pipelines documents --num-shards 4 --overwrite"
-        command = tool(
-            line, *cfg.documents_options, *cfg.runner, input=cfg.documents, output=out["documents"]
-        )
-        title = f"pipelines documents: {cfg.documents}"
-        stages.append(Stage("documents", title, out["documents"], command, done["documents"]))
+    for name, key, given, read, num_shards, options in sources:
+        if given:
+            line = f"pipelines {name} --num-shards {num_shards} --overwrite"
+            command = tool(line, *options, *cfg.runner, input=read, output=out[key])
+            stages.append(Stage(name, f"pipelines {name}: {given}", out[key], command, done[key]))
     inputs = [a for stage in stages for a in ("--input", stage.output)]
     line = "pipelines corpus --validation-fraction 0.05 --test-fraction 0.05 --num-shards 2 --overwrite"
     command = tool(line, *inputs, *cfg.runner, output=out["corpus"])

@@ -8,6 +8,7 @@ unchanged (``--runner``, ``--project``, ``--region``, ``--temp_location``, ``--s
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -76,12 +77,13 @@ def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, reco
         raise InputError(f"--output {config.output}: not marked COMPLETED: {reason}")
 
 
-def _files(config: SourceConfig):
-    """The files ``--input`` names, none over ``--output`` (patterns checked, then the files)."""
+def _files(config: SourceConfig, expand: Callable[[tuple[str, ...]], list[str]] = files.expand_inputs):
+    """The files ``--input`` names (by ``expand``), none over ``--output`` (patterns checked, then
+    the files)."""
     check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:
-        paths = files.expand_inputs(config.inputs)
+        paths = expand(config.inputs)
         check_apart({"--output": config.output}, {"--input": paths})
         return paths
 
@@ -188,10 +190,11 @@ def documents(**flags):
     sentences (bookcorpus) need --group-field or --group-rows: next-sentence prediction needs
     document boundaries.
     """
-    from pipelines.documents.pipeline import build, load_files
+    from pipelines.documents.pipeline import build, check_sample, expand_documents
 
     config = _config(DocumentsConfig, **flags)
-    _run_documents(build, config, load_files(config), "records")
+    load = _files(config, lambda inputs: check_sample(expand_documents(inputs), config))
+    _run_documents(build, config, load, "records")
 
 
 @_command("corpus")

@@ -315,15 +315,13 @@ def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
     decoded = decode_book(data, name)
     if isinstance(decoded, Rejection):
         return decoded
-    book = clean_text(decoded.text, name)
-    if isinstance(book, Rejection):
-        return book
-    return book._replace(encoding=decoded.encoding, replaced_characters=decoded.replaced)
+    return clean_text(decoded.text, name, decoded.encoding, decoded.replaced)
 
 
-def clean_text(text: str, name: str) -> CleanBook | Rejection:
-    """Decoded text cleaned into prose paragraphs by the rules for books (Gutenberg header and footer,
-    contents lists, headings and boilerplate dropped, lines unwrapped); ``empty`` when none is left."""
+def clean_text(text: str, name: str, encoding: str = "utf-8", replaced: int = 0) -> CleanBook | Rejection:
+    """Text decoded from ``encoding`` (``replaced`` characters by U+FFFD) cleaned into prose paragraphs
+    by the rules for books (Gutenberg header and footer, contents lists, headings and boilerplate
+    dropped, lines unwrapped); ``empty`` when none is left."""
     body, title = strip_gutenberg(normalize_newlines(text))
     blocks = drop_table_of_contents(split_blocks(body))
     paragraphs: list[str] = []
@@ -336,4 +334,4 @@ def clean_text(text: str, name: str) -> CleanBook | Rejection:
             paragraphs.append(paragraph)
     if not paragraphs:
         return Rejection("empty", f"{name}: no prose paragraphs left after cleaning")
-    return CleanBook(title, paragraphs, "utf-8")
+    return CleanBook(title, paragraphs, encoding, replaced)

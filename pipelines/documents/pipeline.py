@@ -16,12 +16,11 @@ from pipelines.books.clean import clean_text
 from pipelines.config import DocumentsConfig
 from pipelines.documents.read import SOURCE, Record, file_kind, plan_reads, read_part
 from pipelines.progress import ShowProgress
-from pipelines.stage import DROPPED, FILE_ERROR, Outcome, WriteStageOutput, sentences_outcome
+from pipelines.stage import DROPPED, FILE_ERROR, CountRecords, Outcome, WriteStageOutput, sentences_outcome
 from pipelines.text import normalize_text, paragraphs_to_sentences, split_sentences
 from schemas import storage
 from schemas.commands import InputError, UsageError
 from schemas.inputs import items, loads, read_bytes
-from schemas.paths import check_apart
 from schemas.rejects import Rejection
 
 SAMPLE_RECORDS, SAMPLE_CHARS = 1000, 8 << 20
@@ -70,12 +69,6 @@ def group_outcome(key: str, members, config: DocumentsConfig) -> Outcome:
     return dataclasses.replace(outcome, counts={**(outcome.counts or {}), "grouped_rows": len(members)})
 
 
-def counted(outcome: Outcome) -> Outcome:
-    """An outcome counted as one record read (``records_in``), unless it is a file error."""
-    counts = {**(outcome.counts or {}), "records_in": 1}
-    return outcome if outcome.kind == FILE_ERROR else dataclasses.replace(outcome, counts=counts)
-
-
 class ReadDocuments(beam.PTransform):
     """Input files into one outcome per record (a row, or a group of rows) and file errors."""
 
@@ -99,52 +92,49 @@ class ReadDocuments(beam.PTransform):
                 | "Group rows" >> beam.GroupByKey()
                 | "Documents" >> beam.MapTuple(lambda key, members: group_outcome(key, members, config))
             )
-            outcomes = (rejects, outcomes) | "All outcomes" >> beam.Flatten()
-        else:
-            outcomes = (
-                read
-                | "Spread records" >> beam.Reshuffle()
-                | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
-                | "Clean" >> beam.Map(lambda r: record_outcome(r, config) if isinstance(r, Record) else r)
-            )
-        return outcomes | "Count records" >> beam.Map(counted)
+            return (rejects, outcomes) | "All outcomes" >> beam.Flatten()
+        return (
+            read
+            | "Spread records" >> beam.Reshuffle()
+            | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
+            | "Clean" >> beam.Map(lambda r: record_outcome(r, config) if isinstance(r, Record) else r)
+        )
 
 
 def build(pipeline: beam.Pipeline, config: DocumentsConfig, inputs: list[str], out: storage.Folder) -> None:
     """Add the documents stage to ``pipeline`` for already-expanded ``inputs``."""
-    write = WriteStageOutput(
+    outcomes = pipeline | "Input files" >> beam.Create(inputs) | ReadDocuments(config)
+    records = outcomes | "Records" >> beam.Filter(lambda o: o.kind != FILE_ERROR) | CountRecords()
+    _ = outcomes | "Write" >> WriteStageOutput(
         out=out,
         producer="pipelines documents",
         params=config.params(),
         num_shards=config.num_shards,
+        extra_tallies=[records],
         input_files=inputs,
     )
-    _ = pipeline | "Input files" >> beam.Create(inputs) | ReadDocuments(config) | "Write" >> write
 
 
-def _dataset_files(folder: str) -> list[str]:
-    """The Arrow files a ``datasets.save_to_disk`` folder's ``state.json`` lists; none for another
-    folder. A ``DatasetDict``'s folder is refused: its splits are folders of their own."""
+def _folder_files(folder: str) -> list[str]:
+    """The Arrow files a ``datasets.save_to_disk`` folder's ``state.json`` lists, else the files of
+    a format read here in the folder (not in its subfolders); none when it is no folder. A
+    ``DatasetDict``'s folder is refused: its splits are folders of their own."""
     state = files.join(folder, "state.json")
     if files.exists(files.join(folder, "dataset_dict.json")):
         raise UsageError(
             f"--input {folder}: a DatasetDict saved by datasets; give one of its splits' folders"
         )
     if not files.exists(state):
-        return []
+        try:
+            return [f for f in files.expand_inputs([files.join(folder, "*")]) if file_kind(f)]
+        except InputError:  # no such folder: the path is taken as a file
+            return []
     with files.open_binary(state) as f:
         entries = items(loads(read_bytes(f, state, 1 << 20), state), "_data_files", state)
     names = [entry.get("filename") if isinstance(entry, dict) else None for entry in entries]
     if not names or not all(isinstance(n, str) and n.endswith(".arrow") and "/" not in n for n in names):
         raise InputError(f"{state}: _data_files must list the folder's .arrow files by name")
     return [files.join(folder, name) for name in names]
-
-
-def _folder_files(folder: str) -> list[str]:
-    try:
-        return [f for f in files.expand_inputs([files.join(folder, "*")]) if file_kind(f)]
-    except InputError:  # no such folder: the path is taken as a file
-        return []
 
 
 def expand_documents(inputs: tuple[str, ...]) -> list[str]:
@@ -154,7 +144,7 @@ def expand_documents(inputs: tuple[str, ...]) -> list[str]:
     for given in inputs:
         found = []
         if file_kind(given) is None and not any(c in given for c in "*?["):
-            found = _dataset_files(given) or _folder_files(given)
+            found = _folder_files(given)
         for path in files.expand_inputs(found or [given]):
             if file_kind(path) is None:
                 raise UsageError(
@@ -165,10 +155,10 @@ def expand_documents(inputs: tuple[str, ...]) -> list[str]:
     return sorted(found_files)
 
 
-def check_sample(paths: list[str], config: DocumentsConfig) -> None:
-    """Read the first records of the first file before the job is built: a missing field or column
-    is one line naming the file, what it has and the closest name; rows of one sentence each need
-    ``--group-field`` or ``--group-rows`` (next-sentence prediction needs document boundaries)."""
+def check_sample(paths: list[str], config: DocumentsConfig) -> list[str]:
+    """``paths`` once the first records of the first file, read before the job is built, have the
+    fields asked for (else one line naming what they have, the closest first) and, unless grouped,
+    are not one sentence each (next-sentence prediction needs document boundaries)."""
     part = plan_reads(paths[0], config.fields(), config.bytes_per_read, whole=True)[0]
     sample, num_chars = [], 0
     for item in itertools.islice(read_part(part, config.fields()), SAMPLE_RECORDS):
@@ -189,16 +179,4 @@ def check_sample(paths: list[str], config: DocumentsConfig) -> None:
             "each record's document) or --group-rows N (documents of N consecutive records, recorded in the "
             "manifest; --group-rows 1 keeps each record a document)"
         )
-
-
-def load_files(config: DocumentsConfig):
-    """The stage's ``load_inputs``: the input files, none over ``--output``, their first records checked."""
-    check_apart({"--output": config.output}, {"--input": config.inputs})
-
-    def load() -> list[str]:
-        paths = expand_documents(config.inputs)
-        check_apart({"--output": config.output}, {"--input": paths})
-        check_sample(paths, config)
-        return paths
-
-    return load
+    return paths

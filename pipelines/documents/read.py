@@ -129,9 +129,8 @@ def json_values(line: bytes, fields: dict[str, str]) -> dict[str, Any] | tuple[s
 
 
 def value_problem(values: dict[str, Any], fields: dict[str, str]) -> tuple[str, str] | None:
-    """``(reason, detail)`` when a named field's value cannot be used: a null text or group, not
-    UTF-8, of the wrong type (text and title strings, id and group strings or integers), an empty
-    text, or one that is binary or was decoded with replacements (``garbled_text``)."""
+    """``(reason, detail)`` when a named field's value cannot be used: a required one null, one not
+    UTF-8 or of the wrong type, or a text empty or garbled (``garbled_text``)."""
     for name, flag in fields.items():
         value, what, wants_text = values[name], f"{flag} {name!r}", flag in ("--text-field", "--title-field")
         if value is None and flag in REQUIRED:
