@@ -77,6 +77,21 @@ def folder_problems(flag: str, folder: str, names: Sequence[str], layout: str) -
     return [f"{flag} {folder}: no {' or '.join(missing)} ({layout})"] if missing else []
 
 
+def documents_problems(
+    documents: str, options: Sequence[str], output: str, runner: Sequence[str]
+) -> list[str]:
+    """``pipelines documents`` run dry (``--dry_run=True``: nothing is written) on ``--documents``
+    with ``--documents-option``: the files, flags, fields and layout checked as the stage checks them
+    (in its own process: the chain never imports Beam)."""
+    command = [sys.executable, "-m", "pipelines", "documents", "--input", documents, "--output", output]
+    done = subprocess.run([*command, *options, *runner, "--dry_run=True"], capture_output=True, text=True)
+    if done.returncode == 0:
+        return []
+    lines = done.stderr.strip().splitlines() or ["no message"]
+    line = next((x for x in reversed(lines) if x.startswith("error:")), lines[-1])
+    return [f"--documents {documents}: {line.removeprefix('error: ').removeprefix('Error: ')}"]
+
+
 def glue_dir_problems(glue_dir: str, glue_task: str | None) -> list[str]:
     """``--glue-dir`` holds the task's files, which the fine-tuning stage's own reader takes."""
     task = get_task(glue_task or DERIVED_TASK)

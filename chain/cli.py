@@ -35,10 +35,18 @@ def _refuse(problems: list[str], error: type[Exception]) -> None:
 )
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @config_option(ChainConfig, "workdir", **WORKDIR)
-@config_option(
-    ChainConfig, "wiki_dump", show_default=False, help="A pages-articles dump (.xml.bz2). [required]"
-)
+@config_option(ChainConfig, "wiki_dump", show_default=False, help="A pages-articles dump (.xml.bz2).")
 @config_option(ChainConfig, "books", help="A folder of plain-text books (*.txt); none: no books stage.")
+@config_option(ChainConfig, "documents", help="JSON Lines, Parquet or a datasets folder to read.")
+@config_option(
+    ChainConfig,
+    "documents_options",
+    "--documents-option",
+    "documents_options",
+    multiple=True,
+    show_default=False,
+    help="A flag of `pipelines documents` (--documents-option=--title-field=title); repeatable.",
+)
 @config_option(ChainConfig, "glue_dir", help="A GLUE task folder; default: a task derived from the corpus.")
 @config_option(ChainConfig, "glue_task", help="The task of --glue-dir (default mrpc).")
 @config_option(ChainConfig, "vocab_size", type=int)
@@ -60,7 +68,12 @@ def main(ctx: click.Context, **opts) -> None:
     cfg = ChainConfig(**{**opts, "workdir": opts["workdir"].rstrip("/"), "runner": tuple(opts["runner"])})
     _refuse(cfg.problems(), UsageError)
     todo = plan(cfg)
-    inputs = {"--wiki-dump": cfg.wiki_dump, "--books": cfg.books, "--glue-dir": cfg.glue_dir}
+    inputs = {
+        "--wiki-dump": cfg.wiki_dump,
+        "--books": cfg.books,
+        "--documents": cfg.documents,
+        "--glue-dir": cfg.glue_dir,
+    }
     check_apart(cfg.workdir, todo, inputs)
     probe(writes={"--workdir": cfg.workdir})
     with claim(cfg.workdir, "chain") as workdir:  # before the slower checks: a second chain is told at once

@@ -133,7 +133,7 @@ def _picture(url: str, caption: str, sections: Sections, images: dict[str, bytes
 def _data_card(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
     """Documents in, out and dropped per corpus stage, sentence lengths and the split."""
     rows = []
-    for name in ("wiki", "books", "corpus"):
+    for name in ("wiki", "books", "documents", "corpus"):
         url = f"{outputs[name]}/stats.json"
         if outputs[name] and (stats := read_json(url)):
             drops = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -17,7 +18,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import files
 from pipelines.beam_options import BeamCommand
-from pipelines.config import BooksConfig, CorpusConfig, SourceConfig, TextConfig, WikipediaConfig
+from pipelines.config import (
+    BooksConfig,
+    CorpusConfig,
+    DocumentsConfig,
+    SourceConfig,
+    TextConfig,
+    WikipediaConfig,
+)
 from pipelines.examples.batches import random_next_warning
 from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.runner import run_stage, summary_lines
@@ -77,12 +85,13 @@ def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, reco
         raise InputError(f"--output {config.output}: not marked COMPLETED: {reason}")
 
 
-def _files(config: SourceConfig):
-    """The files ``--input`` names, none over ``--output`` (patterns checked, then the files)."""
+def _files(config: SourceConfig, expand: Callable[[tuple[str, ...]], list[str]] = files.expand_inputs):
+    """The files ``--input`` names (by ``expand``), none over ``--output`` (patterns checked, then
+    the files)."""
     check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:
-        paths = files.expand_inputs(config.inputs)
+        paths = expand(config.inputs)
         check_apart({"--output": config.output}, {"--input": paths})
         _refuse_outputs_files(config.inputs, paths)
         return paths
@@ -117,6 +126,7 @@ def main(verbose: bool) -> None:
     \b
     pipelines wikipedia --input 'dumps/enwiki-*-pages-articles-multistream*.xml.bz2' --output out/corpus/wiki
     pipelines books --input 'books/*.txt' --output out/corpus/books
+    pipelines documents --input 'hub/wikipedia/*.parquet' --output out/corpus/hub --title-field title
     pipelines corpus --input out/corpus/wiki --input out/corpus/books --output out/corpus/all
 
     Paths may be local or bucket URLs (gs://, s3:// with the aws extra). Beam's own options go to
@@ -189,6 +199,29 @@ def books(**flags):
 
     config = _config(BooksConfig, **flags)
     _run_documents(build, config, _files(config), "books")
+
+
+@_command("corpus")
+@_source_options(DocumentsConfig)
+@option(DocumentsConfig, "text_field", help="The field (column) holding each record's text.")
+@option(DocumentsConfig, "id_field", help="A field naming each record (an integer one is kept as page_id).")
+@option(DocumentsConfig, "title_field", help="A field holding each record's title.")
+@option(DocumentsConfig, "group_field", help="Rows are sentences: the field naming each one's document.")
+@option(DocumentsConfig, "group_rows", type=click.IntRange(min=1), help="Rows are sentences: N a document.")
+@option(DocumentsConfig, "bytes_per_read", help="Plain JSON Lines: bytes per read task.")
+def documents(**flags):
+    """Read JSON Lines (.jsonl, .json; plain, .gz, .zst, .bz2), Parquet and datasets' save_to_disk
+    folders into documents, one a row, cleaned as books are.
+
+    For wikimedia/wikipedia, bookcorpusopen, Dolma-style JSON Lines and the like. Rows that are
+    sentences (bookcorpus) need --group-field or --group-rows: next-sentence prediction needs
+    document boundaries.
+    """
+    from pipelines.documents.pipeline import build, check_sample, expand_documents
+
+    config = _config(DocumentsConfig, **flags)
+    load = _files(config, lambda inputs: check_sample(expand_documents(inputs), config))
+    _run_documents(build, config, load, "records")
 
 
 @_command("corpus")

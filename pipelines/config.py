@@ -92,6 +92,38 @@ class BooksConfig(SourceConfig):
 
 
 @dataclass(frozen=True)
+class DocumentsConfig(SourceConfig):
+    """``pipelines documents``: JSON Lines, Parquet and ``datasets`` Arrow files to documents."""
+
+    text_field: str = "text"
+    id_field: str | None = None
+    title_field: str | None = None
+    group_field: str | None = None
+    group_rows: int | None = None
+    bytes_per_read: int = 64 << 20
+
+    def fields(self) -> dict[str, str]:
+        """The fields read, name -> flag, the text's first."""
+        flags = ("--text-field", "--id-field", "--title-field", "--group-field")
+        names = (self.text_field, self.id_field, self.title_field, self.group_field)
+        return {name: flag for flag, name in zip(flags, names, strict=True) if name is not None}
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        named = [self.text_field, self.id_field, self.title_field, self.group_field]
+        if "" in named or len(self.fields()) < sum(name is not None for name in named):
+            problems.append(
+                "--text-field, --id-field, --title-field and --group-field must name different fields"
+            )
+        if self.group_field and self.group_rows is not None:
+            problems.append("give --group-field or --group-rows, not both")
+        if self.group_rows is not None:
+            check_count("--group-rows", self.group_rows, problems)
+        check_count("--bytes-per-read", self.bytes_per_read, problems, 1 << 40)
+        return problems
+
+
+@dataclass(frozen=True)
 class TextConfig(SourceConfig):
     """``pipelines text``: files in the reference generator's format to a corpus output."""
 

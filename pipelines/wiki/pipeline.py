@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ from pipelines.stage import (
     reject_outcome,
     sentences_outcome,
 )
-from pipelines.text import paragraphs_to_sentences
+from pipelines.text import garbled_text, paragraphs_to_sentences
 from pipelines.wiki.dump import (
     RawPage,
     index_path_for,
@@ -37,10 +36,6 @@ from schemas.rejects import Rejection
 SOURCE = "wikipedia"
 ARTICLE_NAMESPACE = 0
 _LOG = logging.getLogger(__name__)
-
-MAX_GARBLED_SHARE = 0.01
-"""Page text with more than this share of control characters or U+FFFD is rejected, not cleaned."""
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # Allowed in XML 1.0: only \x7f-\x9f.
 
 
 @dataclass(frozen=True)
@@ -95,16 +90,6 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
         )
         detail = f"{defect.detail}{where}{kept if num_pages or task.defect else ''}"
         yield reject_outcome(SOURCE, task.path, "file", defect.reason, detail, kind=FILE_ERROR)
-
-
-def garbled_text(text: str) -> tuple[str, str] | None:
-    """``(reason, detail)`` when page text is binary or decoded from invalid UTF-8; None otherwise."""
-    limit = MAX_GARBLED_SHARE * len(text)
-    if (controls := len(_CONTROL_RE.findall(text))) > limit:
-        return "binary", f"{controls} control characters in {len(text)}: binary data, not wikitext"
-    if (replaced := text.count("\ufffd")) > limit:
-        return "undecodable", f"{replaced} U+FFFD in {len(text)} characters: the text was not valid UTF-8"
-    return None
 
 
 def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome:

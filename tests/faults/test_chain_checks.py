@@ -247,3 +247,22 @@ def test_chains_own_flags_before_a_subcommand_are_refused(dump, tmp_path):
     assert result.exit_code == 2 and _errors(result) == "--workdir is chain's, not chain ablate's"
     empty = CliRunner().invoke(chain_main, ["--workdir", "", "--wiki-dump", str(dump)])
     assert empty.exit_code == 2 and _errors(empty) == "--workdir must not be empty"
+
+
+def test_a_corpus_for_pipelines_documents_is_checked_as_that_stage_checks_it(tmp_path):
+    """Rows of one sentence each, or a missing file, are refused before any stage (the stage run dry)."""
+    rows = "".join(f'{{"text": "usually , he would be there at {i} ."}}\n' for i in range(40))
+    (tmp_path / "bookcorpus.jsonl").write_text(rows)
+    result = _chain(tmp_path / "w", "--documents", str(tmp_path / "bookcorpus.jsonl"))
+    assert result.exit_code == 1
+    assert _errors(result).startswith(
+        f"--documents {tmp_path / 'bookcorpus.jsonl'}: --input {tmp_path / 'bookcorpus.jsonl'}: 40 of its first "
+        "40 records hold one sentence each: next-sentence prediction needs document boundaries"
+    )
+    missing = tmp_path / "missing.parquet"
+    result = _chain(tmp_path / "w", "--documents", str(missing), "--documents-option=--group-rows=10")
+    assert result.exit_code == 1
+    assert (
+        _errors(result) == f"--documents {missing}: --input {missing}: no file matches this path or pattern"
+    )
+    assert not (tmp_path / "w").exists()

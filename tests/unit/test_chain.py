@@ -77,3 +77,20 @@ def test_derived_pairs_are_balanced_and_negatives_cross_documents():
             assert doc1 != doc2
     assert len(pairs(documents, limit=10, seed=7)) == 10
     assert pairs(documents[:1], limit=10, seed=7) == []
+
+
+def test_a_corpus_in_json_lines_or_parquet_is_a_documents_stage_feeding_the_corpus():
+    from chain.plan import ChainConfig, plan
+
+    options = ("--title-field=title", "--group-rows=100")
+    cfg = ChainConfig(workdir="w", documents="hub/*.parquet", documents_options=options, books="books")
+    stages = {stage.name: stage for stage in plan(cfg)}
+    assert "wikipedia" not in stages and stages["corpus"].upstream == ("books", "documents")
+    assert stages["documents"].command[1:] == [
+        *"documents --num-shards 4 --overwrite".split(),
+        *options,
+        *("--input", "hub/*.parquet", "--output", "w/corpus/documents"),
+    ]
+    corpus = ["--input", "w/corpus/books", "--input", "w/corpus/documents", "--output", "w/corpus/all"]
+    assert stages["corpus"].command[-6:] == corpus
+    assert ChainConfig(workdir="w").problems()[0] == "give --wiki-dump or --documents"
