@@ -240,12 +240,15 @@ def evaluate() -> None:
 @click.option("--null-odds", help="v2.0: JSON question id -> null odds; adds the best-threshold metrics.")
 def evaluate_squad(version: str, data_file: str, predictions: str, null_odds: str | None) -> None:
     """Print EM and F1 (v2.0: with the HasAns/NoAns breakdown) as JSON."""
-    from finetune.squad import evaluate_file, repeated_ids_line
+    from finetune.squad import evaluate_file
 
     result = evaluate_file(version, data_file, predictions, null_odds)
-    if result.get("num_duplicate_ids"):
-        line = repeated_ids_line(data_file, result["num_duplicate_ids"], result["duplicate_ids"])
-        click.echo(f"warning: {line}", err=True)
+    if repeated := result.get("duplicate_ids"):
+        click.echo(
+            f"warning: {result['num_duplicate_ids']:,} question(s) in {data_file} repeat an earlier question's id "
+            f"({', '.join(map(repr, repeated[:3]))}); predictions are keyed by id, so those are scored by one",
+            err=True,
+        )
     if result["unanswered"]:
         click.echo(
             f"warning: {result['unanswered']:,} of {result['total']:,} questions in {data_file} have no "

@@ -113,15 +113,6 @@ def read_squad(path: str, version: str) -> tuple[list[SquadExample], SquadStats]
     return examples, stats
 
 
-def repeated_ids_line(path: str, num_repeated: int, ids: Sequence[str]) -> str:
-    """The warning for questions of ``path`` that repeat an earlier question's id."""
-    shown = ", ".join(repr(i) for i in ids[:3]) + (", ..." if num_repeated > 3 else "")
-    return (
-        f"{num_repeated:,} question(s) in {path} repeat an earlier question's id ({shown}); predictions are "
-        "keyed by id, so the questions sharing one are answered and scored by one prediction"
-    )
-
-
 def _question(qa: Any, context: str, version: str, where: str, stats: SquadStats) -> SquadExample:
     question = field(qa, "question", str, where)
     answers = [
@@ -450,10 +441,6 @@ def run_squad(
             f"without --train-file the span head is scored as it is, and {encoder.source} has none (it would be "
             "random): give --train-file, or the model/ folder of an earlier `finetune squad` run"
         )
-    if predict_stats.num_duplicate_ids:  # once every check has passed
-        logger.warning(
-            repeated_ids_line(predict_file, predict_stats.num_duplicate_ids, predict_stats.duplicate_ids)
-        )
     if before_training is not None:
         before_training()
     metrics: dict[str, Any] = {
@@ -514,10 +501,9 @@ def evaluate_file(
     if version == "1.1" and null_odds_file is not None:
         raise UsageError("null odds are a SQuAD v2.0 notion: leave --null-odds out for --version 1.1")
     questions, stats = read_squad(data_file, version)
-    data = _as_data(questions)
-    predictions = _mapping(predictions_file, (str,), "an answer string")
+    data, predictions = _as_data(questions), _mapping(predictions_file, (str,), "an answer string")
     repeated = {"num_duplicate_ids": stats.num_duplicate_ids, "duplicate_ids": stats.duplicate_ids}
-    repeated = repeated if stats.num_duplicate_ids else {}
+    repeated = repeated if stats.num_duplicate_ids else {}  # counted and named, as in metrics.json
     try:
         if version == "1.1":
             return {**evaluate_v1(data, predictions), **repeated}

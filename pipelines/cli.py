@@ -1,9 +1,8 @@
 """``pipelines``: the corpus and example pipelines (Apache Beam).
 
 Each command parses its flags into a typed config (defaults declared there) and calls one stage
-(:func:`pipelines.runner.run_stage`). An option the command does not know is handed to Beam
-(``--runner``, ``--project``, ``--region``, ``--temp_location``, ``--setup_file``, ...) once
-:class:`pipelines.beam_options.BeamCommand` has found it among Beam's own.
+(:func:`pipelines.runner.run_stage`). Other options go to Beam (``--runner``, ``--project``,
+``--temp_location``, ...) once :class:`pipelines.beam_options.BeamCommand` found them Beam's own.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import click
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import files
-from pipelines.beam_options import BeamCommand
+from pipelines.beam_options import PASS_ON, BeamCommand
 from pipelines.config import (
     BooksConfig,
     CorpusConfig,
@@ -43,7 +42,7 @@ DRY_RUN = "dry run: the job was built and not submitted; nothing was written"
 
 def _command(doc: str):
     """A stage's subcommand: other options go to Beam; ``--help`` ends with its doc page."""
-    return main.command(cls=BeamCommand, context_settings=_HELP, epilog=f"Docs: docs/{doc}.md")
+    return main.command(cls=BeamCommand, context_settings={**_HELP, **PASS_ON}, epilog=f"Docs: docs/{doc}.md")
 
 
 def _config(make, *args, **kwargs):
@@ -60,10 +59,9 @@ def _stage(build, config, load_inputs, reads: dict, **kwargs) -> tuple[dict, str
     if result is None:
         click.echo(DRY_RUN)
         return None
-    stats, holds, warning = result
-    if warning:
+    if warning := result[2]:
         click.echo(f"warning: {warning}", err=True)
-    return stats, holds
+    return result[:2]
 
 
 def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, record_name: str) -> None:
@@ -102,7 +100,7 @@ def _files(config: SourceConfig, expand: Callable[[tuple[str, ...]], list[str]] 
 def _refuse_outputs_files(patterns: tuple[str, ...], paths: list[str]) -> None:
     """InputError when a pattern matched a file of an output (a folder, at or below the pattern's
     fixed part, that holds an output record or claim): never an output's manifest taken as a book."""
-    outputs: dict[str, bool] = {}
+    outputs: dict[str, bool] = {}  # folder: whether it is an output
     for pattern in (p for p in patterns if any(c in p for c in "*?[")):
         base = re.split(r"[*?[]", pattern, maxsplit=1)[0].rpartition("/")[0]
         for path in (p for p in paths if p.startswith(base)):
@@ -368,24 +366,17 @@ def _examples_config(flags: dict) -> ExamplesConfig:
         + ("mask_share", "keep_share", "random_share")
     }
     apply_masking = not flags.pop("no_masking")
-    found: list[str] = []
+    found: list[str] = []  # every part's problems, each part made with defaults where refused
 
-    def made(make, *args, **settings):  # the defaults where the settings are refused, to find the rest
+    def made(make, **settings):
         try:
-            return make(*args, **settings)
+            return make(**settings)
         except ValueError as err:
             found.append(str(err).removeprefix("invalid settings: "))
-            return make() if not args else None
+            return None if "corpus" in settings else make()
 
-    parts = made(PairConfig, **pairs), made(MaskingConfig, **masking)
-    config = made(
-        ExamplesConfig,
-        flags.pop("corpus"),
-        **flags,
-        pairs=parts[0],
-        masking=parts[1],
-        apply_masking=apply_masking,
-    )
+    parts = {"pairs": made(PairConfig, **pairs), "masking": made(MaskingConfig, **masking)}
+    config = made(ExamplesConfig, **flags, **parts, apply_masking=apply_masking)
     if found:
         raise ValueError("invalid settings: " + "; ".join(found))
     return config

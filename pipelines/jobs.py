@@ -140,21 +140,15 @@ def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
 
 @contextlib.contextmanager
 def _temp_folder_of_its_own() -> Iterator[None]:
-    """For the block, the temporary folder of this process and of the runner's workers is one of its
-    own, removed when the process ends, after Beam's exit handlers (registered later, run first):
-    Beam's local runners leave folders there (``beam-temp*`` of a job server that could not start)."""
-    folder = tempfile.mkdtemp(prefix="pipelines-beam-")
-    atexit.register(shutil.rmtree, folder, True)
-    saved = tempfile.tempdir, os.environ.get("TMPDIR")
-    tempfile.tempdir = os.environ["TMPDIR"] = folder
+    """For the block, this process's temporary folder is one of its own, removed when the process
+    ends, after Beam's exit handlers (registered later, run first): Beam's local runners leave
+    folders there (``beam-temp*`` of a job server that could not start)."""
+    saved, tempfile.tempdir = tempfile.tempdir, tempfile.mkdtemp(prefix="pipelines-beam-")
+    atexit.register(shutil.rmtree, tempfile.tempdir, True)
     try:
         yield
     finally:  # as it was, for what the process does next
-        tempfile.tempdir = saved[0]
-        if saved[1] is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = saved[1]
+        tempfile.tempdir = saved
 
 
 def _beam_logs() -> bool:

@@ -14,14 +14,12 @@ record-batch index alone; each unit is one ranged read, checked against its SHA-
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import itertools
 import logging
 import os
 import time
-import warnings
 from collections import deque
 from collections.abc import Iterator
 from concurrent import futures
@@ -203,10 +201,10 @@ class ExampleShards(torch.utils.data.IterableDataset):
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume: the next iterator skips this rank's first ``batches_done`` batches of ``epoch``.
         A state saved under another batch size, world size, streams, data or seed is refused."""
-        if state.get("manifest_sha256", self.manifest_sha256) != self.manifest_sha256:
+        if (then := state.get("manifest_sha256", self.manifest_sha256)) != self.manifest_sha256:
             raise ValueError(
                 f"the shards at {self.url} were rewritten since it read them ({MANIFEST_FILE}'s SHA-256 "
-                f"{str(state['manifest_sha256'])[:12]}… then, {self.manifest_sha256[:12]}… now): give the shards it read"
+                f"{str(then)[:12]}… then, {self.manifest_sha256[:12]}… now): give the shards it read"
             )
         for key in _STATE_KEYS:
             if state.get(key) != getattr(self, key):
@@ -333,15 +331,6 @@ class ExampleShards(torch.utils.data.IterableDataset):
             pool.shutdown(wait=not hung, cancel_futures=True)
 
 
-@contextlib.contextmanager
-def _no_worker_count_warning() -> Iterator[None]:
-    """Without torch's warning of more DataLoader workers than CPUs (at every epoch, with source
-    lines): the trainer says it once, in its log."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "This DataLoader will create")
-        yield
-
-
 class ShardLoader:
     """The DataLoader of a run over an :class:`ExampleShards` (``num_workers`` must divide its
     streams); :meth:`epoch` starts the workers for one epoch from a resume point. A worker that dies
@@ -352,21 +341,19 @@ class ShardLoader:
     ) -> None:
         self.reader, self.num_workers, self.timeout_s = reader, num_workers, timeout_s
         reader.timeout_s = timeout_s
-        with _no_worker_count_warning():
-            self.loader = torch.utils.data.DataLoader(
-                reader,
-                batch_size=None,
-                num_workers=num_workers,
-                pin_memory=pin_memory,
-                timeout=timeout_s if num_workers else 0,
-                generator=torch.Generator(),  # the workers' seeds: never drawn from the global RNG
-            )
+        self.loader = torch.utils.data.DataLoader(
+            reader,
+            batch_size=None,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            timeout=timeout_s if num_workers else 0,
+            generator=torch.Generator(),  # the workers' seeds: never drawn from the global RNG
+        )
 
     def epoch(self, epoch: int, batches_done: int = 0) -> Iterator[Batch]:
         """This rank's batches of ``epoch`` after the first ``batches_done``, in order."""
         self.reader.load_state_dict(self.reader.state_at(batches_done, epoch))
-        with _no_worker_count_warning():
-            batches = iter(self.loader)  # its workers shut down when it is released
+        batches = iter(self.loader)  # its workers shut down when it is released
         try:
             for batch in batches:
                 if isinstance(batch, InputError):

@@ -150,6 +150,10 @@ class _Window:
         self.pending_tokens += batch.num_tokens
 
 
+def _made_from(shards: ExampleShards) -> tuple:
+    return shards.params.get("corpus_manifest_sha256"), shards.params.get("split")
+
+
 def worker_count(num_workers: int, streams: int) -> int:
     """The DataLoader workers of a rank: the most (up to ``--num-workers``) that divide the reader's
     ``streams`` evenly; more than the CPUs this process may use is warned of, once."""
@@ -161,6 +165,7 @@ def worker_count(num_workers: int, streams: int) -> int:
             "workers than CPUs slow the run down: give --num-workers %d or fewer",
             *(num_workers, workers, streams, cpus, cpus),
         )
+        warnings.filterwarnings("ignore", "This DataLoader will create")  # torch's, at every epoch
     return workers
 
 
@@ -246,13 +251,9 @@ class Trainer:
                 "vocab_sha256": vocab.vocab_sha256,
             }
             self.validation = self._open_shards("--validation-shards", cfg.validation_shards, **fixed)
-            made_from = [
-                (r.params.get("corpus_manifest_sha256"), r.params.get("split"))
-                for r in (self.reader, self.validation)
-            ]
-            if made_from[0] == made_from[1]:
+            if (made := _made_from(self.reader)) == _made_from(self.validation):
                 raise InputError(
-                    f"--validation-shards {cfg.validation_shards}: made from the same corpus split ({made_from[0][1]} of "
+                    f"--validation-shards {cfg.validation_shards}: made from the same corpus split ({made[1]} of "
                     f"{self.reader.params.get('corpus')}) as --shards {cfg.shards}: its figures would be training "
                     "figures; make held-out shards with `pipelines examples --split validation`"
                 )

@@ -24,8 +24,7 @@ EXIT_FAILED = 1
 MAX_SEED = 2**32 - 1
 """The largest seed of every command: each generator a seed reaches (torch, NumPy, Python) takes it."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed (129)
-CHAIN_STAGE = "BERT_CHAIN_STAGE"
-"""Set in the environment of a command that ``chain`` runs as a stage: its stop line is the chain's to say."""
+CHAIN_STAGE = "BERT_CHAIN_STAGE"  # set for a command `chain` runs as a stage: its stop line is the chain's
 
 _received: list[int] = []  # the stop signals this process received while a command ran
 
@@ -120,7 +119,8 @@ def _invoke(invoke, ctx: click.Context):
     _received.clear()
     previous = {s: signal.signal(s, raise_stopped) for s in STOP_SIGNALS} if main else {}
     try:
-        return invoke(ctx)
+        with _usage_in_one_line():  # a subcommand's command line
+            return invoke(ctx)
     except KeyboardInterrupt as err:  # ours, or one a library raised again in its place
         stop = err if isinstance(err, Stopped) else Stopped(stop_received() or signal.SIGINT)
         if os.environ.get("LOCAL_RANK", "0") == "0" and CHAIN_STAGE not in os.environ:  # one line a node
@@ -128,11 +128,6 @@ def _invoke(invoke, ctx: click.Context):
         ctx.exit(stop.exit_code)
     except CommandError as err:
         click.echo(f"error: {one_line(str(err))}", err=True)
-        ctx.exit(err.exit_code)
-    except click.exceptions.NoArgsIsHelpError:
-        raise
-    except click.UsageError as err:  # a subcommand's command line
-        click.echo(f"error: {usage_line(err)}", err=True)
         ctx.exit(err.exit_code)
     except OSError as err:
         if err.errno == errno.EPIPE:  # click ends a broken pipe quietly itself
@@ -144,29 +139,27 @@ def _invoke(invoke, ctx: click.Context):
             signal.signal(signum, handler)
 
 
-def usage_line(err: click.UsageError) -> str:
-    """A wrong command line as one line; an unknown option named with the closest known one."""
-    if not isinstance(err, click.NoSuchOption):
-        return one_line(err.format_message())
-    where = f"`{err.ctx.command_path}`" if err.ctx else "the command"
-    hint = f"; did you mean {err.possibilities[0]}?" if err.possibilities else ""
-    return f"{err.option_name}: not an option of {where}{hint}"
-
-
-def _parse(make_context, *args, **kwargs) -> click.Context:
-    """``make_context``, a click usage error (not ``--help``) ending as one ``error:`` line, exit 2."""
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    """A wrong command line (not ``--help``'s) as one ``error:`` line, exit 2; an unknown option
+    named with the closest known one, as `pipelines` names one that is not Beam's either."""
     try:
-        return make_context(*args, **kwargs)
+        yield
     except click.exceptions.NoArgsIsHelpError:
         raise
     except click.UsageError as err:
-        click.echo(f"error: {usage_line(err)}", err=True)
+        line = one_line(err.format_message())
+        if isinstance(err, click.NoSuchOption):
+            hint = f"; did you mean {err.possibilities[0]}?" if err.possibilities else ""
+            line = f"{err.option_name}: not an option of `{err.ctx.command_path if err.ctx else ''}`{hint}"
+        click.echo(f"error: {line}", err=True)
         raise click.exceptions.Exit(err.exit_code) from None
 
 
 class _OneLine:
     def make_context(self, *args, **kwargs) -> click.Context:
-        return _parse(super().make_context, *args, **kwargs)
+        with _usage_in_one_line():
+            return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx: click.Context):
         return _invoke(super().invoke, ctx)

@@ -159,7 +159,6 @@ def train(ctx, **flags) -> None:
     from schemas.paths import check_apart
 
     refuse_unknown(ctx)  # what goes to Beam: Beam's own options, before anything is read
-    flags = ctx.params  # file:// values as local paths
     try:
         config = VocabConfig(**{**flags, "splits": tuple(flags["splits"])})
     except ValueError as err:  # the settings

@@ -240,18 +240,15 @@ def random_next_warning(stats: dict) -> str | None:
     one sentence; too few documents to draw a random next sentence from), or random next sentences
     mostly from copies of the same text; None otherwise."""
     rate, skipped = stats.get("random_next_rate"), stats["skipped"]["pairs_without_other_document"]
-    instead = "; or use --format packed (no next sentence prediction)"
     if rate is not None and abs(rate - 0.5) > MAX_NSP_IMBALANCE:
-        if skipped:
-            return (
-                f"random next {rate:.2f} (0.50 is balanced), and {skipped:,} pairs skipped for want of another "
-                "document to draw a random next sentence from: give the text as many documents (a blank line "
-                f"between documents in `pipelines text`){instead}"
-            )
-        return (
-            f"random next {rate:.2f} (0.50 is balanced): the documents are too short to take a next sentence "
-            f"from their own text (one sentence each?): give documents of several sentences{instead}"
+        why = (
+            f", and {skipped:,} pairs skipped for want of another document to draw a random next sentence "
+            "from: give the text as many documents (a blank line between documents in `pipelines text`)"
+            if skipped
+            else ": the documents are too short to take a next sentence from their own text (one sentence "
+            "each?): give documents of several sentences"
         )
+        return f"random next {rate:.2f} (0.50 is balanced){why}; or use --format packed (no next sentence prediction)"
     share = stats.get("random_next_same_text_share")
     if share is None or share <= MAX_SAME_TEXT_SHARE:
         return None

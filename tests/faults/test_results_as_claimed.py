@@ -60,7 +60,7 @@ def test_squad_questions_sharing_an_id_are_counted_and_named(tmp_path):
     warning, scores = result.output.split("\n", 1)
     assert warning == (
         f"warning: 1 question(s) in {data} repeat an earlier question's id ('q1'); predictions are keyed by id, "
-        "so the questions sharing one are answered and scored by one prediction"
+        "so those are scored by one"
     )
     assert json.loads(scores) | {"exact_match": 0, "f1": 0} == {
         "exact_match": 0,

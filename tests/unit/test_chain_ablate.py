@@ -237,6 +237,6 @@ def test_dry_run_prints_the_paper_plan_and_refuses_a_runner_beam_does_not_know(t
     bad = _ablate(tmp_path, "--dry-run", "--beam-option=--runner=NoSuchRunner")
     assert bad.exit_code == 2 and bad.output.count("\n") == 1
     assert bad.output.startswith(
-        "error: --beam-option --runner NoSuchRunner: not a runner Beam has; ValueError: "
+        "error: --beam-option --runner NoSuchRunner: not a runner Beam has; Beam has "
     )
     assert not (tmp_path / "w").exists()
