@@ -86,7 +86,7 @@ def test_a_typo_is_one_line_naming_the_closest_option_and_nothing_runs(line, exp
 REQUIRED = {"examples": ["--corpus", "c", "--vocab", "v.txt"]}
 
 
-@pytest.mark.parametrize("command", ["wikipedia", "books", "text", "corpus", "examples"])
+@pytest.mark.parametrize("command", ["wikipedia", "books", "text", "documents", "corpus", "examples"])
 def test_every_pipelines_stage_refuses_an_option_neither_its_own_nor_beams(command, tmp_path):
     args = [command, *REQUIRED.get(command, ["--input", "i"]), "--output", str(tmp_path / "o"), "--overwrit"]
     result = CliRunner().invoke(CLIS["pipelines"], args, prog_name="pipelines")
