@@ -44,20 +44,13 @@ def problems(args: Sequence[str], own: Iterable[str] = (), command: str = "") ->
     ]
     found += [f"{unknown[0]}: not an argument of {where}"] if unknown and not found else []
     for action in parser._actions:
-        if type(value := getattr(known, action.dest, None)) in (int, float) and value < 0 <= (
-            action.default or 0
-        ):
+        value = getattr(known, action.dest, None)
+        if type(value) in (int, float) and value < 0 <= (action.default or 0):  # a count, a size, a port
             found.append(f"{action.option_strings[0]} {value}: Beam takes 0 or more here")
     runners = {n.lower().removesuffix("runner"): n for n in StandardOptions.KNOWN_RUNNER_NAMES}
-    if (
-        (runner := known.runner or "")
-        and "." not in runner
-        and runner.lower().removesuffix("runner") not in runners
-    ):
-        hint = (
-            _closest(runner.lower().removesuffix("runner"), runners)
-            or f"; Beam has {', '.join(runners.values())}"
-        )
+    runner = known.runner or ""  # a module path is Beam's to import
+    if runner and "." not in runner and (stem := runner.lower().removesuffix("runner")) not in runners:
+        hint = _closest(stem, runners) or f"; Beam has {', '.join(runners.values())}"
         found.append(f"--runner {runner}: not a runner Beam has{hint}")
     return found
 
