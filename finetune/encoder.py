@@ -22,7 +22,7 @@ from pretrain.model import BertForPreTraining, BertModel
 from schemas import storage
 from schemas.commands import InputError
 from schemas.inputs import boolean
-from wordpiece.tokenizer import WordPieceTokenizer
+from wordpiece.tokenizer import UNK_WARN_SHARE, WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,6 @@ def read_head(source: str, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]
 
 
 CASING_SAMPLE = 200  # the first texts of the training data check_casing tokenises
-UNK_WARN_SHARE = 0.01  # above this share of [UNK], and twice the other casing's, the casing is wrong
 
 
 def unknown_share(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> float:
@@ -105,8 +104,9 @@ def unknown_share(tokenizer: WordPieceTokenizer, texts: Sequence[str]) -> float:
 
 
 def check_casing(encoder: Encoder, texts: Sequence[str]) -> float:
-    """Warn, with both figures, when the encoder's casing gives over :data:`UNK_WARN_SHARE` ``[UNK]`` on
-    the first texts and twice the other casing's. Returns the share."""
+    """Warn, with both figures, when the encoder's casing gives over
+    :data:`~wordpiece.tokenizer.UNK_WARN_SHARE` ``[UNK]`` on the first texts and twice the other
+    casing's (then the casing is wrong). Returns the share."""
     sample = [t for t in texts[:CASING_SAMPLE] if t]
     tokenizer = encoder.tokenizer
     share = unknown_share(tokenizer, sample)

@@ -42,8 +42,8 @@ def reserve_problem(vocab_size: int, num_unused: int) -> str | None:
 MAX_INPUT_CHARS_PER_WORD = 100
 """Longer words become one ``[UNK]``, as in ``tokenizers`` and transformers (google-research/bert: 200)."""
 UNK_WARN_SHARE = 0.01
-"""Shards with more ``[UNK]`` tokens than this (``stats.json`` ``unk_rate``) are warned of: the casing
-or the vocabulary does not fit the text."""
+"""A share of ``[UNK]`` tokens above this is warned of (the shards' ``stats.json`` ``unk_rate``, a
+fine-tuning run's first texts): the casing or the vocabulary does not fit the text."""
 
 
 def unknown_share_warning(share: float | None, cased: bool) -> str | None:
