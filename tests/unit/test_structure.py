@@ -192,6 +192,8 @@ RULES = {
     "the GLUE metrics": (r'"(mcc|spearman|pearson)"|== "cola"', "finetune/glue_tasks.py"),
     "the paper's numbers": (r"\b(84\.4|88\.5|92\.7|81\.6)\b", "finetune/paper.py"),
     "compiling the model": (r"torch\.compile\(|\.compile\(mode=", "pretrain/model.py"),
+    "the seed range": (r"\bMAX_SEED\s*=|\b0 <= (self\.)?seed\b", "schemas/commands.py"),
+    "the [UNK] warning threshold": (r"\bUNK\w*\s*=\s*0?\.\d", "wordpiece/tokenizer.py"),
 }
 
 
