@@ -18,6 +18,14 @@ MAX_EPOCHS = 1000
 MAX_COUNT = 2**31 - 1  # the largest batch size, sequence length or example count a flag takes
 
 
+def runtime_problems(precision: str, device: str) -> list[str]:
+    """What is wrong with ``--precision`` (one of :data:`PRECISIONS`) and ``--device``."""
+    found = device_problems(device)
+    if precision not in PRECISIONS:
+        found.insert(0, f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return found
+
+
 @dataclass(frozen=True)
 class FitConfig:
     """The settings of one fine-tuning run; :meth:`problems` lists what is wrong, all at once.
@@ -67,9 +75,7 @@ class FitConfig:
         if not 0 <= self.weight_decay <= 1:
             found.append(f"--weight-decay must be in [0, 1], got {self.weight_decay}")
         non_negative_finite("max_grad_norm", self.max_grad_norm, found)
-        if self.precision not in PRECISIONS:
-            found.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        return found + device_problems(self.device)
+        return found + runtime_problems(self.precision, self.device)
 
     def checked(self) -> FitConfig:
         """The config itself, or :class:`UsageError` listing its :meth:`problems` (exit 2)."""

@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from finetune.config import PRECISIONS
+from finetune.config import runtime_problems
 from finetune.encoder import Encoder, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
 from finetune.inputs import open_input
 from finetune.sequences import doc_windows, max_context_windows
-from pretrain.runtime import autocast, device_problems, resolve_device, resolve_precision
+from pretrain.runtime import autocast, resolve_device, resolve_precision
 from schemas import (
     COMPLETED_FILE,
     MANIFEST_FILE,
@@ -74,9 +74,7 @@ class ExtractSettings:
             problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.stride is not None and not 1 <= self.stride <= max(self.max_seq_length - 2, 1):
             problems.append(f"--stride must be between 1 and --max-seq-length - 2, got {self.stride}")
-        if self.precision not in PRECISIONS:
-            problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        problems += device_problems(self.device)
+        problems += runtime_problems(self.precision, self.device)
         if self.max_shard_bytes < 1:
             problems.append(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if problems:

@@ -179,6 +179,15 @@ def test_fit_config_lists_every_problem():
     assert FitConfig().problems() == []
 
 
+def test_fine_tuning_and_feature_extraction_refuse_a_precision_in_one_line():
+    from finetune.extract import ExtractSettings
+
+    line = "--precision must be one of auto, fp32, bf16, fp16, got 'fp8'"
+    assert FitConfig(precision="fp8").problems() == [line]
+    with pytest.raises(UsageError, match=f"^{line}$"):
+        ExtractSettings(precision="fp8")
+
+
 def test_epoch_order_is_a_function_of_seed_and_epoch():
     assert epoch_order(50, 1, 0) == epoch_order(50, 1, 0)
     assert epoch_order(50, 1, 0) != epoch_order(50, 1, 1)
