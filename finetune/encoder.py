@@ -5,7 +5,6 @@ fine-tuned model saved back as a BERT folder."""
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +24,6 @@ from schemas.inputs import boolean
 from wordpiece.tokenizer import UNK_WARN_SHARE, WordPieceTokenizer
 
 logger = logging.getLogger(__name__)
-
-_STEP_DIR = re.compile(r"/checkpoints/step-\d+$")  # a checkpoint folder of a pretrain run
 
 
 @dataclass
@@ -59,9 +56,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
     folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder (``config.json``, weights,
     ``vocab.txt``); local or a bucket URL. ``cased=None`` takes the casing the checkpoint records,
     else infers it from the vocabulary. A missing pooler is initialised from ``seed``."""
-    url = checkpoint.rstrip("/")
-    if _STEP_DIR.search(url) is not None or storage.exists(f"{url}/checkpoints"):
-        url = ckpt.resolve(url).url
+    url = ckpt.weights_folder(checkpoint)
     try:
         hf.check_vocab_rows(url)
         model = BertForPreTraining.from_pretrained(url, seed=seed)

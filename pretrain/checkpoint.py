@@ -332,6 +332,16 @@ def run_id_of(run: str) -> str | None:
     return _commit_record(fs, path, found.url).get("run_id")
 
 
+def weights_folder(url: str | os.PathLike) -> str:
+    """The folder of weights ``url`` names: a checkpoint folder (``RUN/checkpoints/step-N``) or a
+    ``pretrain`` run folder's newest complete checkpoint, verified (:func:`resolve`); any other
+    folder (an HF-format BERT folder) as it is."""
+    url = os.fspath(url).rstrip("/")
+    if _STEP_DIR.search(url) or storage.exists(f"{url}/checkpoints"):
+        return resolve(url).url
+    return url
+
+
 def resolve(url: str) -> Checkpoint:
     """A checkpoint folder itself, or the newest complete checkpoint of a run folder, verified."""
     url = url.rstrip("/")

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.attention import Packed, packed_attention
 from pretrain.config import parse_model_size
@@ -500,10 +501,12 @@ class BertForPreTraining(nn.Module):
 
         Keys may lack the ``bert.`` prefix (``BertModel`` checkpoints); missing pooler or heads
         (encoder-only checkpoints such as sentence-transformers') are initialised from ``seed``.
-        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head). A ``pretrain``
-        run folder (one with ``checkpoints/``) loads its newest complete checkpoint, as the CLIs do.
+        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head). A folder
+        without a ``config.json`` of its own loads the checkpoint it names, as the CLIs do
+        (:func:`pretrain.checkpoint.weights_folder`: a run folder's newest complete one).
         """
-        path = _resolve_run_folder(path)
+        if not storage.exists(storage.join(path, hf.CONFIG_FILE)):
+            path = ckpt.weights_folder(path)
         data, source = hf.read_config(path)
         config = dataclasses.replace(BertConfig.from_hf_dict(data, source), **overrides)
         hf.check_weights_fit(config, path, source)  # before a tensor is made: the config may lie
@@ -515,17 +518,6 @@ class BertForPreTraining(nn.Module):
         """Write ``config.json`` and ``model.safetensors`` in transformers' layout (trimmed vocab,
         tied decoder weight left out) to a local folder or bucket URL."""
         hf.save_hf(self, storage.Folder(path))
-
-
-def _resolve_run_folder(path: str | os.PathLike) -> str | os.PathLike:
-    """``path``, or the newest complete checkpoint when ``path`` is a run folder without a
-    ``config.json`` of its own (InputError when none is complete)."""
-    from pretrain import checkpoint as ckpt
-
-    url = str(path).rstrip("/")
-    if storage.exists(f"{url}/config.json") or not storage.exists(f"{url}/checkpoints"):
-        return path
-    return ckpt.resolve(str(path)).url
 
 
 # --- loss, cost, compile ---------------------------------------------------------------------------

@@ -98,9 +98,7 @@ def prepare(cfg: PretrainConfig, probe: ExampleShards, device: torch.device | No
     if cfg.resume:
         model, trainer_state, resumed_from = _resumed_model(cfg, vocab, vocab_url)
     elif cfg.init_from:
-        source = cfg.init_from
-        with contextlib.suppress(InputError):
-            source = ckpt.resolve(cfg.init_from).url  # a run folder: its newest checkpoint
+        source = ckpt.weights_folder(cfg.init_from)  # a run folder: its newest checkpoint
         check_init_vocab(cfg.init_from, source, vocab, vocab_url)
         with input_errors(f"--init-from {cfg.init_from}: "):
             model = BertForPreTraining.from_pretrained(source, seed=cfg.seed, **objective)

@@ -214,3 +214,17 @@ def test_a_pytorch_model_bin_that_would_run_code_is_one_line(tmp_path: Path, sha
         assert "pytorch_model.bin: not plain weights (unpickling it would run code, or it is damaged)" in line
         assert "\n" not in line
     assert result.exit_code == 1 and not marker.exists()
+
+
+def test_init_from_and_fine_tuning_read_a_run_folder_one_way(tmp_path: Path, shards: Path):
+    """``--init-from RUN`` and ``--checkpoint RUN`` both name the run's newest complete checkpoint
+    (``pretrain.checkpoint.weights_folder``): a run whose only checkpoint is not committed is one line."""
+    run = tmp_path / "run"
+    Path(_checkpoint(run), ckpt.COMMITTED).unlink()
+    args = ["--shards", str(shards), "--init-from", str(run), "--output", str(tmp_path / "o")]
+    result = CliRunner().invoke(pretrain, [*args, "--precision", "fp32"])
+    with pytest.raises(InputError) as loaded:
+        load_encoder(str(run))
+    line = f"{run}: no complete checkpoint under {run}/checkpoints (a run folder written by `pretrain`)"
+    assert str(loaded.value) == line
+    assert result.exit_code == 1 and result.output.strip() == f"error: {line}", result.output
