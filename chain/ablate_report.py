@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from chain.ablate import AblationConfig, Grid, chain_config, installed_reference
 from chain.report import get, png, read_json, table, write
 from chain.run import Stage, shown
+from finetune.glue_tasks import get_task
 from finetune.paper import ABLATION_COLUMNS, ABLATIONS
 
 NOTES = (
@@ -22,12 +23,13 @@ NOTES = (
 
 
 def finetune_value(cfg: AblationConfig, name: str, task: str) -> tuple[float | None, float | None]:
-    """A fine-tune's dev metric in percent (accuracy, or entity F1 for NER) and its majority-class
-    baseline's accuracy (GLUE layout), from its ``metrics.json``."""
-    url = cfg.url("finetune", name, "metrics.json")
+    """A fine-tune's dev score in percent (entity F1 for NER, else the GLUE task's main metric, from
+    its row of :mod:`finetune.glue_tasks`) and that metric's majority-class baseline, from its
+    ``metrics.json``."""
+    url, glue = cfg.url("finetune", name, "metrics.json"), get_task(chain_config(cfg).task)
     metrics = read_json(url)
-    value = get(metrics, url, "dev", "f1" if task == "ner" else "accuracy")
-    baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
+    value = get(metrics, url, "dev", "f1" if task == "ner" else glue.main_metric)
+    baseline = get(metrics, url, "majority_baseline", glue.main_split, glue.metrics[0])
     return tuple(None if v is None else 100 * v for v in (value, baseline))
 
 
@@ -103,7 +105,7 @@ def _table(results: list[dict], number: str, columns: dict, first: list[str], di
 
 
 def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
-    """Figure 5's points (dev accuracy per run and pre-training step) and its picture."""
+    """Figure 5's points (the dev score ``label`` per run and pre-training step) and its picture."""
     points = [
         {"run": r["row"], "step": int(r["column"]), **{k: r["summary"][k] for k in ("mean", "std", "n")}}
         for r in results
@@ -123,7 +125,7 @@ def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
         line = [p for p in done if p["run"] == run]
         x, y, err = ([p[k] or 0 for p in line] for k in ("step", "mean", "std"))
         axis.errorbar(x, y, yerr=err, marker="o", capsize=3, label=run)
-    axis.set(xlabel="pre-training steps", ylabel=f"{label} dev accuracy (%)", title="Figure 5")
+    axis.set(xlabel="pre-training steps", ylabel=f"{label} (%)", title="Figure 5")
     axis.legend()
     return points, png(figure)
 
@@ -142,8 +144,9 @@ def _times(state: dict) -> str:
 def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict) -> dict[str, str]:
     """Write the study's report; return the paths of report.md and report.html."""
     label = chain_config(cfg).task.upper() if cfg.glue_dir else "next-sentence task"
+    metric = f"dev {get_task(chain_config(cfg).task).metrics[0]}"
     results, p = collect(cfg, g), cfg.preset
-    points, picture = figure5(results, label)
+    points, picture = figure5(results, f"{label} {metric}")
     reference = "all-MiniLM-L6-v2" if cfg.reference == installed_reference() else cfg.reference
     intro = (
         f"{p.note}. Base model {p.model} (L/H/A), {p.steps:,} steps of {p.batch_size} x {p.max_seq_length} tokens, "
@@ -159,7 +162,7 @@ def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict)
     def add(title: str, header: list[str], rows: list[list], after: str = "") -> None:
         sections.append((f"## {title}\n\n{table(header, rows)}\n{after}", "md"))
 
-    acc, f1 = f"ours: {label} dev acc", {"ner": "ours: dev F1", "reference": f"{reference}: dev F1"}
+    acc, f1 = f"ours: {label} {metric}", {"ner": "ours: dev F1", "reference": f"{reference}: dev F1"}
     ner = {"ner": "ours: NER fine-tune", "ner-features": "ours: NER features"}
     tables = {
         "5": ("pre-training tasks", {"task": acc}, ["pre-training"]),
@@ -173,8 +176,8 @@ def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict)
     rows = [
         [q["run"], q["step"], "not run" if q["mean"] is None else round(q["mean"], 1), q["n"]] for q in points
     ]
-    add("Figure 5: training length", ["run", "step", "dev acc", "n"], rows)
-    sections += [("Figure 5: dev accuracy against pre-training steps", "figure5.png")] if picture else []
+    add("Figure 5: training length", ["run", "step", metric, "n"], rows)
+    sections += [(f"Figure 5: {metric} against pre-training steps", "figure5.png")] if picture else []
     ours = [s for s in stages if s.name.startswith("ablate/")]
     rows = [
         [s.name[7:], state.get(s.name, {}).get("seconds", "not run"), f"`{shown(s.command)}`"] for s in ours

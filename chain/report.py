@@ -11,6 +11,8 @@ from typing import Any
 
 import markdown
 
+from chain.checks import DERIVED_TASK
+from finetune.glue_tasks import TASKS
 from schemas import inputs, storage
 from schemas.commands import InputError
 from schemas.outputs import OutputFolder
@@ -111,8 +113,12 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
     url = f"{outputs['finetune']}/metrics.json"
     metrics = read_json(url) or {}
     rows = [[k, get(metrics, url, "dev", k)] for k in get(metrics, url, "dev", kinds=(dict,)) or {}]
-    baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
-    text = table(["dev metric", "value"], rows) + f"\n\nMajority-class baseline: {baseline}\n"
+    task = TASKS.get(get(metrics, url, "task", kinds=(str,)), TASKS[DERIVED_TASK])
+    baseline = get(metrics, url, "majority_baseline", task.main_split, task.metrics[0])
+    text = (
+        table(["dev metric", "value"], rows)
+        + f"\n\nMajority-class baseline ({task.main_metric}): {baseline}\n"
+    )
     sections.append(("## Fine-tuning\n\n" + text, "md"))
     timed = [[name, s["seconds"], s.get("peak_rss_mb")] for name, s in state.items() if "seconds" in s]
     text = table(["stage", "seconds", "peak memory (MB)"], timed)

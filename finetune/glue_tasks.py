@@ -52,8 +52,13 @@ class GlueTask:
         return tuple(prefix + self.metrics[0] for prefix in self.dev.values())
 
     @property
+    def main_split(self) -> str:
+        """The dev split runs are selected on: the first (the stem that keys ``majority_baseline``)."""
+        return next(iter(self.dev))
+
+    @property
     def main_metric(self) -> str:
-        """The key runs are selected by: the paper's metric on the first dev split."""
+        """The key runs are selected by: the paper's metric on :attr:`main_split`."""
         return self.paper_metrics[0]
 
 

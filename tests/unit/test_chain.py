@@ -94,3 +94,20 @@ def test_a_corpus_in_json_lines_or_parquet_is_a_documents_stage_feeding_the_corp
     corpus = ["--input", "w/corpus/books", "--input", "w/corpus/documents", "--output", "w/corpus/all"]
     assert stages["corpus"].command[-6:] == corpus
     assert ChainConfig(workdir="w").problems()[0] == "give --wiki-dump or --documents"
+
+
+def test_the_reports_majority_baseline_is_the_tasks_main_metric(tmp_path):
+    """The fine-tuning section reads the baseline the task table names: MNLI's on dev_matched."""
+    from pathlib import Path
+
+    from chain.report import build
+
+    outputs = {k: str(tmp_path / k) for k in ("corpus", "vocab", "shards", "run", "finetune")}
+    outputs |= dict.fromkeys(("wiki", "books", "documents"), "")
+    (tmp_path / "finetune").mkdir()
+    baseline = {"dev_matched": {"accuracy": 0.25}, "dev_mismatched": {"accuracy": 0.5}}
+    metrics = {"task": "mnli", "dev": {"matched_accuracy": 0.75}, "majority_baseline": baseline}
+    (tmp_path / "finetune" / "metrics.json").write_text(json.dumps(metrics))
+    report = Path(build(outputs, {}, str(tmp_path))["markdown"]).read_text()
+    assert "| matched_accuracy | 0.75 |" in report
+    assert "Majority-class baseline (matched_accuracy): 0.25" in report
