@@ -1,14 +1,6 @@
-"""Attention inside each example (segment) of a packed batch, by one of two kernels chosen once per
-device at start-up (:func:`choose_kernel`; the rule is in docs/pretrain.md):
-
-- ``flash``: ``torch.ops.aten._flash_attention_forward``, the variable-length FlashAttention-2
-  kernel PyTorch ships, on the flat tensors. Unlike ``torch.nn.attention.varlen.varlen_attn`` it
-  takes BERT's attention dropout; its meta kernels let ``torch.compile`` trace it whole, and
-  ``max_seqlen`` is a Python int, so nothing syncs with the host. The call's schema is the same in
-  torch 2.11 and 2.13.
-- ``padded``: the tokens scattered into a padded block, SDPA with a key mask, gathered back: the
-  same function on any device and dtype.
-"""
+"""Attention inside each segment of a packed batch, by the kernel :func:`choose_kernel` picks once per
+device (docs/pretrain.md): ``flash`` (PyTorch's variable-length FlashAttention-2, with dropout and no
+host sync) or ``padded`` (scatter into a padded block, SDPA with a key mask, gather back)."""
 
 from __future__ import annotations
 

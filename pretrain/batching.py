@@ -1,7 +1,5 @@
-"""Batch layouts for the trainer (``pretrain --batching``; docs/pretrain.md): :class:`BatchLayout`
-turns a rank's padded batches into padded, length-bucketed or packed ones, without changing which
-examples a step sees.
-"""
+"""Batch layouts for the trainer (``pretrain --batching``; docs/pretrain.md): padded, length-bucketed
+or packed, without changing which examples a step sees."""
 
 from __future__ import annotations
 
@@ -82,15 +80,9 @@ def static_layout(num_examples: int, max_seqlen: int) -> tuple[int, int]:
 
 def pack(batch: Batch, max_seq_length: int | None = None) -> Batch:
     """A padded batch as its real tokens end to end, padded to one of a few static sizes (so that
-    ``torch.compile`` and CUDA graphs see a few shapes, not one per step).
-
-    ``input_ids``, ``token_type_ids`` and ``labels`` become ``[total_tokens]``: each example's real
-    tokens, then padding tokens up to a multiple of the :func:`static_layout` step. ``cu_seqlens``
-    (int32) holds the examples' offsets, then those of the padding segments (at most ``max_seqlen``
-    tokens each, ``max_seq_length`` or the batch's width); ``num_examples`` says how many segments
-    are examples. Padding segments attend only among themselves and are neither pooled, predicted
-    nor counted. The prediction and NSP tensors stay as they were.
-    """
+    ``torch.compile`` sees a few shapes): ``input_ids``, ``token_type_ids`` and ``labels`` become
+    ``[total_tokens]``, ``cu_seqlens`` holds the examples' offsets then the padding segments', and
+    ``num_examples`` says how many segments are examples. The prediction and NSP tensors stay as they were."""
     real = batch["attention_mask"].bool()
     lengths = real.sum(1)
     examples = len(lengths)

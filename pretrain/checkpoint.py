@@ -1,8 +1,5 @@
-"""Atomic, resumable training checkpoints on local paths or buckets (fsspec); the layout is in
-docs/pretrain.md. Nothing is unpickled: a state's tensors go to safetensors and the rest to a JSON
-tree that names them. A checkpoint counts once ``COMMITTED`` exists and every file has its size;
-:func:`resolve` (resume, export, fine-tuning) also verifies every SHA-256 and its identity.
-"""
+"""Atomic, resumable training checkpoints on local paths or buckets (layout: docs/pretrain.md):
+safetensors and a JSON tree, never a pickle; :func:`resolve` verifies sizes, SHA-256s and identity."""
 
 from __future__ import annotations
 

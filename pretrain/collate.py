@@ -1,7 +1,4 @@
-"""Examples → padded model tensors, with optional dynamic re-masking (RoBERTa's) by the rule
-``pipelines examples`` uses (:mod:`wordpiece.masking`), keyed by draws from the caller's generator
-or, for validation, by each example's own tokens: the same masks in every run.
-"""
+"""Examples → padded model tensors, with optional dynamic re-masking by :mod:`wordpiece.masking`'s rule."""
 
 from __future__ import annotations
 
@@ -97,14 +94,9 @@ def _remask(
 def collate(
     table: pa.Table, masking: DynamicMasking | None = None, rng: np.random.Generator | None = None
 ) -> Batch:
-    """Pad a table of examples into model tensors; re-mask when ``masking`` is given (needs ``rng``
-    unless it masks ``by_content``).
-
-    Keys: ``input_ids``, ``attention_mask``, ``token_type_ids`` ([batch, width]);
-    ``masked_lm_positions``, ``masked_lm_ids``, ``masked_lm_weights`` ([batch, most masks in the
-    batch], weight 0 on padding slots); ``labels`` ([batch, width], -100 where not masked, the
-    transformers convention); ``next_sentence_labels`` ([batch]; 1 = random next).
-    """
+    """Pad a table of examples into model tensors (``input_ids``, ``attention_mask``, ``token_type_ids``,
+    ``masked_lm_*`` with weight 0 on padding slots, ``labels`` -100 where not masked,
+    ``next_sentence_labels``); re-mask when ``masking`` is given (with ``rng`` unless ``by_content``)."""
     size = len(table)
     lengths = table.column("num_tokens").to_numpy().astype(np.int64)
     width = max(8, -(-int(lengths.max()) // 8) * 8) if size else 8

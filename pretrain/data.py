@@ -1,16 +1,6 @@
-"""Stream pre-training batches from an ``examples`` output folder (local path or bucket URL).
-
-:class:`ExampleShards` (an ``IterableDataset``) yields one rank's padded batches; :class:`ShardLoader`
-runs it in DataLoader workers. A *unit* is one record batch of one shard. Epoch ``e`` permutes the
-units (seed ``seed + e``) and the rows of each (``(seed, e, shard, batch)``), and cuts the sequence
-into streams (:mod:`pretrain.streams`): a rank's batch ``j`` is batch ``j // streams`` of its
-stream ``j % streams``, the same for any number of workers that divides ``streams``, each unit
-fetched once per process. Building the reader reads ``manifest.json``, ``COMPLETED`` and the
-record-batch index alone; each unit is one ranged read, checked against its SHA-256 and its values
-(:func:`schemas.examples.example_batch_problem`), I/O errors retried. Every problem is one
-:class:`~schemas.commands.InputError` naming the file and record batch. A resume
-(``load_state_dict``) skips the consumed batches without reading units of consumed examples.
-"""
+"""Stream one rank's pre-training batches from an ``examples`` output (docs/pretrain.md, "Data"):
+:class:`ExampleShards` yields them, :class:`ShardLoader` runs it in DataLoader workers; every
+problem is one :class:`~schemas.commands.InputError` naming the file and record batch."""
 
 from __future__ import annotations
 

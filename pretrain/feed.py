@@ -1,8 +1,5 @@
-"""Micro batches from the host to the device, ready before the step needs them: what the trainer
-counts is read from the host copy, so the step never reads a device tensor for it. On CUDA the
-copies are non-blocking from pinned memory on a side stream one batch ahead; on the CPU the host
-tensors pass through.
-"""
+"""Micro batches moved to the device one ahead of the step (pinned, non-blocking, on a side stream on
+CUDA); what the trainer counts is read from the host copy, so the step never syncs for it."""
 
 from __future__ import annotations
 

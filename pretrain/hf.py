@@ -1,8 +1,6 @@
-"""Conversion between ``pretrain.model.BertForPreTraining`` and transformers' BERT folders
-(``config.json`` and ``model.safetensors``, sharded safetensors, or ``pytorch_model.bin`` read with
-``weights_only``), whose names are ours. A config is checked against the weights' headers before a
-tensor is made (:func:`check_weights_fit`). Errors are one-line ``ValueError`` s naming the file.
-"""
+"""Conversion between ``BertForPreTraining`` and transformers' BERT folders (safetensors, sharded or
+not, or ``pytorch_model.bin`` read with ``weights_only``); a config is checked against the weights'
+headers before a tensor is made."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Training metrics on rank 0: ``metrics.jsonl``, TensorBoard events, MFU, and PNG curves at the
-end of a run. On resume, records after the checkpoint's step are dropped. Nothing in the run folder
-is appended to: ``metrics.jsonl`` is rewritten whole at every flush, and each session's TensorBoard
-event file is written in a temporary folder and published whole.
-"""
+"""Training metrics on rank 0: ``metrics.jsonl`` (rewritten whole at each flush), TensorBoard events,
+MFU and PNG curves; on resume, records after the checkpoint's step are dropped."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""BERT (Devlin et al., 2019) for MLM + NSP pre-training, with transformers-compatible parameter names.
-
-The module tree mirrors transformers' ``BertForPreTraining`` (``bert.embeddings.word_embeddings``,
-``bert.encoder.layer.N.attention.self.query``, ..., ``cls.predictions.transform.dense``), so a
-checkpoint converts both ways by renaming nothing (:mod:`pretrain.hf`). Differences from the
-reference implementations, none of which changes the function computed:
-
-- Attention is ``F.scaled_dot_product_attention``, without a mask for a batch that has no padding.
-- A packed batch (:func:`pretrain.batching.pack`) is unpadded once, before the embeddings: every
-  layer keeps ``[total_tokens, hidden]``, position ids restart in every segment of ``cu_seqlens``,
-  and attention stays within each segment (:mod:`pretrain.attention`). Segments after the first
-  ``num_examples`` only pad the batch to a static size: they are neither pooled nor predicted.
-- The query, key and value projections run as one matmul against the three weights concatenated
-  (:meth:`BertSelfAttention.projections`): one GEMM of width ``3 * hidden`` instead of three.
-- The MLM head runs only at ``masked_lm_positions`` (sparse prediction, as google-research/bert).
-- The vocabulary is padded to a multiple of ``pad_vocab_to_multiple`` inside the model; the padded
-  rows stay zero, get no gradient, and their logits are sliced away; export trims them.
-"""
+"""BERT (Devlin et al., 2019) for MLM + NSP pre-training, with transformers' parameter names, so
+:mod:`pretrain.hf` converts checkpoints by renaming nothing. It computes the reference function;
+docs/pretrain.md ("Model") lists how it differs in speed."""
 
 from __future__ import annotations
 
@@ -317,19 +302,10 @@ class BertModel(nn.Module):
         max_seqlen: int | None = None,
         num_examples: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encode ``[batch, length]`` ids; ``attention_mask`` is 1 for real tokens, 0 for padding
-        (None: no padding, and attention runs without a mask).
-
-        Returns the last layer's hidden states ``[batch, length, hidden]`` and the pooled [CLS]
-        output ``[batch, hidden]``. Outputs at padded positions are defined but meaningless.
-
-        Packed: with ``cu_seqlens`` (``[segments + 1]`` offsets from 0 to ``total_tokens``) and
-        ``max_seqlen`` (an int no segment is longer than), ``input_ids`` and ``token_type_ids`` are
-        ``[total_tokens]``, every segment's tokens end to end, and the hidden states are
-        ``[total_tokens, hidden]``. The first ``num_examples`` segments (default: all) are the
-        batch's examples, pooled ``[num_examples, hidden]``; any after them only pad the batch to a
-        static size (:func:`pretrain.batching.pack`): they attend among themselves and are not pooled.
-        """
+        """Encode ``[batch, length]`` ids (``attention_mask``: 1 real, 0 padding, None: no padding) into the
+        hidden states and the pooled [CLS] output. Packed: ``input_ids`` are ``[total_tokens]`` with
+        ``cu_seqlens`` offsets and ``max_seqlen``; the first ``num_examples`` segments are pooled, the rest
+        only pad the batch (:func:`pretrain.batching.pack`)."""
         if cu_seqlens is not None:
             return self._forward_packed(input_ids, token_type_ids, cu_seqlens, max_seqlen, num_examples)
         if input_ids.size(1) > self.config.max_position_embeddings:
@@ -459,12 +435,8 @@ class BertForPreTraining(nn.Module):
         max_seqlen: int | None = None,
         num_examples: int | None = None,
     ) -> PretrainingOutput:
-        """MLM logits at ``masked_lm_positions`` (``[batch, max_predictions]`` indices into the
-        sequence; padding slots may point anywhere, e.g. 0) or at every position when it is None,
-        and NSP logits from the pooled output. A packed batch (``cu_seqlens``, ``max_seqlen``,
-        ``num_examples``: see :meth:`BertModel.forward`) gives the same logits as the padded one;
-        its ``masked_lm_positions`` are still positions inside each example (and required), one
-        row per example."""
+        """MLM logits at ``masked_lm_positions`` (every position when None) and NSP logits from the pooled
+        output; a packed batch (see :meth:`BertModel.forward`) needs its positions, one row per example."""
         if cu_seqlens is not None:
             if masked_lm_positions is None:
                 raise ValueError("a packed batch needs masked_lm_positions (the head runs sparsely)")
@@ -496,15 +468,9 @@ class BertForPreTraining(nn.Module):
     def from_pretrained(
         cls, path: str | os.PathLike, *, seed: int = 0, **overrides: Any
     ) -> BertForPreTraining:
-        """Load an HF-format BERT folder or URL (``config.json`` + ``model.safetensors`` or
-        ``pytorch_model.bin``), including the output of ``save_pretrained``.
-
-        Keys may lack the ``bert.`` prefix (``BertModel`` checkpoints); missing pooler or heads
-        (encoder-only checkpoints such as sentence-transformers') are initialised from ``seed``.
-        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head). A folder
-        without a ``config.json`` of its own loads the checkpoint it names, as the CLIs do
-        (:func:`pretrain.checkpoint.weights_folder`: a run folder's newest complete one).
-        """
+        """Load an HF-format BERT folder or URL, a checkpoint, or a run folder's newest complete checkpoint
+        (:func:`pretrain.checkpoint.weights_folder`); a missing pooler or heads start from ``seed``, and
+        ``overrides`` replace config fields (``nsp=False`` drops the NSP head)."""
         if not storage.exists(storage.join(path, hf.CONFIG_FILE)):
             path = ckpt.weights_folder(path)
         data, source = hf.read_config(path)
@@ -542,13 +508,9 @@ def pretraining_loss(
     masked_lm_weights: torch.Tensor,
     next_sentence_labels: torch.Tensor,
 ) -> PretrainingLoss:
-    """MLM + NSP loss as google-research/bert's ``run_pretraining.py``.
-
-    MLM: cross entropy at each prediction slot, weighted by ``masked_lm_weights`` (1 for a real
-    masked token, 0 for a padding slot), summed and divided by ``sum(weights) + 1e-5``. NSP: mean
-    cross entropy over the batch (0, with no pairs counted, for a model without the NSP head).
-    Accuracy counts only slots with a positive weight. No host sync.
-    """
+    """MLM + NSP loss as google-research/bert's ``run_pretraining.py`` (MLM weighted by
+    ``masked_lm_weights`` over their sum + 1e-5; NSP 0 without its head), with accuracy counts;
+    no host sync."""
     logits = outputs.prediction_logits.float()
     weights = masked_lm_weights.reshape(-1).float()
     per_slot = F.cross_entropy(
@@ -581,13 +543,8 @@ def pretraining_loss(
 
 
 def left_to_right_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A masked-LM batch turned into a left-to-right LM batch (the paper's "LTR & No NSP").
-
-    The original tokens are restored (``masked_lm_ids`` written back at ``masked_lm_positions``
-    where the weight is positive); every position ``t`` with a real next token predicts token
-    ``t + 1``: ``masked_lm_ids`` become the sequence shifted left, ``masked_lm_weights`` 1 where
-    position ``t + 1`` is real; ``masked_lm_positions`` is dropped (the head runs densely).
-    """
+    """A masked-LM batch as a left-to-right LM batch (the paper's "LTR & No NSP"): original tokens
+    restored, each real position predicting the next token, densely (no ``masked_lm_positions``)."""
     input_ids = batch["input_ids"].clone()
     weights = batch["masked_lm_weights"] > 0
     rows = torch.arange(input_ids.size(0), device=input_ids.device)[:, None].expand_as(weights)
@@ -631,19 +588,8 @@ def training_state_bytes(config: BertConfig) -> int:
 def training_flops_per_token(
     config: BertConfig, seq_length: int, predictions_per_token: float = 20 / 128
 ) -> float:
-    """Model FLOPs of one training step (forward + backward) per input token, for MFU.
-
-    ``6 * N + 12 * L * H * S + 6 * p * (H^2 + H * V)`` where
-
-    - ``N = L * (4 H^2 + 2 H I)``: the encoder's matmul weights (Q, K, V, output; FFN up and down).
-      A matmul costs 2 FLOPs per weight per token forward and 4 backward: ``6 N``.
-    - ``12 L H S``: attention scores ``Q K^T`` and ``P V``, each ``2 S H`` per token per layer forward,
-      times 3 for forward + backward (as in the PaLM paper's MFU formula).
-    - The MLM head (transform ``H^2`` + decoder ``H V`` over the real vocabulary) runs only at the
-      masked positions, ``p`` per input token (``max_predictions / max_seq_length``; 1 for dense).
-    - Embedding lookups, LayerNorm, softmax, GELU, the pooler and NSP head (once per sequence) are
-      left out, as is usual. ``S`` is the padded length the step computes with.
-    """
+    """Model FLOPs of one training step (forward + backward) per input token, for MFU: the formula and
+    its terms are in docs/scale.md ("GPU time")."""
     h, n_layers, inter = config.hidden_size, config.num_hidden_layers, config.intermediate_size
     matmul_params = n_layers * (4 * h * h + 2 * h * inter)
     head = 6 * predictions_per_token * (h * h + h * config.vocab_size)
@@ -651,9 +597,8 @@ def training_flops_per_token(
 
 
 def compile_for_training(model: BertForPreTraining, **options: Any) -> Callable[..., PretrainingLoss]:
-    """``torch.compile`` ``model`` region by region, in place (each encoder layer and the embeddings;
-    the heads run eagerly), so DDP and the checkpoints see the same module; returns
-    :func:`pretraining_loss` compiled alike. ``options``: ``torch.compile``'s (mode, dynamic, backend)."""
+    """``torch.compile`` ``model`` in place region by region (each encoder layer and the embeddings), so
+    DDP and checkpoints see the same module; returns :func:`pretraining_loss` compiled alike."""
     for region in (*model.bert.encoder.layer, model.bert.embeddings):
         region.compile(**options)
     return torch.compile(pretraining_loss, **options)

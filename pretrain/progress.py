@@ -1,6 +1,4 @@
-"""Progress of a long loop: a tqdm bar on a terminal; anywhere else (a log file, a pipe,
-``TERM=dumb``) plain lines: ``fine-tune: step 120/1,000 (12%), 3.21 step/s, ETA 4m34s, loss 0.5312``.
-"""
+"""Progress of a long loop: a tqdm bar on a terminal, plain lines anywhere else."""
 
 from __future__ import annotations
 

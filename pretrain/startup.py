@@ -1,8 +1,6 @@
 """What a pre-training run checks and builds before its first step: the torchrun process group
-(:class:`Processes`), and :func:`prepare`: the model (new, ``--init-from``, or ``--resume``'s), the
-vocabulary (the shards' copy or ``--vocab``, checked against the manifest's hash) and the saved
-trainer state, every check that can fail before training one :class:`~schemas.commands.InputError`.
-"""
+(:class:`Processes`) and :func:`prepare`'s model, vocabulary and trainer state, each failed check
+one :class:`~schemas.commands.InputError`."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""Where a rank's batches come from: streams, their segments of the epoch, and the units (record
-batches) a process reads for them, each once.
-
-The epoch's ``N`` examples are cut into ``world_size × S`` segments (``S`` streams per rank). Rank
-``r``'s stream ``v`` reads segment ``r·S + position(v)``, ``position`` reversing the digits of
-``v`` (0, 4, 2, 6, 1, 5, 3, 7 for 8): a DataLoader worker ``w`` of ``W`` takes the streams ``v ≡ w
-(mod W)``, whose segments are then adjacent whenever ``W`` divides a power of the smallest prime
-factors of ``S``, so the units two processes of a rank both fetch are the ``W − 1`` at their
-boundaries. A unit that several streams of one process need is kept from the first need to the
-last (:meth:`EpochPlan.walk`).
-"""
+"""Where a rank's batches come from: the epoch cut into ``world_size × S`` segments, stream ``v`` of
+rank ``r`` reading segment ``r·S`` + ``v`` digit-reversed, so a DataLoader worker's streams are
+adjacent and each unit (record batch) a process needs is fetched once (:meth:`EpochPlan.walk`)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
-"""The pre-training loop: one process per device, DDP under torchrun, exact resume.
-
-One optimizer step = ``accumulation`` micro batches per rank × ``world_size`` ranks =
-``--global-batch-size`` examples, each rank reading its own streams of the shards
-(:mod:`pretrain.data`). A checkpoint holds the model, optimizer, scheduler, grad scaler, every
-rank's RNG states, the counters and the reader's position: on CPU a resumed run is bitwise equal
-to one that never stopped (tested by SIGKILL).
-
-No host sync inside a step: what a step counts from a batch is read from the host copy
-(:mod:`pretrain.feed`); losses, counts, skipped steps and the divergence watch
-(:class:`pretrain.optim.Health`) stay on the device until a metrics record or a checkpoint reads
-them; with DDP the loss weights come from an all-reduce the host does not wait for, and the
-ranks agree on a stop signal in a background gloo all-reduce read one step later.
-
-Divergence stops the run at the first read after the bad step; no checkpoint after that step, nor
-one holding a tensor that is not finite, is committed.
-"""
+"""The pre-training loop: one process per device, DDP under torchrun, exact resume (docs/pretrain.md).
+No host sync inside a step: counts come from the host copy (:mod:`pretrain.feed`), losses and the
+divergence watch stay on the device until a record or checkpoint reads them, and the ranks agree
+on a stop signal in a background gloo all-reduce read one step later."""
 
 from __future__ import annotations
 
