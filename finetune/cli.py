@@ -41,11 +41,9 @@ def checked_config(config: type[FitConfig], opts: dict[str, Any]) -> Any:
 def _into_output(
     command: str, output: str, overwrite: bool, inputs: dict, run: Callable, cache: str | None = None
 ) -> Any:
-    """``run(out, before_training=...)`` a training command into --output, checked against the
-    ``inputs`` (exit 2) and claimed (``out``) before anything is read; its ``before_training``
-    removes an earlier run's files (--overwrite) once every other check passed. ``cache``
-    (``--feature-cache``) is checked against the inputs and claimed too, as a folder runs add to,
-    and given to ``run`` as ``cache``."""
+    """``run(out, before_training=...)`` a training command into --output, checked against ``inputs``
+    and claimed before anything is read (``cache``, ``--feature-cache``, likewise); ``before_training``
+    is --overwrite's clean-up, run once every other check passed."""
     check_apart({"--output": output}, inputs)
     if cache:
         check_apart({"--feature-cache": cache}, {k: v for k, v in inputs.items() if k != "--feature-cache"})

@@ -28,12 +28,7 @@ def runtime_problems(precision: str, device: str) -> list[str]:
 
 @dataclass(frozen=True)
 class FitConfig:
-    """The settings of one fine-tuning run; :meth:`problems` lists what is wrong, all at once.
-
-    ``precision``: ``auto`` is bf16 on a GPU that supports it, else fp16 (with a gradient scaler)
-    on GPU, and fp32 on CPU. ``device``: ``auto`` is ``cuda`` when available. ``cased``: None takes
-    the casing the checkpoint records. ``max_*_examples``: the first N rows (quick runs).
-    """
+    """The settings of one fine-tuning run (docs/finetune.md); :meth:`problems` lists every problem."""
 
     epochs: float = 3.0
     lr: float = 2e-5

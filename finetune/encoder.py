@@ -52,10 +52,9 @@ def _recorded_casing(folder: str) -> bool | None:
 
 
 def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -> Encoder:
-    """Load ``--checkpoint``: a ``pretrain`` run folder (newest complete checkpoint), a checkpoint
-    folder ``RUN/checkpoints/step-N``, or an HF-format BERT folder (``config.json``, weights,
-    ``vocab.txt``); local or a bucket URL. ``cased=None`` takes the casing the checkpoint records,
-    else infers it from the vocabulary. A missing pooler is initialised from ``seed``."""
+    """Load ``--checkpoint`` (a ``pretrain`` run or checkpoint folder, or an HF-format BERT folder, local
+    or in a bucket) with its vocabulary; ``cased=None`` takes the recorded casing, else the
+    vocabulary's; a missing pooler starts from ``seed``."""
     url = ckpt.weights_folder(checkpoint)
     try:
         hf.check_vocab_rows(url)

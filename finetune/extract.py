@@ -1,11 +1,5 @@
-"""``finetune features``: per-token hidden states of a pre-trained encoder, written as Arrow (the
-equivalent of google-research/bert's ``extract_features.py``). Each line of a text file is tokenised
-(``[CLS] pieces [SEP]``) and the states of the layers asked for (``--layers -1,-2``: negative from the
-end, 0 the embeddings) are written one row per (line, token, layer) in the ``features`` format, with
-manifest.json, stats.json and, last, COMPLETED. A line too long for one window is read in windows
-``stride`` pieces apart, each piece from the window where it has the most context; ``word_index``
-maps each piece to its whitespace-separated word. docs/finetune.md
-"""
+"""``finetune features``: per-token hidden states of a pre-trained encoder written as Arrow, as
+google-research/bert's ``extract_features.py`` (format and windows: docs/finetune.md)."""
 
 from __future__ import annotations
 

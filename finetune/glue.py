@@ -1,10 +1,5 @@
-"""GLUE: a task's official folder read (its row of :mod:`finetune.glue_tasks`), its runs trained and
-scored, the GLUE server's submission files, and the fine-tuned classifier saved as a model.
-
-Files are UTF-8 (a leading BOM dropped), rows split on ``\n`` only (a form feed or Unicode line
-separator in a sentence is text), fields on tabs with no CSV quoting; columns are found by header
-name; a missing column or a label outside the task's set names the file and line.
-"""
+"""GLUE: a task's runs trained and scored (its row of :mod:`finetune.glue_tasks`), the GLUE server's
+submission files, and the fine-tuned classifier saved as a model."""
 
 from __future__ import annotations
 

@@ -17,12 +17,9 @@ from schemas.commands import InputError, UsageError
 
 @dataclass(frozen=True)
 class GlueTask:
-    """The layout, labels and metrics of one GLUE task. ``text_a``, ``text_b`` (or None) and
-    ``label`` are header names; ``positional`` names the columns of train/dev files without a
-    header (CoLA). ``metrics`` are what :func:`score` reports, the paper's first: it selects
-    among runs and is the task's column of the paper's Table 1. ``dev`` maps each dev file's stem
-    to its metrics' prefix, ``test`` each test file's stem to its submission file (default
-    ``test`` -> ``<folder>.tsv``)."""
+    """The layout, labels and metrics of one GLUE task (header names, or ``positional`` columns for
+    headerless files); ``metrics[0]`` selects among runs and is the paper's Table 1 column; ``dev``
+    and ``test`` map file stems to metric prefixes and submission files."""
 
     name: str
     folder: str

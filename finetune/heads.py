@@ -1,8 +1,5 @@
-"""The task heads: the paper's Figure 4 classifier (:class:`Classifier`: GLUE, SWAG, NER fine-tuning),
-and heads with a BiLSTM: the paper's feature-based NER (Table 7; docs/finetune.md) and "+ BiLSTM"
-for SQuAD and GLUE (Table 5). Weights start from ``seed`` alone (under ``fork_rng``): the caller's
-global RNG is left alone.
-"""
+"""The task heads: the paper's Figure 4 classifier (:class:`Classifier`), and BiLSTM heads for
+feature-based NER (Table 7) and SQuAD/GLUE "+ BiLSTM" (Table 5); weights start from ``seed`` alone."""
 
 from __future__ import annotations
 
@@ -216,10 +213,8 @@ class FeatureTagger(nn.Module):
         sentence_start: torch.Tensor | None = None,
         sentence_end: torch.Tensor | None = None,
     ) -> TaskOutput:
-        """Logits ``[batch, length, num_labels]`` and the loss when ``labels``. ``layers``: the
-        chosen layers precomputed (:func:`cache_layers`), instead of running the encoder. With
-        ``sentence_start``/``sentence_end`` the head runs over each row's sentence only and the
-        logits are ``[batch, longest sentence, num_labels]``, position 0 = the sentence's first token."""
+        """Logits and the loss when ``labels``; ``layers`` are precomputed (:func:`cache_layers`), and with
+        ``sentence_start``/``sentence_end`` the logits cover each row's sentence only."""
         if layers is None:
             layers = self.encoder_layers(input_ids, token_type_ids, attention_mask)
         if sentence_start is not None and sentence_end is not None:
@@ -241,10 +236,8 @@ def cache_layers(
     precision: str,
     which: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each feature with its encoder layers (the model's chosen ones, or ``which``) added under
-    ``layers`` (CPU float32 ``[length, len(layers), hidden]``): the frozen encoder runs once over
-    the training set instead of once per epoch. A feature with a sentence span keeps only the
-    sentence (:func:`sentence_only`), which trains exactly as the window with the span would."""
+    """Each feature with its encoder layers added under ``layers`` (CPU float32), so the frozen encoder
+    runs once over the training set; a feature with a sentence span keeps only the sentence."""
     model.bert.to(device).eval()
     out = [dict(f) for f in features]
     order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))

@@ -59,11 +59,8 @@ def fit(
     *,
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = pad_batch,
 ) -> TrainResult:
-    """Fine-tune all of ``model`` on ``features`` for ``config.epochs`` epochs, AMP on GPU, the order from
-    :func:`epoch_order` and dropout from ``config.seed`` (the caller's global RNG is left alone). Each
-    step: forward, loss, backward, unscale, clip at ``max_grad_norm`` (0: none), the AdamW update, the
-    divergence rule (:class:`~pretrain.optim.Health`, read at once), the schedule (linear warm-up,
-    then decay to zero)."""
+    """Fine-tune all of ``model`` on ``features`` for ``config.epochs`` epochs (AMP on GPU, dropout
+    from ``config.seed``): forward, backward, unscale, clip, AdamW, the divergence rule, the schedule."""
     check_examples(features, "the training data")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
@@ -122,10 +119,8 @@ def predict(
     collate_fn: Callable[[Sequence[dict[str, Any]]], dict[str, torch.Tensor]] = pad_batch,
     inputs: Sequence[str] = MODEL_INPUTS,
 ) -> list[Any]:
-    """Run ``model`` in eval mode over ``features`` in length-sorted batches of
-    ``config.eval_batch_size``; return one output per feature, in order: its row of
-    ``TaskOutput.logits`` as a float32 CPU tensor (a tuple of rows for tuple logits), still padded
-    to its batch's longest sequence. Only ``inputs`` reach the model."""
+    """Run ``model`` in eval mode over ``features`` in length-sorted batches; one float32 CPU row of
+    ``TaskOutput.logits`` per feature, in order (still padded to its batch's longest sequence)."""
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     model.to(device)

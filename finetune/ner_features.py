@@ -1,10 +1,5 @@
-"""Feature-based NER (the paper's Table 7): a head (:class:`finetune.heads.FeatureTagger`) trained
-on a frozen encoder's layers over each sentence's own sub-tokens, read in its window of document
-context. ``--cache-features`` runs the encoder once over the training set; ``--feature-cache DIR``
-keeps every layer of every split in DIR (safetensors, one file per split) for later runs whatever
-their ``--features``, so Table 7's rows cost one encoder pass. A file is named by the SHA-256 of what
-determines it: the encoder's weights, its precision, and each feature's ids, types and span.
-"""
+"""Feature-based NER (the paper's Table 7): a head trained on a frozen encoder's layers over each
+sentence's sub-tokens; ``--feature-cache`` files are named by the SHA-256 of what determines them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The model inputs of ``finetune ner``: a sentence that fits is one window with the paper's
-"maximal document context" around it (neighbouring sentences, alternately right and left); a longer
-one is read in windows over its own sub-tokens, each word labelled and predicted at its first
-sub-token in the window where that has the most context: every word once, in linear time.
-"""
+"""The model inputs of ``finetune ner``: each sentence in one window with maximal document context,
+or a longer one in windows over its own sub-tokens, each word predicted once (docs/finetune.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The numbers of Devlin et al. (2019), "BERT: Pre-training of Deep Bidirectional Transformers for
-Language Understanding", that our reports stand beside: each table once, as the paper prints it
-(percent; Table 6's perplexity as it is). ``finetune report`` reads Tables 1-4, ``chain ablate``'s
-report Tables 5-8."""
+"""The numbers of Devlin et al. (2019) that our reports stand beside, each table once as the paper
+prints it: ``finetune report`` reads Tables 1-4, ``chain ablate``'s report Tables 5-8."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The results table: our runs' ``metrics.json`` beside the paper's numbers, in the layout of the
-BERT paper's Table 1 (GLUE, in its metrics), Table 2/3 (SQuAD v1.1/v2.0) and Table 4 (SWAG), in
-percent; markdown and JSON.
-"""
+"""The results table: our runs' ``metrics.json`` beside the paper's Tables 1-4, in markdown and JSON."""
 
 from __future__ import annotations
 

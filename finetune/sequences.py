@@ -1,6 +1,5 @@
-"""A model's input sequences: a text pair as BERT's ids, windows over a document longer than the
-model reads, and a batch of *features* (``dict``s of token ids and targets) padded into tensors
-(:func:`pad_batch`), every key a keyword argument of the task model's ``forward``."""
+"""A model's input sequences: a text pair as BERT's ids, windows over a long document, and a batch
+of features padded into tensors (:func:`pad_batch`)."""
 
 from __future__ import annotations
 

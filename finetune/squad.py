@@ -151,10 +151,8 @@ def _question(qa: Any, context: str, version: str, where: str, stats: SquadStats
 
 @dataclasses.dataclass(frozen=True)
 class SquadFeature:
-    """One window of one example. ``token_offsets[i]`` is the ``(start, end)`` character span in
-    the context of token ``i`` when it is a context token, else None; ``max_context[i]`` whether
-    this window is the one where context token ``i`` has the most context. Labels are token
-    indices in ``input_ids`` (0, the ``[CLS]``, for "no answer in this window")."""
+    """One window of one example: each token's character span in the context (None outside it), whether
+    this window gives it the most context, and the start/end labels (0, ``[CLS]``, for no answer)."""
 
     example_index: int
     window_index: int
@@ -194,10 +192,8 @@ def char_span_to_tokens(
 def build_features(
     examples: Sequence[SquadExample], tokenizer: Tokenizer, config: SquadConfig, *, training: bool = False
 ) -> list[SquadFeature]:
-    """Every window of every example (``training=True`` adds start/end labels and leaves out the
-    answerable examples with no usable answer: a bad offset, or an answer covering no token).
-    ``tokenizer`` is a ``tokenizers.Tokenizer`` whose offsets refer to the original text; contexts
-    shared by several questions are tokenised once. Linear in each context's length."""
+    """Every window of every example; ``training=True`` adds start/end labels and leaves out answerable
+    examples with no usable answer. Contexts shared by questions are tokenised once."""
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     contexts = list(dict.fromkeys(e.context for e in examples))
     encoded = dict(zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False), strict=True))
@@ -258,10 +254,8 @@ def predict_example(
     max_answer_length: int = 30,
     with_null: bool = False,
 ) -> ExamplePrediction:
-    """The n-best span search over all windows of one example (``run_squad.py``'s
-    ``write_predictions``): ``windows`` pairs each feature with its start and end logits;
-    ``with_null`` (v2.0) adds the null answer ``""`` with the smallest ``[CLS]`` score over the
-    windows and computes the null odds."""
+    """The n-best span search over one example's windows (``run_squad.py``'s ``write_predictions``);
+    ``with_null`` (v2.0) adds the null answer and computes the null odds."""
     candidates = []  # (score, start_logit, end_logit, text)
     null = None  # (score, start_logit, end_logit)
     for feature, start_logits, end_logits in windows:
@@ -495,9 +489,7 @@ def evaluate_file(
     version: str, data_file: str, predictions_file: str, null_odds_file: str | None = None
 ) -> dict[str, Any]:
     """Score a prediction file as the official ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` do
-    (:mod:`finetune.squad_eval`): v1.1 ``exact_match``, ``f1``; v2.0 ``exact``, ``f1``,
-    ``HasAns_*``, ``NoAns_*`` and, with ``null_odds_file``, ``best_exact``/``best_f1`` with their
-    thresholds. Both also give ``total`` and ``unanswered`` (questions without a prediction)."""
+    (:mod:`finetune.squad_eval`), with ``total`` and ``unanswered`` (questions without a prediction)."""
     if version == "1.1" and null_odds_file is not None:
         raise UsageError("null odds are a SQuAD v2.0 notion: leave --null-odds out for --version 1.1")
     questions, stats = read_squad(data_file, version)

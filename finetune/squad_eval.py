@@ -1,18 +1,5 @@
-"""SQuAD's official metrics: exact match and token F1, as ``evaluate-v1.1.py`` and ``evaluate-v2.0.py``.
-
-Both scripts normalise an answer the same way (lower-case, drop ASCII punctuation, drop the articles
-a/an/the, collapse whitespace) and take the maximum over the gold answers. They differ in small
-ways that change numbers, and each is kept here:
-
-- v1.1: F1 is 0 when either side is empty after normalisation.
-- v2.0 gives an unanswerable question the single gold answer ``""`` (also a question whose gold
-  answers all normalise to nothing); F1 is 1 when both sides are empty, 0 when one is. Scores are
-  kept per question id (a repeated id scores its last question once). With null odds, a question
-  whose odds exceed :data:`NA_PROB_THRESH` counts as answered ``""``, and ``best_exact`` /
-  ``best_f1`` with their thresholds are the script's threshold search.
-- Both count every question of the data file in the total: one without a prediction scores 0
-  (the v2.0 script leaves it out, which raises the scores); ``unanswered`` says how many.
-"""
+"""SQuAD's official metrics, as ``evaluate-v1.1.py`` and ``evaluate-v2.0.py`` compute them, each
+version's quirks kept; unlike the v2.0 script, a question without a prediction scores 0 and counts."""
 
 from __future__ import annotations
 
@@ -157,9 +144,8 @@ def evaluate_v2(
     predictions: Mapping[str, str],
     null_odds: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """``evaluate-v2.0.py``'s output: exact, f1, total, HasAns_*/NoAns_* (where such questions
-    exist) and, given ``null_odds`` (one per predicted question), best_exact(_thresh) and
-    best_f1(_thresh); a question without a prediction scores 0 and counts (``unanswered``)."""
+    """``evaluate-v2.0.py``'s output (with ``best_*`` given ``null_odds``); a question without a
+    prediction scores 0 and counts (``unanswered``)."""
     has_answer = has_answer_by_id(data)
     exact_raw, f1_raw = raw_scores_v2(data, predictions)
     if not exact_raw:

@@ -1,8 +1,5 @@
-"""SWAG: four-way multiple choice over the official CSV files (Zellers et al., 2018).
-
-As in the paper (Section 4.4), each choice is ``[CLS] sent1 [SEP] sent2 + ending [SEP]``; a linear
-layer scores each choice's pooled ``[CLS]`` and a softmax runs over the four. Metric: accuracy.
-"""
+"""SWAG: four-way multiple choice over the official CSV files, each choice
+``[CLS] sent1 [SEP] sent2 + ending [SEP]`` scored from its pooled ``[CLS]`` (the paper's Section 4.4)."""
 
 from __future__ import annotations
 
