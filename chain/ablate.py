@@ -1,7 +1,5 @@
-"""``chain ablate``: the grid behind the paper's Tables 5-8 and Figure 5 as chain stages, after the
-demo's corpus, vocabulary, shards and task stages; runs are shared where the paper's rows coincide
-(BERT_BASE is Table 6's base size, Table 8's 80/10/10 and Table 7's fine-tuned row). docs/ablations.md
-"""
+"""``chain ablate``: the grid behind the paper's Tables 5-8 and Figure 5 as chain stages, runs shared
+where the paper's rows coincide (docs/ablations.md)."""
 
 from __future__ import annotations
 

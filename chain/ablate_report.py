@@ -1,8 +1,5 @@
-"""The study's report in ``WORKDIR/ablations``: report.md and .html, results.json (every cell's values,
-seeds and runs) and Figure 5 (figure5.png, .json, .csv). Each cell is the mean ± sample standard
-deviation over its seeds, read from the runs' own records; a row that differs from its table's first
-row by less than the two rows' spreads added is marked "within noise". The paper's numbers
-(:mod:`finetune.paper`, dev sets) stand beside ours for reference."""
+"""The study's report in ``WORKDIR/ablations`` (report.md and .html, results.json, Figure 5): each cell
+the mean ± sd over its seeds, "within noise" marked, the paper's numbers beside (docs/ablations.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """What ``chain`` and ``chain ablate`` check before their first stage, with the stages' own rules:
-the command line first (each function returns its problems; the CLIs raise them together as one
-UsageError, exit 2, no path looked at yet), then the inputs (together as one InputError, exit 1).
-Imports no torch: the rules come from the stages' torch-free tables and configs."""
+flags first (one UsageError), then inputs (one InputError); imports no torch."""
 
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ DERIVED_TASK = "mrpc"  # the layout of the task the chain derives from the corpu
 
 
 def beam_problems(options: Sequence[str]) -> list[str]:
-    """Each ``--beam-option`` one Beam flag that Beam's own parser takes with its value, checked the
-    way every `pipelines` command checks what it hands on to Beam: by ``pipelines.beam_options``,
-    run as a program because the chain never imports Beam."""
+    """Each ``--beam-option`` checked as ``pipelines`` checks what it hands to Beam, by running
+    ``pipelines.beam_options`` as a program (the chain never imports Beam)."""
     found = [
         f"--beam-option {option!r} is not a Beam flag: give it as --beam-option=--name=value"
         for option in options
@@ -80,9 +77,8 @@ def folder_problems(flag: str, folder: str, names: Sequence[str], layout: str) -
 def documents_problems(
     documents: str, options: Sequence[str], output: str, runner: Sequence[str]
 ) -> list[str]:
-    """``pipelines documents`` run dry (``--dry_run=True``: nothing is written) on ``--documents``
-    with ``--documents-option``: the files, flags, fields and layout checked as the stage checks them
-    (in its own process: the chain never imports Beam)."""
+    """``pipelines documents --dry_run=True`` on ``--documents``: its files, flags and fields checked by the
+    stage itself, in its own process."""
     command = [sys.executable, "-m", "pipelines", "documents", "--input", documents, "--output", output]
     done = subprocess.run([*command, *options, *runner, "--dry_run=True"], capture_output=True, text=True)
     if done.returncode == 0:

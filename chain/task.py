@@ -1,12 +1,6 @@
-"""A small GLUE-layout task derived from the corpus, for the demo's fine-tuning step.
-
-"Is sentence B the sentence that follows A?" in MRPC's layout (``Quality  #1 ID  #2 ID  #1 String
-#2 String``, label 1 = B follows A). Positive pairs are consecutive sentences of one document;
-negative pairs put a sentence from another document after the same A (one of each per position). Training pairs come from the corpus'
-``validation`` documents and dev pairs from its ``test`` documents, which pre-training never saw
-(it reads the ``train`` split). Every choice is seeded by (seed, document, position), so the task
-is the same on every run. Sentences are picked only when both are 5–60 words long.
-"""
+"""A small GLUE-layout task derived from the corpus for the demo's fine-tuning step: "does sentence B
+follow A?" in MRPC's layout, from documents pre-training never saw, seeded by (seed, document,
+position) (docs/chain.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The options a command hands on to Beam, checked as its command line is parsed: Beam drops what
-its parser does not know without a word (``--runer=DataflowRunner`` would run a Dataflow job here),
-so each must be one of Beam's own with a value Beam's parser (every ``PipelineOptions`` subclass's
-``_add_argparse_args``, as ``get_all_options`` builds it) takes. Beam's ``PipelineOptionsValidator``
-is not run: for Dataflow it reaches the network. ``chain`` (no Beam) runs this module as a program:
-``python -m pipelines.beam_options ARGS`` prints each problem and exits 2 when there is one."""
+"""The options a command hands on to Beam, checked as its command line is parsed, because Beam drops
+what its parser does not know without a word; ``python -m pipelines.beam_options ARGS`` (for
+``chain``) prints each problem and exits 2."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""On-disk formats shared by every stage: Arrow record formats, manifests, markers; how every stage
-reaches a file (``storage.py``), owns its output (``outputs.py``) and ends a command (``commands.py``).
-
-This package imports pyarrow, fsspec and click only (never Beam or torch), so any stage and any
-outside reader can depend on it.
-"""
+"""On-disk formats shared by every stage, and how every stage reaches a file (``storage.py``), owns its
+output (``outputs.py``) and ends a command (``commands.py``); imports neither Beam nor torch."""
 
 from schemas.documents import DOCUMENTS
 from schemas.formats import RecordFormat

@@ -1,10 +1,5 @@
-"""The buckets a command names, probed before it starts work: each once, bounded in time.
-
-Per bucket of a ``gs://`` or ``s3://`` path: credentials are there, the endpoint answers, the
-bucket exists, each input can be looked up and each output written (an empty object put and
-deleted), all in a daemon thread against one deadline (:data:`LIMIT_S`), so a hang is one line too.
-An input missing from a bucket that exists is left to the command. Local paths are not probed.
-"""
+"""The buckets a command names, probed once each before it starts work (credentials, endpoint, bucket,
+read and write access) against one deadline, so that a hang is one line too; local paths are not probed."""
 
 from __future__ import annotations
 
@@ -54,9 +49,9 @@ def probe(
     writes: Mapping[str, str | Iterable[str]] | None = None,
     limit_s: float | None = None,
 ) -> None:
-    """Probe the buckets of ``reads`` and ``writes`` (flag → path or paths; globs allowed in
-    reads) within ``limit_s`` (:data:`LIMIT_S`), with the options of ``schemas.storage``. Raises :class:`InputError` (an input's bucket), :class:`OutputError` (an
-    output's) or :class:`CommandError` (no network, no credentials, no answer in time)."""
+    """Probe the buckets of ``reads`` and ``writes`` (flag → path or paths; globs allowed in reads)
+    within ``limit_s``; :class:`InputError`, :class:`OutputError` or :class:`CommandError` says
+    what is wrong."""
     uses = [
         (flag, path, role)
         for role, named in (("read", reads or {}), ("write", writes or {}))

@@ -1,10 +1,5 @@
-"""The exit rule every command shares: 0 it did what it said; 1 it ran and failed; 2 its command
-line is wrong; 128 + N a stop signal N ended it (130 SIGINT, 143 SIGTERM); every failure one
-``error:`` line on standard error, never a traceback.
-
-Each tool's top-level click group or command uses ``cls=OneLineGroup`` (:class:`OneLineCommand`).
-Commands raise, never print and exit. Flag defaults come from the configs (:func:`config_option`).
-"""
+"""The exit rule every command shares (README): 0 done, 1 failed, 2 a wrong command
+line, 128 + N a stop signal; every failure one ``error:`` line. Commands raise, never print and exit."""
 
 from __future__ import annotations
 

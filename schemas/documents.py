@@ -1,21 +1,4 @@
-"""The ``documents`` format: cleaned documents, one list item per sentence.
-
-Written by ``pipelines wikipedia``, ``pipelines books`` and ``pipelines corpus``; read by
-``pipelines corpus``, ``wordpiece train`` and ``pipelines examples``.
-
-| column        | type           | meaning                                                          |
-|---------------|----------------|------------------------------------------------------------------|
-| doc_id        | string         | 32 hex chars: SHA-256 prefix of the sentences (content-derived)   |
-| source        | string         | ``wikipedia`` or ``books`` (or another producer's name)           |
-| origin        | string         | the input file the document came from                            |
-| title         | string, null   | page title or book title where known                             |
-| page_id       | int64, null    | Wikipedia page id                                                |
-| revision_id   | int64, null    | Wikipedia revision id                                            |
-| sentences     | list<string>   | the document's sentences in order (document boundary = row)      |
-| num_sentences | int32          | ``len(sentences)``                                               |
-| num_words     | int64          | whitespace-separated words over all sentences                    |
-| num_chars     | int64          | characters over all sentences                                    |
-"""
+"""The ``documents`` format: cleaned documents, one list item per sentence (columns: docs/corpus.md)."""
 
 from __future__ import annotations
 

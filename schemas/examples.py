@@ -1,9 +1,6 @@
-"""The ``examples`` format: BERT pre-training examples, already masked and paired for NSP (or
-packed), as ``pipelines examples`` writes them; each column's meaning is in docs/shards.md. Token
-ids are uint16 up to 65,536 tokens, uint32 beyond. Bytes that match their SHA-256 are only as
-trustworthy as their writer: :func:`example_batch_problem` checks, vectorised, every value the
-trainer relies on, in every table written or read.
-"""
+"""The ``examples`` format (columns: docs/shards.md): token ids uint16 up to 65,536 tokens, uint32
+beyond; :func:`example_batch_problem` checks every value the trainer relies on, in every table
+written or read."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The ``features`` format: per-token hidden states of an encoder, as ``finetune features`` writes
-them (the equivalent of google-research/bert's ``extract_features.py``, in Arrow instead of JSON).
-
-One row per (line, token, layer), ordered by line, then token, then layer in the order asked for;
-each column's meaning is in docs/finetune.md.
-"""
+"""The ``features`` format: per-token hidden states, one row per (line, token, layer), as ``finetune
+features`` writes them (columns: docs/finetune.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The record-batch index of an output's Arrow shards (``index.json``, named by the manifest with its
-size and SHA-256): every record batch's byte range, row count and SHA-256, so a reader fetches and
-checks just those bytes, one encapsulated IPC message (``pyarrow.ipc.read_record_batch(
-pyarrow.ipc.read_message(bytes), schema)``; docs/shards.md). Every field is checked before anything
-is sized from it, and against the manifest's shards (:meth:`ShardIndex.check_against`)."""
+"""The record-batch index of an output's Arrow shards (``index.json``; docs/shards.md): each record
+batch's byte range, rows and SHA-256, so a reader fetches and checks just those bytes; every field
+is checked before anything is sized from it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Reading what a user or a bucket supplies, bounded and typed: regular files or bucket objects only
-(a FIFO would block, a device never ends), a size limit on every read (a line over it named by its
-number, never its text), strict JSON (UTF-8, no lone surrogate, bounded nesting) read field by field
-with its type checked. Every problem is one InputError naming the file (and the record and field).
-"""
+"""Reading what a user or a bucket supplies, bounded and typed: regular files only, a size limit on
+every read, strict JSON read field by field; every problem one InputError naming the file."""
 
 from __future__ import annotations
 

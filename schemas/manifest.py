@@ -1,7 +1,5 @@
-"""The manifest every stage writes beside its shards (each with its split, rows, size and SHA-256),
-and the ``COMPLETED`` marker, written last, that holds the manifest's SHA-256. Outputs of token ids
-(``examples``) name their vocabulary: ``params.vocab_sha256`` (required), ``params.cased`` and
-``vocab_file``, the copy in the folder. Every problem is an InputError naming the file."""
+"""The manifest every stage writes beside its shards and the ``COMPLETED`` marker, written last, that
+holds its SHA-256; every problem is an InputError naming the file."""
 
 from __future__ import annotations
 

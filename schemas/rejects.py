@@ -1,15 +1,4 @@
-"""The ``rejects`` format: records a pipeline could not use, with the reason, kept aside.
-
-| column    | type         | meaning                                                              |
-|-----------|--------------|----------------------------------------------------------------------|
-| source    | string       | the pipeline stage's source name (``wikipedia``, ``books``)          |
-| origin    | string       | the input file                                                       |
-| record_id | string       | the page id, book file name, or ``file`` for a whole-file error      |
-| title     | string, null | title where known                                                    |
-| reason    | string       | a snake_case code, also a key of ``stats.json``'s ``rejected``       |
-| detail    | string       | one human sentence saying what went wrong                            |
-| excerpt   | string, null | the first characters of the raw record, to inspect it                |
-"""
+"""The ``rejects`` format: records a pipeline could not use, with the reason (columns: docs/corpus.md)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""Every file the product reads or writes, local or in a bucket, reached one way: fsspec, with the
-options of each cloud defined here once.
-
-- Where: a local path, or a URL of any fsspec protocol (``gs://``, ``s3://``, ``memory://``). A GCS
-  emulator is found through ``STORAGE_EMULATOR_HOST``, an S3-compatible server through
-  ``AWS_ENDPOINT_URL`` (which the clients read themselves) or the options :func:`configure` was
-  given (Beam's ``--s3_*`` flags, by ``pipelines/files.py``, on the launching machine and workers).
-- Written whole or not at all (:func:`write_bytes`): locally the bytes go to ``.NAME.<12 hex>.tmp``
-  beside the file, synced, then renamed over ``NAME`` (atomic on POSIX), the temporary file removed
-  on any failure, so only SIGKILL or a power cut leaves one; in a bucket one upload, which shows an
-  object only once it is complete (``fs.open(path, "wb")`` would commit a failing block's part).
-  A failure is a :class:`WriteError` naming the file.
-- Timeouts and retries: every access but a probe takes the clients' own (gcsfs and s3fs retry a
-  transient error with back-off; ``pretrain.data`` adds its own per record batch). Probes
-  (:func:`bounded_filesystem`): credentials checked first, a timeout on every request and no
-  retries, so ``schemas.buckets`` can say in one line what is wrong within its deadline.
-"""
+"""Every file the product reads or writes, local or in a bucket, reached one way: fsspec, with each
+cloud's options (emulator, endpoint, probe timeouts) defined here once. Files are written whole or
+not at all (:func:`write_bytes`); docs/reliability.md states the guarantees."""
 
 from __future__ import annotations
 
@@ -217,10 +203,9 @@ def _write_local(path: str, chunks: Iterable[bytes]) -> None:
 
 
 class Folder:
-    """A folder (a path or URL) that files are written into whole (:func:`write_bytes`), each named
-    relative to it. This one keeps no journal: what Beam's workers and a run's other ranks write once
-    the process holding the output (``schemas.outputs.OutputFolder``) journaled it, and what a
-    library call writes into a folder of its caller's choosing."""
+    """A folder (a path or URL) that files are written into whole, named relative to it, without a
+    journal: for workers and ranks writing into an output its owner journaled (``OutputFolder``), and
+    for library calls writing into a folder of their caller's choosing."""
 
     def __init__(self, url: str | os.PathLike) -> None:
         self.url = os.fspath(url).rstrip("/") or "/"

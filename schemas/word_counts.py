@@ -1,13 +1,5 @@
-"""The ``word_counts`` format: how often each pre-tokenised word occurs in a corpus split.
-
-Written by the counting pipeline of ``wordpiece train`` (``DIR/word_counts/``), read back to
-learn the vocabulary and to measure it, so the text is never re-read.
-
-| column | type   | meaning                                                    |
-|--------|--------|------------------------------------------------------------|
-| word   | string | a word after BERT normalisation and pre-tokenisation       |
-| count  | int64  | occurrences in the split                                   |
-"""
+"""The ``word_counts`` format: how often each pre-tokenised word occurs in a corpus split, written by
+``wordpiece train``'s counting job and read back to learn and measure the vocabulary (docs/wordpiece.md)."""
 
 from __future__ import annotations
 

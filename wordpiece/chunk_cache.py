@@ -1,7 +1,5 @@
-"""Tokenising many sentences fast: each distinct space-separated chunk is tokenised once. BERT's
-tokenisation never crosses a space (a literal ``[SEP]`` is text here), so a sentence's ids are its
-chunks' ids back to back, exactly.
-"""
+"""Tokenising many sentences fast: BERT's tokenisation never crosses a space, so each distinct chunk is
+tokenised once and a sentence's ids are its chunks' ids back to back."""
 
 from __future__ import annotations
 

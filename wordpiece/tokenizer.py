@@ -1,8 +1,5 @@
-"""BERT-exact WordPiece tokenisation from the ``tokenizers`` library's components: BERT's
-normaliser (uncased: lower-case, strip accents), pre-tokeniser and WordPiece (a word over
-:data:`MAX_INPUT_CHARS_PER_WORD` characters is ``[UNK]``), giving the ids of transformers'
-``BertTokenizerFast``, literal special tokens included (``docs/wordpiece.md``).
-"""
+"""BERT-exact WordPiece tokenisation from the ``tokenizers`` library's components, giving the ids of
+transformers' ``BertTokenizerFast`` (docs/wordpiece.md)."""
 
 from __future__ import annotations
 

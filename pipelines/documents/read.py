@@ -1,8 +1,5 @@
-"""Records out of the files a corpus is published in: JSON Lines (plain, or ``.gz``, ``.zst``,
-``.bz2``), Parquet, and the Arrow files of ``datasets`` (``save_to_disk``). A file is planned into
-parts (a byte range of plain JSON Lines, a Parquet row group, else the whole file), each read a
-line or a batch at a time: memory is bounded by a batch, never by a file. A record that cannot be
-used is a reject; a file that cannot be read on ends in one file error saying what was kept."""
+"""Records out of JSON Lines (plain or compressed), Parquet and ``datasets`` Arrow files, each planned
+into parts read a line or a batch at a time, so memory is bounded by a batch, never by a file."""
 
 from __future__ import annotations
 

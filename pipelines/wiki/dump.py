@@ -1,11 +1,5 @@
-"""Stream pages out of MediaWiki XML dumps, whole or as byte ranges of multistream dumps, in
-bounded memory (64 KiB chunks into an ``XMLPullParser``, each finished ``<page>`` cleared). A
-defect ends the pages with one :class:`~schemas.rejects.Rejection`, whose ``reason`` is one of
-``truncated_input`` (compressed data or XML ends early), ``malformed_xml`` (XML syntax error, or a
-page without a valid ``<id>``), ``not_a_dump`` (not compressed data/XML at all, not a
-``<mediawiki>`` document, or a range not starting at a bz2 stream), ``corrupt_input`` (compressed
-data damaged after a valid start) and ``malformed_index`` (an index line without a numeric
-offset); a storage ``OSError`` propagates."""
+"""Stream pages out of MediaWiki XML dumps, whole or as byte ranges of multistream dumps, in bounded
+memory; a defect ends the pages with one :class:`~schemas.rejects.Rejection` (reasons: docs/corpus.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia (what is kept
-and dropped: docs/corpus.md): a walker over mwparserfromhell's tree renders what a reader sees as
-running prose. Building the tree costs most of the time, so ``_prepass`` first cuts out what the
-walker would drop, with linear scans (braces pair up as in MediaWiki's preprocessor; a construct is
-cut only once its end is found), and ``_parse`` makes plain links text tokens before the tree is built.
-"""
+"""One page's raw wikitext into clean prose paragraphs, as BERT did for Wikipedia (docs/corpus.md):
+``_prepass`` cuts out what the walker over mwparserfromhell's tree would drop, in linear scans, so
+that the costly tree is small."""
 
 from __future__ import annotations
 
