@@ -1,6 +1,5 @@
 """``finetune``: fine-tune a pre-trained BERT on GLUE, SQuAD, SWAG and NER, score SQuAD predictions,
-build the results table, write hidden states out. Each command checks its flags, claims its output
-and calls one library function; errors are raised (:mod:`schemas.commands` prints them)."""
+build the results table, write hidden states out; each command calls one library function."""
 
 from __future__ import annotations
 

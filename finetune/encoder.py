@@ -1,5 +1,4 @@
-"""The pre-trained encoder a fine-tuning run starts from: loaded from a ``pretrain`` run or an HF
-BERT folder with its vocabulary and casing, checked against a run's settings and texts, and a
+"""The pre-trained encoder a fine-tuning run starts from, with its vocabulary and casing, and a
 fine-tuned model saved back as a BERT folder."""
 
 from __future__ import annotations
@@ -52,9 +51,8 @@ def _recorded_casing(folder: str) -> bool | None:
 
 
 def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -> Encoder:
-    """Load ``--checkpoint`` (a ``pretrain`` run or checkpoint folder, or an HF-format BERT folder, local
-    or in a bucket) with its vocabulary; ``cased=None`` takes the recorded casing, else the
-    vocabulary's; a missing pooler starts from ``seed``."""
+    """Load ``--checkpoint`` (a ``pretrain`` run or checkpoint, or an HF-format BERT folder) with its
+    vocabulary; ``cased=None`` takes the recorded casing, else the vocabulary's."""
     url = ckpt.weights_folder(checkpoint)
     try:
         hf.check_vocab_rows(url)

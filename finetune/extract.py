@@ -227,9 +227,8 @@ class _ShardWriter:
 def extract_features(
     checkpoint: str, input_file: str, output: str, settings: ExtractSettings, *, cased=None, overwrite=False
 ) -> dict[str, Any]:
-    """Write the hidden states of ``settings.layers`` for every token of every line of ``input_file``
-    into ``output`` (claimed first: refused when it holds files, unless an earlier run's and
-    ``overwrite``); return the stats. ``checkpoint``: any of :func:`finetune.encoder.load_encoder`'s."""
+    """Write the hidden states of ``settings.layers`` for every token of every line of ``input_file`` into
+    ``output`` (claimed first); return the stats."""
     with OutputFolder.open(output, PRODUCER, overwrite=overwrite) as folder:
         if not storage.exists(input_file):
             raise InputError(f"--input {input_file} not found")

@@ -198,11 +198,8 @@ def run_glue(
     diagnostic_file: str | None = None,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` on one GLUE task: one run, several seeds (mean ± sd) or the paper's
-    grid (Appendix A.3), selected on dev. The selected setting's best seed predicts dev and test
-    (the GLUE server's files) and is saved in ``out``'s ``model/`` (``BertForSequenceClassification``'s
-    layout); returns ``metrics.json``. ``predict_only``: the classifier in ``checkpoint`` instead.
-    ``before_training`` (``--overwrite``'s clean-up) runs once every check has passed."""
+    """Fine-tune ``checkpoint`` on one GLUE task (one run, seeds, or the paper's grid, selected on dev);
+    the best seed predicts dev and test and is saved in ``model/``; returns ``metrics.json``."""
     task = get_task(task_name)
     data = read_task(task, data_dir, diagnostic_file=diagnostic_file, with_test=config.test_predictions)
     train = data.train[: config.max_train_examples]

@@ -1,7 +1,5 @@
-"""The GLUE task table: each task's files, columns, labels and metrics in one row, as google's
-``run_classifier.py`` and HF's ``run_glue.py`` keep them; adding a task is adding a row; and the
-reader of a task's folder. Imports no torch, so ``chain`` checks a task name and reads its folder
-before anything heavy loads."""
+"""The GLUE task table (each task's files, columns, labels and metrics in one row; adding a task is
+adding a row) and the reader of a task's folder; imports no torch."""
 
 from __future__ import annotations
 

@@ -37,10 +37,8 @@ def seeded_linear(in_features: int, out_features: int, std: float, seed: int) ->
 
 
 class Classifier(nn.Module):
-    """Dropout and a linear layer on the encoder's output (the paper's Figure 4): on the pooled
-    ``[CLS]`` (``per="sequence"``: GLUE; one output is STS-B's regression), on each choice's
-    (``"choice"``: SWAG, ``[batch, choices, length]`` ids), or on every token (``"token"``: NER).
-    With ``bilstm`` (Table 5) it reads the BiLSTM's :meth:`~finetune.heads.BiLSTM.summary`."""
+    """Dropout and a linear layer on the encoder's output (the paper's Figure 4): per ``sequence`` (GLUE),
+    ``choice`` (SWAG) or ``token`` (NER); with ``bilstm`` (Table 5) on the BiLSTM's summary."""
 
     def __init__(
         self, encoder: BertModel, outputs: int, *, per: str = "sequence", seed: int = 0, bilstm: Any = None

@@ -1,6 +1,5 @@
-"""Hidden states out of a frozen encoder (:func:`hidden_states`: the embeddings' output then each
-layer's, as transformers' ``output_hidden_states``, recorded by forward hooks on
-:class:`pretrain.model.BertModel`'s own modules) and the layer choices of the paper's Table 7."""
+"""Hidden states out of a frozen encoder (:func:`hidden_states`, as transformers'
+``output_hidden_states``) and the layer choices of the paper's Table 7."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The fine-tuning loop: :func:`fit` trains all of a task model on its features, :func:`predict`
-runs it over features in batches; the task model's ``forward`` returns a
-:class:`~finetune.heads.TaskOutput`."""
+"""The fine-tuning loop: :func:`fit` trains a task model on its features, :func:`predict` runs it."""
 
 from __future__ import annotations
 

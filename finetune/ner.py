@@ -1,7 +1,5 @@
 """Named-entity recognition on the CoNLL-2003 layout (the paper's Section 5.3), fine-tuned or, with
-``features``, feature-based (Table 7: :mod:`finetune.ner_features`), with the same data, scoring
-(:mod:`finetune.conll`) and windows (:mod:`finetune.ner_windows`).
-"""
+``features``, feature-based (Table 7: :mod:`finetune.ner_features`)."""
 
 from __future__ import annotations
 

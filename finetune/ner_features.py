@@ -115,9 +115,8 @@ def with_layers(
     split: str = "train",
     source: str = "",
 ) -> tuple[list[dict[str, Any]], str]:
-    """``features`` cut to their sentences, each with the model's chosen ``layers``: computed, or
-    with ``folder`` every layer read from it (else computed and written there); and which of
-    ``computed``, ``read``, ``written`` happened."""
+    """``features`` cut to their sentences with the model's chosen ``layers`` (computed, or read from or
+    written to ``folder``), and which of ``computed``, ``read``, ``written`` happened."""
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     compute = dict(
@@ -160,9 +159,8 @@ def fit_feature_tagger(
     folder: storage.Folder | None,
     source: str,
 ) -> tuple[TrainResult, str]:
-    """Train the head on ``inputs`` (features with sentence spans): over the live encoder, or on
-    activations computed once (``cache``) or shared through ``folder``. Returns the result and
-    how the training activations were obtained (``live``, ``computed``, ``read``, ``written``)."""
+    """Train the head on ``inputs`` over the live encoder or on activations computed once (``cache``) or
+    shared through ``folder``; returns the result and how the activations were obtained."""
     outcome = "live"
     if cache or folder is not None:
         inputs, outcome = with_layers(model, inputs, config, folder=folder, split="train", source=source)

@@ -91,9 +91,8 @@ class SquadStats:
 
 
 def read_squad(path: str, version: str) -> tuple[list[SquadExample], SquadStats]:
-    """Read and check a SQuAD v1.1 or v2.0 file, every field typed (v2.0's ``is_impossible`` may be
-    ``"true"``/``"false"``; by default "has no answers"): one :class:`InputError` naming the file,
-    question and field. An ``answer_start`` that misses its text is counted, never fatal."""
+    """Read and check a SQuAD v1.1 or v2.0 file, every field typed: one :class:`InputError` naming the file,
+    question and field; an ``answer_start`` that misses its text is counted, never fatal."""
     examples: list[SquadExample] = []
     stats = SquadStats()
     seen: set[str] = set()
@@ -326,9 +325,8 @@ def predict_answers(
 
 
 class SpanQuestionAnswering(nn.Module):
-    """The encoder and ``qa_outputs``, start and end logits from every token's final hidden state
-    (the paper's Figure 4 (c); transformers' names), -10000 at padding. ``bilstm``: a one-layer
-    BiLSTM between them, the paper's "LTR & No NSP + BiLSTM" (Table 5)."""
+    """The encoder and ``qa_outputs``: start and end logits per token (the paper's Figure 4 (c)), -10000 at
+    padding; ``bilstm`` puts a one-layer BiLSTM between them (Table 5)."""
 
     def __init__(self, encoder: BertModel, *, seed: int = 0, bilstm: bool = False) -> None:
         super().__init__()
@@ -417,9 +415,8 @@ def run_squad(
     config: SquadConfig,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` on ``train_file`` (None: no training) and save it in ``model/``,
-    answer ``predict_file`` and score it: the prediction files, and last ``metrics.json``, which it
-    returns. ``before_training`` (``--overwrite``'s clean-up) runs once every check has passed."""
+    """Fine-tune ``checkpoint`` on ``train_file`` (None: no training), answer ``predict_file`` and score it;
+    returns ``metrics.json``, written last."""
     train, train_stats = read_squad(train_file, version) if train_file else ([], None)
     train = train[: config.max_train_examples]
     questions, predict_stats = read_squad(predict_file, version)

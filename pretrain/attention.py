@@ -40,9 +40,8 @@ class Packed(NamedTuple):
 def packed_attention(
     q, k, v, layout: Packed, dropout_p: float = 0.0, *, kernel: str | None = None
 ) -> torch.Tensor:
-    """Attention within each segment of flat ``[total_tokens, heads, head_dim]`` q/k/v (the last
-    dimension contiguous); ``[total_tokens, heads, head_dim]`` out. ``kernel``: ``flash``,
-    ``padded``, or None for the device's (:func:`choose_kernel`)."""
+    """Attention within each segment of flat ``[total_tokens, heads, head_dim]`` q/k/v, by ``kernel``
+    (``flash``, ``padded``, or None for the device's: :func:`choose_kernel`)."""
     kernel = kernel or kernel_choices.get(str(q.device))
     kernel = kernel or choose_kernel(q.device, q.dtype, q.size(1), q.size(2))
     if kernel == "flash":

@@ -79,10 +79,8 @@ def static_layout(num_examples: int, max_seqlen: int) -> tuple[int, int]:
 
 
 def pack(batch: Batch, max_seq_length: int | None = None) -> Batch:
-    """A padded batch as its real tokens end to end, padded to one of a few static sizes (so that
-    ``torch.compile`` sees a few shapes): ``input_ids``, ``token_type_ids`` and ``labels`` become
-    ``[total_tokens]``, ``cu_seqlens`` holds the examples' offsets then the padding segments', and
-    ``num_examples`` says how many segments are examples. The prediction and NSP tensors stay as they were."""
+    """A padded batch as its real tokens end to end (``[total_tokens]``, ``cu_seqlens`` offsets, the first
+    ``num_examples`` segments real), padded to one of a few static sizes for ``torch.compile``."""
     real = batch["attention_mask"].bool()
     lengths = real.sum(1)
     examples = len(lengths)

@@ -330,9 +330,8 @@ def run_id_of(run: str) -> str | None:
 
 
 def weights_folder(url: str | os.PathLike) -> str:
-    """The folder of weights ``url`` names: a checkpoint folder (``RUN/checkpoints/step-N``) or a
-    ``pretrain`` run folder's newest complete checkpoint, verified (:func:`resolve`); any other
-    folder (an HF-format BERT folder) as it is."""
+    """The weights folder ``url`` names: a checkpoint, a ``pretrain`` run's newest complete checkpoint
+    (verified by :func:`resolve`), or any other folder (HF-format BERT) as it is."""
     url = os.fspath(url).rstrip("/")
     if _STEP_DIR.search(url) or storage.exists(f"{url}/checkpoints"):
         return resolve(url).url

@@ -94,9 +94,8 @@ def _remask(
 def collate(
     table: pa.Table, masking: DynamicMasking | None = None, rng: np.random.Generator | None = None
 ) -> Batch:
-    """Pad a table of examples into model tensors (``input_ids``, ``attention_mask``, ``token_type_ids``,
-    ``masked_lm_*`` with weight 0 on padding slots, ``labels`` -100 where not masked,
-    ``next_sentence_labels``); re-mask when ``masking`` is given (with ``rng`` unless ``by_content``)."""
+    """Pad a table of examples into the model's tensors (weight 0 on padding slots, labels -100 where not
+    masked); re-mask when ``masking`` is given (with ``rng`` unless ``by_content``)."""
     size = len(table)
     lengths = table.column("num_tokens").to_numpy().astype(np.int64)
     width = max(8, -(-int(lengths.max()) // 8) * 8) if size else 8

@@ -322,9 +322,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
 
 class ShardLoader:
-    """The DataLoader of a run over an :class:`ExampleShards` (``num_workers`` must divide its
-    streams); :meth:`epoch` starts the workers for one epoch from a resume point. A worker that dies
-    or is silent for ``timeout_s`` is torch's ``RuntimeError`` (:func:`pretrain.train.worker_failure`)."""
+    """The DataLoader of a run over an :class:`ExampleShards` (``num_workers`` must divide its streams);
+    :meth:`epoch` starts the workers for one epoch from a resume point."""
 
     def __init__(
         self, reader: ExampleShards, num_workers: int = 0, *, pin_memory=False, timeout_s=600.0

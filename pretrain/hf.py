@@ -326,9 +326,8 @@ def our_name(hf_key: str) -> str:
 def load_hf_state_dict(
     model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint"
 ) -> list[str]:
-    """Copy an HF BERT state dict (keys with or without ``bert.``, TF-port ``gamma``/``beta``) into
-    ``model`` in place; return the names left at their fresh initialisation (a missing pooler or
-    heads). :class:`ValueError` naming ``source`` and every problem."""
+    """Copy an HF BERT state dict (with or without ``bert.``, TF-port ``gamma``/``beta``) into ``model``;
+    return the names left at their fresh initialisation; :class:`ValueError` naming every problem."""
     targets = model.state_dict()
     del targets[_DECODER_WEIGHT]  # the word embeddings under a second name
     incoming, decoder = _as_ours(hf_state)

@@ -81,9 +81,8 @@ class BertConfig:
 
     @classmethod
     def preset(cls, name: str, vocab_size: int, **overrides: Any) -> BertConfig:
-        """A named size: ``tiny`` 2/128, ``mini`` 4/256, ``small`` 4/512, ``medium`` 8/512, ``base``
-        12/768, ``large`` 24/1024 (layers/hidden; heads = hidden/64, intermediate = 4*hidden), or
-        ``L/H/A`` (layers/hidden/heads, intermediate 4*H) as in the paper's Table 6."""
+        """A named size (``tiny``, ``mini``, ``small``, ``medium``, ``base``, ``large``) or ``L/H/A`` as
+        in the paper's Table 6, with heads = hidden/64 and intermediate = 4*hidden where not given."""
         layers, hidden, heads = parse_model_size(name)
         fields = {
             "vocab_size": vocab_size,
@@ -302,10 +301,8 @@ class BertModel(nn.Module):
         max_seqlen: int | None = None,
         num_examples: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encode ``[batch, length]`` ids (``attention_mask``: 1 real, 0 padding, None: no padding) into the
-        hidden states and the pooled [CLS] output. Packed: ``input_ids`` are ``[total_tokens]`` with
-        ``cu_seqlens`` offsets and ``max_seqlen``; the first ``num_examples`` segments are pooled, the rest
-        only pad the batch (:func:`pretrain.batching.pack`)."""
+        """Encode ``[batch, length]`` ids (``attention_mask`` 1 real, 0 padding, None none) into the hidden
+        states and pooled [CLS]; packed: ``[total_tokens]`` ids with ``cu_seqlens`` and ``max_seqlen``."""
         if cu_seqlens is not None:
             return self._forward_packed(input_ids, token_type_ids, cu_seqlens, max_seqlen, num_examples)
         if input_ids.size(1) > self.config.max_position_embeddings:
@@ -390,9 +387,8 @@ class BertPreTrainingHeads(nn.Module):
 
 
 class PretrainingOutput(NamedTuple):
-    """MLM logits ``[batch, max_predictions, vocab]`` (or ``[batch, length, vocab]`` when dense)
-    and NSP logits ``[batch, 2]`` (index 0: B follows A, 1: B is random, as transformers), None
-    for a model without the NSP head."""
+    """MLM logits ``[batch, predictions or length, vocab]`` and NSP logits ``[batch, 2]`` (0: B follows A,
+    as transformers; None without the NSP head)."""
 
     prediction_logits: torch.Tensor
     seq_relationship_logits: torch.Tensor | None
@@ -468,9 +464,8 @@ class BertForPreTraining(nn.Module):
     def from_pretrained(
         cls, path: str | os.PathLike, *, seed: int = 0, **overrides: Any
     ) -> BertForPreTraining:
-        """Load an HF-format BERT folder or URL, a checkpoint, or a run folder's newest complete checkpoint
-        (:func:`pretrain.checkpoint.weights_folder`); a missing pooler or heads start from ``seed``, and
-        ``overrides`` replace config fields (``nsp=False`` drops the NSP head)."""
+        """Load an HF-format BERT folder or URL, a checkpoint or a run's newest complete one; a missing pooler
+        or heads start from ``seed``; ``overrides`` replace config fields (``nsp=False``: no NSP head)."""
         if not storage.exists(storage.join(path, hf.CONFIG_FILE)):
             path = ckpt.weights_folder(path)
         data, source = hf.read_config(path)
@@ -508,9 +503,7 @@ def pretraining_loss(
     masked_lm_weights: torch.Tensor,
     next_sentence_labels: torch.Tensor,
 ) -> PretrainingLoss:
-    """MLM + NSP loss as google-research/bert's ``run_pretraining.py`` (MLM weighted by
-    ``masked_lm_weights`` over their sum + 1e-5; NSP 0 without its head), with accuracy counts;
-    no host sync."""
+    """MLM + NSP loss and accuracy counts as google-research/bert's ``run_pretraining.py``; no host sync."""
     logits = outputs.prediction_logits.float()
     weights = masked_lm_weights.reshape(-1).float()
     per_slot = F.cross_entropy(
@@ -578,9 +571,8 @@ def parameter_counts(config: BertConfig) -> dict[str, int]:
 
 
 def training_state_bytes(config: BertConfig) -> int:
-    """Bytes that the fp32 weights, their gradients and AdamW's two moments take (16 per parameter,
-    over the padded vocabulary the embeddings hold): the least a training run of ``config`` needs,
-    before activations. LAMB keeps the same state."""
+    """Bytes of the fp32 weights, gradients and AdamW's (or LAMB's) two moments over the padded vocabulary:
+    the least a training run of ``config`` needs, before activations."""
     padded = dataclasses.replace(config, vocab_size=config.padded_vocab_size)
     return 16 * parameter_counts(padded)["total"]
 

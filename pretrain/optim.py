@@ -145,10 +145,8 @@ class Diverged(CommandError):
 
 
 class Health:
-    """The divergence rule of pre-training and fine-tuning, watched on the device without a host sync:
-    the first step whose loss or gradients are not finite (fp16: the last of :data:`MAX_FP16_SKIPS`
-    such steps in a row, as the grad scaler skips single overflowing steps by design). :meth:`check`
-    reads it: ``pretrain`` at metrics records and before checkpoints, ``finetune`` after each step."""
+    """The divergence rule of pre-training and fine-tuning, watched on the device without a host sync
+    (docs/pretrain.md, "Divergence"); :meth:`check` reads it."""
 
     def __init__(self, device: torch.device, precision: str) -> None:
         self.fp16, self.precision = precision == "fp16", precision

@@ -1,6 +1,5 @@
-"""The learning-rate schedules ``--lr-schedule`` names, each the multiplier of the peak rate at a
-step; pure Python, so the settings check a name before torch loads. A new schedule is a function
-and its entry in :data:`SCHEDULES`; :func:`pretrain.optim.build_scheduler` applies it."""
+"""The learning-rate schedules ``--lr-schedule`` names, each the multiplier of the peak rate at a step;
+a new schedule is a function and its entry in :data:`SCHEDULES`."""
 
 from __future__ import annotations
 

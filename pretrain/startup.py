@@ -185,9 +185,8 @@ def _check_shards(cfg: PretrainConfig, probe: ExampleShards) -> tuple[int, str, 
 def shards_vocabulary(
     shards: str, probe: ExampleShards, override: str | None = None
 ) -> tuple[str, WordPieceTokenizer]:
-    """Where the shards' vocabulary was read, and it: ``override`` (``--vocab``) or the copy the
-    folder carries (once its size and SHA-256 match the manifest's); either way its tokens must
-    hash to the manifest's ``params.vocab_sha256``. The casing is the manifest's."""
+    """Where the shards' vocabulary was read, and it: ``--vocab`` or the folder's checked copy; either way
+    its tokens must hash to the manifest's ``params.vocab_sha256``."""
     folder = shards.rstrip("/")
     with input_errors():
         recorded = manifest_vocabulary(probe.manifest, f"{folder}/{MANIFEST_FILE}")

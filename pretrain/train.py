@@ -78,9 +78,8 @@ class Position:
 
 
 class _Stop:
-    """A stop signal (pre-emption): the step ends, a checkpoint is saved, ``fit`` raises ``Stopped``
-    (exit 128 + N); a second signal stops at once. Several ranks vote each step in a background
-    gloo all-reduce and act on the vote of the step before, so every rank stops at the same step."""
+    """A stop signal: the step ends, a checkpoint is saved, ``fit`` raises ``Stopped``; a second signal stops
+    at once. Ranks vote each step in a background gloo all-reduce, so all stop at the same step."""
 
     def __init__(self, procs: Processes) -> None:
         self.signum: int | None = None
@@ -393,10 +392,8 @@ class Trainer:
         return record
 
     def step(self, data: DeviceFeed) -> tuple[torch.Tensor, float]:
-        """One optimizer step, in order: each micro batch's forward, loss and backward (DDP's
-        all-reduce on the last); then unscale, clip, the update (skipped on the device when the
-        gradients are not finite), the divergence watch and the schedule. Returns the gradient norm
-        (on the device) and the lr, waiting for nothing: no host sync."""
+        """One optimizer step, in order: forward, loss and backward per micro batch, then unscale, clip, the
+        update (skipped on the device if not finite), the divergence watch and the schedule; no host sync."""
         cfg, procs, position = self.cfg, self.procs, self.position
         waited = time.perf_counter()
         micro = [next(data) for _ in range(self.accumulation)]
@@ -430,9 +427,8 @@ class Trainer:
         return grad_norm, lr_used
 
     def _loss_weights(self, micro: list[MicroBatch]) -> list[tuple]:
-        """Each micro batch's (MLM, NSP) weight, its share of the global batch's masked tokens and
-        pairs (times the ranks, which DDP averages over): the step's loss is the global mean
-        however the batch is split. Several ranks: totals from a device all-reduce."""
+        """Each micro batch's (MLM, NSP) loss weight, its share of the global batch's masked tokens and pairs,
+        so the step's loss is the global mean however the batch is split."""
         procs, world = self.procs, self.procs.world_size
         masked = [b.num_masked for b in micro]
         pairs = [float(b.num_pairs * self.cfg.uses_nsp) for b in micro]
