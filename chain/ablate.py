@@ -392,8 +392,7 @@ def _finetune(cfg: AblationConfig, ft: FineTune, out: dict[str, str]) -> Stage:
 
 def expected_seconds(cfg: AblationConfig, g: Grid) -> dict[str, float]:
     """Each pre-training and fine-tuning stage's expected seconds on one H200: its training tokens at
-    BERT-base's measured rate scaled by model FLOPs per token (the reference model's taken as the
-    base's), plus the process's start."""
+    BERT-base's measured rate scaled by model FLOPs per token, plus the process's start."""
     from pretrain.model import BertConfig, parse_model_size, training_flops_per_token
 
     p = cfg.preset

@@ -20,9 +20,8 @@ NOTES = (
 
 
 def finetune_value(cfg: AblationConfig, name: str, task: str) -> tuple[float | None, float | None]:
-    """A fine-tune's dev score in percent (entity F1 for NER, else the GLUE task's main metric, from
-    its row of :mod:`finetune.glue_tasks`) and that metric's majority-class baseline, from its
-    ``metrics.json``."""
+    """A fine-tune's dev score in percent (NER's entity F1, else the GLUE task's main metric) and that
+    metric's majority-class baseline, from its ``metrics.json``."""
     url, glue = cfg.url("finetune", name, "metrics.json"), get_task(chain_config(cfg).task)
     metrics = read_json(url)
     value = get(metrics, url, "dev", "f1" if task == "ner" else glue.main_metric)

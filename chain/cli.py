@@ -59,8 +59,7 @@ def _refuse(problems: list[str], error: type[Exception]) -> None:
 @click.pass_context
 def main(ctx: click.Context, **opts) -> None:
     """Run every stage (corpus, vocabulary, shards, pre-training, export, fine-tuning) and write
-    WORKDIR/report/report.md and .html; a rerun skips what is complete. `chain ablate --help`: the
-    paper's ablations."""
+    WORKDIR/report/; a rerun skips what is complete. `chain ablate --help`: the paper's ablations."""
     if ctx.invoked_subcommand:
         given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name).name != "DEFAULT"]
         _refuse([f"{flag} is chain's, not chain {ctx.invoked_subcommand}'s" for flag in given], UsageError)

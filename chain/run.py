@@ -96,9 +96,8 @@ def _key(stage: Stage, state: dict) -> str:
 
 
 def run_process(argv: list[str], grace_s: float = GRACE_S) -> tuple[int, float, float, int | None]:
-    """Run ``argv`` in its own process group, a stop signal forwarded to the group (SIGKILL after
-    ``grace_s`` or at a second signal); return (exit status, seconds, peak RSS in MB of it and its
-    waited children, the stop signal or None)."""
+    """Run ``argv`` in its own process group, forwarding a stop signal (SIGKILL after ``grace_s`` or a
+    second signal); return (exit status, seconds, peak RSS in MB, the stop signal or None)."""
     received: list[tuple[int, float]] = []  # (signal, when)
     group: list[int] = []
 

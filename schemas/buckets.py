@@ -49,9 +49,8 @@ def probe(
     writes: Mapping[str, str | Iterable[str]] | None = None,
     limit_s: float | None = None,
 ) -> None:
-    """Probe the buckets of ``reads`` and ``writes`` (flag → path or paths; globs allowed in reads)
-    within ``limit_s``; :class:`InputError`, :class:`OutputError` or :class:`CommandError` says
-    what is wrong."""
+    """Probe the buckets of ``reads`` and ``writes`` (flag → path or paths; globs allowed in reads) within
+    ``limit_s``; one InputError, OutputError or CommandError says what is wrong."""
     uses = [
         (flag, path, role)
         for role, named in (("read", reads or {}), ("write", writes or {}))

@@ -211,9 +211,8 @@ def _batch_problem(
 def shard_index_entry(
     path: str, data: bytes, batch_rows: Sequence[int] | None = None, sha256: str | None = None
 ) -> tuple[ShardIndexEntry, pa.Schema]:
-    """The index entry of one Arrow IPC file's bytes (its messages walked with pyarrow), and the
-    file's schema. A writer that knows its batches' row counts and the file's hash passes them (no
-    decoding, no second hash). ``ValueError`` for bytes that are not an Arrow IPC file."""
+    """The index entry and schema of one Arrow IPC file's bytes (a writer that knows the row counts and hash
+    passes them: no decoding, no second hash); ``ValueError`` for bytes that are not an Arrow IPC file."""
     buffer = pa.py_buffer(data)
     try:
         schema = ipc.open_file(buffer).schema

@@ -182,9 +182,8 @@ class OutputFolder(storage.Folder, contextlib.AbstractContextManager):
         option: str = "--output",
         run_id: str | None = None,
     ) -> OutputFolder:
-        """Claim ``url`` for ``command``; refuse (nothing changed) a folder holding files unless all are
-        an earlier run's of ``command`` and ``overwrite``, or ``continuing`` (``--resume``, a cache):
-        adding to the folder, keeping its record's run id (else ``run_id``) and journal."""
+        """Claim ``url`` for ``command``: a folder holding files is refused unless they are an earlier
+        run's and ``overwrite``, or ``continuing`` (``--resume``, a cache) adds to it with its run id and journal."""
         fs, root = storage.filesystem(url)
         shown = f"{option} {url}" if option else url
         folder = cls(url, fs, root, shown)

@@ -17,9 +17,8 @@ INSIDE = "lies inside"
 
 
 def location(path: str) -> str:
-    """``path`` resolved for comparison: ``scheme://bucket/prefix`` for a URL (``gcs://`` is ``gs://``,
-    ``s3a://`` is ``s3://``; slashes and ``.``/``..`` normalised), else the absolute local path with
-    ``~`` expanded and symlinks followed (``file://`` URLs are local paths)."""
+    """``path`` resolved for comparison: a URL as ``scheme://bucket/prefix`` normalised (``gcs://`` is
+    ``gs://``, ``s3a://`` is ``s3://``), else the absolute local path with symlinks followed."""
     scheme, sep, rest = path.partition("://")
     if sep:
         scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
@@ -73,8 +72,7 @@ def check_output(flag: str, path: str) -> None:
 
 def check_apart(outputs: Mapping[str, Paths], inputs: Mapping[str, Paths], remedy: str | None = None) -> None:
     """Raise :class:`~schemas.commands.UsageError` when an output (``{flag: path or paths}``) is refused by
-    :func:`check_output`, or is, holds or lies inside an input, naming the pair and ``remedy``
-    (default: another value of the flag)."""
+    :func:`check_output`, or is, holds or lies inside an input, naming the pair and ``remedy``."""
     for out_flag, out_value in outputs.items():
         for out in _paths(out_value):
             check_output(out_flag, out)

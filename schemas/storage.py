@@ -113,9 +113,8 @@ def read_bytes(url: str | os.PathLike, limit: int | None = None) -> bytes:
 
 
 def glob(pattern: str) -> list[str]:
-    """The files a pattern matches (``*``, ``?``, ``[...]``, ``**`` across folders), sorted, in the
-    pattern's own form (a relative path stays relative); a pattern without wildcards: itself, file
-    or folder, if it exists."""
+    """The files a pattern matches (``*``, ``?``, ``[...]``, ``**``), sorted, in the pattern's own form; a
+    pattern without wildcards: itself, file or folder, if it exists."""
     fs, path = filesystem(pattern)
     if _GLOB.search(pattern) is None:
         return [pattern] if fs.exists(path) else []

@@ -223,9 +223,8 @@ def _upper_share(text: str) -> float:
 
 
 def _is_toc_block(block: list[str]) -> bool:
-    """Contents entries: lines like ``CHAPTER ...``, ``IV. ...``, ``Title ... 123``, short titles
-    (at most 60 characters, no sentence end or upper-case); or a wrapped entry (up to 4 lines,
-    the first an entry)."""
+    """Contents entries: lines like ``CHAPTER ...``, ``IV. ...``, ``Title ... 123`` or short titles; or a
+    wrapped entry (up to 4 lines, the first an entry)."""
 
     def entry(line: str) -> bool:
         if len(line) > 100:
@@ -319,9 +318,8 @@ def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
 
 
 def clean_text(text: str, name: str, encoding: str = "utf-8", replaced: int = 0) -> CleanBook | Rejection:
-    """Text decoded from ``encoding`` (``replaced`` characters by U+FFFD) cleaned into prose paragraphs
-    by the rules for books (Gutenberg header and footer, contents lists, headings and boilerplate
-    dropped, lines unwrapped); ``empty`` when none is left."""
+    """Text decoded from ``encoding`` (``replaced`` characters by U+FFFD) cleaned into prose paragraphs by
+    the rules for books (docs/corpus.md); ``empty`` when none is left."""
     body, title = strip_gutenberg(normalize_newlines(text))
     blocks = drop_table_of_contents(split_blocks(body))
     paragraphs: list[str] = []

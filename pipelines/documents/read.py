@@ -62,9 +62,8 @@ def file_kind(path: str) -> tuple[str, str | None] | None:
 
 
 def plan_reads(path: str, fields: dict[str, str], bytes_per_read: int, whole: bool = False) -> list[FilePart]:
-    """A Parquet file's row groups; plain JSON Lines in ranges of ``bytes_per_read`` (unless
-    ``whole``: rows then counted from the file's start); any other file, or one whose footer or
-    columns are wrong (its read reports it), whole."""
+    """A Parquet file's row groups; plain JSON Lines in ranges of ``bytes_per_read`` (unless ``whole``);
+    any other file, or one whose footer or columns are wrong, whole."""
     kind, compression = file_kind(path)
     if kind == "parquet":
         try:
