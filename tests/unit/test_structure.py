@@ -210,9 +210,9 @@ def test_each_rule_is_written_in_one_module():
         assert found == [home], f"{rule}: written in {found}, not only in {home}"
 
 
-# The weight of the house (issue 33): product code is every .py file of the six packages. Main held
-# 18,856 lines after issues 38 and 39; issue 37's refusals and warnings add 320 (see its report).
-MAX_PRODUCT_LINES = 19_200
+# The weight of the house (issue 33): product code is every .py file of the six packages. It held
+# 18,820 lines once docstrings that repeated docs/ were cut (issue 39); issue 39's goal is 18,500.
+MAX_PRODUCT_LINES = 18_850
 MAX_EXCEPTION_CLASSES = 10
 _EXCEPTION_BASES = {
     "Exception",
