@@ -20,7 +20,7 @@ from finetune.glue import GlueConfig, run_glue
 from finetune.glue_tasks import TASKS
 from finetune.hidden import FEATURE_CHOICES
 from finetune.ner import FEATURE_LR, NerConfig, run_ner
-from finetune.squad import SquadConfig, run_squad
+from finetune.squad import VERSIONS, SquadConfig, run_squad
 from finetune.swag import SwagConfig, run_swag
 from schemas.buckets import probe
 from schemas.commands import OneLineGroup, config_option
@@ -178,7 +178,7 @@ def ner(data_dir: str, checkpoint: str, output: str, overwrite: bool, **opts: An
 
 
 @main.command(context_settings=CONTEXT, epilog=DOCS)
-@click.option("--version", "version", required=True, type=click.Choice(["1.1", "2.0"]))
+@click.option("--version", "version", required=True, type=click.Choice(VERSIONS))
 @click.option("--train-file", help="SQuAD JSON to train on; omit to only predict.")
 @click.option("--predict-file", required=True, help="SQuAD JSON to answer and score.")
 @fit_options(SquadConfig)
@@ -231,7 +231,7 @@ def evaluate() -> None:
 
 
 @evaluate.command("squad", context_settings=CONTEXT, epilog=DOCS)
-@click.option("--version", "version", required=True, type=click.Choice(["1.1", "2.0"]))
+@click.option("--version", "version", required=True, type=click.Choice(VERSIONS))
 @click.option("--data-file", required=True, help="The SQuAD JSON with the gold answers.")
 @click.option("--predictions", required=True, help="JSON: question id -> answer text ('' for no answer).")
 @click.option("--null-odds", help="v2.0: JSON question id -> null odds; adds the best-threshold metrics.")
