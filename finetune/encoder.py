@@ -77,8 +77,7 @@ def load_encoder(checkpoint: str, *, cased: bool | None = None, seed: int = 0) -
 def read_head(source: str, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """The tensors of a task head saved in ``source`` (named ``prefixes``); empty for an encoder alone."""
     try:
-        names = hf.tensor_names(source)
-        if names is not None and not any(n.startswith(prefixes) for n in names):
+        if not any(name.startswith(prefixes) for name in hf.stored_shapes(source)[0]):
             return {}
         weights, _ = hf.read_weights(source)
     except ValueError as err:

@@ -1,11 +1,8 @@
-"""Conversion between ``BertForPreTraining`` and transformers' BERT folders (safetensors, sharded or
-not, or ``pytorch_model.bin`` read with ``weights_only``); a config is checked against the weights'
-headers before a tensor is made."""
+"""Conversion between ``BertForPreTraining`` and transformers' BERT folders (``model.safetensors``
+alone: no pickle is read); a config is checked against the weights' header before a tensor is made."""
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import math
 import os
@@ -16,14 +13,12 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from schemas import storage
+from schemas import inputs, storage
 
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
-SAFETENSORS_INDEX_FILE = "model.safetensors.index.json"
-PYTORCH_FILE = "pytorch_model.bin"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
@@ -36,29 +31,11 @@ _REQUIRED_PREFIXES = ("bert.embeddings.", "bert.encoder.")
 _LAYER = re.compile(r"^bert\.encoder\.layer\.(\d+)\.")
 
 MAX_JSON_BYTES = 16 << 20
-"""The largest ``config.json``, ``tokenizer_config.json`` or sharded index read (real ones: a few kB)."""
+"""The largest ``config.json`` read (real ones: a few kB)."""
 MAX_HEADER_BYTES = 100_000_000
 """The largest safetensors header read (the format's own limit)."""
 _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "I16": 2, "F16": 2}
 _DTYPE_BYTES |= {"BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8}
-
-
-def _loads(data: bytes, source: str) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-        raise ValueError(f"{source}: not valid JSON ({type(err).__name__}: {str(err)[:200]})") from None
-
-
-def read_json_object(fs: storage.FileSystem, path: str, source: str) -> dict[str, Any]:
-    """A small JSON file that must hold an object (``config.json`` and the like)."""
-    size = fs.size(path)
-    if size is not None and size > MAX_JSON_BYTES:
-        raise ValueError(f"{source}: {size:,} bytes, more than any config ({MAX_JSON_BYTES:,}); not read")
-    data = _loads(fs.cat_file(path), source)
-    if not isinstance(data, dict):
-        raise ValueError(f"{source}: holds a JSON {type(data).__name__}, not an object")
-    return data
 
 
 def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
@@ -66,11 +43,15 @@ def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     source = storage.join(path, CONFIG_FILE)
     fs, root = storage.filesystem(path)
     try:
-        return read_json_object(fs, storage.join(root, CONFIG_FILE), source), source
+        with fs.open(storage.join(root, CONFIG_FILE), "rb") as f:
+            data = inputs.loads(inputs.read_bytes(f, source, MAX_JSON_BYTES), source)
     except FileNotFoundError:
         raise ValueError(
             f"{source} not found: pass an HF-format BERT folder (config.json + model.safetensors)"
         ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: holds a JSON {type(data).__name__}, not an object")
+    return data, source
 
 
 def read_header(fs: storage.FileSystem, path: str, source: str) -> tuple[dict[str, Any], int]:
@@ -82,7 +63,7 @@ def read_header(fs: storage.FileSystem, path: str, source: str) -> tuple[dict[st
             raise ValueError(
                 f"{source}: not a valid safetensors file (a header of {length:,} bytes in a file of {size:,})"
             )
-        header = _loads(f.read(length), f"{source} (its header)")
+        header = inputs.loads(f.read(length), f"{source} (its header)")
     if not isinstance(header, dict):
         raise ValueError(f"{source}: not a valid safetensors file (its header is not a JSON object)")
     return header, size - 8 - length
@@ -115,41 +96,23 @@ def _safetensors_shapes(fs: storage.FileSystem, path: str) -> dict[str, tuple[in
     return shapes
 
 
-def _safetensors_files(fs: storage.FileSystem, root: str, path) -> tuple[list[str] | None, str]:
-    """The folder's safetensors files and the file naming them; None for ``pytorch_model.bin``."""
-    if fs.exists(storage.join(root, SAFETENSORS_FILE)):
-        return [SAFETENSORS_FILE], storage.join(path, SAFETENSORS_FILE)
-    source = storage.join(path, SAFETENSORS_INDEX_FILE)
-    if not fs.exists(storage.join(root, SAFETENSORS_INDEX_FILE)):
-        if not fs.exists(storage.join(root, PYTORCH_FILE)):
-            raise ValueError(
-                f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found"
-            )
-        return None, storage.join(path, PYTORCH_FILE)
-    weight_map = read_json_object(fs, storage.join(root, SAFETENSORS_INDEX_FILE), source).get("weight_map")
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise ValueError(f"{source}: no weight_map of tensor names to shard files")
-    for shard in set(weight_map.values()):
-        if "/" in shard or "\\" in shard or shard in ("", ".", ".."):
-            raise ValueError(f"{source}: shard {shard!r} is not a file name in the folder")
-    return sorted(set(weight_map.values())), source
+def weights_file(path: str | os.PathLike) -> tuple[storage.FileSystem, str, str]:
+    """The filesystem, path and URL of an HF-format folder's ``model.safetensors``: the one format
+    read (``pytorch_model.bin`` is a pickle, never loaded; sharded weights are not read)."""
+    fs, root = storage.filesystem(path)
+    if not fs.exists(storage.join(root, SAFETENSORS_FILE)):
+        raise ValueError(
+            f"{path}: no {SAFETENSORS_FILE} (weights are read from one safetensors file, never a pickle); "
+            f'convert them with python -c "from transformers import BertForPreTraining as B; '
+            f"B.from_pretrained('{path}').save_pretrained('{path}', safe_serialization=True, max_shard_size='50GB')\""
+        )
+    return fs, storage.join(root, SAFETENSORS_FILE), storage.join(path, SAFETENSORS_FILE)
 
 
 def stored_shapes(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], str]:
-    """Tensor name -> shape of an HF-format folder's weights (from their headers), and the weights file."""
-    fs, root = storage.filesystem(path)
-    files, source = _safetensors_files(fs, root, path)
-    if files is None:
-        return {name: tuple(tensor.shape) for name, tensor in read_weights(path)[0].items()}, source
-    return {
-        k: v for name in files for k, v in _safetensors_shapes(fs, storage.join(root, name)).items()
-    }, source
-
-
-def tensor_names(path: str | os.PathLike) -> set[str] | None:
-    """An HF-format folder's tensor names from the weights' headers; None for ``pytorch_model.bin``."""
-    fs, root = storage.filesystem(path)
-    return None if _safetensors_files(fs, root, path)[0] is None else set(stored_shapes(path)[0])
+    """Tensor name -> shape of an HF-format folder's weights (from their header), and the weights file."""
+    fs, weights, source = weights_file(path)
+    return _safetensors_shapes(fs, weights), source
 
 
 def check_vocab_rows(path: str | os.PathLike) -> None:
@@ -172,28 +135,11 @@ def check_vocab_rows(path: str | os.PathLike) -> None:
 
 def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]:
     """The tensors of an HF-format folder on the CPU, and the weights file's path (for messages)."""
-    fs, root = storage.filesystem(path)
-    files, source = _safetensors_files(fs, root, path)
-    state: dict[str, torch.Tensor] = {}
-    for name in files or []:
-        try:
-            state.update(safetensors.torch.load(fs.cat_file(storage.join(root, name))))
-        except safetensors.SafetensorError as err:
-            raise ValueError(f"{storage.join(path, name)}: not a valid safetensors file ({err})") from None
-    if files is not None:
-        return state, source
+    fs, weights, source = weights_file(path)
     try:
-        state = torch.load(
-            io.BytesIO(fs.cat_file(storage.join(root, PYTORCH_FILE))), map_location="cpu", weights_only=True
-        )
-    except Exception:  # torch's unpickling errors: a file that would run code, or a damaged one
-        raise ValueError(
-            f"{source}: not plain weights (unpickling it would run code, or it is damaged); not loaded: "
-            "convert it to model.safetensors with a tool you trust"
-        ) from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{source}: holds no state dict of tensors")
-    return state, source
+        return safetensors.torch.load(fs.cat_file(weights)), source
+    except safetensors.SafetensorError as err:
+        raise ValueError(f"{source}: not a valid safetensors file ({err})") from None
 
 
 def non_finite(obj: Any, name: str = "") -> str | None:

@@ -1,5 +1,5 @@
 """Checkpoint damage: pickle payloads, flipped bytes, truncated files, a ``trainer.json`` that is not
-JSON or not an object, weights that are not finite, a ``pytorch_model.bin`` that would run code.
+JSON or not an object, weights that are not finite, a ``pytorch_model.bin`` (never unpickled).
 None runs code; each ends in one line naming the file, in resume (``pretrain --resume``), ``pretrain
 export`` and fine-tuning's loader, and nothing is written."""
 
@@ -197,7 +197,9 @@ def test_an_optimizer_state_that_is_not_finite_is_refused_on_resume(tmp_path: Pa
         ckpt.load_state(f"{url}/{ckpt.TRAINER_STATE}")
 
 
-def test_a_pytorch_model_bin_that_would_run_code_is_one_line(tmp_path: Path, shards: Path):
+def test_a_pytorch_model_bin_is_never_unpickled_and_the_error_says_how_to_convert(
+    tmp_path: Path, shards: Path
+):
     """As ``--init-from`` (a folder of the shards' vocabulary) and fine-tuning's ``--checkpoint``."""
     marker, init = tmp_path / "pwned", tmp_path / "init"
     tokens = (shards / "vocab.txt").read_text().splitlines()
@@ -211,8 +213,8 @@ def test_a_pytorch_model_bin_that_would_run_code_is_one_line(tmp_path: Path, sha
     with pytest.raises(InputError) as loaded:
         load_encoder(str(tmp_path / "hf"))
     for line in (str(loaded.value), result.output.strip()):
-        assert "pytorch_model.bin: not plain weights (unpickling it would run code, or it is damaged)" in line
-        assert "\n" not in line
+        assert "no model.safetensors (weights are read from one safetensors file, never a pickle)" in line
+        assert "save_pretrained(" in line and "\n" not in line
     assert result.exit_code == 1 and not marker.exists()
 
 
