@@ -16,8 +16,8 @@ from finetune.config import FitConfig
 from finetune.inputs import check_examples
 from finetune.sequences import pad_batch
 from pretrain.optim import Health, build_scheduler, parameter_groups
-from pretrain.progress import Progress
 from pretrain.runtime import autocast, resolve_device, resolve_precision
+from schemas.progress import Progress
 
 logger = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ from pretrain.model import (
     training_flops_per_token,
 )
 from pretrain.optim import Diverged, Health, build_optimizer, build_scheduler, step_unless
-from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, all_sum, barrier, check_output, init_processes, prepare
 from schemas import storage
 from schemas.commands import STOP_SIGNALS, InputError, OutputError, Stopped, UsageError
+from schemas.progress import Progress
 
 log = logging.getLogger("pretrain")
 

@@ -6,7 +6,8 @@ import apache_beam as beam
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.progress import ShowProgress, progress_line
+from pipelines.progress import ShowProgress
+from schemas.progress import Progress
 
 
 def test_elements_pass_through_and_lines_are_plain(capfd):
@@ -23,9 +24,9 @@ def test_elements_pass_through_and_lines_are_plain(capfd):
     assert "\r" not in err and "\x1b" not in err
 
 
-def test_progress_line():
-    assert (
-        progress_line("pipelines books: cleaning", 1200, "books", 30.0)
-        == "pipelines books: cleaning: 1,200 books (40/s)"
-    )
-    assert progress_line("d", 0, "pages", 0.0) == "d: 0 pages"
+def test_a_line_without_a_total_counts_and_rates():
+    clock = iter([0.0, 30.0]).__next__
+    progress = Progress(None, desc="pipelines books: cleaning", unit="books", enabled=False, clock=clock)
+    progress.update(1200)
+    assert progress.status() == "1,200 books (40/s)"
+    assert Progress(None, desc="d", unit="pages", enabled=False, clock=lambda: 0.0).status() == "0 pages"

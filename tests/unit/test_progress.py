@@ -1,4 +1,4 @@
-"""pretrain.progress: a bar on a terminal; elsewhere plain periodic lines with rate and ETA."""
+"""schemas.progress: a bar on a terminal; elsewhere plain periodic lines with rate and ETA."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from pretrain.progress import Progress, format_duration, is_terminal
+from schemas.progress import Progress, format_duration, is_terminal
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Progress of a long loop: a tqdm bar on a terminal, plain lines anywhere else."""
+"""Progress of a long loop or a pipeline stage: a tqdm bar on a terminal, plain lines anywhere else."""
 
 from __future__ import annotations
 
@@ -31,12 +31,13 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Count ``total`` units of work from ``initial``: a bar, lines, or (``enabled`` False) nothing.
-    ``interval_s`` None: only the final line, for callers that log their own with :meth:`status`."""
+    """Count ``total`` units of work (None: unknown) from ``initial``: a bar, lines, or (``enabled``
+    False) nothing. ``interval_s`` None: only the final line, for callers that log their own with
+    :meth:`status`."""
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         *,
         desc: str,
         unit: str = "step",
@@ -74,8 +75,10 @@ class Progress:
         return (self.n - self._initial) / elapsed if elapsed > 0 else 0.0
 
     def status(self) -> str:
-        """``step 120/1,000 (12%), 3.21 step/s, ETA 4m34s``."""
+        """``step 120/1,000 (12%), 3.21 step/s, ETA 4m34s``; without a total ``1,200 books (40/s)``."""
         rate = self.rate()
+        if self.total is None:
+            return f"{self.n:,} {self.unit}" + (f" ({rate:,.3g}/s)" if rate > 0 else "")
         share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         eta = format_duration((self.total - self.n) / rate) if rate > 0 else "?"
         return f"{self.unit} {self.n:,}/{self.total:,}{share}, {rate:.3g} {self.unit}/s, ETA {eta}"
