@@ -128,13 +128,8 @@ def prepare_encoder(checkpoint: str, config: FitConfig, texts: Sequence[str]) ->
 def save_model(model: nn.Module, encoder: Encoder, folder: storage.Folder, **config_updates: Any) -> None:
     """Write a fine-tuned ``model`` into ``folder`` as a BERT folder, its config with ``config_updates``."""
     config, _ = hf.read_config(encoder.source)
-    vocab_size = model.bert.config.vocab_size
-    state = {}
-    for name, tensor in model.state_dict().items():
-        if name == "bert.embeddings.word_embeddings.weight":
-            tensor = tensor[:vocab_size]
-        state[name] = tensor.detach().to("cpu", copy=True).contiguous()
+    state = safetensors.torch.save(hf.to_hf_state_dict(model), metadata={"format": "pt"})
     folder.write(hf.VOCAB_FILE, storage.read_bytes(f"{encoder.source.rstrip('/')}/{hf.VOCAB_FILE}"))
-    folder.write(hf.SAFETENSORS_FILE, safetensors.torch.save(state, metadata={"format": "pt"}))
+    folder.write(hf.SAFETENSORS_FILE, state)
     folder.write_json(hf.CONFIG_FILE, {**config, **config_updates}, sort_keys=True)
     folder.write_json(hf.TOKENIZER_CONFIG_FILE, {"do_lower_case": not encoder.cased}, sort_keys=True)

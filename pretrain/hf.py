@@ -311,8 +311,9 @@ def load_hf_state_dict(
 
 
 def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The tensors transformers' ``BertForPreTraining`` saves, as contiguous CPU copies."""
-    vocab_size = model.config.vocab_size
+    """The tensors transformers saves of ``model`` (``BertForPreTraining`` or a task model over its
+    ``.bert``): vocabulary rows unpadded, the tied decoder weight left out, as contiguous CPU copies."""
+    vocab_size = model.bert.config.vocab_size
     state = {}
     for name, tensor in model.state_dict().items():
         if name != _DECODER_WEIGHT:
