@@ -211,8 +211,9 @@ def test_each_rule_is_written_in_one_module():
 
 
 # The weight of the house (issue 33): product code is every .py file of the six packages. It held
-# 18,820 lines once docstrings that repeated docs/ were cut (issue 39); issue 39's goal is 18,500.
-MAX_PRODUCT_LINES = 18_850
+# 18,729 lines once HF folders were read from safetensors alone and progress had one module (issue 39),
+# with room for issue 36's 330; issue 39's goal is 18,500.
+MAX_PRODUCT_LINES = 19_060
 MAX_EXCEPTION_CLASSES = 10
 _EXCEPTION_BASES = {
     "Exception",
