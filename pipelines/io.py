@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import fsspec
+import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -105,16 +106,17 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
         raise InputError(f"{manifest_path}: cannot read the manifest ({err})") from None
 
 
-def read_document_table(shard: tuple[str, str], columns: list[str] | None = None):
-    """One documents shard ``(path, sha256)`` as an Arrow table, refused if its checksum differs."""
+def read_document_table(shard: tuple[str, str], columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """One documents shard ``(path, sha256)`` a record batch at a time (one decoded at once), refused
+    if its checksum differs."""
     path, expected_sha256 = shard
     data = read_bytes(path)
     if sha256_hex(data) != expected_sha256:
         raise InputError(f"{path}: checksum differs from its manifest; the input was modified or damaged")
-    table = DOCUMENTS.read_ipc(data, source=path)
-    return table.select(columns) if columns else table
+    for table in DOCUMENTS.read_ipc_batches(data, source=path):
+        yield table.select(columns) if columns else table
 
 
 def read_document_shard(shard: tuple[str, str], columns: list[str] | None = None) -> list[dict]:
     """Rows of one documents shard ``(path, sha256)``, refused if its checksum differs from the manifest."""
-    return read_document_table(shard, columns).to_pylist()
+    return [row for table in read_document_table(shard, columns) for row in table.to_pylist()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -86,13 +86,15 @@ def _upload(path: str, chunks: Sequence[bytes]) -> None:
             f.write(chunk)
 
 
-def read_documents(shard: tuple[str, str]) -> list[list[str]]:
-    """The sentences of every document in one corpus shard, refusing a damaged shard."""
+def read_documents(shard: tuple[str, str]) -> Iterator[list[str]]:
+    """The sentences of every document in one corpus shard, a record batch at a time, refusing a
+    damaged shard."""
     path, expected_sha256 = shard
     data = read_bytes(path)
     if hashlib.sha256(data).hexdigest() != expected_sha256:
         raise InputError(f"{path}: checksum differs from its manifest; the corpus was modified or damaged")
-    return DOCUMENTS.read_ipc(data, source=path).column("sentences").to_pylist()
+    for table in DOCUMENTS.read_ipc_batches(data, source=path):
+        yield from table.column("sentences").to_pylist()
 
 
 def document_word_counts(sentences: list[str], cased: bool) -> list[tuple[str, int]]:

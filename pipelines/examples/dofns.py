@@ -61,7 +61,8 @@ class TokenizeShard(beam.DoFn):
         self._cache = ChunkCache(tokenizer)
 
     def process(self, shard: tuple[str, str]):
-        for batch in document_batches(io.read_document_table(shard, ["doc_id", "sentences"])):
+        tables = io.read_document_table(shard, ["doc_id", "sentences"])
+        for batch in (batch for table in tables for batch in document_batches(table)):
             documents, without_tokens = tokenize_documents(self._cache, batch)
             yield beam.pvalue.TaggedOutput(
                 "tallies", Counter(documents_used=len(documents), documents_without_tokens=without_tokens)
