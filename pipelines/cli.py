@@ -246,7 +246,7 @@ def examples(**flags):
     pair): the shards do not depend on the runner. The vocabulary travels inside the job.
     """
     from pipelines.examples.pipeline import build, spill_folder
-    from pipelines.examples.spill import remove_folder
+    from pipelines.shuffle import remove_folder
     from schemas.inputs import check_file
     from wordpiece.beam_jobs import job_options, runner_name
     from wordpiece.tokenizer import WordPieceTokenizer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -10,15 +11,18 @@ from typing import Any
 import apache_beam as beam
 
 from pipelines import io
+from pipelines.shuffle import remove_folder
 from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE
 from schemas.commands import CommandError, InputError
 from wordpiece.beam_jobs import (
+    LOCAL_RUNNERS,
     STEP_ANNOTATION,
     check_job,
     dry_run,
     explain_failure,
     job_options,
     run_pipeline,
+    runner_name,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -51,6 +55,8 @@ def run_stage(
         build(pipeline := beam.Pipeline(options=options), config, inputs)
         run_pipeline(pipeline, config.output)
         return None
+    if cleanup is None and runner_name(options) in LOCAL_RUNNERS:  # what GroupOnDisk wrote there
+        cleanup = functools.partial(remove_folder, io.join(config.output, io.TEMP_DIR))
     with io.open_output(config.output, command, config.overwrite) as folder:
         folder.begin()
         state = _run(build, config, inputs, options, cleanup)

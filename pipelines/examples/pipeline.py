@@ -18,8 +18,9 @@ from pipelines.config import check_count
 from pipelines.examples.dofns import FulfilBucket, PackGroup, PlanBatch, TokenizeShard
 from pipelines.examples.packing import FORMATS
 from pipelines.examples.pairs import PairConfig
-from pipelines.examples.spill import remove_folder, run_folder
+from pipelines.examples.spill import run_folder
 from pipelines.examples.write import WriteExampleShards
+from pipelines.shuffle import remove_folder
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
 from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines import io
 from pipelines.examples.batches import Requests
@@ -67,16 +66,6 @@ def read_spilled(pieces: Iterable[SpillRef | bytes]) -> Iterator[bytes]:
                         f"{ref.offset + ref.length}; it was changed or removed while the run went on"
                     )
                 yield data
-
-
-def remove_folder(folder: str) -> int:
-    """Delete ``folder`` and every file under it (local or bucket); how many files were deleted."""
-    files = [m.path for m in FileSystems.match([io.join(folder, "**")])[0].metadata_list]
-    if files:
-        FileSystems.delete(files)
-    if FileSystems.exists(folder):  # a local directory (buckets have no empty folders)
-        FileSystems.delete([folder])
-    return len(files)
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:

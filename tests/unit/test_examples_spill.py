@@ -12,11 +12,11 @@ from pipelines.examples.spill import (
     documents_from_bytes,
     documents_to_bytes,
     read_spilled,
-    remove_folder,
     requests_from_bytes,
     requests_to_bytes,
     spill,
 )
+from pipelines.shuffle import remove_folder
 from schemas.commands import InputError
 from tests.unit.test_examples_batches import CONFIG, VOCAB, _documents
 
