@@ -37,10 +37,11 @@ MAX_RUNS_MERGED = 128
 Reduce = Callable[[Any, Iterator[Any]], Iterable[Any]]
 
 
-def spill_folder(pipeline: beam.Pipeline, output: str) -> str | None:
-    """Where ``pipeline``'s shuffled data goes: ``OUTPUT/.temp`` on a local runner, else None."""
+def spill_folder(pipeline: beam.Pipeline, output: str | None) -> str | None:
+    """Where ``pipeline``'s shuffled data goes: ``OUTPUT/.temp`` on a local runner, else (or without
+    ``output``) None."""
     runner = str(pipeline.options.view_as(StandardOptions).runner or "DirectRunner").rsplit(".", 1)[-1]
-    return io.join(output, io.TEMP_DIR) if runner in LOCAL_RUNNERS else None
+    return io.join(output, io.TEMP_DIR) if output and runner in LOCAL_RUNNERS else None
 
 
 class _WriteRuns(beam.DoFn):
@@ -106,9 +107,10 @@ def _line(pair) -> str:
 class GroupOnDisk(beam.PTransform):
     """``(key, value)`` pairs → what ``reduce(key, values)`` gives for each key, the values sorted by
     ``order`` (an iterator: read as they are merged). Keys and values are JSON (tuples come back as
-    lists). With ``keys=n`` the keys are ``0 .. n-1`` and each is reduced, with no values too."""
+    lists); the runs go under ``output`` (``.temp``), and without it the values are grouped in memory.
+    With ``keys=n`` the keys are ``0 .. n-1`` and each is reduced, with no values too."""
 
-    def __init__(self, reduce: Reduce, output: str, order=lambda value: 0, keys: int | None = None):
+    def __init__(self, reduce: Reduce, output: str | None, order=lambda value: 0, keys: int | None = None):
         super().__init__()
         self._reduce, self._output, self._order, self._keys = reduce, output, order, keys
 

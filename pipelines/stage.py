@@ -173,18 +173,6 @@ def _write_shard(
     return asdict(ShardEntry(relative, fmt.name, split, size[1], size[0], digest.hexdigest()))
 
 
-class GroupByShard(beam.PTransform):
-    """``(shard, element)`` pairs grouped by shard, every one of ``num_shards`` present even when empty."""
-
-    def __init__(self, num_shards: int):
-        super().__init__()
-        self._num_shards = num_shards
-
-    def expand(self, keyed):
-        every = keyed.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(self._num_shards)])
-        return (keyed, every) | "Merge" >> beam.Flatten() | "Group by shard" >> beam.GroupByKey()
-
-
 class WriteShards(beam.PTransform):
     """Write rows (a PCollection, or a tuple of them) into exactly ``num_shards`` Arrow files, rows
     sorted by ``sort_key`` and grouped on disk on a local runner (``GroupOnDisk``); emit one

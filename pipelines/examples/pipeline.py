@@ -20,7 +20,7 @@ from pipelines.examples.packing import FORMATS
 from pipelines.examples.pairs import PairConfig
 from pipelines.examples.spill import run_folder
 from pipelines.examples.write import WriteExampleShards
-from pipelines.shuffle import remove_folder
+from pipelines.shuffle import GroupOnDisk, remove_folder
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
 from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
@@ -249,9 +249,13 @@ def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str
     planned = batches | "Plan pairs" >> beam.ParDo(
         PlanBatch(config, fmt, folder, tokens), beam.pvalue.AsDict(bucket_sizes)
     ).with_outputs("pieces", "tallies", main="requests")
+    tagged = (
+        bucketed | "Tag documents" >> beam.MapTuple(lambda b, ref: (b, ["documents", ref])),
+        planned.requests | "Tag requests" >> beam.MapTuple(lambda b, ref: (b, ["requests", ref])),
+    )
     fulfilled = (
-        {"documents": bucketed, "requests": planned.requests}
-        | "Meet by bucket" >> beam.CoGroupByKey()
+        tagged
+        | "Meet by bucket" >> GroupOnDisk(lambda bucket, refs: [(bucket, list(refs))], folder)
         | "Random B"
         >> beam.ParDo(FulfilBucket(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
@@ -264,7 +268,7 @@ def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: s
     packed = (
         batches
         | "Group" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
-        | "Meet by group" >> beam.GroupByKey()
+        | "Meet by group" >> GroupOnDisk(lambda group, refs: [(group, list(refs))], folder)
         | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
     return packed.pieces, (packed.tallies,)
@@ -296,7 +300,9 @@ def build(
         pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder, tokens)
     else:
         pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder, tokens)
-    entries = pieces | "Write" >> WriteExampleShards(config.output, "examples", config.num_shards, fmt)
+    entries = pieces | "Write" >> WriteExampleShards(
+        config.output, "examples", config.num_shards, fmt, folder
+    )
     tally = (
         (documents.tallies, *tallies)
         | "All tallies" >> beam.Flatten()
