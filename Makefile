@@ -16,6 +16,10 @@ PRETRAIN_STEPS ?= 300
 # A GLUE task folder to fine-tune on (e.g. GLUE_DIR=glue_data/MRPC GLUE_TASK=mrpc); empty derives one.
 GLUE_DIR ?=
 GLUE_TASK ?= mrpc
+# A corpus already in JSON Lines, Parquet or a datasets folder (docs/corpus.md), added to the demo's,
+# and its `pipelines documents` flags, e.g. DOCUMENTS='hub/wiki/*.parquet' DOCUMENTS_OPTIONS='--title-field=title'
+DOCUMENTS ?=
+DOCUMENTS_OPTIONS ?=
 # bf16 autocast is slower than fp32 on most CPUs; use it (or fp16) on a GPU.
 PRECISION ?= $(shell $(PY) -c "import torch; print('bf16' if torch.cuda.is_available() else 'fp32')" 2>/dev/null || echo fp32)
 
@@ -47,7 +51,7 @@ test-all: $(STAMP)
 # worker pool (root: a mount namespace) and a GCS emulator; STAGE runs with the stages before it.
 STAGE ?= all
 dataflow-rehearsal: $(STAMP)
-	$(PY) -m tests.rehearsal.rehearse --stage $(STAGE) --compare
+	$(PY) -m benchmarks.rehearsal.rehearse --stage $(STAGE) --compare
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
@@ -68,6 +72,7 @@ ablate: $(STAMP) $(WIKI_DUMP)
 
 demo: $(STAMP) $(WIKI_DUMP)
 	$(VENV)/bin/chain --workdir $(DEMO_DIR) --wiki-dump $(WIKI_DUMP) $(if $(BOOKS),--books $(BOOKS)) \
+	  $(if $(DOCUMENTS),--documents '$(DOCUMENTS)') $(foreach o,$(DOCUMENTS_OPTIONS),--documents-option=$(o)) \
 	  $(if $(GLUE_DIR),--glue-dir $(GLUE_DIR) --glue-task $(GLUE_TASK)) \
 	  --pretrain-steps $(PRETRAIN_STEPS) --precision $(PRECISION)
 

@@ -41,7 +41,8 @@ setup(
         # through --setup_file, never download a multi-GB torch build.
         "train": ["torch>=2.4", "tensorboard>=2.16", "safetensors>=0.4"],
         "gcp": ["apache-beam[gcp]>=2.77,<3", "build>=1"],
-        # s3:// paths: s3fs for fsspec (pretrain, finetune, manifests), Beam's S3 filesystem for pipelines.
+        # s3:// paths: s3fs for every file the product reads or writes (schemas/storage.py), on Beam's
+        # workers too; Beam's S3 filesystem for Beam's own temporary and staging files.
         "aws": ["s3fs>=2024.1", "apache-beam[aws]>=2.77,<3"],
         "dev": [
             "pytest>=8",

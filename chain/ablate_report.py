@@ -1,8 +1,8 @@
 """The study's report in ``WORKDIR/ablations``: report.md and .html, results.json (every cell's values,
 seeds and runs) and Figure 5 (figure5.png, .json, .csv). Each cell is the mean ± sample standard
 deviation over its seeds, read from the runs' own records; a row that differs from its table's first
-row by less than the two rows' spreads added is marked "within noise". The paper's numbers (Devlin
-et al., 2018, dev sets) stand beside ours for reference."""
+row by less than the two rows' spreads added is marked "within noise". The paper's numbers
+(:mod:`finetune.paper`, dev sets) stand beside ours for reference."""
 
 from __future__ import annotations
 
@@ -12,47 +12,9 @@ from datetime import UTC, datetime, timedelta
 from chain.ablate import AblationConfig, Grid, chain_config, installed_reference
 from chain.report import get, png, read_json, table, write
 from chain.run import Stage, shown
+from finetune.glue_tasks import get_task
+from finetune.paper import ABLATION_COLUMNS, ABLATIONS
 
-PAPER = {  # per table and row: the paper's columns (None: not in the paper)
-    "5": {  # MNLI-m, QNLI, MRPC, SST-2 (accuracy), SQuAD v1.1 (F1)
-        "BERT_BASE": (84.4, 88.4, 86.7, 92.7, 88.5),
-        "No NSP": (83.9, 84.9, 86.5, 92.6, 87.9),
-        "LTR & No NSP": (82.1, 84.3, 77.5, 92.1, 77.8),
-        "+ BiLSTM": (82.1, 84.1, 75.7, 91.6, 84.9),
-    },
-    "6": {  # L/H/A: LM perplexity (dev), MNLI-m, MRPC, SST-2
-        "3/768/12": (5.84, 77.9, 79.8, 88.4),
-        "6/768/3": (5.24, 80.6, 82.2, 90.7),
-        "6/768/12": (4.68, 81.9, 84.8, 91.3),
-        "12/768/12": (3.99, 84.4, 86.7, 92.9),
-        "12/1024/16": (3.54, 85.7, 86.9, 93.3),
-        "24/1024/16": (3.23, 86.6, 87.8, 93.7),
-    },
-    "7": {  # CoNLL-2003 dev F1, test F1
-        "Fine-tuning: BERT_LARGE": (96.6, 92.8),
-        "Fine-tuning: BERT_BASE": (96.4, 92.4),
-        "Feature-based: embeddings": (91.0, None),
-        "Feature-based: second-to-last": (95.6, None),
-        "Feature-based: last": (94.9, None),
-        "Feature-based: sum-last-4": (95.9, None),
-        "Feature-based: concat-last-4": (96.1, None),
-        "Feature-based: sum-all": (95.5, None),
-    },
-    "8": {  # MNLI fine-tune, NER fine-tune, NER feature-based (dev)
-        "80% / 10% / 10%": (84.2, 95.4, 94.9),
-        "100% / 0% / 0%": (84.3, 94.9, 94.0),
-        "80% / 0% / 20%": (84.1, 95.2, 94.6),
-        "80% / 20% / 0%": (84.4, 95.2, 94.7),
-        "0% / 20% / 80%": (83.7, 94.8, 94.6),
-        "0% / 0% / 100%": (83.6, 94.9, 94.6),
-    },
-}
-PAPER_COLUMNS = {
-    "5": ["paper MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD F1"],
-    "6": ["paper LM ppl", "MNLI-m", "MRPC", "SST-2"],
-    "7": ["paper dev F1", "test F1"],
-    "8": ["paper MNLI", "NER fine-tune", "NER features"],
-}
 NOTES = (
     "† every run of the cell scores exactly the majority-class baseline (it predicts one class for every dev "
     "example). Δ: the difference from the table's first row; *within noise* where it is smaller than the two "
@@ -61,13 +23,13 @@ NOTES = (
 
 
 def finetune_value(cfg: AblationConfig, name: str, task: str) -> tuple[float | None, float | None]:
-    """A fine-tune's dev metric in percent (accuracy, or entity F1 for NER) and its majority-class
-    baseline's accuracy (GLUE layout), from its ``metrics.json``."""
-    url = cfg.url("finetune", name, "metrics.json")
+    """A fine-tune's dev score in percent (entity F1 for NER, else the GLUE task's main metric, from
+    its row of :mod:`finetune.glue_tasks`) and that metric's majority-class baseline, from its
+    ``metrics.json``."""
+    url, glue = cfg.url("finetune", name, "metrics.json"), get_task(chain_config(cfg).task)
     metrics = read_json(url)
-    keys = ["f1"] if task == "ner" else ["accuracy", "matthews_corrcoef"]
-    value = next((v for k in keys if (v := get(metrics, url, "dev", k)) is not None), None)
-    baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
+    value = get(metrics, url, "dev", "f1" if task == "ner" else glue.main_metric)
+    baseline = get(metrics, url, "majority_baseline", glue.main_split, glue.metrics[0])
     return tuple(None if v is None else 100 * v for v in (value, baseline))
 
 
@@ -129,6 +91,7 @@ def _table(results: list[dict], number: str, columns: dict, first: list[str], di
     """Table ``number``'s header and rows: per row our ``columns`` (cell column: header), each with its
     Δ from the first row, then the paper's."""
     cells = {(r["row"], r["column"]): r["summary"] for r in results if r["table"] == number}
+    paper_columns = ABLATION_COLUMNS[number]
     rows = list(dict.fromkeys(row for row, _ in cells))
     body = []
     for row in rows:
@@ -136,13 +99,13 @@ def _table(results: list[dict], number: str, columns: dict, first: list[str], di
             format_cell(cells.get((row, c)), cells.get((rows[0], c)), (digits or {}).get(c, 1))
             for c in columns
         ]
-        paper = PAPER[number].get(row, (None,) * len(PAPER_COLUMNS[number]))
+        paper = ABLATIONS[number].get(row, (None,) * len(paper_columns))
         body.append([*(row.split("/") if number == "6" else [row]), *ours, *paper])
-    return [*first, *columns.values(), *PAPER_COLUMNS[number]], body
+    return [*first, *columns.values(), f"paper {paper_columns[0]}", *paper_columns[1:]], body
 
 
 def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
-    """Figure 5's points (dev accuracy per run and pre-training step) and its picture."""
+    """Figure 5's points (the dev score ``label`` per run and pre-training step) and its picture."""
     points = [
         {"run": r["row"], "step": int(r["column"]), **{k: r["summary"][k] for k in ("mean", "std", "n")}}
         for r in results
@@ -162,7 +125,7 @@ def figure5(results: list[dict], label: str) -> tuple[list[dict], bytes | None]:
         line = [p for p in done if p["run"] == run]
         x, y, err = ([p[k] or 0 for p in line] for k in ("step", "mean", "std"))
         axis.errorbar(x, y, yerr=err, marker="o", capsize=3, label=run)
-    axis.set(xlabel="pre-training steps", ylabel=f"{label} dev accuracy (%)", title="Figure 5")
+    axis.set(xlabel="pre-training steps", ylabel=f"{label} (%)", title="Figure 5")
     axis.legend()
     return points, png(figure)
 
@@ -181,8 +144,9 @@ def _times(state: dict) -> str:
 def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict) -> dict[str, str]:
     """Write the study's report; return the paths of report.md and report.html."""
     label = chain_config(cfg).task.upper() if cfg.glue_dir else "next-sentence task"
+    metric = f"dev {get_task(chain_config(cfg).task).metrics[0]}"
     results, p = collect(cfg, g), cfg.preset
-    points, picture = figure5(results, label)
+    points, picture = figure5(results, f"{label} {metric}")
     reference = "all-MiniLM-L6-v2" if cfg.reference == installed_reference() else cfg.reference
     intro = (
         f"{p.note}. Base model {p.model} (L/H/A), {p.steps:,} steps of {p.batch_size} x {p.max_seq_length} tokens, "
@@ -198,7 +162,7 @@ def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict)
     def add(title: str, header: list[str], rows: list[list], after: str = "") -> None:
         sections.append((f"## {title}\n\n{table(header, rows)}\n{after}", "md"))
 
-    acc, f1 = f"ours: {label} dev acc", {"ner": "ours: dev F1", "reference": f"{reference}: dev F1"}
+    acc, f1 = f"ours: {label} {metric}", {"ner": "ours: dev F1", "reference": f"{reference}: dev F1"}
     ner = {"ner": "ours: NER fine-tune", "ner-features": "ours: NER features"}
     tables = {
         "5": ("pre-training tasks", {"task": acc}, ["pre-training"]),
@@ -212,8 +176,8 @@ def build_report(cfg: AblationConfig, g: Grid, stages: list[Stage], state: dict)
     rows = [
         [q["run"], q["step"], "not run" if q["mean"] is None else round(q["mean"], 1), q["n"]] for q in points
     ]
-    add("Figure 5: training length", ["run", "step", "dev acc", "n"], rows)
-    sections += [("Figure 5: dev accuracy against pre-training steps", "figure5.png")] if picture else []
+    add("Figure 5: training length", ["run", "step", metric, "n"], rows)
+    sections += [(f"Figure 5: {metric} against pre-training steps", "figure5.png")] if picture else []
     ours = [s for s in stages if s.name.startswith("ablate/")]
     rows = [
         [s.name[7:], state.get(s.name, {}).get("seconds", "not run"), f"`{shown(s.command)}`"] for s in ours

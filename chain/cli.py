@@ -4,6 +4,8 @@ raised (:mod:`schemas.commands` prints them)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from chain.ablate import PRESETS, AblationConfig, Grid, expected_seconds, grid, installed_reference, stages
@@ -33,10 +35,18 @@ def _refuse(problems: list[str], error: type[Exception]) -> None:
 )
 @click.version_option(package_name="bert-pretraining", message="%(prog)s %(version)s")
 @config_option(ChainConfig, "workdir", **WORKDIR)
-@config_option(
-    ChainConfig, "wiki_dump", show_default=False, help="A pages-articles dump (.xml.bz2). [required]"
-)
+@config_option(ChainConfig, "wiki_dump", show_default=False, help="A pages-articles dump (.xml.bz2).")
 @config_option(ChainConfig, "books", help="A folder of plain-text books (*.txt); none: no books stage.")
+@config_option(ChainConfig, "documents", help="JSON Lines, Parquet or a datasets folder to read.")
+@config_option(
+    ChainConfig,
+    "documents_options",
+    "--documents-option",
+    "documents_options",
+    multiple=True,
+    show_default=False,
+    help="A flag of `pipelines documents` (--documents-option=--title-field=title); repeatable.",
+)
 @config_option(ChainConfig, "glue_dir", help="A GLUE task folder; default: a task derived from the corpus.")
 @config_option(ChainConfig, "glue_task", help="The task of --glue-dir (default mrpc).")
 @config_option(ChainConfig, "vocab_size", type=int)
@@ -58,16 +68,22 @@ def main(ctx: click.Context, **opts) -> None:
     cfg = ChainConfig(**{**opts, "workdir": opts["workdir"].rstrip("/"), "runner": tuple(opts["runner"])})
     _refuse(cfg.problems(), UsageError)
     todo = plan(cfg)
-    inputs = {"--wiki-dump": cfg.wiki_dump, "--books": cfg.books, "--glue-dir": cfg.glue_dir}
+    inputs = {
+        "--wiki-dump": cfg.wiki_dump,
+        "--books": cfg.books,
+        "--documents": cfg.documents,
+        "--glue-dir": cfg.glue_dir,
+    }
     check_apart(cfg.workdir, todo, inputs)
-    probe(reads=inputs, writes={"--workdir": cfg.workdir})
-    _refuse(cfg.input_problems(), InputError)
-    if not cfg.books:
-        click.echo(
-            "(no --books: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
-        )
-    with claim(cfg.workdir, "chain"):
-        state = run_chain(todo, cfg.workdir, log=click.echo)
+    probe(writes={"--workdir": cfg.workdir})
+    with claim(cfg.workdir, "chain") as workdir:  # before the slower checks: a second chain is told at once
+        probe(reads=inputs)
+        _refuse(cfg.input_problems(), InputError)
+        if not cfg.books:
+            click.echo(
+                "(no --books: the books stage is skipped; give one with --books DIR or make demo BOOKS=DIR)"
+            )
+        state = run_chain(todo, workdir, log=click.echo)
         report = build(cfg.outputs(), state, cfg.workdir)
     click.echo(f"\n== done in {sum(s.get('seconds', 0) for s in state.values()):,.0f} s of stage time:")
     for label, key in zip(
@@ -114,13 +130,15 @@ def ablate(preset: str, reference: str | None, no_reference: bool, dry_run: bool
     names = ("wiki_dump", "books", "corpus", "glue_dir", "ner_dir", "reference")
     inputs = {f"--{k.replace('_', '-')}": getattr(cfg, k) for k in names}
     check_apart(cfg.workdir, todo, inputs)
-    probe(reads=inputs, writes={"--workdir": cfg.workdir})
-    _refuse(cfg.input_problems(), InputError)
-    if dry_run:
-        return print_plan(cfg, g, todo)
-    if cfg.wiki_dump and not cfg.books:
-        click.echo("(no --books: the corpus is the dump's alone, smaller than make demo's)", err=True)
-    report = run_study(cfg, g, todo, log=click.echo)
+    probe(writes={"--workdir": cfg.workdir})
+    with contextlib.nullcontext() if dry_run else claim(cfg.workdir, "chain ablate") as workdir:  # as chain's
+        probe(reads=inputs)
+        _refuse(cfg.input_problems(), InputError)
+        if dry_run:
+            return print_plan(cfg, g, todo)
+        if cfg.wiki_dump and not cfg.books:
+            click.echo("(no --books: the corpus is the dump's alone, smaller than make demo's)", err=True)
+        report = run_study(cfg, g, todo, log=click.echo, workdir=workdir)
     click.echo(f"report: {report['html']}  (and report.md, figure5.png, results.json)")
 
 
@@ -137,10 +155,10 @@ def gpu_problems(cfg: AblationConfig) -> list[str]:
     )
 
 
-def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print) -> dict[str, str]:
-    """Every stage of the study with its workdir claimed, then the report; the report's paths."""
-    with claim(cfg.workdir, "chain ablate"):
-        state = run_chain(todo, cfg.workdir, log=log)
+def run_study(cfg: AblationConfig, g: Grid, todo: list, log=print, workdir=None) -> dict[str, str]:
+    """Every stage of the study in ``workdir``, else in its workdir claimed here, then the report."""
+    with contextlib.nullcontext(workdir) if workdir else claim(cfg.workdir, "chain ablate") as folder:
+        state = run_chain(todo, folder, log=log)
         return build_report(cfg, g, todo, state)
 
 

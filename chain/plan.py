@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from chain import checks
 from chain.run import Stage, tool
 from chain.task import write_task
+from schemas.commands import seed_problems
 
 NUM_UNUSED = 100  # [unused] slots the vocabulary stage reserves
 
@@ -19,6 +20,8 @@ class ChainConfig:
     wiki_dump: str = ""
     corpus: str | None = None  # a completed `pipelines corpus` output instead of building one
     books: str | None = None  # a folder of plain-text books (*.txt); None skips the books stage
+    documents: str | None = None  # JSON Lines, Parquet or a datasets folder for `pipelines documents`
+    documents_options: tuple[str, ...] = ()  # its field flags (--title-field=title, --group-rows=100)
     glue_dir: str | None = None  # a GLUE task folder; None fine-tunes on a task derived from the corpus
     glue_task: str | None = None  # the task of glue_dir (mrpc when not given)
     vocab_size: int = 8000
@@ -42,30 +45,30 @@ class ChainConfig:
 
     def problems(self) -> list[str]:
         """Every value the stages would refuse (exit 2)."""
-        from wordpiece.tokenizer import SPECIAL_TOKENS
+        from wordpiece.tokenizer import reserve_problem
 
-        reserved = len(SPECIAL_TOKENS) + NUM_UNUSED
-        found = [] if self.wiki_dump or self.corpus else ["give --wiki-dump (a pages-articles dump)"]
+        found = [] if self.wiki_dump or self.documents or self.corpus else ["give --wiki-dump or --documents"]
+        if self.documents_options and not self.documents:
+            found.append("--documents-option is for the documents stage: give --documents too")
         found += [] if self.workdir else ["--workdir must not be empty"]
-        if self.vocab_size <= reserved:
-            found.append(
-                f"--vocab-size {self.vocab_size} leaves no room for word pieces after {len(SPECIAL_TOKENS)} "
-                f"special tokens and {NUM_UNUSED} [unused] slots: give at least {reserved + 1}"
-            )
+        found += filter(None, [reserve_problem(self.vocab_size, NUM_UNUSED)])
         found += checks.model_problems("--model", self.model, self.precision)
         if self.pretrain_steps < 1:
             found.append(f"--pretrain-steps must be at least 1, got {self.pretrain_steps}")
         if not 0 < self.finetune_epochs < float("inf"):
             found.append(f"--finetune-epochs must be positive, got {self.finetune_epochs}")
-        found += checks.seed_problems(self.seed) + checks.glue_problems(self.glue_dir, self.glue_task)
+        found += seed_problems(self.seed) + checks.glue_problems(self.glue_dir, self.glue_task)
         return found + checks.beam_problems(self.runner)
 
     def input_problems(self) -> list[str]:
         """Every input that is missing or lacks what a stage reads (exit 1)."""
-        found = checks.files_problems("--wiki-dump", self.wiki_dump)
+        found = checks.files_problems("--wiki-dump", self.wiki_dump) if self.wiki_dump else []
         if self.books:
             layout = f"the books stage reads {self.books.rstrip('/')}/*.txt"
             found += checks.folder_problems("--books", self.books, ["*.txt"], layout)
+        if self.documents:
+            output = self.outputs()["documents"]
+            found += checks.documents_problems(self.documents, self.documents_options, output, self.runner)
         if self.glue_dir:
             found += checks.glue_dir_problems(self.glue_dir, self.glue_task)
         return found
@@ -74,8 +77,9 @@ class ChainConfig:
         """Where each stage's output is (the report reads them)."""
         u, seq = self.url, f"seq{self.max_seq_length}"
         return {
-            "wiki": u("corpus", "wiki"),
+            "wiki": u("corpus", "wiki") if self.wiki_dump else "",
             "books": u("corpus", "books") if self.books else "",
+            "documents": u("corpus", "documents") if self.documents else "",
             "corpus": (self.corpus or u("corpus", "all")).rstrip("/"),
             "vocab": u("vocab"),
             "shards": u("shards", seq),
@@ -90,7 +94,7 @@ class ChainConfig:
 def plan(cfg: ChainConfig) -> list[Stage]:
     """Every stage of the demo, in order (with ``corpus`` given, none that builds one)."""
     out, beam, seq = cfg.outputs(), cfg.runner, cfg.max_seq_length
-    done = {k: f"{out[k]}/COMPLETED" for k in ("wiki", "books", "corpus", "vocab", "shards", "validation")}
+    done = {key: f"{folder}/COMPLETED" for key, folder in out.items()}
     stages = [] if cfg.corpus else _corpus_stages(cfg, out, done)
     line = f"wordpiece train --vocab-size {cfg.vocab_size} --num-unused {NUM_UNUSED} --overwrite"
     command = tool(line, *beam, corpus=out["corpus"], output=out["vocab"])
@@ -116,22 +120,22 @@ def plan(cfg: ChainConfig) -> list[Stage]:
 
 
 def _corpus_stages(cfg: ChainConfig, out: dict[str, str], done: dict[str, str]) -> list[Stage]:
-    """Wikipedia (and books) into one deduplicated, split corpus."""
-    command = tool(
-        "pipelines wikipedia --num-shards 4 --overwrite", *cfg.runner, input=cfg.wiki_dump, output=out["wiki"]
+    """Wikipedia, books and a corpus the user has (each when given) into one deduplicated, split corpus."""
+    sources = (
+        ("wikipedia", "wiki", cfg.wiki_dump, cfg.wiki_dump, 4, ()),
+        ("books", "books", cfg.books, f"{(cfg.books or '').rstrip('/')}/*.txt", 2, ()),
+        ("documents", "documents", cfg.documents, cfg.documents, 4, cfg.documents_options),
     )
-    stages = [Stage("wikipedia", f"pipelines wikipedia: {cfg.wiki_dump}", out["wiki"], command, done["wiki"])]
-    inputs = ["--input", out["wiki"]]
-    if cfg.books:
-        books = f"{cfg.books.rstrip('/')}/*.txt"
-        command = tool(
-            "pipelines books --num-shards 2 --overwrite", *cfg.runner, input=books, output=out["books"]
-        )
-        stages.append(Stage("books", f"pipelines books: {cfg.books}", out["books"], command, done["books"]))
-        inputs += ["--input", out["books"]]
+    stages = []
+    for name, key, given, read, num_shards, options in sources:
+        if given:
+            line = f"pipelines {name} --num-shards {num_shards} --overwrite"
+            command = tool(line, *options, *cfg.runner, input=read, output=out[key])
+            stages.append(Stage(name, f"pipelines {name}: {given}", out[key], command, done[key]))
+    inputs = [a for stage in stages for a in ("--input", stage.output)]
     line = "pipelines corpus --validation-fraction 0.05 --test-fraction 0.05 --num-shards 2 --overwrite"
     command = tool(line, *inputs, *cfg.runner, output=out["corpus"])
-    upstream = ("wikipedia", "books")[: 1 + bool(cfg.books)]
+    upstream = tuple(stage.name for stage in stages)
     title = "pipelines corpus: merge, deduplicate, split"
     return [*stages, Stage("corpus", title, out["corpus"], command, done["corpus"], upstream)]
 

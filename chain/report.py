@@ -9,12 +9,12 @@ import html
 import io
 from typing import Any
 
-import fsspec
 import markdown
 
-from schemas import inputs
+from chain.checks import DERIVED_TASK
+from finetune.glue_tasks import TASKS
+from schemas import inputs, storage
 from schemas.commands import InputError
-from schemas.files import write_file
 from schemas.outputs import OutputFolder
 
 MAX_RECORD_BYTES = 256 << 20
@@ -23,10 +23,8 @@ Sections = list[tuple[str, str]]  # in order: (markdown, "md") or (caption, imag
 
 def read_bytes(url: str) -> bytes | None:
     """A file a stage wrote, whole (None when it is not there)."""
-    fs, path = fsspec.core.url_to_fs(url)
     try:
-        with fs.open(path, "rb") as f:
-            return inputs.read_bytes(f, url, MAX_RECORD_BYTES)
+        return storage.read_bytes(url, MAX_RECORD_BYTES)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
 
@@ -115,8 +113,12 @@ def build(outputs: dict[str, str], state: dict, workdir: str) -> dict[str, str]:
     url = f"{outputs['finetune']}/metrics.json"
     metrics = read_json(url) or {}
     rows = [[k, get(metrics, url, "dev", k)] for k in get(metrics, url, "dev", kinds=(dict,)) or {}]
-    baseline = get(metrics, url, "majority_baseline", "dev", "accuracy")
-    text = table(["dev metric", "value"], rows) + f"\n\nMajority-class baseline: {baseline}\n"
+    task = TASKS.get(get(metrics, url, "task", kinds=(str,)), TASKS[DERIVED_TASK])
+    baseline = get(metrics, url, "majority_baseline", task.main_split, task.metrics[0])
+    text = (
+        table(["dev metric", "value"], rows)
+        + f"\n\nMajority-class baseline ({task.main_metric}): {baseline}\n"
+    )
     sections.append(("## Fine-tuning\n\n" + text, "md"))
     timed = [[name, s["seconds"], s.get("peak_rss_mb")] for name, s in state.items() if "seconds" in s]
     text = table(["stage", "seconds", "peak memory (MB)"], timed)
@@ -137,7 +139,7 @@ def _picture(url: str, caption: str, sections: Sections, images: dict[str, bytes
 def _data_card(outputs: dict[str, str], sections: Sections, images: dict[str, bytes]) -> None:
     """Documents in, out and dropped per corpus stage, sentence lengths and the split."""
     rows = []
-    for name in ("wiki", "books", "corpus"):
+    for name in ("wiki", "books", "documents", "corpus"):
         url = f"{outputs[name]}/stats.json"
         if outputs[name] and (stats := read_json(url)):
             drops = {
@@ -210,8 +212,8 @@ def write(
     with OutputFolder.open(url, command, continuing=True, option="") as folder:
         folder.begin()
         for name, data in {**images, **(extra or {}), "report.md": markdown}.items():
-            write_file(f"{folder.root}/{name}", data, folder.fs)
-        write_file(f"{folder.root}/report.html", "".join(body) + "</body></html>", folder.fs)
+            folder.write(name, data)
+        folder.write("report.html", "".join(body) + "</body></html>")
     return {"markdown": f"{url}/report.md", "html": f"{url}/report.html"}
 
 

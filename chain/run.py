@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import fsspec
-
-from schemas import files, inputs
-from schemas.commands import STOP_SIGNALS, CommandError, InputError, Stopped, UsageError
+from schemas import inputs, storage
+from schemas.commands import CHAIN_STAGE, STOP_SIGNALS, CommandError, InputError, Stopped, UsageError
 from schemas.outputs import OutputFolder
 
 STATE_FILE = "chain.json"
@@ -51,11 +49,6 @@ class Stage:
     info: dict = field(default_factory=dict)  # an action's settings, part of its key
 
 
-def exists(url: str) -> bool:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.exists(path)
-
-
 def flags(**values: object) -> list[str]:
     """``--name value`` per keyword (``_`` as ``-``; True: the flag alone; None or False: left out)."""
     out = []
@@ -79,13 +72,11 @@ def shown(argv: list[str]) -> str:
 
 def read_state(url: str) -> dict:
     """``chain.json`` (empty when there is none), every record checked; damage is one line."""
-    fs, path = fsspec.core.url_to_fs(url)
-    if not fs.exists(path):
+    if not storage.exists(url):
         return {}
     try:
-        inputs.check_file(path, fs)
-        with fs.open(path, "rb") as f:
-            state = inputs.loads(inputs.read_bytes(f, url, MAX_STATE_BYTES), url)
+        storage.check_file(url)
+        state = inputs.loads(storage.read_bytes(url, MAX_STATE_BYTES), url)
         if not isinstance(state, dict):
             raise InputError(f"{url}: a JSON {type(state).__name__}, not the record of the chain's stages")
         for name, record in state.items():
@@ -118,7 +109,8 @@ def run_process(argv: list[str], grace_s: float = GRACE_S) -> tuple[int, float, 
     start = time.perf_counter()
     previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     try:
-        group.append(subprocess.Popen(argv, start_new_session=True).pid)
+        env = {**os.environ, CHAIN_STAGE: "1"}  # the stage's stop line is the chain's to say
+        group.append(subprocess.Popen(argv, start_new_session=True, env=env).pid)
         if received:  # it came while the process started
             _kill(group, received[0][0])
         while not (done := os.wait4(group[0], os.WNOHANG))[0]:
@@ -146,24 +138,23 @@ def claim(workdir: str, command: str) -> OutputFolder:
     return folder
 
 
-def run_chain(stages: list[Stage], workdir: str, log=print, *, grace_s: float = GRACE_S) -> dict:
+def run_chain(stages: list[Stage], workdir: storage.Folder, log=print, *, grace_s: float = GRACE_S) -> dict:
     """Run or skip every stage in order; return the state written to ``WORKDIR/chain.json``."""
-    url = f"{workdir.rstrip('/')}/{STATE_FILE}"
-    state = read_state(url)
+    state = read_state(workdir.path(STATE_FILE))
     for number, stage in enumerate(stages, 1):
-        _run_stage(stage, f"== {number}/{len(stages)} {stage.title}", state, url, log, grace_s)
+        _run_stage(stage, f"== {number}/{len(stages)} {stage.title}", state, workdir, log, grace_s)
     return state
 
 
-def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: float) -> None:
+def _run_stage(stage: Stage, header: str, state: dict, workdir: storage.Folder, log, grace_s: float) -> None:
     key, recorded = _key(stage, state), state.get(stage.name, {})
-    if recorded.get("key") == key and stage.marker and exists(stage.marker):
+    if recorded.get("key") == key and stage.marker and storage.exists(stage.marker):
         return log(
             f"{header}: complete, skipped (ran {recorded.get('seconds', 0):.0f} s, {recorded.get('finished')})"
         )
     log(header)
     argv = stage.command
-    if recorded.get("key") == key and stage.resume and exists(f"{stage.output}/checkpoints"):
+    if recorded.get("key") == key and stage.resume and storage.exists(f"{stage.output}/checkpoints"):
         log("   (continuing the interrupted run)")
         argv = stage.resume
     started, extra, peak_mb, signum = time.perf_counter(), {}, None, None
@@ -192,7 +183,7 @@ def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: f
             "finished": finished,
         }
         state[stage.name].update(output=stage.output, **extra)
-    files.write_json(url, state, indent=1, sort_keys=True)
+    workdir.write_json(STATE_FILE, state, indent=1, sort_keys=True)
     if signum is not None:
         raise Stopped(signum, f"stage {stage.name} recorded as interrupted; rerun to continue")
     if code != 0:
@@ -203,9 +194,10 @@ def _run_stage(stage: Stage, header: str, state: dict, url: str, log, grace_s: f
 def check_apart(workdir: str, stages: list[Stage], given: dict[str, str | None]) -> None:
     """:class:`UsageError` for a ``--workdir`` at or inside one of the chain's inputs (``{flag:
     path}``), or a stage output over one, before anything runs."""
-    from schemas.paths import INSIDE, SAME, location, relation
+    from schemas.paths import INSIDE, SAME, check_output, location, relation
     from schemas.paths import check_apart as check_stage
 
+    check_output("--workdir", workdir)
     for flag, path in given.items():
         if path and (where := relation(location(workdir), location(path))) in (SAME, INSIDE):
             raise UsageError(

@@ -13,19 +13,16 @@ from __future__ import annotations
 import hashlib
 import random
 
-import fsspec
 import pyarrow.dataset as ds
 
-from schemas import Manifest
-from schemas.files import write_file
+from schemas import Manifest, storage
 from schemas.outputs import OutputFolder
 
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
 
 
 def _documents(corpus: str, split: str) -> list[tuple[str, list[str]]]:
-    fs, root = fsspec.core.url_to_fs(corpus)
-    root = root.rstrip("/")
+    fs, root = storage.filesystem(corpus)
     manifest = Manifest.from_json(fs.cat_file(f"{root}/manifest.json").decode(), f"{corpus}/manifest.json")
     paths = [f"{root}/{s.path}" for s in manifest.shards_for(split)]
     if not paths:
@@ -81,5 +78,5 @@ def write_task(
         folder.begin()
         for name, rows in tables.items():
             text = HEADER + "".join(f"{label}\t{a}\t{b}\t{s1}\t{s2}\n" for label, a, b, s1, s2 in rows)
-            write_file(f"{folder.root}/{name}.tsv", text, folder.fs)
+            folder.write(f"{name}.tsv", text)
     return {name: {"pairs": len(rows), "positive": sum(r[0] for r in rows)} for name, rows in tables.items()}

@@ -10,13 +10,15 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
 
-from finetune.common import PRECISIONS, FitConfig
+from finetune.config import PRECISIONS, FitConfig
 from finetune.extract import ExtractSettings, extract_features
-from finetune.glue import TASKS, GlueConfig, run_glue
+from finetune.glue import GlueConfig, run_glue
+from finetune.glue_tasks import TASKS
 from finetune.hidden import FEATURE_CHOICES
 from finetune.ner import FEATURE_LR, NerConfig, run_ner
 from finetune.squad import SquadConfig, run_squad
@@ -37,19 +39,13 @@ def checked_config(config: type[FitConfig], opts: dict[str, Any]) -> Any:
 
 
 def _into_output(
-    command: str,
-    output: str,
-    overwrite: bool,
-    inputs: dict,
-    function: Callable,
-    *args,
-    cache: str | None = None,
-    **kwargs,
+    command: str, output: str, overwrite: bool, inputs: dict, run: Callable, cache: str | None = None
 ) -> Any:
-    """Run a training command's ``function`` into --output, checked against the ``inputs`` (exit 2)
-    and claimed before anything is read; its ``before_training`` removes an earlier run's files
-    (--overwrite) once every other check passed. ``cache`` (``--feature-cache``) is checked
-    against the inputs and claimed too, as a folder runs add to."""
+    """``run(out, before_training=...)`` a training command into --output, checked against the
+    ``inputs`` (exit 2) and claimed (``out``) before anything is read; its ``before_training``
+    removes an earlier run's files (--overwrite) once every other check passed. ``cache``
+    (``--feature-cache``) is checked against the inputs and claimed too, as a folder runs add to,
+    and given to ``run`` as ``cache``."""
     check_apart({"--output": output}, inputs)
     if cache:
         check_apart({"--feature-cache": cache}, {k: v for k, v in inputs.items() if k != "--feature-cache"})
@@ -65,7 +61,8 @@ def _into_output(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
         )
         logging.getLogger("gcsfs").setLevel(logging.WARNING)  # its import says at INFO which filesystem it is
-        return function(*args, before_training=lambda: [f.begin() for f in folders], **kwargs)
+        extra = {"cache": folders[1]} if cache else {}
+        return run(folders[0], before_training=lambda: [f.begin() for f in folders], **extra)
 
 
 def fit_options(config: type[FitConfig]) -> Callable:
@@ -128,8 +125,8 @@ def glue(
     """Fine-tune on one GLUE task: metrics.json, dev predictions, the GLUE server's files, the model."""
     config = checked_config(GlueConfig, opts)
     inputs = {"--data-dir": data_dir, "--checkpoint": checkpoint, "--diagnostic": diagnostic}
-    args = (task, data_dir, checkpoint, output, config)
-    result = _into_output("glue", output, overwrite, inputs, run_glue, *args, diagnostic_file=diagnostic)
+    run = partial(run_glue, task, data_dir, checkpoint, config=config, diagnostic_file=diagnostic)
+    result = _into_output("glue", output, overwrite, inputs, run)
     click.echo(json.dumps({k: result[k] for k in ("task", "dev", "dev_sd")}, indent=2))
 
 
@@ -146,10 +143,9 @@ def swag(
     config = checked_config(SwagConfig, opts)
     inputs = {"--data-dir": data_dir, "--train-file": train_file, "--dev-file": dev_file}
     inputs |= {"--test-file": test_file, "--checkpoint": checkpoint}
-    kwargs = {"train_file": train_file, "dev_file": dev_file, "test_file": test_file}
-    result = _into_output(
-        "swag", output, overwrite, inputs, run_swag, data_dir, checkpoint, output, config, **kwargs
-    )
+    files = {"train_file": train_file, "dev_file": dev_file, "test_file": test_file}
+    run = partial(run_swag, data_dir, checkpoint, config=config, **files)
+    result = _into_output("swag", output, overwrite, inputs, run)
     click.echo(json.dumps({"task": "swag", "dev": result["dev"]}, indent=2))
 
 
@@ -177,8 +173,8 @@ def ner(data_dir: str, checkpoint: str, output: str, overwrite: bool, **opts: An
         opts["lr"] = FEATURE_LR
     config = checked_config(NerConfig, opts)
     inputs = {"--data-dir": data_dir, "--checkpoint": checkpoint, "--feature-cache": config.feature_cache}
-    args = (data_dir, checkpoint, output, config)
-    result = _into_output("ner", output, overwrite, inputs, run_ner, *args, cache=config.feature_cache)
+    run = partial(run_ner, data_dir, checkpoint, config=config)
+    result = _into_output("ner", output, overwrite, inputs, run, cache=config.feature_cache)
     longer = {split: counts["longer_than_one_window"] for split, counts in result["windows"].items()}
     shown = {"task": "ner", "mode": result["mode"], "dev": result["dev"], "longer_than_one_window": longer}
     click.echo(json.dumps(shown, indent=2))
@@ -201,8 +197,8 @@ def squad(
     at null threshold 0 and at the threshold tuned on the predict file)."""
     config = checked_config(SquadConfig, opts)
     inputs = {"--train-file": train_file, "--predict-file": predict_file, "--checkpoint": checkpoint}
-    args = (version, train_file, predict_file, checkpoint, output, config)
-    result = _into_output("squad", output, overwrite, inputs, run_squad, *args)
+    run = partial(run_squad, version, train_file, predict_file, checkpoint, config=config)
+    result = _into_output("squad", output, overwrite, inputs, run)
     click.echo(
         json.dumps({k: v for k, v in result.items() if k not in ("train", "predict", "config")}, indent=2)
     )
@@ -247,6 +243,12 @@ def evaluate_squad(version: str, data_file: str, predictions: str, null_odds: st
     from finetune.squad import evaluate_file
 
     result = evaluate_file(version, data_file, predictions, null_odds)
+    if repeated := result.get("duplicate_ids"):
+        click.echo(
+            f"warning: {result['num_duplicate_ids']:,} question(s) in {data_file} repeat an earlier question's id "
+            f"({', '.join(map(repr, repeated[:3]))}); predictions are keyed by id, so those are scored by one",
+            err=True,
+        )
     if result["unanswered"]:
         click.echo(
             f"warning: {result['unanswered']:,} of {result['total']:,} questions in {data_file} have no "

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from finetune.common import input_lines
-from pretrain.runtime import exists
+from finetune.inputs import input_lines
+from schemas import storage
 from schemas.commands import InputError
 
 SPLIT_FILES = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
@@ -71,7 +71,7 @@ def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> 
 
 def read_conll(path: str) -> list[Sentence]:
     """Read a CoNLL-2003 file; a bad line or tag is an :class:`InputError` naming ``file:line``."""
-    if not exists(path):
+    if not storage.exists(path):
         raise InputError(f"{path} not found (CoNLL-2003 layout: train.txt, valid.txt, test.txt)")
     sentences: list[Sentence] = []
     words: list[str] = []

@@ -18,21 +18,30 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import torch
 
-from finetune.common import PRECISIONS, Encoder, doc_windows, load_encoder, max_context_windows, open_input
+from finetune.config import runtime_problems
+from finetune.encoder import Encoder, load_encoder
 from finetune.hidden import hidden_states, parse_layers, stack_layers
-from pretrain import runtime
+from finetune.inputs import open_input
+from finetune.sequences import doc_windows, max_context_windows
 from pretrain.runtime import autocast, resolve_device, resolve_precision
-from schemas import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE, Manifest, ShardEntry, completed_marker, inputs
+from schemas import (
+    COMPLETED_FILE,
+    MANIFEST_FILE,
+    STATS_FILE,
+    Manifest,
+    ShardEntry,
+    completed_marker,
+    inputs,
+    storage,
+)
 from schemas.commands import InputError, UsageError
 from schemas.features import FEATURES_NAME, features_format
-from schemas.files import write_file, write_json
 from schemas.formats import RecordFormat
-from schemas.manifest import bytes_match, verify_completed
+from schemas.manifest import bytes_match, load_completed
 from schemas.outputs import OutputFolder
 
 logger = logging.getLogger(__name__)
@@ -65,8 +74,7 @@ class ExtractSettings:
             problems.append(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.stride is not None and not 1 <= self.stride <= max(self.max_seq_length - 2, 1):
             problems.append(f"--stride must be between 1 and --max-seq-length - 2, got {self.stride}")
-        if self.precision not in PRECISIONS:
-            problems.append(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        problems += runtime_problems(self.precision, self.device)
         if self.max_shard_bytes < 1:
             problems.append(f"max_shard_bytes must be positive, got {self.max_shard_bytes}")
         if problems:
@@ -200,9 +208,8 @@ def _read_lines(url: str, digest: Any) -> Iterator[tuple[int, list[str]]]:
 class _ShardWriter:
     """Accumulates tables and writes a shard once ``max_bytes`` of rows are buffered."""
 
-    def __init__(self, output: str, fmt: RecordFormat, max_bytes: int) -> None:
-        self.fs, self.root = fsspec.core.url_to_fs(output)
-        self.fmt, self.max_bytes = fmt, max_bytes
+    def __init__(self, out: storage.Folder, fmt: RecordFormat, max_bytes: int) -> None:
+        self.out, self.fmt, self.max_bytes = out, fmt, max_bytes
         self.pending: list[pa.Table] = []
         self.entries: list[ShardEntry] = []
 
@@ -216,8 +223,8 @@ class _ShardWriter:
             return
         name = SHARD_PATTERN.format(len(self.entries))
         table = pa.concat_tables(self.pending)
-        data = self.fmt.to_ipc_bytes(table, f"{self.root}/{name}")
-        write_file(f"{self.root}/{name}", data, self.fs)
+        data = self.fmt.to_ipc_bytes(table, self.out.path(name))
+        self.out.write(name, data)
         digest = hashlib.sha256(data).hexdigest()
         self.entries.append(ShardEntry(name, FEATURES_NAME, "all", len(table), len(data), digest))
         self.pending = []
@@ -228,9 +235,9 @@ def extract_features(
 ) -> dict[str, Any]:
     """Write the hidden states of ``settings.layers`` for every token of every line of ``input_file``
     into ``output`` (claimed first: refused when it holds files, unless an earlier run's and
-    ``overwrite``); return the stats. ``checkpoint``: any of :func:`finetune.common.load_encoder`'s."""
+    ``overwrite``); return the stats. ``checkpoint``: any of :func:`finetune.encoder.load_encoder`'s."""
     with OutputFolder.open(output, PRODUCER, overwrite=overwrite) as folder:
-        if not runtime.exists(input_file):
+        if not storage.exists(input_file):
             raise InputError(f"--input {input_file} not found")
         encoder = load_encoder(checkpoint, cased=cased)
         config = encoder.model.config
@@ -244,13 +251,12 @@ def extract_features(
         except ValueError as err:
             raise InputError(str(err)) from None
         folder.begin()
-        writer = _ShardWriter(output, features_format(config.hidden_size), settings.max_shard_bytes)
+        writer = _ShardWriter(folder, features_format(config.hidden_size), settings.max_shard_bytes)
         digest = hashlib.sha256()
         try:
             stats = _extract(encoder, input_file, layers, settings, writer, digest)
         except BaseException:  # the shards written so far are of no use without a manifest
-            for entry in writer.entries:
-                writer.fs.rm(f"{writer.root}/{entry.path}")
+            storage.remove(folder.path(entry.path) for entry in writer.entries)
             raise
         params = {
             "checkpoint": encoder.source,
@@ -268,9 +274,9 @@ def extract_features(
         manifest = Manifest(
             FEATURES_NAME, writer.fmt.version, PRODUCER, params, tuple(writer.entries)
         ).to_json()
-        write_json(f"{folder.root}/{STATS_FILE}", stats, folder.fs, indent=2, sort_keys=True)
-        write_file(f"{folder.root}/{MANIFEST_FILE}", manifest, folder.fs)
-        write_file(f"{folder.root}/{COMPLETED_FILE}", completed_marker(manifest), folder.fs)
+        folder.write_json(STATS_FILE, stats, sort_keys=True)
+        folder.write(MANIFEST_FILE, manifest)
+        folder.write(COMPLETED_FILE, completed_marker(manifest))
     return stats
 
 
@@ -314,15 +320,9 @@ def _extract(
 
 def read_manifest(output: str) -> Manifest:
     """The manifest of a completed ``finetune features`` output (``COMPLETED`` checked against it)."""
-    fs, root = fsspec.core.url_to_fs(output)
-    text = {
-        name: fs.cat_file(f"{root}/{name}").decode()
-        for name in (MANIFEST_FILE, COMPLETED_FILE)
-        if fs.exists(f"{root}/{name}")
-    }
-    if MANIFEST_FILE not in text:
+    if not storage.exists(storage.join(output, MANIFEST_FILE)):
         raise InputError(f"{output}: no {MANIFEST_FILE}; not a finetune features output")
-    return verify_completed(text[MANIFEST_FILE], text.get(COMPLETED_FILE), output, FEATURES_NAME)
+    return load_completed(output, FEATURES_NAME)
 
 
 def iter_features(output: str) -> Iterator[pa.Table]:
@@ -330,10 +330,8 @@ def iter_features(output: str) -> Iterator[pa.Table]:
     each shard checked against the manifest's size and SHA-256 and the ``features`` schema."""
     manifest = read_manifest(output)
     fmt = features_format(int(manifest.params["hidden_size"]))
-    fs, root = fsspec.core.url_to_fs(output)
     for entry in manifest.shards:
-        with fs.open(f"{root}/{entry.path}", "rb") as f:
-            data = f.read()
+        data = storage.read_bytes(storage.join(output, entry.path))
         if not bytes_match(data, entry):
             raise InputError(f"{output}/{entry.path}: does not match {MANIFEST_FILE} (size or SHA-256)")
         yield fmt.read_ipc(data, f"{output}/{entry.path}")

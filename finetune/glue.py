@@ -1,5 +1,5 @@
-"""GLUE: the official task folders and metrics, the GLUE server's submission files, and the
-fine-tuned classifier saved as a model.
+"""GLUE: a task's official folder read (its row of :mod:`finetune.glue_tasks`), its runs trained and
+scored, the GLUE server's submission files, and the fine-tuned classifier saved as a model.
 
 Files are UTF-8 (a leading BOM dropped), rows split on ``\n`` only (a form feed or Unicode line
 separator in a sentence is text), fields on tabs with no CSV quoting; columns are found by header
@@ -19,89 +19,21 @@ from typing import Any
 import torch
 
 from finetune import metrics as M
-from finetune.common import (
-    Classifier,
-    Encoder,
-    FitConfig,
-    check_examples,
-    encode_pair,
-    fit,
-    input_lines,
-    predict_classes,
-    prepare_encoder,
-    read_head,
-    save_model,
-)
-from finetune.heads import BiLSTM
+from finetune.config import FitConfig
+from finetune.encoder import Encoder, prepare_encoder, read_head, save_model
+from finetune.glue_tasks import GlueExample, GlueTask, get_task, read_task, score
+from finetune.heads import BiLSTM, Classifier
+from finetune.inputs import check_examples
+from finetune.loop import fit, predict_classes
+from finetune.sequences import encode_pair
 from pretrain import hf
-from pretrain.config import MAX_SEED
 from pretrain.model import BertModel
-from pretrain.runtime import exists, output_folder
-from schemas.commands import InputError, UsageError
-from schemas.files import write_file, write_json
+from schemas import storage
+from schemas.commands import InputError, seed_problems
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class GlueTask:
-    """The layout, labels and metric of one GLUE task. ``text_a``, ``text_b`` (or None) and
-    ``label`` are header names; ``positional`` names the columns of train/dev files without a
-    header (CoLA). ``dev`` maps each dev file's stem to its metrics' prefix, ``test`` each test
-    file's stem to its submission file (default ``test`` -> ``<folder>.tsv``)."""
-
-    name: str
-    folder: str
-    labels: tuple[str, ...] | None  # None: regression (STS-B)
-    text_a: str
-    text_b: str | None
-    label: str
-    main_metric: str
-    dev: dict[str, str] = dataclasses.field(default_factory=lambda: {"dev": ""})
-    test: dict[str, str] = dataclasses.field(default_factory=dict)
-    test_index: str = "index"
-    positional: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.test:  # the GLUE server's name for the test file's predictions
-            object.__setattr__(self, "test", {"test": f"{self.folder}.tsv"})
-
-    @property
-    def num_labels(self) -> int:
-        """Outputs of the head: the number of classes, or 1 for regression."""
-        return 1 if self.labels is None else len(self.labels)
-
-
-BINARY = ("0", "1")
-ENTAILMENT = ("entailment", "not_entailment")
-NLI = ("sentence1", "sentence2", "label", "accuracy")
-MNLI_DEV = {"dev_matched": "matched_", "dev_mismatched": "mismatched_"}
-MNLI_TEST = {"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}
-COLA_COLUMNS = ("source", "label", "original_label", "sentence")
-TASKS: dict[str, GlueTask] = {
-    t.name: t
-    for t in (
-        GlueTask("cola", "CoLA", BINARY, "sentence", None, "label", "mcc", positional=COLA_COLUMNS),
-        GlueTask("sst2", "SST-2", BINARY, "sentence", None, "label", "accuracy"),
-        GlueTask("mrpc", "MRPC", BINARY, "#1 String", "#2 String", "Quality", "f1"),
-        GlueTask("qqp", "QQP", BINARY, "question1", "question2", "is_duplicate", "f1", test_index="id"),
-        GlueTask("stsb", "STS-B", None, "sentence1", "sentence2", "score", "spearman"),
-        GlueTask(
-            "mnli",
-            "MNLI",
-            ("contradiction", "entailment", "neutral"),
-            *NLI[:2],
-            "gold_label",
-            "matched_accuracy",
-            dev=MNLI_DEV,
-            test=MNLI_TEST,
-        ),
-        GlueTask("qnli", "QNLI", ENTAILMENT, "question", "sentence", "label", "accuracy"),
-        GlueTask("rte", "RTE", ENTAILMENT, *NLI),
-        GlueTask("wnli", "WNLI", BINARY, *NLI),
-    )
-}
-DIAGNOSTIC_SUBMISSION = "AX.tsv"  # the diagnostic set, predicted by the MNLI model
 GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}  # paper, Appendix A.3
 MAX_SEEDS = 100
 MODEL_FOLDER = "model"
@@ -125,129 +57,11 @@ class GlueConfig(FitConfig):
         found = super().problems()
         if not 1 <= self.num_seeds <= MAX_SEEDS:
             found.append(f"--seeds must be between 1 and {MAX_SEEDS}, got {self.num_seeds}")
-        elif self.seed + self.num_seeds - 1 > MAX_SEED:
-            found.append(
-                f"--seed {self.seed} with --seeds {self.num_seeds} goes past the largest seed, {MAX_SEED}"
-            )
+        elif not seed_problems(self.seed):
+            found += seed_problems(self.seed, self.num_seeds, f"--seed (with --seeds {self.num_seeds})")
         if self.predict_only and (self.grid or self.num_seeds > 1):
             found.append("--predict-only trains nothing: leave out --grid and --seeds")
         return found
-
-
-def get_task(name: str) -> GlueTask:
-    """The task called ``name`` (case and ``-`` ignored)."""
-    key = name.lower().replace("-", "")
-    if key not in TASKS:
-        raise UsageError(f"unknown GLUE task {name!r}: choose one of {', '.join(TASKS)}")
-    return TASKS[key]
-
-
-@dataclass(frozen=True)
-class GlueExample:
-    """One row: where it came from (``file:line``), its texts, label (None in test files) and index."""
-
-    guid: str
-    text_a: str
-    text_b: str | None
-    label: str | float | None
-    index: str
-
-
-def read_tsv(path: str) -> list[tuple[int, list[str]]]:
-    """Every non-empty row of a TSV file as ``(line number, fields)``."""
-    rows = []
-    for number, line in input_lines(path):
-        line = line.removesuffix("\n").removesuffix("\r")
-        if line.strip():
-            rows.append((number, line.split("\t")))
-    return rows
-
-
-def read_split(task: GlueTask, path: str, *, labelled: bool) -> list[GlueExample]:
-    """Read one GLUE file of ``task``: train/dev files (``labelled``) or test files (no labels)."""
-    rows = read_tsv(path)
-    wanted = [task.text_a] + ([task.text_b] if task.text_b else []) + ([task.label] if labelled else [])
-    if task.positional and labelled:
-        positions = {name: task.positional.index(name) for name in wanted}
-    else:
-        if not rows:
-            raise InputError(f"{path}: empty file (expected a header row)")
-        (_, header), rows = rows[0], rows[1:]
-        for name in wanted:
-            if name not in header:
-                raise InputError(
-                    f"{path}:1: the header has no column {name!r} (columns: {', '.join(header)}); "
-                    f"is this the {task.folder} file of the official GLUE data?"
-                )
-        positions = {name: header.index(name) for name in wanted}
-        index_name = "index" if labelled else task.test_index
-        if index_name in header:
-            positions["index"] = header.index(index_name)
-    examples = []
-    for row_number, (line, fields) in enumerate(rows):
-        missing = [name for name, at in positions.items() if at >= len(fields)]
-        if missing:
-            raise InputError(
-                f"{path}:{line}: {len(fields)} tab-separated fields, no column {missing[0]!r} "
-                f"(field {positions[missing[0]] + 1})"
-            )
-        label = _label(task, fields[positions[task.label]], f"{path}:{line}") if labelled else None
-        index = fields[positions["index"]] if "index" in positions else str(row_number)
-        text_b = fields[positions[task.text_b]] if task.text_b else None
-        examples.append(GlueExample(f"{path}:{line}", fields[positions[task.text_a]], text_b, label, index))
-    return examples
-
-
-def _label(task: GlueTask, value: str, where: str) -> str | float:
-    value = value.strip()
-    if task.labels is not None:
-        if value not in task.labels:
-            raise InputError(
-                f"{where}: label {value!r} is not one of {', '.join(task.labels)} ({task.folder})"
-            )
-        return value
-    try:
-        score = float(value)
-    except ValueError:
-        score = float("nan")
-    if not 0.0 <= score <= 5.0:
-        raise InputError(f"{where}: score {value!r} is not a number in [0, 5] ({task.folder})")
-    return score
-
-
-@dataclass
-class GlueData:
-    """A task folder read in full: train, and each dev and test split present."""
-
-    train: list[GlueExample]
-    dev: dict[str, list[GlueExample]]
-    test: dict[str, list[GlueExample]]
-
-
-def read_task(
-    task: GlueTask, data_dir: str, *, diagnostic_file: str | None = None, with_test: bool = True
-) -> GlueData:
-    """Read the task's folder of the GLUE download (the test files when present)."""
-
-    def file(stem: str) -> str:
-        return f"{data_dir.rstrip('/')}/{stem}.tsv"
-
-    for stem in ["train", *task.dev]:
-        if not exists(file(stem)):
-            raise InputError(
-                f"{file(stem)} not found: --data-dir must be the {task.folder} folder of the "
-                "GLUE download (train.tsv, dev.tsv, test.tsv)"
-            )
-    if diagnostic_file and task.name != "mnli":
-        raise UsageError("--diagnostic is predicted by the MNLI model: use it with --task mnli")
-    train = read_split(task, file("train"), labelled=True)
-    dev = {stem: read_split(task, file(stem), labelled=True) for stem in task.dev}
-    test = {}
-    if with_test:
-        test = {s: read_split(task, file(s), labelled=False) for s in task.test if exists(file(s))}
-    if diagnostic_file:
-        test["diagnostic"] = read_split(task, diagnostic_file, labelled=False)
-    return GlueData(train, dev, test)
 
 
 def features(
@@ -269,22 +83,6 @@ def _label_values(task: GlueTask, examples: Sequence[GlueExample]) -> list:
     if task.labels is None:
         return [float(e.label) for e in examples]
     return [task.labels.index(str(e.label)) for e in examples]
-
-
-def score(
-    task: GlueTask, predictions: Sequence[float], labels: Sequence[float], prefix: str = ""
-) -> dict[str, float]:
-    """The official metrics of ``task``: CoLA Matthews correlation (and accuracy); STS-B Pearson and
-    Spearman; MRPC and QQP F1 and accuracy; the others accuracy. ``prefix`` names MNLI's split."""
-    if task.labels is None:
-        values = {"pearson": M.pearson(predictions, labels), "spearman": M.spearman(predictions, labels)}
-    else:
-        values = {"accuracy": M.accuracy(predictions, labels)}
-        if task.name == "cola":
-            values["mcc"] = M.matthews_corrcoef(predictions, labels)
-        if task.name in ("mrpc", "qqp"):
-            values["f1"] = M.f1(predictions, labels, positive=task.labels.index("1"))
-    return {prefix + k: v for k, v in values.items()}
 
 
 def to_predictions(task: GlueTask, logits: torch.Tensor) -> list:
@@ -357,7 +155,7 @@ def load_head(model: Classifier, head: dict, source: str) -> None:
         raise InputError(f"{source}: its classifier does not fit this model: {err}") from None
 
 
-def save_classifier(model: Classifier, encoder: Encoder, folder: str, task: GlueTask) -> None:
+def save_classifier(model: Classifier, encoder: Encoder, folder: storage.Folder, task: GlueTask) -> None:
     """Write ``model`` into ``folder`` as transformers' ``BertForSequenceClassification``."""
     names = list(task.labels) if task.labels is not None else ["score"]
     save_model(
@@ -399,7 +197,7 @@ def run_glue(
     task_name: str,
     data_dir: str,
     checkpoint: str,
-    output: str,
+    out: storage.Folder,
     config: GlueConfig,
     *,
     diagnostic_file: str | None = None,
@@ -407,7 +205,7 @@ def run_glue(
 ) -> dict[str, Any]:
     """Fine-tune ``checkpoint`` on one GLUE task: one run, several seeds (mean ± sd) or the paper's
     grid (Appendix A.3), selected on dev. The selected setting's best seed predicts dev and test
-    (the GLUE server's files) and is saved in ``output/model/`` (``BertForSequenceClassification``'s
+    (the GLUE server's files) and is saved in ``out``'s ``model/`` (``BertForSequenceClassification``'s
     layout); returns ``metrics.json``. ``predict_only``: the classifier in ``checkpoint`` instead.
     ``before_training`` (``--overwrite``'s clean-up) runs once every check has passed."""
     task = get_task(task_name)
@@ -443,10 +241,10 @@ def run_glue(
         kept = evaluate(model, config)
         chosen = {"dev": kept.record["dev"], "dev_sd": dict.fromkeys(kept.record["dev"], 0.0), "runs": []}
     else:
-        model, kept, chosen = _train(task, encoder, train_features, evaluate, head, config, output)
-    files = _write_predictions(task, output, model, config, encoder, dev, kept.predictions, data.test)
+        model, kept, chosen = _train(task, encoder, train_features, evaluate, head, config, out)
+    files = _write_predictions(task, out, model, config, encoder, dev, kept.predictions, data.test)
     if config.save_model:
-        save_classifier(model, encoder, f"{output.rstrip('/')}/{MODEL_FOLDER}", task)
+        save_classifier(model, encoder, out.sub(MODEL_FOLDER), task)
         files.append(f"{MODEL_FOLDER}/")
     result = {
         "task": task.name,
@@ -463,7 +261,7 @@ def run_glue(
         "max_seq_length": config.max_seq_length,
         "files": files,
     }
-    write_json(f"{output}/metrics.json", result, sort_keys=True)
+    out.write_json("metrics.json", result, sort_keys=True)
     return result
 
 
@@ -474,7 +272,7 @@ def _train(
     evaluate: Callable[[torch.nn.Module, GlueConfig], _Run],
     head: dict | None,
     config: GlueConfig,
-    output: str,
+    out: storage.Folder,
 ) -> tuple[Classifier, _Run, dict[str, Any]]:
     """Train every run of every setting from the same weights; return the best seed of the best setting
     (by its mean), its run, and the metrics.json entries."""
@@ -494,9 +292,7 @@ def _train(
             result = evaluate(model, run)
             result.record["train"] = trained.to_dict()
             if len(groups) * len(group) > 1:
-                write_json(
-                    f"{output}/runs/{result.record['name']}/metrics.json", result.record, sort_keys=True
-                )
+                out.write_json(f"runs/{result.record['name']}/metrics.json", result.record, sort_keys=True)
             runs.append(result.record)
             logger.info("%s: %s dev %s", task.name, result.record["name"], result.record["dev"])
             if group_best is None or result.record["dev"][main] > group_best.record["dev"][main]:
@@ -531,7 +327,7 @@ def _summarise(group_runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _write_predictions(
     task: GlueTask,
-    output: str,
+    out: storage.Folder,
     model: torch.nn.Module,
     config: GlueConfig,
     encoder: Encoder,
@@ -540,18 +336,17 @@ def _write_predictions(
     test: dict[str, list[GlueExample]],
 ) -> list[str]:
     """The dev splits' ``<stem>_predictions.tsv`` and the GLUE server's test files; returns their names."""
-    fs, root = output_folder(output)
     written = []
     for stem, examples in dev.items():
         strings = prediction_strings(task, dev_predictions[stem])
         rows = [f"{e.index}\t{p}\t{e.label}\n" for e, p in zip(examples, strings, strict=True)]
-        write_file(f"{root}/{stem}_predictions.tsv", "index\tprediction\tlabel\n" + "".join(rows), fs)
+        out.write(f"{stem}_predictions.tsv", "index\tprediction\tlabel\n" + "".join(rows))
         written.append(f"{stem}_predictions.tsv")
     for stem, examples in test.items():
-        name = DIAGNOSTIC_SUBMISSION if stem == "diagnostic" else task.test[stem]
+        name = task.diagnostic if stem == "diagnostic" else task.test[stem]
         logits = predict_classes(model, features(task, examples, encoder, config.max_seq_length), config)
         strings = prediction_strings(task, to_predictions(task, logits))
         rows = [f"{e.index}\t{p}\n" for e, p in zip(examples, strings, strict=True)]
-        write_file(f"{root}/{name}", "index\tprediction\n" + "".join(rows), fs)
+        out.write(name, "index\tprediction\n" + "".join(rows))
         written.append(name)
     return written

@@ -1,4 +1,5 @@
-"""Heads with a BiLSTM: the paper's feature-based NER (Table 7; docs/finetune.md) and "+ BiLSTM"
+"""The task heads: the paper's Figure 4 classifier (:class:`Classifier`: GLUE, SWAG, NER fine-tuning),
+and heads with a BiLSTM: the paper's feature-based NER (Table 7; docs/finetune.md) and "+ BiLSTM"
 for SQuAD and GLUE (Table 5). Weights start from ``seed`` alone (under ``fork_rng``): the caller's
 global RNG is left alone.
 """
@@ -6,19 +7,73 @@ global RNG is left alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from finetune.common import TaskOutput, collate, seeded_linear
 from finetune.hidden import COMBINE, feature_layers, hidden_states, stack_layers
+from finetune.sequences import pad_batch
 from pretrain.model import BertModel
 from pretrain.runtime import autocast
 
 IGNORE = -100  # the label of tokens that are not scored: sub-tokens after a word's first, context, specials
+
+
+class TaskOutput(NamedTuple):
+    """What a task model returns: ``logits`` (a tensor, or a tuple such as SQuAD's) and ``loss``."""
+
+    logits: torch.Tensor | tuple[torch.Tensor, ...]
+    loss: torch.Tensor | None = None
+
+
+def seeded_linear(in_features: int, out_features: int, std: float, seed: int) -> nn.Linear:
+    """A linear layer initialised as BERT's from ``seed`` alone; the global RNG is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        layer = nn.Linear(in_features, out_features)
+    with torch.no_grad():
+        layer.weight.normal_(0.0, std, generator=torch.Generator().manual_seed(seed))
+        layer.bias.zero_()
+    return layer
+
+
+class Classifier(nn.Module):
+    """Dropout and a linear layer on the encoder's output (the paper's Figure 4): on the pooled
+    ``[CLS]`` (``per="sequence"``: GLUE; one output is STS-B's regression), on each choice's
+    (``"choice"``: SWAG, ``[batch, choices, length]`` ids), or on every token (``"token"``: NER).
+    With ``bilstm`` (Table 5) it reads the BiLSTM's :meth:`~finetune.heads.BiLSTM.summary`."""
+
+    def __init__(
+        self, encoder: BertModel, outputs: int, *, per: str = "sequence", seed: int = 0, bilstm: Any = None
+    ) -> None:
+        super().__init__()
+        config = encoder.config
+        self.bert, self.outputs, self.per, self.bilstm = encoder, outputs, per, bilstm
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        in_features = config.hidden_size if bilstm is None else 2 * bilstm.units
+        self.classifier = seeded_linear(in_features, outputs, config.initializer_range, seed)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None) -> TaskOutput:
+        """Logits (``[batch]`` for one output) and, with ``labels``, the loss."""
+        length = input_ids.shape[-1]
+        flat = [
+            None if t is None else t.reshape(-1, length) for t in (input_ids, token_type_ids, attention_mask)
+        ]
+        sequence, pooled = self.bert(*flat)
+        if self.per == "token":
+            pooled = sequence
+        elif self.bilstm is not None:
+            pooled = self.bilstm.summary(sequence, flat[2])
+        logits = self.classifier(self.dropout(pooled)).float()
+        if self.per == "choice":
+            logits = logits.view(input_ids.shape[:2])
+        elif self.outputs == 1:
+            logits = logits.squeeze(-1)
+            return TaskOutput(logits, None if labels is None else F.mse_loss(logits, labels.float()))
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, -2), labels.flatten())
+        return TaskOutput(logits, loss)
 
 
 def _seeded(seed: int, build: Any) -> Any:
@@ -239,4 +294,4 @@ def collate_with_layers(base_collate: Any) -> Any:
 
 def collate_tokens(features: Sequence[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad ids, types and per-token labels (with :data:`IGNORE`) to the batch's longest feature."""
-    return collate(features, pad_id, token_pads={"labels": IGNORE})
+    return pad_batch(features, pad_id, token_pads={"labels": IGNORE})

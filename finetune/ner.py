@@ -13,22 +13,15 @@ from typing import Any
 from torch import nn
 
 from finetune import ner_features
-from finetune.common import (
-    Classifier,
-    Encoder,
-    FitConfig,
-    TrainResult,
-    check_examples,
-    fit,
-    predict,
-    prepare_encoder,
-)
+from finetune.config import FitConfig
 from finetune.conll import SPLIT_FILES, Sentence, read_conll, score
-from finetune.heads import collate_tokens
+from finetune.encoder import Encoder, prepare_encoder
+from finetune.heads import Classifier, collate_tokens
 from finetune.hidden import FEATURE_CHOICES
+from finetune.inputs import check_examples
+from finetune.loop import TrainResult, fit, predict
 from finetune.ner_windows import Windows, default_doc_stride, sentence_features
-from pretrain.runtime import exists, output_folder
-from schemas.files import write_file, write_json
+from schemas import storage
 
 logger = logging.getLogger(__name__)
 
@@ -78,17 +71,19 @@ def tag_windows(
 def run_ner(
     data_dir: str,
     checkpoint: str,
-    output: str,
+    out: storage.Folder,
     config: NerConfig,
     before_training: Callable[[], None] | None = None,
+    cache: storage.Folder | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune ``checkpoint`` for NER on ``data_dir``; write the predictions and ``metrics.json``."""
+    """Fine-tune ``checkpoint`` for NER on ``data_dir``; write the predictions and ``metrics.json`` into
+    ``out``; ``cache``: the claimed ``--feature-cache`` folder (else the one ``config`` names)."""
     root = data_dir.rstrip("/")
     train = read_conll(f"{root}/{SPLIT_FILES['train']}")[: config.max_train_examples]
     splits = {
         name: read_conll(f"{root}/{SPLIT_FILES[name]}")[: config.max_eval_examples]
         for name in ("valid", "test")
-        if name == "valid" or exists(f"{root}/{SPLIT_FILES[name]}")
+        if name == "valid" or storage.exists(f"{root}/{SPLIT_FILES[name]}")
     }
     check_examples(train, f"{root}/{SPLIT_FILES['train']}")
     labels = label_set(train)
@@ -109,10 +104,11 @@ def run_ner(
             )
         return found
 
+    if cache is None and config.feature_cache is not None:
+        cache = storage.Folder(config.feature_cache)
     model, trained, tag, activations = _train(
-        encoder, labels, windows_of("train", train).features, config, before_training
+        encoder, labels, windows_of("train", train).features, config, before_training, cache
     )
-    fs, out = output_folder(output)
     result: dict[str, Any] = {
         "task": "ner",
         "checkpoint": encoder.source,
@@ -133,7 +129,7 @@ def run_ner(
             "".join(f"{w} {g} {p}\n" for w, g, p in zip(s.words, s.tags, tags, strict=True)) + "\n"
             for s, tags in zip(sentences, predicted, strict=True)
         ]
-        write_file(f"{out}/{name}_predictions.txt", "".join(lines), fs)
+        out.write(f"{name}_predictions.txt", "".join(lines))
         result["files"].append(f"{name}_predictions.txt")
         logger.info("ner: %s F1 %.4f", name, result[name]["f1"])
     result["windows"] = windows
@@ -150,7 +146,7 @@ def run_ner(
             "num_trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         }
     result["dev"] = {k: result["valid"][k] for k in ("precision", "recall", "f1")}
-    write_json(f"{out}/metrics.json", result, fs, sort_keys=True)
+    out.write_json("metrics.json", result, sort_keys=True)
     return result
 
 
@@ -160,6 +156,7 @@ def _train(
     features: list[dict[str, Any]],
     config: NerConfig,
     before_training: Callable[[], None] | None,
+    folder: storage.Folder | None,
 ) -> tuple[nn.Module, TrainResult, Callable[[str, Windows], list[list[str]]], dict[str, str]]:
     """Train the tagger of ``config``'s mode; return it, the result, ``tag(split name, windows)``, and
     (feature-based) how each split's activations were obtained."""
@@ -173,7 +170,6 @@ def _train(
     model = ner_features.feature_tagger(encoder, labels, config.features, config)
     if before_training is not None:
         before_training()
-    folder = config.feature_cache
     trained, activations["train"] = ner_features.fit_feature_tagger(
         model, features, config, cache=config.cache_features, folder=folder, source=encoder.source
     )

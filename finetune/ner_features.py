@@ -13,16 +13,17 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import fsspec
 import safetensors.torch
 import torch
 
-from finetune.common import MODEL_INPUTS, Encoder, FitConfig, TrainResult, fit, predict
+from finetune.config import FitConfig
+from finetune.encoder import Encoder
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens, collate_with_layers, sentence_only
+from finetune.loop import MODEL_INPUTS, TrainResult, fit, predict
 from finetune.ner_windows import Windows
 from pretrain.runtime import resolve_device, resolve_precision
+from schemas import storage
 from schemas.commands import InputError
-from schemas.files import write_file
 
 logger = logging.getLogger(__name__)
 
@@ -67,24 +68,22 @@ def inputs_digest(weights: str, precision: str, features: Sequence[dict[str, Any
     return digest.hexdigest()
 
 
-def _cache_path(folder: str, digest: str) -> str:
-    return f"{folder.rstrip('/')}/{digest[:32]}.safetensors"
+def _cache_name(digest: str) -> str:
+    return f"{digest[:32]}.safetensors"
 
 
 def load_cached(
-    folder: str, digest: str, lengths: Sequence[int], num_states: int, hidden: int
+    folder: storage.Folder, digest: str, lengths: Sequence[int], num_states: int, hidden: int
 ) -> torch.Tensor | None:
     """The cached activations ``[sum(lengths), num_states, hidden]`` named ``digest`` (None: not
     there); an InputError for a file that does not hold what its name promises."""
-    path = _cache_path(folder, digest)
-    fs, local = fsspec.core.url_to_fs(path)
-    if not fs.exists(local):
+    path = folder.path(_cache_name(digest))
+    if not storage.exists(path):
         return None
-    with fs.open(local, "rb") as f:
-        try:
-            tensors = safetensors.torch.load(f.read())
-        except Exception as err:  # a truncated or foreign file
-            raise InputError(f"{path}: not a readable feature cache ({err}); delete it") from None
+    try:
+        tensors = safetensors.torch.load(storage.read_bytes(path))
+    except Exception as err:  # a truncated or foreign file
+        raise InputError(f"{path}: not a readable feature cache ({err}); delete it") from None
     layers, stored = tensors.get("layers"), tensors.get("lengths")
     expected = (sum(lengths), num_states, hidden)
     if (
@@ -97,18 +96,19 @@ def load_cached(
 
 
 def save_cached(
-    folder: str, digest: str, layers: torch.Tensor, lengths: Sequence[int], metadata: dict[str, str]
+    folder: storage.Folder,
+    digest: str,
+    layers: torch.Tensor,
+    lengths: Sequence[int],
+    metadata: dict[str, str],
 ) -> str:
     """Write one split's activations to ``folder`` (whole or not at all); returns the path."""
-    path = _cache_path(folder, digest)
-    fs, local = fsspec.core.url_to_fs(path)
-    fs.makedirs(local.rsplit("/", 1)[0], exist_ok=True)
     tensors = {"layers": layers.contiguous(), "lengths": torch.tensor(list(lengths), dtype=torch.int64)}
     data = safetensors.torch.save(
         tensors, metadata={"format": CACHE_FORMAT, "version": CACHE_VERSION, **metadata}
     )
-    write_file(local, data, fs)
-    return path
+    folder.write(_cache_name(digest), data)
+    return folder.path(_cache_name(digest))
 
 
 def with_layers(
@@ -116,7 +116,7 @@ def with_layers(
     features: Sequence[dict[str, Any]],
     config: FitConfig,
     *,
-    folder: str | None = None,
+    folder: storage.Folder | None = None,
     split: str = "train",
     source: str = "",
 ) -> tuple[list[dict[str, Any]], str]:
@@ -162,7 +162,7 @@ def fit_feature_tagger(
     config: FitConfig,
     *,
     cache: bool,
-    folder: str | None,
+    folder: storage.Folder | None,
     source: str,
 ) -> tuple[TrainResult, str]:
     """Train the head on ``inputs`` (features with sentence spans): over the live encoder, or on
@@ -180,7 +180,7 @@ def tag_feature_based(
     labels: Sequence[str],
     config: FitConfig,
     *,
-    folder: str | None,
+    folder: storage.Folder | None,
     split: str,
     source: str,
 ) -> tuple[list[list[str]], str]:

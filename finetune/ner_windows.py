@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from finetune.common import Encoder, doc_windows, max_context_windows
 from finetune.conll import Sentence, to_iob2
+from finetune.encoder import Encoder
 from finetune.heads import IGNORE
+from finetune.sequences import doc_windows, max_context_windows
 
 
 def default_doc_stride(max_seq_length: int) -> int:

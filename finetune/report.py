@@ -8,60 +8,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import fsspec
-
-from finetune.common import input_json
-from pretrain.runtime import exists
+from finetune.glue_tasks import TASKS
+from finetune.inputs import input_json
+from finetune.paper import GLUE_DEV, SQUAD, SWAG, TABLE_1, TABLE_1_COLUMNS
+from schemas import storage
 from schemas.commands import InputError
-from schemas.files import write_file, write_json
 from schemas.inputs import field
 from schemas.outputs import OutputFolder
 
-GLUE = {
-    "mnli": ("MNLI-(m/mm)", ("matched_accuracy", "mismatched_accuracy")),
-    "qqp": ("QQP", ("f1",)),
-    "qnli": ("QNLI", ("accuracy",)),
-    "sst2": ("SST-2", ("accuracy",)),
-    "cola": ("CoLA", ("mcc",)),
-    "stsb": ("STS-B", ("spearman",)),
-    "mrpc": ("MRPC", ("f1",)),
-    "rte": ("RTE", ("accuracy",)),
-}
-"""Table 1's columns in order: the header and the metric(s), as keys of our metrics.json's ``dev``."""
-GLUE_METRIC = {task: metrics for task, (_, metrics) in GLUE.items()}
-TABLE_1 = (*GLUE, "average")
-# Devlin et al. (2019), Table 1: GLUE *test* set, scored by the GLUE evaluation server, in the
-# columns above; "average" is the paper's Average column (it leaves out WNLI).
-PAPER_GLUE_TEST: dict[str, dict[str, Any]] = {
-    "BERT-BASE": dict(
-        zip(TABLE_1, ((84.6, 83.4), 71.2, 90.5, 93.5, 52.1, 85.8, 88.9, 66.4, 79.6), strict=True)
-    ),
-    "BERT-LARGE": dict(
-        zip(TABLE_1, ((86.7, 85.9), 72.1, 92.7, 94.9, 60.5, 86.5, 89.3, 70.1, 82.1), strict=True)
-    ),
-}
-# The same paper's *dev* numbers for BERT-BASE: Table 5 (ablation, "BERT_BASE" row; MNLI-m, QNLI,
-# MRPC and SST-2 accuracy: note MRPC is accuracy there, not F1) and BERT-LARGE from Table 6
-# (model size, L=24 H=1024 A=16: MNLI-m, MRPC, SST-2 accuracy). Columns not reported are absent.
-PAPER_GLUE_DEV: dict[str, dict[str, Any]] = {
-    "BERT-BASE": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7},
-    "BERT-LARGE": {"mnli": 86.6, "mrpc": 87.8, "sst2": 93.7},
-}
-# Table 4 (SWAG accuracy): BERT-BASE dev 81.6; BERT-LARGE dev 86.6, test 86.3.
-PAPER_SWAG = {"BERT-BASE": {"dev": 81.6}, "BERT-LARGE": {"dev": 86.6, "test": 86.3}}
-# Table 2 (SQuAD v1.1, single model, dev EM/F1) and Table 3 (SQuAD v2.0, single model, dev EM/F1).
-PAPER_SQUAD = {
-    "1.1": {"BERT-BASE": {"exact_match": 80.8, "f1": 88.5}, "BERT-LARGE": {"exact_match": 84.1, "f1": 90.9}},
-    "2.0": {"BERT-LARGE": {"exact_match": 78.7, "f1": 81.9}},
-}
+GLUE = [task for task in TABLE_1_COLUMNS if task != "average"]
+"""Table 1's GLUE columns in order; each task's paper metrics (its row of the task table) key our ``dev``."""
 
 
 def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the tables read."""
-    found = []
+    """The ``metrics.json`` of each run folder (or the file itself), checked to hold what the tables read;
+    two runs of one GLUE task (one cell in the table) refused, naming both."""
+    found, glue = [], {}
     for path in paths:
         url = path if path.endswith(".json") else f"{path.rstrip('/')}/metrics.json"
-        if not exists(url):
+        if not storage.exists(url):
             raise InputError(f"{path}: no metrics.json; give finished `finetune` run folders")
         try:
             found.append(_checked(input_json(url), url))
@@ -69,6 +34,12 @@ def read_metrics(paths: Sequence[str]) -> list[dict[str, Any]]:
             raise InputError(
                 f"{err}; not a metrics.json of `finetune`: rerun that fine-tuning or leave it out"
             ) from None
+        if (task := found[-1]["task"]) in glue:
+            raise InputError(
+                f"{glue[task]} and {path} are both {task} runs, and the table has one {task} cell: give one "
+                "of them (a run with --seeds N reports their mean and spread)"
+            )
+        glue.update({task: path} if task in GLUE else {})
     return found
 
 
@@ -76,7 +47,7 @@ def _checked(run: Any, url: str) -> dict[str, Any]:
     """``run`` with the fields the tables read typed (numbers are numbers, not strings)."""
     task = field(run, "task", str, url)
     dev = field(run, "dev", dict, url, default={})
-    keys = {"swag": ("accuracy",), **GLUE_METRIC}.get(task, ())
+    keys = TASKS[task].paper_metrics if task in GLUE else ("accuracy",) if task == "swag" else ()
     for key in keys:
         field(dev, key, (int, float), f"{url}: dev")
         field(field(run, "dev_sd", dict, url, default={}), key, (int, float), f"{url}: dev_sd", default=0)
@@ -98,42 +69,37 @@ def _ours(run: dict[str, Any], keys: Sequence[str]) -> tuple[list[float], list[f
     return [100 * dev[k] for k in keys], [100 * sd.get(k, 0.0) for k in keys]
 
 
-def _cell(values: Any, sds: Sequence[float] | None = None) -> str:
+def _cell(values: Any, sds: Any = None) -> str:
+    """``values`` (one, or several joined by ``/``) at one decimal, each ± its sd where above 0."""
     if values is None:
         return "–"
-    if not isinstance(values, (list, tuple)):
-        values = [values]
-    parts = []
-    for i, value in enumerate(values):
-        text = f"{value:.1f}"
-        if sds and sds[i] > 0:
-            text += f" ± {sds[i]:.1f}"
-        parts.append(text)
-    return "/".join(parts)
+    values = values if isinstance(values, (list, tuple)) else [values]
+    sds = sds if isinstance(sds, (list, tuple)) else [sds or 0.0] * len(values)
+    return "/".join(f"{v:.1f}" + (f" ± {s:.1f}" if s > 0 else "") for v, s in zip(values, sds, strict=True))
 
 
 def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[str, Any]:
     """The tables as a JSON-ready dict of ``glue``, ``swag`` and ``squad`` rows (percentages)."""
     glue_rows: list[dict[str, Any]] = [
         {"system": name, "split": "test (paper, Table 1)", "values": dict(values)}
-        for name, values in PAPER_GLUE_TEST.items()
+        for name, values in TABLE_1.items()
     ]
     glue_rows += [
         {"system": name, "split": "dev (paper, Tables 5-6; MRPC accuracy)", "values": dict(values)}
-        for name, values in PAPER_GLUE_DEV.items()
+        for name, values in GLUE_DEV.items()
     ]
     ours: dict[str, Any] = {}
     sds: dict[str, Any] = {}
-    swag_rows = [{"system": n, "split": "paper, Table 4", "values": v} for n, v in PAPER_SWAG.items()]
+    swag_rows = [{"system": n, "split": "paper, Table 4", "values": v} for n, v in SWAG.items()]
     squad_rows = [
         {"system": n, "version": version, "split": "dev (paper)", "values": v}
-        for version, systems in PAPER_SQUAD.items()
+        for version, systems in SQUAD.items()
         for n, v in systems.items()
     ]
     for run in runs:
         task = run["task"]
         if task in GLUE:
-            values, deviations = _ours(run, GLUE_METRIC[task])
+            values, deviations = _ours(run, TASKS[task].paper_metrics)
             ours[task] = values if len(values) > 1 else values[0]
             sds[task] = deviations if len(deviations) > 1 else deviations[0]
         elif task == "swag":
@@ -155,52 +121,29 @@ def build_report(runs: Sequence[dict[str, Any]], label: str = "Ours") -> dict[st
 
 def to_markdown(report: dict[str, Any]) -> str:
     """The report's tables in markdown, GLUE in Table 1's column order."""
+    glue = [[row["system"], row["split"], *_cells(row, TABLE_1_COLUMNS)] for row in report["glue"]]
+    swag = [[row["system"], *_cells(row, ("dev", "test"))] for row in report["swag"]]
+    squad = [[row["system"], row["version"], *_cells(row, ("exact_match", "f1"))] for row in report["squad"]]
     lines = [
-        "## GLUE (layout of BERT Table 1)",
-        "",
-        "| System | Split | " + " | ".join(header for header, _ in GLUE.values()) + " | Average |",
-        "|---|---|" + "---|" * (len(GLUE) + 1),
-    ]
-    for row in report["glue"]:
-        sd = row.get("sd", {})
-        cells = [_cell(row["values"].get(t), _as_list(sd.get(t))) for t in GLUE]
-        cells.append(_cell(row["values"].get("average")))
-        lines.append(f"| {row['system']} | {row['split']} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## SWAG (layout of BERT Table 4, accuracy)",
-        "",
-        "| System | Dev | Test |",
-        "|---|---|---|",
-    ]
-    for row in report["swag"]:
-        lines.append(
-            f"| {row['system']} | {_cell(row['values'].get('dev'))} | {_cell(row['values'].get('test'))} |"
-        )
-    lines += [
-        "",
-        "## SQuAD (layout of BERT Tables 2-3, dev)",
-        "",
-        "| System | Version | EM | F1 |",
-        "|---|---|---|---|",
-    ]
-    for row in report["squad"]:
-        values = row["values"]
-        lines.append(
-            f"| {row['system']} | {row['version']} | {_cell(values.get('exact_match'))} | {_cell(values.get('f1'))} |"
-        )
-    lines += [
+        *_table("GLUE (layout of BERT Table 1)", ["System", "Split", *TABLE_1_COLUMNS.values()], glue),
+        *_table("SWAG (layout of BERT Table 4, accuracy)", ["System", "Dev", "Test"], swag),
+        *_table("SQuAD (layout of BERT Tables 2-3, dev)", ["System", "Version", "EM", "F1"], squad),
         "",
         "Paper rows: Devlin et al. (2019). GLUE Table 1 numbers are from the GLUE test server; ours are "
         "dev-set numbers (mean ± sd over seeds), so the rows are not the same measurement.",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines[1:]) + "\n"
 
 
-def _as_list(value: Any) -> list[float] | None:
-    if value is None:
-        return None
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table under its heading, after a blank line."""
+    body = ["| " + " | ".join(row) + " |" for row in [header, *rows]]
+    return ["", f"## {title}", "", body[0], "|" + "---|" * len(header), *body[1:]]
+
+
+def _cells(row: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    """A row's cells under ``keys``."""
+    return [_cell(row["values"].get(k), row.get("sd", {}).get(k)) for k in keys]
 
 
 def write_report(
@@ -210,7 +153,6 @@ def write_report(
     with OutputFolder.open(output, "finetune report", overwrite=overwrite) as folder:
         report = build_report(read_metrics(run_folders), label)
         folder.begin()
-        fs, root = fsspec.core.url_to_fs(output)
-        write_json(f"{root}/results.json", report, fs)
-        write_file(f"{root}/results.md", to_markdown(report), fs)
+        folder.write_json("results.json", report)
+        folder.write("results.md", to_markdown(report))
     return report

@@ -13,26 +13,16 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from finetune.common import (
-    FitConfig,
-    TaskOutput,
-    check_examples,
-    doc_windows,
-    fit,
-    input_json,
-    max_context_windows,
-    predict,
-    prepare_encoder,
-    read_head,
-    save_model,
-    seeded_linear,
-)
-from finetune.heads import BiLSTM
+from finetune.config import FitConfig
+from finetune.encoder import prepare_encoder, read_head, save_model
+from finetune.heads import BiLSTM, TaskOutput, seeded_linear
+from finetune.inputs import check_examples, input_json
+from finetune.loop import fit, predict
+from finetune.sequences import doc_windows, max_context_windows
 from finetune.squad_eval import evaluate_v1, evaluate_v2, tune_null_threshold
 from pretrain.model import BertModel
-from pretrain.runtime import output_folder
+from schemas import storage
 from schemas.commands import InputError, UsageError
-from schemas.files import write_json
 from schemas.inputs import boolean, field, items
 
 logger = logging.getLogger(__name__)
@@ -96,6 +86,8 @@ class SquadStats:
     num_examples_bad_offset: int = 0
     num_duplicate_ids: int = 0
     bad_offset_ids: list[str] = dataclasses.field(default_factory=list)
+    duplicate_ids: list[str] = dataclasses.field(default_factory=list)
+    """The first repeated ids: predictions are keyed by id, so the questions sharing one share it."""
 
 
 def read_squad(path: str, version: str) -> tuple[list[SquadExample], SquadStats]:
@@ -112,6 +104,8 @@ def read_squad(path: str, version: str) -> tuple[list[SquadExample], SquadStats]
             for q, qa in enumerate(items(paragraph, "qas", where)):
                 qid = field(qa, "id", str, f"{where}.qas[{q}]")
                 examples.append(_question(qa, context, version, f"{path}: question {qid!r}", stats))
+                if qid in seen and len(stats.duplicate_ids) < MAX_BAD_IDS_REPORTED:
+                    stats.duplicate_ids.append(qid)
                 stats.num_duplicate_ids += qid in seen
                 seen.add(qid)
     stats.num_examples = len(examples)
@@ -394,9 +388,12 @@ def _as_data(examples: Sequence[SquadExample]) -> list[dict]:
 
 
 def _score(
-    output: str, examples: Sequence[SquadExample], answers: dict[str, ExamplePrediction], with_null: bool
+    out: storage.Folder,
+    examples: Sequence[SquadExample],
+    answers: dict[str, ExamplePrediction],
+    with_null: bool,
 ) -> dict[str, Any]:
-    """Write the prediction files into ``output``; the official metrics (v2.0 also at a tuned threshold)."""
+    """Write the prediction files into ``out``; the official metrics (v2.0 also at a tuned threshold)."""
     data = _as_data(examples)
     files: dict[str, Any] = {"nbest_predictions.json": {qid: p.nbest for qid, p in answers.items()}}
     if with_null:
@@ -412,9 +409,8 @@ def _score(
     else:
         files["predictions.json"] = {qid: p.nbest[0]["text"] for qid, p in answers.items()}
         metrics = evaluate_v1(data, files["predictions.json"])
-    fs, root = output_folder(output)
     for name, value in files.items():
-        write_json(f"{root}/{name}", value, fs, ensure_ascii=False)
+        out.write_json(name, value, ensure_ascii=False)
     return metrics
 
 
@@ -423,7 +419,7 @@ def run_squad(
     train_file: str | None,
     predict_file: str,
     checkpoint: str,
-    output: str,
+    out: storage.Folder,
     config: SquadConfig,
     before_training: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
@@ -440,6 +436,11 @@ def run_squad(
     encoder = prepare_encoder(checkpoint, config, [e.context for e in train or questions])
     model = SpanQuestionAnswering(encoder.model, seed=config.seed, bilstm=config.bilstm)
     head_loaded = load_span_head(model, encoder.source)
+    if not (train_file or head_loaded):
+        raise InputError(
+            f"without --train-file the span head is scored as it is, and {encoder.source} has none (it would be "
+            "random): give --train-file, or the model/ folder of an earlier `finetune squad` run"
+        )
     if before_training is not None:
         before_training()
     metrics: dict[str, Any] = {
@@ -453,9 +454,7 @@ def run_squad(
         features = build_features(train, tokenizer, config, training=True)
         used = len({f.example_index for f in features})
         trained = fit(model, [f.inputs(True) for f in features], config)
-        save_model(
-            model, encoder, f"{output.rstrip('/')}/{MODEL_FOLDER}", architectures=["BertForQuestionAnswering"]
-        )
+        save_model(model, encoder, out.sub(MODEL_FOLDER), architectures=["BertForQuestionAnswering"])
         metrics["train"] = {
             "file": train_file,
             **dataclasses.asdict(train_stats),
@@ -468,7 +467,7 @@ def run_squad(
     features = build_features(questions, tokenizer, config)
     logits = predict(model, [f.inputs(False) for f in features], config)
     answers = predict_answers(questions, features, logits, config, with_null=version == "2.0")
-    metrics.update(_score(output, questions, answers, with_null=version == "2.0"))
+    metrics.update(_score(out, questions, answers, with_null=version == "2.0"))
     metrics["predict"] = {
         "file": predict_file,
         **dataclasses.asdict(predict_stats),
@@ -476,7 +475,7 @@ def run_squad(
         "num_features": len(features),
     }
     metrics["config"] = config.to_dict()
-    write_json(f"{output.rstrip('/')}/metrics.json", metrics, ensure_ascii=False)
+    out.write_json("metrics.json", metrics, ensure_ascii=False)
     return metrics
 
 
@@ -501,12 +500,14 @@ def evaluate_file(
     thresholds. Both also give ``total`` and ``unanswered`` (questions without a prediction)."""
     if version == "1.1" and null_odds_file is not None:
         raise UsageError("null odds are a SQuAD v2.0 notion: leave --null-odds out for --version 1.1")
-    data = _as_data(read_squad(data_file, version)[0])
-    predictions = _mapping(predictions_file, (str,), "an answer string")
+    questions, stats = read_squad(data_file, version)
+    data, predictions = _as_data(questions), _mapping(predictions_file, (str,), "an answer string")
+    repeated = {"num_duplicate_ids": stats.num_duplicate_ids, "duplicate_ids": stats.duplicate_ids}
+    repeated = repeated if stats.num_duplicate_ids else {}  # counted and named, as in metrics.json
     try:
         if version == "1.1":
-            return evaluate_v1(data, predictions)
+            return {**evaluate_v1(data, predictions), **repeated}
         null_odds = None if null_odds_file is None else _mapping(null_odds_file, (int, float), "a number")
-        return evaluate_v2(data, predictions, null_odds)
+        return {**evaluate_v2(data, predictions, null_odds), **repeated}
     except ValueError as err:
         raise InputError(f"{predictions_file} against {data_file}: {err}") from None

@@ -14,20 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from finetune import metrics as M
-from finetune.common import (
-    Classifier,
-    Encoder,
-    FitConfig,
-    check_examples,
-    encode_pair,
-    fit,
-    input_lines,
-    predict_classes,
-    prepare_encoder,
-)
-from pretrain.runtime import exists, output_folder
+from finetune.config import FitConfig
+from finetune.encoder import Encoder, prepare_encoder
+from finetune.heads import Classifier
+from finetune.inputs import check_examples, input_lines
+from finetune.loop import fit, predict_classes
+from finetune.sequences import encode_pair
+from schemas import storage
 from schemas.commands import InputError, UsageError
-from schemas.files import write_file, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -110,13 +104,13 @@ def _files(
     if not train or not dev:
         raise UsageError("give --data-dir (train.csv, val.csv) or both --train-file and --dev-file")
     test = test_file or (folder and f"{folder}/{SPLIT_FILES['test']}")
-    return train, dev, test if test_file or (test and exists(test)) else None
+    return train, dev, test if test_file or (test and storage.exists(test)) else None
 
 
 def run_swag(
     data_dir: str | None,
     checkpoint: str,
-    output: str,
+    out: storage.Folder,
     config: SwagConfig,
     *,
     train_file: str | None = None,
@@ -145,12 +139,11 @@ def run_swag(
         return scores.argmax(-1).tolist()
 
     dev_predictions = choose(dev)
-    fs, root = output_folder(output)
     rows = "".join(f"{e.index},{p},{e.label}\n" for e, p in zip(dev, dev_predictions, strict=True))
-    write_file(f"{root}/dev_predictions.csv", "index,pred,label\n" + rows, fs)
+    out.write("dev_predictions.csv", "index,pred,label\n" + rows)
     files = ["dev_predictions.csv"]
     if test:
-        write_file(f"{root}/test_predictions.csv", "pred\n" + "".join(f"{p}\n" for p in choose(test)), fs)
+        out.write("test_predictions.csv", "pred\n" + "".join(f"{p}\n" for p in choose(test)))
         files.append("test_predictions.csv")
     result = {
         "task": "swag",
@@ -163,6 +156,6 @@ def run_swag(
         "max_seq_length": config.max_seq_length,
         "files": files,
     }
-    write_json(f"{output.rstrip('/')}/metrics.json", result, sort_keys=True)
+    out.write_json("metrics.json", result, sort_keys=True)
     logger.info("swag: dev accuracy %.4f", result["dev"]["accuracy"])
     return result

@@ -1,36 +1,48 @@
 """``pipelines``: the corpus and example pipelines (Apache Beam).
 
 Each command parses its flags into a typed config (defaults declared there) and calls one stage
-(:func:`pipelines.runner.run_stage`). Any option the command does not know is handed to Beam
-unchanged (``--runner``, ``--project``, ``--region``, ``--temp_location``, ``--setup_file``, ...).
+(:func:`pipelines.runner.run_stage`). Other options go to Beam (``--runner``, ``--project``,
+``--temp_location``, ...) once :class:`pipelines.beam_options.BeamCommand` found them Beam's own.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 from typing import Any
 
 import click
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import io
-from pipelines.config import BooksConfig, CorpusConfig, SourceConfig, TextConfig, WikipediaConfig
+from pipelines import files
+from pipelines.beam_options import PASS_ON, BeamCommand
+from pipelines.config import (
+    BooksConfig,
+    CorpusConfig,
+    DocumentsConfig,
+    SourceConfig,
+    TextConfig,
+    WikipediaConfig,
+)
 from pipelines.examples.batches import random_next_warning
 from pipelines.examples.pipeline import ExamplesConfig
 from pipelines.runner import run_stage, summary_lines
 from pipelines.stage import incomplete_reason
 from schemas import DOCUMENTS
-from schemas.commands import InputError, OneLineGroup, UsageError
+from schemas.commands import InputError, OneLineGroup, UsageError, warnings_as_lines
 from schemas.commands import config_option as option
+from schemas.outputs import CLAIM_FILE, RECORD_FILE
 from schemas.paths import check_apart
+from wordpiece.tokenizer import unknown_share_warning
 
 _HELP = {"help_option_names": ["-h", "--help"], "terminal_width": 100, "max_content_width": 100}
-_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}
 DRY_RUN = "dry run: the job was built and not submitted; nothing was written"
 
 
 def _command(doc: str):
-    """A stage's subcommand: unknown options go to Beam; ``--help`` ends with its doc page."""
-    return main.command(context_settings=_PASS_THROUGH, epilog=f"Docs: docs/{doc}.md")
+    """A stage's subcommand: other options go to Beam; ``--help`` ends with its doc page."""
+    return main.command(cls=BeamCommand, context_settings={**_HELP, **PASS_ON}, epilog=f"Docs: docs/{doc}.md")
 
 
 def _config(make, *args, **kwargs):
@@ -43,11 +55,13 @@ def _config(make, *args, **kwargs):
 def _stage(build, config, load_inputs, reads: dict, **kwargs) -> tuple[dict, str] | None:
     """Run the current subcommand's stage (``pipelines <name>``); None for a dry run."""
     ctx = click.get_current_context()
-    io.use_beam_options(ctx.args)  # before any input or output is looked at
     result = run_stage(build, config, load_inputs, ctx.args, f"pipelines {ctx.info_name}", reads, **kwargs)
     if result is None:
         click.echo(DRY_RUN)
-    return result
+        return None
+    if warning := result[2]:
+        click.echo(f"warning: {warning}", err=True)
+    return result[:2]
 
 
 def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, record_name: str) -> None:
@@ -69,16 +83,36 @@ def _run_documents(build, config: SourceConfig | CorpusConfig, load_inputs, reco
         raise InputError(f"--output {config.output}: not marked COMPLETED: {reason}")
 
 
-def _files(config: SourceConfig):
-    """The files ``--input`` names, none over ``--output`` (patterns checked, then the files)."""
+def _files(config: SourceConfig, expand: Callable[[tuple[str, ...]], list[str]] = files.expand_inputs):
+    """The files ``--input`` names (by ``expand``), none over ``--output`` (patterns checked, then
+    the files)."""
     check_apart({"--output": config.output}, {"--input": config.inputs})
 
     def load() -> list[str]:
-        files = io.expand_inputs(config.inputs)
-        check_apart({"--output": config.output}, {"--input": files})
-        return files
+        paths = expand(config.inputs)
+        check_apart({"--output": config.output}, {"--input": paths})
+        _refuse_outputs_files(config.inputs, paths)
+        return paths
 
     return load
+
+
+def _refuse_outputs_files(patterns: tuple[str, ...], paths: list[str]) -> None:
+    """InputError when a pattern matched a file of an output (a folder, at or below the pattern's
+    fixed part, that holds an output record or claim): never an output's manifest taken as a book."""
+    outputs: dict[str, bool] = {}  # folder: whether it is an output
+    for pattern in (p for p in patterns if any(c in p for c in "*?[")):
+        base = re.split(r"[*?[]", pattern, maxsplit=1)[0].rpartition("/")[0]
+        for path in (p for p in paths if p.startswith(base)):
+            folder = path
+            while (folder := folder.rpartition("/")[0]) and len(folder) >= len(base):
+                if folder not in outputs:
+                    outputs[folder] = any(files.exists(f"{folder}/{n}") for n in (RECORD_FILE, CLAIM_FILE))
+                if outputs[folder]:
+                    raise InputError(
+                        f"--input {pattern}: matches {path}, a file of the output at {folder}; an input never "
+                        "takes an output's own files: give a pattern that matches only the input files"
+                    )
 
 
 @click.group(cls=OneLineGroup, context_settings=_HELP, epilog="Docs: docs/corpus.md")
@@ -90,9 +124,10 @@ def main(verbose: bool) -> None:
     \b
     pipelines wikipedia --input 'dumps/enwiki-*-pages-articles-multistream*.xml.bz2' --output out/corpus/wiki
     pipelines books --input 'books/*.txt' --output out/corpus/books
+    pipelines documents --input 'hub/wikipedia/*.parquet' --output out/corpus/hub --title-field title
     pipelines corpus --input out/corpus/wiki --input out/corpus/books --output out/corpus/all
 
-    Paths may be local or bucket URLs (gs://, s3:// with the aws extra). Unknown options go to
+    Paths may be local or bucket URLs (gs://, s3:// with the aws extra). Beam's own options go to
     Beam: the same command runs on Dataflow with --runner DataflowRunner --project P --region R
     --temp_location gs://b/tmp --setup_file ./setup.py (docs/scale.md); --dry_run checks it.
     """
@@ -102,7 +137,9 @@ def main(verbose: bool) -> None:
     logging.getLogger("schemas").setLevel(logging.WARNING)  # a stale claim taken over is said
     # Beam logs a failed step's traceback at ERROR; our one `error:` line carries its message.
     logging.getLogger("apache_beam").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
-    io.use_beam_options([])  # s3:// from the AWS_* environment (`show`); each stage adds its own flags
+    files.use_beam_options(
+        PipelineOptions([])
+    )  # `show`: s3:// from the AWS_* environment; a stage adds its flags
 
 
 def _source_options(config: type):
@@ -163,6 +200,29 @@ def books(**flags):
 
 
 @_command("corpus")
+@_source_options(DocumentsConfig)
+@option(DocumentsConfig, "text_field", help="The field (column) holding each record's text.")
+@option(DocumentsConfig, "id_field", help="A field naming each record (an integer one is kept as page_id).")
+@option(DocumentsConfig, "title_field", help="A field holding each record's title.")
+@option(DocumentsConfig, "group_field", help="Rows are sentences: the field naming each one's document.")
+@option(DocumentsConfig, "group_rows", type=click.IntRange(min=1), help="Rows are sentences: N a document.")
+@option(DocumentsConfig, "bytes_per_read", help="Plain JSON Lines: bytes per read task.")
+def documents(**flags):
+    """Read JSON Lines (.jsonl, .json; plain, .gz, .zst, .bz2), Parquet and datasets' save_to_disk
+    folders into documents, one a row, cleaned as books are.
+
+    For wikimedia/wikipedia, bookcorpusopen, Dolma-style JSON Lines and the like. Rows that are
+    sentences (bookcorpus) need --group-field or --group-rows: next-sentence prediction needs
+    document boundaries.
+    """
+    from pipelines.documents.pipeline import build, check_sample, expand_documents
+
+    config = _config(DocumentsConfig, **flags)
+    load = _files(config, lambda inputs: check_sample(expand_documents(inputs), config))
+    _run_documents(build, config, load, "records")
+
+
+@_command("corpus")
 @_source_options(TextConfig)
 @option(TextConfig, "validation_fraction", help="Documents for validation/.")
 @option(TextConfig, "test_fraction", help="Documents for test/.")
@@ -196,7 +256,10 @@ def corpus(**flags):
     config = _config(CorpusConfig, **flags)
     check_apart({"--output": config.output}, {"--input": config.inputs})
     _run_documents(
-        build, config, lambda: [(f, io.load_manifest(f, DOCUMENTS.name)) for f in config.inputs], "documents"
+        build,
+        config,
+        lambda: [(f, files.load_manifest(f, DOCUMENTS.name)) for f in config.inputs],
+        "documents",
     )
 
 
@@ -204,7 +267,7 @@ def corpus(**flags):
 @click.option("--corpus", required=True, help="A completed `pipelines corpus` output.")
 @click.option("--vocab", required=True, help="vocab.txt or tokenizer.json (local or bucket URL).")
 @click.option("--output", required=True, help="Folder or bucket URL for the example shards.")
-@option(ExamplesConfig, "split", type=click.Choice(io.SPLITS))
+@option(ExamplesConfig, "split", type=click.Choice(files.SPLITS))
 @option(ExamplesConfig, "cased", "--cased/--uncased")
 @option(ExamplesConfig, "pairs.max_seq_length")
 @option(ExamplesConfig, "masking.max_predictions_per_seq")
@@ -246,9 +309,7 @@ def examples(**flags):
     pair): the shards do not depend on the runner. The vocabulary travels inside the job.
     """
     from pipelines.examples.pipeline import build, spill_folder
-    from pipelines.shuffle import remove_folder
-    from schemas.inputs import check_file
-    from wordpiece.beam_jobs import job_options, runner_name
+    from pipelines.jobs import job_options, runner_name
     from wordpiece.tokenizer import WordPieceTokenizer
 
     config = _config(_examples_config, flags)
@@ -259,19 +320,18 @@ def examples(**flags):
     folder = spill_folder(config, runner_name(job_options(click.get_current_context().args)))
 
     def load() -> tuple[Any, list[str]]:
-        if "://" not in config.vocab:
-            check_file(config.vocab)
-        vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
-        return io.load_manifest(config.corpus, DOCUMENTS.name), vocab
+        with warnings_as_lines():
+            vocab = WordPieceTokenizer.load(config.vocab, cased=config.cased).vocab
+        return files.load_manifest(config.corpus, DOCUMENTS.name), vocab
 
     result = _stage(
-        lambda pipeline, c, inputs: build(pipeline, c, *inputs, folder),
+        lambda pipeline, c, inputs, out: build(pipeline, c, *inputs, folder, out),
         config,
         load,
         {"--corpus": config.corpus},
         writes={"--temp-location": config.temp_location if folder else ()},  # else OUTPUT/.temp
         submitter_reads={"--vocab": config.vocab},
-        cleanup=None if folder is None else lambda: remove_folder(folder),
+        cleanup=None if folder is None else lambda: files.remove_tree(folder),
         fmt="examples",
     )
     if result is None:
@@ -288,8 +348,9 @@ def examples(**flags):
     else:
         pairing = f"random next {stats['random_next_rate']:.3f}"
     click.echo(f"examples: {stats['examples']:,} ({stats['tokens']:,} tokens); {pairing}, {masked}")
-    if warning := random_next_warning(stats):
-        click.echo(f"warning: {warning}", err=True)
+    for warning in (random_next_warning(stats), unknown_share_warning(stats["unk_rate"], config.cased)):
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
     click.echo(holds)
 
 
@@ -305,9 +366,20 @@ def _examples_config(flags: dict) -> ExamplesConfig:
         + ("mask_share", "keep_share", "random_share")
     }
     apply_masking = not flags.pop("no_masking")
-    return ExamplesConfig(
-        **flags, pairs=PairConfig(**pairs), masking=MaskingConfig(**masking), apply_masking=apply_masking
-    )
+    found: list[str] = []  # every part's problems, each part made with defaults where refused
+
+    def made(make, **settings):
+        try:
+            return make(**settings)
+        except ValueError as err:
+            found.append(str(err).removeprefix("invalid settings: "))
+            return None if "corpus" in settings else make()
+
+    parts = {"pairs": made(PairConfig, **pairs), "masking": made(MaskingConfig, **masking)}
+    config = made(ExamplesConfig, **flags, **parts, apply_masking=apply_masking)
+    if found:
+        raise ValueError("invalid settings: " + "; ".join(found))
+    return config
 
 
 @main.command(epilog="Docs: docs/corpus.md")

@@ -45,7 +45,7 @@ class _Stage:
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """The parameters recorded in the manifest (inputs as absolute paths or URLs)."""
@@ -89,6 +89,38 @@ class BooksConfig(SourceConfig):
     """``pipelines books``: plain-text books to documents."""
 
     min_document_words: int = 100
+
+
+@dataclass(frozen=True)
+class DocumentsConfig(SourceConfig):
+    """``pipelines documents``: JSON Lines, Parquet and ``datasets`` Arrow files to documents."""
+
+    text_field: str = "text"
+    id_field: str | None = None
+    title_field: str | None = None
+    group_field: str | None = None
+    group_rows: int | None = None
+    bytes_per_read: int = 64 << 20
+
+    def fields(self) -> dict[str, str]:
+        """The fields read, name -> flag, the text's first."""
+        flags = ("--text-field", "--id-field", "--title-field", "--group-field")
+        names = (self.text_field, self.id_field, self.title_field, self.group_field)
+        return {name: flag for flag, name in zip(flags, names, strict=True) if name is not None}
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        named = [self.text_field, self.id_field, self.title_field, self.group_field]
+        if "" in named or len(self.fields()) < sum(name is not None for name in named):
+            problems.append(
+                "--text-field, --id-field, --title-field and --group-field must name different fields"
+            )
+        if self.group_field and self.group_rows is not None:
+            problems.append("give --group-field or --group-rows, not both")
+        if self.group_rows is not None:
+            check_count("--group-rows", self.group_rows, problems)
+        check_count("--bytes-per-read", self.bytes_per_read, problems, 1 << 40)
+        return problems
 
 
 @dataclass(frozen=True)

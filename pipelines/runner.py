@@ -10,11 +10,8 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines import io
-from pipelines.shuffle import remove_folder
-from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE
-from schemas.commands import CommandError, InputError
-from wordpiece.beam_jobs import (
+from pipelines import files
+from pipelines.jobs import (
     LOCAL_RUNNERS,
     STEP_ANNOTATION,
     check_job,
@@ -24,6 +21,9 @@ from wordpiece.beam_jobs import (
     run_pipeline,
     runner_name,
 )
+from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE, storage
+from schemas.commands import CommandError, InputError
+from schemas.outputs import OutputFolder
 
 _LOG = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class PipelineFailed(CommandError):
 
 
 def run_stage(
-    build: Callable[[beam.Pipeline, Any, Any], None],
+    build: Callable[[beam.Pipeline, Any, Any, storage.Folder], None],
     config: Any,
     load_inputs: Callable[[], Any],
     beam_args: list[str],
@@ -43,31 +43,30 @@ def run_stage(
     submitter_reads: Mapping[str, str | Iterable[str]] | None = None,
     cleanup: Callable[[], Any] | None = None,
     fmt: str = DOCUMENTS.name,
-) -> tuple[dict[str, Any], str] | None:
-    """Check the paths and buckets (:func:`wordpiece.beam_jobs.check_job`), claim the output for
+) -> tuple[dict[str, Any], str, str | None] | None:
+    """Check the paths and buckets (:func:`pipelines.jobs.check_job`), claim the output for
     ``command``, ``build`` the stage from ``load_inputs()`` and run it; a finished job's output is
-    verified. Returns its ``stats.json`` and what the output holds (None for a dry run)."""
+    verified. Returns :func:`finished_output`'s (None for a dry run)."""
     options = job_options(beam_args)
-    io.use_beam_options(beam_args)
     check_job(options, reads, {"--output": config.output, **(writes or {})}, submitter_reads)
     inputs = load_inputs()
     if dry_run(options):
-        build(pipeline := beam.Pipeline(options=options), config, inputs)
+        build(pipeline := beam.Pipeline(options=options), config, inputs, storage.Folder(config.output))
         run_pipeline(pipeline, config.output)
         return None
     if cleanup is None and runner_name(options) in LOCAL_RUNNERS:  # what GroupOnDisk wrote there
-        cleanup = functools.partial(remove_folder, io.join(config.output, io.TEMP_DIR))
-    with io.open_output(config.output, command, config.overwrite) as folder:
+        cleanup = functools.partial(files.remove_tree, files.join(config.output, files.TEMP_DIR))
+    with OutputFolder.open(config.output, command, overwrite=config.overwrite) as folder:
         folder.begin()
-        state = _run(build, config, inputs, options, cleanup)
+        state = _run(build, config, inputs, options, cleanup, folder)
     if state not in (beam.runners.runner.PipelineState.DONE, None):
         raise PipelineFailed(f"the pipeline ended in state {state}; see the runner's logs")
     return finished_output(config.output, fmt)
 
 
-def _run(build, config, inputs, options, cleanup) -> Any:
+def _run(build, config, inputs, options, cleanup, folder: OutputFolder) -> Any:
     pipeline = beam.Pipeline(options=options)
-    build(pipeline, config, inputs)
+    build(pipeline, config, inputs, folder)  # its transforms journal what the workers will write
     try:
         return run_pipeline(pipeline, config.output)
     except CommandError as err:  # ours, raised again by an in-process runner with the step named
@@ -87,26 +86,34 @@ def _run(build, config, inputs, options, cleanup) -> Any:
                 )
 
 
-def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str]:
-    """What a finished job left at ``output``: its ``stats.json`` and what its verified manifest holds."""
-    stats_path = io.join(output, STATS_FILE)
-    if not io.exists(stats_path):
+def finished_output(output: str, fmt: str) -> tuple[dict[str, Any], str, str | None]:
+    """What a finished job left at ``output``: its ``stats.json``, what its verified manifest holds,
+    and a warning when most of its shards are empty (``--num-shards`` far above the rows)."""
+    stats_path = files.join(output, STATS_FILE)
+    if not files.exists(stats_path):
         raise PipelineFailed(
             f"--output {output}: the runner says the job is done, but it left no {STATS_FILE} there; "
             "its workers wrote elsewhere or failed: see the runner's logs"
         )
-    stats = json.loads(io.read_bytes(stats_path))
-    if not io.exists(io.join(output, COMPLETED_FILE)):
-        return stats, f"output: {output} (not marked COMPLETED)"
+    stats = json.loads(files.read_bytes(stats_path))
+    if not files.exists(files.join(output, COMPLETED_FILE)):
+        return stats, f"output: {output} (not marked COMPLETED)", None
     try:
-        manifest = io.load_manifest(output, fmt)
+        manifest = files.load_manifest(output, fmt)
     except InputError as err:
         raise PipelineFailed(f"--output {output}: the job's output does not verify: {err}") from None
     size_mb = sum(s.num_bytes for s in manifest.shards) / 1e6
     holds = (
         f"{len(manifest.shards):,} {manifest.format} shards, {manifest.num_rows():,} rows, {size_mb:,.1f} MB"
     )
-    return stats, f"output: {output} (COMPLETED: {holds})"
+    empty = sum(not s.num_rows for s in manifest.shards)
+    warning = None
+    if empty > len(manifest.shards) / 2:
+        warning = (
+            f"{empty:,} of the {len(manifest.shards):,} shards are empty, for {manifest.num_rows():,} row(s) in all: "
+            "lower --num-shards (each shard of 100-500 MB at scale)"
+        )
+    return stats, f"output: {output} (COMPLETED: {holds})", warning
 
 
 def summary_lines(stats: dict[str, Any], record_name: str) -> list[str]:

@@ -16,16 +16,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines import io
+from pipelines import files
+from pipelines.jobs import LOCAL_RUNNERS
+from schemas import storage
 from schemas.commands import InputError
-from schemas.outputs import journal
-from wordpiece.beam_jobs import LOCAL_RUNNERS
 
 SPILL_BYTES = 16 << 20
 """JSON a bundle holds before it sorts and writes its runs."""
@@ -37,11 +36,10 @@ MAX_RUNS_MERGED = 128
 Reduce = Callable[[Any, Iterator[Any]], Iterable[Any]]
 
 
-def spill_folder(pipeline: beam.Pipeline, output: str | None) -> str | None:
-    """Where ``pipeline``'s shuffled data goes: ``OUTPUT/.temp`` on a local runner, else (or without
-    ``output``) None."""
+def runs_locally(pipeline: beam.Pipeline) -> bool:
+    """Whether ``pipeline`` runs on one of Beam's local runners, which hold a shuffle in memory."""
     runner = str(pipeline.options.view_as(StandardOptions).runner or "DirectRunner").rsplit(".", 1)[-1]
-    return io.join(output, io.TEMP_DIR) if output and runner in LOCAL_RUNNERS else None
+    return runner in LOCAL_RUNNERS
 
 
 class _WriteRuns(beam.DoFn):
@@ -70,14 +68,14 @@ class _WriteRuns(beam.DoFn):
     def _runs(self) -> Iterator[tuple[int, str]]:
         self._held.sort(key=lambda held: held[:3])
         for partition, group in itertools.groupby(self._held, key=lambda held: held[0]):
-            path = io.join(self._folder, f"{uuid.uuid4().hex}.jsonl")
-            io.write_bytes(path, "".join(held[3] + "\n" for held in group).encode("utf-8"))
+            path = files.join(self._folder, f"{uuid.uuid4().hex}.jsonl")
+            files.write_bytes(path, "".join(held[3] + "\n" for held in group).encode("utf-8"))
             yield partition, path
         self._held, self._bytes = [], 0
 
 
 def _read_run(path: str) -> Iterator[tuple[Any, Any]]:
-    with io.open_binary(path) as f:
+    with files.open_binary(path) as f:
         for line in f:
             try:
                 key, value = json.loads(line)
@@ -94,10 +92,10 @@ def _merge(paths: list[str], order: Callable[[Any], Any]) -> Iterator[tuple[Any,
         for first in range(0, len(paths), MAX_RUNS_MERGED):
             merged.append(f"{paths[first].rsplit('/', 1)[0]}/{uuid.uuid4().hex}.jsonl")
             pairs = _merge(paths[first : first + MAX_RUNS_MERGED], order)
-            io.write_bytes(merged[-1], ((_line(pair) + "\n").encode("utf-8") for pair in pairs))
+            files.write_bytes(merged[-1], ((_line(pair) + "\n").encode("utf-8") for pair in pairs))
         paths = merged
     yield from heapq.merge(*map(_read_run, paths), key=lambda kv: (kv[0], order(kv[1])))
-    FileSystems.delete(paths)
+    files.remove(paths)
 
 
 def _line(pair) -> str:
@@ -107,19 +105,22 @@ def _line(pair) -> str:
 class GroupOnDisk(beam.PTransform):
     """``(key, value)`` pairs → what ``reduce(key, values)`` gives for each key, the values sorted by
     ``order`` (an iterator: read as they are merged). Keys and values are JSON (tuples come back as
-    lists); the runs go under ``output`` (``.temp``), and without it the values are grouped in memory.
+    lists); the runs go under ``out`` (its ``.temp``), and without it the values are grouped in memory.
     With ``keys=n`` the keys are ``0 .. n-1`` and each is reduced, with no values too."""
 
-    def __init__(self, reduce: Reduce, output: str | None, order=lambda value: 0, keys: int | None = None):
+    def __init__(
+        self, reduce: Reduce, out: storage.Folder | None, order=lambda value: 0, keys: int | None = None
+    ):
         super().__init__()
-        self._reduce, self._output, self._order, self._keys = reduce, output, order, keys
+        self._reduce, self._out, self._order, self._keys = reduce, out, order, keys
 
     def expand(self, pairs):
         parts = pairs if isinstance(pairs, tuple) else (pairs,)
-        folder = spill_folder(parts[0].pipeline, self._output)
-        if folder is not None:  # a local runner: only the runs' paths are grouped, by partition
-            folder = f"{folder}/{uuid.uuid4().hex}"
-            journal(f"{folder}/")  # before workers write there
+        folder = None
+        if self._out is not None and runs_locally(parts[0].pipeline):  # only the runs' paths are grouped
+            name = f"{files.TEMP_DIR}/{uuid.uuid4().hex}"
+            self._out.journal(f"{name}/")  # before workers write there
+            folder = self._out.path(name)
             write = _WriteRuns(folder, self._keys, self._order)
             parts = tuple(part | f"Write runs {i}" >> beam.ParDo(write) for i, part in enumerate(parts))
         every = range(self._keys or (NUM_PARTITIONS if folder else 0))
@@ -143,13 +144,3 @@ def _reduce(group: tuple, reduce: Reduce, order, keys: int | None, folder: str |
         yield from reduce(key, (value for _, value in pairs))
     if keys and not reduced:  # the partition is the key
         yield from reduce(group[0], iter(()))
-
-
-def remove_folder(folder: str) -> int:
-    """Delete ``folder`` and every file under it (local or bucket); how many files were deleted."""
-    files = [m.path for m in FileSystems.match([io.join(folder, "**")])[0].metadata_list]
-    if files:
-        FileSystems.delete(files)
-    if FileSystems.exists(folder):  # a local directory (buckets have no empty folders)
-        FileSystems.delete([folder])
-    return len(files)

@@ -14,7 +14,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.shuffle import GroupOnDisk
 from pipelines.stats import build_stats, document_tally, sum_tallies
 from pipelines.text import content_hash
@@ -29,9 +29,9 @@ from schemas import (
     ShardEntry,
     absolute_reference,
     completed_marker,
+    storage,
 )
 from schemas.formats import BATCH_ROWS
-from schemas.outputs import journal
 from schemas.rejects import EXCERPT_CHARS
 
 BATCH_CHARS = 8 << 20
@@ -150,7 +150,7 @@ def _write_shard(
     """Write a shard from its rows in order, a record batch at a time (BATCH_ROWS rows, fewer where
     they hold BATCH_CHARS characters): the file is hashed as it is written."""
     relative = shard_name(split, index, num_shards)
-    path, digest, size = io.join(output, relative), hashlib.sha256(), [0, 0]  # bytes, rows
+    path, digest, size = files.join(output, relative), hashlib.sha256(), [0, 0]  # bytes, rows
 
     def tables() -> Iterator:
         batch, chars = [], 0
@@ -169,7 +169,7 @@ def _write_shard(
             size[0] += len(chunk)
             yield chunk
 
-    io.write_bytes(path, chunks())
+    files.write_bytes(path, chunks())
     return asdict(ShardEntry(relative, fmt.name, split, size[1], size[0], digest.hexdigest()))
 
 
@@ -180,7 +180,7 @@ class WriteShards(beam.PTransform):
 
     def __init__(
         self,
-        output: str,
+        out: storage.Folder,
         split: str,
         num_shards: int,
         fmt: RecordFormat,
@@ -188,19 +188,19 @@ class WriteShards(beam.PTransform):
         sort_key: Callable[[dict], tuple],
     ):
         super().__init__()
-        self._output, self._split, self._num_shards = output, split, num_shards
+        out.journal(*(shard_name(split, i, num_shards) for i in range(num_shards)))  # before the workers
+        self._out, self._split, self._num_shards = out, split, num_shards
         self._fmt, self._shard_key, self._sort_key = fmt, shard_key, sort_key
 
     def expand(self, rows):
-        n, key, output, split, fmt = self._num_shards, self._shard_key, self._output, self._split, self._fmt
-        journal(*(io.join(output, shard_name(split, i, n)) for i in range(n)))  # before workers
+        n, key, out, split, fmt = self._num_shards, self._shard_key, self._out, self._split, self._fmt
         keyed = tuple(
             part | f"Key by shard {i}" >> beam.Map(lambda r: (shard_index(key(r), n), r))
             for i, part in enumerate(rows if isinstance(rows, tuple) else (rows,))
         )
         return keyed | "Group by shard" >> GroupOnDisk(
-            lambda index, shard: [_write_shard(index, shard, output, split, n, fmt)],
-            output,
+            lambda index, shard: [_write_shard(index, shard, out.url, split, n, fmt)],
+            out,
             self._sort_key,
             n,
         )
@@ -210,7 +210,7 @@ def hash_input(path: str) -> dict[str, Any]:
     """A raw input file's absolute path, size and SHA-256 for the manifest (or the error reading it)."""
     digest, size = hashlib.sha256(), 0
     try:
-        with io.open_binary(path) as f:
+        with files.open_binary(path) as f:
             while chunk := f.read(8 << 20):
                 digest.update(chunk)
                 size += len(chunk)
@@ -223,12 +223,10 @@ def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) ->
     """Why a corpus stage's output must not be marked ``COMPLETED`` (a file ended early, unless allowed;
     no documents), or None; it then gets ``stats.json`` alone and the command exits 1."""
     if stats["file_errors"] and not allow_file_errors:
-        files = stats["files_with_errors"]
-        more = f" (and {len(files) - 1:,} more file(s): see stats.json)" if len(files) > 1 else ""
-        return (
-            f"{files[0]['file']}: {files[0]['detail']}{more}; --allow-file-errors keeps what was read before "
-            "each error"
-        )
+        failed = stats["files_with_errors"]
+        more = f" (and {len(failed) - 1:,} more file(s): see stats.json)" if len(failed) > 1 else ""
+        keep = "; --allow-file-errors keeps what was read before each error"
+        return f"{failed[0]['file']}: {failed[0]['detail']}{more}{keep if stats['records_in'] else ''}"
     if not stats["documents_out"]:
         return f"no documents written ({stats['records_in']:,} records read; see stats.json)"
     return None
@@ -236,15 +234,15 @@ def incomplete_reason(stats: dict[str, Any], allow_file_errors: bool = False) ->
 
 def write_stats(output: str, stats: dict[str, Any]) -> None:
     """Write ``stats.json`` alone: what a run that may not be marked ``COMPLETED`` leaves."""
-    io.write_bytes(io.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
+    files.write_bytes(files.join(output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode("utf-8"))
 
 
 def write_completion(output: str, stats: dict[str, Any], manifest: Manifest) -> None:
     """Write ``stats.json``, ``manifest.json`` and, last, the ``COMPLETED`` marker of an output."""
     manifest_json = manifest.to_json()
     write_stats(output, stats)
-    io.write_bytes(io.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
-    io.write_bytes(io.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
+    files.write_bytes(files.join(output, MANIFEST_FILE), manifest_json.encode("utf-8"))
+    files.write_bytes(files.join(output, COMPLETED_FILE), completed_marker(manifest_json).encode("utf-8"))
 
 
 def _finish(
@@ -293,7 +291,7 @@ class WriteStageOutput(beam.PTransform):
     def __init__(
         self,
         *,
-        output: str,
+        out: storage.Folder,
         producer: str,
         params: dict[str, Any],
         num_shards: int,
@@ -302,7 +300,8 @@ class WriteStageOutput(beam.PTransform):
         input_files: list[str] = (),
     ):
         super().__init__()
-        self._output, self._producer, self._params, self._num_shards = output, producer, params, num_shards
+        out.journal(STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)  # before the workers
+        self._out, self._producer, self._params, self._num_shards = out, producer, params, num_shards
         self._extra_tallies, self._split_of, self._input_files = (
             tuple(extra_tallies),
             split_of,
@@ -310,7 +309,6 @@ class WriteStageOutput(beam.PTransform):
         )
 
     def expand(self, outcomes):
-        journal(*(io.join(self._output, name) for name in (STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)))
         # Each part is routed and written on its own: a Flatten of several stages is held in memory
         # whole by a local runner; only the shards' runs (GroupOnDisk), tallies and entries meet.
         parts = outcomes if isinstance(outcomes, tuple) else (outcomes,)
@@ -322,12 +320,12 @@ class WriteStageOutput(beam.PTransform):
             tuple(r[split] for r in routed)
             | f"Write {split}"
             >> WriteShards(
-                self._output, split, self._num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
+                self._out, split, self._num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
             )
-            for split in (io.SPLITS if self._split_of else ("all",))
+            for split in (files.SPLITS if self._split_of else ("all",))
         ]
         write = WriteShards(
-            self._output,
+            self._out,
             "rejects",
             max(1, self._num_shards // 16),
             REJECTS,
@@ -356,7 +354,7 @@ class WriteStageOutput(beam.PTransform):
             | "Write manifest"
             >> beam.Map(
                 _finish,
-                self._output,
+                self._out.url,
                 self._producer,
                 self._params,
                 beam.pvalue.AsList(entries | "All shards" >> beam.Flatten()),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
@@ -77,6 +78,21 @@ def paragraphs_to_sentences(paragraphs: Iterable[str], normalized: bool = False)
     for paragraph in paragraphs:
         sentences.extend(split_sentences(paragraph if normalized else normalize_text(paragraph)))
     return sentences
+
+
+MAX_GARBLED_SHARE = 0.01
+"""Text with more than this share of control characters or U+FFFD is rejected, not cleaned."""
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+
+
+def garbled_text(text: str) -> tuple[str, str] | None:
+    """``(reason, detail)`` when a record's text is binary or decoded from invalid UTF-8; None otherwise."""
+    limit = MAX_GARBLED_SHARE * len(text)
+    if (controls := len(_CONTROL_RE.findall(text))) > limit:
+        return "binary", f"{controls} control characters in {len(text)}: binary data, not text"
+    if (replaced := text.count("\ufffd")) > limit:
+        return "undecodable", f"{replaced} U+FFFD in {len(text)} characters: the text was not valid UTF-8"
+    return None
 
 
 def content_hash(sentences: Sequence[str]) -> str:

@@ -14,17 +14,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import numpy as np
 import safetensors.torch
 import torch
-from fsspec.implementations.local import LocalFileSystem
 
 from pretrain.hf import non_finite, read_header
+from schemas import storage
 from schemas.commands import InputError
-from schemas.files import is_temporary_name, write_file
 from schemas.inputs import field, loads, read_bytes
 from schemas.outputs import new_run_id, read_record
+from schemas.storage import is_temporary_name
 
 COMMITTED = "COMMITTED"
 TRAINER_STATE = "trainer"  # trainer.json + trainer.safetensors
@@ -50,17 +49,17 @@ class Stamp:
         return {"run_id": self.run_id, "step": str(self.step)}
 
 
+def step_name(step: int) -> str:
+    """The folder of the checkpoint of ``step``, relative to its run folder."""
+    return f"checkpoints/step-{step:08d}"
+
+
 def step_url(run: str, step: int) -> str:
-    return f"{run.rstrip('/')}/checkpoints/step-{step:08d}"
+    return f"{run.rstrip('/')}/{step_name(step)}"
 
 
 def rng_file(rank: int) -> str:
     return f"rng-rank{rank:05d}"  # .json + .safetensors
-
-
-def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path.rstrip("/")
 
 
 def _encode(obj: object, tensors: dict[str, torch.Tensor]) -> object:
@@ -116,21 +115,20 @@ def shared_run_id(world_size: int, run_id: str | None) -> str:
     return run_id
 
 
-def save_state(obj: object, url: str, stamp: Stamp | None = None) -> None:
-    """Write ``obj`` as ``URL.json`` (the tree) and ``URL.safetensors`` (its tensors), ``stamp`` in both."""
+def save_state(obj: object, out: storage.Folder, name: str, stamp: Stamp | None = None) -> None:
+    """Write ``obj`` into ``out`` as ``NAME.json`` (the tree) and ``NAME.safetensors`` (its tensors),
+    ``stamp`` in both."""
     tensors: dict[str, torch.Tensor] = {}
     tree = _encode(obj, tensors)
     metadata = None
     if stamp is not None:
         tree = {_STAMP_KEY: {"run_id": stamp.run_id, "step": stamp.step}, **tree}
         metadata = stamp.metadata()
-    fs, path = _fs(url)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    write_file(f"{path}.safetensors", safetensors.torch.save(tensors, metadata=metadata), fs)
-    write_file(f"{path}.json", json.dumps(tree, indent=None), fs)
+    out.write(f"{name}.safetensors", safetensors.torch.save(tensors, metadata=metadata))
+    out.write(f"{name}.json", json.dumps(tree, indent=None))
 
 
-def _read_json(fs: fsspec.AbstractFileSystem, path: str, where: str) -> dict:
+def _read_json(fs: storage.FileSystem, path: str, where: str) -> dict:
     """A JSON object file of a checkpoint, bounded and strict, or :class:`InputError`."""
     try:
         with fs.open(path, "rb") as f:
@@ -146,13 +144,13 @@ def _read_json(fs: fsspec.AbstractFileSystem, path: str, where: str) -> dict:
 
 def trainer_json(url: str) -> dict:
     """The ``trainer.json`` of the checkpoint ``url`` (what resume and export read of it)."""
-    fs, path = _fs(url)
+    fs, path = storage.filesystem(url)
     return _read_json(fs, f"{path}/{TRAINER_STATE}.json", f"{url}/{TRAINER_STATE}.json")
 
 
 def load_state(url: str, missing_ok: bool = False) -> dict | None:
     """Read what :func:`save_state` wrote (None when missing and ``missing_ok``), checked and finite."""
-    fs, path = _fs(url)
+    fs, path = storage.filesystem(url)
     if missing_ok and not fs.exists(f"{path}.json"):
         return None
     tree = _read_json(fs, f"{path}.json", f"{url}.json")
@@ -177,7 +175,7 @@ def load_state(url: str, missing_ok: bool = False) -> dict | None:
     return state
 
 
-def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
+def _sha256(fs: storage.FileSystem, path: str) -> str:
     digest = hashlib.sha256()
     with fs.open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -185,7 +183,7 @@ def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return digest.hexdigest()
 
 
-def _commit_record(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict:
+def _commit_record(fs: storage.FileSystem, path: str, url: str) -> dict:
     """``COMMITTED``, every field checked: the step, the run id, each file's size and SHA-256."""
     where = f"{url}/{COMMITTED}"
     record = _read_json(fs, f"{path}/{COMMITTED}", where)
@@ -201,7 +199,7 @@ def _commit_record(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict:
 
 def is_complete(url: str) -> bool:
     """Whether ``COMMITTED`` exists, is whole, and every file it lists has its recorded size."""
-    fs, path = _fs(url)
+    fs, path = storage.filesystem(url)
     try:
         record = _commit_record(fs, path, url)
         return all(fs.size(f"{path}/{name}") == entry["size"] for name, entry in record["files"].items())
@@ -211,7 +209,7 @@ def is_complete(url: str) -> bool:
 
 def verify(url: str) -> None:
     """Check every file ``COMMITTED`` lists against its SHA-256, then the checkpoint's identity."""
-    fs, path = _fs(url)
+    fs, path = storage.filesystem(url)
     record = _commit_record(fs, path, url)
     for name, entry in record["files"].items():
         if _sha256(fs, f"{path}/{name}") != entry["sha256"]:
@@ -219,7 +217,7 @@ def verify(url: str) -> None:
     check_identity(url, record)
 
 
-def _stamp_of(fs: fsspec.AbstractFileSystem, path: str, url: str, name: str) -> tuple[Any, Any]:
+def _stamp_of(fs: storage.FileSystem, path: str, url: str, name: str) -> tuple[Any, Any]:
     """The (run id, step) a checkpoint file records (safetensors metadata, or a JSON's ``__stamp__``)."""
     if name.endswith(".safetensors"):
         try:
@@ -237,7 +235,7 @@ def check_identity(url: str, record: dict) -> None:
     """Refuse, in one line naming the file, a checkpoint (whose ``COMMITTED`` is ``record``)
     whose folder name is not its step, that links out of its run's checkpoints folder, whose files
     record another run or step than ``COMMITTED``, or whose run is not the run folder's."""
-    fs, path = _fs(url)
+    fs, path = storage.filesystem(url)
     step, run_id = record["step"], record.get("run_id")
     match = _STEP_DIR.search(path)
     if match and int(match.group(1)) != step:
@@ -246,7 +244,9 @@ def check_identity(url: str, record: dict) -> None:
             f"was renamed or links to another step; rename it back to step-{step:08d} or remove it"
         )
     real = os.path.realpath(path)
-    if isinstance(fs, LocalFileSystem) and os.path.dirname(real) != os.path.realpath(os.path.dirname(path)):
+    if isinstance(fs, storage.LocalFileSystem) and os.path.dirname(real) != os.path.realpath(
+        os.path.dirname(path)
+    ):
         raise InputError(
             f"{url}: links to {real}, outside this run's checkpoints folder; use that checkpoint from its own run folder"
         )
@@ -263,7 +263,7 @@ def check_identity(url: str, record: dict) -> None:
     head, _, name = url.rstrip("/").rpartition("/")
     run, _, folder = head.rpartition("/")
     if folder == "checkpoints" and _STEP_DIR.search(name) and run and run_id is not None:
-        run_fs, root = _fs(run)
+        run_fs, root = storage.filesystem(run)
         owner = read_record(run_fs, root, run)
         if owner is not None and owner.command == "pretrain" and owner.run_id != run_id:
             raise InputError(
@@ -291,9 +291,10 @@ def set_rng_state(state: dict, where: str = "the RNG state") -> None:
         raise InputError(f"{where}: damaged ({type(err).__name__}: {err})") from None
 
 
-def commit(url: str, step: int, run_id: str | None = None) -> None:
-    """Write ``COMMITTED``: every file of the checkpoint with its size and SHA-256, the step and run id."""
-    fs, path = _fs(url)
+def commit(out: storage.Folder, step: int, run_id: str | None = None) -> None:
+    """Write ``COMMITTED`` into the checkpoint folder ``out``: every file of the checkpoint with its
+    size and SHA-256, the step and run id."""
+    fs, path = storage.filesystem(out.url)
     files = {
         entry["name"].rsplit("/", 1)[-1]: {"size": int(entry["size"]), "sha256": _sha256(fs, entry["name"])}
         for entry in fs.ls(path, detail=True)
@@ -302,11 +303,11 @@ def commit(url: str, step: int, run_id: str | None = None) -> None:
         and not is_temporary_name(entry["name"].rsplit("/", 1)[-1])  # a killed earlier attempt's
     }
     record = {"step": step, **({"run_id": run_id} if run_id is not None else {}), "files": files}
-    write_file(f"{path}/{COMMITTED}", json.dumps(record, indent=1), fs)
+    out.write(COMMITTED, json.dumps(record, indent=1))
 
 
 def _step_dirs(run: str) -> list[Checkpoint]:
-    fs, path = _fs(run)
+    fs, path = storage.filesystem(run)
     if not fs.exists(f"{path}/checkpoints"):
         return []
     found = []
@@ -327,8 +328,18 @@ def run_id_of(run: str) -> str | None:
     found = latest(run)
     if found is None:
         return None
-    fs, path = _fs(found.url)
+    fs, path = storage.filesystem(found.url)
     return _commit_record(fs, path, found.url).get("run_id")
+
+
+def weights_folder(url: str | os.PathLike) -> str:
+    """The folder of weights ``url`` names: a checkpoint folder (``RUN/checkpoints/step-N``) or a
+    ``pretrain`` run folder's newest complete checkpoint, verified (:func:`resolve`); any other
+    folder (an HF-format BERT folder) as it is."""
+    url = os.fspath(url).rstrip("/")
+    if _STEP_DIR.search(url) or storage.exists(f"{url}/checkpoints"):
+        return resolve(url).url
+    return url
 
 
 def resolve(url: str) -> Checkpoint:
@@ -360,8 +371,8 @@ def prune(run: str, keep: int) -> list[str]:
     for checkpoint in checkpoints:
         if checkpoint.url in kept or checkpoint.step > complete[-1].step:
             continue
-        fs, path = _fs(checkpoint.url)
-        if isinstance(fs, LocalFileSystem) and os.path.islink(path):
+        fs, path = storage.filesystem(checkpoint.url)
+        if isinstance(fs, storage.LocalFileSystem) and os.path.islink(path):
             os.unlink(path)  # a linked folder: the files it points at are not this run's to delete
         else:
             fs.rm(path, recursive=True)

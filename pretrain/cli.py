@@ -20,6 +20,7 @@ from pretrain.config import (
     PRECISIONS,
     PretrainConfig,
 )
+from schemas import storage
 from schemas.buckets import probe
 from schemas.commands import CommandError, OneLineGroup, UsageError, config_option
 from schemas.outputs import OutputFolder
@@ -124,6 +125,7 @@ def main(ctx, quiet, overwrite, **options) -> None:
                 cfg,
                 before_fit=None if folder is None else partial(_begin, folder),
                 run_id=None if folder is None else folder.run_id,
+                out=folder,
             )
     finally:
         import torch.distributed as dist
@@ -148,9 +150,7 @@ def _open_run_folder(cfg: PretrainConfig, overwrite: bool) -> OutputFolder:
         if overwrite:
             raise UsageError(f"--overwrite would delete the run that --resume {cfg.resume} continues")
         return OutputFolder.open(output, "pretrain", continuing=True, run_id=ckpt.run_id_of(output))
-    from pretrain.runtime import exists
-
-    hint = f"--resume {output}" if exists(f"{output}/checkpoints") else None
+    hint = f"--resume {output}" if storage.exists(f"{output}/checkpoints") else None
     return OutputFolder.open(output, "pretrain", overwrite=overwrite, continue_hint=hint)
 
 
@@ -178,7 +178,6 @@ def export(checkpoint, fmt, output, overwrite) -> None:
     from pretrain.hf import export_hf
     from pretrain.model import BertForPreTraining
     from pretrain.startup import input_errors
-    from schemas.files import write_json
     from schemas.inputs import field
 
     check_apart({"--output": output}, {"--checkpoint": checkpoint})
@@ -193,9 +192,9 @@ def export(checkpoint, fmt, output, overwrite) -> None:
         tokens_seen = field(state, "tokens_seen", int, where, default=None)
         folder.begin()
         with input_errors():
-            export_hf(model, output, f"{found.url}/vocab.txt", do_lower_case=not cased)
+            export_hf(model, folder, f"{found.url}/vocab.txt", do_lower_case=not cased)
         record = {"checkpoint": found.url, "step": found.step, "tokens_seen": tokens_seen}
-        write_json(f"{output.rstrip('/')}/pretraining.json", record, indent=1)
+        folder.write_json("pretraining.json", record, indent=1)
     click.echo(f"exported step {found.step} of {found.url} to {output} ({fmt})")
 
 

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.commands import UsageError
+from pretrain.schedules import SCHEDULES
+from schemas.commands import UsageError, seed_problems
 
 PRESETS: dict[str, tuple[int, int]] = {
     # name: (num_hidden_layers, hidden_size); heads = hidden / 64, intermediate = 4 * hidden.
@@ -21,7 +22,7 @@ PRESETS: dict[str, tuple[int, int]] = {
 }
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "lamb")
-LR_SCHEDULES = ("transformers", "reference")
+LR_SCHEDULES = tuple(SCHEDULES)
 OBJECTIVES = ("mlm", "ltr")
 BATCHING_MODES = ("padded", "bucketed", "packed")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -33,8 +34,6 @@ MASKING_OVERRIDES = (
     "keep_share",
     "random_share",
 )
-MAX_SEED = 2**32 - 1
-"""The largest ``--seed``: every RNG a seed reaches (torch, NumPy, Python) takes it as it is."""
 
 
 def parse_model_size(name: str) -> tuple[int, int, int]:
@@ -52,12 +51,6 @@ def parse_model_size(name: str) -> tuple[int, int, int]:
     if hidden % heads:
         raise ValueError(f"model size {name!r}: hidden {hidden} is not a multiple of heads {heads}")
     return layers, hidden, heads
-
-
-def seed_in_range(flag: str, value: int, problems: list[str]) -> None:
-    """Append a problem unless ``0 <= value <= MAX_SEED``."""
-    if not 0 <= value <= MAX_SEED:
-        problems.append(f"{flag} must be between 0 and {MAX_SEED}, got {value}")
 
 
 def positive_finite(flag: str, value: float, problems: list[str]) -> None:
@@ -195,7 +188,7 @@ class PretrainConfig:
             value = getattr(self, name)
             if value is not None and (problem := range_problem(name, value)):
                 found.append(problem)
-        seed_in_range("--seed", self.seed, found)
+        found += seed_problems(self.seed)
         if self.schedule_steps is not None and self.schedule_steps < self.max_steps:
             found.append(
                 f"--schedule-steps {self.schedule_steps} must be at least --max-steps {self.max_steps}"

@@ -1,4 +1,4 @@
-"""Stream pre-training batches from an ``examples`` output folder (local path or fsspec URL).
+"""Stream pre-training batches from an ``examples`` output folder (local path or bucket URL).
 
 :class:`ExampleShards` (an ``IterableDataset``) yields one rank's padded batches; :class:`ShardLoader`
 runs it in DataLoader workers. A *unit* is one record batch of one shard. Epoch ``e`` permutes the
@@ -26,7 +26,6 @@ from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -34,7 +33,7 @@ import torch
 
 from pretrain.collate import Batch, DynamicMasking, collate
 from pretrain.streams import EpochPlan
-from schemas import COMPLETED_FILE, MANIFEST_FILE, verify_completed
+from schemas import COMPLETED_FILE, MANIFEST_FILE, storage, verify_completed
 from schemas.commands import InputError
 from schemas.examples import EXAMPLES_VERSION, ExampleLimits, example_batch_problem, examples_format
 from schemas.index import INDEX_FILE, MAX_INDEX_BYTES, ShardIndex
@@ -104,6 +103,7 @@ class ExampleShards(torch.utils.data.IterableDataset):
                     f"reads version {EXAMPLES_VERSION}: {_REBUILD}"
                 )
             self.params: dict = dict(self.manifest.params)
+            self.manifest_sha256 = hashlib.sha256(manifest).hexdigest()  # which shards a resume reads on
             recorded = self.params.get("vocab_sha256")
             if vocab_sha256 is not None and recorded != vocab_sha256:
                 raise InputError(
@@ -133,8 +133,8 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
     def _open_filesystem(self) -> None:
         """(Re)connect: a DataLoader worker opens its own (gcsfs cannot be used across a fork)."""
-        self.fs, root = fsspec.core.url_to_fs(self.url)
-        self._root, self._pid = root.rstrip("/"), os.getpid()
+        self.fs, self._root = storage.filesystem(self.url)
+        self._pid = os.getpid()
 
     def _read_small(self, name: str) -> bytes | None:
         """A small file of the output folder in one request, or None when it does not exist."""
@@ -195,12 +195,17 @@ class ExampleShards(torch.utils.data.IterableDataset):
 
     def state_at(self, batches_done: int, epoch: int | None = None) -> dict[str, int]:
         """The resume state after this rank consumed ``batches_done`` batches of ``epoch``."""
-        state = {key: getattr(self, key) for key in _STATE_KEYS}
+        state = {key: getattr(self, key) for key in (*_STATE_KEYS, "manifest_sha256")}
         return state | {"epoch": self.epoch if epoch is None else epoch, "batches_done": batches_done}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Resume: the next iterator skips this rank's first ``batches_done`` batches of ``epoch``.
         A state saved under another batch size, world size, streams, data or seed is refused."""
+        if (then := state.get("manifest_sha256", self.manifest_sha256)) != self.manifest_sha256:
+            raise ValueError(
+                f"the shards at {self.url} were rewritten since it read them ({MANIFEST_FILE}'s SHA-256 "
+                f"{str(then)[:12]}… then, {self.manifest_sha256[:12]}… now): give the shards it read"
+            )
         for key in _STATE_KEYS:
             if state.get(key) != getattr(self, key):
                 raise ValueError(

@@ -14,12 +14,11 @@ import os
 import re
 from typing import Any
 
-import fsspec
 import safetensors.torch
 import torch
 from torch import nn
 
-from schemas.files import write_file, write_json
+from schemas import storage
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +45,6 @@ _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 
 _DTYPE_BYTES |= {"BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8}
 
 
-def _join(path: str | os.PathLike, name: str) -> str:
-    return str(path).rstrip("/") + "/" + name
-
-
 def _loads(data: bytes, source: str) -> Any:
     try:
         return json.loads(data)
@@ -57,7 +52,7 @@ def _loads(data: bytes, source: str) -> Any:
         raise ValueError(f"{source}: not valid JSON ({type(err).__name__}: {str(err)[:200]})") from None
 
 
-def read_json_object(fs: fsspec.AbstractFileSystem, path: str, source: str) -> dict[str, Any]:
+def read_json_object(fs: storage.FileSystem, path: str, source: str) -> dict[str, Any]:
     """A small JSON file that must hold an object (``config.json`` and the like)."""
     size = fs.size(path)
     if size is not None and size > MAX_JSON_BYTES:
@@ -70,17 +65,17 @@ def read_json_object(fs: fsspec.AbstractFileSystem, path: str, source: str) -> d
 
 def read_config(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     """The ``config.json`` dict of an HF-format folder, and the file's path (for messages)."""
-    source = _join(path, CONFIG_FILE)
-    fs, root = fsspec.core.url_to_fs(str(path))
+    source = storage.join(path, CONFIG_FILE)
+    fs, root = storage.filesystem(path)
     try:
-        return read_json_object(fs, _join(root, CONFIG_FILE), source), source
+        return read_json_object(fs, storage.join(root, CONFIG_FILE), source), source
     except FileNotFoundError:
         raise ValueError(
             f"{source} not found: pass an HF-format BERT folder (config.json + model.safetensors)"
         ) from None
 
 
-def read_header(fs: fsspec.AbstractFileSystem, path: str, source: str) -> tuple[dict[str, Any], int]:
+def read_header(fs: storage.FileSystem, path: str, source: str) -> tuple[dict[str, Any], int]:
     """A safetensors file's header (a JSON object; no tensor is read) and the bytes after it."""
     size = fs.size(path)
     with fs.open(path, "rb") as f:
@@ -95,7 +90,7 @@ def read_header(fs: fsspec.AbstractFileSystem, path: str, source: str) -> tuple[
     return header, size - 8 - length
 
 
-def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, tuple[int, ...]]:
+def _safetensors_shapes(fs: storage.FileSystem, path: str) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape from a safetensors header, each entry a known dtype and a shape that
     fits its byte range inside the file: the shapes never promise more than the file holds."""
     source = fs.unstrip_protocol(path)
@@ -122,18 +117,18 @@ def _safetensors_shapes(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, t
     return shapes
 
 
-def _safetensors_files(fs: fsspec.AbstractFileSystem, root: str, path) -> tuple[list[str] | None, str]:
+def _safetensors_files(fs: storage.FileSystem, root: str, path) -> tuple[list[str] | None, str]:
     """The folder's safetensors files and the file naming them; None for ``pytorch_model.bin``."""
-    if fs.exists(_join(root, SAFETENSORS_FILE)):
-        return [SAFETENSORS_FILE], _join(path, SAFETENSORS_FILE)
-    source = _join(path, SAFETENSORS_INDEX_FILE)
-    if not fs.exists(_join(root, SAFETENSORS_INDEX_FILE)):
-        if not fs.exists(_join(root, PYTORCH_FILE)):
+    if fs.exists(storage.join(root, SAFETENSORS_FILE)):
+        return [SAFETENSORS_FILE], storage.join(path, SAFETENSORS_FILE)
+    source = storage.join(path, SAFETENSORS_INDEX_FILE)
+    if not fs.exists(storage.join(root, SAFETENSORS_INDEX_FILE)):
+        if not fs.exists(storage.join(root, PYTORCH_FILE)):
             raise ValueError(
                 f"{path}: no {SAFETENSORS_FILE}, {SAFETENSORS_INDEX_FILE} or {PYTORCH_FILE} found"
             )
-        return None, _join(path, PYTORCH_FILE)
-    weight_map = read_json_object(fs, _join(root, SAFETENSORS_INDEX_FILE), source).get("weight_map")
+        return None, storage.join(path, PYTORCH_FILE)
+    weight_map = read_json_object(fs, storage.join(root, SAFETENSORS_INDEX_FILE), source).get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ValueError(f"{source}: no weight_map of tensor names to shard files")
     for shard in set(weight_map.values()):
@@ -144,23 +139,25 @@ def _safetensors_files(fs: fsspec.AbstractFileSystem, root: str, path) -> tuple[
 
 def stored_shapes(path: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]], str]:
     """Tensor name -> shape of an HF-format folder's weights (from their headers), and the weights file."""
-    fs, root = fsspec.core.url_to_fs(str(path))
+    fs, root = storage.filesystem(path)
     files, source = _safetensors_files(fs, root, path)
     if files is None:
         return {name: tuple(tensor.shape) for name, tensor in read_weights(path)[0].items()}, source
-    return {k: v for name in files for k, v in _safetensors_shapes(fs, _join(root, name)).items()}, source
+    return {
+        k: v for name in files for k, v in _safetensors_shapes(fs, storage.join(root, name)).items()
+    }, source
 
 
 def tensor_names(path: str | os.PathLike) -> set[str] | None:
     """An HF-format folder's tensor names from the weights' headers; None for ``pytorch_model.bin``."""
-    fs, root = fsspec.core.url_to_fs(str(path))
+    fs, root = storage.filesystem(path)
     return None if _safetensors_files(fs, root, path)[0] is None else set(stored_shapes(path)[0])
 
 
 def check_vocab_rows(path: str | os.PathLike) -> None:
     """Refuse a folder whose ``vocab.txt`` has another number of tokens than its word embeddings rows."""
-    fs, root = fsspec.core.url_to_fs(str(path))
-    vocab_path, weights_path = _join(root, VOCAB_FILE), _join(root, SAFETENSORS_FILE)
+    fs, root = storage.filesystem(path)
+    vocab_path, weights_path = storage.join(root, VOCAB_FILE), storage.join(root, SAFETENSORS_FILE)
     if not (fs.exists(vocab_path) and fs.exists(weights_path)):
         return
     shapes = {our_name(k): v for k, v in _safetensors_shapes(fs, weights_path).items()}
@@ -169,27 +166,27 @@ def check_vocab_rows(path: str | os.PathLike) -> None:
         num_tokens = sum(1 for _ in f)
     if rows is not None and rows != num_tokens:
         raise ValueError(
-            f"{_join(path, VOCAB_FILE)} has {num_tokens} tokens but the word embeddings in "
-            f"{_join(path, SAFETENSORS_FILE)} have {rows} rows: the vocabulary is not the one this "
+            f"{storage.join(path, VOCAB_FILE)} has {num_tokens} tokens but the word embeddings in "
+            f"{storage.join(path, SAFETENSORS_FILE)} have {rows} rows: the vocabulary is not the one this "
             "model was trained with"
         )
 
 
 def read_weights(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], str]:
     """The tensors of an HF-format folder on the CPU, and the weights file's path (for messages)."""
-    fs, root = fsspec.core.url_to_fs(str(path))
+    fs, root = storage.filesystem(path)
     files, source = _safetensors_files(fs, root, path)
     state: dict[str, torch.Tensor] = {}
     for name in files or []:
         try:
-            state.update(safetensors.torch.load(fs.cat_file(_join(root, name))))
+            state.update(safetensors.torch.load(fs.cat_file(storage.join(root, name))))
         except safetensors.SafetensorError as err:
-            raise ValueError(f"{_join(path, name)}: not a valid safetensors file ({err})") from None
+            raise ValueError(f"{storage.join(path, name)}: not a valid safetensors file ({err})") from None
     if files is not None:
         return state, source
     try:
         state = torch.load(
-            io.BytesIO(fs.cat_file(_join(root, PYTORCH_FILE))), map_location="cpu", weights_only=True
+            io.BytesIO(fs.cat_file(storage.join(root, PYTORCH_FILE))), map_location="cpu", weights_only=True
         )
     except Exception:  # torch's unpickling errors: a file that would run code, or a damaged one
         raise ValueError(
@@ -310,6 +307,11 @@ def check_weights_fit(config: Any, path: str | os.PathLike, config_source: str) 
         problems.append(f"{_DECODER_WEIGHT} has shape {tuple(decoder)}, not the word embeddings'")
     if problems:
         shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+        if not wrong and all(p.startswith(("missing tensor", "unexpected tensor")) for p in problems):
+            raise ValueError(  # the sizes agree: the file lacks a tensor, or holds one no BERT has
+                f"{source}: {shown}, though its sizes are those of {config_source}: the weights file is damaged "
+                "or was edited; save or export the model again"
+            )
         raise ValueError(
             f"{config_source} does not fit {source}: {shown}: give the config.json saved with these weights"
         )
@@ -376,33 +378,29 @@ def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def save_hf(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
-    """Write ``config.json`` and ``model.safetensors`` to a folder or URL, ``metadata`` in the header."""
-    fs, root = fsspec.core.url_to_fs(str(path))
-    fs.makedirs(root, exist_ok=True)
+def save_hf(model: nn.Module, out: storage.Folder, metadata: dict[str, str] | None = None) -> None:
+    """Write ``config.json`` and ``model.safetensors`` into ``out``, ``metadata`` in the header."""
     data = safetensors.torch.save(to_hf_state_dict(model), metadata={**(metadata or {}), "format": "pt"})
-    write_file(_join(root, SAFETENSORS_FILE), data, fs)
-    write_json(_join(root, CONFIG_FILE), model.config.to_hf_dict(), fs, sort_keys=True)
+    out.write(SAFETENSORS_FILE, data)
+    out.write_json(CONFIG_FILE, model.config.to_hf_dict(), sort_keys=True)
 
 
 def export_hf(
-    model: nn.Module, output: str | os.PathLike, vocab_file: str | os.PathLike, *, do_lower_case: bool = True
+    model: nn.Module, out: storage.Folder, vocab_file: str | os.PathLike, *, do_lower_case: bool = True
 ) -> None:
-    """Write a folder that transformers' ``BertForPreTraining`` and ``BertTokenizer`` load."""
-    with fsspec.open(str(vocab_file), "r", encoding="utf-8") as f:
-        vocab = f.read()
+    """Write a folder that transformers' ``BertForPreTraining`` and ``BertTokenizer`` load into ``out``."""
+    vocab = storage.read_bytes(vocab_file).decode("utf-8")
     num_tokens = len(vocab.splitlines())
     if num_tokens != model.config.vocab_size:
         raise ValueError(
             f"{vocab_file} has {num_tokens} tokens but the model's vocab_size is "
             f"{model.config.vocab_size}: pass the vocabulary the model was trained with"
         )
-    save_hf(model, output)
-    fs, root = fsspec.core.url_to_fs(str(output))
-    write_file(_join(root, VOCAB_FILE), vocab, fs)
+    save_hf(model, out)
+    out.write(VOCAB_FILE, vocab)
     tokenizer_config = {
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": do_lower_case,
         "model_max_length": model.config.max_position_embeddings,
     }
-    write_json(_join(root, TOKENIZER_CONFIG_FILE), tokenizer_config, fs)
+    out.write_json(TOKENIZER_CONFIG_FILE, tokenizer_config)

@@ -14,10 +14,8 @@ import os
 import shutil
 import tempfile
 
-import fsspec
-
-from schemas.files import write_file
-from schemas.inputs import field, lines, loads, read_bytes
+from schemas import storage
+from schemas.inputs import field, lines, loads
 
 log = logging.getLogger("pretrain")
 MAX_METRICS_BYTES = 1 << 30  # metrics.jsonl read back on resume (a record a step: 1M steps, ~1 GB)
@@ -47,20 +45,19 @@ def peak_flops(device_name: str, precision: str) -> float | None:
 class MetricsLog:
     """Rank 0's metrics under the run folder."""
 
-    def __init__(self, output: str, resume_step: int | None) -> None:
-        self.output = output.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.output)
-        self.local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
+    def __init__(self, out: storage.Folder, resume_step: int | None) -> None:
+        self.out, self.output, self.local = out, out.url, storage.is_local(out.url)
         self.records: list[dict] = []
-        path = f"{self.root}/metrics.jsonl"
-        if resume_step is not None and self.fs.exists(path):
-            with self.fs.open(path, "rb") as f:  # whole (a bucket file's readline takes no limit)
-                data = io.BytesIO(read_bytes(f, path, MAX_METRICS_BYTES))
-                for number, line in enumerate(lines(data, path), 1):
-                    where = f"{self.output}/metrics.jsonl line {number}"
-                    record = loads(line, where) if line.strip() else None
-                    if record is not None and field(record, "step", int, where) <= resume_step:
-                        self.records.append(record)
+        path = out.path("metrics.jsonl")
+        if resume_step is not None and storage.exists(path):
+            data = io.BytesIO(
+                storage.read_bytes(path, MAX_METRICS_BYTES)
+            )  # whole: a bucket file's readline takes no limit
+            for number, line in enumerate(lines(data, path), 1):
+                where = f"{self.output}/metrics.jsonl line {number}"
+                record = loads(line, where) if line.strip() else None
+                if record is not None and field(record, "step", int, where) <= resume_step:
+                    self.records.append(record)
         self.board_dir: str | None = None  # the event files' local folder, made with the writer
         self._writer = None
         self._resume_step = resume_step
@@ -113,14 +110,14 @@ class MetricsLog:
 
     def _write_records(self) -> None:
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
-        write_file(f"{self.root}/metrics.jsonl", text, self.fs)  # whole, never a truncated file
+        self.out.write("metrics.jsonl", text)  # whole, never a truncated file
 
     def _upload_events(self) -> None:
         """Publish this session's TensorBoard event files whole into the run folder."""
         if self.board_dir is not None:
             for name in sorted(os.listdir(self.board_dir)):
                 with open(os.path.join(self.board_dir, name), "rb") as f:
-                    write_file(f"{self.root}/tensorboard/{name}", f.read(), self.fs)
+                    self.out.write(f"tensorboard/{name}", f.read())
 
     def plot(self) -> list[str]:
         """PNG curves of the run in ``plots/``; none (with a warning) without matplotlib."""
@@ -160,9 +157,8 @@ class MetricsLog:
             if axis.lines:
                 axis.legend(fontsize=8)
         figure.tight_layout()
-        target = f"{self.root}/plots/curves.png"
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
         plt.close(figure)
-        write_file(target, buffer.getvalue(), self.fs)
-        return [target]
+        self.out.write("plots/curves.png", buffer.getvalue())
+        return [self.out.path("plots/curves.png")]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -28,9 +29,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.attention import Packed, packed_attention
 from pretrain.config import parse_model_size
+from schemas import storage
 
 
 @dataclass(frozen=True)
@@ -498,10 +501,12 @@ class BertForPreTraining(nn.Module):
 
         Keys may lack the ``bert.`` prefix (``BertModel`` checkpoints); missing pooler or heads
         (encoder-only checkpoints such as sentence-transformers') are initialised from ``seed``.
-        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head). A ``pretrain``
-        run folder (one with ``checkpoints/``) loads its newest complete checkpoint, as the CLIs do.
+        ``overrides`` replace config fields (e.g. ``nsp=False`` drops the NSP head). A folder
+        without a ``config.json`` of its own loads the checkpoint it names, as the CLIs do
+        (:func:`pretrain.checkpoint.weights_folder`: a run folder's newest complete one).
         """
-        path = _resolve_run_folder(path)
+        if not storage.exists(storage.join(path, hf.CONFIG_FILE)):
+            path = ckpt.weights_folder(path)
         data, source = hf.read_config(path)
         config = dataclasses.replace(BertConfig.from_hf_dict(data, source), **overrides)
         hf.check_weights_fit(config, path, source)  # before a tensor is made: the config may lie
@@ -511,22 +516,8 @@ class BertForPreTraining(nn.Module):
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write ``config.json`` and ``model.safetensors`` in transformers' layout (trimmed vocab,
-        tied decoder weight left out) to a local folder or fsspec URL."""
-        hf.save_hf(self, path)
-
-
-def _resolve_run_folder(path: str | os.PathLike) -> str | os.PathLike:
-    """``path``, or the newest complete checkpoint when ``path`` is a run folder without a
-    ``config.json`` of its own (InputError when none is complete)."""
-    import fsspec
-
-    from pretrain import checkpoint as ckpt
-
-    fs, root = fsspec.core.url_to_fs(str(path))
-    root = root.rstrip("/")
-    if fs.exists(f"{root}/config.json") or not fs.exists(f"{root}/checkpoints"):
-        return path
-    return ckpt.resolve(str(path)).url
+        tied decoder weight left out) to a local folder or bucket URL."""
+        hf.save_hf(self, storage.Folder(path))
 
 
 # --- loss, cost, compile ---------------------------------------------------------------------------
@@ -659,7 +650,10 @@ def training_flops_per_token(
     return 6 * matmul_params + 12 * n_layers * h * seq_length + head
 
 
-def compile_model(model: nn.Module, *, mode: str | None = None, backend: str = "inductor") -> nn.Module:
-    """``torch.compile`` the model for training (dynamic sequence lengths); returns the compiled
-    wrapper, which shares parameters with ``model`` (save and load through ``model``)."""
-    return torch.compile(model, mode=mode, backend=backend, dynamic=None)
+def compile_for_training(model: BertForPreTraining, **options: Any) -> Callable[..., PretrainingLoss]:
+    """``torch.compile`` ``model`` region by region, in place (each encoder layer and the embeddings;
+    the heads run eagerly), so DDP and the checkpoints see the same module; returns
+    :func:`pretraining_loss` compiled alike. ``options``: ``torch.compile``'s (mode, dynamic, backend)."""
+    for region in (*model.bert.encoder.layer, model.bert.embeddings):
+        region.compile(**options)
+    return torch.compile(pretraining_loss, **options)

@@ -1,4 +1,4 @@
-"""Optimisers (AdamW, fused on CUDA; LAMB), learning-rate schedules and the divergence rule."""
+"""Optimisers (AdamW, fused on CUDA; LAMB), the learning-rate scheduler and the divergence rule."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 
+from pretrain.schedules import SCHEDULES
 from schemas.commands import CommandError
 
 NO_DECAY = ("bias", "LayerNorm.weight", "LayerNorm.bias", "layer_norm", "norm.weight", "norm.bias")
@@ -135,17 +136,6 @@ def step_unless(optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> No
         optimizer.step()
 
 
-def apply_gradients(params: list, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> tuple:
-    """Unscale, clip and apply the gradients unless their norm is not finite. Returns the norm and a 0-d
-    float tensor, 1 when the update was skipped, both on the device, unread."""
-    scaler.unscale_(optimizer)
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm or float("inf"), foreach=True)
-    skipped = (~torch.isfinite(grad_norm)).float()
-    step_unless(optimizer, skipped)
-    scaler.update()
-    return grad_norm, skipped
-
-
 MAX_FP16_SKIPS = 16
 """Consecutive fp16 steps with overflowing gradients that mean divergence (the scale fell 65,536-fold)."""
 
@@ -155,10 +145,10 @@ class Diverged(CommandError):
 
 
 class Health:
-    """The divergence rule, watched on the device without a host sync: the first step whose loss is
-    not finite, or whose gradients are not finite (with fp16: the last of :data:`MAX_FP16_SKIPS`
-    consecutive such steps, as the grad scaler skips single overflowing steps by design).
-    :meth:`check` reads it (at metrics records and before every checkpoint)."""
+    """The divergence rule of pre-training and fine-tuning, watched on the device without a host sync:
+    the first step whose loss or gradients are not finite (fp16: the last of :data:`MAX_FP16_SKIPS`
+    such steps in a row, as the grad scaler skips single overflowing steps by design). :meth:`check`
+    reads it: ``pretrain`` at metrics records and before checkpoints, ``finetune`` after each step."""
 
     def __init__(self, device: torch.device, precision: str) -> None:
         self.fp16, self.precision = precision == "fp16", precision
@@ -206,27 +196,6 @@ def build_optimizer(
     device = next(model.parameters()).device.type
     fused = {"fused": True} if device in FUSED_DEVICES else {"foreach": True}
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, **fused)
-
-
-def warmup_decay(step: int, warmup_steps: int, max_steps: int, power: float = 1.0) -> float:
-    """The learning-rate multiplier at ``step``: linear warm-up, then ``(1 - progress) ** power``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    remaining = max_steps - step
-    span = max(1, max_steps - warmup_steps)
-    return max(0.0, remaining / span) ** power if remaining > 0 else 0.0
-
-
-def reference_decay(step: int, warmup_steps: int, max_steps: int, power: float = 1.0) -> float:
-    """The multiplier of google-research/bert ``optimization.create_optimizer``: polynomial decay
-    to 0 at ``max_steps`` counted from step 0, and ``step / warmup`` while ``step < warmup``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return step / warmup_steps
-    done = min(step, max_steps) / max(1, max_steps)
-    return (1.0 - done) ** power
-
-
-SCHEDULES = {"transformers": warmup_decay, "reference": reference_decay}
 
 
 def build_scheduler(

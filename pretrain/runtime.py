@@ -1,14 +1,11 @@
-"""What ``pretrain/`` and ``finetune/`` share at run time: the device and precision a run uses,
-autocast, and existence checks and output folders on local paths or fsspec URLs."""
+"""What ``pretrain/`` and ``finetune/`` share at run time: the device and precision a run uses, and
+autocast."""
 
 from __future__ import annotations
 
 import contextlib
 
-import fsspec
 import torch
-
-from pretrain.config import PRECISIONS as PRECISIONS  # chain reads it here
 
 
 def resolve_device(name: str) -> torch.device:
@@ -18,13 +15,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def device_problems(name: str) -> list[str]:
+    """``--device`` one torch can use on this machine (``auto``, ``cpu``, ``cuda``, ``cuda:N`` of its GPUs)."""
+    try:
+        device = torch.device("cpu" if name == "auto" else name)
+    except RuntimeError:
+        return [f"--device must be auto, cpu, cuda or cuda:N, got {name!r}"]
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        return [
+            f"--device {name}: torch {torch.__version__} sees {torch.cuda.device_count()} CUDA GPU(s) here; "
+            "use --device cpu or auto"
+        ]
+    return []
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """The precision actually used: fp32 on CPU; ``auto`` on GPU is bf16 where supported, else fp16."""
+    """The precision actually used: as given (bf16 and fp16 autocast on a CPU too); ``auto`` fp32 on
+    a CPU, on a GPU bf16 where supported, else fp16."""
+    if precision != "auto":
+        return precision
     if device.type != "cuda":
         return "fp32"
-    if precision == "auto":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return precision
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -33,16 +45,3 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def exists(url: str) -> bool:
-    """Whether a local path or fsspec URL exists."""
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.exists(path)
-
-
-def output_folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and path of an output folder (a path or URL), made when missing."""
-    fs, root = fsspec.core.url_to_fs(url)
-    fs.makedirs(root, exist_ok=True)
-    return fs, root

@@ -12,7 +12,6 @@ import os
 import uuid
 from dataclasses import dataclass
 
-import fsspec
 import torch
 import torch.distributed as dist
 
@@ -21,13 +20,11 @@ from pretrain import hf
 from pretrain.config import PretrainConfig
 from pretrain.data import ExampleShards
 from pretrain.model import BertConfig, BertForPreTraining, parameter_counts, training_state_bytes
-from pretrain.runtime import exists
-from schemas import MANIFEST_FILE, manifest_vocabulary
+from schemas import MANIFEST_FILE, manifest_vocabulary, storage
 from schemas.commands import InputError, OutputError
-from schemas.files import write_file
-from schemas.inputs import loads, read_bytes
+from schemas.inputs import loads
 from schemas.manifest import bytes_match, path_leaves_folder
-from wordpiece.tokenizer import WordPieceTokenizer, parse_vocab_txt, read_vocab_file
+from wordpiece.tokenizer import WordPieceTokenizer, parse_vocab_txt, read_vocab_file, unknown_share_warning
 
 log = logging.getLogger("pretrain")
 
@@ -101,9 +98,7 @@ def prepare(cfg: PretrainConfig, probe: ExampleShards, device: torch.device | No
     if cfg.resume:
         model, trainer_state, resumed_from = _resumed_model(cfg, vocab, vocab_url)
     elif cfg.init_from:
-        source = cfg.init_from
-        with contextlib.suppress(InputError):
-            source = ckpt.resolve(cfg.init_from).url  # a run folder: its newest checkpoint
+        source = ckpt.weights_folder(cfg.init_from)  # a run folder: its newest checkpoint
         check_init_vocab(cfg.init_from, source, vocab, vocab_url)
         with input_errors(f"--init-from {cfg.init_from}: "):
             model = BertForPreTraining.from_pretrained(source, seed=cfg.seed, **objective)
@@ -151,7 +146,7 @@ def check_init_vocab(flag_value: str, source: str, vocab: WordPieceTokenizer, vo
     with input_errors(prefix):
         hf.check_vocab_rows(source)
         vocab_file = f"{source.rstrip('/')}/{hf.VOCAB_FILE}"
-        if not exists(vocab_file):
+        if not storage.exists(vocab_file):
             return  # the embeddings are checked against the vocabulary after loading
         tokens = read_vocab_file(vocab_file)
     remedy = "make the shards with the model's vocab.txt (pipelines examples --vocab), or start without --init-from"
@@ -230,7 +225,7 @@ def shards_vocabulary(
 def _carried_vocab(url: str, copy, cased: bool) -> WordPieceTokenizer:
     """A shards folder's vocabulary copy, once its bytes match the manifest's size and SHA-256."""
     try:
-        with fsspec.open(url, "rb") as f:
+        with storage.open_binary(url) as f:
             data = f.read(copy.num_bytes + 1)
     except FileNotFoundError:
         raise InputError(
@@ -246,27 +241,17 @@ def _carried_vocab(url: str, copy, cased: bool) -> WordPieceTokenizer:
         return WordPieceTokenizer(parse_vocab_txt(data, url), cased, source=url)
 
 
-UNK_WARN_SHARE = 0.01  # more [UNK] in the shards (stats.json unk_rate): casing and vocabulary differ
-
-
 def warn_unknown_share(shards: str, cased: bool) -> float | None:
-    """Warn when the shards' ``stats.json`` records over :data:`UNK_WARN_SHARE` ``[UNK]``; the share."""
+    """Warn when the shards' ``stats.json`` records over ``UNK_WARN_SHARE`` ``[UNK]``; the share."""
     where = f"{shards.rstrip('/')}/stats.json"
     try:
-        with fsspec.open(where, "rb") as f:
-            share = loads(read_bytes(f, where, 16 << 20), where).get("unk_rate")
+        share = loads(storage.read_bytes(where, 16 << 20), where).get("unk_rate")
     except (OSError, InputError, AttributeError):
         return None
     if type(share) not in (int, float):
         return None
-    if share > UNK_WARN_SHARE:
-        log.warning(
-            "%s: %.1f%% of the tokens are [UNK] (stats.json unk_rate) in these %s shards: the casing "
-            "does not fit the vocabulary? (pipelines examples --cased/--uncased)",
-            shards,
-            100 * share,
-            "cased" if cased else "uncased",
-        )
+    if warning := unknown_share_warning(share, cased):
+        log.warning("%s: %s", shards, warning)
     return float(share)
 
 
@@ -302,23 +287,22 @@ def _resumed_model(
     return model, state, found
 
 
-def check_output(output: str) -> None:
+def check_output(out: storage.Folder) -> None:
     """Create and remove a probe file in ``--output`` (and the folders this made), or :class:`OutputError`."""
-    fs, root = fsspec.core.url_to_fs(output)
-    root = root.rstrip("/") or "/"
+    fs, root = storage.filesystem(out.url)
     made = []  # the folders makedirs will create, deepest first
     folder = root
     while folder not in ("", "/") and not fs.exists(folder):
         made.append(folder)
         folder = folder.rsplit("/", 1)[0]
-    probe = f"{root}/.write-probe-{uuid.uuid4().hex}"
+    probe = f".write-probe-{uuid.uuid4().hex}"
     try:
         fs.makedirs(root, exist_ok=True)
-        write_file(probe, b"", fs)  # journaled: a probe left by a killed run is the run's own
-        fs.rm(probe)
+        out.write(probe, b"")  # journaled: a probe left by a killed run is the run's own
+        fs.rm(f"{root}/{probe}")
     except Exception as err:  # Any filesystem error means the same thing to the user.
         raise OutputError(
-            f"--output {output} is not writable: cannot write there ({type(err).__name__}: {err})"
+            f"--output {out.url} is not writable: cannot write there ({type(err).__name__}: {err})"
         ) from None
     finally:
         for path in made:

@@ -23,6 +23,7 @@ import functools
 import itertools
 import logging
 import math
+import os
 import random
 import signal
 import time
@@ -44,14 +45,18 @@ from pretrain.data import ExampleShards, ShardLoader
 from pretrain.feed import DeviceFeed, MicroBatch
 from pretrain.hf import non_finite, save_hf
 from pretrain.metrics import MetricsLog, peak_flops
-from pretrain.model import left_to_right_batch, pretraining_loss, training_flops_per_token
-from pretrain.optim import Diverged, Health, apply_gradients, build_optimizer, build_scheduler
+from pretrain.model import (
+    compile_for_training,
+    left_to_right_batch,
+    pretraining_loss,
+    training_flops_per_token,
+)
+from pretrain.optim import Diverged, Health, build_optimizer, build_scheduler, step_unless
 from pretrain.progress import Progress
 from pretrain.runtime import autocast
 from pretrain.startup import Processes, all_sum, barrier, check_output, init_processes, prepare
+from schemas import storage
 from schemas.commands import STOP_SIGNALS, InputError, OutputError, Stopped, UsageError
-from schemas.files import write_file
-from schemas.outputs import journal
 
 log = logging.getLogger("pretrain")
 
@@ -62,11 +67,13 @@ def train(
     *,
     before_fit: Callable[[], None] | None = None,
     run_id: str | None = None,
+    out: storage.Folder | None = None,
 ) -> dict:
-    """Run (or continue) pre-training; return the last training metrics record."""
+    """Run (or continue) pre-training; return the last training metrics record. ``out``: the run
+    folder rank 0 claimed (else the unclaimed ``--output``)."""
     if cfg.resume and not cfg.output:
         cfg = replace(cfg, output=cfg.resume)
-    trainer = Trainer(cfg, procs or init_processes(), run_id=run_id)
+    trainer = Trainer(cfg, procs or init_processes(), run_id=run_id, out=out)
     if before_fit is not None and trainer.procs.is_main:
         before_fit()
     return trainer.fit()
@@ -143,17 +150,45 @@ class _Window:
         self.pending_tokens += batch.num_tokens
 
 
+def _made_from(shards: ExampleShards) -> tuple:
+    return shards.params.get("corpus_manifest_sha256"), shards.params.get("split")
+
+
+def worker_count(num_workers: int, streams: int) -> int:
+    """The DataLoader workers of a rank: the most (up to ``--num-workers``) that divide the reader's
+    ``streams`` evenly; more than the CPUs this process may use is warned of, once."""
+    workers = max(w for w in range(1, max(1, num_workers) + 1) if streams % w == 0) if num_workers else 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers > cpus:
+        log.warning(
+            "--num-workers %d: %d DataLoader workers (a divisor of the shards' %d streams) on %d CPU(s); more "
+            "workers than CPUs slow the run down: give --num-workers %d or fewer",
+            *(num_workers, workers, streams, cpus, cpus),
+        )
+        warnings.filterwarnings("ignore", "This DataLoader will create")  # torch's, at every epoch
+    return workers
+
+
 class Trainer:
     """One process's pre-training: :meth:`fit` runs :meth:`step` to ``--max-steps``, logging, evaluating
     and checkpointing between."""
 
-    def __init__(self, cfg: PretrainConfig, procs: Processes, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: PretrainConfig,
+        procs: Processes,
+        run_id: str | None = None,
+        out: storage.Folder | None = None,
+    ) -> None:
         self.cfg, self.procs = cfg, procs
         self.run_id = ckpt.shared_run_id(procs.world_size, run_id)  # rank 0's, on every rank
         self.micro, self.accumulation = cfg.accumulation(procs.world_size)
         self.output = (cfg.output or cfg.resume).rstrip("/")
+        self.out = (
+            out if out is not None and procs.is_main else storage.Folder(self.output)
+        )  # rank 0's journals
         if procs.is_main:
-            check_output(self.output)
+            check_output(self.out)
         seed = cfg.seed + procs.rank  # the global RNGs dropout and the rest draw from, per rank
         torch.manual_seed(seed)
         np.random.seed(seed % 2**32)
@@ -166,7 +201,7 @@ class Trainer:
         self._restore_position()
         self._build_forward()
         resumed = self.position.step if self.setup.trainer_state is not None else None
-        self.metrics = MetricsLog(self.output, resumed) if procs.is_main else None
+        self.metrics = MetricsLog(self.out, resumed) if procs.is_main else None
         self.last_saved = resumed
         if procs.is_main:
             self._log_start()
@@ -206,9 +241,7 @@ class Trainer:
                 raise UsageError(f"--dynamic-masking with the settings of {cfg.shards}: {err}") from None
             self.reader.masking = DynamicMasking.from_vocab(vocab.vocab, settings)
             log.info("dynamic masking: %s", settings)
-        # the most workers (up to --num-workers) that divide the reader's streams evenly
-        workers = max(w for w in range(1, max(1, cfg.num_workers) + 1) if self.reader.streams % w == 0)
-        self.workers = workers if cfg.num_workers else 0
+        self.workers = worker_count(cfg.num_workers, self.reader.streams)
         self.validation = None
         if cfg.validation_shards:
             fixed = {
@@ -218,6 +251,12 @@ class Trainer:
                 "vocab_sha256": vocab.vocab_sha256,
             }
             self.validation = self._open_shards("--validation-shards", cfg.validation_shards, **fixed)
+            if (made := _made_from(self.reader)) == _made_from(self.validation):
+                raise InputError(
+                    f"--validation-shards {cfg.validation_shards}: made from the same corpus split ({made[1]} of "
+                    f"{self.reader.params.get('corpus')}) as --shards {cfg.shards}: its figures would be training "
+                    "figures; make held-out shards with `pipelines examples --split validation`"
+                )
             self.validation.masking = validation_masking(self.validation.params, vocab.vocab)
 
     def _build_optimization(self) -> None:
@@ -275,7 +314,7 @@ class Trainer:
                 self.model, device_ids=[procs.local_rank] if procs.device.type == "cuda" else None
             )
         self.compiled = cfg.compile if cfg.compile is not None else procs.device.type == "cuda"
-        self.forward, self.loss = self.ddp_model, pretraining_loss
+        self.loss = pretraining_loss
         if cfg.batching == "packed":  # the attention kernel, decided once, before compiling
             heads = self.model.config.num_attention_heads
             dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
@@ -288,8 +327,7 @@ class Trainer:
                 _dynamo.config.suppress_errors = True  # the default may fall back to eager
             mode = None if cfg.compile_mode == "default" else cfg.compile_mode
             dynamic = None if cfg.batching == "padded" else True  # bucketed, packed: shapes vary by design
-            compile_regions(self.model, mode, dynamic)
-            self.loss = torch.compile(pretraining_loss, mode=mode, dynamic=dynamic)
+            self.loss = compile_for_training(self.model, mode=mode, dynamic=dynamic)
             if procs.is_main:
                 log.info("torch.compile (mode %s): the first steps compile the model", cfg.compile_mode)
 
@@ -368,15 +406,30 @@ class Trainer:
         return record
 
     def step(self, data: DeviceFeed) -> tuple[torch.Tensor, float]:
-        """One optimizer step; returns the gradient norm (on the device) and the lr, waiting for nothing."""
+        """One optimizer step, in order: each micro batch's forward, loss and backward (DDP's
+        all-reduce on the last); then unscale, clip, the update (skipped on the device when the
+        gradients are not finite), the divergence watch and the schedule. Returns the gradient norm
+        (on the device) and the lr, waiting for nothing: no host sync."""
         cfg, procs, position = self.cfg, self.procs, self.position
         waited = time.perf_counter()
         micro = [next(data) for _ in range(self.accumulation)]
         self.window.wait_s += time.perf_counter() - waited
         position.epoch, position.batches_done = micro[-1].position
-        for index, (batch, weights) in enumerate(zip(micro, self._loss_weights(micro), strict=True)):
-            self._micro_step(batch, index == len(micro) - 1 or procs.world_size == 1, weights)
-        grad_norm, skipped = apply_gradients(self.params, self.optimizer, self.scaler, cfg.max_grad_norm)
+        weights = self._loss_weights(micro)  # each micro batch's share of the global batch's loss
+        for index, (batch, (mlm_weight, nsp_weight)) in enumerate(zip(micro, weights, strict=True)):
+            sync = index == len(micro) - 1 or procs.world_size == 1  # DDP all-reduces with the last only
+            with (
+                contextlib.nullcontext() if sync else self.ddp_model.no_sync(),
+                autocast(procs.device, cfg.precision),
+            ):
+                loss = self.loss(self._forward(batch), **batch.targets)
+                self.scaler.scale(loss.mlm_loss * mlm_weight + loss.nsp_loss * nsp_weight).backward()
+            self.window.add(loss, batch)
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm or math.inf, foreach=True)
+        skipped = (~torch.isfinite(grad_norm)).float()
+        step_unless(self.optimizer, skipped)
+        self.scaler.update()
         self.window.skipped += skipped
         self.health.update(position.step + 1, self.window.losses[0], skipped)
         lr_used = self.optimizer.param_groups[0]["lr"]
@@ -408,22 +461,11 @@ class Trainer:
         share = world / total_masked
         return [(m * share, p * world / total_pairs) for m, p in zip(masked, pairs, strict=True)]
 
-    def _micro_step(self, batch: MicroBatch, sync: bool, weights: tuple) -> None:
-        """Forward and backward of one micro batch; DDP's all-reduce only when ``sync``."""
-        with (
-            contextlib.nullcontext() if sync else self.ddp_model.no_sync(),
-            autocast(self.procs.device, self.cfg.precision),
-        ):
-            loss = self._loss_of(batch)
-            objective = loss.mlm_loss * weights[0] + loss.nsp_loss * weights[1]
-            self.scaler.scale(objective).backward()
-        self.window.add(loss, batch)
-
-    def _loss_of(self, batch: MicroBatch):
-        """The model's pre-training loss on a micro batch (under the caller's autocast)."""
+    def _forward(self, batch: MicroBatch):
+        """The model's outputs on a micro batch (under the caller's autocast)."""
         if self.compiled and self.cfg.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # the outputs of the last run are done with
-        return self.loss(self.forward(**batch.inputs), **batch.targets)
+        return self.ddp_model(**batch.inputs)
 
     def _saved(self) -> str:
         """What a divergence leaves: the newest checkpoint, and how to go on from it."""
@@ -508,7 +550,7 @@ class Trainer:
             batches = (left_to_right_batch(b) for b in batches)
         for batch in DeviceFeed(((b, None) for b in batches), procs.device):
             with autocast(procs.device, cfg.precision):
-                loss = self._loss_of(batch)
+                loss = self.loss(self._forward(batch), **batch.targets)
             count = loss.mlm_count.double()
             parts = [
                 loss.mlm_loss.double() * count,
@@ -559,28 +601,24 @@ class Trainer:
         self.last_saved = step
 
     def _save(self, step: int, state: dict) -> None:
-        import fsspec
-
         procs = self.procs
-        url = ckpt.step_url(self.output, step)
-        fs, root = fsspec.core.url_to_fs(url)
-        fs.makedirs(root, exist_ok=True)
+        folder = self.out.sub(ckpt.step_name(step))
         if procs.is_main:  # rank 0 holds the run folder: it journals every rank's files first
-            ranks = (f"{url}/{ckpt.rng_file(r)}" for r in range(procs.world_size))
-            journal(*(f"{name}.{suffix}" for name in ranks for suffix in ("safetensors", "json")))
+            ranks = (ckpt.rng_file(r) for r in range(procs.world_size))
+            folder.journal(*(f"{name}.{suffix}" for name in ranks for suffix in ("safetensors", "json")))
         barrier(procs)
         stamp = ckpt.Stamp(self.run_id, step)
-        ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(procs.rank)}", stamp)
+        ckpt.save_state(ckpt.rng_state(), folder, ckpt.rng_file(procs.rank), stamp)
         if procs.is_main:
-            save_hf(self.model, url, metadata=stamp.metadata())
-            write_file(f"{root}/vocab.txt", "\n".join(self.setup.vocab.vocab) + "\n", fs)
-            ckpt.save_state(state, f"{url}/{ckpt.TRAINER_STATE}", stamp)
+            save_hf(self.model, folder, metadata=stamp.metadata())
+            folder.write("vocab.txt", "\n".join(self.setup.vocab.vocab) + "\n")
+            ckpt.save_state(state, folder, ckpt.TRAINER_STATE, stamp)
         barrier(procs)
         if procs.is_main:
-            ckpt.commit(url, step, self.run_id)
+            ckpt.commit(folder, step, self.run_id)
             ckpt.prune(self.output, self.cfg.keep_checkpoints)
             self.metrics.flush()
-            log.info("checkpoint %s", url)
+            log.info("checkpoint %s", folder.url)
 
     def state_dict(self) -> dict:
         """The trainer state of a checkpoint (the pending counts are counted first)."""
@@ -630,12 +668,6 @@ def worker_failure(url: str, err: Exception, timeout_s: float = 600.0) -> str:
         f"{url}: {first}: a DataLoader worker died or sent nothing for {timeout_s:.0f} s (out of memory? a "
         "hanging read?); fewer workers (--num-workers) or a retry may help"
     )
-
-
-def compile_regions(model: torch.nn.Module, mode: str | None, dynamic: bool | None) -> None:
-    """``torch.compile`` a BERT region by region, in place, so DDP and the checkpoints see the same module."""
-    for region in (*model.bert.encoder.layer, model.bert.embeddings, model.cls):
-        region.compile(mode=mode, dynamic=dynamic)
 
 
 # Settings a resumed run takes from its checkpoint unless given again: everything but the data,

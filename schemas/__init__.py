@@ -1,5 +1,5 @@
 """On-disk formats shared by every stage: Arrow record formats, manifests, markers; how every stage
-writes a file (``files.py``), owns its output (``outputs.py``) and ends a command (``commands.py``).
+reaches a file (``storage.py``), owns its output (``outputs.py``) and ends a command (``commands.py``).
 
 This package imports pyarrow, fsspec and click only (never Beam or torch), so any stage and any
 outside reader can depend on it.

@@ -15,15 +15,12 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
+from schemas import storage
 from schemas.commands import CommandError, InputError, OutputError
 
 LIMIT_S = 20.0
 """The most a probe of every bucket of a command takes."""
-CONNECT_S = 5.0
-"""The most one connection to a bucket's endpoint waits."""
-CLOUDS = {"gs": "gs", "gcs": "gs", "s3": "s3", "s3a": "s3"}
 _GLOB = re.compile(r"[*?\[]")
 _GRANT = "gcloud storage buckets add-iam-policy-binding gs://{b} --member=... --role=roles/storage.object"
 _REMEDIES = {
@@ -55,12 +52,10 @@ _CREDENTIAL_ERRORS = {
 def probe(
     reads: Mapping[str, str | Iterable[str]] | None = None,
     writes: Mapping[str, str | Iterable[str]] | None = None,
-    storage_options: Mapping[str, Mapping[str, Any]] | None = None,
     limit_s: float | None = None,
 ) -> None:
     """Probe the buckets of ``reads`` and ``writes`` (flag → path or paths; globs allowed in
-    reads) within ``limit_s`` (:data:`LIMIT_S`). ``storage_options``: fsspec options by protocol
-    (``{"s3": {...}}``). Raises :class:`InputError` (an input's bucket), :class:`OutputError` (an
+    reads) within ``limit_s`` (:data:`LIMIT_S`), with the options of ``schemas.storage``. Raises :class:`InputError` (an input's bucket), :class:`OutputError` (an
     output's) or :class:`CommandError` (no network, no credentials, no answer in time)."""
     uses = [
         (flag, path, role)
@@ -76,7 +71,7 @@ def probe(
 
     def work() -> None:
         try:
-            _probe(uses, storage_options or {}, state)
+            _probe(uses, state)
         except BaseException as err:  # handed to the caller's thread
             state["error"] = err
 
@@ -96,20 +91,20 @@ def probe(
 
 def _split(path: str) -> tuple[str, str, str] | None:
     """(cloud, bucket, path without the protocol) of a bucket URL; None for anything else."""
-    protocol, _, rest = path.partition("://")
-    cloud = CLOUDS.get(protocol.lower()) if rest else None
+    cloud, rest = storage.cloud_of(path), path.partition("://")[2]
     return (cloud, rest.split("/", 1)[0], rest.rstrip("/")) if cloud else None
 
 
-def _probe(uses: list[tuple[str, str, str]], options: Mapping, state: dict) -> None:
+def _probe(uses: list[tuple[str, str, str]], state: dict) -> None:
     filesystems: dict[tuple[str, str], Any] = {}
     for use in uses:
         state["use"] = flag, path, role = use
         cloud, bucket, key = _split(path)
         try:
             if (cloud, bucket) not in filesystems:
-                fs = _filesystem(cloud, options.get(cloud, {}))
-                _reach(cloud, options.get(cloud, {}))
+                if (fs := storage.bounded_filesystem(cloud)) is None:
+                    raise CommandError(_REMEDIES[cloud]["credentials"])
+                _reach(cloud)
                 filesystems[cloud, bucket] = fs
             fs = filesystems[cloud, bucket]
             if role == "write":
@@ -128,65 +123,26 @@ def _probe(uses: list[tuple[str, str, str]], options: Mapping, state: dict) -> N
             raise _explain(err, flag, path, role) from None
 
 
-def _reach(cloud: str, options: Mapping[str, Any]) -> None:
+def _reach(cloud: str) -> None:
     """Open one connection to the cloud's endpoint (not through a proxy: then the client says)."""
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
         return
-    if cloud == "gs":
-        url = os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
-    else:
-        names = (os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
-        url = options.get("client_kwargs", {}).get("endpoint_url") or next(
-            filter(None, names), "s3.amazonaws.com"
-        )
-    parts = urlsplit(url if "://" in url else f"https://{url}")
-    host, port = parts.hostname or "", parts.port or (80 if parts.scheme == "http" else 443)
+    host, port = storage.endpoint_address(cloud)
     try:
-        socket.create_connection((host, port), timeout=CONNECT_S).close()
+        socket.create_connection((host, port), timeout=storage.CONNECT_S).close()
     except socket.gaierror:
         raise CommandError(
             f"cannot resolve {host}: no network or no DNS; {_REMEDIES[cloud]['endpoint']}"
         ) from None
     except TimeoutError:
         raise CommandError(
-            f"no answer from {host}:{port} within {CONNECT_S:.0f} s; check the network"
+            f"no answer from {host}:{port} within {storage.CONNECT_S:.0f} s; check the network"
         ) from None
     except OSError as err:
         reason = f"{err.strerror or type(err).__name__}"
         raise CommandError(
             f"cannot connect to {host}:{port} ({reason}); {_REMEDIES[cloud]['endpoint']}"
         ) from None
-
-
-def _filesystem(cloud: str, options: Mapping[str, Any]) -> Any:
-    """The cloud's fsspec filesystem with credentials checked, a timeout and no retries, never cached."""
-    if cloud == "gs":
-        import gcsfs
-
-        token: Any = "anon" if os.environ.get("STORAGE_EMULATOR_HOST") else None
-        if token is None:
-            import google.auth
-            from google.auth.exceptions import DefaultCredentialsError
-
-            try:
-                token, _ = google.auth.default(
-                    scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
-                )
-            except DefaultCredentialsError:
-                raise CommandError(_REMEDIES["gs"]["credentials"]) from None
-        return gcsfs.GCSFileSystem(token=token, skip_instance_cache=True, **options)
-    import botocore.session
-    import s3fs
-
-    if not (options.get("anon") or options.get("key") or botocore.session.get_session().get_credentials()):
-        raise CommandError(_REMEDIES["s3"]["credentials"])
-    config = {"connect_timeout": CONNECT_S, "read_timeout": CONNECT_S, "retries": {"max_attempts": 1}}
-    rest = {k: v for k, v in options.items() if k != "config_kwargs"}
-    fs = s3fs.S3FileSystem(
-        skip_instance_cache=True, config_kwargs={**config, **options.get("config_kwargs", {})}, **rest
-    )
-    fs.retries = 1
-    return fs
 
 
 def _explain(err: Exception, flag: str, path: str, role: str) -> CommandError:

@@ -8,20 +8,23 @@ Commands raise, never print and exit. Flag defaults come from the configs (:func
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
 import signal
 import threading
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
-from schemas.files import WriteError
-
 EXIT_FAILED = 1
+MAX_SEED = 2**32 - 1
+"""The largest seed of every command: each generator a seed reaches (torch, NumPy, Python) takes it."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed (129)
+CHAIN_STAGE = "BERT_CHAIN_STAGE"  # set for a command `chain` runs as a stage: its stop line is the chain's
 
 _received: list[int] = []  # the stop signals this process received while a command ran
 
@@ -44,6 +47,13 @@ class InputError(CommandError):
 
 class OutputError(CommandError):
     """The output is another writer's, holds files not this command's, or cannot be written."""
+
+
+class WriteError(OSError):
+    """A file could not be written (a full disk, no permission, a lost connection); nothing is left."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot write it ({self.strerror})"
 
 
 class Stopped(KeyboardInterrupt):
@@ -90,6 +100,12 @@ def os_error_line(err: OSError) -> str:
     return f"{type(err).__name__}: {text[0] if text else 'no message'}"
 
 
+def seed_problems(seed: int, count: int = 1, flag: str = "--seed") -> list[str]:
+    """The problem with ``seed`` unless it and the ``count - 1`` seeds after it lie in 0..MAX_SEED."""
+    top = MAX_SEED - (count - 1)
+    return [] if 0 <= seed <= top else [f"{flag} must be between 0 and {top:,}, got {seed:,}"]
+
+
 def one_line(text: str) -> str:
     """``text`` on one line: a newline or carriage return inside it is shown escaped."""
     return text.strip().replace("\r", "\\r").replace("\n", "\\n")
@@ -103,10 +119,11 @@ def _invoke(invoke, ctx: click.Context):
     _received.clear()
     previous = {s: signal.signal(s, raise_stopped) for s in STOP_SIGNALS} if main else {}
     try:
-        return invoke(ctx)
+        with _usage_in_one_line():  # a subcommand's command line
+            return invoke(ctx)
     except KeyboardInterrupt as err:  # ours, or one a library raised again in its place
         stop = err if isinstance(err, Stopped) else Stopped(stop_received() or signal.SIGINT)
-        if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node under torchrun
+        if os.environ.get("LOCAL_RANK", "0") == "0" and CHAIN_STAGE not in os.environ:  # one line a node
             click.echo(f"error: {stop.line()}", err=True)
         ctx.exit(stop.exit_code)
     except CommandError as err:
@@ -122,18 +139,49 @@ def _invoke(invoke, ctx: click.Context):
             signal.signal(signum, handler)
 
 
-class OneLineGroup(click.Group):
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    """A wrong command line (not ``--help``'s) as one ``error:`` line, exit 2; an unknown option
+    named with the closest known one, as `pipelines` names one that is not Beam's either."""
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as err:
+        line = one_line(err.format_message())
+        if isinstance(err, click.NoSuchOption):
+            hint = f"; did you mean {err.possibilities[0]}?" if err.possibilities else ""
+            line = f"{err.option_name}: not an option of `{err.ctx.command_path if err.ctx else ''}`{hint}"
+        click.echo(f"error: {line}", err=True)
+        raise click.exceptions.Exit(err.exit_code) from None
+
+
+class _OneLine:
+    def make_context(self, *args, **kwargs) -> click.Context:
+        with _usage_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context):
+        return _invoke(super().invoke, ctx)
+
+
+class OneLineGroup(_OneLine, click.Group):
     """A click group that keeps the exit rule for its subcommands (see the module's docstring)."""
 
-    def invoke(self, ctx: click.Context):
-        return _invoke(super().invoke, ctx)
 
-
-class OneLineCommand(click.Command):
+class OneLineCommand(_OneLine, click.Command):
     """A click command that keeps the exit rule (see the module's docstring)."""
 
-    def invoke(self, ctx: click.Context):
-        return _invoke(super().invoke, ctx)
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Python warnings raised in the block, each text once as one ``warning:`` line on standard
+    error (never a source line), when the block ends."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for text in dict.fromkeys(one_line(str(w.message)) for w in caught):
+        click.echo(f"warning: {text}", err=True)
 
 
 def config_default(config: type, name: str) -> Any:

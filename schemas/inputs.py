@@ -7,8 +7,6 @@ with its type checked. Every problem is one InputError naming the file (and the 
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -17,29 +15,6 @@ from schemas.commands import InputError
 MiB = 1 << 20
 MAX_JSON_BYTES = 512 * MiB  # the largest JSON document read whole (SQuAD's train set is 40 MB)
 MAX_LINE_BYTES = 16 * MiB  # the longest line of a text input (a TSV row, a sentence file's line)
-
-_KINDS = {
-    stat.S_ISFIFO: "a FIFO (named pipe)",
-    stat.S_ISCHR: "a character device",
-    stat.S_ISBLK: "a block device",
-    stat.S_ISSOCK: "a socket",
-    stat.S_ISDIR: "a folder",
-}
-
-
-def check_file(path: str | os.PathLike, fs: Any = None) -> None:
-    """Refuse ``path`` unless it is a regular file (symlinks followed) or an object in a bucket."""
-    if fs is not None and "file" not in fs.protocol and "local" not in fs.protocol:
-        return  # an object store holds objects only
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot read it ({err.strerror or err})") from None
-    for test, kind in _KINDS.items():
-        if test(mode):
-            raise InputError(f"{path}: is {kind}, not a regular file; give a file")
 
 
 def read_bytes(f, where: str, limit: int) -> bytes:
@@ -79,7 +54,7 @@ def loads(data: bytes | str, where: str) -> Any:
         except UnicodeDecodeError as err:
             raise InputError(f"{where}: not UTF-8 at byte {err.start:,}") from None
     try:
-        value = json.loads(data)
+        value = json.loads(data, object_pairs_hook=_unique_keys)
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except json.JSONDecodeError as err:
         raise InputError(
@@ -89,7 +64,18 @@ def loads(data: bytes | str, where: str) -> Any:
         raise InputError(f"{where}: holds a lone UTF-16 surrogate (\\ud800-\\udfff), not text") from None
     except RecursionError:
         raise InputError(f"{where}: JSON nested too deeply") from None
+    except KeyError as err:
+        raise InputError(
+            f"{where}: the key {err.args[0]!r} appears twice in one object; which is meant?"
+        ) from None
     return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (``json`` would keep the last without a word)."""
+    if len(obj := dict(pairs)) < len(pairs):
+        raise KeyError(next(k for i, (k, _) in enumerate(pairs) if k in dict(pairs[:i])))
+    return obj
 
 
 def field(record: Any, key: str, kinds: type | tuple[type, ...], where: str, default: Any = ...) -> Any:

@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from schemas import storage
 from schemas.commands import InputError
 from schemas.inputs import loads
 
@@ -237,3 +238,15 @@ def verify_completed(
     if manifest.format != expected_format:
         raise InputError(f"{folder}: holds '{manifest.format}' records, expected '{expected_format}'")
     return manifest
+
+
+def load_completed(folder: str, expected_format: str) -> Manifest:
+    """The manifest of the completed output at ``folder`` (a path or URL), refusing an incomplete
+    or foreign one (:func:`verify_completed`); an unreadable one is an InputError naming it."""
+    marker_path, manifest_path = storage.join(folder, COMPLETED_FILE), storage.join(folder, MANIFEST_FILE)
+    try:
+        marker = storage.read_bytes(marker_path).decode("utf-8") if storage.exists(marker_path) else None
+        text = storage.read_bytes(manifest_path).decode("utf-8") if marker is not None else ""
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{manifest_path}: cannot read the manifest ({type(err).__name__}: {err})") from None
+    return verify_completed(text, marker, folder, expected_format)

@@ -1,6 +1,7 @@
 """One command's output folder: one writer (``.claim``, created exclusively; a stale one taken over),
-a journal (``.output.json`` lists each file before ``schemas.files`` writes it, even if killed), and
-``--overwrite`` deleting exactly the journaled files (and their temporary files), never another."""
+a journal (``.output.json`` lists each file before it is written, even if killed: the writer is given
+the :class:`OutputFolder` and writes through it), and ``--overwrite`` deleting exactly the journaled
+files (and their temporary files), never another."""
 
 from __future__ import annotations
 
@@ -15,13 +16,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
-from schemas import files
+from schemas import storage
 from schemas.commands import OutputError
 from schemas.manifest import COMPLETED_FILE
-from schemas.paths import location
 
 CLAIM_FILE, RECORD_FILE = ".claim", ".output.json"
 RECORD_FORMAT, RECORD_VERSION = "output-record", 1
@@ -29,8 +26,6 @@ MARKERS = ("COMMITTED", COMPLETED_FILE, "metrics.json")  # say an output is comp
 _MACHINERY = (CLAIM_FILE, RECORD_FILE, f".{RECORD_FILE}.")  # the claim, the record and its temporary file
 
 log = logging.getLogger(__name__)
-_lock = threading.RLock()
-_held: list[OutputFolder] = []  # the outputs this process holds, the innermost first: journal() uses them
 
 
 def new_run_id() -> str:
@@ -57,15 +52,13 @@ def remove_hint(url: str) -> str:
     return f"aws s3 rm {url}" if url.startswith("s3://") else f"rm {url}"
 
 
-def _cat(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+def _cat(fs: storage.FileSystem, path: str) -> bytes | None:
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         return fs.cat_file(path)
     return None
 
 
-def _claim(
-    fs: fsspec.AbstractFileSystem, root: str, url: str, command: str, run_id: str, where: str
-) -> bytes:
+def _claim(fs: storage.FileSystem, root: str, url: str, command: str, run_id: str, where: str) -> bytes:
     """Create the claim file of ``root`` (made if needed); its exact bytes."""
     path, claim_url = f"{root}/{CLAIM_FILE}", f"{url.rstrip('/')}/{CLAIM_FILE}"
     me = {"command": command, "run_id": run_id, "host": socket.gethostname(), "pid": os.getpid()}
@@ -75,7 +68,7 @@ def _claim(
     for _ in range(3):
         if (existing := _cat(fs, path)) is None:
             with contextlib.suppress(FileExistsError):  # another writer was first: named on the next pass
-                if isinstance(fs, LocalFileSystem):
+                if isinstance(fs, storage.LocalFileSystem):
                     with open(path, "xb") as f:
                         f.write(content)
                 else:
@@ -129,12 +122,12 @@ class OutputRecord:
     def owns(self, relative: str) -> bool:
         """Whether the file ``relative`` (or the one its temporary name stands for) is journaled."""
         folder, _, name = relative.rpartition("/")
-        relative = posixpath.join(folder, files.final_name(name))
+        relative = posixpath.join(folder, storage.final_name(name))
         folders = (relative[: i + 1] for i, c in enumerate(relative) if c == "/")
         return relative in self.files or any(f in self.files for f in folders)
 
 
-def read_record(fs: fsspec.AbstractFileSystem, root: str, url: str) -> OutputRecord | None:
+def read_record(fs: storage.FileSystem, root: str, url: str) -> OutputRecord | None:
     """The record in the folder ``root`` (``url`` in messages), or None; an OutputError if damaged."""
     if (data := _cat(fs, f"{root.rstrip('/')}/{RECORD_FILE}")) is None:
         return None
@@ -157,40 +150,21 @@ def _names(paths: list[str]) -> str:
     return ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
 
 
-def _remove_empty(fs: fsspec.AbstractFileSystem, folders: list[str]) -> None:
+def _remove_empty(fs: storage.FileSystem, folders: list[str]) -> None:
     for folder in folders:  # deepest first
         with contextlib.suppress(OSError):
             if fs.isdir(folder) and not fs.ls(folder):
                 fs.rmdir(folder)
 
 
-def journal(*urls: str) -> None:
-    """Record the files ``urls`` (a trailing ``/``: a folder of temporary files) before they are written
-    in the innermost output this process holds each in (a WriteError: neither may be written)."""
-    with _lock:
-        changed = {}
-        for url in urls:
-            path = url.rstrip("/")  # its folder resolved, not its own name: a link there is replaced
-            here = posixpath.join(location(posixpath.dirname(path)), posixpath.basename(path))
-            folder = next((f for f in _held if here.startswith(f.where + "/")), None)  # the innermost
-            relative = here[len(folder.where) + 1 :] + ("/" if url.endswith("/") else "") if folder else ""
-            if folder and not relative.startswith(_MACHINERY) and not folder.record.owns(relative):
-                folder.record.files[relative] = None
-                changed[folder] = None
-        for folder in changed:
-            if folder.begun:  # until then the earlier run's record stays
-                files.write_file(f"{folder.root}/{RECORD_FILE}", folder.record.to_json(), folder.fs)
+class OutputFolder(storage.Folder, contextlib.AbstractContextManager):
+    """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``.
+    Its writer journals each file (:meth:`journal`, :meth:`write`) before it is created."""
 
-
-files.BEFORE_WRITE.append(journal)
-
-
-class OutputFolder(contextlib.AbstractContextManager):
-    """One command's claimed output folder (see the module's docstring); closed on leaving a ``with``."""
-
-    def __init__(self, url: str, fs: fsspec.AbstractFileSystem, root: str, shown: str) -> None:
-        self.url, self.fs, self.root, self.shown = url, fs, root, shown
-        self.where, self.made = location(fs.unstrip_protocol(root)), []
+    def __init__(self, url: str, fs: storage.FileSystem, root: str, shown: str) -> None:
+        super().__init__(url)
+        self.fs, self.root, self.shown, self._lock = fs, root, shown, threading.RLock()
+        self.made = []
         while root not in ("", "/") and not fs.exists(root):  # the folders the claim makes, deepest first
             self.made.append(root)
             root = root.rsplit("/", 1)[0]
@@ -202,7 +176,6 @@ class OutputFolder(contextlib.AbstractContextManager):
         url: str,
         command: str,
         *,
-        fs: fsspec.AbstractFileSystem | None = None,
         overwrite: bool = False,
         continuing: bool = False,
         continue_hint: str | None = None,
@@ -212,9 +185,9 @@ class OutputFolder(contextlib.AbstractContextManager):
         """Claim ``url`` for ``command``; refuse (nothing changed) a folder holding files unless all are
         an earlier run's of ``command`` and ``overwrite``, or ``continuing`` (``--resume``, a cache):
         adding to the folder, keeping its record's run id (else ``run_id``) and journal."""
-        fs, root = fsspec.core.url_to_fs(url) if fs is None else (fs, fs._strip_protocol(url))
+        fs, root = storage.filesystem(url)
         shown = f"{option} {url}" if option else url
-        folder = cls(url, fs, root.rstrip("/") or "/", shown)
+        folder = cls(url, fs, root, shown)
         try:
             if fs.isfile(folder.root):
                 raise OutputError(f"{shown}: is a file, not a folder; choose a folder")
@@ -252,8 +225,35 @@ class OutputFolder(contextlib.AbstractContextManager):
             if isinstance(err, OSError):
                 raise OutputError(f"{shown}: cannot write there ({type(err).__name__}: {err})") from None
             raise
-        _held[:] = sorted([*_held, folder], key=lambda f: -len(f.where))  # the innermost first, in one step
         return folder
+
+    def path(self, relative: str) -> str:
+        """The path or URL of the file ``relative``, as this output's filesystem names it."""
+        path = f"{self.root.rstrip('/')}/{relative}"
+        return path if isinstance(self.fs, storage.LocalFileSystem) else self.fs.unstrip_protocol(path)
+
+    def sub(self, relative: str) -> storage.Folder:
+        """The folder ``relative`` inside this output; its files are journaled here."""
+        return _Within(self, relative)
+
+    def journal(self, *relatives: str) -> None:
+        """Record the files ``relatives`` (a trailing ``/``: a folder of temporary files) before they are
+        written, here or by workers (a WriteError: none may be written; an OutputError once the folder
+        was moved or deleted under this command)."""
+        with self._lock:
+            if self.begun:
+                self.check_in_place()
+            new = [r for r in relatives if not r.startswith(_MACHINERY) and not self.record.owns(r)]
+            for relative in new:
+                assert posixpath.normpath(relative) == relative.rstrip("/") and not relative.startswith(
+                    ("/", "..")
+                ), relative
+                self.record.files[relative] = None
+            if new and self.begun:  # until then the earlier run's record stays
+                self._write_record()
+
+    def _write_record(self) -> None:
+        storage.write_bytes(self.path(RECORD_FILE), self.record.to_json())
 
     def _files(self) -> list[str]:
         """The files in the folder (not the claim or the record), relative to it, sorted."""
@@ -268,29 +268,37 @@ class OutputFolder(contextlib.AbstractContextManager):
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(f"{self.root}/{path}")
         _remove_empty(self.fs, [f"{self.root}/{f}" for f in sorted(folders, key=len, reverse=True)])
-        with _lock:
+        with self._lock:
             self.begun = True
-            files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
+            self._write_record()
         return len(paths)
+
+    def check_in_place(self) -> None:
+        """:class:`OutputError` once the folder no longer holds this command's claim (moved or deleted
+        under it): a write never makes it again where it was."""
+        if _cat(self.fs, f"{self.root}/{CLAIM_FILE}") != self.claim:
+            raise OutputError(
+                f"{self.shown}: moved or deleted while this command wrote into it ({CLAIM_FILE} is gone); "
+                "stopped rather than make it again there"
+            )
 
     def close(self) -> None:
         """Cut the journal to the files left, release the claim; errors are logged, never raised."""
+        mine = self.claim is not None and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim
         try:
-            if self.begun:
+            if self.begun and mine:  # else it was moved or deleted: nothing of ours to record there
                 present = set(self._files())
                 present |= {p.rsplit("/", i)[0] + "/" for p in present for i in range(1, p.count("/") + 1)}
                 self.record.files = {f: None for f in self.record.files if f in present}
                 self.record.ended = _now()
                 if self.record.files:
-                    files.write_file(f"{self.root}/{RECORD_FILE}", self.record.to_json(), self.fs)
+                    self._write_record()
                 else:
                     self.fs.rm(f"{self.root}/{RECORD_FILE}")
         except OSError as err:
             log.warning("%s: could not record the files this run left (%s)", self.url, err)
-        with contextlib.suppress(ValueError):  # after the record: journal() never gives it to an outer output
-            _held.remove(self)
         try:
-            if self.claim and _cat(self.fs, f"{self.root}/{CLAIM_FILE}") == self.claim:  # not another's
+            if mine:  # not another's
                 self.fs.rm(f"{self.root}/{CLAIM_FILE}")
             _remove_empty(self.fs, self.made)  # only those left empty
         except OSError as err:
@@ -298,3 +306,17 @@ class OutputFolder(contextlib.AbstractContextManager):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Within(storage.Folder):
+    """A folder inside a claimed output, whose files are journaled in the output's record."""
+
+    def __init__(self, output: OutputFolder, prefix: str) -> None:
+        super().__init__(output.path(prefix))
+        self.output, self.prefix = output, prefix.strip("/")
+
+    def sub(self, relative: str) -> storage.Folder:
+        return _Within(self.output, f"{self.prefix}/{relative}")
+
+    def journal(self, *relatives: str) -> None:
+        self.output.journal(*(f"{self.prefix}/{r}" for r in relatives))

@@ -57,11 +57,27 @@ def _paths(value: Paths) -> list[str]:
     return [v for v in value if v]
 
 
+def check_output(flag: str, path: str) -> None:
+    """:class:`~schemas.commands.UsageError` for an output that would not be where the user can find
+    it: a name that looks like an option (``--output -h``), or this process's memory (``memory://``)."""
+    if path.startswith("-"):
+        raise UsageError(
+            f"{flag} {path}: an option, not a folder; give a folder (./{path} for one of that name)"
+        )
+    if path.lower().startswith("memory:"):
+        raise UsageError(
+            f"{flag} {path}: memory:// lives only as long as this process: the output would be gone when the "
+            "command ends; give a folder or a bucket URL"
+        )
+
+
 def check_apart(outputs: Mapping[str, Paths], inputs: Mapping[str, Paths], remedy: str | None = None) -> None:
-    """Raise :class:`~schemas.commands.UsageError` when an output (``{flag: path or paths}``) is, holds or
-    lies inside an input, naming the pair and ``remedy`` (default: another value of the flag)."""
+    """Raise :class:`~schemas.commands.UsageError` when an output (``{flag: path or paths}``) is refused by
+    :func:`check_output`, or is, holds or lies inside an input, naming the pair and ``remedy``
+    (default: another value of the flag)."""
     for out_flag, out_value in outputs.items():
         for out in _paths(out_value):
+            check_output(out_flag, out)
             out_at = location(out)
             for in_flag, in_value in inputs.items():
                 for inp in _paths(in_value):

@@ -13,9 +13,20 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pyarrow as pa
 
 from schemas.formats import RecordFormat
+
+
+class Rejection(NamedTuple):
+    """Why a record or an input file cannot be used: a snake_case ``reason`` (a ``rejects`` row's, or
+    a file error's) and a ``detail`` sentence."""
+
+    reason: str
+    detail: str
+
 
 EXCERPT_CHARS = 1000
 """How much of a rejected record's raw text is kept in ``excerpt``."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from collections.abc import Iterator
 from itertools import islice
 from typing import BinaryIO
@@ -13,26 +12,21 @@ from typing import BinaryIO
 import click
 
 from schemas.buckets import probe
-from schemas.commands import CommandError, OneLineGroup, UsageError
+from schemas.commands import CommandError, OneLineGroup, UsageError, warnings_as_lines
 from schemas.commands import config_option as option
-from schemas.inputs import MAX_LINE_BYTES, check_file, lines
+from schemas.inputs import MAX_LINE_BYTES, lines
 from wordpiece.tokenizer import WordPieceTokenizer
 from wordpiece.train import VocabConfig
 
 _HELP = {"help_option_names": ["-h", "--help"]}
+_PASS_ON = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}  # Beam's options
 
 
 def _load_tokenizer(path: str, cased: bool | None) -> WordPieceTokenizer:
     """Load a vocabulary (a file or a bucket object); an inferred casing is a one-line ``warning:``."""
-    if "://" not in path:
-        check_file(path)
     probe(reads={"--vocab": path})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        tokenizer = WordPieceTokenizer.load(path, cased=cased)
-    for warning in caught:
-        click.echo(f"warning: {warning.message}", err=True)
-    return tokenizer
+    with warnings_as_lines():
+        return WordPieceTokenizer.load(path, cased=cased)
 
 
 def _batches(stream: BinaryIO, size: int) -> Iterator[list[str]]:
@@ -125,10 +119,7 @@ def encode(vocab_path: str, cased: bool | None, as_tokens: bool, batch_size: int
         sys.exit(1)
 
 
-_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, **_HELP}
-
-
-@main.command("train", context_settings=_PASS_THROUGH, epilog="Docs: docs/wordpiece.md")
+@main.command("train", context_settings=_PASS_ON, epilog="Docs: docs/wordpiece.md")
 @click.option("--corpus", required=True, help="A completed `pipelines corpus` output (local or bucket URL).")
 @click.option(
     "--output", required=True, help="Folder for vocab.txt, tokenizer.json, stats.json, word_counts/."
@@ -167,10 +158,12 @@ def train(ctx, **flags) -> None:
     vocab.txt, tokenizer.json and stats.json ([UNK] rate and pieces per word on --measure-split).
     The same corpus and options give a byte-identical vocab.txt on any runner and workers.
     """
+    from pipelines.beam_options import refuse_unknown  # the one reach into pipelines
+    from pipelines.jobs import check_job, explain_failure, job_options
+    from pipelines.wordcount import train_vocabulary
     from schemas.paths import check_apart
-    from wordpiece.beam_jobs import check_job, explain_failure, job_options
-    from wordpiece.train import train_vocabulary
 
+    refuse_unknown(ctx)  # what goes to Beam: Beam's own options, before anything is read
     try:
         config = VocabConfig(**{**flags, "splits": tuple(flags["splits"])})
     except ValueError as err:  # the settings
@@ -204,6 +197,13 @@ def train(ctx, **flags) -> None:
         )
     out = config.output
     click.echo(f"output: {out}/vocab.txt, {out}/tokenizer.json, {out}/stats.json")
+    if stats["vocab_size"] < config.vocab_size:
+        click.echo(
+            f"warning: {stats['vocab_size']:,} tokens, not the --vocab-size {config.vocab_size:,} asked: the corpus "
+            f"has no more pieces seen --min-frequency {config.min_frequency} times; give a larger corpus or a "
+            "smaller --vocab-size",
+            err=True,
+        )
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ class MaskingConfig:
                 f"{self.mask_share} + {self.keep_share} + {self.random_share} = {sum(shares):g}"
             )
         if problems:
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)

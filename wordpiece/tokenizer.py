@@ -12,18 +12,49 @@ import re
 import warnings
 from collections.abc import Iterable, Sequence
 
-import fsspec
 from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import WordPiece
 
+from schemas import storage
 from schemas.commands import InputError
-from schemas.inputs import check_file, field, loads, read_bytes
+from schemas.inputs import field, loads
 
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """Tokens every vocabulary must contain (each exactly once)."""
 
+
+def num_reserved(num_unused: int) -> int:
+    """Ids a vocabulary holds besides its word pieces: :data:`SPECIAL_TOKENS` and ``num_unused`` [unusedN]."""
+    return len(SPECIAL_TOKENS) + num_unused
+
+
+def reserve_problem(vocab_size: int, num_unused: int) -> str | None:
+    """Why ``vocab_size`` leaves no room for word pieces after the :func:`num_reserved` ids, or None."""
+    reserved = num_reserved(num_unused)
+    if vocab_size > reserved:
+        return None
+    return (
+        f"--vocab-size {vocab_size} leaves no room for word pieces after {len(SPECIAL_TOKENS)} special "
+        f"tokens and {num_unused} [unused] slots: give at least {reserved + 1}"
+    )
+
+
 MAX_INPUT_CHARS_PER_WORD = 100
 """Longer words become one ``[UNK]``, as in ``tokenizers`` and transformers (google-research/bert: 200)."""
+UNK_WARN_SHARE = 0.01
+"""A share of ``[UNK]`` tokens above this is warned of (the shards' ``stats.json`` ``unk_rate``, a
+fine-tuning run's first texts): the casing or the vocabulary does not fit the text."""
+
+
+def unknown_share_warning(share: float | None, cased: bool) -> str | None:
+    """The warning for shards whose tokens are over :data:`UNK_WARN_SHARE` ``[UNK]``; None if not."""
+    if share is None or share <= UNK_WARN_SHARE:
+        return None
+    return (
+        f"{100 * share:.1f}% of the tokens are [UNK] (stats.json unk_rate) in these {'cased' if cased else 'uncased'} "
+        "shards: the casing does not fit the vocabulary? (pipelines examples --cased/--uncased)"
+    )
+
 
 MAX_TEXT_CHARS = 1_000_000
 """The longest text one tokenizer call takes (the Rust library aborts when an allocation fails)."""
@@ -69,10 +100,8 @@ def validate_vocab(tokens: Sequence[str], source: str) -> None:
 def _read_text(path: str) -> str:
     """A vocabulary file's text, at most ``MAX_VOCAB_BYTES``, strict UTF-8 without a byte-order mark."""
     try:
-        fs, root = fsspec.core.url_to_fs(path)
-        check_file(root, fs)
-        with fs.open(root, "rb") as handle:
-            data = read_bytes(handle, path, MAX_VOCAB_BYTES)
+        storage.check_file(path)
+        data = storage.read_bytes(path, MAX_VOCAB_BYTES)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file: check the path (local or a bucket URL)") from None
     except (OSError, ValueError, ImportError) as err:
@@ -98,7 +127,7 @@ def _decode_utf8(data: bytes, path: str) -> str:
 
 
 def read_vocab_file(path: str) -> list[str]:
-    """The validated tokens of a ``vocab.txt`` (line ``N`` is id ``N - 1``), local or any fsspec URL."""
+    """The validated tokens of a ``vocab.txt`` (line ``N`` is id ``N - 1``), local or a bucket URL."""
     return _tokens(_read_text(path), path)
 
 

@@ -1,5 +1,5 @@
 """``wordpiece train``: learn a BERT-layout WordPiece vocabulary from a corpus, at any size: the
-``tokenizers`` trainer learns from the word counts of ``count.py``, never the text (each distinct
+``tokenizers`` trainer learns from the word counts of ``pipelines/wordcount.py``, never the text (each distinct
 word fed as whitespace-joined repeats to a trainer that splits on whitespace only).
 """
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import json
 import resource
 import time
 from collections import Counter
@@ -15,15 +14,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-import apache_beam as beam
-import fsspec
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from schemas import (
     COMPLETED_FILE,
-    DOCUMENTS,
     MANIFEST_FILE,
     STATS_FILE,
     WORD_COUNTS,
@@ -31,14 +25,10 @@ from schemas import (
     ShardEntry,
     absolute_reference,
     completed_marker,
-    verify_completed,
+    storage,
 )
 from schemas.commands import InputError
-from schemas.outputs import OutputFolder
-from wordpiece import count as counting
-from wordpiece.beam_jobs import run_pipeline
-from wordpiece.count import COUNTS_FOLDER, read_bytes, s3_storage_options, write_bytes
-from wordpiece.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer, vocab_txt_bytes
+from wordpiece.tokenizer import WordPieceTokenizer, num_reserved, reserve_problem, vocab_txt_bytes
 
 FEED_REPEATS = 4_096
 RELEASED_NUM_UNUSED = 994
@@ -48,6 +38,8 @@ UNUSED_BEFORE_UNK = 99
 SPLITS = ("train", "validation", "test")
 OUTPUT_FILES = (MANIFEST_FILE, STATS_FILE, "vocab.txt", "tokenizer.json")
 LEARN, MEASURE = "learn", "measure"
+COUNTS_FOLDER = "word_counts"
+"""Where the counting job (``pipelines/wordcount.py``) leaves the counts: ``GROUP-*.arrow`` per group."""
 MAX_VOCAB_SIZE = 2**32
 MAX_COUNT = 2**63 - 1
 """A word count (int64 in ``word_counts``), and so the highest ``--min-frequency``."""
@@ -81,12 +73,8 @@ class VocabConfig:
             problems.append("--corpus is required (a completed `pipelines corpus` output)")
         if not self.output:
             problems.append("--output is required")
-        reserved = len(SPECIAL_TOKENS) + self.num_unused
-        if self.vocab_size <= reserved:
-            problems.append(
-                f"--vocab-size {self.vocab_size} leaves no room for pieces after {len(SPECIAL_TOKENS)} special "
-                f"tokens and --num-unused {self.num_unused}"
-            )
+        if problem := reserve_problem(self.vocab_size, self.num_unused):
+            problems.append(problem)
         if self.vocab_size > MAX_VOCAB_SIZE:
             problems.append(
                 f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (ids are uint32), got {self.vocab_size}"
@@ -110,7 +98,7 @@ class VocabConfig:
 
     def __post_init__(self) -> None:
         if problems := self.problems():
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """Parameters recorded in the manifest."""
@@ -140,11 +128,10 @@ def vocab_layout(pieces: Iterable[str], num_unused: int) -> list[str]:
 
 def read_counts(output: str, group: str) -> Iterator[tuple[str, int]]:
     """All ``(word, count)`` pairs of one group, in word order (a merge of the sorted shards)."""
-    pattern = FileSystems.join(output, COUNTS_FOLDER, f"{group}-*.arrow")
-    paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    paths = storage.glob(storage.join(output, COUNTS_FOLDER, f"{group}-*.arrow"))
 
     def shard_rows(path: str) -> Iterator[tuple[str, int]]:
-        for table in WORD_COUNTS.read_ipc_batches(read_bytes(path), source=path):
+        for table in WORD_COUNTS.read_ipc_batches(storage.read_bytes(path), source=path):
             yield from zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
 
     return heapq.merge(*(shard_rows(p) for p in paths))
@@ -261,21 +248,21 @@ def measure(tokenizer: Tokenizer, counts: Iterable[tuple[str, int]]) -> dict[str
     }
 
 
-def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[str, Any]:
-    """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats, manifest."""
+def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str, out: storage.Folder) -> dict[str, Any]:
+    """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats and
+    manifest into ``out``."""
     start = time.perf_counter()
     cutoff = cutoff_of(read_counts(config.output, LEARN), config.max_words)
     alphabet = alphabet_of(cutoff.kept(read_counts(config.output, LEARN)), config.limit_alphabet)
     if not alphabet.kept:
         raise InputError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
-    num_pieces = config.vocab_size - len(SPECIAL_TOKENS) - config.num_unused
-    kept_alphabet = len(alphabet.kept) + len(alphabet.continuing)
+    reserved = num_reserved(config.num_unused)
+    num_pieces, kept_alphabet = config.vocab_size - reserved, len(alphabet.kept) + len(alphabet.continuing)
     if num_pieces < kept_alphabet:
         raise InputError(
-            f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and ## forms plus "
-            f"{len(SPECIAL_TOKENS) + config.num_unused} special and unused tokens need at least "
-            f"{kept_alphabet + len(SPECIAL_TOKENS) + config.num_unused}; raise --vocab-size or lower "
-            "--limit-alphabet/--num-unused"
+            f"--vocab-size {config.vocab_size} is smaller than the alphabet: {kept_alphabet} characters and "
+            f"## forms plus {reserved} special and unused tokens need at least {kept_alphabet + reserved}; "
+            "raise --vocab-size or lower --limit-alphabet/--num-unused"
         )
     pieces = learn_pieces(cutoff.kept(read_counts(config.output, LEARN)), alphabet, config, num_pieces)
     vocab = vocab_layout(pieces, config.num_unused)
@@ -306,77 +293,12 @@ def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str) -> dict[s
     }
     entries = []
     for name, (data, fmt, rows) in files.items():
-        write_bytes(FileSystems.join(config.output, name), data)
+        out.write(name, data)
         entries.append(ShardEntry(name, fmt, "", rows, len(data), hashlib.sha256(data).hexdigest()))
     params = {**config.params(), "corpus_manifest_sha256": corpus_manifest_sha256}
     manifest = Manifest("wordpiece", 1, "wordpiece train", params, tuple(entries))
     manifest_json = manifest.to_json()
-    write_bytes(FileSystems.join(config.output, STATS_FILE), (json.dumps(stats, indent=2) + "\n").encode())
-    write_bytes(FileSystems.join(config.output, MANIFEST_FILE), manifest_json.encode())
-    write_bytes(FileSystems.join(config.output, COMPLETED_FILE), completed_marker(manifest_json).encode())
+    out.write_json(STATS_FILE, stats)
+    out.write(MANIFEST_FILE, manifest_json)
+    out.write(COMPLETED_FILE, completed_marker(manifest_json))
     return stats
-
-
-def _load_corpus_manifest(corpus: str) -> tuple[Manifest, str]:
-    """The completed corpus's manifest and its SHA-256, as its COMPLETED marker records it."""
-    marker_path = FileSystems.join(corpus, COMPLETED_FILE)
-    try:
-        marker = read_bytes(marker_path).decode("utf-8") if FileSystems.exists(marker_path) else None
-        text = (
-            read_bytes(FileSystems.join(corpus, MANIFEST_FILE)).decode("utf-8") if marker is not None else ""
-        )
-        return verify_completed(text, marker, corpus, DOCUMENTS.name), (marker or "").strip()
-    except (InputError, OSError) as err:
-        raise InputError(f"--corpus {err}") from None
-
-
-def _open_output(config: VocabConfig, options: PipelineOptions) -> OutputFolder:
-    """Claim ``--output``, refusing a non-empty one unless ``--overwrite`` and its files are ours."""
-    output = config.output.rstrip("/")
-    storage = s3_storage_options(options) if output.startswith("s3://") else {}
-    fs = fsspec.core.url_to_fs(output, **storage)[0]
-    return OutputFolder.open(output, "wordpiece train", fs=fs, overwrite=config.overwrite)
-
-
-def _remove_counts(output: str) -> None:
-    """Delete the word counts of a run that failed after counting (no partial output is left)."""
-    pattern = FileSystems.join(output, COUNTS_FOLDER, "*")
-    counts = [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-    if counts:
-        FileSystems.delete(counts)
-
-
-def train_vocabulary(config: VocabConfig, beam_args: list[str]) -> dict[str, Any] | None:
-    """Count words with Beam, then learn and write the vocabulary; stats.json (None for a dry run)."""
-    options = PipelineOptions(beam_args)
-    FileSystems.set_options(options)  # the corpus and output checks below run before Beam sets it
-    manifest, manifest_sha256 = _load_corpus_manifest(config.corpus)
-    dry_run = bool(options.view_as(TestOptions).dry_run)
-    if not options.view_as(StandardOptions).runner:
-        options.view_as(StandardOptions).runner = "DirectRunner"
-    if dry_run:
-        _count(config, manifest, options)
-        return None
-    with _open_output(config, options) as folder:
-        folder.begin()
-        _count(config, manifest, options)
-        try:
-            return learn_vocabulary(config, manifest_sha256)
-        except InputError:
-            _remove_counts(config.output)
-            raise
-
-
-def _count(config: VocabConfig, manifest: Manifest, options: PipelineOptions) -> None:
-    """The Beam job that writes the word counts (``word_counts/``)."""
-    pipeline = beam.Pipeline(options=options)
-    counting.build(
-        pipeline,
-        corpus=config.corpus,
-        manifest=manifest,
-        groups={LEARN: config.splits, MEASURE: (config.measure_split,)},
-        cased=config.cased,
-        output=config.output,
-        num_shards=config.num_count_shards,
-    )
-    run_pipeline(pipeline, config.output)

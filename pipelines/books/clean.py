@@ -11,12 +11,7 @@ from typing import NamedTuple
 
 import charset_normalizer
 
-
-class Rejection(NamedTuple):
-    """Why a book cannot be used: a snake_case ``reason`` and a ``detail`` sentence naming the book."""
-
-    reason: str
-    detail: str
+from schemas.rejects import Rejection
 
 
 class CleanBook(NamedTuple):
@@ -214,7 +209,6 @@ _NUMBER = r"([IVXLCDM]+|[ivxlcdm]+|\d+|(?i:the\s+\w+|one|two|three|four|five|six
 _TOC_ENTRY_RE = re.compile(rf"^({_KEYWORDS}\b|[IVXLCDM]+\.(\s|$)|\d{{1,3}}\.(\s|$))")
 _HEADING_RE = re.compile(rf"^{_KEYWORDS}\s+{_NUMBER}\b(?=$|\s*[.:–—-]|\s+[A-Z\"'(_“‘])")
 _ROMAN_RE = re.compile(r"^[IVXLCDM]+(\.\s|\.?$)")
-_SMALL_WORDS = {"a", "an", "the", "of", "and", "or", "in", "on", "to", "by", "for", "with", "at", "from"}
 
 
 def _ends_sentence(text: str) -> bool:
@@ -281,7 +275,8 @@ def drop_table_of_contents(blocks: list[list[str]]) -> list[list[str]]:
 def is_heading(paragraph: str) -> bool:
     """True for a heading or other non-prose paragraph: no letters; mostly upper-case, unquoted,
     at most 20 words (8 if it ends a sentence); or of at most 12 words, ``[...]``, a numbered heading
-    (``CHAPTER IV.``, ``II. A Title``) or unpunctuated Title Case or three words at most."""
+    (``CHAPTER IV.``, ``II. A Title``) or not ending a sentence (a heading in any case: Wikipedia's
+    are in sentence case)."""
     words = paragraph.split()
     if not any(c.isalpha() for c in paragraph):
         return True
@@ -294,10 +289,7 @@ def is_heading(paragraph: str) -> bool:
         return True
     if _ROMAN_RE.match(paragraph) and (len(words) == 1 or not _ends_sentence(paragraph)):
         return True
-    if _ends_sentence(paragraph):
-        return False
-    significant = [w.lstrip("\"'“‘(_") for w in words if w.lower().strip("_") not in _SMALL_WORDS]
-    return len(words) <= 3 or sum(w[:1].isupper() for w in significant) >= 2 / 3 * len(significant)
+    return not _ends_sentence(paragraph)
 
 
 _BOILERPLATE_RE = re.compile(
@@ -323,7 +315,13 @@ def clean_book(data: bytes, name: str) -> CleanBook | Rejection:
     decoded = decode_book(data, name)
     if isinstance(decoded, Rejection):
         return decoded
-    text, encoding, replaced = decoded
+    return clean_text(decoded.text, name, decoded.encoding, decoded.replaced)
+
+
+def clean_text(text: str, name: str, encoding: str = "utf-8", replaced: int = 0) -> CleanBook | Rejection:
+    """Text decoded from ``encoding`` (``replaced`` characters by U+FFFD) cleaned into prose paragraphs
+    by the rules for books (Gutenberg header and footer, contents lists, headings and boilerplate
+    dropped, lines unwrapped); ``empty`` when none is left."""
     body, title = strip_gutenberg(normalize_newlines(text))
     blocks = drop_table_of_contents(split_blocks(body))
     paragraphs: list[str] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from pipelines import io
-from pipelines.books.clean import Rejection, clean_book
+from pipelines import files
+from pipelines.books.clean import clean_book
 from pipelines.config import BooksConfig
 from pipelines.progress import ShowProgress
 from pipelines.stage import (
@@ -18,8 +18,10 @@ from pipelines.stage import (
     sentences_outcome,
 )
 from pipelines.text import paragraphs_to_sentences
+from schemas import storage
 from schemas.commands import InputError
 from schemas.inputs import MAX_LINE_BYTES, lines
+from schemas.rejects import Rejection
 
 SOURCE = "books"
 MAX_BOOK_BYTES = 128 << 20
@@ -48,7 +50,7 @@ def book_outcome(path: str, data: bytes, min_document_words: int) -> Outcome:
 def _read_book(path: str) -> bytes | tuple[str, str]:
     """A book's bytes, or ``(reason, detail)`` when it holds too long a line or is too large."""
     parts, size = [], 0
-    with io.open_binary(path) as f:
+    with files.open_binary(path) as f:
         try:
             for line in lines(f, path, MAX_LINE_BYTES):
                 size += len(line)
@@ -71,11 +73,11 @@ def read_book_outcome(path: str, min_document_words: int) -> Outcome:
     return book_outcome(path, data, min_document_words)
 
 
-def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> None:
-    """Add the books stage to ``pipeline`` for already-expanded input ``files``."""
+def build(pipeline: beam.Pipeline, config: BooksConfig, inputs: list[str], out: storage.Folder) -> None:
+    """Add the books stage to ``pipeline`` for already-expanded ``inputs``."""
     paths = (
         pipeline
-        | "Book files" >> beam.Create(files)
+        | "Book files" >> beam.Create(inputs)
         | "Spread books" >> beam.Reshuffle()
         | "Progress" >> beam.ParDo(ShowProgress("pipelines books: cleaning", "books"))
     )
@@ -86,10 +88,10 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, files: list[str]) -> Non
         | "Count books" >> CountRecords()
     )
     _ = outcomes | "Write" >> WriteStageOutput(
-        output=config.output,
+        out=out,
         producer="pipelines books",
         params=config.params(),
         num_shards=config.num_shards,
         extra_tallies=[books_read],
-        input_files=files,
+        input_files=inputs,
     )

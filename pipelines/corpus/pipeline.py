@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import apache_beam as beam
 import numpy as np
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import CorpusConfig
 from pipelines.corpus.dedup import MAX_BUCKET_COMPARISONS, band_keys, estimated_jaccard, minhash_signature
 from pipelines.corpus.split import assign_split
@@ -22,7 +22,7 @@ from pipelines.progress import ShowProgress
 from pipelines.shuffle import GroupOnDisk
 from pipelines.stage import DOCUMENT, DROPPED, CountRecords, Outcome, WriteStageOutput, document_sort_key
 from pipelines.stats import sum_tallies
-from schemas import Manifest, absolute_reference
+from schemas import Manifest, absolute_reference, storage
 
 
 def keep_one_of_each(_: str, rows: Iterator[dict]) -> Iterator[Outcome]:
@@ -71,9 +71,10 @@ def mark_or_keep(_: str, values: Iterator[list], threshold: float) -> Iterator[O
             yield Outcome(DROPPED, "near_duplicate") if near else Outcome(DOCUMENT, "", value)
 
 
-def near_duplicates(unique: beam.PCollection, config: CorpusConfig):
-    """``unique`` documents, near duplicates dropped (MinHash, LSH bands), and the band buckets' tally."""
-    output, bands, rows_per_band = config.output, config.minhash_bands, config.minhash_rows
+def near_duplicates(unique: beam.PCollection, config: CorpusConfig, out: storage.Folder):
+    """``unique`` documents, near duplicates dropped (MinHash, LSH bands), and the band buckets' tally;
+    groupings spill under ``out``."""
+    bands, rows_per_band = config.minhash_bands, config.minhash_rows
     signed = unique | "MinHash" >> beam.Map(
         lambda o: (
             o.row,
@@ -86,47 +87,50 @@ def near_duplicates(unique: beam.PCollection, config: CorpusConfig):
         >> beam.FlatMapTuple(
             lambda row, sig: [(k, row["doc_id"]) for k in band_keys(sig, bands, rows_per_band)]
         )
-        | "Group by band" >> GroupOnDisk(pairs_in_bucket, output, order=lambda doc_id: doc_id)
+        | "Group by band" >> GroupOnDisk(pairs_in_bucket, out, order=lambda doc_id: doc_id)
         | "Pairs or sizes" >> beam.Partition(lambda e, _: int(isinstance(e, Counter)), 2)
     )
     signatures = signed | "Signatures" >> beam.MapTuple(
         lambda row, sig: (row["doc_id"], ["sig", sig.tobytes().hex()])
     )
     offered = (signatures, bucketed[0]) | "Offer signatures" >> GroupOnDisk(
-        offer_signature, output, order=lambda v: v
+        offer_signature, out, order=lambda v: v
     )
     rows = signed | "Rows" >> beam.MapTuple(
         lambda row, sig: (row["doc_id"], ["row", row, sig.tobytes().hex()])
     )
     kept = (offered, rows) | "Compare" >> GroupOnDisk(
         lambda doc_id, values: mark_or_keep(doc_id, values, config.near_duplicate_threshold),
-        output,
+        out,
         order=lambda v: v[:2] if v[0] == "near" else v[:1],
     )
     return kept, bucketed[1] | "Sum bucket sizes" >> beam.CombineGlobally(sum_tallies)
 
 
-def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]]) -> None:
+def build(
+    pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[str, Manifest]], out: storage.Folder
+) -> None:
     """Add the corpus stage to ``pipeline`` over completed document outputs (each shard's SHA-256 checked)."""
-    shards = sorted((io.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
-    inputs = [{"path": absolute_reference(f), "manifest_sha256": io.manifest_sha256(f)} for f, _ in manifests]
+    shards = sorted((files.join(folder, s.path), s.sha256) for folder, m in manifests for s in m.shards)
+    inputs = [
+        {"path": absolute_reference(f), "manifest_sha256": files.manifest_sha256(f)} for f, _ in manifests
+    ]
     rows = (
         pipeline
         | "Input shards" >> beam.Create(shards)
         | "Spread shards" >> beam.Reshuffle()
-        | "Read shards"
-        >> beam.FlatMap(lambda shard: (r for t in io.read_document_table(shard) for r in t.to_pylist()))
+        | "Read shards" >> beam.FlatMap(files.read_document_shard)
         | "Progress" >> beam.ParDo(ShowProgress("pipelines corpus: reading", "documents"))
     )
     documents_read = rows | "Count documents" >> CountRecords()
     exact = (
         rows
         | "Key by id" >> beam.Map(lambda r: (r["doc_id"], r))
-        | "Exact duplicates" >> GroupOnDisk(keep_one_of_each, config.output, order=document_sort_key)
+        | "Exact duplicates" >> GroupOnDisk(keep_one_of_each, out, order=document_sort_key)
     )
     unique = exact | "Unique" >> beam.Filter(lambda o: o.kind == DOCUMENT)
     exact_dropped = exact | "Exact dropped" >> beam.Filter(lambda o: o.kind != DOCUMENT)
-    survivors, bucket_sizes = near_duplicates(unique, config)
+    survivors, bucket_sizes = near_duplicates(unique, config, out)
 
     def split_of(row: dict) -> str:
         return assign_split(
@@ -134,7 +138,7 @@ def build(pipeline: beam.Pipeline, config: CorpusConfig, manifests: list[tuple[s
         )
 
     _ = (exact_dropped, survivors) | "Write" >> WriteStageOutput(
-        output=config.output,
+        out=out,
         producer="pipelines corpus",
         params={**config.params(), "input_manifests": inputs},
         num_shards=config.num_shards,

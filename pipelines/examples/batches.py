@@ -231,9 +231,24 @@ MAX_SAME_TEXT_SHARE = 0.1
 """Above this share of random-next B's from a copy of A's own document, ``pipelines examples`` warns."""
 
 
+MAX_NSP_IMBALANCE = 0.25
+"""Random next sentences further than this from half of the examples: ``pipelines examples`` warns."""
+
+
 def random_next_warning(stats: dict) -> str | None:
-    """The warning for an examples run whose random next sentences come mostly from copies of the same
-    text, where the NSP labels mean nothing; None otherwise."""
+    """The warning for an examples run whose NSP labels mean little: far from balanced (documents of
+    one sentence; too few documents to draw a random next sentence from), or random next sentences
+    mostly from copies of the same text; None otherwise."""
+    rate, skipped = stats.get("random_next_rate"), stats["skipped"]["pairs_without_other_document"]
+    if rate is not None and abs(rate - 0.5) > MAX_NSP_IMBALANCE:
+        why = (
+            f", and {skipped:,} pairs skipped for want of another document to draw a random next sentence "
+            "from: give the text as many documents (a blank line between documents in `pipelines text`)"
+            if skipped
+            else ": the documents are too short to take a next sentence from their own text (one sentence "
+            "each?): give documents of several sentences"
+        )
+        return f"random next {rate:.2f} (0.50 is balanced){why}; or use --format packed (no next sentence prediction)"
     share = stats.get("random_next_same_text_share")
     if share is None or share <= MAX_SAME_TEXT_SHARE:
         return None

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines import io
+from pipelines import files
 from pipelines.examples.batches import RequestDrawer, bucket_of, fulfil_bucket, plan_batch, tokenize_documents
 from pipelines.examples.finish import ExampleColumns, ExampleVocab
 from pipelines.examples.packing import pack_group
@@ -60,7 +60,7 @@ class TokenizeShard(beam.DoFn):
         self._cache = ChunkCache(tokenizer)
 
     def process(self, shard: tuple[str, str]):
-        tables = io.read_document_table(shard, ["doc_id", "sentences"])
+        tables = files.read_document_table(shard, ["doc_id", "sentences"])
         for batch in (batch for table in tables for batch in document_batches(table)):
             documents, without_tokens = tokenize_documents(self._cache, batch)
             yield beam.pvalue.TaggedOutput(

@@ -49,7 +49,7 @@ class PairConfig:
                 f"random_next_prob must be in [0, 1] (there is no flag for it), got {self.random_next_prob}"
             )
         if problems:
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
     @property
     def max_num_tokens(self) -> int:

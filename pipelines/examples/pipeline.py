@@ -5,7 +5,7 @@ references to temporary files go through the shuffles.
 
 from __future__ import annotations
 
-import io as bytes_io
+import io
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -13,22 +13,22 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import check_count
 from pipelines.examples.dofns import FulfilBucket, PackGroup, PlanBatch, TokenizeShard
 from pipelines.examples.packing import FORMATS
 from pipelines.examples.pairs import PairConfig
 from pipelines.examples.spill import run_folder
 from pipelines.examples.write import WriteExampleShards
-from pipelines.shuffle import GroupOnDisk, remove_folder
+from pipelines.jobs import LOCAL_RUNNERS
+from pipelines.shuffle import GroupOnDisk
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
-from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference
+from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference, storage
+from schemas.commands import OutputError, seed_problems
 from schemas.examples import EXAMPLES_VERSION, examples_format
 from schemas.index import INDEX_FILE, ShardIndex, index_reference
 from schemas.manifest import COMPLETED_FILE, MANIFEST_FILE, STATS_FILE
-from schemas.outputs import journal
-from wordpiece.beam_jobs import LOCAL_RUNNERS
 from wordpiece.masking import MaskingConfig
 from wordpiece.tokenizer import vocab_sha256, vocab_txt_bytes
 
@@ -77,18 +77,19 @@ class ExamplesConfig:
             problems.append(f"--spill takes {', '.join(SPILL_MODES)}, got {self.spill}")
         elif self.spill == "never" and self.temp_location:
             problems.append("--temp-location is where spilled files go; --spill never writes none, drop one")
-        if self.split not in io.SPLITS:
-            problems.append(f"--split takes {', '.join(io.SPLITS)}, got {self.split}")
+        if self.split not in files.SPLITS:
+            problems.append(f"--split takes {', '.join(files.SPLITS)}, got {self.split}")
         check_count("--dupe-factor", self.dupe_factor, problems, most=MAX_DUPE_FACTOR)
         check_count("--num-shards", self.num_shards, problems)
         check_count("--num-buckets", self.num_buckets, problems)
+        problems += seed_problems(self.seed)
         if self.masking.max_predictions_per_seq > self.pairs.max_seq_length:
             problems.append(
                 f"--max-predictions-per-seq {self.masking.max_predictions_per_seq} is more than the "
                 f"--max-seq-length {self.pairs.max_seq_length} positions there are"
             )
         if problems:
-            raise ValueError("invalid configuration: " + "; ".join(problems))
+            raise ValueError("invalid settings: " + "; ".join(problems))
 
     def params(self) -> dict[str, Any]:
         """Generation parameters for the manifest."""
@@ -109,7 +110,7 @@ def spill_folder(config: ExamplesConfig, runner: str) -> str | None:
         return None
     if config.temp_location:
         return run_folder(config.temp_location)
-    return io.join(config.output, io.TEMP_DIR)
+    return files.join(config.output, files.TEMP_DIR)
 
 
 def _stats(tally: Counter, apply_masking: bool, packed: bool = False) -> dict[str, Any]:
@@ -162,7 +163,7 @@ def length_histogram_png(histogram: dict[str, int], max_seq_length: int) -> byte
     axes.set_ylabel("examples")
     axes.set_title(f"Example lengths (max_seq_length {max_seq_length})")
     figure.tight_layout()
-    buffer = bytes_io.BytesIO()
+    buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()
 
@@ -182,7 +183,7 @@ class CarriedVocabulary:
         """The copy of ``tokens`` (in id order), as :data:`schemas.VOCAB_FILE` in the output folder."""
         data = vocab_txt_bytes(tokens)
         return cls(
-            data, VocabFile(VOCAB_FILE, len(data), io.sha256_hex(data)), vocab_sha256(tokens), len(tokens)
+            data, VocabFile(VOCAB_FILE, len(data), files.sha256_hex(data)), vocab_sha256(tokens), len(tokens)
         )
 
 
@@ -197,7 +198,7 @@ def _finish_output(
 ) -> dict:
     # Every shard is written (``entries``): the temporary files go before anything is marked done.
     if folder is not None:
-        remove_folder(folder)
+        files.remove_tree(folder)
     stats = _stats(tally, config.apply_masking, config.format == "packed")
     if config.format == "packed":
         stats["document_separators"] = tally["document_separators"]
@@ -208,7 +209,7 @@ def _finish_output(
     written = sum(e["num_rows"] for e in entries)
     if written != stats["examples"]:  # a piece lost on its way to the shards: never COMPLETED
         write_stats(config.output, stats)
-        raise io.OutputError(
+        raise OutputError(
             f"--output {config.output}: the shards hold {written:,} examples but {stats['examples']:,} "
             "were made (see stats.json); not marked COMPLETED, run again with --overwrite"
         )
@@ -218,13 +219,13 @@ def _finish_output(
     params = {
         **config.params(),
         "vocab_sha256": vocab.sha256,
-        "corpus_manifest_sha256": io.manifest_sha256(config.corpus),
+        "corpus_manifest_sha256": files.manifest_sha256(config.corpus),
     }
     png = length_histogram_png(stats["length_histogram"], config.pairs.max_seq_length)
-    io.write_bytes(io.join(config.output, LENGTH_HISTOGRAM_FILE), png)
+    files.write_bytes(files.join(config.output, LENGTH_HISTOGRAM_FILE), png)
     index_json = index.to_json()
-    io.write_bytes(io.join(config.output, INDEX_FILE), index_json.encode("utf-8"))
-    io.write_bytes(io.join(config.output, vocab.file.path), vocab.data)
+    files.write_bytes(files.join(config.output, INDEX_FILE), index_json.encode("utf-8"))
+    files.write_bytes(files.join(config.output, vocab.file.path), vocab.data)
     manifest = Manifest(
         "examples",
         EXAMPLES_VERSION,
@@ -236,6 +237,11 @@ def _finish_output(
     )
     write_completion(config.output, stats, manifest)
     return stats
+
+
+def _runs(folder: str | None) -> storage.Folder | None:
+    """Where a grouping of this run writes its sorted runs (under the run's folder of temporary files)."""
+    return None if folder is None else storage.Folder(folder)
 
 
 def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple):
@@ -255,7 +261,7 @@ def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str
     )
     fulfilled = (
         tagged
-        | "Meet by bucket" >> GroupOnDisk(lambda bucket, refs: [(bucket, list(refs))], folder)
+        | "Meet by bucket" >> GroupOnDisk(lambda bucket, refs: [(bucket, list(refs))], _runs(folder))
         | "Random B"
         >> beam.ParDo(FulfilBucket(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
@@ -268,7 +274,7 @@ def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: s
     packed = (
         batches
         | "Group" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
-        | "Meet by group" >> GroupOnDisk(lambda group, refs: [(group, list(refs))], folder)
+        | "Meet by group" >> GroupOnDisk(lambda group, refs: [(group, list(refs))], _runs(folder))
         | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
     return packed.pieces, (packed.tallies,)
@@ -280,13 +286,16 @@ def build(
     manifest: Manifest,
     vocab: Sequence[str],
     folder: str | None,
+    out: storage.Folder,
 ):
-    """Add the examples stage to ``pipeline``; temporary files go under ``folder`` (None: no spilling)."""
-    shards = sorted((io.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
+    """Add the examples stage to ``pipeline``, written into ``out``; temporary files go under ``folder``
+    (None: no spilling)."""
+    shards = sorted((files.join(config.corpus, s.path), s.sha256) for s in manifest.shards_for(config.split))
     carried = CarriedVocabulary.of(vocab)
     # recorded in the output's journal before workers write them
     names = [LENGTH_HISTOGRAM_FILE, INDEX_FILE, carried.file.path, STATS_FILE, MANIFEST_FILE, COMPLETED_FILE]
-    journal(*(io.join(config.output, n) for n in names), *([f"{folder}/"] if folder else []))
+    inside = folder is not None and folder.startswith(f"{out.url}/")
+    out.journal(*names, *([f"{folder[len(out.url) + 1 :]}/"] if inside else []))
     fmt = examples_format(carried.size)
     tokens = tuple(vocab)  # travels inside the DoFns: no worker opens the vocabulary file
     tokenize = TokenizeShard(tokens, config.cased, config.num_buckets, folder)
@@ -300,9 +309,7 @@ def build(
         pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder, tokens)
     else:
         pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder, tokens)
-    entries = pieces | "Write" >> WriteExampleShards(
-        config.output, "examples", config.num_shards, fmt, folder
-    )
+    entries = pieces | "Write" >> WriteExampleShards(out, "examples", config.num_shards, fmt, folder)
     tally = (
         (documents.tallies, *tallies)
         | "All tallies" >> beam.Flatten()

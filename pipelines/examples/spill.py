@@ -6,7 +6,7 @@ archives, read with ``allow_pickle=False``; a reference names a file of the run'
 
 from __future__ import annotations
 
-import io as bytes_io
+import io
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipelines import io
+from pipelines import files
 from pipelines.examples.batches import Requests
 from pipelines.examples.pairs import TokenizedDocument
 from schemas.commands import InputError
@@ -33,7 +33,7 @@ class SpillRef(NamedTuple):
 
 def run_folder(base: str) -> str:
     """A new folder for one run's temporary files under ``base`` (nothing is created yet)."""
-    return io.join(base, f"examples-{uuid.uuid4().hex}")
+    return files.join(base, f"examples-{uuid.uuid4().hex}")
 
 
 def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple[Any, tuple | bytes]]:
@@ -47,7 +47,7 @@ def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple
     for key, data in pieces:
         refs.append((key, (name, offset, len(data))))
         offset += len(data)
-    io.write_bytes(io.join(folder, name), [data for _, data in pieces])
+    files.write_bytes(files.join(folder, name), [data for _, data in pieces])
     return refs
 
 
@@ -68,8 +68,8 @@ def read_spilled(pieces: Iterable[Sequence | bytes], folder: str | None) -> Iter
             raise InputError(f"{folder}: {str(piece)[:200]} is no reference to a file this run spilled")
         by_name.setdefault(ref.name, []).append(ref)
     for name in sorted(by_name):
-        path = io.join(folder, name)
-        with io.open_binary(path) as f:
+        path = files.join(folder, name)
+        with files.open_binary(path) as f:
             for ref in sorted(by_name[name], key=lambda r: r.offset):
                 f.seek(ref.offset)
                 data = f.read(ref.length)
@@ -82,13 +82,13 @@ def read_spilled(pieces: Iterable[Sequence | bytes], folder: str | None) -> Iter
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:
-    buffer = bytes_io.BytesIO()
+    buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
 
 
 def _load_npz(data: bytes) -> dict[str, np.ndarray]:
-    with np.load(bytes_io.BytesIO(data), allow_pickle=False) as archive:
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         return {name: archive[name] for name in archive.files}
 
 

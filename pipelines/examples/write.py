@@ -12,15 +12,14 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines import io
+from pipelines import files
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
 from pipelines.examples.spill import read_spilled
 from pipelines.shuffle import GroupOnDisk
 from pipelines.stage import shard_name
-from schemas import RecordFormat, ShardEntry
+from schemas import RecordFormat, ShardEntry, storage
 from schemas.formats import batch_row_counts
 from schemas.index import shard_index_entry
-from schemas.outputs import journal
 from wordpiece.masking import hashed_bits
 
 STREAM_SHARD = 21
@@ -80,11 +79,11 @@ def _write_shard(
     index: int, refs: Iterable, output: str, split: str, num_shards: int, fmt: RecordFormat, folder
 ) -> dict:
     relative = shard_name(split, index, num_shards)
-    path = io.join(output, relative)
+    path = files.join(output, relative)
     table = shard_table(read_spilled(refs, folder), fmt)
     data = fmt.to_ipc_bytes(table, source=path)
-    io.write_bytes(path, data)
-    sha256 = io.sha256_hex(data)
+    files.write_bytes(path, data)
+    sha256 = files.sha256_hex(data)
     entry = asdict(ShardEntry(relative, fmt.name, split, len(table), len(data), sha256))
     # The record batches' byte ranges and hashes for index.json, from the bytes just written
     # (the table is one chunk: its batches' row counts are known without decoding them).
@@ -97,10 +96,13 @@ class WriteExampleShards(beam.PTransform):
     grouped on disk under ``folder`` on a local runner); one ``ShardEntry`` dict each, with its
     ``ShardIndexEntry`` under ``"index"``."""
 
-    def __init__(self, output: str, split: str, num_shards: int, fmt: RecordFormat, folder: str | None):
+    def __init__(
+        self, out: storage.Folder, split: str, num_shards: int, fmt: RecordFormat, folder: str | None
+    ):
         super().__init__()
+        out.journal(*(shard_name(split, i, num_shards) for i in range(num_shards)))  # before the workers
         self._output, self._split, self._num_shards, self._fmt, self._folder = (
-            output,
+            out.url,
             split,
             num_shards,
             fmt,
@@ -109,7 +111,8 @@ class WriteExampleShards(beam.PTransform):
 
     def expand(self, pieces):
         n, output, split, fmt, folder = self._num_shards, self._output, self._split, self._fmt, self._folder
-        journal(*(io.join(output, shard_name(split, i, n)) for i in range(n)))  # before workers
         return pieces | GroupOnDisk(
-            lambda index, refs: [_write_shard(index, refs, output, split, n, fmt, folder)], folder, keys=n
+            lambda index, refs: [_write_shard(index, refs, output, split, n, fmt, folder)],
+            None if folder is None else storage.Folder(folder),
+            keys=n,
         )

@@ -10,11 +10,12 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import TextConfig
 from pipelines.corpus.split import assign_split
 from pipelines.progress import ShowProgress
 from pipelines.stage import FILE_ERROR, REJECTED, Outcome, WriteStageOutput, reject_outcome, sentences_outcome
+from schemas import storage
 from schemas.inputs import MAX_LINE_BYTES
 
 SOURCE = "text"
@@ -117,8 +118,8 @@ def read_text_file(path: str, min_document_words: int) -> Iterator[Outcome]:
     """The outcomes of one input file; a file that cannot be read is a file error, never a crash."""
     first = True
     try:
-        with io.open_binary(path) as f:
-            for outcome in _file_outcomes(path, f, io.file_size(path), min_document_words):
+        with files.open_binary(path) as f:
+            for outcome in _file_outcomes(path, f, files.file_size(path), min_document_words):
                 counts = {**(outcome.counts or {}), "records_in": int(outcome.kind != FILE_ERROR)}
                 yield dataclasses.replace(outcome, counts={**counts, "text_files": 1} if first else counts)
                 first = False
@@ -127,8 +128,8 @@ def read_text_file(path: str, min_document_words: int) -> Iterator[Outcome]:
         yield dataclasses.replace(error, counts={"records_in": 0, "text_files": int(first)})
 
 
-def build(pipeline: beam.Pipeline, config: TextConfig, files: list[str]) -> None:
-    """Add the text stage to ``pipeline`` for already-expanded input ``files``."""
+def build(pipeline: beam.Pipeline, config: TextConfig, inputs: list[str], out: storage.Folder) -> None:
+    """Add the text stage to ``pipeline`` for already-expanded ``inputs``."""
 
     def split_of(row: dict) -> str:
         return assign_split(
@@ -137,16 +138,16 @@ def build(pipeline: beam.Pipeline, config: TextConfig, files: list[str]) -> None
 
     paths = (
         pipeline
-        | "Text files" >> beam.Create(files)
+        | "Text files" >> beam.Create(inputs)
         | "Spread files" >> beam.Reshuffle()
         | "Progress" >> beam.ParDo(ShowProgress("pipelines text: reading", "files"))
     )
     outcomes = paths | "Parse files" >> beam.FlatMap(read_text_file, config.min_document_words)
     _ = outcomes | "Write" >> WriteStageOutput(
-        output=config.output,
+        out=out,
         producer="pipelines text",
         params=config.params(),
         num_shards=config.num_shards,
         split_of=split_of,
-        input_files=files,
+        input_files=inputs,
     )

@@ -1,6 +1,11 @@
 """Stream pages out of MediaWiki XML dumps, whole or as byte ranges of multistream dumps, in
 bounded memory (64 KiB chunks into an ``XMLPullParser``, each finished ``<page>`` cleared). A
-defect ends the pages with one :class:`Defect`; a storage ``OSError`` propagates."""
+defect ends the pages with one :class:`~schemas.rejects.Rejection`, whose ``reason`` is one of
+``truncated_input`` (compressed data or XML ends early), ``malformed_xml`` (XML syntax error, or a
+page without a valid ``<id>``), ``not_a_dump`` (not compressed data/XML at all, not a
+``<mediawiki>`` document, or a range not starting at a bz2 stream), ``corrupt_input`` (compressed
+data damaged after a valid start) and ``malformed_index`` (an index line without a numeric
+offset); a storage ``OSError`` propagates."""
 
 from __future__ import annotations
 
@@ -10,9 +15,11 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 from xml.etree import ElementTree as ET
 from xml.parsers import expat
+
+from schemas.rejects import Rejection
 
 _CHUNK = 64 * 1024
 
@@ -29,18 +36,6 @@ class RawPage:
     text: str
 
 
-class Defect(NamedTuple):
-    """Why a dump (or index) cannot be read to the end. ``reason`` is one of ``truncated_input``
-    (compressed data or XML ends early), ``malformed_xml`` (XML syntax error, or a page without a
-    valid ``<id>``), ``not_a_dump`` (not compressed data/XML at all, not a ``<mediawiki>``
-    document, or a range not starting at a bz2 stream), ``corrupt_input`` (compressed data
-    damaged after a valid start) and ``malformed_index`` (an index line without a numeric
-    offset); ``detail`` is one sentence."""
-
-    reason: str
-    detail: str
-
-
 class _Chunks:
     """The decompressed chunks of a file, by the magic bytes of its start (bz2, gzip or none); a
     decompression failure ends them and is kept in ``damage``. Its own ``read`` is the raw source
@@ -53,10 +48,11 @@ class _Chunks:
         self._fileobj, self._prefix, self._left = fileobj, head, None if limit is None else limit - len(head)
         self.not_bz2 = bz2_only and not head.startswith(b"BZh")
         self._reader: Any = self
+        self.kind = "uncompressed"  # what its first bytes say it is
         if head.startswith(b"BZh"):
-            self._reader = bz2.BZ2File(self)
+            self._reader, self.kind = bz2.BZ2File(self), "bz2"
         elif head.startswith(b"\x1f\x8b"):
-            self._reader = gzip.GzipFile(fileobj=self, mode="rb")
+            self._reader, self.kind = gzip.GzipFile(fileobj=self, mode="rb"), "gzip"
         self.error: OSError | None = None
         self.damage: tuple[bool, bool, BaseException] | None = None
 
@@ -96,15 +92,15 @@ class _Chunks:
             after_data = True
             yield data
 
-    def defect(self, done: int, unit: str) -> Defect:
-        """The :class:`Defect` of ``damage``, after ``done`` ``unit`` were read."""
+    def defect(self, done: int, unit: str) -> Rejection:
+        """The :class:`Rejection` of ``damage``, after ``done`` ``unit`` were read."""
         truncated, after_data, cause = self.damage
         if truncated:
             detail = f"compressed data ended before the end-of-stream marker after {done} {unit}"
-            return Defect("truncated_input", detail)
+            return Rejection("truncated_input", detail)
         if after_data:
-            return Defect("corrupt_input", f"compressed data is damaged after {done} {unit} ({cause})")
-        return Defect("not_a_dump", f"input is not valid compressed data ({cause})")
+            return Rejection("corrupt_input", f"compressed data is damaged after {done} {unit} ({cause})")
+        return Rejection("not_a_dump", f"input is not valid compressed data ({cause})")
 
 
 def _local(tag: str) -> str:
@@ -118,13 +114,13 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _page_from_element(page: ET.Element, number: int) -> RawPage | Defect:
+def _page_from_element(page: ET.Element, number: int) -> RawPage | Rejection:
     fields: dict[str, ET.Element] = {_local(child.tag): child for child in page}
     revision = {_local(child.tag): child for child in fields.get("revision", ())}
     page_id = _int(fields["id"].text) if "id" in fields else None
     title = (fields["title"].text or "") if "title" in fields else ""
     if page_id is None:
-        return Defect("malformed_xml", f"page {number} ({title!r}) has no valid <id>")
+        return Rejection("malformed_xml", f"page {number} ({title!r}) has no valid <id>")
     return RawPage(
         title=title,
         ns=(_int(fields["ns"].text) or 0) if "ns" in fields else 0,
@@ -137,7 +133,7 @@ def _page_from_element(page: ET.Element, number: int) -> RawPage | Defect:
 
 class _PageParser:
     """Incremental parser yielding each top-level ``<page>`` (then dropped from the tree), or one
-    :class:`Defect`. With ``fragment=True`` the input is a run of ``<page>`` elements (a byte range of
+    :class:`Rejection`. With ``fragment=True`` the input is a run of ``<page>`` elements (a byte range of
     a multistream dump): a ``<mediawiki>`` root is put around it unless it starts with the header."""
 
     def __init__(self, fragment: bool) -> None:
@@ -148,7 +144,7 @@ class _PageParser:
         self._depth = 0
         self.count = 0
 
-    def feed(self, data: bytes) -> Iterator[RawPage | Defect]:
+    def feed(self, data: bytes) -> Iterator[RawPage | Rejection]:
         if self._pending is not None:
             self._pending += data
             if not self._pending.strip():
@@ -159,7 +155,7 @@ class _PageParser:
         self._parser.feed(data)
         yield from self._drain(at_end=False)
 
-    def close(self) -> Iterator[RawPage | Defect]:
+    def close(self) -> Iterator[RawPage | Rejection]:
         if self._pending is not None:  # an empty fragment
             self._parser.feed(self._pending + b"<mediawiki>")
             self._pending = None
@@ -174,14 +170,14 @@ class _PageParser:
             return
         yield from self._drain(at_end=True)
 
-    def _drain(self, at_end: bool) -> Iterator[RawPage | Defect]:
+    def _drain(self, at_end: bool) -> Iterator[RawPage | Rejection]:
         try:
             for event, elem in self._parser.read_events():
                 if event == "start":
                     if self._root is None:
                         self._root = elem
                         if _local(elem.tag) != "mediawiki":
-                            yield Defect("not_a_dump", f"the document element is <{_local(elem.tag)}>")
+                            yield Rejection("not_a_dump", f"the document element is <{_local(elem.tag)}>")
                             return
                     self._depth += 1
                     continue
@@ -194,49 +190,51 @@ class _PageParser:
         except ET.ParseError as exc:
             yield self._syntax_error(exc, at_end)
 
-    def _syntax_error(self, exc: ET.ParseError, at_end: bool) -> Defect:
+    def _syntax_error(self, exc: ET.ParseError, at_end: bool) -> Rejection:
         line, column = exc.position
         message = expat.ErrorString(exc.code) if exc.code else str(exc)
         if self._root is None:
-            return Defect("not_a_dump", f"input is empty or not XML ({message} at line {line})")
+            return Rejection("not_a_dump", f"input is empty or not XML ({message} at line {line})")
         if at_end:
-            return Defect(
+            return Rejection(
                 "truncated_input", f"XML ended inside an open element after {self.count} pages ({message})"
             )
         detail = f"XML syntax error ({message}) at line {line}, column {column} after {self.count} pages"
-        return Defect("malformed_xml", detail)
+        return Rejection("malformed_xml", detail)
 
 
-def _parse(chunks: _Chunks, fragment: bool) -> Iterator[RawPage | Defect]:
-    """The pages of ``chunks``, ending at the first :class:`Defect`."""
+def _parse(chunks: _Chunks, fragment: bool) -> Iterator[RawPage | Rejection]:
+    """The pages of ``chunks``, ending at the first :class:`Rejection`."""
     pages = _PageParser(fragment)
     for data in chunks:
         for item in pages.feed(data):
-            yield item
-            if isinstance(item, Defect):
+            if isinstance(item, Rejection):
+                what = f"; the file holds {chunks.kind} data" if item.reason == "not_a_dump" else ""
+                yield item._replace(detail=item.detail + what)
                 return
+            yield item
     if chunks.damage is not None:
         yield chunks.defect(pages.count, "pages")
         return
     for item in pages.close():
         yield item
-        if isinstance(item, Defect):
+        if isinstance(item, Rejection):
             return
 
 
-def iter_pages(fileobj: BinaryIO) -> Iterator[RawPage | Defect]:
+def iter_pages(fileobj: BinaryIO) -> Iterator[RawPage | Rejection]:
     """Every page of a whole dump (bz2, gzip or plain XML) in bounded memory; a defect ends them."""
     return _parse(_Chunks(fileobj), fragment=False)
 
 
-def iter_range_pages(fileobj: BinaryIO, start: int, end: int) -> Iterator[RawPage | Defect]:
+def iter_range_pages(fileobj: BinaryIO, start: int, end: int) -> Iterator[RawPage | Rejection]:
     """The pages of the bz2 streams in bytes ``[start, end)`` of a multistream dump, as :func:`iter_pages`."""
     if not 0 <= start <= end:
         raise ValueError(f"invalid byte range [{start}, {end})")
     fileobj.seek(start)
     chunks = _Chunks(fileobj, end - start, bz2_only=start < end)
     if chunks.not_bz2:
-        return iter([Defect("not_a_dump", "the byte range does not start with a bz2 stream header")])
+        return iter([Rejection("not_a_dump", "the byte range does not start with a bz2 stream header")])
     return _parse(chunks, fragment=True)
 
 
@@ -254,9 +252,9 @@ def index_path_for(dump_path: str) -> str | None:
     return f"{directory}{slash}{stem}-index{part}.txt{pages or ''}.bz2"
 
 
-def read_stream_offsets(index_fileobj: BinaryIO) -> list[int] | Defect:
+def read_stream_offsets(index_fileobj: BinaryIO) -> list[int] | Rejection:
     """The sorted unique stream offsets of an index of ``OFFSET:PAGE_ID:TITLE`` lines (bz2, gzip
-    or plain; blank lines ignored), or the :class:`Defect` that keeps it from being read."""
+    or plain; blank lines ignored), or the :class:`Rejection` that keeps it from being read."""
     chunks = _Chunks(index_fileobj)
     offsets: set[int] = set()
     number = 0
@@ -265,7 +263,7 @@ def read_stream_offsets(index_fileobj: BinaryIO) -> list[int] | Defect:
         if colon and head.strip().isdigit():
             offsets.add(int(head))
         elif line.strip():
-            return Defect("malformed_index", f"index line {number} does not start with OFFSET:")
+            return Rejection("malformed_index", f"index line {number} does not start with OFFSET:")
     if chunks.damage is not None:
         return chunks.defect(number, "index lines")
     return sorted(offsets)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipelines import io
+from pipelines import files
 from pipelines.config import WikipediaConfig
 from pipelines.progress import ShowProgress
-from pipelines.shuffle import spill_folder
+from pipelines.shuffle import runs_locally
 from pipelines.stage import (
     DROPPED,
     FILE_ERROR,
@@ -22,9 +21,8 @@ from pipelines.stage import (
     reject_outcome,
     sentences_outcome,
 )
-from pipelines.text import paragraphs_to_sentences
+from pipelines.text import garbled_text, paragraphs_to_sentences
 from pipelines.wiki.dump import (
-    Defect,
     RawPage,
     index_path_for,
     iter_pages,
@@ -33,14 +31,12 @@ from pipelines.wiki.dump import (
     read_stream_offsets,
 )
 from pipelines.wiki.wikitext import clean_wikitext
+from schemas import storage
+from schemas.rejects import Rejection
 
 SOURCE = "wikipedia"
 ARTICLE_NAMESPACE = 0
 _LOG = logging.getLogger(__name__)
-
-MAX_GARBLED_SHARE = 0.01
-"""Page text with more than this share of control characters or U+FFFD is rejected, not cleaned."""
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # Allowed in XML 1.0: only \x7f-\x9f.
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,7 @@ class ReadTask:
     path: str
     start: int | None = None
     end: int | None = None
-    defect: Defect | None = None
+    defect: Rejection | None = None
 
 
 def is_index_file(path: str) -> bool:
@@ -62,15 +58,15 @@ def is_index_file(path: str) -> bool:
 def plan_reads(path: str, streams_per_range: int) -> list[ReadTask]:
     """A multistream dump with an index as stream ranges; any other file whole."""
     index_path = index_path_for(path)
-    if index_path is None or not io.exists(index_path):
+    if index_path is None or not files.exists(index_path):
         return [ReadTask(path)]
-    with io.open_binary(index_path) as index:
+    with files.open_binary(index_path) as index:
         offsets = read_stream_offsets(index)
-    if isinstance(offsets, Defect):
+    if isinstance(offsets, Rejection):
         return [ReadTask(path), ReadTask(index_path, defect=offsets)]
     if not offsets:
         return [ReadTask(path)]
-    ranges = plan_stream_ranges(offsets, io.file_size(path), streams_per_range)
+    ranges = plan_stream_ranges(offsets, files.file_size(path), streams_per_range)
     return [ReadTask(path, start, end) for start, end in ranges]
 
 
@@ -78,10 +74,10 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     """Yield the pages of one read task; a corrupt file ends in one file-error outcome."""
     num_pages, defect = 0, task.defect
     if defect is None:
-        with io.open_binary(task.path) as f:
+        with files.open_binary(task.path) as f:
             pages = iter_pages(f) if task.start is None else iter_range_pages(f, task.start, task.end)
             for page in pages:
-                if isinstance(page, Defect):
+                if isinstance(page, Rejection):
                     defect = page
                     break
                 num_pages += 1
@@ -89,20 +85,12 @@ def read_task(task: ReadTask) -> Iterator[RawPage | Outcome]:
     if defect is not None:
         where = "" if task.start is None else f" (bytes {task.start}-{task.end})"
         kept = (
-            f"the {num_pages} pages before it were kept" if task.defect is None else "the dump is read whole"
+            f"; the {num_pages} pages before it were kept"
+            if task.defect is None
+            else "; the dump is read whole"
         )
-        detail = f"{defect.detail}{where}; {kept}"
+        detail = f"{defect.detail}{where}{kept if num_pages or task.defect else ''}"
         yield reject_outcome(SOURCE, task.path, "file", defect.reason, detail, kind=FILE_ERROR)
-
-
-def garbled_text(text: str) -> tuple[str, str] | None:
-    """``(reason, detail)`` when page text is binary or decoded from invalid UTF-8; None otherwise."""
-    limit = MAX_GARBLED_SHARE * len(text)
-    if (controls := len(_CONTROL_RE.findall(text))) > limit:
-        return "binary", f"{controls} control characters in {len(text)}: binary data, not wikitext"
-    if (replaced := text.count("\ufffd")) > limit:
-        return "undecodable", f"{replaced} U+FFFD in {len(text)} characters: the text was not valid UTF-8"
-    return None
 
 
 def page_outcome(page: RawPage, origin: str, min_document_words: int) -> Outcome:
@@ -147,15 +135,15 @@ class _ReadPages(beam.DoFn):
     def process(self, task: ReadTask):
         for item in read_task(task):
             if isinstance(item, Outcome):
-                _LOG.error("%s: %s", task.path, item.row["detail"])
+                _LOG.warning("%s: %s", task.path, item.row["detail"])  # the command's error says it too
                 yield beam.pvalue.TaggedOutput(self.FILE_ERRORS, item)
             else:
                 yield task.path, item
 
 
-def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) -> None:
-    """Add the Wikipedia stage to ``pipeline`` for already-expanded input ``files``."""
-    dumps = [f for f in files if not is_index_file(f)]
+def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str], out: storage.Folder) -> None:
+    """Add the Wikipedia stage to ``pipeline`` for already-expanded ``inputs``."""
+    dumps = [f for f in inputs if not is_index_file(f)]
     read = (
         pipeline
         | "Dump files" >> beam.Create(dumps)
@@ -164,7 +152,7 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
         | "Read pages" >> beam.ParDo(_ReadPages()).with_outputs(_ReadPages.FILE_ERRORS, main="pages")
     )
     pages = read.pages
-    if spill_folder(pipeline, config.output) is None:  # a local runner would hold every page
+    if not runs_locally(pipeline):  # a local runner would hold every page
         pages = pages | "Spread pages" >> beam.Reshuffle()
     pages = pages | "Progress" >> beam.ParDo(ShowProgress("pipelines wikipedia: cleaning", "pages"))
     outcomes = pages | "Clean pages" >> beam.MapTuple(
@@ -172,10 +160,10 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, files: list[str]) ->
     )
     pages_read = pages | "Count pages" >> CountRecords()
     _ = (outcomes, read[_ReadPages.FILE_ERRORS]) | "Write" >> WriteStageOutput(
-        output=config.output,
+        out=out,
         producer="pipelines wikipedia",
         params=config.params(),
         num_shards=config.num_shards,
         extra_tallies=[pages_read],
-        input_files=files,
+        input_files=inputs,
     )

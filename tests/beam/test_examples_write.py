@@ -7,6 +7,7 @@ import apache_beam as beam
 from pipelines.examples.batches import RequestDrawer, plan_batch
 from pipelines.examples.spill import spill
 from pipelines.examples.write import WriteExampleShards, shard_pieces, shard_table
+from schemas import storage
 from tests.unit.test_examples_batches import CONFIG, FMT, VOCAB, _documents
 
 
@@ -21,7 +22,7 @@ def test_spilled_pieces_give_the_shards_of_the_in_memory_path(pipeline, tmp_path
     _ = (
         pipeline
         | beam.Create(refs[::-1])
-        | WriteExampleShards(str(out), "examples", 4, FMT, temp)
+        | WriteExampleShards(storage.Folder(out), "examples", 4, FMT, temp)
         | beam.Map(lambda entry: entry["path"])
     )
     pipeline.run().wait_until_finish()

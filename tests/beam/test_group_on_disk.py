@@ -11,6 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines import shuffle
 from pipelines.shuffle import GroupOnDisk, _read_run
+from schemas import storage
 from schemas.commands import InputError
 
 PAIRS = [(f"k{i % 7}", [i % 5, f"v{i}"]) for i in range(300)]
@@ -24,7 +25,7 @@ def _grouped(pipeline, output: str, pairs=PAIRS, **kwargs):
     return (
         pipeline
         | beam.Create(pairs)
-        | GroupOnDisk(lambda key, values: [(key, list(values))], output, **kwargs)
+        | GroupOnDisk(lambda key, values: [(key, list(values))], storage.Folder(output), **kwargs)
     )
 
 
@@ -35,7 +36,7 @@ def test_values_reach_reduce_in_order_on_disk_in_merge_rounds_and_in_memory(
     monkeypatch.setattr(shuffle, "SPILL_BYTES", 200)  # a run every few pairs: dozens of runs a partition
     monkeypatch.setattr(shuffle, "MAX_RUNS_MERGED", 3)  # merged in rounds
     if not on_disk:  # what a remote runner gets: a GroupByKey
-        monkeypatch.setattr(shuffle, "spill_folder", lambda pipeline, output: None)
+        monkeypatch.setattr(shuffle, "runs_locally", lambda pipeline: False)
     assert_that(_grouped(pipeline, str(tmp_path), order=lambda v: (v[0], v[1])), equal_to(EXPECTED))
     pipeline.run().wait_until_finish()
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # every run deleted once merged

@@ -13,7 +13,7 @@ from pipelines.shuffle import GroupOnDisk
 from pipelines.stage import DOCUMENT, WriteShards, document_sort_key
 from pipelines.text import content_hash
 from pipelines.wiki.pipeline import ReadTask, _ReadPages, page_outcome
-from schemas import DOCUMENTS
+from schemas import DOCUMENTS, storage
 
 
 def _kinds(outcomes):
@@ -114,7 +114,7 @@ def test_exact_duplicates_keep_the_first_in_sort_order(pipeline, tmp_path):
         pipeline
         | beam.Create(rows)
         | beam.Map(lambda r: (r["doc_id"], r))
-        | GroupOnDisk(keep_one_of_each, str(tmp_path), order=document_sort_key)
+        | GroupOnDisk(keep_one_of_each, storage.Folder(tmp_path), order=document_sort_key)
         | beam.Map(lambda o: (o.kind, o.reason, (o.row or {}).get("origin"), o.counts))
     )
     assert_that(
@@ -148,7 +148,7 @@ def test_a_document_is_dropped_when_one_it_is_compared_with_is_similar(pipeline,
         | beam.Create(values)
         | GroupOnDisk(
             lambda doc_id, vs: mark_or_keep(doc_id, vs, 0.8),
-            str(tmp_path),
+            storage.Folder(tmp_path),
             order=lambda v: v[:2] if v[0] == "near" else v[:1],
         )
     )
@@ -164,7 +164,7 @@ def test_write_shards_writes_every_shard_sorted(pipeline, tmp_path):
     entries = (
         pipeline
         | beam.Create(rows)
-        | WriteShards(str(tmp_path), "all", 3, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
+        | WriteShards(storage.Folder(tmp_path), "all", 3, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
     )
     assert_that(
         entries | beam.Map(lambda e: e["path"]),

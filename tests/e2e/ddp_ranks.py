@@ -18,17 +18,17 @@ def main(report: Path, args: list[str]) -> None:
     from pretrain.cli import main as pretrain
 
     seen: list[str] = []
-    step, finish = train.Trainer._micro_step, train.Trainer._finish
+    weigh, finish = train.Trainer._loss_weights, train.Trainer._finish
 
-    def micro_step(self, batch, sync, weights):
-        host = batch.host  # padded batches: each example's real tokens and its masked positions
-        for ids, mask, positions in zip(
-            host["input_ids"], host["attention_mask"], host["masked_lm_positions"], strict=True
-        ):
-            seen.append(
-                hashlib.sha256(ids[mask.bool()].numpy().tobytes() + positions.numpy().tobytes()).hexdigest()
-            )
-        return step(self, batch, sync, weights)
+    def loss_weights(self, micro):  # called once a step with its micro batches
+        for batch in micro:
+            host = batch.host  # padded batches: each example's real tokens and its masked positions
+            for ids, mask, positions in zip(
+                host["input_ids"], host["attention_mask"], host["masked_lm_positions"], strict=True
+            ):
+                digest = hashlib.sha256(ids[mask.bool()].numpy().tobytes() + positions.numpy().tobytes())
+                seen.append(digest.hexdigest())
+        return weigh(self, micro)
 
     def finished(self):
         finish(self)
@@ -39,7 +39,7 @@ def main(report: Path, args: list[str]) -> None:
         record = {"rank": rank, "weights_sha256": digest.hexdigest(), "examples": seen}
         (report / f"rank{rank}.json").write_text(json.dumps(record))
 
-    train.Trainer._micro_step, train.Trainer._finish = micro_step, finished
+    train.Trainer._loss_weights, train.Trainer._finish = loss_weights, finished
     report.mkdir(parents=True, exist_ok=True)
     pretrain(args, prog_name="pretrain")
 

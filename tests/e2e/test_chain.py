@@ -12,13 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ENWIKI_EXCERPT, require
+from tests.conftest import ENWIKI_EXCERPT, GUTENBERG, require
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _chain(workdir: str) -> subprocess.CompletedProcess:
+def _chapters(folder: Path) -> Path:
+    """A real novel's chapters as JSON Lines (title, text): a corpus for `pipelines documents`."""
+    book = sorted(require(GUTENBERG).glob("*.txt"))[2].read_text(encoding="utf-8-sig")
+    chapters = re.split(r"\n\s*CHAPTER [IVXL]+\.", book)[1:]
+    path = folder / "chapters.jsonl"
+    path.write_text(
+        "".join(json.dumps({"title": f"Chapter {i}", "text": c}) + "\n" for i, c in enumerate(chapters))
+    )
+    return path
+
+
+def _chain(workdir: str, documents: Path) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
@@ -27,6 +38,9 @@ def _chain(workdir: str) -> subprocess.CompletedProcess:
         workdir,
         "--wiki-dump",
         str(require(ENWIKI_EXCERPT)),
+        "--documents",
+        str(documents),
+        "--documents-option=--title-field=title",
     ]
     command += (
         "--vocab-size 3000 --pretrain-steps 6 --finetune-epochs 1 --beam-option=--runner=FnApiRunner".split()
@@ -35,17 +49,16 @@ def _chain(workdir: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
-def test_the_whole_chain_on_a_bucket_and_its_resume(gcs_emulator):
+def test_the_whole_chain_on_a_bucket_and_its_resume(gcs_emulator, tmp_path):
     import fsspec
 
-    first = _chain("gs://bert-bucket/demo")
+    documents = _chapters(tmp_path)
+    first = _chain("gs://bert-bucket/demo", documents)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     fs = fsspec.filesystem("gs")
     fs.invalidate_cache()
     names = set(fs.find("bert-bucket/demo"))
-    expected = (
-        "corpus/all/COMPLETED vocab/vocab.txt shards/seq128/COMPLETED shards/seq128-validation/COMPLETED"
-    )
+    expected = "corpus/documents/COMPLETED corpus/all/COMPLETED vocab/vocab.txt shards/seq128/COMPLETED shards/seq128-validation/COMPLETED"
     expected += (
         " runs/tiny/checkpoints/step-00000006/COMMITTED hf/tiny/model.safetensors tasks/next-sentence/dev.tsv"
     )
@@ -67,10 +80,11 @@ def test_the_whole_chain_on_a_bucket_and_its_resume(gcs_emulator):
     assert re.search(r"Steps \d+ → 6, \d{1,3}(,\d{3})* tokens seen\.", report), report
     state = json.loads(fs.cat_file("bert-bucket/demo/chain.json"))
     assert all(
-        state[name]["seconds"] > 0 for name in ("wikipedia", "corpus", "vocab", "pretrain", "finetune")
+        state[name]["seconds"] > 0
+        for name in ("wikipedia", "documents", "corpus", "vocab", "pretrain", "finetune")
     )
 
-    again = _chain("gs://bert-bucket/demo")
+    again = _chain("gs://bert-bucket/demo", documents)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     headers = [
         line for line in again.stdout.splitlines() if line.startswith("== ") and "/" in line.split()[1]

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from finetune.cli import main
+from schemas import storage
 from tests.conftest import SHARED_DATA, require
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def bucket(request, tmp_path, monkeypatch) -> str:
         max_position_embeddings=128,
     )
     url = f"{request.param}://bert-bucket"
-    hf.export_hf(BertForPreTraining(config, seed=0), f"{url}/bert", vocab)
+    hf.export_hf(BertForPreTraining(config, seed=0), storage.Folder(f"{url}/bert"), vocab)
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)

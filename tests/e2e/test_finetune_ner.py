@@ -8,6 +8,7 @@ import json
 import pytest
 
 from finetune.ner import NerConfig, run_ner
+from schemas import storage
 from tests.conftest import SHARED_DATA, require
 
 pytestmark = pytest.mark.slow
@@ -17,7 +18,7 @@ SMALL = {"max_seq_length": 48, "max_train_examples": 240, "max_eval_examples": 1
 def test_ner_learns_from_minilm(minilm_folder, tmp_path):
     data = require(SHARED_DATA / "ner" / "conll2003")
     config = NerConfig(epochs=2, lr=2e-4, batch_size=16, seed=1, device="cpu", progress=False, **SMALL)
-    result = run_ner(str(data), str(minilm_folder), str(tmp_path / "ner"), config)
+    result = run_ner(str(data), str(minilm_folder), storage.Folder(tmp_path / "ner"), config)
     assert result["valid"]["f1"] > 0.15, result["valid"]
     assert set(result["valid"]["per_type"]) <= {"PER", "LOC", "ORG", "MISC"}
     saved = json.loads((tmp_path / "ner" / "metrics.json").read_text())
@@ -43,7 +44,7 @@ def test_feature_based_ner_learns_from_frozen_minilm(minilm_folder, tmp_path):
         cache_features=True,
         **SMALL,
     )
-    result = run_ner(str(data), str(minilm_folder), str(tmp_path / "ner"), config)
+    result = run_ner(str(data), str(minilm_folder), storage.Folder(tmp_path / "ner"), config)
     assert result["valid"]["f1"] > 0.15, result["valid"]
     saved = json.loads((tmp_path / "ner" / "metrics.json").read_text())
     assert saved["mode"] == "feature-based" and saved["feature_based"]["layers"] == [3, 4, 5, 6]

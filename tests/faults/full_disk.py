@@ -1,5 +1,5 @@
 """A disk that fills up mid-write, for the fault tests: every local file the project writes goes
-through ``schemas.files.write_local_file``, which opens its temporary file with the module's
+through ``schemas.storage.write_bytes``, which opens its temporary file with the module's
 ``open``; :func:`fill_disk_after` replaces that ``open`` so that a file whose final name matches
 raises ``OSError(ENOSPC)`` once ``limit_bytes`` of it are written (the bytes before that really
 land on the disk, as on a full disk). :class:`FullMemoryFileSystem` is the same on a bucket: a
@@ -15,7 +15,7 @@ import os
 import fsspec
 from fsspec.implementations.memory import MemoryFileSystem
 
-import schemas.files
+import schemas.storage
 
 
 class _FillingFile:
@@ -52,14 +52,14 @@ def fill_disk_after(monkeypatch, pattern: str, limit_bytes: int = 100) -> list[s
     def fake_open(path, mode="r", *args, **kwargs):
         file = builtins.open(path, mode, *args, **kwargs)
         name = os.path.basename(path)  # the temporary name is ".FINAL.<hex>.tmp"
-        final = name[1:].rsplit(".", 2)[0] if schemas.files.is_temporary_name(name) else name
+        final = name[1:].rsplit(".", 2)[0] if schemas.storage.is_temporary_name(name) else name
         if "w" in mode or "x" in mode:
             if fnmatch.fnmatch(final, pattern):
                 failed.append(os.path.join(os.path.dirname(path), final))
                 return _FillingFile(file, limit_bytes)
         return file
 
-    monkeypatch.setattr(schemas.files, "open", fake_open, raising=False)
+    monkeypatch.setattr(schemas.storage, "open", fake_open, raising=False)
     return failed
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from chain.cli import main as chain_main
 from chain.run import Stage, StageFailed, run_chain
-from schemas import Manifest, completed_marker
+from schemas import Manifest, completed_marker, storage
 from schemas.outputs import OutputFolder
 from tests.conftest import SHARED_DATA, require
 
@@ -147,7 +147,7 @@ def test_every_flag_problem_at_once_then_every_input(tmp_path):
             "--precision must be one of fp32, bf16, fp16, got 'fp8'",
             "--pretrain-steps must be at least 1, got 0",
             "--finetune-epochs must be positive, got 0.0",
-            "--seed must be between 0 and 2,147,483,647, got -5",
+            "--seed must be between 0 and 4,294,967,295, got -5",
             "--beam-option 'runner=FnApiRunner' is not a Beam flag: give it as --beam-option=--name=value",
         ]
     )
@@ -190,7 +190,7 @@ def test_a_failing_in_process_stage_is_one_line_not_a_traceback(tmp_path):
 
     stages = [Stage("task", "a derived task", str(tmp_path / "task"), action=refuse)]
     with pytest.raises(StageFailed, match=r"^stage task failed: corpus: only 3 sentence pairs"):
-        run_chain(stages, str(tmp_path), log=lambda line: None)
+        run_chain(stages, storage.Folder(tmp_path), log=lambda line: None)
 
 
 @pytest.mark.parametrize(
@@ -247,3 +247,22 @@ def test_chains_own_flags_before_a_subcommand_are_refused(dump, tmp_path):
     assert result.exit_code == 2 and _errors(result) == "--workdir is chain's, not chain ablate's"
     empty = CliRunner().invoke(chain_main, ["--workdir", "", "--wiki-dump", str(dump)])
     assert empty.exit_code == 2 and _errors(empty) == "--workdir must not be empty"
+
+
+def test_a_corpus_for_pipelines_documents_is_checked_as_that_stage_checks_it(tmp_path):
+    """Rows of one sentence each, or a missing file, are refused before any stage (the stage run dry)."""
+    rows = "".join(f'{{"text": "usually , he would be there at {i} ."}}\n' for i in range(40))
+    (tmp_path / "bookcorpus.jsonl").write_text(rows)
+    result = _chain(tmp_path / "w", "--documents", str(tmp_path / "bookcorpus.jsonl"))
+    assert result.exit_code == 1
+    assert _errors(result).startswith(
+        f"--documents {tmp_path / 'bookcorpus.jsonl'}: --input {tmp_path / 'bookcorpus.jsonl'}: 40 of its first "
+        "40 records hold one sentence each: next-sentence prediction needs document boundaries"
+    )
+    missing = tmp_path / "missing.parquet"
+    result = _chain(tmp_path / "w", "--documents", str(missing), "--documents-option=--group-rows=10")
+    assert result.exit_code == 1
+    assert (
+        _errors(result) == f"--documents {missing}: --input {missing}: no file matches this path or pattern"
+    )
+    assert not (tmp_path / "w").exists()

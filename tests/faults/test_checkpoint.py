@@ -13,10 +13,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain.cli import main as pretrain
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas import storage
 from schemas.commands import CommandError, InputError
 from tests.unit.test_finetune_common import VOCAB, hf_folder, tiny_model
 
@@ -37,9 +38,9 @@ def _checkpoint(run: Path, model: torch.nn.Module | None = None) -> str:
     (model or tiny_model()).save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     state = {"step": 2, "cased": False, "optimizer": {"state": {0: {"exp_avg": torch.ones(3)}}}}
-    ckpt.save_state(state, f"{url}/{ckpt.TRAINER_STATE}")
-    ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(0)}")
-    ckpt.commit(url, 2)
+    ckpt.save_state(state, storage.Folder(url), ckpt.TRAINER_STATE)
+    ckpt.save_state(ckpt.rng_state(), storage.Folder(url), ckpt.rng_file(0))
+    ckpt.commit(storage.Folder(url), 2)
     return url
 
 
@@ -96,7 +97,9 @@ def test_pickle_payload_under_any_name_runs_no_code(tmp_path: Path, name: str):
     run, marker = tmp_path / "run", tmp_path / "pwned"
     url = _checkpoint(run)
     Path(url, name).write_bytes(pickle.dumps(_Payload(marker)))
-    ckpt.commit(url, 2)  # even a re-committed (matching hash) payload is only ever parsed as data
+    ckpt.commit(
+        storage.Folder(url), 2
+    )  # even a re-committed (matching hash) payload is only ever parsed as data
     with pytest.raises((InputError, CommandError, ValueError, OSError)) as err:
         _use(run)
         load_encoder(str(run))
@@ -110,7 +113,7 @@ def test_a_checkpoint_of_pickles_is_refused_unread(tmp_path: Path):
     for stale in ("trainer.json", "trainer.safetensors"):
         Path(url, stale).unlink()
     Path(url, "trainer.pt").write_bytes(pickle.dumps(_Payload(marker)))
-    ckpt.commit(url, 2)
+    ckpt.commit(storage.Folder(url), 2)
     with pytest.raises(InputError, match=r"trainer.json: missing; the checkpoint is incomplete"):
         _use(run)
     assert not marker.exists()
@@ -154,7 +157,7 @@ def test_a_damaged_trainer_json_is_one_line_when_resuming(tmp_path: Path, conten
     url = _checkpoint(run)
     path = Path(url, "trainer.json")
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    ckpt.commit(url, 2)  # consistently committed: what a writer with a bug would leave
+    ckpt.commit(storage.Folder(url), 2)  # consistently committed: what a writer with a bug would leave
     result = CliRunner().invoke(pretrain, ["--shards", str(tmp_path / "shards"), "--resume", str(run)])
     assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
     assert result.output.startswith(f"error: {url}/{said}"), result.output
@@ -186,8 +189,8 @@ def test_an_optimizer_state_that_is_not_finite_is_refused_on_resume(tmp_path: Pa
     run = tmp_path / "run"
     url = _checkpoint(run)
     state = {"step": 2, "optimizer": {"state": {0: {"exp_avg": torch.tensor([1.0, float("nan")])}}}}
-    ckpt.save_state(state, f"{url}/{ckpt.TRAINER_STATE}")
-    ckpt.commit(url, 2)
+    ckpt.save_state(state, storage.Folder(url), ckpt.TRAINER_STATE)
+    ckpt.commit(storage.Folder(url), 2)
     with pytest.raises(
         InputError, match=r"trainer.safetensors: optimizer.state.0.exp_avg holds NaN or infinity"
     ):
@@ -211,3 +214,17 @@ def test_a_pytorch_model_bin_that_would_run_code_is_one_line(tmp_path: Path, sha
         assert "pytorch_model.bin: not plain weights (unpickling it would run code, or it is damaged)" in line
         assert "\n" not in line
     assert result.exit_code == 1 and not marker.exists()
+
+
+def test_init_from_and_fine_tuning_read_a_run_folder_one_way(tmp_path: Path, shards: Path):
+    """``--init-from RUN`` and ``--checkpoint RUN`` both name the run's newest complete checkpoint
+    (``pretrain.checkpoint.weights_folder``): a run whose only checkpoint is not committed is one line."""
+    run = tmp_path / "run"
+    Path(_checkpoint(run), ckpt.COMMITTED).unlink()
+    args = ["--shards", str(shards), "--init-from", str(run), "--output", str(tmp_path / "o")]
+    result = CliRunner().invoke(pretrain, [*args, "--precision", "fp32"])
+    with pytest.raises(InputError) as loaded:
+        load_encoder(str(run))
+    line = f"{run}: no complete checkpoint under {run}/checkpoints (a run folder written by `pretrain`)"
+    assert str(loaded.value) == line
+    assert result.exit_code == 1 and result.output.strip() == f"error: {line}", result.output

@@ -16,11 +16,12 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.cli import main as pretrain
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas import storage
 from schemas.commands import CommandError
 from tests.unit.test_finetune_common import VOCAB, hf_folder, tiny_model
 
@@ -45,8 +46,10 @@ def _run_folder(root: Path) -> tuple[Path, Path]:
     url = ckpt.step_url(str(run), 3)
     tiny_model().save_pretrained(url)
     (Path(url) / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_state({"step": 3, "tokens_seen": 0, "cased": False, "train_config": {}}, f"{url}/trainer")
-    ckpt.commit(url, 3)
+    ckpt.save_state(
+        {"step": 3, "tokens_seen": 0, "cased": False, "train_config": {}}, storage.Folder(url), "trainer"
+    )
+    ckpt.commit(storage.Folder(url), 3)
     return run, Path(url)
 
 
@@ -86,7 +89,7 @@ def _one_error(cli, args) -> str:
 def test_a_checkpoint_config_with_a_width_of_1e9_is_one_line_in_export_and_finetune(tmp_path, monkeypatch):
     run, url = _run_folder(tmp_path)
     _edit_config(url, hidden_size=10**9, intermediate_size=4 * 10**9)
-    ckpt.commit(str(url), 3)  # the hashes rebuilt to match: only the shapes can tell
+    ckpt.commit(storage.Folder(str(url)), 3)  # the hashes rebuilt to match: only the shapes can tell
     _forbid_models(monkeypatch)
     said = (
         f"{url}/config.json does not fit {url}/model.safetensors: it says hidden_size 1,000,000,000 where "
@@ -101,7 +104,7 @@ def test_a_checkpoint_config_with_a_width_of_1e9_is_one_line_in_export_and_finet
 def test_pretrain_resume_and_init_from_check_the_config_first(shards, vocab, tmp_path, monkeypatch):
     run, url = _run_folder(tmp_path)
     _edit_config(url, num_hidden_layers=100_000)
-    ckpt.commit(str(url), 3)
+    ckpt.commit(storage.Folder(str(url)), 3)
     folder = tmp_path / "hf"  # over the shards' vocabulary, so that only the config is wrong
     config = BertConfig(
         len(Path(vocab).read_text().splitlines()),

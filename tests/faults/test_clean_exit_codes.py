@@ -23,12 +23,12 @@ REFUSED = {
     "pretrain --seed -5": (
         "pretrain",
         [*PRETRAIN, "--seed", "-5"],
-        "--seed must be between 0 and 4294967295, got -5",
+        "--seed must be between 0 and 4,294,967,295, got -5",
     ),
     "pretrain --seed 2**70": (
         "pretrain",
         [*PRETRAIN, "--seed", HUGE],
-        f"--seed must be between 0 and 4294967295, got {HUGE}",
+        f"--seed must be between 0 and 4,294,967,295, got {int(HUGE):,}",
     ),
     "pretrain --max-seq-length 0": (
         "pretrain",
@@ -53,7 +53,7 @@ REFUSED = {
     "finetune glue --seed -1": (
         "finetune",
         [*GLUE, "--seed", "-1"],
-        "--seed must be between 0 and 4294967295, got -1",
+        "--seed must be between 0 and 4,294,967,295, got -1",
     ),
     "finetune glue --seeds 0": (
         "finetune",
@@ -63,7 +63,7 @@ REFUSED = {
     "finetune glue --seed + --seeds": (
         "finetune",
         [*GLUE, "--seed", "4294967295", "--seeds", "2"],
-        "goes past the largest seed",
+        "--seed (with --seeds 2) must be between 0 and 4,294,967,294, got 4,294,967,295",
     ),
     "finetune glue --max-train-examples -5": (
         "finetune",
@@ -88,7 +88,7 @@ REFUSED = {
     "finetune squad --seed 2**70": (
         "finetune",
         [*SQUAD, "--output", "{out}", "--seed", HUGE],
-        "--seed must be between 0 and 4294967295",
+        "--seed must be between 0 and 4,294,967,295",
     ),
     "pipelines examples --num-buckets 2**70": (
         "pipelines",

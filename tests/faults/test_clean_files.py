@@ -1,4 +1,4 @@
-"""Whole files or none (``schemas.files``, ``pipelines.io.write_bytes``): a disk that fills up
+"""Whole files or none (``schemas.storage.write_bytes``, on the launching machine and Beam's workers): a disk that fills up
 mid-write, a failing bucket upload or a stop signal leave neither a truncated file under its final
 name nor a temporary file, keep what was there before, and say so in one line naming the file."""
 
@@ -11,15 +11,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from pipelines import io
-from schemas.files import (
-    WriteError,
-    is_temporary_name,
-    temporary_name,
-    write_file,
-    write_json,
-    write_local_file,
-)
+from schemas.commands import WriteError
+from schemas.storage import is_temporary_name, temporary_name, write_bytes
 from tests.faults.full_disk import FullMemoryFileSystem, fill_disk_after
 
 
@@ -28,11 +21,11 @@ def _files(root: Path) -> list[str]:
 
 
 def test_a_whole_file_appears_under_its_name_and_nothing_else_stays(tmp_path: Path):
-    write_local_file(tmp_path / "a" / "b.bin", [b"x" * 10, b"y" * 5])  # the folder is made
-    write_file(str(tmp_path / "c.json"), "{}")
-    write_json(str(tmp_path / "d.json"), {"k": 1})
+    write_bytes(tmp_path / "a" / "b.bin", [b"x" * 10, b"y" * 5])  # the folder is made
+    write_bytes(str(tmp_path / "c.json"), "{}")
+    write_bytes(str(tmp_path / "d.json"), b'{"k": 1}')
     assert (tmp_path / "a" / "b.bin").read_bytes() == b"x" * 10 + b"y" * 5
-    assert (tmp_path / "d.json").read_text() == '{\n  "k": 1\n}\n'
+    assert (tmp_path / "c.json").read_text() == "{}"
     assert _files(tmp_path) == ["a/b.bin", "c.json", "d.json"]
 
 
@@ -48,7 +41,7 @@ def test_a_full_disk_leaves_the_earlier_file_and_no_temporary_file(tmp_path: Pat
     target.write_bytes(b"the earlier, complete file")
     failed = fill_disk_after(monkeypatch, "model.safetensors", limit_bytes=10)
     with pytest.raises(WriteError) as caught:
-        write_file(str(target), b"z" * 1000)
+        write_bytes(str(target), b"z" * 1000)
     assert failed == [str(target)]
     assert str(caught.value) == f"{target}: cannot write it (No space left on device)"
     assert caught.value.errno == errno.ENOSPC
@@ -63,28 +56,19 @@ def test_a_stop_signal_mid_write_removes_the_temporary_file(tmp_path: Path):
         yield b"never written"
 
     with pytest.raises(KeyboardInterrupt):
-        write_local_file(tmp_path / "out.bin", chunks())
+        write_bytes(tmp_path / "out.bin", chunks())
     assert _files(tmp_path) == []
 
 
 def test_a_failed_bucket_upload_leaves_no_object(monkeypatch):
     fs = FullMemoryFileSystem()
     monkeypatch.setattr(FullMemoryFileSystem, "store", {})
-    write_file("fullmem://bucket/run/small.json", b"{}")
+    write_bytes("fullmem://bucket/run/small.json", b"{}")
     with pytest.raises(WriteError, match=r"^fullmem://bucket/run/big.bin: cannot write it \(No space left"):
-        write_file("fullmem://bucket/run/big.bin", b"b" * 1000)
+        write_bytes("fullmem://bucket/run/big.bin", [b"b" * 500, b"b" * 500])
     assert fs.find("/bucket") == ["/bucket/run/small.json"]
 
 
 def test_memory_buckets_take_the_whole_bytes_in_one_upload():
-    write_file("memory://clean-files/a/b.txt", "whole")
+    write_bytes("memory://clean-files/a/b.txt", [b"who", b"le"])
     assert fsspec.filesystem("memory").cat_file("/clean-files/a/b.txt") == b"whole"
-
-
-def test_the_beam_side_writes_whole_files_and_names_the_file_on_a_full_disk(tmp_path: Path, monkeypatch):
-    io.write_bytes(str(tmp_path / "ok" / "part-0.arrow"), [b"ab", b"cd"])
-    assert (tmp_path / "ok" / "part-0.arrow").read_bytes() == b"abcd"
-    fill_disk_after(monkeypatch, "part-1.arrow", limit_bytes=1)
-    with pytest.raises(WriteError, match=r"ok/part-1.arrow: cannot write it \(No space left on device\)"):
-        io.write_bytes(str(tmp_path / "ok" / "part-1.arrow"), b"abcd")
-    assert _files(tmp_path) == ["ok/part-0.arrow"]

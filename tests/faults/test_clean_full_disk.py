@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from finetune.cli import main as finetune
 from pipelines.cli import main as pipelines
 from pretrain.cli import main as pretrain
-from schemas.files import is_temporary_name
+from schemas.storage import is_temporary_name
 from tests.conftest import SHARED_DATA, require, save_tiny_bert
 from tests.faults.full_disk import fill_disk_after
 from tests.unit.test_finetune_common import hf_folder

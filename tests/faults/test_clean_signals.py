@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from schemas.files import is_temporary_name
+from schemas import storage
+from schemas.storage import is_temporary_name
 from tests.clis import CLIS
 from tests.faults.stop_hook import signal_self
 from tests.unit.test_finetune_common import WORDS, hf_folder
@@ -121,8 +122,8 @@ def checkpoint_run(tmp_path_factory) -> Path:
     url = ckpt.step_url(str(run), 1)
     tiny_model().save_pretrained(url)
     (Path(url) / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_state({"step": 1, "tokens_seen": 0, "cased": False}, f"{url}/{ckpt.TRAINER_STATE}")
-    ckpt.commit(url, 1)
+    ckpt.save_state({"step": 1, "tokens_seen": 0, "cased": False}, storage.Folder(url), ckpt.TRAINER_STATE)
+    ckpt.commit(storage.Folder(url), 1)
     return run
 
 
@@ -152,7 +153,7 @@ def _pretrain_args(shards: Path, run: Path, steps: int) -> list[str]:
 # pipelines: the stop takes the same path), mid-training for pretrain and the fine-tuning commands.
 
 QUICK_FT = ["--epochs", "1", "--batch-size", "2", "--max-seq-length", "32"]
-TRAINING = "finetune.common:_Update.__call__"
+TRAINING = "pretrain.optim:Health.update"  # after each fine-tuning step
 RUN = "apache_beam.pipeline:Pipeline.run"  # the pipeline is built; the runner has not started yet
 # command -> (the function held and the text its arguments mention, the command line, the output)
 COMMANDS = {
@@ -173,13 +174,13 @@ COMMANDS = {
     ),
     "pipelines books": (RUN, "", ["pipelines", "books", "--input", "{text}", "--output", "{out}", *FAST]),
     "pipelines text": (
-        "pipelines.io:write_bytes",
+        "pipelines.files:write_bytes",
         ".arrow",
         ["pipelines", "text", "--input", "{text}", "--output", "{out}", *FAST],
     ),
     "pipelines corpus": (RUN, "", ["pipelines", "corpus", "--input", "{corpus}", "--output", "{out}", *FAST]),
     "pipelines examples": (
-        "pipelines.io:write_bytes",
+        "pipelines.files:write_bytes",
         ".arrow",
         [
             "pipelines",
@@ -201,7 +202,7 @@ COMMANDS = {
     ),
     "pipelines show": ("pipelines.show:describe", "", ["pipelines", "show", "{corpus}"]),
     "wordpiece train": (
-        "wordpiece.count:write_bytes",
+        "pipelines.files:write_bytes",
         "word_counts",
         [
             "wordpiece",
@@ -437,7 +438,7 @@ def test_pipelines_examples_on_beams_default_runner(corpus_output, vocab, tmp_pa
     signum = signal.SIGINT
     out = tmp_path / "shards"
     process, _ = _held(
-        "pipelines.io:write_bytes",
+        "pipelines.files:write_bytes",
         ".arrow",
         1,
         tmp_path,

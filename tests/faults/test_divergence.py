@@ -21,6 +21,7 @@ from pretrain.config import PretrainConfig
 from pretrain.model import BertConfig, BertForPreTraining
 from pretrain.optim import MAX_FP16_SKIPS, Diverged, Health
 from pretrain.train import Trainer, train
+from schemas import storage
 
 TINY = {"config": "tiny", "global_batch_size": 8, "precision": "fp32", "num_workers": 0, "warmup_steps": 1}
 NAN = torch.tensor(float("nan"))
@@ -115,7 +116,7 @@ def test_no_checkpoint_after_the_loss_went_bad_is_committed_and_resume_refuses_a
     tensors["bert.pooler.dense.weight"][0, 0] = float("nan")
     header = json.loads(weights.read_bytes()[8 : 8 + int.from_bytes(weights.read_bytes()[:8], "little")])
     safetensors.torch.save_file(tensors, weights, metadata=header["__metadata__"])
-    ckpt.commit(url, 2, ckpt.run_id_of(str(run)))
+    ckpt.commit(storage.Folder(url), 2, ckpt.run_id_of(str(run)))
     result = CliRunner().invoke(pretrain, ["--shards", str(shards), "--resume", str(run), "--max-steps", "4"])
     assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
     assert "model.safetensors: cannot load" not in result.output

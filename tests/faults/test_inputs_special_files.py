@@ -75,7 +75,7 @@ JSON_READERS = ["squad --predict-file", "evaluate squad --predictions", "report 
 def test_a_json_document_over_the_limit_is_refused_unread(command, bert, tmp_path, monkeypatch):
     args, bad = inputs(tmp_path, bert)[command]
     limit = (tmp_path / "squad.json").stat().st_size  # the good SQuAD file passes
-    monkeypatch.setattr("finetune.common.MAX_JSON_BYTES", limit)
+    monkeypatch.setattr("finetune.inputs.MAX_JSON_BYTES", limit)
     bad.write_text('{"data": "' + "x" * limit + '"}')
     code, errors, _ = invoke(args)
     assert code == 1 and len(errors) == 1, errors

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from finetune.squad import read_squad
 from schemas.commands import InputError
 from tests.faults.finetune_inputs import invoke

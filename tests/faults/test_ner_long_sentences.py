@@ -20,14 +20,16 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main as finetune_main
-from finetune.common import Classifier, FitConfig, load_encoder
+from finetune.config import FitConfig
 from finetune.conll import read_conll
-from finetune.heads import FeatureTagger
+from finetune.encoder import load_encoder
+from finetune.heads import Classifier, FeatureTagger
 from finetune.ner import label_set, tag_windows
 from finetune.ner_features import tag_feature_based
 from finetune.ner_windows import sentence_features
 from pretrain.hf import export_hf
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas import storage
 from tests.conftest import SHARED_DATA, require
 
 CONLL = SHARED_DATA / "ner" / "conll2003"
@@ -50,7 +52,7 @@ def context_free(tmp_path_factory) -> Path:
             layer.attention.output.dense.weight.zero_()
             layer.attention.output.dense.bias.zero_()
     folder = tmp_path_factory.mktemp("context-free") / "model"
-    export_hf(model, folder, require(VOCAB), do_lower_case=True)
+    export_hf(model, storage.Folder(folder), require(VOCAB), do_lower_case=True)
     return folder
 
 
@@ -111,7 +113,7 @@ def test_the_feature_based_tagger_reads_every_word_too(context_free, sentences, 
     labels = label_set(sentences)
     tagger = FeatureTagger(encoder.model, len(labels), "sum-all", lstm_units=8, seed=2).eval()
     _forgetful(tagger)
-    folder = str(tmp_path / "cache") if cached else None
+    folder = storage.Folder(tmp_path / "cache") if cached else None
 
     def tag(max_seq_length: int) -> list[list[str]]:
         windows = sentence_features(sentences, encoder, labels, max_seq_length, spans=True)

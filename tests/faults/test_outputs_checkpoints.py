@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from pretrain import checkpoint as ckpt
 from pretrain import hf
 from pretrain.cli import main as pretrain
+from schemas import storage
 from schemas.commands import CommandError, InputError
 from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, tiny_model
@@ -27,14 +28,14 @@ def _checkpoint(run: Path, run_id: str, step: int = 2, stamped: bool = True) -> 
     url = ckpt.step_url(str(run), step)
     stamp = ckpt.Stamp(run_id, step) if stamped else None
     if stamped:
-        hf.save_hf(tiny_model(), url, metadata=stamp.metadata())
+        hf.save_hf(tiny_model(), storage.Folder(url), metadata=stamp.metadata())
     else:
         tiny_model().save_pretrained(url)
     Path(url, "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     state = {"step": step, "tokens_seen": 10, "cased": False, "train_config": {}}
-    ckpt.save_state(state, f"{url}/{ckpt.TRAINER_STATE}", stamp)
-    ckpt.save_state(ckpt.rng_state(), f"{url}/{ckpt.rng_file(0)}", stamp)
-    ckpt.commit(url, step, run_id if stamped else None)
+    ckpt.save_state(state, storage.Folder(url), ckpt.TRAINER_STATE, stamp)
+    ckpt.save_state(ckpt.rng_state(), storage.Folder(url), ckpt.rng_file(0), stamp)
+    ckpt.commit(storage.Folder(url), step, run_id if stamped else None)
     return Path(url)
 
 
@@ -67,7 +68,7 @@ def test_stamped_checkpoints_resolve_and_record_one_run_everywhere(tmp_path: Pat
     _record(run, "aaaaaaaaaaaaaaaa")
     assert ckpt.resolve(str(run)).url == str(folder) and ckpt.run_id_of(str(run)) == "aaaaaaaaaaaaaaaa"
     for name in ("model.safetensors", "trainer.safetensors", "rng-rank00000.safetensors"):
-        assert ckpt._stamp_of(ckpt.LocalFileSystem(), str(folder), str(folder), name) == (
+        assert ckpt._stamp_of(storage.LocalFileSystem(), str(folder), str(folder), name) == (
             "aaaaaaaaaaaaaaaa",
             2,
         )
@@ -90,7 +91,9 @@ def test_a_checkpoint_mixing_two_runs_is_refused_naming_the_file(tmp_path: Path,
     theirs = _checkpoint(tmp_path / "other", "bbbbbbbbbbbbbbbb")
     for name in names:  # the other writer's files land in this run's folder ...
         shutil.copyfile(theirs / name, mine / name)
-    ckpt.commit(str(mine), 2, "aaaaaaaaaaaaaaaa")  # ... and COMMITTED lists them with valid hashes
+    ckpt.commit(
+        storage.Folder(str(mine)), 2, "aaaaaaaaaaaaaaaa"
+    )  # ... and COMMITTED lists them with valid hashes
     [line] = _refusals(run, tmp_path)
     first = sorted(n for n in names if n.endswith((".safetensors", "trainer.json", "rng-rank00000.json")))[0]
     assert line == (

@@ -24,7 +24,6 @@ from click.testing import CliRunner
 
 from pretrain import checkpoint as ckpt
 from schemas.commands import OutputError
-from schemas.files import write_file
 from schemas.outputs import CLAIM_FILE, RECORD_FILE, OutputFolder, process_start, remove_hint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +121,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_the_claim_goes_at_the_e
     assert not (tmp_path / "out").exists()  # nothing was begun: the folder the claim made goes too
     with _open(out) as second:
         second.begin()
-        write_file(f"{out}/metrics.jsonl", "{}")
+        second.write("metrics.jsonl", "{}")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [RECORD_FILE, "metrics.jsonl"]
 
 
@@ -182,7 +181,7 @@ def test_one_chain_per_workdir_and_the_second_is_told_of_the_first(tmp_path: Pat
     work = str(tmp_path / "work")
     with _open(work, "chain", continuing=True, option="--workdir") as first:
         first.begin()
-        write_file(f"{work}/chain.json", "{}")
+        first.write("chain.json", "{}")
         with pytest.raises(OutputError) as refused:
             _open(work, "chain", continuing=True, option="--workdir")
         assert str(refused.value).startswith(

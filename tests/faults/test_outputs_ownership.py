@@ -21,24 +21,22 @@ from click.testing import CliRunner
 
 from finetune.cli import main as finetune
 from pretrain.metrics import MetricsLog
-from schemas import files
+from schemas import storage
 from schemas.commands import OutputError
-from schemas.files import temporary_name, write_file
 from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord
+from schemas.storage import temporary_name
 from tests.faults.test_clean_signals import _held, inputs  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLED = """
 import os, signal, sys
-from schemas.files import write_file
-from schemas.outputs import OutputFolder, journal
-out = sys.argv[1]
-folder = OutputFolder.open(out, "pretrain")
+from schemas.outputs import OutputFolder
+folder = OutputFolder.open(sys.argv[1], "pretrain")
 folder.begin()
-write_file(f"{out}/metrics.jsonl", "{}")
-write_file(f"{out}/checkpoints/step-00000001/model.safetensors", b"weights")
-journal(f"{out}/checkpoints/step-00000001/rng-rank00001.json", f"{out}/.temp/")  # another rank's, a temp folder
-write_file(f"{out}/.temp/a.spill", b"spilled")
+folder.write("metrics.jsonl", "{}")
+folder.sub("checkpoints/step-00000001").write("model.safetensors", b"weights")
+folder.journal("checkpoints/step-00000001/rng-rank00001.json", ".temp/")  # another rank's, a temp folder
+folder.write(".temp/a.spill", b"spilled")
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -114,11 +112,11 @@ def test_each_file_is_journaled_before_it_is_created_locally_and_in_a_bucket(tmp
             seen.append((Path(dst).name, _record(out)["files"]))
         original(src, dst)
 
-    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.setattr(storage.os, "replace", replace)
     with OutputFolder.open(str(out), "finetune glue") as folder:
         folder.begin()
-        write_file(f"{out}/model/model.safetensors", b"w")
-        files.write_json(f"{out}/metrics.json", {"f1": 1})
+        folder.sub("model").write("model.safetensors", b"w")
+        folder.write_json("metrics.json", {"f1": 1})
     journal = ["model/model.safetensors", "metrics.json"]
     assert seen == [("model.safetensors", journal[:1]), ("metrics.json", journal)]
     fs, seen = fsspec.filesystem("memory"), []
@@ -128,18 +126,18 @@ def test_each_file_is_journaled_before_it_is_created_locally_and_in_a_bucket(tmp
     )
     with OutputFolder.open("memory://bucket/out", "finetune glue") as folder:
         folder.begin()
-        write_file("memory://bucket/out/metrics.json", "{}")
+        folder.write("metrics.json", "{}")
     assert seen[-2:] == [["metrics.json"], ["metrics.json"]]  # at its upload, and at the record's last
 
 
-def test_files_go_to_the_innermost_output_this_process_holds(tmp_path: Path):
+def test_a_file_is_journaled_in_the_output_it_is_written_into_even_one_inside_another(tmp_path: Path):
     with OutputFolder.open(str(tmp_path / "work"), "chain", continuing=True) as work:
         work.begin()
         with OutputFolder.open(str(tmp_path / "work" / "report"), "chain report", option="") as report:
             report.begin()
-            write_file(f"{tmp_path}/work/report/report.md", "# report")
-        write_file(f"{tmp_path}/work/chain.json", "{}")
-        write_file(f"{tmp_path}/elsewhere.txt", "not an output's")  # journaled nowhere
+            report.write("report.md", "# report")
+        work.write("chain.json", "{}")
+        storage.write_bytes(tmp_path / "elsewhere.txt", "not an output's")  # journaled nowhere
     assert _record(tmp_path / "work")["files"] == ["chain.json"]
     assert _record(tmp_path / "work" / "report")["files"] == ["report.md"]
 
@@ -174,7 +172,7 @@ def test_tensorboard_event_files_are_published_whole_never_appended_in_place(tmp
     out = tmp_path / "run"
     with OutputFolder.open(str(out), "pretrain") as folder:
         folder.begin()
-        log = MetricsLog(str(out), resume_step=None)
+        log = MetricsLog(folder, resume_step=None)
         log.log({"step": 1, "loss": 2.0})
         log.flush()
         [events] = list((out / "tensorboard").iterdir())
@@ -184,7 +182,7 @@ def test_tensorboard_event_files_are_published_whole_never_appended_in_place(tmp
             log.close()
             assert published.read() == before  # the file it holds was never written to
         assert events.stat().st_ino != inode and len(events.read_bytes()) > len(before)
-        resumed = MetricsLog(str(out), resume_step=1)  # a new session: a new event file, the old one kept
+        resumed = MetricsLog(folder, resume_step=1)  # a new session: a new event file, the old one kept
         resumed.log({"step": 2, "loss": 1.5})
         resumed.close()
     names = sorted(p.name for p in (out / "tensorboard").iterdir())
@@ -329,9 +327,9 @@ def _finetune_glue(inputs, out: Path) -> list[str]:  # noqa: F811 (the fixture's
 @pytest.mark.parametrize(
     ("command", "held", "mine"),
     [
-        ("finetune glue", ("schemas.files:write_local_file", "metrics.json", 1), "notes.tsv"),
+        ("finetune glue", ("schemas.storage:write_bytes", "metrics.json", 1), "notes.tsv"),
         ("pretrain", ("pretrain.checkpoint:commit", "", 1), "checkpoints/notes.txt"),
-        ("pipelines examples", ("pipelines.io:write_bytes", ".arrow", 1), "examples/notes.arrow"),
+        ("pipelines examples", ("pipelines.files:write_bytes", ".arrow", 1), "examples/notes.arrow"),
     ],
 )
 def test_a_killed_commands_overwrite_keeps_the_users_file(

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from pretrain import metrics
 from pretrain.cli import main
 from pretrain.config import PretrainConfig
+from schemas import storage
 
 
 def _invoke(tmp_path: Path, *flags: str):
@@ -34,7 +35,7 @@ def test_compile_flags_are_checked_before_anything_is_read(tmp_path: Path):
 
 def test_without_matplotlib_a_run_warns_and_writes_no_plots(tmp_path: Path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
-    log = metrics.MetricsLog(str(tmp_path), None)
+    log = metrics.MetricsLog(storage.Folder(tmp_path), None)
     log.log({"step": 1, "split": "train", "loss": 1.0})
     log.close()
     with caplog.at_level(logging.WARNING, logger="pretrain"):

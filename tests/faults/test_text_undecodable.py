@@ -114,13 +114,13 @@ def test_utf16_text_is_not_quietly_dropped(tmp_path):
 
 def test_an_unreadable_file_is_a_file_error_not_a_reject(tmp_path, monkeypatch):
     """A read that fails (a bucket outage, a permission) is a file error, in `text` and in `books`."""
-    from pipelines import io
+    from pipelines import files
 
     def fail(path: str) -> bytes:
         raise OSError(f"connection reset reading {path}")
 
-    monkeypatch.setattr(io, "read_bytes", fail)
-    monkeypatch.setattr(io, "open_binary", fail)
+    monkeypatch.setattr(files, "read_bytes", fail)
+    monkeypatch.setattr(files, "open_binary", fail)
     (error,) = read_text_file("gs://b/in/a.txt", 0)
     assert error.kind == FILE_ERROR and error.reason == "unreadable" and error.counts["records_in"] == 0
     book = read_book_outcome("gs://b/books/a.txt", 0)

@@ -11,9 +11,11 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from finetune.common import Encoder, FitConfig, check_casing, load_encoder
+from finetune.config import FitConfig
+from finetune.encoder import Encoder, check_casing, load_encoder
 from pretrain import metrics
 from pretrain.config import PretrainConfig
+from schemas import storage
 from schemas.commands import CommandError, OutputError
 from schemas.outputs import RECORD_FILE, OutputFolder, OutputRecord
 from tests.unit.test_finetune_common import VOCAB, hf_folder
@@ -142,7 +144,7 @@ def test_flag_ranges_are_all_listed_at_once():
 def test_without_tensorboard_a_run_warns_once_and_keeps_its_metrics(tmp_path: Path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard` raises ImportError
     with caplog.at_level(logging.WARNING, logger="pretrain"):
-        log = metrics.MetricsLog(str(tmp_path), None)
+        log = metrics.MetricsLog(storage.Folder(tmp_path), None)
     assert [r.message for r in caplog.records] == [metrics.TENSORBOARD_MISSING]
     log.log({"step": 1, "split": "train", "loss": 2.0})
     log.close()
@@ -153,7 +155,7 @@ def test_without_tensorboard_a_run_warns_once_and_keeps_its_metrics(tmp_path: Pa
 def test_casing_that_does_not_fit_the_vocabulary_is_warned_with_the_figures(caplog):
     texts = ["The Movie was Great", "A Film is Bad"] * 3
     uncased_vocab = WordPieceTokenizer(VOCAB, cased=False)
-    with caplog.at_level(logging.WARNING, logger="finetune.common"):
+    with caplog.at_level(logging.WARNING, logger="finetune.encoder"):
         assert check_casing(Encoder(None, uncased_vocab, False, "hf"), texts) == 0.0
         assert not caplog.records
         cased = WordPieceTokenizer(VOCAB, cased=True)

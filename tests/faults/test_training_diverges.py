@@ -1,6 +1,7 @@
-"""A fine-tuning run whose loss or gradients stop being finite stops there: one line naming the
-step and the likely cause, exit 1, no model and no metrics.json written. A learning rate outside
-any sane range is refused before anything is read (exit 2)."""
+"""A fine-tuning run whose loss or gradients stop being finite stops there, by pre-training's rule
+(:class:`pretrain.optim.Health`, tested on its own in test_divergence.py): one line naming the step
+and the likely cause, exit 1, no model and no metrics.json written. A learning rate outside any
+sane range is refused before anything is read (exit 2)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from finetune.common import Classifier, FitConfig, TaskOutput, encode_pair, fit, load_encoder
+from finetune.config import FitConfig
+from finetune.encoder import load_encoder
+from finetune.heads import Classifier, TaskOutput
+from finetune.loop import fit
+from finetune.sequences import encode_pair
 from schemas.commands import CommandError
 from tests.faults.finetune_inputs import inputs, invoke
 from tests.unit.test_finetune_common import hf_folder
@@ -27,7 +32,8 @@ def test_a_loss_that_turns_nan_stops_the_run_naming_the_step(tmp_path: Path):
     with pytest.raises(CommandError) as stopped:  # lr 1e30: step 1 makes the weights ~1e30
         fit(model, features, FitConfig(lr=1e30, epochs=3, warmup_proportion=0, **QUIET))
     assert str(stopped.value) == (
-        "fine-tuning diverged at step 2: the training loss is nan; lower --lr (it is 1e+30); no model was saved"
+        "training diverged at step 2: the loss or the gradients are not finite (NaN or infinity); the "
+        "learning rate (--lr 1e+30) is likely too high for this model and batch; no model was saved"
     )
 
 
@@ -44,16 +50,19 @@ class _Sqrt(nn.Module):
 
 def test_infinite_gradients_stop_the_run_outside_fp16():
     features = [{"input_ids": [1, 2], "token_type_ids": [0, 0], "labels": 0}] * 4
-    with pytest.raises(CommandError, match=r"diverged at step 1: the gradient norm is (inf|nan); lower --lr"):
+    with pytest.raises(
+        CommandError, match=r"^training diverged at step 1: the loss or the gradients are not"
+    ):
         fit(_Sqrt(), features, FitConfig(lr=1e-3, **QUIET))
 
 
 def test_a_diverging_command_writes_no_model_and_no_metrics(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr("finetune.common.MAX_LR", 1e31)  # let --lr 1e30 through the range check
+    monkeypatch.setattr("finetune.config.MAX_LR", 1e31)  # let --lr 1e30 through the range check
     args, _ = inputs(tmp_path, str(hf_folder(tmp_path / "hf")))["glue train.tsv"]
     code, errors, _ = invoke([*args, "--lr", "1e30", "--warmup-proportion", "0", "--epochs", "3"])
     assert code == 1 and len(errors) == 1, errors
-    assert errors[0].startswith("error: fine-tuning diverged at step 2: the training loss is nan"), errors
+    assert errors[0].startswith("error: training diverged at step 2: the loss or the gradients"), errors
+    assert errors[0].endswith("; no model was saved"), errors
     assert not (tmp_path / "out" / "model").exists() and not (tmp_path / "out" / "metrics.json").exists()
 
 

@@ -1,4 +1,4 @@
-"""The Dataflow rehearsal (``rehearse.py``): every Beam stage on workers that cannot see this
+"""The Dataflow rehearsal (``benchmarks/rehearsal/rehearse.py``): every Beam stage on workers that cannot see this
 machine's disk, byte-identical to FnApiRunner; and every path a remote worker would need refused
 before anything is built or submitted."""
 
@@ -12,9 +12,9 @@ from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from apache_beam.runners.portability.stager import Stager
 from click.testing import CliRunner
 
+from benchmarks.rehearsal.rehearse import BUCKET, DATA, STAGES, Rehearsal, rehearse, upload_inputs
 from pipelines.cli import main as pipelines_main
 from tests.conftest import in_ci
-from tests.rehearsal.rehearse import BUCKET, DATA, STAGES, Rehearsal, rehearse, upload_inputs
 from wordpiece.cli import main as wordpiece_main
 
 pytestmark = [pytest.mark.rehearsal, pytest.mark.slow]

@@ -16,7 +16,6 @@ import pytest
 
 from pipelines.books.clean import (
     CleanBook,
-    Rejection,
     clean_book,
     decode_book,
     drop_table_of_contents,
@@ -27,6 +26,7 @@ from pipelines.books.clean import (
     strip_gutenberg,
     unwrap_lines,
 )
+from schemas.rejects import Rejection
 from tests.conftest import SHARED_DATA, require
 
 GUTENBERG = SHARED_DATA / "books" / "gutenberg"

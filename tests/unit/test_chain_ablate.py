@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from chain.ablate import PRESETS, AblationConfig, grid, series_steps, stages
-from chain.ablate_report import build_report, format_cell, summarise
+from chain.ablate_report import build_report, finetune_value, format_cell, summarise
 from chain.cli import main
 from tests.conftest import SHARED_DATA, require
 
@@ -138,10 +138,11 @@ def _write_runs(cfg: AblationConfig, g, accuracy_of) -> None:
         if (value := accuracy_of(ft)) is None:
             continue
         dev = {"f1": value, "precision": value, "recall": value} if ft.task == "ner" else {"accuracy": value}
+        dev["f1"] = value  # MRPC's main metric, which the GLUE cells read
         folder = tmp = __import__("pathlib").Path(cfg.url("finetune", name))
         folder.mkdir(parents=True)
         (tmp / "metrics.json").write_text(
-            json.dumps({"dev": dev, "majority_baseline": {"dev": {"accuracy": 0.5}}})
+            json.dumps({"dev": dev, "majority_baseline": {"dev": {"accuracy": 0.5, "f1": 0.5}}})
         )
     for name in g.runs:
         folder = __import__("pathlib").Path(cfg.url("runs", name))
@@ -193,6 +194,18 @@ def test_the_report_has_every_table_with_spreads_and_the_papers_numbers(tmp_path
     assert paths["markdown"].endswith("ablations/report.md")
 
 
+def test_a_glue_cell_reads_its_tasks_main_metric_from_the_task_table(tmp_path):
+    """MNLI's cells read matched accuracy and its baseline on dev_matched, as metrics.json holds them."""
+    cfg = replace(_cfg(tmp_path, "smoke", ner=False), glue_dir="glue/MNLI", glue_task="mnli")
+    name = _cell(grid(cfg), "5", "BERT_BASE")[0]
+    folder = tmp_path / "ablations" / "finetune" / name
+    folder.mkdir(parents=True)
+    dev = {"matched_accuracy": 0.75, "mismatched_accuracy": 0.5}
+    baseline = {"dev_matched": {"accuracy": 0.25}, "dev_mismatched": {"accuracy": 0.5}}
+    (folder / "metrics.json").write_text(json.dumps({"dev": dev, "majority_baseline": baseline}))
+    assert finetune_value(cfg, name, "glue") == (75.0, 25.0)
+
+
 def _ablate(tmp_path, *args: str):
     dump = tmp_path / "dump.xml.bz2"
     dump.write_bytes(b"BZh9")  # checked to exist, not read
@@ -236,5 +249,7 @@ def test_dry_run_prints_the_paper_plan_and_refuses_a_runner_beam_does_not_know(t
     assert "--config 24/1024/16" in result.output and "--max-steps 1000000" in result.output
     bad = _ablate(tmp_path, "--dry-run", "--beam-option=--runner=NoSuchRunner")
     assert bad.exit_code == 2 and bad.output.count("\n") == 1
-    assert bad.output.startswith("error: --beam-option --runner=NoSuchRunner: Beam refuses it (")
+    assert bad.output.startswith(
+        "error: --beam-option --runner NoSuchRunner: not a runner Beam has; Beam has "
+    )
     assert not (tmp_path / "w").exists()

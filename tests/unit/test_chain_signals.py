@@ -52,13 +52,14 @@ DRIVER = """
 import sys, click
 from chain.run import Stage, run_chain
 from schemas.commands import OneLineCommand
+from schemas.storage import Folder
 work, mode, stage_script = sys.argv[1], sys.argv[2], sys.argv[3]
 stages = [
     Stage("slow", "a slow stage", f"{work}/slow", [sys.executable, stage_script, f"{work}/slow", mode]),
     Stage("next", "the next stage", f"{work}/next",
           [sys.executable, "-c", f"import pathlib; pathlib.Path({work!r}, 'next-ran').write_text('')"]),
 ]
-click.command(cls=OneLineCommand)(lambda: run_chain(stages, work, log=print, grace_s=1.0))([])
+click.command(cls=OneLineCommand)(lambda: run_chain(stages, Folder(work), log=print, grace_s=1.0))([])
 """
 
 

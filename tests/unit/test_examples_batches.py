@@ -232,7 +232,8 @@ def test_random_next_sentences_from_copies_of_the_same_text_are_counted_and_warn
     tallies = [tally for _, tally in fulfil_bucket(copies, batches, CONFIG, VOCAB)]
     random_next = sum(t["random_next"] for t in tallies)
     assert random_next > 0 and sum(t["random_next_same_text"] for t in tallies) == random_next
-    warning = random_next_warning({"random_next_same_text_share": 1.0})
+    stats = {"random_next_rate": 0.5, "skipped": {"pairs_without_other_document": 0}}
+    warning = random_next_warning(stats | {"random_next_same_text_share": 1.0})
     assert warning.startswith("random-next share 0.00: 100% of the random next sentences come from copies")
-    assert random_next_warning({"random_next_same_text_share": 0.0}) is None
-    assert random_next_warning({"random_next_same_text_share": None}) is None
+    assert random_next_warning(stats | {"random_next_same_text_share": 0.0}) is None
+    assert random_next_warning(stats | {"random_next_same_text_share": None}) is None

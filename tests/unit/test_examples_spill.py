@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from pipelines import files
 from pipelines.examples.batches import RequestDrawer, plan_batch
 from pipelines.examples.spill import (
     documents_from_bytes,
@@ -16,7 +17,6 @@ from pipelines.examples.spill import (
     requests_to_bytes,
     spill,
 )
-from pipelines.shuffle import remove_folder
 from schemas.commands import InputError
 from tests.unit.test_examples_batches import CONFIG, VOCAB, _documents
 
@@ -70,13 +70,13 @@ def test_requests_round_trip_field_by_field():
             assert getattr(copy, field).dtype == getattr(original, field).dtype, field
 
 
-def test_remove_folder_deletes_nested_files_and_the_folder(tmp_path):
+def test_remove_tree_deletes_nested_files_and_the_folder(tmp_path):
     folder = tmp_path / "temp"
     spill(str(folder / "examples-1"), [(0, b"a"), (1, b"b")])
     spill(str(folder), [(0, b"c")])
-    assert remove_folder(str(folder)) == 2
+    assert files.remove_tree(str(folder)) == 2
     assert not folder.exists()
-    assert remove_folder(str(folder)) == 0  # nothing there: nothing to do
+    assert files.remove_tree(str(folder)) == 0  # nothing there: nothing to do
 
 
 def test_auto_spills_on_the_local_runners_only():

@@ -1,5 +1,5 @@
-"""finetune.common on a tiny BERT made in code: loading checkpoints, tokenising, collate, the
-training loop and prediction."""
+"""finetune's encoder, sequences, heads and loop on a tiny BERT made in code: loading checkpoints,
+tokenising, padding a batch, the training loop and prediction."""
 
 from __future__ import annotations
 
@@ -9,19 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from finetune.common import (
-    Classifier,
-    FitConfig,
-    collate,
-    encode_pair,
-    epoch_order,
-    fit,
-    load_encoder,
-    predict_classes,
-    truncate_pair,
-)
+from finetune.config import FitConfig
+from finetune.encoder import load_encoder
+from finetune.heads import Classifier
+from finetune.loop import epoch_order, fit, predict_classes
+from finetune.sequences import encode_pair, pad_batch, truncate_pair
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
+from schemas import storage
 from schemas.commands import CommandError, UsageError
 
 WORDS = "the a movie film was is good bad great awful plot acting very not".split()
@@ -81,9 +76,9 @@ def _pretrain_checkpoint(run: Path, step: int, cased: bool, commit: bool = True)
     folder = Path(url)
     tiny_model().save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_state({"step": step, "cased": cased}, f"{url}/{ckpt.TRAINER_STATE}")
+    ckpt.save_state({"step": step, "cased": cased}, storage.Folder(url), ckpt.TRAINER_STATE)
     if commit:
-        ckpt.commit(url, step)
+        ckpt.commit(storage.Folder(url), step)
     return url
 
 
@@ -124,13 +119,13 @@ def test_collate_pads_to_the_longest_in_the_batch():
         {"input_ids": [2, 5, 3], "token_type_ids": [0, 0, 0], "labels": 1},
         {"input_ids": [2, 5, 6, 7, 3], "token_type_ids": [0, 0, 0, 1, 1], "labels": 0},
     ]
-    batch = collate(features)
+    batch = pad_batch(features)
     assert batch["input_ids"].tolist() == [[2, 5, 3, 0, 0], [2, 5, 6, 7, 3]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0, 0], [0, 0, 0, 1, 1]]
     assert batch["labels"].dtype == torch.long
-    assert collate([{**features[0], "labels": 2.5}])["labels"].dtype == torch.float32
-    assert collate(features[:1])["input_ids"].shape == (1, 3)  # no padding to a fixed length
+    assert pad_batch([{**features[0], "labels": 2.5}])["labels"].dtype == torch.float32
+    assert pad_batch(features[:1])["input_ids"].shape == (1, 3)  # no padding to a fixed length
 
 
 def test_collate_pads_further_token_keys_with_their_own_value():
@@ -138,7 +133,7 @@ def test_collate_pads_further_token_keys_with_their_own_value():
         {"input_ids": [2, 5, 3], "token_type_ids": [0, 0, 0], "labels": [-100, 4, -100], "id": 7},
         {"input_ids": [2, 3], "token_type_ids": [0, 0], "labels": [-100, -100], "id": 8},
     ]
-    batch = collate(features, pad_id=1, token_pads={"labels": -100})
+    batch = pad_batch(features, pad_id=1, token_pads={"labels": -100})
     assert batch["input_ids"].tolist() == [[2, 5, 3], [2, 3, 1]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 0], [0, 0, 0]]
     assert batch["labels"].tolist() == [[-100, 4, -100], [-100, -100, -100]]
@@ -169,7 +164,7 @@ def test_collate_multiple_choice():
         {"input_ids": [[2, 3], [2, 5, 3]], "token_type_ids": [[0, 0], [0, 0, 1]], "labels": 1},
         {"input_ids": [[2, 5, 6, 3], [2, 3]], "token_type_ids": [[0, 0, 1, 1], [0, 0]], "labels": 0},
     ]
-    batch = collate(features)
+    batch = pad_batch(features)
     assert batch["input_ids"].shape == (2, 2, 4)
     assert batch["input_ids"][0, 0].tolist() == [2, 3, 0, 0]
     assert batch["attention_mask"][1].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
@@ -182,6 +177,15 @@ def test_fit_config_lists_every_problem():
     message = str(err.value)
     assert all(flag in message for flag in ("--epochs", "--lr", "--batch-size", "--precision", "--device"))
     assert FitConfig().problems() == []
+
+
+def test_fine_tuning_and_feature_extraction_refuse_a_precision_in_one_line():
+    from finetune.extract import ExtractSettings
+
+    line = "--precision must be one of auto, fp32, bf16, fp16, got 'fp8'"
+    assert FitConfig(precision="fp8").problems() == [line]
+    with pytest.raises(UsageError, match=f"^{line}$"):
+        ExtractSettings(precision="fp8")
 
 
 def test_epoch_order_is_a_function_of_seed_and_epoch():
@@ -252,7 +256,7 @@ def test_predict_returns_outputs_in_feature_order(encoder):
 
 def test_regression_and_multiple_choice_heads(encoder):
     regression = Classifier(encoder.model, 1)
-    batch = collate([{**encode_pair(encoder.tokenizer, "good", "bad", 16), "labels": 2.5}] * 2)
+    batch = pad_batch([{**encode_pair(encoder.tokenizer, "good", "bad", 16), "labels": 2.5}] * 2)
     output = regression(**batch)
     assert output.logits.shape == (2,) and output.loss.ndim == 0
     choice = Classifier(encoder.model, 1, per="choice")
@@ -260,7 +264,7 @@ def test_regression_and_multiple_choice_heads(encoder):
         "input_ids": [[2, 5, 3], [2, 6, 7, 3], [2, 3], [2, 8, 3]],
         "token_type_ids": [[0] * 3, [0] * 4, [0] * 2, [0] * 3],
     }
-    output = choice(**collate([{**feature, "labels": 3}] * 3))
+    output = choice(**pad_batch([{**feature, "labels": 3}] * 3))
     assert output.logits.shape == (3, 4)
     assert output.loss.item() == pytest.approx(
         torch.nn.functional.cross_entropy(output.logits, torch.tensor([3, 3, 3])).item()

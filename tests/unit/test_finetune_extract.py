@@ -14,11 +14,11 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from finetune.extract import ExtractSettings, extract_features, read_features, vectors, word_indices
 from pretrain import checkpoint as ckpt
 from pretrain.model import BertConfig, BertForPreTraining
-from schemas import COMPLETED_FILE, MANIFEST_FILE
+from schemas import COMPLETED_FILE, MANIFEST_FILE, storage
 from schemas.commands import CommandError, InputError
 
 WORDS = "the a cat dog sat on mat play walk".split()
@@ -45,8 +45,8 @@ def run_folder(root: Path) -> Path:
     url = ckpt.step_url(str(root), 5)
     BertForPreTraining(config, seed=3).save_pretrained(Path(url))
     (Path(url) / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    ckpt.save_state({"step": 5, "cased": False}, f"{url}/{ckpt.TRAINER_STATE}")
-    ckpt.commit(url, 5)
+    ckpt.save_state({"step": 5, "cased": False}, storage.Folder(url), ckpt.TRAINER_STATE)
+    ckpt.commit(storage.Folder(url), 5)
     return root
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.glue import TASKS, get_task, read_split, read_task, read_tsv
+from finetune.glue_tasks import TASKS, get_task, read_split, read_task, read_tsv
 from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 

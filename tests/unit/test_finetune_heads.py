@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from finetune.common import FitConfig, fit
+from finetune.config import FitConfig
 from finetune.heads import BiLSTM, FeatureTagger, cache_layers, collate_tokens, collate_with_layers
 from finetune.hidden import FEATURE_CHOICES, feature_layers, hidden_states, parse_layers
+from finetune.loop import fit
 from pretrain.model import BertConfig, BertForPreTraining
 
 LAYERS = 5

@@ -8,7 +8,9 @@ import random
 import pytest
 
 from finetune import metrics as M
-from finetune.glue import TASKS, majority_baseline, score, to_predictions
+from finetune import paper
+from finetune.glue import majority_baseline, to_predictions
+from finetune.glue_tasks import METRICS, TASKS, score
 
 
 def test_accuracy_and_f1_by_hand():
@@ -84,12 +86,26 @@ def test_task_metrics_use_the_official_choice():
         assert set(score(TASKS[task], [0, 1], [0, 1])) == {"accuracy"}
 
 
+def test_each_row_of_the_task_table_holds_the_task_s_metrics_and_the_paper_s_first():
+    """A task's row is all there is to its metrics: what score reports, the key runs are selected by
+    (metrics.json's main_metric), and its column of the paper's Table 1."""
+    expected_main = {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "spearman", "mnli": "matched_accuracy"}
+    for name, task in TASKS.items():
+        prefix = next(iter(task.dev.values()))
+        assert set(task.metrics) <= set(METRICS), name
+        assert task.main_metric == expected_main.get(name, "accuracy")
+        assert task.main_metric in score(task, [0, 1], [0, 1], prefix)
+    assert TASKS["mnli"].paper_metrics == ("matched_accuracy", "mismatched_accuracy")
+    assert set(paper.TABLE_1_COLUMNS) - {"average"} == set(TASKS) - {"wnli"}  # Table 1 leaves WNLI out
+    assert set(paper.GLUE_COLUMNS.values()) <= set(TASKS)
+
+
 def test_predictions_and_majority_baseline():
     import torch
 
     assert to_predictions(TASKS["rte"], torch.tensor([[0.1, 0.9], [2.0, -1.0]])) == [1, 0]
     assert to_predictions(TASKS["stsb"], torch.tensor([-0.3, 2.5, 7.0])) == [0.0, 2.5, 5.0]
-    from finetune.glue import GlueExample
+    from finetune.glue_tasks import GlueExample
 
     train = [GlueExample(str(i), "a", "b", label, str(i)) for i, label in enumerate("1101")]
     dev = [GlueExample(str(i), "a", "b", label, str(i)) for i, label in enumerate("1100")]

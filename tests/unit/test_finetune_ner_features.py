@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from finetune.common import FitConfig
+from finetune.config import FitConfig
 from finetune.heads import FeatureTagger, cache_layers, collate_tokens
 from finetune.ner_features import inputs_digest, weights_digest, with_layers
+from schemas import storage
 from schemas.commands import CommandError
 from tests.unit.test_finetune_heads import LAYERS, _features, _with_spans, tiny_encoder
 
@@ -20,12 +21,12 @@ def test_one_written_cache_serves_every_choice(tmp_path):
     features = _with_spans(_features(7))
     encoder = tiny_encoder().bert
     first = FeatureTagger(encoder, 3, "concat-last-4", lstm_units=8)
-    written, how = with_layers(first, features, CONFIG, folder=str(tmp_path), split="train")
+    written, how = with_layers(first, features, CONFIG, folder=storage.Folder(tmp_path), split="train")
     assert how == "written" and len(list(tmp_path.glob("*.safetensors"))) == 1
     assert not list(tmp_path.glob("*.tmp"))
     for choice in ("sum-all", "embeddings", "concat-last-4"):
         tagger = FeatureTagger(encoder, 3, choice, lstm_units=8)
-        read, how = with_layers(tagger, features, CONFIG, folder=str(tmp_path), split="train")
+        read, how = with_layers(tagger, features, CONFIG, folder=storage.Folder(tmp_path), split="train")
         direct = cache_layers(
             tagger,
             features,
@@ -52,17 +53,19 @@ def test_other_weights_or_inputs_do_not_reuse_the_cache(tmp_path):
     assert key != inputs_digest(weights_digest(a), "bf16", features)
     relabelled = [{**f, "labels": [0] * len(f["labels"])} for f in features]
     assert key == inputs_digest(weights_digest(a), "fp32", relabelled)  # labels are not activations
-    with_layers(FeatureTagger(a, 3, "last", lstm_units=8), features, CONFIG, folder=str(tmp_path))
-    _, how = with_layers(FeatureTagger(b, 3, "last", lstm_units=8), features, CONFIG, folder=str(tmp_path))
+    with_layers(FeatureTagger(a, 3, "last", lstm_units=8), features, CONFIG, folder=storage.Folder(tmp_path))
+    _, how = with_layers(
+        FeatureTagger(b, 3, "last", lstm_units=8), features, CONFIG, folder=storage.Folder(tmp_path)
+    )
     assert how == "written" and len(list(tmp_path.glob("*.safetensors"))) == 2
 
 
 def test_a_damaged_cache_file_is_refused_by_name(tmp_path):
     features = _with_spans(_features(4))
     tagger = FeatureTagger(tiny_encoder().bert, 3, "last", lstm_units=8)
-    with_layers(tagger, features, CONFIG, folder=str(tmp_path))
+    with_layers(tagger, features, CONFIG, folder=storage.Folder(tmp_path))
     (path,) = tmp_path.glob("*.safetensors")
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CommandError, match=rf"{path.name}: not a readable feature cache .*delete it"):
-        with_layers(tagger, features, CONFIG, folder=str(tmp_path))
+        with_layers(tagger, features, CONFIG, folder=storage.Folder(tmp_path))
     assert LAYERS + 1 == tagger.bert.config.num_hidden_layers + 1

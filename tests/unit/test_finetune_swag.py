@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.common import load_encoder
+from finetune.encoder import load_encoder
 from finetune.swag import features, read_swag
 from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require

@@ -14,9 +14,11 @@ import torch
 from click.testing import CliRunner
 
 from finetune.cli import main
-from finetune.common import FitConfig, fit
+from finetune.config import FitConfig
 from finetune.glue import GlueConfig, build_classifier, run_glue
+from finetune.loop import fit
 from pretrain.model import BertConfig, BertModel
+from schemas import storage
 from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
@@ -106,7 +108,9 @@ def test_a_tiny_run_on_real_mrpc_learns_saves_and_restores_with_the_flag_only(ti
     config = GlueConfig(
         epochs=6, lr=3e-3, batch_size=8, seed=3, progress=False, max_train_examples=32, **common
     )
-    metrics = run_glue("mrpc", data, str(tiny_hf_folder), str(out), dataclasses.replace(config, bilstm=True))
+    metrics = run_glue(
+        "mrpc", data, str(tiny_hf_folder), storage.Folder(out), dataclasses.replace(config, bilstm=True)
+    )
     losses = metrics["runs"][0]["train"]["epoch_losses"]
     assert losses[-1] < 0.75 * losses[0], losses  # it fits its 32 real rows (measured: 0.70 -> 0.37)
     assert metrics["bilstm"] is True and metrics["head"] == "fresh" and "model/" in metrics["files"]
@@ -148,7 +152,7 @@ def test_a_tiny_run_on_real_mrpc_learns_saves_and_restores_with_the_flag_only(ti
     assert refused.exit_code == 1 and "trained with a BiLSTM: give --bilstm" in refused.output
     with pytest.raises(CommandError, match="needs a fine-tuned classifier"):
         predict_only = dataclasses.replace(config, predict_only=True)
-        run_glue("mrpc", data, str(tiny_hf_folder), str(tmp_path / "none"), predict_only)
+        run_glue("mrpc", data, str(tiny_hf_folder), storage.Folder(tmp_path / "none"), predict_only)
 
 
 def test_help_names_the_flags():

@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from schemas import inputs
+from schemas import inputs, storage
 from schemas.commands import (
     InputError,
     OneLineCommand,
@@ -26,10 +26,11 @@ def test_special_files_are_refused_at_once(tmp_path):
     os.mkfifo(fifo)
     for path, kind in ((fifo, "FIFO"), ("/dev/zero", "character device"), (tmp_path, "folder")):
         with pytest.raises(InputError, match=kind):
-            inputs.check_file(path)
+            storage.check_file(path)
     regular = tmp_path / "ok.txt"
     regular.write_text("x")
-    inputs.check_file(regular)
+    storage.check_file(regular)
+    storage.check_file("memory://bucket/not-looked-at")  # an object store holds objects only
 
 
 def test_a_line_over_the_limit_names_its_number_not_its_text():

@@ -22,7 +22,7 @@ from pretrain.batching import (
     trim,
 )
 from pretrain.config import PretrainConfig
-from pretrain.model import BertForPreTraining, compile_model, pretraining_loss
+from pretrain.model import BertForPreTraining, compile_for_training, pretraining_loss
 from tests.unit import flash_reference as ref
 from tests.unit.test_pretrain_model import VOCAB, tiny_config
 
@@ -149,9 +149,10 @@ def test_packed_batch_gives_the_padded_losses_and_gradients(kernel, training):
     assert_same_loss_and_grads(packed_result, padded)
 
 
-def test_packed_model_compiles_into_one_graph_on_the_flash_path(monkeypatch):
-    """The whole model compiled: one frame (no graph break), the flash op in its graph, the kernel
-    chosen before compiling (as the trainer does), not a call in the graph; padded's losses."""
+def test_packed_model_compiles_into_one_graph_a_region_on_the_flash_path(monkeypatch):
+    """The model compiled as the trainer compiles it: one frame per region (no graph break), the
+    flash op in the layer's graph, the kernel chosen before compiling (as the trainer does), not a
+    call in the graph; padded's losses."""
     zero_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     model = perturbed_model(num_hidden_layers=1, **zero_dropout).train()  # one layer: a quicker trace
     batches = [
@@ -164,11 +165,11 @@ def test_packed_model_compiles_into_one_graph_on_the_flash_path(monkeypatch):
     with ref.flash_on_cpu():
         torch._dynamo.reset()
         attention.choose_kernel(torch.device("cpu"), torch.float32, 2, 32)
-        compiled = compile_model(model, backend=counter)
+        compile_for_training(model, backend=counter)
         for batch, padded in zip(packed, expected, strict=True):
-            assert_same_loss_and_grads(loss_and_grads(compiled, batch), padded)
+            assert_same_loss_and_grads(loss_and_grads(model, batch), padded)
         assert set(attention.kernel_choices.values()) == {"flash"}
-    assert counter.frame_count == 1
+    assert counter.frame_count == 2  # the one layer and the embeddings
     graph = "\n".join(str(g.graph) for g in counter.graphs)
     assert "_flash_attention_forward" in graph and "choose_kernel" not in graph
 

@@ -14,10 +14,11 @@ from pretrain.config import PRESETS
 from pretrain.model import (
     BertConfig,
     BertForPreTraining,
-    compile_model,
+    compile_for_training,
     pretraining_loss,
     training_flops_per_token,
 )
+from schemas import storage
 from schemas.commands import InputError
 
 VOCAB = 100  # padded to 128 inside the model
@@ -203,12 +204,16 @@ def test_flops_per_token_formula():
     assert training_flops_per_token(config, 128) < training_flops_per_token(config, 128, 1.0)
 
 
-def test_compile_smoke(model):
+def test_compiling_for_training_works_in_place_and_keeps_names_and_outputs(model):
     b = random_batch()
-    compiled = compile_model(model, backend="eager")
-    out = compiled(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
-    expected = model(b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
+    inputs = (b["input_ids"], b["token_type_ids"], b["attention_mask"], b["masked_lm_positions"])
+    targets = (b["masked_lm_ids"], b["masked_lm_weights"], b["next_sentence_labels"])
+    names, expected = list(model.state_dict()), model(*inputs)
+    compiled_loss = compile_for_training(model, backend="eager")
+    out = model(*inputs)  # the same module: DDP and the checkpoints see its parameter names
+    assert list(model.state_dict()) == names
     torch.testing.assert_close(out.prediction_logits, expected.prediction_logits)
+    torch.testing.assert_close(compiled_loss(out, *targets).total, pretraining_loss(expected, *targets).total)
 
 
 # --- save / load / HF interop ---------------------------------------------------------------------
@@ -233,7 +238,7 @@ def test_save_works_on_fsspec_urls(model):
 def test_export_trims_vocab_and_drops_tied_decoder(model, tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(f"tok{i}\n" for i in range(VOCAB)))
-    hf.export_hf(model, tmp_path / "hf", vocab)
+    hf.export_hf(model, storage.Folder(tmp_path / "hf"), vocab)
     tensors = safetensors.torch.load_file(tmp_path / "hf" / "model.safetensors")
     assert tensors["bert.embeddings.word_embeddings.weight"].shape == (VOCAB, 32)
     assert tensors["cls.predictions.bias"].shape == (VOCAB,)
@@ -243,7 +248,7 @@ def test_export_trims_vocab_and_drops_tied_decoder(model, tmp_path):
     assert (tmp_path / "hf" / "vocab.txt").read_text() == vocab.read_text()
     vocab.write_text("a\nb\n")
     with pytest.raises(ValueError, match="has 2 tokens"):
-        hf.export_hf(model, tmp_path / "bad", vocab)
+        hf.export_hf(model, storage.Folder(tmp_path / "bad"), vocab)
 
 
 def test_hf_round_trip(model, tmp_path):
@@ -310,7 +315,7 @@ def test_from_pretrained_resolves_a_run_folder_to_its_newest_complete_checkpoint
     run = str(tmp_path / "run")
     for step, seed in ((10, 1), (20, 2)):
         BertForPreTraining(tiny_config(), seed=seed).save_pretrained(ckpt.step_url(run, step))
-        ckpt.commit(ckpt.step_url(run, step), step)
+        ckpt.commit(storage.Folder(ckpt.step_url(run, step)), step)
     BertForPreTraining(tiny_config(), seed=3).save_pretrained(ckpt.step_url(run, 30))  # not committed
     newest = BertForPreTraining(tiny_config(), seed=2).state_dict()
     loaded = BertForPreTraining.from_pretrained(run).state_dict()

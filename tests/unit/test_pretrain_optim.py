@@ -12,9 +12,9 @@ from pretrain.optim import (
     build_optimizer,
     build_scheduler,
     parameter_groups,
-    reference_decay,
     step_unless,
 )
+from pretrain.schedules import reference_decay
 
 
 def test_reference_decay_is_bert_optimization_py():

@@ -13,12 +13,13 @@ from pretrain.metrics import MetricsLog, peak_flops
 from pretrain.model import BertConfig, BertForPreTraining
 from pretrain.optim import (
     Lamb,
-    apply_gradients,
     build_optimizer,
     build_scheduler,
     parameter_groups,
-    warmup_decay,
+    step_unless,
 )
+from pretrain.schedules import warmup_decay
+from schemas import storage
 from schemas.commands import InputError, UsageError
 
 
@@ -74,6 +75,16 @@ OPTIMIZERS = {
 }
 
 
+def apply_gradients(params, optimizer, scaler) -> tuple[torch.Tensor, torch.Tensor]:
+    """The update half of ``Trainer.step``: unscale, clip, the update unless not finite, the scaler."""
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+    skipped = (~torch.isfinite(norm)).float()
+    step_unless(optimizer, skipped)
+    scaler.update()
+    return norm, skipped
+
+
 @pytest.mark.parametrize("kind", OPTIMIZERS)
 @pytest.mark.parametrize("fp16", [False, True])
 def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
@@ -83,7 +94,7 @@ def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
     scaler = torch.amp.GradScaler("cpu", enabled=fp16)
     for _ in range(2):  # moments to keep
         scaler.scale(model(torch.ones(2, 3)).sum()).backward()
-        apply_gradients(params, optimizer, scaler, 1.0)
+        apply_gradients(params, optimizer, scaler)
         optimizer.zero_grad()
     before = [p.detach().clone() for p in params]
     state = [{k: v.clone() for k, v in optimizer.state[p].items()} for p in params]
@@ -91,7 +102,7 @@ def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
     scale = scaler.get_scale()
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
     model.weight.grad[0, 1] = float("nan")
-    norm, skipped = apply_gradients(params, optimizer, scaler, 1.0)
+    norm, skipped = apply_gradients(params, optimizer, scaler)
     assert skipped.item() == 1.0 and not torch.isfinite(norm)
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
     for saved, param in zip(state, params, strict=True):  # moments and step counts too
@@ -101,7 +112,7 @@ def test_non_finite_gradients_are_skipped_and_never_applied(fp16, kind):
         assert scaler.get_scale() == scale / 2  # the scale backs off after an overflow
     optimizer.zero_grad()
     scaler.scale(model(torch.ones(2, 3)).sum()).backward()
-    norm, skipped = apply_gradients(params, optimizer, scaler, 1.0)
+    norm, skipped = apply_gradients(params, optimizer, scaler)
     assert skipped.item() == 0.0 and not torch.equal(before[0], model.weight)
 
 
@@ -109,9 +120,9 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
     run = str(tmp_path / "run")
     for step in (2, 4, 6):
         url = ckpt.step_url(run, step)
-        ckpt.save_state({"step": step}, f"{url}/{ckpt.TRAINER_STATE}")
+        ckpt.save_state({"step": step}, storage.Folder(url), ckpt.TRAINER_STATE)
         if step != 6:
-            ckpt.commit(url, step)
+            ckpt.commit(storage.Folder(url), step)
     assert ckpt.latest(run).step == 4  # 6 has no COMMITTED: a crash while writing it
     assert ckpt.resolve(run).url.endswith("step-00000004")
     with pytest.raises(InputError, match="not a complete checkpoint"):
@@ -119,8 +130,8 @@ def test_checkpoints_count_only_when_committed_and_prune_keeps_the_newest(tmp_pa
     # a file that shrank after the commit makes the checkpoint incomplete
     (tmp_path / "run/checkpoints/step-00000004/trainer.json").write_bytes(b"x")
     assert ckpt.latest(run).step == 2
-    ckpt.commit(ckpt.step_url(run, 4), 4)
-    ckpt.commit(ckpt.step_url(run, 6), 6)
+    ckpt.commit(storage.Folder(ckpt.step_url(run, 4)), 4)
+    ckpt.commit(storage.Folder(ckpt.step_url(run, 6)), 6)
     removed = ckpt.prune(run, keep=2)
     assert [r.rsplit("/", 1)[-1] for r in removed] == ["step-00000002"]
     assert ckpt.load_state(f"{ckpt.step_url(run, 6)}/{ckpt.TRAINER_STATE}") == {"step": 6}
@@ -137,11 +148,11 @@ def test_rng_state_round_trip():
 
 
 def test_metrics_on_resume_drop_records_after_the_checkpoint(tmp_path):
-    log = MetricsLog(str(tmp_path), None)
+    log = MetricsLog(storage.Folder(tmp_path), None)
     for step in (5, 10, 15):
         log.log({"step": step, "split": "train", "loss": 1.0 / step})
     log.close()
-    resumed = MetricsLog(str(tmp_path), resume_step=10)
+    resumed = MetricsLog(storage.Folder(tmp_path), resume_step=10)
     resumed.log({"step": 15, "split": "train", "loss": 0.5})
     resumed.close()
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

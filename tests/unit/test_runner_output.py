@@ -29,5 +29,6 @@ def test_a_completed_marker_its_manifest_does_not_match_is_a_failure(tmp_path):
 
 def test_an_output_not_marked_completed_is_said(tmp_path):
     (tmp_path / "stats.json").write_text('{"documents_out": 0}')
-    stats, line = finished_output(str(tmp_path), "documents")
+    stats, line, warning = finished_output(str(tmp_path), "documents")
     assert stats == {"documents_out": 0} and line == f"output: {tmp_path} (not marked COMPLETED)"
+    assert warning is None

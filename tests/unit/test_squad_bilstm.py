@@ -12,6 +12,7 @@ import torch
 
 from finetune.squad import SpanQuestionAnswering, SquadConfig, run_squad
 from pretrain.model import BertConfig, BertModel
+from schemas import storage
 from schemas.commands import CommandError
 from tests.conftest import SHARED_DATA, require
 
@@ -66,7 +67,7 @@ def test_run_squad_with_bilstm_trains_and_restores_only_with_the_flag(tiny_hf_fo
     config = SquadConfig(batch_size=8, device="cpu", progress=False, seed=0, epochs=2, lr=1e-3, **window)
     with_bilstm = dataclasses.replace(config, bilstm=True)
     out = tmp_path / "out"
-    metrics = run_squad("1.1", data, data, str(tiny_hf_folder), str(out), with_bilstm)
+    metrics = run_squad("1.1", data, data, str(tiny_hf_folder), storage.Folder(out), with_bilstm)
     assert metrics["config"]["bilstm"] is True and metrics["span_head"] == "fresh"
     losses = metrics["train"]["epoch_losses"]
     assert metrics["train"]["steps"] >= 4 and losses[-1] < losses[0]
@@ -76,9 +77,9 @@ def test_run_squad_with_bilstm_trains_and_restores_only_with_the_flag(tiny_hf_fo
     with safe_open(str(weights), "pt") as f:
         assert {"bilstm.lstm.weight_ih_l0", "bilstm.lstm.weight_hh_l0_reverse"} <= set(f.keys())
     # The saved model answers the same again, with --bilstm; without it, it is refused.
-    again = run_squad("1.1", None, data, str(out / "model"), str(tmp_path / "again"), with_bilstm)
+    again = run_squad("1.1", None, data, str(out / "model"), storage.Folder(tmp_path / "again"), with_bilstm)
     assert again["span_head"] == "from the checkpoint"
     predictions = json.loads((out / "predictions.json").read_text())
     assert json.loads((tmp_path / "again" / "predictions.json").read_text()) == predictions
     with pytest.raises(CommandError, match="trained with a BiLSTM: give --bilstm"):
-        run_squad("1.1", None, data, str(out / "model"), str(tmp_path / "plain"), config)
+        run_squad("1.1", None, data, str(out / "model"), storage.Folder(tmp_path / "plain"), config)

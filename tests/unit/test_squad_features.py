@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from finetune.common import doc_windows, max_context_windows
+from finetune.sequences import doc_windows, max_context_windows
 from finetune.squad import (
     NO_SPAN_NULL_ODDS,
     SpanQuestionAnswering,

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from pipelines.wiki.dump import (
-    Defect,
     RawPage,
     index_path_for,
     iter_pages,
@@ -22,6 +21,7 @@ from pipelines.wiki.dump import (
     plan_stream_ranges,
     read_stream_offsets,
 )
+from schemas.rejects import Rejection
 from tests.conftest import SHARED_DATA, require
 from tests.multistream import build_multistream
 
@@ -35,11 +35,11 @@ def _read(path: Path) -> list[RawPage]:
         return list(iter_pages(f))
 
 
-def _collect(pages: object) -> tuple[list[RawPage], Defect]:
+def _collect(pages: object) -> tuple[list[RawPage], Rejection]:
     """Consume an iterator that must end in a defect; return the pages before it and the defect."""
     *got, defect = list(pages)  # type: ignore[call-overload]
-    assert isinstance(defect, Defect) and "\n" not in defect.detail
-    assert not any(isinstance(page, Defect) for page in got)
+    assert isinstance(defect, Rejection) and "\n" not in defect.detail
+    assert not any(isinstance(page, Rejection) for page in got)
     return got, defect
 
 
@@ -281,7 +281,7 @@ def test_read_stream_offsets_plain_and_bz2() -> None:
     lines = b"600:12:Alpha\n600:13:Beta: a title: with colons\n1200:14:Gamma\n\n50000:15:Delta\n"
     assert read_stream_offsets(io.BytesIO(lines)) == [600, 1200, 50000]
     assert read_stream_offsets(io.BytesIO(bz2.compress(lines))) == [600, 1200, 50000]
-    assert read_stream_offsets(io.BytesIO(b"600:12:Alpha\nnot an index line\n")) == Defect(
+    assert read_stream_offsets(io.BytesIO(b"600:12:Alpha\nnot an index line\n")) == Rejection(
         "malformed_index", "index line 2 does not start with OFFSET:"
     )
     assert read_stream_offsets(io.BytesIO(bz2.compress(lines * 50)[:-20])).reason == "truncated_input"

@@ -75,6 +75,10 @@ def test_config_lists_every_problem():
         )
     for flag in ("--corpus", "--output", "--vocab-size 100", "--min-frequency", "--split", "--max-words"):
         assert flag in str(err.value)
+    assert (
+        "--vocab-size 100 leaves no room for word pieces after 5 special tokens and 200 [unused] slots: "
+        in (str(err.value))
+    )  # the reserve rule chain checks with too (wordpiece.tokenizer.reserve_problem)
 
 
 def _book_counts() -> list[tuple[str, int]]:

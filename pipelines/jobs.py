@@ -1,13 +1,15 @@
 """Submitting and running a Beam job the way a command should, for the corpus stages and
-``wordpiece train``'s counting job (here, so that ``wordpiece`` never imports ``pipelines``): paths
-and buckets checked before anything is built, a dry run, a stop signal that stops the local
-workers too, and a failure, however the runner wrapped it, as one line a user can act on."""
+``wordpiece train``'s counting job: paths and buckets checked before anything is built, a dry run,
+a stop signal that stops the local workers too, and a failure, however the runner wrapped it, as
+one line a user can act on."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -24,9 +26,9 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
+from pipelines import files
 from schemas import buckets
 from schemas.commands import STOP_SIGNALS, UsageError, raise_if_stopped, raise_stopped, stop_received
-from wordpiece.count import s3_storage_options
 
 DEFAULT_RUNNER = "DirectRunner"
 LOCAL_RUNNERS = StandardOptions.LOCAL_RUNNERS
@@ -48,10 +50,12 @@ def explain_failure(err: BaseException) -> str:
 
 
 def job_options(beam_args: Iterable[str]) -> PipelineOptions:
-    """Beam's options from the pass-through arguments, DirectRunner unless ``--runner`` says."""
+    """Beam's options from the pass-through arguments, DirectRunner unless ``--runner`` says; this
+    process's file access takes them from now on (``files.use_beam_options``)."""
     options = PipelineOptions(list(beam_args))
     standard = options.view_as(StandardOptions)
     standard.runner = standard.runner or DEFAULT_RUNNER
+    files.use_beam_options(options)
     return options
 
 
@@ -101,11 +105,7 @@ def check_job(
         "--temp_location": google.temp_location or (),
         "--staging_location": google.staging_location or (),
     }
-    buckets.probe(
-        reads={**reads, **(submitter_reads or {})},
-        writes={**writes, **beam_writes},
-        storage_options={"s3": s3_storage_options(options)},
-    )
+    buckets.probe(reads={**reads, **(submitter_reads or {})}, writes={**writes, **beam_writes})
 
 
 def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
@@ -128,7 +128,7 @@ def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
         if runner_name(options) in LOCAL_RUNNERS
         else f"; the job may still run on {runner_name(options)}: cancel it there"
     )
-    with _workers_stop_with_us():
+    with _workers_stop_with_us(), _temp_folder_of_its_own():
         try:
             with quiet():
                 result = pipeline.run()
@@ -136,6 +136,19 @@ def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
         except BaseException:
             raise_if_stopped(f"{output} is not marked COMPLETED{remote}")
             raise
+
+
+@contextlib.contextmanager
+def _temp_folder_of_its_own() -> Iterator[None]:
+    """For the block, this process's temporary folder is one of its own, removed when the process
+    ends, after Beam's exit handlers (registered later, run first): Beam's local runners leave
+    folders there (``beam-temp*`` of a job server that could not start)."""
+    saved, tempfile.tempdir = tempfile.tempdir, tempfile.mkdtemp(prefix="pipelines-beam-")
+    atexit.register(shutil.rmtree, tempfile.tempdir, True)
+    try:
+        yield
+    finally:  # as it was, for what the process does next
+        tempfile.tempdir = saved
 
 
 def _beam_logs() -> bool:

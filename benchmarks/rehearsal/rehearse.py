@@ -1,6 +1,6 @@
 """A Dataflow rehearsal: the Beam stages run the way Dataflow runs them, before anyone pays.
 
-    python -m tests.rehearsal.rehearse [--stage all|books|wikipedia|corpus|wordpiece|examples] [--compare]
+    python -m benchmarks.rehearsal.rehearse [--stage all|books|wikipedia|documents|corpus|wordpiece|examples] [--compare]
 
 (``make dataflow-rehearsal STAGE=...``.) It starts, on this machine:
 
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = (ROOT.parent / "shared").resolve()
 DATA = SHARED / "data"
 BUCKET = "rehearsal"
-STAGES = ("books", "wikipedia", "corpus", "wordpiece", "examples")
+STAGES = ("books", "wikipedia", "documents", "corpus", "wordpiece", "examples")
 ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "PYTHONDONTWRITEBYTECODE": "1"}
 WORKER_HOME = "/tmp/rehearsal-worker"
 MEASURED = ("learn_s", "peak_rss_mb")
@@ -112,7 +112,7 @@ mount --bind '{site}' {home}/site
 mount -o remount,bind,ro {home}/site
 '{python}' -m venv --without-pip {home}/venv
 echo {home}/site > "$(ls -d {home}/venv/lib/python3.*/site-packages)/rehearsal-deps.pth"
-{{ echo '#!{home}/venv/bin/python'; cat '{ROOT}/tests/rehearsal/boot.py'; }} > {home}/boot.py
+{{ echo '#!{home}/venv/bin/python'; cat '{ROOT}/benchmarks/rehearsal/boot.py'; }} > {home}/boot.py
 chmod +x {home}/boot.py
 for d in {hidden} /var/tmp; do mount -t tmpfs -o ro tmpfs "$d"; done
 test ! -e '{ROOT}/setup.py'
@@ -264,8 +264,10 @@ def stage_args(stage: str, inputs: dict[str, str], output: str) -> list[str]:
     commands = {
         "books": f"books --input {inputs['books']}/*.txt --num-shards 2",
         "wikipedia": f"wikipedia --input {inputs['wiki']}/*.bz2 --num-shards 2",
-        "corpus": f"corpus --input {inputs.get('wikipedia')} --input {inputs.get('books')} --num-shards 2 "
-        "--validation-fraction 0.1 --test-fraction 0.1",
+        "documents": f"documents --input {inputs['hub']}/* --id-field id --title-field title --num-shards 2 "
+        "--bytes-per-read 65536",
+        "corpus": f"corpus --input {inputs.get('wikipedia')} --input {inputs.get('books')} --input "
+        f"{inputs.get('documents')} --num-shards 2 --validation-fraction 0.1 --test-fraction 0.1",
         "wordpiece": f"train --corpus {inputs.get('corpus')} --vocab-size 3000 --num-unused 10 --num-count-shards 2",
         "examples": f"examples --corpus {inputs.get('corpus')} --vocab {vocab} --max-seq-length 64 --dupe-factor 2 "
         "--num-shards 3 --num-buckets 8 --spill always",
@@ -274,10 +276,26 @@ def stage_args(stage: str, inputs: dict[str, str], output: str) -> list[str]:
 
 
 def upload_inputs(rehearsal: Rehearsal) -> dict[str, str]:
-    """Three of the shared Gutenberg books and the enwiki excerpt, in the bucket."""
+    """Three of the shared Gutenberg books and the enwiki excerpt, in the bucket; and for `pipelines
+    documents` the excerpt's articles as wikimedia/wikipedia Parquet, Dolma's gzipped JSON Lines and
+    the same uncompressed (read by byte range), as tests/layouts.py builds them."""
+    import gzip
+
+    from tests.layouts import build_layouts
+
     books = sorted((DATA / "books" / "gutenberg").glob("*.txt"))[:3]
     wiki = DATA / "wiki" / "gensim_enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-    return {"books": rehearsal.upload(books, "inputs/books"), "wiki": rehearsal.upload([wiki], "inputs/wiki")}
+    layouts = build_layouts(
+        rehearsal._work / "layouts", wiki, sorted((DATA / "books" / "gutenberg").glob("*.txt"))
+    )
+    hub = [*layouts["wikipedia"].files, *layouts["dolma"].files]
+    plain = rehearsal._work / "layouts" / "plain.jsonl"
+    plain.write_bytes(gzip.decompress(layouts["dolma"].files[0].read_bytes()))
+    return {
+        "books": rehearsal.upload(books, "inputs/books"),
+        "wiki": rehearsal.upload([wiki], "inputs/wiki"),
+        "hub": rehearsal.upload([*hub, plain], "inputs/hub"),
+    }
 
 
 def rehearse(rehearsal: Rehearsal, stages: list[str], compare: bool) -> list[tuple[Result, bool | None]]:
