@@ -52,14 +52,22 @@ def s3_options(options: PipelineOptions) -> dict[str, Any]:
 def use_beam_options(options: PipelineOptions) -> None:
     """Give this (launching) process's file access Beam's ``options`` (``S3Options``)."""
     FileSystems.set_options(options)
+    _CONFIGURED_FROM[0] = None  # the same object may hold new values
     _job_settings()
+
+
+_CONFIGURED_FROM: list[PipelineOptions | None] = [None]
+"""The options object the storage layer was last configured from: parsing options is slow (an
+``argparse`` parser each time), and every file access asks."""
 
 
 def _job_settings() -> None:
     """The storage layer given the ``S3Options`` of the Beam job this process runs (its workers'
     options are Beam's to set, the ones Beam's own filesystems read)."""
     options = FileSystems._pipeline_options
-    storage.configure("s3", s3_options(options) if options is not None else {})
+    if options is None or options is not _CONFIGURED_FROM[0]:
+        storage.configure("s3", s3_options(options) if options is not None else {})
+        _CONFIGURED_FROM[0] = options
 
 
 def exists(url: str) -> bool:
@@ -80,10 +88,10 @@ def read_bytes(url: str) -> bytes:
     return storage.read_bytes(url)
 
 
-def write_bytes(url: str, data: bytes | Sequence[bytes]) -> None:
+def write_bytes(url: str, data: bytes | Sequence[bytes], *, sync: bool = True) -> None:
     """``data`` (bytes or pieces of them) whole or nothing under ``url`` (``storage.write_bytes``)."""
     _job_settings()
-    storage.write_bytes(url, data)
+    storage.write_bytes(url, data, sync=sync)
 
 
 def file_size(url: str) -> int:

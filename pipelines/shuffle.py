@@ -69,7 +69,7 @@ class _WriteRuns(beam.DoFn):
         self._held.sort(key=lambda held: held[:3])
         for partition, group in itertools.groupby(self._held, key=lambda held: held[0]):
             path = files.join(self._folder, f"{uuid.uuid4().hex}.jsonl")
-            files.write_bytes(path, "".join(held[3] + "\n" for held in group).encode("utf-8"))
+            files.write_bytes(path, "".join(held[3] + "\n" for held in group).encode("utf-8"), sync=False)
             yield partition, path
         self._held, self._bytes = [], 0
 
@@ -92,7 +92,9 @@ def _merge(paths: list[str], order: Callable[[Any], Any]) -> Iterator[tuple[Any,
         for first in range(0, len(paths), MAX_RUNS_MERGED):
             merged.append(f"{paths[first].rsplit('/', 1)[0]}/{uuid.uuid4().hex}.jsonl")
             pairs = _merge(paths[first : first + MAX_RUNS_MERGED], order)
-            files.write_bytes(merged[-1], ((_line(pair) + "\n").encode("utf-8") for pair in pairs))
+            files.write_bytes(
+                merged[-1], ((_line(pair) + "\n").encode("utf-8") for pair in pairs), sync=False
+            )
         paths = merged
     yield from heapq.merge(*map(_read_run, paths), key=lambda kv: (kv[0], order(kv[1])))
     files.remove(paths)

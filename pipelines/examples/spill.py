@@ -47,7 +47,7 @@ def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple
     for key, data in pieces:
         refs.append((key, (name, offset, len(data))))
         offset += len(data)
-    files.write_bytes(files.join(folder, name), [data for _, data in pieces])
+    files.write_bytes(files.join(folder, name), [data for _, data in pieces], sync=False)
     return refs
 
 
