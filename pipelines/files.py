@@ -26,6 +26,8 @@ TEMP_DIR = ".temp"
 what a killed run left there."""
 
 join = storage.join
+READ_BYTES = 8 << 20
+"""Bytes read at a time where a file is hashed as it is read."""
 
 
 def s3_options(options: PipelineOptions) -> dict[str, Any]:
@@ -146,14 +148,19 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
 
 
 def read_document_table(shard: tuple[str, str], columns: list[str] | None = None) -> Iterator[pa.Table]:
-    """One documents shard ``(path, sha256)`` a record batch at a time (one decoded at once), refused
-    if its checksum differs."""
+    """One documents shard ``(path, sha256)`` a record batch at a time, refused if its checksum
+    differs: the file is hashed as it is read once, then read again a batch at a time, so that what is
+    held is a batch, whatever the shard's size."""
     path, expected_sha256 = shard
-    data = read_bytes(path)
-    if sha256_hex(data) != expected_sha256:
+    digest = hashlib.sha256()
+    with open_binary(path) as f:
+        while chunk := f.read(READ_BYTES):
+            digest.update(chunk)
+    if digest.hexdigest() != expected_sha256:
         raise InputError(f"{path}: checksum differs from its manifest; the input was modified or damaged")
-    for table in DOCUMENTS.read_ipc_batches(data, source=path):
-        yield table.select(columns) if columns else table
+    with open_binary(path) as f:
+        for table in DOCUMENTS.read_ipc_batches(f, source=path):
+            yield table.select(columns) if columns else table
 
 
 def read_document_shard(shard: tuple[str, str], columns: list[str] | None = None) -> Iterator[dict]:

@@ -108,11 +108,12 @@ class RecordFormat:
                 sink.clear()
         yield from sink
 
-    def read_ipc_batches(self, data: bytes, source: str) -> Iterator[pa.Table]:
-        """The record batches of an Arrow IPC file written by ``to_ipc_bytes``, each decoded and
-        validated when reached (as a table), so that one batch at a time is held decoded."""
+    def read_ipc_batches(self, data: bytes | BinaryIO, source: str) -> Iterator[pa.Table]:
+        """The record batches of an Arrow IPC file written by ``to_ipc_bytes`` (its bytes, or the file
+        opened: then only a batch at a time is read), each decoded and validated when reached (as a
+        table), so that one batch at a time is held decoded."""
         try:
-            reader = ipc.open_file(pa.py_buffer(data))
+            reader = ipc.open_file(pa.py_buffer(data) if isinstance(data, bytes) else data)
             self.validate(reader.schema.empty_table(), source)
             for index in range(reader.num_record_batches):
                 table = pa.Table.from_batches([reader.get_batch(index)])
