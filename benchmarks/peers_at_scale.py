@@ -365,7 +365,7 @@ def _side(run: dict, limits: dict) -> str:
     if run["outcome"] == "finished":
         return said
     return (
-        f"**{run['outcome']}** after {said}, having read {_mb(run['read_mb'])} (watchdog limits "
+        f"**{run['outcome']}** after {said}, having read {_mb(run['read_mb'])} (all its reads, libraries included; watchdog limits "
         f"{_mb(limits['memory_limit_mb'])}, {limits['time_limit_s'] / 60:.0f} min)"
     )
 
@@ -408,12 +408,16 @@ def examples_row(r: dict) -> Row:
     if _done(peer):
         said = f"{n(peer['examples'] / peer['cpu_s'])} examples/CPU-s ({peer['examples']:,}); {said}"
     else:
-        said += f"; it was {peer['reached']}, {peer['cpu_s'] / ours_cpu:.1f}x our whole CPU time spent"
+        said += f"; it was {peer['reached']}, no example written"
     ours_said = f"`pipelines examples` {_side(ours, limits)}; `pipelines text` {_side(text, limits)}"
     if _done(ours, text):
         ours_said = f"{n(ours['examples'] / ours_cpu)} examples/CPU-s ({ours['examples']:,}); {ours_said}"
     if _done(ours, text, peer):
         ratio = f"{x(ours['examples'] / ours_cpu / (peer['examples'] / peer['cpu_s']))} whole, per CPU-s"
+    elif _done(ours, text):  # a bound: the CPU time it had spent when stopped, for as many examples as ours
+        ratio = (
+            f"above {peer['cpu_s'] / ours_cpu:.2f}x per CPU-s, had it finished with as many examples as ours"
+        )
     return (
         f"example generation, whole commands, seq 128, 20 predictions, dupe 5, bert-base-uncased vocab; {_where(r)}",
         ours_said,
