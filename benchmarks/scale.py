@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python benchmar
 from benchmarks import harness
 from benchmarks.harness import Row, n
 
-SIZES_MB = (20, 200, 2000)
+SIZES_MB = (20, 200, 1000)
 SAMPLE_S = 0.2
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 PLOT = harness.ROOT / "docs" / "scale.png"
