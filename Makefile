@@ -49,9 +49,17 @@ test-all: $(STAMP)
 
 # The Beam stages as Dataflow runs them, before paying (docs/scale.md): a job service, an isolated
 # worker pool (root: a mount namespace) and a GCS emulator; STAGE runs with the stages before it.
+# INPUT=DIR (a benchmarks/scale_corpus.py folder) runs benchmarks/rehearsal_scale.py on it with WORKERS
+# workers, compared with LOCAL=DIR (benchmarks/scale.py's out/ folder for it) or else with FnApiRunner.
 STAGE ?= all
+WORKERS ?= 2
 dataflow-rehearsal: $(STAMP)
+ifdef INPUT
+	$(PY) benchmarks/rehearsal_scale.py --input $(INPUT) --workers $(WORKERS) --stage $(STAGE) \
+		$(if $(LOCAL),--local-outputs $(LOCAL),--compare)
+else
 	$(PY) -m benchmarks.rehearsal.rehearse --stage $(STAGE) --compare
+endif
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)

@@ -7,7 +7,10 @@ Rendering reads the JSON files only: ``summary.md`` is every benchmark's ``rows(
 README.md, docs/*.md and benchmarks/README.md each block ``<!-- figures: NAME -->`` (or
 ``NAME.TABLE``, one of the script's ``TABLES``) … ``<!-- /figures -->`` holds that benchmark's rows
 (or table) and its conditions. ``gpu_check`` runs on a GPU machine (``gpu_check.sh``) and ``suite``
-(the README's commands, timed) in a fresh clone; their JSON in ``results/`` is rendered like the others. tests/unit/test_bench_figures.py fails when
+(the README's commands, timed) in a fresh clone, ``scale`` (every stage at three sizes), ``peers_at_scale``
+(the peers on its inputs), ``vocab_memory`` (up to 30 M distinct words) and ``rehearsal_scale`` (the
+Dataflow rehearsal on a scale input, root only) take hours and are run on their own; their JSON in
+``results/`` is rendered like the others. tests/unit/test_bench_figures.py fails when
 a block or summary.md differs from its rendering.
 """
 
@@ -28,7 +31,7 @@ BENCHMARKS = (
     "corpus documents wikitext_speed sentence_segmentation tokenization wordpiece_train examples examples_memory reader "
     "train_step batching finetune_step"
 ).split()
-RENDERED = [*BENCHMARKS, "gpu_check", "suite"]
+RENDERED = [*BENCHMARKS, "gpu_check", "suite", "scale", "peers_at_scale", "vocab_memory", "rehearsal_scale"]
 SUMMARY = harness.ROOT / "benchmarks" / "summary.md"
 BLOCK = re.compile(r"(<!-- figures: ([\w.]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
 

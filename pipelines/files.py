@@ -7,9 +7,10 @@ worker its job's options (``FileSystems.set_options``) before it runs a step, an
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
+import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
@@ -25,6 +26,8 @@ TEMP_DIR = ".temp"
 what a killed run left there."""
 
 join = storage.join
+READ_BYTES = 8 << 20
+"""Bytes read at a time where a file is hashed as it is read."""
 
 
 def s3_options(options: PipelineOptions) -> dict[str, Any]:
@@ -51,14 +54,22 @@ def s3_options(options: PipelineOptions) -> dict[str, Any]:
 def use_beam_options(options: PipelineOptions) -> None:
     """Give this (launching) process's file access Beam's ``options`` (``S3Options``)."""
     FileSystems.set_options(options)
+    _CONFIGURED_FROM[0] = None  # the same object may hold new values
     _job_settings()
+
+
+_CONFIGURED_FROM: list[PipelineOptions | None] = [None]
+"""The options object the storage layer was last configured from: parsing options is slow (an
+``argparse`` parser each time), and every file access asks."""
 
 
 def _job_settings() -> None:
     """The storage layer given the ``S3Options`` of the Beam job this process runs (its workers'
     options are Beam's to set, the ones Beam's own filesystems read)."""
     options = FileSystems._pipeline_options
-    storage.configure("s3", s3_options(options) if options is not None else {})
+    if options is None or options is not _CONFIGURED_FROM[0]:
+        storage.configure("s3", s3_options(options) if options is not None else {})
+        _CONFIGURED_FROM[0] = options
 
 
 def exists(url: str) -> bool:
@@ -79,10 +90,10 @@ def read_bytes(url: str) -> bytes:
     return storage.read_bytes(url)
 
 
-def write_bytes(url: str, data: bytes | Sequence[bytes]) -> None:
+def write_bytes(url: str, data: bytes | Sequence[bytes], *, sync: bool = True) -> None:
     """``data`` (bytes or pieces of them) whole or nothing under ``url`` (``storage.write_bytes``)."""
     _job_settings()
-    storage.write_bytes(url, data)
+    storage.write_bytes(url, data, sync=sync)
 
 
 def file_size(url: str) -> int:
@@ -136,16 +147,24 @@ def load_manifest(folder: str, expected_format: str) -> Manifest:
     return load_completed(folder, expected_format)
 
 
-def read_document_table(shard: tuple[str, str], columns: list[str] | None = None):
-    """One documents shard ``(path, sha256)`` as an Arrow table, refused if its checksum differs."""
+def read_document_table(shard: tuple[str, str], columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """One documents shard ``(path, sha256)`` a record batch at a time, refused if its checksum
+    differs: the file is hashed as it is read once, then read again a batch at a time, so that what is
+    held is a batch, whatever the shard's size."""
     path, expected_sha256 = shard
-    data = read_bytes(path)
-    if sha256_hex(data) != expected_sha256:
+    digest = hashlib.sha256()
+    with open_binary(path) as f:
+        while chunk := f.read(READ_BYTES):
+            digest.update(chunk)
+    if digest.hexdigest() != expected_sha256:
         raise InputError(f"{path}: checksum differs from its manifest; the input was modified or damaged")
-    table = DOCUMENTS.read_ipc(data, source=path)
-    return table.select(columns) if columns else table
+    with open_binary(path) as f:
+        for table in DOCUMENTS.read_ipc_batches(f, source=path):
+            yield table.select(columns) if columns else table
 
 
-def read_document_shard(shard: tuple[str, str], columns: list[str] | None = None) -> list[dict]:
-    """Rows of one documents shard ``(path, sha256)``, refused if its checksum differs from the manifest."""
-    return read_document_table(shard, columns).to_pylist()
+def read_document_shard(shard: tuple[str, str], columns: list[str] | None = None) -> Iterator[dict]:
+    """Rows of one documents shard ``(path, sha256)``, a record batch decoded at a time, refused if
+    its checksum differs from the manifest."""
+    for table in read_document_table(shard, columns):
+        yield from table.to_pylist()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -11,12 +12,14 @@ import apache_beam as beam
 
 from pipelines import files
 from pipelines.jobs import (
+    LOCAL_RUNNERS,
     STEP_ANNOTATION,
     check_job,
     dry_run,
     explain_failure,
     job_options,
     run_pipeline,
+    runner_name,
 )
 from schemas import COMPLETED_FILE, DOCUMENTS, STATS_FILE, storage
 from schemas.commands import CommandError, InputError
@@ -51,6 +54,8 @@ def run_stage(
         build(pipeline := beam.Pipeline(options=options), config, inputs, storage.Folder(config.output))
         run_pipeline(pipeline, config.output)
         return None
+    if cleanup is None and runner_name(options) in LOCAL_RUNNERS:  # what GroupOnDisk wrote there
+        cleanup = functools.partial(files.remove_tree, files.join(config.output, files.TEMP_DIR))
     with OutputFolder.open(config.output, command, overwrite=config.overwrite) as folder:
         folder.begin()
         state = _run(build, config, inputs, options, cleanup, folder)

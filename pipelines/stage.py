@@ -5,15 +5,17 @@ Arrow shards by a hash of the document id (bytes independent of runner and worke
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
 
 from pipelines import files
+from pipelines.shuffle import GroupOnDisk
 from pipelines.stats import build_stats, document_tally, sum_tallies
 from pipelines.text import content_hash
 from schemas import (
@@ -29,8 +31,12 @@ from schemas import (
     completed_marker,
     storage,
 )
+from schemas.formats import BATCH_ROWS
 from schemas.rejects import EXCERPT_CHARS
 
+BATCH_CHARS = 8 << 20
+"""Characters of text in a documents file's record batch, at most (one document more): what a writer
+or a reader of the file holds."""
 DOCUMENT = "document"
 DROPPED = "dropped"
 REJECTED = "rejected"
@@ -139,36 +145,38 @@ def reject_sort_key(row: dict[str, Any]) -> tuple:
 
 
 def _write_shard(
-    element: tuple[int, list],
-    output: str,
-    split: str,
-    num_shards: int,
-    fmt: RecordFormat,
-    sort_key: Callable[[dict], tuple],
+    index: int, rows: Iterator[dict], output: str, split: str, num_shards: int, fmt: RecordFormat
 ) -> dict[str, Any]:
-    index, rows = element
-    rows = sorted((r for r in rows if r is not None), key=sort_key)
+    """Write a shard from its rows in order, a record batch at a time (BATCH_ROWS rows, fewer where
+    they hold BATCH_CHARS characters): the file is hashed as it is written."""
     relative = shard_name(split, index, num_shards)
-    path = files.join(output, relative)
-    data = fmt.to_ipc_bytes(fmt.to_table(rows, source=path), source=path)
-    files.write_bytes(path, data)
-    return asdict(ShardEntry(relative, fmt.name, split, len(rows), len(data), files.sha256_hex(data)))
+    path, digest, size = files.join(output, relative), hashlib.sha256(), [0, 0]  # bytes, rows
 
+    def tables() -> Iterator:
+        batch, chars = [], 0
+        for row in itertools.chain(rows, [None]):
+            if batch and (row is None or len(batch) == BATCH_ROWS or chars >= BATCH_CHARS):
+                size[1] += len(batch)
+                yield fmt.to_table(batch, source=path)
+                batch, chars = [], 0
+            if row is not None:
+                batch.append(row)
+                chars += row.get("num_chars") or 0
 
-class GroupByShard(beam.PTransform):
-    """``(shard, element)`` pairs grouped by shard, every one of ``num_shards`` present even when empty."""
+    def chunks() -> Iterator[bytes]:
+        for chunk in fmt.ipc_chunks(tables(), source=path):
+            digest.update(chunk)
+            size[0] += len(chunk)
+            yield chunk
 
-    def __init__(self, num_shards: int):
-        super().__init__()
-        self._num_shards = num_shards
-
-    def expand(self, keyed):
-        every = keyed.pipeline | "Every shard" >> beam.Create([(i, None) for i in range(self._num_shards)])
-        return (keyed, every) | "Merge" >> beam.Flatten() | "Group by shard" >> beam.GroupByKey()
+    files.write_bytes(path, chunks())
+    return asdict(ShardEntry(relative, fmt.name, split, size[1], size[0], digest.hexdigest()))
 
 
 class WriteShards(beam.PTransform):
-    """Write rows into exactly ``num_shards`` sorted Arrow files; emit one ``ShardEntry`` dict each."""
+    """Write rows (a PCollection, or a tuple of them) into exactly ``num_shards`` Arrow files, rows
+    sorted by ``sort_key`` and grouped on disk on a local runner (``GroupOnDisk``); emit one
+    ``ShardEntry`` dict each."""
 
     def __init__(
         self,
@@ -181,16 +189,20 @@ class WriteShards(beam.PTransform):
     ):
         super().__init__()
         out.journal(*(shard_name(split, i, num_shards) for i in range(num_shards)))  # before the workers
-        self._output, self._split, self._num_shards = out.url, split, num_shards
+        self._out, self._split, self._num_shards = out, split, num_shards
         self._fmt, self._shard_key, self._sort_key = fmt, shard_key, sort_key
 
     def expand(self, rows):
-        n, key = self._num_shards, self._shard_key
-        return (
-            rows
-            | "Key by shard" >> beam.Map(lambda r: (shard_index(key(r), n), r))
-            | GroupByShard(n)
-            | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt, self._sort_key)
+        n, key, out, split, fmt = self._num_shards, self._shard_key, self._out, self._split, self._fmt
+        keyed = tuple(
+            part | f"Key by shard {i}" >> beam.Map(lambda r: (shard_index(key(r), n), r))
+            for i, part in enumerate(rows if isinstance(rows, tuple) else (rows,))
+        )
+        return keyed | "Group by shard" >> GroupOnDisk(
+            lambda index, shard: [_write_shard(index, shard, out.url, split, n, fmt)],
+            out,
+            self._sort_key,
+            n,
         )
 
 
@@ -258,6 +270,20 @@ def _finish(
     return stats
 
 
+def _route(outcome: Outcome, split_of: Callable[[dict], str] | None) -> Iterator:
+    """An outcome's tally, and its row to its split (``all`` without ``split_of``) or the rejects,
+    and a file error's line for ``stats.json``, as tagged outputs."""
+    split = (split_of(outcome.row) if split_of else "all") if outcome.kind == DOCUMENT else None
+    yield beam.pvalue.TaggedOutput("tally", outcome_tally(outcome, split if split_of else None))
+    if outcome.kind != DROPPED:
+        yield beam.pvalue.TaggedOutput(split or "rejects", outcome.row)
+    if outcome.kind == FILE_ERROR:
+        row = outcome.row
+        yield beam.pvalue.TaggedOutput(
+            "file_errors", {"file": row["origin"], "reason": outcome.reason, "detail": row["detail"]}
+        )
+
+
 class WriteStageOutput(beam.PTransform):
     """Write a stage's outcomes: document shards per split (one ``all`` without ``split_of``), rejects,
     stats, manifest (with ``input_files`` hashed) and marker; ``extra_tallies`` add counts."""
@@ -283,57 +309,57 @@ class WriteStageOutput(beam.PTransform):
         )
 
     def expand(self, outcomes):
-        split_of, out, num_shards = self._split_of, self._out, self._num_shards
-        documents = outcomes | "Documents" >> beam.Filter(lambda o: o.kind == DOCUMENT)
-        entries = []
-        for split in files.SPLITS if split_of else ("all",):
-            rows = documents | f"Rows {split}" >> beam.Map(lambda o: o.row)
-            if split_of:
-                rows = rows | f"Only {split}" >> beam.Filter(lambda r, s=split: split_of(r) == s)
-            write = WriteShards(out, split, num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key)
-            entries.append(rows | f"Write {split}" >> write)
-        rejects = outcomes | "Rejects" >> beam.Filter(lambda o: o.kind in (REJECTED, FILE_ERROR))
+        # Each part is routed and written on its own: a Flatten of several stages is held in memory
+        # whole by a local runner; only the shards' runs (GroupOnDisk), tallies and entries meet.
+        parts = outcomes if isinstance(outcomes, tuple) else (outcomes,)
+        routed = [
+            p | f"Route {i}" >> beam.FlatMap(_route, self._split_of).with_outputs()
+            for i, p in enumerate(parts)
+        ]
+        entries = [
+            tuple(r[split] for r in routed)
+            | f"Write {split}"
+            >> WriteShards(
+                self._out, split, self._num_shards, DOCUMENTS, lambda r: r["doc_id"], document_sort_key
+            )
+            for split in (files.SPLITS if self._split_of else ("all",))
+        ]
         write = WriteShards(
-            out,
+            self._out,
             "rejects",
-            max(1, num_shards // 16),
+            max(1, self._num_shards // 16),
             REJECTS,
             lambda r: f"{r['origin']}\t{r['record_id']}",
             reject_sort_key,
         )
-        entries.append(rejects | "Reject rows" >> beam.Map(lambda o: o.row) | "Write rejects" >> write)
-        tallies = outcomes | "Tally" >> beam.Map(
-            lambda o: outcome_tally(o, split_of(o.row) if split_of and o.kind == DOCUMENT else None)
-        )
+        entries.append(tuple(r.rejects for r in routed) | "Write rejects" >> write)
+        tallies = [
+            r.tally | f"Sum tallies {i}" >> beam.CombineGlobally(sum_tallies) for i, r in enumerate(routed)
+        ]
         total = (
-            (tallies, *self._extra_tallies)
+            (*tallies, *self._extra_tallies)
             | "All tallies" >> beam.Flatten()
-            | "Sum tallies" >> beam.CombineGlobally(sum_tallies)
+            | "Sum all tallies" >> beam.CombineGlobally(sum_tallies)
         )
         hashes = (
-            outcomes.pipeline
+            parts[0].pipeline
             | "Input files" >> beam.Create(self._input_files)
             | "Spread files" >> beam.Reshuffle()
             | "Hash files" >> beam.Map(hash_input)
         )
-        file_errors = (
-            outcomes
-            | "File errors" >> beam.Filter(lambda o: o.kind == FILE_ERROR)
-            | "File error rows"
-            >> beam.Map(lambda o: {"file": o.row["origin"], "reason": o.reason, "detail": o.row["detail"]})
-        )
+        file_errors = tuple(r.file_errors for r in routed)
         return (
-            outcomes.pipeline
+            parts[0].pipeline
             | "Finish" >> beam.Create([None])
             | "Write manifest"
             >> beam.Map(
                 _finish,
-                out.url,
+                self._out.url,
                 self._producer,
                 self._params,
                 beam.pvalue.AsList(entries | "All shards" >> beam.Flatten()),
                 beam.pvalue.AsSingleton(total),
                 beam.pvalue.AsList(hashes),
-                beam.pvalue.AsList(file_errors),
+                beam.pvalue.AsList(file_errors | "All file errors" >> beam.Flatten()),
             )
         )

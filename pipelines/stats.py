@@ -38,10 +38,12 @@ def document_tally(sentences: list[str], split: str | None = None, words: list[i
 
 
 def sum_tallies(tallies) -> Counter:
-    """Sum an iterable of tallies (the combiner behind ``stats.json``)."""
+    """Sum an iterable of tallies (the combiner behind ``stats.json``); ``largest_*`` keys keep the largest."""
     total: Counter = Counter()
     for tally in tallies:
+        largest = {key: max(value, total[key]) for key, value in tally.items() if key.startswith("largest_")}
         total.update(tally)
+        total.update({key: value - total[key] for key, value in largest.items()})
     return total
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -25,9 +26,11 @@ from wordpiece.tokenizer import pre_tokenize
 from wordpiece.train import COUNTS_FOLDER, LEARN, MEASURE, VocabConfig, learn_vocabulary
 
 
-def read_sentences(shard: tuple[str, str]) -> list[list[str]]:
-    """The sentences of every document in one corpus shard ``(path, sha256)``, refusing a damaged shard."""
-    return files.read_document_table(shard, ["sentences"]).column("sentences").to_pylist()
+def read_sentences(shard: tuple[str, str]) -> Iterator[list[str]]:
+    """The sentences of every document in one corpus shard ``(path, sha256)``, a record batch at a
+    time, refusing a damaged shard."""
+    for table in files.read_document_table(shard, ["sentences"]):
+        yield from table.column("sentences").to_pylist()
 
 
 def document_word_counts(sentences: list[str], cased: bool) -> list[tuple[str, int]]:

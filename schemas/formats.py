@@ -3,8 +3,7 @@ before a byte is written and when read; every error is an InputError naming the 
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -24,6 +23,17 @@ def batch_row_counts(num_rows: int) -> list[int]:
 
 
 RowCheck = Callable[[pa.Table], list[str]]
+_ZSTD = ipc.IpcWriteOptions(compression="zstd")
+
+
+class _Pieces(list):
+    """A write-only file that keeps each piece written."""
+
+    closed = False
+
+    def write(self, data) -> int:
+        self.append(bytes(data))
+        return len(data)
 
 
 @dataclass(frozen=True)
@@ -84,12 +94,33 @@ class RecordFormat:
 
     def to_ipc_bytes(self, table: pa.Table, source: str) -> bytes:
         """Validate and serialise ``table`` as an Arrow IPC file (deterministic bytes)."""
-        self.validate(table, source)
-        sink = io.BytesIO()
-        options = ipc.IpcWriteOptions(compression="zstd")
-        with ipc.new_file(sink, table.schema, options=options) as writer:
-            writer.write_table(table, max_chunksize=BATCH_ROWS)
-        return sink.getvalue()
+        return b"".join(self.ipc_chunks([table], source))
+
+    def ipc_chunks(self, tables: Iterable[pa.Table], source: str) -> Iterator[bytes]:
+        """Validate ``tables`` and serialise them as one Arrow IPC file, as ``to_ipc_bytes`` does, its
+        bytes given out as they are written: a writer holds one table at a time."""
+        sink = _Pieces()
+        with ipc.new_file(pa.PythonFile(sink, mode="w"), self.schema, options=_ZSTD) as writer:
+            for table in tables:
+                self.validate(table, source)
+                writer.write_table(table, max_chunksize=BATCH_ROWS)
+                yield from sink
+                sink.clear()
+        yield from sink
+
+    def read_ipc_batches(self, data: bytes | BinaryIO, source: str) -> Iterator[pa.Table]:
+        """The record batches of an Arrow IPC file written by ``to_ipc_bytes`` (its bytes, or the file
+        opened: then only a batch at a time is read), each decoded and validated when reached (as a
+        table), so that one batch at a time is held decoded."""
+        try:
+            reader = ipc.open_file(pa.py_buffer(data) if isinstance(data, bytes) else data)
+            self.validate(reader.schema.empty_table(), source)
+            for index in range(reader.num_record_batches):
+                table = pa.Table.from_batches([reader.get_batch(index)])
+                self.validate(table, source)
+                yield table
+        except (pa.ArrowInvalid, OSError) as err:
+            raise InputError(f"{source}: not a readable Arrow IPC file ({err})") from None
 
     def read_ipc(self, data: bytes | BinaryIO, source: str) -> pa.Table:
         """Read and validate an Arrow IPC file written by ``to_ipc_bytes``."""

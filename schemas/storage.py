@@ -165,16 +165,17 @@ def write_error(err: OSError, path: str) -> WriteError:
     return WriteError(err.errno, reason, str(path))
 
 
-def write_bytes(url: str | os.PathLike, data: bytes | str | Iterable[bytes]) -> None:
+def write_bytes(url: str | os.PathLike, data: bytes | str | Iterable[bytes], *, sync: bool = True) -> None:
     """``data`` (bytes, text as UTF-8, or pieces of bytes) whole or nothing under ``url`` (see the
-    module's docstring); a failure is a :class:`WriteError`."""
+    module's docstring); a failure is a :class:`WriteError`. ``sync=False``: a temporary file that a
+    crash may lose, not flushed to the disk before it is named."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
     url = os.fspath(url)
     fs, path = filesystem(url)
     if isinstance(fs, LocalFileSystem):
-        _write_local(path, chunks)
+        _write_local(path, chunks, sync)
         return
     try:
         fs.pipe_file(path, chunks[0] if isinstance(chunks, list) and len(chunks) == 1 else b"".join(chunks))
@@ -182,7 +183,7 @@ def write_bytes(url: str | os.PathLike, data: bytes | str | Iterable[bytes]) -> 
         raise write_error(err, url) from None
 
 
-def _write_local(path: str, chunks: Iterable[bytes]) -> None:
+def _write_local(path: str, chunks: Iterable[bytes], sync: bool) -> None:
     folder, name = os.path.split(os.path.abspath(path))
     temp = os.path.join(folder, temporary_name(name))
     try:
@@ -190,8 +191,9 @@ def _write_local(path: str, chunks: Iterable[bytes]) -> None:
         with open(temp, "xb") as f:
             for chunk in chunks:
                 f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(temp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):

@@ -143,6 +143,11 @@ def encode(vocab_path: str, cased: bool | None, as_tokens: bool, batch_size: int
     VocabConfig, "measure_split", help="Split on which stats.json reports [UNK] rate and pieces per word."
 )
 @option(VocabConfig, "num_count_shards", help="Files of word counts to write.")
+@option(
+    VocabConfig,
+    "max_words",
+    help="Learn from at most this many distinct words, the most frequent (memory: about 1 KB each).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace a completed vocabulary at --output.")
 @click.pass_context
 def train(ctx, **flags) -> None:
@@ -178,8 +183,13 @@ def train(ctx, **flags) -> None:
         return
     click.echo(
         f"vocabulary: {stats['vocab_size']:,} tokens ({stats['num_pieces_learned']:,} learned from "
-        f"{stats['distinct_words']:,} distinct words of {'+'.join(stats['learned_from'])})"
+        f"{stats['distinct_words_learned']:,} distinct words of {'+'.join(stats['learned_from'])})"
     )
+    if left_out := stats["distinct_words"] - stats["distinct_words_learned"]:
+        share = stats["word_occurrences_left_out"] / stats["word_occurrences"]
+        click.echo(
+            f"--max-words left out the {left_out:,} rarest distinct words ({share:.4%} of occurrences)"
+        )
     if stats["pieces_per_word"] is not None:
         click.echo(
             f"on {stats['measured_on']}: {stats['pieces_per_word']:.3f} pieces per word, "

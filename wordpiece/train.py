@@ -9,9 +9,10 @@ import hashlib
 import heapq
 import resource
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -43,6 +44,8 @@ MAX_VOCAB_SIZE = 2**32
 MAX_COUNT = 2**63 - 1
 """A word count (int64 in ``word_counts``), and so the highest ``--min-frequency``."""
 MAX_COUNT_SHARDS = 1_000_000
+MAX_WORDS = 4_000_000
+"""Distinct words learned from by default (the most frequent): the trainer holds about 1 KB each."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class VocabConfig:
     splits: tuple[str, ...] = ("train",)
     measure_split: str = "validation"
     num_count_shards: int = 8
+    max_words: int = MAX_WORDS
     overwrite: bool = False
     params_version: int = field(default=1)
 
@@ -84,6 +88,8 @@ class VocabConfig:
         unknown = [s for s in (*self.splits, self.measure_split) if s not in SPLITS]
         if unknown or not self.splits:
             problems.append(f"--split takes {', '.join(SPLITS)}; got {', '.join(unknown) or 'none'}")
+        if self.max_words < 1:
+            problems.append(f"--max-words must be at least 1, got {self.max_words}")
         if not 1 <= self.num_count_shards <= MAX_COUNT_SHARDS:
             problems.append(
                 f"--num-count-shards must be between 1 and {MAX_COUNT_SHARDS:,}, got {self.num_count_shards}"
@@ -125,10 +131,43 @@ def read_counts(output: str, group: str) -> Iterator[tuple[str, int]]:
     paths = storage.glob(storage.join(output, COUNTS_FOLDER, f"{group}-*.arrow"))
 
     def shard_rows(path: str) -> Iterator[tuple[str, int]]:
-        table = WORD_COUNTS.read_ipc(storage.read_bytes(path), source=path)
-        yield from zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
+        for table in WORD_COUNTS.read_ipc_batches(storage.read_bytes(path), source=path):
+            yield from zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
 
     return heapq.merge(*(shard_rows(p) for p in paths))
+
+
+class Cutoff(NamedTuple):
+    """Which counted words are learned from: those counted more than ``least`` times and the first
+    ``at_least`` (in word order) counted ``least`` times; and what that leaves out."""
+
+    least: int
+    at_least: int
+    distinct: int
+    learned: int
+    occurrences: int
+    occurrences_left_out: int
+
+    def kept(self, counts: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+        """The counts learned from, in their order."""
+        at_least = self.at_least
+        for word, count in counts:
+            if count > self.least or (count == self.least and at_least > 0):
+                at_least -= count == self.least
+                yield word, count
+
+
+def cutoff_of(counts: Iterable[tuple[str, int]], max_words: int) -> Cutoff:
+    """The :class:`Cutoff` of the ``max_words`` most frequent words (ties: the first in word order),
+    from a histogram of the counts: memory for the distinct counts, not the words."""
+    histogram: Counter = Counter(count for _, count in counts)
+    total, learned, occurrences = sum(c * n for c, n in histogram.items()), 0, 0
+    for count in sorted(histogram, reverse=True):
+        taken = min(histogram[count], max_words - learned)
+        learned, occurrences = learned + taken, occurrences + count * taken
+        if taken < histogram[count]:
+            return Cutoff(count, taken, histogram.total(), learned, total, total - occurrences)
+    return Cutoff(0, 0, learned, learned, total, 0)
 
 
 @dataclass(frozen=True)
@@ -213,7 +252,8 @@ def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str, out: stor
     """Learn from the counts already in ``config.output``; write vocab.txt, tokenizer.json, stats and
     manifest into ``out``."""
     start = time.perf_counter()
-    alphabet = alphabet_of(read_counts(config.output, LEARN), config.limit_alphabet)
+    cutoff = cutoff_of(read_counts(config.output, LEARN), config.max_words)
+    alphabet = alphabet_of(cutoff.kept(read_counts(config.output, LEARN)), config.limit_alphabet)
     if not alphabet.kept:
         raise InputError(f"--corpus {config.corpus}: the {'+'.join(config.splits)} split has no words")
     reserved = num_reserved(config.num_unused)
@@ -224,7 +264,7 @@ def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str, out: stor
             f"## forms plus {reserved} special and unused tokens need at least {kept_alphabet + reserved}; "
             "raise --vocab-size or lower --limit-alphabet/--num-unused"
         )
-    pieces = learn_pieces(read_counts(config.output, LEARN), alphabet, config, num_pieces)
+    pieces = learn_pieces(cutoff.kept(read_counts(config.output, LEARN)), alphabet, config, num_pieces)
     vocab = vocab_layout(pieces, config.num_unused)
     tokenizer = WordPieceTokenizer(vocab, config.cased, "learned vocabulary").tokenizer
     train_s = time.perf_counter() - start
@@ -236,7 +276,10 @@ def learn_vocabulary(config: VocabConfig, corpus_manifest_sha256: str, out: stor
         "num_pieces_learned": len(pieces),
         "cased": config.cased,
         "learned_from": list(config.splits),
-        "distinct_words": sum(1 for _ in read_counts(config.output, LEARN)),
+        "distinct_words": cutoff.distinct,
+        "distinct_words_learned": cutoff.learned,  # at most --max-words, the most frequent
+        "word_occurrences_left_out": cutoff.occurrences_left_out,
+        "word_occurrences": cutoff.occurrences,
         "alphabet_size": len(alphabet.kept),
         "distinct_characters": alphabet.num_distinct,
         "measured_on": config.measure_split,

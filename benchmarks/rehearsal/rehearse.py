@@ -7,7 +7,8 @@
 - a GCS emulator (``gcp-storage-emulator``, in memory) holding the bucket ``gs://rehearsal``, and
   a metadata server that hands out a token, as a Dataflow worker's VM has (without one Beam's
   GCS client retries for credentials for half a minute in every process);
-- a Beam job service (``local_job_service_main``): what Dataflow's service is to a job;
+- a Beam job service (``local_job_service_main``, through ``job_service.py``: a job's bundles spread
+  over ``--workers`` SDK workers): what Dataflow's service is to a job;
 - an external worker pool (``worker_pool_main``) in its own mount namespace (``unshare -m``,
   root only), where the checkout, its parent folder, ``../shared`` and every temporary folder
   are hidden under empty tmpfs mounts: its workers see the buckets and nothing of the
@@ -137,8 +138,8 @@ class Result:
 
 
 class Rehearsal:
-    """The emulator, the job service and the isolated worker pool, started together; stopped
-    (by their process ids) when the block ends."""
+    """The emulator, the job service and the isolated worker pool (``emulator``, ``job_service``,
+    ``pool``: their processes), started together; stopped (by their process ids) when the block ends."""
 
     def __init__(self, workers: int = 1):
         self.workers = workers
@@ -175,19 +176,20 @@ class Rehearsal:
         }
         bin_dir = Path(sys.executable).parent
         emulator = [str(bin_dir / "gcp-storage-emulator"), "start", "--host", "127.0.0.1"]
-        wait_for_port(
-            self.gcs_port,
-            self._spawn([*emulator, "--port", str(self.gcs_port), "--in-memory"], "emulator", self.env),
-            "GCS emulator",
+        self.emulator = self._spawn(
+            [*emulator, "--port", str(self.gcs_port), "--in-memory"], "emulator", self.env
         )
+        wait_for_port(self.gcs_port, self.emulator, "GCS emulator")
         self.fs.mkdir(BUCKET)
-        job_service = [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main"]
+        job_service = [sys.executable, str(Path(__file__).with_name("job_service.py"))]
         staging = self._work / "job-service"
         job_service += ["--port", str(self.job_port), "--staging_dir", str(staging)]
-        wait_for_port(self.job_port, self._spawn(job_service, "job-service", self.env), "job service")
+        self.job_service = self._spawn(job_service, "job-service", self.env)
+        wait_for_port(self.job_port, self.job_service, "job service")
         pool_env = {**self.env, "REHEARSAL_WORKER_HOME": WORKER_HOME}
         pool = ["unshare", "-m", "--propagation", "private", "sh", "-c", isolation_script(self.pool_port)]
-        wait_for_port(self.pool_port, self._spawn(pool, "worker-pool", pool_env), "isolated worker pool", 120)
+        self.pool = self._spawn(pool, "worker-pool", pool_env)  # its process becomes the pool's (exec)
+        wait_for_port(self.pool_port, self.pool, "isolated worker pool", 120)
 
     def __exit__(self, *exc) -> None:
         if hasattr(self, "_metadata"):
@@ -217,6 +219,7 @@ class Rehearsal:
         return (
             f"--runner PortableRunner --job_endpoint localhost:{self.job_port} --environment_type EXTERNAL "
             f"--environment_config localhost:{self.pool_port} --sdk_worker_parallelism {self.workers} "
+            f"--direct_num_workers {self.workers} "
             f"--setup_file {ROOT / 'setup.py'} --temp_location gs://{BUCKET}/tmp"
         ).split()
 
@@ -322,7 +325,7 @@ def main() -> None:
     parser.add_argument(
         "--compare", action="store_true", help="Also run on FnApiRunner and compare the bytes."
     )
-    parser.add_argument("--workers", type=int, default=1, help="SDK worker processes in the pool.")
+    parser.add_argument("--workers", type=int, default=1, help="SDK worker processes per job.")
     args = parser.parse_args()
     wanted = STAGES if args.stage == "all" else STAGES[: STAGES.index(args.stage) + 1]
     start = time.monotonic()

@@ -7,7 +7,7 @@ bucket a document is dropped when one with a smaller ``doc_id`` is estimated at 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -84,20 +84,3 @@ def band_keys(signature: np.ndarray, bands: int, rows: int) -> list[str]:
 def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     """The share of signature positions where two MinHash signatures agree."""
     return float(np.mean(a == b))
-
-
-def near_duplicates_in_bucket(
-    members: Iterable[tuple[str, np.ndarray]], threshold: float
-) -> list[tuple[str, str, float]]:
-    """``(doc_id, kept_doc_id, similarity)`` for each member near a member with a smaller id."""
-    ordered = sorted(members, key=lambda m: m[0])
-    found = []
-    for i, (doc_id, signature) in enumerate(ordered):
-        for other_id, other_signature in ordered[max(0, i - MAX_BUCKET_COMPARISONS) : i]:
-            if other_id == doc_id:
-                continue
-            similarity = estimated_jaccard(signature, other_signature)
-            if similarity >= threshold:
-                found.append((doc_id, other_id, similarity))
-                break
-    return found

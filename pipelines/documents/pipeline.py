@@ -16,6 +16,7 @@ from pipelines.books.clean import clean_text
 from pipelines.config import DocumentsConfig
 from pipelines.documents.read import SOURCE, Record, file_kind, plan_reads, read_part
 from pipelines.progress import ShowProgress
+from pipelines.shuffle import runs_locally
 from pipelines.stage import DROPPED, FILE_ERROR, CountRecords, Outcome, WriteStageOutput, sentences_outcome
 from pipelines.text import normalize_text, paragraphs_to_sentences, split_sentences
 from schemas import storage
@@ -93,9 +94,10 @@ class ReadDocuments(beam.PTransform):
                 | "Documents" >> beam.MapTuple(lambda key, members: group_outcome(key, members, config))
             )
             return (rejects, outcomes) | "All outcomes" >> beam.Flatten()
+        if not runs_locally(paths.pipeline):  # a local runner would hold every record
+            read = read | "Spread records" >> beam.Reshuffle()
         return (
             read
-            | "Spread records" >> beam.Reshuffle()
             | "Progress" >> beam.ParDo(ShowProgress("pipelines documents: cleaning", "records"))
             | "Clean" >> beam.Map(lambda r: record_outcome(r, config) if isinstance(r, Record) else r)
         )

@@ -20,7 +20,6 @@ from pipelines.examples.finish import ExampleColumns, ExampleVocab
 from pipelines.examples.packing import pack_group
 from pipelines.examples.pairs import TokenizedDocument
 from pipelines.examples.spill import (
-    SpillRef,
     documents_from_bytes,
     documents_to_bytes,
     read_spilled,
@@ -43,7 +42,7 @@ SPILL_BYTES = 64 << 20
 PLAN_SENTENCE_PASSES = 5 * BATCH_SENTENCES
 """Sentences x dupe passes planned at once, so the planner's memory does not grow with ``--dupe-factor``."""
 
-BatchRef = tuple[tuple[int, SpillRef | bytes, int], ...]
+BatchRef = tuple[tuple[int, tuple | bytes, int], ...]
 """A batch of documents by bucket: ``(bucket, where its documents lie (or their bytes), how many)``."""
 
 
@@ -61,7 +60,8 @@ class TokenizeShard(beam.DoFn):
         self._cache = ChunkCache(tokenizer)
 
     def process(self, shard: tuple[str, str]):
-        for batch in document_batches(files.read_document_table(shard, ["doc_id", "sentences"])):
+        tables = files.read_document_table(shard, ["doc_id", "sentences"])
+        for batch in (batch for table in tables for batch in document_batches(table)):
             documents, without_tokens = tokenize_documents(self._cache, batch)
             yield beam.pvalue.TaggedOutput(
                 "tallies", Counter(documents_used=len(documents), documents_without_tokens=without_tokens)
@@ -99,9 +99,9 @@ def plan_parts(documents: list[TokenizedDocument], dupe_factor: int) -> Iterator
         yield part
 
 
-def read_documents(pieces: Iterable[SpillRef | bytes]) -> list[TokenizedDocument]:
+def read_documents(pieces: Iterable[tuple | bytes], folder: str | None) -> list[TokenizedDocument]:
     """The tokenised documents of pieces written by ``documents_to_bytes`` (spilled or not)."""
-    return [d for data in read_spilled(pieces) for d in documents_from_bytes(data)]
+    return [d for data in read_spilled(pieces, folder) for d in documents_from_bytes(data)]
 
 
 class WithVocab(beam.DoFn):
@@ -117,7 +117,7 @@ class WithVocab(beam.DoFn):
         self._vocab = ExampleVocab.build(self._tokens, self._config.random_token_from_whole_vocab)
 
     def _pieces(self, finished: Iterable[tuple[ExampleColumns, Counter]]):
-        """The examples as ``(shard, SpillRef)`` outputs (written ``SPILL_BYTES`` at a time)."""
+        """The examples as ``(shard, reference)`` outputs (written ``SPILL_BYTES`` at a time)."""
         held, held_bytes = [], 0
         for columns, tally in finished:
             for piece in shard_pieces(columns, self._fmt, self._config.num_shards):
@@ -143,7 +143,9 @@ class PlanBatch(WithVocab):
         if self._drawer is None or self._drawer[0] is not bucket_sizes:
             self._drawer = (bucket_sizes, RequestDrawer(bucket_sizes))
         config = self._config
-        for part in plan_parts(read_documents(ref for _, ref, _ in batch), config.dupe_factor):
+        for part in plan_parts(
+            read_documents((ref for _, ref, _ in batch), self._folder), config.dupe_factor
+        ):
             finished, tally, requests = plan_batch(part, config, self._drawer[1], self._vocab)
             yield from self._pieces(finished)
             yield beam.pvalue.TaggedOutput("tallies", tally)
@@ -151,12 +153,14 @@ class PlanBatch(WithVocab):
 
 
 class FulfilBucket(WithVocab):
-    """A bucket's documents and the requests for them (references) → the random-next examples."""
+    """A bucket's ``["documents" | "requests", reference]`` → the random-next examples."""
 
     def process(self, element):
-        _, grouped = element
-        documents = read_documents(grouped["documents"])
-        requests = [requests_from_bytes(data) for data in read_spilled(grouped["requests"])]
+        refs: dict[str, list] = {"documents": [], "requests": []}
+        for kind, ref in element[1]:
+            refs[kind].append(ref)
+        documents = read_documents(refs["documents"], self._folder)
+        requests = [requests_from_bytes(data) for data in read_spilled(refs["requests"], self._folder)]
         yield from self._pieces(fulfil_bucket(documents, requests, self._config, self._vocab))
 
 
@@ -178,7 +182,7 @@ class PackGroup(WithVocab):
         config = self._config
         packed = pack_group(
             group,
-            read_documents(refs),
+            read_documents(refs, self._folder),
             seed=config.seed,
             dupe_factor=config.dupe_factor,
             max_seq_length=config.pairs.max_seq_length,

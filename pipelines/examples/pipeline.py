@@ -21,6 +21,7 @@ from pipelines.examples.pairs import PairConfig
 from pipelines.examples.spill import run_folder
 from pipelines.examples.write import WriteExampleShards
 from pipelines.jobs import LOCAL_RUNNERS
+from pipelines.shuffle import GroupOnDisk
 from pipelines.stage import write_completion, write_stats
 from pipelines.stats import sum_tallies
 from schemas import VOCAB_FILE, Manifest, RecordFormat, ShardEntry, VocabFile, absolute_reference, storage
@@ -238,6 +239,11 @@ def _finish_output(
     return stats
 
 
+def _runs(folder: str | None) -> storage.Folder | None:
+    """Where a grouping of this run writes its sorted runs (under the run's folder of temporary files)."""
+    return None if folder is None else storage.Folder(folder)
+
+
 def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str | None, tokens: tuple):
     """NSP pairs: plan per batch of documents, random B by bucket; the pieces and the tallies."""
     bucketed = batches | "Bucket" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
@@ -249,9 +255,13 @@ def _pair_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: str
     planned = batches | "Plan pairs" >> beam.ParDo(
         PlanBatch(config, fmt, folder, tokens), beam.pvalue.AsDict(bucket_sizes)
     ).with_outputs("pieces", "tallies", main="requests")
+    tagged = (
+        bucketed | "Tag documents" >> beam.MapTuple(lambda b, ref: (b, ["documents", ref])),
+        planned.requests | "Tag requests" >> beam.MapTuple(lambda b, ref: (b, ["requests", ref])),
+    )
     fulfilled = (
-        {"documents": bucketed, "requests": planned.requests}
-        | "Meet by bucket" >> beam.CoGroupByKey()
+        tagged
+        | "Meet by bucket" >> GroupOnDisk(lambda bucket, refs: [(bucket, list(refs))], _runs(folder))
         | "Random B"
         >> beam.ParDo(FulfilBucket(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
@@ -264,7 +274,7 @@ def _packed_pieces(batches, config: ExamplesConfig, fmt: RecordFormat, folder: s
     packed = (
         batches
         | "Group" >> beam.FlatMap(lambda batch: [(b, ref) for b, ref, _ in batch])
-        | "Meet by group" >> beam.GroupByKey()
+        | "Meet by group" >> GroupOnDisk(lambda group, refs: [(group, list(refs))], _runs(folder))
         | "Pack" >> beam.ParDo(PackGroup(config, fmt, folder, tokens)).with_outputs("pieces", "tallies")
     )
     return packed.pieces, (packed.tallies,)
@@ -299,7 +309,7 @@ def build(
         pieces, tallies = _packed_pieces(documents.batches, config, fmt, folder, tokens)
     else:
         pieces, tallies = _pair_pieces(documents.batches, config, fmt, folder, tokens)
-    entries = pieces | "Write" >> WriteExampleShards(out, "examples", config.num_shards, fmt)
+    entries = pieces | "Write" >> WriteExampleShards(out, "examples", config.num_shards, fmt, folder)
     tally = (
         (documents.tallies, *tallies)
         | "All tallies" >> beam.Flatten()

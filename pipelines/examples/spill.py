@@ -1,11 +1,13 @@
 """Spilling the bulk of ``pipelines examples`` to temporary files, so only references (a
-:class:`SpillRef` per piece) are shuffled: Beam's local runners hold every shuffled PCollection in
-memory. Documents and requests are ``.npz`` archives, read with ``allow_pickle=False``.
+:class:`SpillRef` per piece, as a plain tuple) are shuffled, on disk too (``GroupOnDisk``): Beam's
+local runners hold every shuffled PCollection in memory. Documents and requests are ``.npz``
+archives, read with ``allow_pickle=False``; a reference names a file of the run's folder only.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -18,12 +20,13 @@ from pipelines.examples.pairs import TokenizedDocument
 from schemas.commands import InputError
 
 SPILL_SUFFIX = ".spill"
+_SPILL_NAME = re.compile(r"[0-9a-f]{32}\.spill")
 
 
 class SpillRef(NamedTuple):
-    """Where one spilled piece lies: ``length`` bytes at ``offset`` of the file at ``path``."""
+    """Where one spilled piece lies: ``length`` bytes at ``offset`` of the file ``name`` in the folder."""
 
-    path: str
+    name: str
     offset: int
     length: int
 
@@ -33,31 +36,41 @@ def run_folder(base: str) -> str:
     return files.join(base, f"examples-{uuid.uuid4().hex}")
 
 
-def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple[Any, SpillRef | bytes]]:
+def spill(folder: str | None, pieces: Sequence[tuple[Any, bytes]]) -> list[tuple[Any, tuple | bytes]]:
     """Write ``(key, bytes)`` pieces back to back into one new file under ``folder`` (None: spilling off,
-    the pieces go through the shuffle); the key and the reference of each, in order."""
+    the pieces go through the shuffle); the key and the reference of each (a :class:`SpillRef`'s
+    fields: a plain tuple is shuffled compactly), in order."""
     if folder is None or not pieces:
         return list(pieces)
-    path = files.join(folder, f"{uuid.uuid4().hex}{SPILL_SUFFIX}")
+    name = f"{uuid.uuid4().hex}{SPILL_SUFFIX}"
     refs, offset = [], 0
     for key, data in pieces:
-        refs.append((key, SpillRef(path, offset, len(data))))
+        refs.append((key, (name, offset, len(data))))
         offset += len(data)
-    files.write_bytes(path, [data for _, data in pieces])
+    files.write_bytes(files.join(folder, name), [data for _, data in pieces], sync=False)
     return refs
 
 
-def read_spilled(pieces: Iterable[SpillRef | bytes]) -> Iterator[bytes]:
-    """The bytes of each piece: those that travelled as bytes first, then the spilled ones, file by file."""
-    by_path: dict[str, list[SpillRef]] = {}
+def read_spilled(pieces: Iterable[Sequence | bytes], folder: str | None) -> Iterator[bytes]:
+    """The bytes of each piece: those that travelled as bytes first, then the spilled ones (references
+    to files of ``folder``, checked), file by file."""
+    by_name: dict[str, list[SpillRef]] = {}
     for piece in pieces:
-        if isinstance(piece, SpillRef):
-            by_path.setdefault(piece.path, []).append(piece)
-        else:
+        if isinstance(piece, bytes):
             yield piece
-    for path in sorted(by_path):
+            continue
+        ref = SpillRef(*piece) if isinstance(piece, (list, tuple)) and len(piece) == 3 else None
+        if (
+            ref is None
+            or not _SPILL_NAME.fullmatch(str(ref.name))
+            or not all(type(v) is int and v >= 0 for v in ref[1:])
+        ):
+            raise InputError(f"{folder}: {str(piece)[:200]} is no reference to a file this run spilled")
+        by_name.setdefault(ref.name, []).append(ref)
+    for name in sorted(by_name):
+        path = files.join(folder, name)
         with files.open_binary(path) as f:
-            for ref in sorted(by_path[path], key=lambda r: r.offset):
+            for ref in sorted(by_name[name], key=lambda r: r.offset):
                 f.seek(ref.offset)
                 data = f.read(ref.length)
                 if len(data) != ref.length:

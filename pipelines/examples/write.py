@@ -14,8 +14,9 @@ import pyarrow as pa
 
 from pipelines import files
 from pipelines.examples.finish import PAIR_COLUMN, ExampleColumns, examples_table
-from pipelines.examples.spill import SpillRef, read_spilled
-from pipelines.stage import GroupByShard, shard_name
+from pipelines.examples.spill import read_spilled
+from pipelines.shuffle import GroupOnDisk
+from pipelines.stage import shard_name
 from schemas import RecordFormat, ShardEntry, storage
 from schemas.formats import batch_row_counts
 from schemas.index import shard_index_entry
@@ -75,16 +76,11 @@ def shard_table(pieces: Iterable[bytes], fmt: RecordFormat) -> pa.Table:
 
 
 def _write_shard(
-    element: tuple[int, Iterable[SpillRef | None]],
-    output: str,
-    split: str,
-    num_shards: int,
-    fmt: RecordFormat,
+    index: int, refs: Iterable, output: str, split: str, num_shards: int, fmt: RecordFormat, folder
 ) -> dict:
-    index, refs = element
     relative = shard_name(split, index, num_shards)
     path = files.join(output, relative)
-    table = shard_table(read_spilled(r for r in refs if r is not None), fmt)
+    table = shard_table(read_spilled(refs, folder), fmt)
     data = fmt.to_ipc_bytes(table, source=path)
     files.write_bytes(path, data)
     sha256 = files.sha256_hex(data)
@@ -96,18 +92,27 @@ def _write_shard(
 
 
 class WriteExampleShards(beam.PTransform):
-    """``(shard, SpillRef)`` elements into exactly ``num_shards`` sorted Arrow files; one ``ShardEntry``
-    dict each, with its ``ShardIndexEntry`` under ``"index"``."""
+    """``(shard, reference)`` elements into exactly ``num_shards`` sorted Arrow files (the references
+    grouped on disk under ``folder`` on a local runner); one ``ShardEntry`` dict each, with its
+    ``ShardIndexEntry`` under ``"index"``."""
 
-    def __init__(self, out: storage.Folder, split: str, num_shards: int, fmt: RecordFormat):
+    def __init__(
+        self, out: storage.Folder, split: str, num_shards: int, fmt: RecordFormat, folder: str | None
+    ):
         super().__init__()
         out.journal(*(shard_name(split, i, num_shards) for i in range(num_shards)))  # before the workers
-        self._output, self._split, self._num_shards, self._fmt = out.url, split, num_shards, fmt
+        self._output, self._split, self._num_shards, self._fmt, self._folder = (
+            out.url,
+            split,
+            num_shards,
+            fmt,
+            folder,
+        )
 
     def expand(self, pieces):
-        n = self._num_shards
-        return (
-            pieces
-            | GroupByShard(n)
-            | "Write" >> beam.Map(_write_shard, self._output, self._split, n, self._fmt)
+        n, output, split, fmt, folder = self._num_shards, self._output, self._split, self._fmt, self._folder
+        return pieces | GroupOnDisk(
+            lambda index, refs: [_write_shard(index, refs, output, split, n, fmt, folder)],
+            None if folder is None else storage.Folder(folder),
+            keys=n,
         )

@@ -11,6 +11,7 @@ import apache_beam as beam
 from pipelines import files
 from pipelines.config import WikipediaConfig
 from pipelines.progress import ShowProgress
+from pipelines.shuffle import runs_locally
 from pipelines.stage import (
     DROPPED,
     FILE_ERROR,
@@ -150,25 +151,19 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str], o
         | "Spread reads" >> beam.Reshuffle()
         | "Read pages" >> beam.ParDo(_ReadPages()).with_outputs(_ReadPages.FILE_ERRORS, main="pages")
     )
-    pages = (
-        read.pages
-        | "Spread pages" >> beam.Reshuffle()
-        | "Progress" >> beam.ParDo(ShowProgress("pipelines wikipedia: cleaning", "pages"))
-    )
+    pages = read.pages
+    if not runs_locally(pipeline):  # a local runner would hold every page
+        pages = pages | "Spread pages" >> beam.Reshuffle()
+    pages = pages | "Progress" >> beam.ParDo(ShowProgress("pipelines wikipedia: cleaning", "pages"))
     outcomes = pages | "Clean pages" >> beam.MapTuple(
         lambda origin, page: page_outcome(page, origin, config.min_document_words)
     )
     pages_read = pages | "Count pages" >> CountRecords()
-    _ = (
-        (outcomes, read[_ReadPages.FILE_ERRORS])
-        | "All outcomes" >> beam.Flatten()
-        | "Write"
-        >> WriteStageOutput(
-            out=out,
-            producer="pipelines wikipedia",
-            params=config.params(),
-            num_shards=config.num_shards,
-            extra_tallies=[pages_read],
-            input_files=inputs,
-        )
+    _ = (outcomes, read[_ReadPages.FILE_ERRORS]) | "Write" >> WriteStageOutput(
+        out=out,
+        producer="pipelines wikipedia",
+        params=config.params(),
+        num_shards=config.num_shards,
+        extra_tallies=[pages_read],
+        input_files=inputs,
     )

@@ -15,13 +15,14 @@ def test_spilled_pieces_give_the_shards_of_the_in_memory_path(pipeline, tmp_path
     finished, _, _ = plan_batch(_documents(10), CONFIG, RequestDrawer({0: 10}), VOCAB)
     pieces = [p for columns, _ in finished for p in shard_pieces(columns, FMT, 4)]
     # as the DoFns spill them: several files, each holding pieces of several shards
-    refs = spill(str(tmp_path / "temp"), pieces[: len(pieces) // 2])
-    refs += spill(str(tmp_path / "temp"), pieces[len(pieces) // 2 :])
+    temp = str(tmp_path / "temp")
+    refs = spill(temp, pieces[: len(pieces) // 2])
+    refs += spill(temp, pieces[len(pieces) // 2 :])
     out = tmp_path / "out"
     _ = (
         pipeline
         | beam.Create(refs[::-1])
-        | WriteExampleShards(storage.Folder(out), "examples", 4, FMT)
+        | WriteExampleShards(storage.Folder(out), "examples", 4, FMT, temp)
         | beam.Map(lambda entry: entry["path"])
     )
     pipeline.run().wait_until_finish()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 import pyarrow.ipc as ipc
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.books.pipeline import read_book_outcome
 from pipelines.corpus.pipeline import keep_one_of_each, mark_or_keep
+from pipelines.shuffle import GroupOnDisk
 from pipelines.stage import DOCUMENT, WriteShards, document_sort_key
 from pipelines.text import content_hash
 from pipelines.wiki.pipeline import ReadTask, _ReadPages, page_outcome
@@ -102,7 +104,7 @@ def _row(doc_id_text: str, source: str, origin: str) -> dict:
     }
 
 
-def test_exact_duplicates_keep_the_first_in_sort_order(pipeline):
+def test_exact_duplicates_keep_the_first_in_sort_order(pipeline, tmp_path):
     rows = [
         _row("Same text.", "books", "b.txt"),
         _row("Same text.", "books", "a.txt"),
@@ -112,31 +114,47 @@ def test_exact_duplicates_keep_the_first_in_sort_order(pipeline):
         pipeline
         | beam.Create(rows)
         | beam.Map(lambda r: (r["doc_id"], r))
-        | beam.GroupByKey()
-        | beam.FlatMap(keep_one_of_each)
-        | beam.Map(lambda o: (o.kind, o.reason, (o.row or {}).get("origin")))
+        | GroupOnDisk(keep_one_of_each, storage.Folder(tmp_path), order=document_sort_key)
+        | beam.Map(lambda o: (o.kind, o.reason, (o.row or {}).get("origin"), o.counts))
     )
     assert_that(
         outcomes,
         equal_to(
             [
-                ("document", "", "a.txt"),
-                ("dropped", "exact_duplicate", None),
-                ("document", "", "c"),
+                ("document", "", "a.txt", None),
+                ("dropped", "exact_duplicate", None, {"largest_id_group": 2}),
+                ("document", "", "c", None),
             ]
         ),
     )
     pipeline.run()
 
 
-def test_near_duplicate_marks_join_with_documents(pipeline):
+def test_a_document_is_dropped_when_one_it_is_compared_with_is_similar(pipeline, tmp_path):
     a, b = _row("Kept text.", "books", "a"), _row("Marked text.", "books", "b")
-    documents = pipeline | "docs" >> beam.Create([(a["doc_id"], a), (b["doc_id"], b)])
-    marks = pipeline | "marks" >> beam.Create([(b["doc_id"], a["doc_id"])])
-    joined = {"document": documents, "near": marks} | beam.CoGroupByKey() | beam.Map(mark_or_keep)
+    same, other = (
+        np.arange(10, dtype=np.uint32).tobytes().hex(),
+        np.arange(10, 20, dtype=np.uint32).tobytes().hex(),
+    )
+    values = [
+        (a["doc_id"], ["row", a, same]),
+        (a["doc_id"], ["near", "x", other]),
+        (b["doc_id"], ["near", "y", other]),
+        (b["doc_id"], ["row", b, same]),
+        (b["doc_id"], ["near", a["doc_id"], same]),
+    ]
+    outcomes = (
+        pipeline
+        | beam.Create(values)
+        | GroupOnDisk(
+            lambda doc_id, vs: mark_or_keep(doc_id, vs, 0.8),
+            storage.Folder(tmp_path),
+            order=lambda v: v[:2] if v[0] == "near" else v[:1],
+        )
+    )
     assert_that(
-        joined | beam.Map(lambda o: (o.kind, o.reason)),
-        equal_to([("document", ""), ("dropped", "near_duplicate")]),
+        outcomes | beam.Map(lambda o: (o.kind, o.reason, (o.row or {}).get("origin"))),
+        equal_to([("document", "", "a"), ("dropped", "near_duplicate", None)]),
     )
     pipeline.run()
 

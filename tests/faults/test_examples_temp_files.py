@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pipelines.examples.write as write
-from pipelines.examples.spill import SpillRef
 from schemas.outputs import RECORD_FILE, OutputRecord
 from tests.e2e.conftest import FAST_RUNNER, run_cli
 from tests.faults.test_pipeline_outputs import corpus, write_vocab
@@ -57,17 +56,17 @@ def test_overwrite_removes_a_killed_runs_temporary_files_and_a_finished_run_leav
     )
     received = []
 
-    def recording_read(pieces):
+    def recording_read(pieces, folder):
         pieces = list(pieces)
         received.extend(pieces)
-        return read(pieces)
+        return read(pieces, folder)
 
     read = write.read_spilled
     monkeypatch.setattr(write, "read_spilled", recording_read)
     _examples(corpus, vocab, out, "--overwrite")
     assert (out / "COMPLETED").exists() and not (out / ".temp").exists()
     # only references reached the shard writer through the shuffle, never the examples' bytes
-    assert received and all(isinstance(p, SpillRef) for p in received)
+    assert received and all(isinstance(p, list) and p[0].endswith(".spill") for p in received)
     # Elsewhere with --temp-location: the run's folder there is removed, the location kept.
     elsewhere = tmp_path / "scratch"
     elsewhere.mkdir()
@@ -86,7 +85,7 @@ def test_a_failed_run_removes_its_temporary_files_and_is_not_completed(corpus, t
 
     monkeypatch.setattr(write, "shard_table", failing_shard_table)
     result = _examples(corpus, vocab, out, expect=1)
-    assert seen and all(p.suffix == ".spill" for p in seen)
+    assert seen and all(p.suffix in (".spill", ".jsonl") for p in seen)  # spilled, and GroupOnDisk's runs
     lines = result.output.strip().splitlines()
     assert lines[-1].startswith("error: ") and "no space left on device" in lines[-1]
     assert not (out / "COMPLETED").exists() and not (out / ".temp").exists()
@@ -97,8 +96,8 @@ def test_an_example_lost_on_its_way_to_the_shards_fails_the_run(corpus, tmp_path
     out = tmp_path / "examples"
     read = write.read_spilled
 
-    def losing_read(pieces):
-        return list(read(pieces))[1:]  # the first piece of every shard goes missing
+    def losing_read(pieces, folder):
+        return list(read(pieces, folder))[1:]  # the first piece of every shard goes missing
 
     monkeypatch.setattr(write, "read_spilled", losing_read)
     result = _examples(corpus, vocab, out, expect=1)

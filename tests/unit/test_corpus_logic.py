@@ -13,11 +13,11 @@ from pipelines.corpus.dedup import (
     band_keys,
     estimated_jaccard,
     minhash_signature,
-    near_duplicates_in_bucket,
     shingle_hashes,
 )
+from pipelines.corpus.pipeline import offer_signature, pairs_in_bucket
 from pipelines.corpus.split import assign_split
-from pipelines.stats import bucket_label, build_stats, document_tally
+from pipelines.stats import bucket_label, build_stats, document_tally, sum_tallies
 from pipelines.text import content_hash
 
 
@@ -66,13 +66,28 @@ def test_minhash_estimates_jaccard_and_is_deterministic():
     assert shared_bands and not set(band_keys(a, 20, 6)) & set(band_keys(c, 20, 6))
 
 
-def test_near_duplicates_keep_the_smallest_id_whatever_the_order():
-    sig = np.arange(10, dtype=np.uint32)
-    other = np.arange(10, dtype=np.uint32) + 100
-    members = [("b", sig), ("a", sig), ("c", other), ("d", sig.copy())]
-    found = near_duplicates_in_bucket(members, 0.8)
-    assert found == [("b", "a", 1.0), ("d", "a", 1.0)]
-    assert near_duplicates_in_bucket(list(reversed(members)), 0.8) == found
+def test_a_bucket_pairs_each_document_with_at_most_the_window_before_it(monkeypatch):
+    monkeypatch.setattr("pipelines.corpus.pipeline.MAX_BUCKET_COMPARISONS", 2)
+    found = list(pairs_in_bucket("0:key", iter(["a", "b", "c", "d"])))
+    assert found[:-1] == [
+        ("a", ["want", "b"]),
+        ("a", ["want", "c"]),
+        ("b", ["want", "c"]),
+        ("b", ["want", "d"]),
+        ("c", ["want", "d"]),
+    ]
+    assert found[-1] == Counter(largest_band_bucket=4)
+    assert list(pairs_in_bucket("0:key", iter(["a"]))) == []  # alone: nothing to compare, no size
+
+
+def test_a_signature_goes_to_every_document_that_asked_for_it():
+    values = iter([["sig", "00ff"], ["want", "b"], ["want", "c"]])
+    assert list(offer_signature("a", values)) == [("b", ["near", "a", "00ff"]), ("c", ["near", "a", "00ff"])]
+
+
+def test_largest_counts_keep_the_largest_and_the_rest_add_up():
+    total = sum_tallies([Counter(words=2, largest_band_bucket=3), Counter(words=1, largest_band_bucket=2)])
+    assert total == Counter(words=3, largest_band_bucket=3)
 
 
 def test_stats_reconcile_and_histograms():

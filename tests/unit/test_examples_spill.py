@@ -26,20 +26,27 @@ def test_pieces_come_back_by_reference_from_one_file_per_spill(tmp_path):
     first = spill(folder, [(2, b"alpha"), (0, b""), (2, b"beta" * 1000)])
     second = spill(folder, [(1, b"gamma")])
     assert spill(folder, []) == []
-    assert [key for key, _ in first] == [2, 0, 2] and len({ref.path for _, ref in first}) == 1
+    assert [key for key, _ in first] == [2, 0, 2] and len({ref[0] for _, ref in first}) == 1
     assert len(list((tmp_path / "run").iterdir())) == 2
     refs = [ref for _, ref in second + first]
-    # read file by file in offset order, whatever order the references come in
-    assert sorted(read_spilled(refs)) == sorted([b"alpha", b"", b"beta" * 1000, b"gamma"])
-    assert list(read_spilled([first[2][1], first[0][1]])) == [b"alpha", b"beta" * 1000]
+    # read file by file in offset order, whatever order the references come in (as tuples or, back
+    # from GroupOnDisk's JSON, lists)
+    assert sorted(read_spilled(refs, folder)) == sorted([b"alpha", b"", b"beta" * 1000, b"gamma"])
+    assert list(read_spilled([list(first[2][1]), first[0][1]], folder)) == [b"alpha", b"beta" * 1000]
+
+
+@pytest.mark.parametrize("ref", [["../../etc/passwd", 0, 1], ["a" * 32 + ".spill", -1, 1], ["x"], "name"])
+def test_a_reference_to_anything_but_a_spilled_piece_is_refused(tmp_path, ref):
+    with pytest.raises(InputError, match="is no reference to a file this run spilled"):
+        list(read_spilled([ref], str(tmp_path)))
 
 
 def test_a_truncated_spill_file_is_an_error_naming_it(tmp_path):
     (_, ref), *_ = spill(str(tmp_path), [(0, b"x" * 100)])
-    with open(ref.path, "r+b") as f:
+    with open(tmp_path / ref[0], "r+b") as f:
         f.truncate(40)
     with pytest.raises(InputError, match=r"\.spill: temporary file ends at 40 bytes, a piece needs 100"):
-        list(read_spilled([ref]))
+        list(read_spilled([ref], str(tmp_path)))
 
 
 def test_documents_round_trip_with_their_dtypes():

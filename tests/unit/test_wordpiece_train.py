@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import GUTENBERG, SHARED_DATA, require
 from wordpiece.tokenizer import pre_tokenize
-from wordpiece.train import VocabConfig, alphabet_of, learn_pieces, vocab_layout
+from wordpiece.train import VocabConfig, alphabet_of, cutoff_of, learn_pieces, vocab_layout
 
 
 def test_layout_matches_the_released_vocabulary():
@@ -52,10 +52,28 @@ def test_alphabet_is_chosen_by_frequency_then_code_point():
     assert alphabet.continuing == ("a", "b") and alphabet.num_distinct == 5
 
 
+def test_max_words_keeps_the_most_frequent_ties_first_in_word_order():
+    counts = [("a", 5), ("b", 2), ("c", 9), ("d", 2), ("e", 2), ("f", 1)]
+    cutoff = cutoff_of(counts, 4)
+    assert list(cutoff.kept(counts)) == [("a", 5), ("b", 2), ("c", 9), ("d", 2)]
+    assert (cutoff.distinct, cutoff.learned, cutoff.occurrences, cutoff.occurrences_left_out) == (6, 4, 21, 3)
+    everything = cutoff_of(counts, 6)
+    assert list(everything.kept(counts)) == counts and everything.occurrences_left_out == 0
+    assert list(cutoff_of(counts, 2).kept(counts)) == [("a", 5), ("c", 9)]
+
+
 def test_config_lists_every_problem():
     with pytest.raises(ValueError) as err:
-        VocabConfig(corpus="", output="", vocab_size=100, num_unused=200, min_frequency=0, splits=("dev",))
-    for flag in ("--corpus", "--output", "--vocab-size 100", "--min-frequency", "--split"):
+        VocabConfig(
+            corpus="",
+            output="",
+            vocab_size=100,
+            num_unused=200,
+            min_frequency=0,
+            splits=("dev",),
+            max_words=0,
+        )
+    for flag in ("--corpus", "--output", "--vocab-size 100", "--min-frequency", "--split", "--max-words"):
         assert flag in str(err.value)
     assert (
         "--vocab-size 100 leaves no room for word pieces after 5 special tokens and 200 [unused] slots: "
