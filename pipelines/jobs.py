@@ -30,7 +30,9 @@ from pipelines import files
 from schemas import buckets
 from schemas.commands import STOP_SIGNALS, UsageError, raise_if_stopped, raise_stopped, stop_received
 
-DEFAULT_RUNNER = "DirectRunner"
+DEFAULT_RUNNER = "FnApiRunner"
+"""Beam's in-process runner, the one the tests run: DirectRunner would first try to download and
+run Prism, another runner, and fall back to this one without a network."""
 LOCAL_RUNNERS = StandardOptions.LOCAL_RUNNERS
 """Runners whose work ends with this process and its children, on this machine's disk."""
 _OUR_ERRORS = ("InputError", "OutputError", "CommandError", "WriteError")
@@ -50,7 +52,7 @@ def explain_failure(err: BaseException) -> str:
 
 
 def job_options(beam_args: Iterable[str]) -> PipelineOptions:
-    """Beam's options from the pass-through arguments, DirectRunner unless ``--runner`` says; this
+    """Beam's options from the pass-through arguments, DEFAULT_RUNNER unless ``--runner`` says; this
     process's file access takes them from now on (``files.use_beam_options``)."""
     options = PipelineOptions(list(beam_args))
     standard = options.view_as(StandardOptions)

@@ -22,7 +22,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines import files
-from pipelines.jobs import LOCAL_RUNNERS
+from pipelines.jobs import DEFAULT_RUNNER, LOCAL_RUNNERS
 from schemas import storage
 from schemas.commands import InputError
 
@@ -38,7 +38,7 @@ Reduce = Callable[[Any, Iterator[Any]], Iterable[Any]]
 
 def runs_locally(pipeline: beam.Pipeline) -> bool:
     """Whether ``pipeline`` runs on one of Beam's local runners, which hold a shuffle in memory."""
-    runner = str(pipeline.options.view_as(StandardOptions).runner or "DirectRunner").rsplit(".", 1)[-1]
+    runner = str(pipeline.options.view_as(StandardOptions).runner or DEFAULT_RUNNER).rsplit(".", 1)[-1]
     return runner in LOCAL_RUNNERS
 
 
