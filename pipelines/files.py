@@ -7,7 +7,7 @@ worker its job's options (``FileSystems.set_options``) before it runs a step, an
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import pyarrow as pa
@@ -90,7 +90,7 @@ def read_bytes(url: str) -> bytes:
     return storage.read_bytes(url)
 
 
-def write_bytes(url: str, data: bytes | Sequence[bytes], *, sync: bool = True) -> None:
+def write_bytes(url: str, data: bytes | Iterable[bytes], *, sync: bool = True) -> None:
     """``data`` (bytes or pieces of them) whole or nothing under ``url`` (``storage.write_bytes``)."""
     _job_settings()
     storage.write_bytes(url, data, sync=sync)

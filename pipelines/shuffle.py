@@ -27,7 +27,9 @@ from schemas import storage
 from schemas.commands import InputError
 
 SPILL_BYTES = 16 << 20
-"""JSON a bundle holds before it sorts and writes its runs."""
+"""What a bundle holds (its pairs' JSON and ENTRY_BYTES each) before it sorts and writes its runs."""
+ENTRY_BYTES = 200
+"""What holding a pair costs beyond its JSON (its tuple, key and sort value)."""
 NUM_PARTITIONS = 16
 """Partitions of the keys (each merged on its own) unless the keys are ``0 .. keys - 1``."""
 MAX_RUNS_MERGED = 128
@@ -57,7 +59,7 @@ class _WriteRuns(beam.DoFn):
         line = _line(pair)
         partition = key if self._keys else int(hashlib.sha256(str(key).encode()).hexdigest()[:8], 16)
         self._held.append((partition % (self._keys or NUM_PARTITIONS), key, self._order(value), line))
-        self._bytes += len(line)
+        self._bytes += len(line) + ENTRY_BYTES
         if self._bytes >= SPILL_BYTES:
             yield from self._runs()
 
@@ -66,10 +68,10 @@ class _WriteRuns(beam.DoFn):
             yield WindowedValue(ref, MIN_TIMESTAMP, [GlobalWindow()])
 
     def _runs(self) -> Iterator[tuple[int, str]]:
-        self._held.sort(key=lambda held: held[:3])
+        self._held.sort()  # by partition, key, order; ties by the line (no sort keys held)
         for partition, group in itertools.groupby(self._held, key=lambda held: held[0]):
             path = files.join(self._folder, f"{uuid.uuid4().hex}.jsonl")
-            files.write_bytes(path, "".join(held[3] + "\n" for held in group).encode("utf-8"), sync=False)
+            files.write_bytes(path, (held[3] + b"\n" for held in group), sync=False)
             yield partition, path
         self._held, self._bytes = [], 0
 
@@ -92,16 +94,14 @@ def _merge(paths: list[str], order: Callable[[Any], Any]) -> Iterator[tuple[Any,
         for first in range(0, len(paths), MAX_RUNS_MERGED):
             merged.append(f"{paths[first].rsplit('/', 1)[0]}/{uuid.uuid4().hex}.jsonl")
             pairs = _merge(paths[first : first + MAX_RUNS_MERGED], order)
-            files.write_bytes(
-                merged[-1], ((_line(pair) + "\n").encode("utf-8") for pair in pairs), sync=False
-            )
+            files.write_bytes(merged[-1], (_line(pair) + b"\n" for pair in pairs), sync=False)
         paths = merged
     yield from heapq.merge(*map(_read_run, paths), key=lambda kv: (kv[0], order(kv[1])))
     files.remove(paths)
 
 
-def _line(pair) -> str:
-    return json.dumps(pair, ensure_ascii=False, separators=(",", ":"))
+def _line(pair) -> bytes:  # UTF-8, compact where a str with one wide character takes 4 bytes a character
+    return json.dumps(pair, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 class GroupOnDisk(beam.PTransform):

@@ -33,7 +33,7 @@ def _grouped(pipeline, output: str, pairs=PAIRS, **kwargs):
 def test_values_reach_reduce_in_order_on_disk_in_merge_rounds_and_in_memory(
     pipeline, tmp_path, monkeypatch, on_disk
 ):
-    monkeypatch.setattr(shuffle, "SPILL_BYTES", 200)  # a run every few pairs: dozens of runs a partition
+    monkeypatch.setattr(shuffle, "SPILL_BYTES", 1000)  # a run every few pairs: dozens of runs a partition
     monkeypatch.setattr(shuffle, "MAX_RUNS_MERGED", 3)  # merged in rounds
     if not on_disk:  # what a remote runner gets: a GroupByKey
         monkeypatch.setattr(shuffle, "runs_locally", lambda pipeline: False)
@@ -53,3 +53,15 @@ def test_a_run_changed_on_disk_is_one_error_naming_it(tmp_path):
     run.write_text(json.dumps(["key", 1]) + "\n{not json\n")
     with pytest.raises(InputError, match="run.jsonl: not a temporary file this run wrote"):
         list(_read_run(str(run)))
+
+
+def test_many_small_pairs_spill_as_early_as_a_few_large_ones(tmp_path, monkeypatch):
+    """What a bundle holds counts each pair's Python objects, not only its JSON: tiny pairs (a band
+    key and a document id) would otherwise be held by the million before the first run is written."""
+    monkeypatch.setattr(shuffle, "SPILL_BYTES", 10 * shuffle.ENTRY_BYTES)
+    write = shuffle._WriteRuns(str(tmp_path), None, lambda value: value)
+    write.start_bundle()
+    runs = [run for i in range(100) for run in write.process((i, 0))]  # 5 bytes of JSON each
+    assert runs and len(write._held) < 10
+    pairs = sorted(list(pair) for _, path in runs for pair in _read_run(path))
+    assert pairs == sorted([i, 0] for i in range(100 - len(write._held)))

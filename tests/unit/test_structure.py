@@ -130,7 +130,8 @@ def _registrations(tree) -> list[str]:
             root = call.func.value
             while isinstance(root, ast.Attribute):
                 root = root.value
-            if isinstance(root, ast.Name) and root.id in imported:
+            environment = ast.unparse(call.func.value) == "os.environ"  # a default, not a hook
+            if isinstance(root, ast.Name) and root.id in imported and not environment:
                 found.append(f"{node.lineno} {ast.unparse(call)[:60]}")
     return found
 
