@@ -106,6 +106,7 @@ def main() -> None:
         LOGGING_API_SERVICE_DESCRIPTOR=descriptor(args.logging_endpoint),
         CONTROL_API_SERVICE_DESCRIPTOR=descriptor(args.control_endpoint),
         RUNNER_CAPABILITIES=" ".join(info.runner_capabilities),
+        ARROW_DEFAULT_MEMORY_POOL=os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "system"),  # the Dockerfile's
     )
     if info.HasField("status_endpoint"):
         os.environ["STATUS_API_SERVICE_DESCRIPTOR"] = text_format.MessageToString(info.status_endpoint)

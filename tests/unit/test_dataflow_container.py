@@ -6,9 +6,13 @@ in this environment; the rehearsal installs the same sdist against the same pins
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -46,3 +50,20 @@ def test_every_requirement_of_the_workers_is_pinned_in_constraints():
     requirements = importlib.metadata.requires("bert-pretraining") or []
     worker = [r for r in requirements if "extra ==" not in r or re.search(r'extra == "(gcp|aws)"', r)]
     assert worker and not [r for r in worker if _name(r) not in pins]
+
+
+def test_the_workers_allocate_arrow_memory_as_the_local_runners_do():
+    """Beam's worker imports Arrow first: the image sets what the launcher's package does."""
+    default = re.search(
+        r'setdefault\("ARROW_DEFAULT_MEMORY_POOL", "(\w+)"\)', (ROOT / "pipelines/__init__.py").read_text()
+    )
+    assert f"\nENV ARROW_DEFAULT_MEMORY_POOL={default.group(1)}\n" in DOCKERFILE
+
+
+@pytest.mark.parametrize("asked, used", [(None, "system"), ("mimalloc", "mimalloc")])
+def test_a_pipelines_process_allocates_arrow_memory_with_the_system_allocator_unless_told(asked, used):
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    env.update({"ARROW_DEFAULT_MEMORY_POOL": asked} if asked else {})
+    code = "import pipelines, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    found = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert found.stdout.strip() == used, found.stderr
