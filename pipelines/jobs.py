@@ -31,10 +31,10 @@ from schemas import buckets
 from schemas.commands import STOP_SIGNALS, UsageError, raise_if_stopped, raise_stopped, stop_received
 
 DEFAULT_RUNNER = "FnApiRunner"
-"""Beam's in-process runner, the one the tests run: DirectRunner would first try to download and
-run Prism, another runner, and fall back to this one without a network."""
+"""Beam's in-process runner, the tests' (DirectRunner first tries to download Prism, another runner)."""
 LOCAL_RUNNERS = StandardOptions.LOCAL_RUNNERS
 """Runners whose work ends with this process and its children, on this machine's disk."""
+ENDPOINT_WAIT_S = 60  # how long a portable runner's job service may take to answer
 _OUR_ERRORS = ("InputError", "OutputError", "CommandError", "WriteError")
 STEP_ANNOTATION = re.compile(r"\s*\[while running '[^']*'\]")
 """What Beam appends to a worker's error message: the step it ran."""
@@ -47,8 +47,9 @@ def explain_failure(err: BaseException) -> str:
         match = re.search(rf"{name}: (.+)", text)
         if match:
             return match.group(1).strip()
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[-1] if lines else 'no message'}"
+    if callable(getattr(err, "code", None)) and callable(getattr(err, "details", None)):  # gRPC
+        return f"the runner's service stopped the job ({err.code().name}: {err.details()})"
+    return f"{type(err).__name__}: {(text.strip().splitlines() or ['no message'])[-1].strip()}"
 
 
 def job_options(beam_args: Iterable[str]) -> PipelineOptions:
@@ -57,6 +58,8 @@ def job_options(beam_args: Iterable[str]) -> PipelineOptions:
     options = PipelineOptions(list(beam_args))
     standard = options.view_as(StandardOptions)
     standard.runner = standard.runner or DEFAULT_RUNNER
+    if "job_server_timeout" not in options.get_all_options(drop_default=True):  # Beam's 300 s would
+        options.view_as(PortableOptions).job_server_timeout = 7 * 86400  # end a longer portable job
     files.use_beam_options(options)
     return options
 
@@ -87,8 +90,8 @@ def check_job(
     submitter_reads: Mapping[str, str | Iterable[str]] | None = None,
 ) -> None:
     """Before anything is read, built or submitted: where workers run elsewhere, every path they
-    read or write (Beam's temporary and staging folders too) must be a URL (else UsageError
-    naming the flag); then every bucket, ``submitter_reads`` included, is probed (exit 1)."""
+    read or write (Beam's temporary and staging folders too) must be a URL and a portable runner's
+    job service must answer (else UsageError); then every bucket, ``submitter_reads`` too, is probed."""
     google = options.view_as(GoogleCloudOptions)
     if workers_elsewhere(options):
         runner = runner_name(options)
@@ -103,6 +106,17 @@ def check_job(
                         f"{flag} {path}: a local path, and the workers of {runner} run on other machines "
                         f"and cannot see this one's disk; give {scheme}"
                     )
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    if endpoint and endpoint != "embed":
+        import grpc
+
+        with grpc.insecure_channel(endpoint) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=ENDPOINT_WAIT_S)
+            except grpc.FutureTimeoutError:
+                raise UsageError(
+                    f"--job_endpoint {endpoint}: no job service answers ({ENDPOINT_WAIT_S} s)"
+                ) from None
     beam_writes = {
         "--temp_location": google.temp_location or (),
         "--staging_location": google.staging_location or (),

@@ -1,6 +1,7 @@
 """Every check before any work (issue 37): `chain` reads its GLUE folder as the task's before the
 first stage and claims its workdir before the slower checks; `pipelines examples` names every bad
-flag in one line."""
+flag in one line; a portable runner's job service is reached before the job is built, and a job
+longer than Beam's default service timeout keeps its submitter."""
 
 from __future__ import annotations
 
@@ -68,3 +69,31 @@ def test_pipelines_examples_names_every_bad_flag_at_once(tmp_path: Path):
         "got 2.0; --dupe-factor must be between 1 and 32,767, got 0; --seed must be between 0 and 4,294,967,295, "
         "got -1\n",
     )
+
+
+def test_a_portable_job_service_is_reached_first_and_a_long_job_keeps_its_submitter(monkeypatch, tmp_path):
+    from concurrent import futures
+
+    import grpc
+    import pytest
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    from pipelines import jobs
+    from schemas.commands import UsageError
+
+    monkeypatch.setattr(jobs, "ENDPOINT_WAIT_S", 1)
+    portable = ["--runner=PortableRunner", "--environment_type=LOOPBACK"]
+    with pytest.raises(UsageError, match=r"--job_endpoint localhost:1: no job service answers \(1 s\)"):
+        jobs.check_job(jobs.job_options([*portable, "--job_endpoint=localhost:1"]), {}, {})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("localhost:0")
+    server.start()
+    try:
+        options = jobs.job_options([*portable, f"--job_endpoint=localhost:{port}"])
+        jobs.check_job(options, {}, {})
+    finally:
+        server.stop(None)
+    # Beam gives a job's state and message streams the service timeout too (300 s by default).
+    assert options.view_as(PortableOptions).job_server_timeout == 7 * 86400
+    given = jobs.job_options([*portable, "--job_server_timeout=60"])
+    assert given.view_as(PortableOptions).job_server_timeout == 60

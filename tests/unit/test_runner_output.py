@@ -32,3 +32,29 @@ def test_an_output_not_marked_completed_is_said(tmp_path):
     stats, line, warning = finished_output(str(tmp_path), "documents")
     assert stats == {"documents_out": 0} and line == f"output: {tmp_path} (not marked COMPLETED)"
     assert warning is None
+
+
+def test_a_failed_job_is_one_line_naming_its_cause():
+    """Our errors raised on a worker come back as their own line, Beam's step annotation dropped; a
+    job service's gRPC failure (a multi-line text ending in ">") says its status and details."""
+    import grpc
+
+    from pipelines.jobs import explain_failure
+
+    worker = RuntimeError("Traceback ...\nInputError: b.txt: not UTF-8 [while running 'Read books']")
+    assert explain_failure(worker) == "b.txt: not UTF-8"
+
+    class StreamRemoved(grpc.RpcError):
+        def __str__(self):
+            return "<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = ...\n>"
+
+        def code(self):
+            return grpc.StatusCode.DEADLINE_EXCEEDED
+
+        def details(self):
+            return "Stream removed (Deadline Exceeded)"
+
+    assert explain_failure(StreamRemoved()) == (
+        "the runner's service stopped the job (DEADLINE_EXCEEDED: Stream removed (Deadline Exceeded))"
+    )
+    assert explain_failure(ValueError("first\nlast")) == "ValueError: last"
