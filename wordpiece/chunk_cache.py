@@ -12,7 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer
 
-DEFAULT_MAX_ENTRIES = 500_000
+DEFAULT_MAX_ENTRIES = 200_000
+"""Chunks held (about 300 bytes each with their ids) before the cache starts afresh: English text
+has millions of distinct chunks (a word with its punctuation), so this trades tokenisation time
+for memory (docs/scale.md, "What bounds each stage's memory")."""
 
 # Printable ASCII and the commonest non-ASCII punctuation of English prose (curly quotes, en and
 # em dashes, the ellipsis): characters BERT's normaliser leaves as they are (no canonical
