@@ -132,12 +132,15 @@ def run_pipeline(pipeline: beam.Pipeline, output: str) -> Any:
     options = pipeline.options
     quiet = _quiet_stderr if workers_elsewhere(options) and not _beam_logs() else contextlib.nullcontext
     if dry_run(options):
-        pipeline.to_runner_api()
-        if dry_run(options) == "sdist":
-            from apache_beam.transforms.environments import python_sdk_dependencies
+        try:
+            pipeline.to_runner_api()
+            if dry_run(options) == "sdist":
+                from apache_beam.transforms.environments import python_sdk_dependencies
 
-            with tempfile.TemporaryDirectory() as folder, quiet():
-                python_sdk_dependencies(options, folder)
+                with tempfile.TemporaryDirectory() as folder, quiet():
+                    python_sdk_dependencies(options, folder)
+        finally:  # the folder every Pipeline makes, which only run() removes
+            shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
         return None
     remote = (
         ""

@@ -12,14 +12,20 @@ from schemas.commands import InputError
 MiB = 1 << 20
 MAX_JSON_BYTES = 512 * MiB  # the largest JSON document read whole (SQuAD's train set is 40 MB)
 MAX_LINE_BYTES = 16 * MiB  # the longest line of a text input (a TSV row, a sentence file's line)
+READ_BLOCK = 8 * MiB
 
 
 def read_bytes(f, where: str, limit: int) -> bytes:
-    """All of the open binary file ``f``, or :class:`InputError` when it holds more than ``limit`` bytes."""
-    data = f.read(limit + 1)
-    if len(data) > limit:
-        raise InputError(f"{where}: larger than the limit of {limit:,} bytes for this kind of file")
-    return data
+    """All of the open binary file ``f``, or :class:`InputError` when it holds more than ``limit`` bytes.
+    Reads in blocks: ``read(n)`` allocates ``n`` bytes up front, so one read of a generous limit
+    would reserve it all for a small file."""
+    blocks, size = [], 0
+    while block := f.read(min(READ_BLOCK, limit + 1 - size)):
+        blocks.append(block)
+        size += len(block)
+        if size > limit:
+            raise InputError(f"{where}: larger than the limit of {limit:,} bytes for this kind of file")
+    return b"".join(blocks)
 
 
 def lines(f, where: str, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:

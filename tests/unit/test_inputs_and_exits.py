@@ -47,6 +47,22 @@ def test_a_read_over_its_limit_stops_there():
     assert inputs.read_bytes(io.BytesIO(b"1234"), "f", limit=4) == b"1234"
 
 
+def test_a_generous_limit_reserves_no_memory(monkeypatch):
+    """``read(n)`` allocates ``n`` bytes first: a 512 MB limit must not mean 512 MB per small file."""
+    monkeypatch.setattr(inputs, "READ_BLOCK", 4)
+    asked = []
+
+    class Recording(io.BytesIO):
+        def read(self, size=-1):
+            asked.append(size)
+            return super().read(size)
+
+    assert inputs.read_bytes(Recording(b"0123456789"), "f", limit=1 << 29) == b"0123456789"
+    assert max(asked) == 4 and len(asked) == 4  # three blocks, then the empty read at the end
+    with pytest.raises(InputError, match="limit of 9 bytes"):
+        inputs.read_bytes(Recording(b"0123456789"), "f", limit=9)
+
+
 @pytest.mark.parametrize(
     "data, problem",
     [

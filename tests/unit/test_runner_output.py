@@ -4,6 +4,8 @@ not match, is ``PipelineFailed`` (exit 1), never success."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipelines.runner import PipelineFailed, finished_output
@@ -58,3 +60,16 @@ def test_a_failed_job_is_one_line_naming_its_cause():
         "the runner's service stopped the job (DEADLINE_EXCEEDED: Stream removed (Deadline Exceeded))"
     )
     assert explain_failure(ValueError("first\nlast")) == "ValueError: last"
+
+
+def test_a_dry_run_leaves_no_temporary_folder():
+    """Every Beam pipeline makes a local temporary folder that only ``run()`` removes."""
+    import apache_beam as beam
+
+    from pipelines import jobs
+
+    pipeline = beam.Pipeline(options=jobs.job_options(["--runner=FnApiRunner", "--dry_run=True"]))
+    _ = pipeline | beam.Create([1]) | beam.Map(str)
+    assert os.path.isdir(pipeline.local_tempdir)
+    assert jobs.run_pipeline(pipeline, "out") is None
+    assert not os.path.exists(pipeline.local_tempdir)
