@@ -8,8 +8,8 @@
 and books go to the rehearsal's bucket (``benchmarks/rehearsal/rehearse.py``: a GCS emulator, a job
 service, an isolated worker pool), and the stages ``wikipedia``, ``books``, ``corpus``, ``wordpiece``
 and ``examples`` run there with ``benchmarks/scale.py``'s command lines (the defaults; examples at
-seq 128, dupe 5), each reading the rehearsal's output of the stage before it, with
-``--sdk_worker_parallelism`` = ``--workers``.
+seq 128, dupe 5, and ``--spill always``: the job service keeps a shuffle in memory), each reading
+the rehearsal's output of the stage before it, with ``--sdk_worker_parallelism`` = ``--workers``.
 
 Measured per stage: wall time of the submitting command; each SDK worker's peak RSS (every worker
 the pool started during the stage: a child of the pool's process, its own descendants summed,
@@ -47,6 +47,7 @@ LOCAL_FOLDERS = {
 SAMPLE_S = 0.25
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 FOLDER = "gs://rehearsal/scale"
+EXAMPLES_SPILL = ("--spill", "always")
 READ = ("manifest.json", "vocab.txt")
 """The files of an output :func:`output_content` reads."""
 
@@ -217,7 +218,9 @@ def stage_args(name: str, output: str) -> list[str]:
     stage = next(s for s in scale.STAGES if s.name == name)
     args = stage.command(FOLDER)[3:]  # after `python -m pipelines.cli` / `wordpiece.cli`
     args[args.index("--output") + 1] = output
-    return args
+    # The job service standing in for Dataflow's shuffle holds every grouped value in memory: the
+    # examples' documents and examples would not fit this machine, their references do.
+    return [*args, *EXAMPLES_SPILL] if name == "examples" else args
 
 
 def check_folders(input_dir: Path, local: Path | None, stages: list[str]) -> str | None:

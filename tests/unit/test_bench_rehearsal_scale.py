@@ -85,6 +85,7 @@ def test_the_stages_are_scale_py_command_lines_over_the_bucket():
     assert args[args.index("--corpus") + 1] == f"{rs.FOLDER}/out/corpus"
     assert args[args.index("--vocab") + 1] == f"{rs.FOLDER}/out/vocab/vocab.txt"
     assert ("--dupe-factor", "5") == tuple(args[args.index("--dupe-factor") :][:2])
+    assert args[args.index("--spill") + 1] == "always"  # the job service's shuffle is in memory
     assert rs.stage_args("wordpiece", "gs://rehearsal/v")[:3] == [
         "train",
         "--corpus",
