@@ -290,18 +290,20 @@ class WriteStageOutput(beam.PTransform):
 
     def __init__(
         self,
-        *,
         out: storage.Folder,
         producer: str,
-        params: dict[str, Any],
-        num_shards: int,
+        config: Any,
+        *,
+        params: dict[str, Any] | None = None,
         extra_tallies=(),
         split_of: Callable[[dict], str] | None = None,
         input_files: list[str] = (),
     ):
+        """``config``: the stage's config (its ``num_shards``, and its ``params()`` unless ``params``)."""
         super().__init__()
         out.journal(STATS_FILE, MANIFEST_FILE, COMPLETED_FILE)  # before the workers
-        self._out, self._producer, self._params, self._num_shards = out, producer, params, num_shards
+        self._out, self._producer, self._num_shards = out, producer, config.num_shards
+        self._params = config.params() if params is None else params
         self._extra_tallies, self._split_of, self._input_files = (
             tuple(extra_tallies),
             split_of,

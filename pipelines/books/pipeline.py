@@ -88,10 +88,5 @@ def build(pipeline: beam.Pipeline, config: BooksConfig, inputs: list[str], out: 
         | "Count books" >> CountRecords()
     )
     _ = outcomes | "Write" >> WriteStageOutput(
-        out=out,
-        producer="pipelines books",
-        params=config.params(),
-        num_shards=config.num_shards,
-        extra_tallies=[books_read],
-        input_files=inputs,
+        out, "pipelines books", config, extra_tallies=[books_read], input_files=inputs
     )

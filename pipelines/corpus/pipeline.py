@@ -138,10 +138,10 @@ def build(
         )
 
     _ = (exact_dropped, survivors) | "Write" >> WriteStageOutput(
-        out=out,
-        producer="pipelines corpus",
+        out,
+        "pipelines corpus",
+        config,
         params={**config.params(), "input_manifests": inputs},
-        num_shards=config.num_shards,
         extra_tallies=[documents_read, bucket_sizes],
         split_of=split_of,
     )

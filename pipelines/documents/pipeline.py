@@ -108,12 +108,7 @@ def build(pipeline: beam.Pipeline, config: DocumentsConfig, inputs: list[str], o
     outcomes = pipeline | "Input files" >> beam.Create(inputs) | ReadDocuments(config)
     records = outcomes | "Records" >> beam.Filter(lambda o: o.kind != FILE_ERROR) | CountRecords()
     _ = outcomes | "Write" >> WriteStageOutput(
-        out=out,
-        producer="pipelines documents",
-        params=config.params(),
-        num_shards=config.num_shards,
-        extra_tallies=[records],
-        input_files=inputs,
+        out, "pipelines documents", config, extra_tallies=[records], input_files=inputs
     )
 
 

@@ -144,10 +144,5 @@ def build(pipeline: beam.Pipeline, config: TextConfig, inputs: list[str], out: s
     )
     outcomes = paths | "Parse files" >> beam.FlatMap(read_text_file, config.min_document_words)
     _ = outcomes | "Write" >> WriteStageOutput(
-        out=out,
-        producer="pipelines text",
-        params=config.params(),
-        num_shards=config.num_shards,
-        split_of=split_of,
-        input_files=inputs,
+        out, "pipelines text", config, split_of=split_of, input_files=inputs
     )

@@ -160,10 +160,5 @@ def build(pipeline: beam.Pipeline, config: WikipediaConfig, inputs: list[str], o
     )
     pages_read = pages | "Count pages" >> CountRecords()
     _ = (outcomes, read[_ReadPages.FILE_ERRORS]) | "Write" >> WriteStageOutput(
-        out=out,
-        producer="pipelines wikipedia",
-        params=config.params(),
-        num_shards=config.num_shards,
-        extra_tallies=[pages_read],
-        input_files=inputs,
+        out, "pipelines wikipedia", config, extra_tallies=[pages_read], input_files=inputs
     )
