@@ -6,6 +6,7 @@ in this environment; the rehearsal installs the same sdist against the same pins
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import re
 import subprocess
@@ -67,3 +68,12 @@ def test_a_pipelines_process_allocates_arrow_memory_with_the_system_allocator_un
     code = "import pipelines, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
     found = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
     assert found.stdout.strip() == used, found.stderr
+
+
+@pytest.mark.parametrize("asked, used", [(None, "WARNING"), ("DEBUG", "DEBUG")])
+def test_the_read_ahead_cache_logs_no_line_per_file_unless_told(asked, used):
+    """fsspec logs each bucket file it opens at INFO, the level Dataflow keeps of its workers' logs."""
+    before = f"logging.getLogger('fsspec.caching').setLevel('{asked}'); " if asked else ""
+    code = f"import logging; {before}import pipelines; print(logging.getLogger('fsspec.caching').level)"
+    found = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert found.stdout.strip() == str(getattr(logging, used)), found.stderr
