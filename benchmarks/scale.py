@@ -414,7 +414,12 @@ def inputs_table(r: dict) -> list[str]:
             if corpus
             else "—"
         )
-        groups = f"{corpus.get('largest_id_group', '—')}, {corpus.get('largest_band_bucket', '—')}"
+        # stats.json counts an id group only when it dropped exact duplicates: otherwise each holds one.
+        groups = (
+            f"{corpus.get('largest_id_group', 1)}, {corpus.get('largest_band_bucket', '—')}"
+            if corpus
+            else "—"
+        )
         lines.append(
             f"| {_mb(sum(made['text_bytes'].values()) / 1e6)} | {made['pages']:,} ({made['articles']:,}) "
             f"| {made['books']:,} | {heaps['words']:,} | {heaps['distinct']:,} | {heaps['K']}, {heaps['beta']} "
